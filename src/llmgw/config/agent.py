@@ -1,0 +1,65 @@
+"""agent.yaml: the control planes to talk to and TLS files; everything else is discovered unless written."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from llmgw.config.types import ConfigPath, Duration
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentTLS(Strict):
+    ca: ConfigPath
+    cert: ConfigPath
+    key: ConfigPath
+
+
+class FabricAttachment(Strict):
+    name: str = Field(min_length=1)
+    adapters: list[str] = Field(min_length=1)
+
+
+class EngineOverride(Strict):
+    path: ConfigPath
+
+
+class AgentConfig(Strict):
+    control_planes: list[str] = Field(min_length=1)
+    tls: AgentTLS
+    node_id: str | None = None  # default: hostname, which is also the certificate's CN
+    address: str | None = None  # default: local address on the route to the control plane
+    host_root: ConfigPath = "/"  # where /proc, /sys and /etc are read
+    gpu_inventory: ConfigPath | None = None  # a simulated node's GPUs, standing in for NVML
+    weights_dirs: list[ConfigPath] = []
+    weights_dir: ConfigPath = "/var/lib/llmgw-weights"  # where fetched weights land; always looked in
+    state_dir: ConfigPath = "/var/lib/llmgw-agent"
+    fabrics: list[FabricAttachment] = []
+    engines: dict[str, EngineOverride] = {}
+    port_range: str = "20000-20999"
+    heartbeat_interval: Duration = 3.0
+    request_timeout: Duration = 5.0
+
+    @field_validator("control_planes")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        for u in v:
+            if not u.startswith("https://"):
+                raise ValueError(f"{u!r}: must be an https:// address (agents speak mutual TLS)")
+        return v
+
+    @field_validator("port_range")
+    @classmethod
+    def _range(cls, v: str) -> str:
+        m = re.match(r"^(\d+)-(\d+)$", v)
+        if not m or not 1024 <= int(m.group(1)) <= int(m.group(2)) <= 65535:
+            raise ValueError(f"{v!r}: must be LOW-HIGH within 1024-65535")
+        return v
+
+    def ports(self) -> tuple[int, int]:
+        lo, hi = self.port_range.split("-")
+        return int(lo), int(hi)

@@ -1,0 +1,92 @@
+"""server.yaml: listeners, TLS, store, timings and the model catalog."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from llmgw.config.types import ByteSize, ConfigPath, Duration, Listen
+
+EngineName = Literal["llamacpp", "vllm", "sglang", "sim"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TLSFiles(Strict):
+    ca: ConfigPath
+    cert: ConfigPath
+    key: ConfigPath
+
+
+class StoreConfig(Strict):
+    kind: Literal["sqlite"] = "sqlite"
+    path: ConfigPath = "llmgw.db"
+
+
+class SimSpeed(Strict):
+    tokens_per_second: float = Field(default=200.0, gt=0)
+    tokens: int = Field(default=16, ge=1)
+
+
+class Profile(Strict):
+    gpus_per_shard: int = Field(default=0, ge=0)
+    nodes: int = Field(default=1, ge=1)
+    gpu_class: str | None = None
+    memory: ByteSize = 0  # host memory a shard needs
+    args: list[str] = []
+    sim: SimSpeed = SimSpeed()
+
+
+class Scaling(Strict):
+    min: int = Field(default=0, ge=0)
+    max: int = Field(default=0, ge=0)
+    idle_timeout: Duration = 600.0
+
+    @field_validator("max")
+    @classmethod
+    def _max_ge_min(cls, v: int, info: ValidationInfo) -> int:
+        lo = info.data.get("min")
+        if lo is not None and v < lo:
+            raise ValueError(f"must be >= min ({lo})")
+        return v
+
+
+class ModelSpec(Strict):
+    name: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    engine: EngineName
+    profile: Profile = Profile()
+    # No scaling stanza means configured and off: a request must never start a model nobody meant to run.
+    scaling: Scaling = Scaling(min=0, max=0)
+
+    @property
+    def on_demand(self) -> bool:
+        return self.scaling.min == 0 and self.scaling.max > 0
+
+
+class ServerConfig(Strict):
+    agent_listen: Listen = "127.0.0.1:7443"
+    api_listen: Listen = "127.0.0.1:8080"
+    admin_listen: Listen = "127.0.0.1:9090"
+    metrics_listen: Listen | None = None
+    tls: TLSFiles
+    store: StoreConfig = StoreConfig()
+    node_lost_after: Duration = 60.0
+    heartbeat_interval: Duration = 3.0
+    reconcile_interval: Duration = 1.0
+    load_wait: Duration = 15.0
+    max_body: ByteSize = 8 * 1024 * 1024
+    engines: list[EngineName] = ["llamacpp", "sim"]
+    models: list[ModelSpec] = []
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> ServerConfig:
+        seen: set[str] = set()
+        for m in self.models:
+            if m.name in seen:
+                raise ValueError(f"models: duplicate model name {m.name!r}")
+            seen.add(m.name)
+        return self

@@ -1,0 +1,1 @@
+"""Pure building blocks shared by every layer: time, conditions, reasons, errors. No I/O here."""

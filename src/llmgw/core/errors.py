@@ -1,0 +1,55 @@
+"""The exception tree of llmgw.
+
+LlmgwError
+├── ConfigError          a config file is invalid; message names file and key path
+├── StoreError           the store could not read or write
+├── PKIError             certificate authority problems
+├── DiscoveryError       a probe failed in a way that is not "absent hardware"
+├── EngineError          an engine adapter cannot build or check a command
+└── UpstreamError        the router could not reach an engine
+    ├── ConnectFailed    never reached the engine: safe to retry elsewhere
+    └── StreamBroken     failed after bytes were exchanged: never retried
+
+Foreign exceptions (aiohttp, sqlite3, pydantic, OSError) are translated at module boundaries.
+"""
+
+from __future__ import annotations
+
+
+class LlmgwError(Exception):
+    pass
+
+
+class ConfigError(LlmgwError):
+    def __init__(self, file: str, problems: list[str]) -> None:
+        self.file = file
+        self.problems = problems
+        super().__init__("\n".join(f"{file}: {p}" for p in problems))
+
+
+class StoreError(LlmgwError):
+    pass
+
+
+class PKIError(LlmgwError):
+    pass
+
+
+class DiscoveryError(LlmgwError):
+    pass
+
+
+class EngineError(LlmgwError):
+    pass
+
+
+class UpstreamError(LlmgwError):
+    pass
+
+
+class ConnectFailed(UpstreamError):
+    pass
+
+
+class StreamBroken(UpstreamError):
+    pass

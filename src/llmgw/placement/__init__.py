@@ -1,0 +1,1 @@
+"""Placement: pure and deterministic. place(request, snapshot) -> Placement | Refusal."""

@@ -1,0 +1,146 @@
+"""place(request, snapshot) -> Placement | Refusal. Deterministic: ties break on node id, then fabric name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmgw.core.explanation import Candidate, Explanation, NodeVerdict
+from llmgw.core.reasons import Reason
+from llmgw.core.state import ShardAssignment
+from llmgw.placement import scores
+from llmgw.placement.checks import Request, feasible
+from llmgw.placement.gpus import choose_gpus
+from llmgw.placement.snapshot import NodeView, Snapshot
+
+VERDICTS_PER_REASON = 5
+
+
+@dataclass(frozen=True)
+class Placement:
+    assignments: list[ShardAssignment]
+    explanation: Explanation
+
+
+@dataclass(frozen=True)
+class Refusal:
+    explanation: Explanation
+
+
+@dataclass(frozen=True)
+class _Scored:
+    node: NodeView
+    gpus: list[int]
+    scores: dict[str, float]
+    total: float
+
+
+def _score(n: NodeView, r: Request) -> _Scored:
+    p = r.model.profile
+    gpus, nvlink = choose_gpus(n, p.gpu_class, p.gpus_per_shard)
+    s = {"weights": scores.weights_present(n, r)}
+    if p.gpus_per_shard > 1:
+        s["nvlink"] = nvlink
+    if p.gpus_per_shard:
+        s["binpack"] = scores.binpack(n, r, len(n.used_gpus) + len(gpus))
+    return _Scored(n, gpus, s, scores.total(s))
+
+
+def _free_ports(n: NodeView, count: int) -> list[int]:
+    out: list[int] = []
+    port = n.port_low
+    while len(out) < count and port <= n.port_high:
+        if port not in n.used_ports:
+            out.append(port)
+        port += 1
+    return out
+
+
+def _assignments(picked: list[_Scored], fabric: str | None) -> list[ShardAssignment]:
+    out: list[ShardAssignment] = []
+    for rank, s in enumerate(picked):
+        serve = rendezvous = None
+        if rank == 0:
+            ports = _free_ports(s.node, 2)
+            serve = ports[0]
+            rendezvous = ports[1] if len(picked) > 1 else None
+        adapters = list(s.node.fabrics[fabric].adapters) if fabric else []
+        out.append(
+            ShardAssignment(
+                rank=rank, node_id=s.node.id, address=s.node.address, gpus=s.gpus, serve_port=serve,
+                rendezvous_port=rendezvous, fabric=fabric, fabric_adapters=adapters,
+            )
+        )
+    return out
+
+
+def _rank(c: _Scored) -> tuple[float, str]:
+    return (-c.total, c.node.id)
+
+
+def place(request: Request, snap: Snapshot) -> Placement | Refusal:
+    filtered: dict[str, int] = {}
+    verdicts: list[NodeVerdict] = []
+    ok: list[NodeView] = []
+    for n in snap.nodes:
+        verdict = feasible(n, request)
+        if verdict is None:
+            ok.append(n)
+            continue
+        reason, message = verdict
+        filtered[reason.value] = filtered.get(reason.value, 0) + 1
+        if filtered[reason.value] <= VERDICTS_PER_REASON:
+            verdicts.append(NodeVerdict(node_id=n.id, reason=reason, message=message))
+
+    def explain(placed: bool, summary: str = "", chosen: Candidate | None = None) -> Explanation:
+        return Explanation(
+            model=request.model.name, at=snap.now, nodes_evaluated=len(snap.nodes), placed=placed,
+            filtered=filtered, verdicts=verdicts, chosen=chosen, summary=summary,
+        )
+
+    need = request.model.profile.nodes
+    if need == 1:
+        if not ok:
+            return Refusal(explain(False, "no node can take the shard"))
+        best = min((_score(n, request) for n in ok), key=_rank)
+        chosen = Candidate(nodes=[best.node.id], scores=best.scores, total=best.total)
+        return Placement(_assignments([best], None), explain(True, chosen=chosen))
+
+    # Multi-node: whole nodes of one fabric, never two. Each fabric is a separate candidate.
+    by_fabric: dict[str, list[NodeView]] = {}
+    for n in ok:
+        for f in n.fabrics:
+            by_fabric.setdefault(f, []).append(n)
+    candidates: list[tuple[float, str, list[_Scored]]] = []
+    short: list[str] = []
+    for fname in sorted(by_fabric):
+        members = by_fabric[fname]
+        if len(members) < need:
+            short.append(f"{fname}: {len(members)} whole node(s) fit, needs {need}")
+            continue
+        picked = sorted((_score(n, request) for n in members), key=_rank)[:need]
+        candidates.append((-sum(s.total for s in picked), fname, picked))
+    if not candidates:
+        if ok and short:
+            filtered[Reason.FabricTooSmall.value] = len(ok)
+        summary = "; ".join(short) if short else f"needs {need} whole nodes on one fabric"
+        return Refusal(explain(False, summary))
+    _, fname, picked = min(candidates, key=lambda c: (c[0], c[1]))
+    total = sum(s.total for s in picked)
+    merged: dict[str, float] = {}
+    for sc in picked:
+        for k, val in sc.scores.items():
+            merged[k] = merged.get(k, 0.0) + val / len(picked)
+    chosen = Candidate(nodes=[s.node.id for s in picked], scores=merged, total=total)
+    return Placement(_assignments(picked, fname), explain(True, f"fabric {fname}", chosen))
+
+
+def reservations(request: Request, assignments: list[ShardAssignment]) -> list[tuple[str, list[int], int, list[int], bool]]:
+    """What a placement takes from the snapshot, for placing several replicas in one pass."""
+    whole = len(assignments) > 1
+    return [
+        (
+            a.node_id, a.gpus, request.model.profile.memory,
+            [p for p in (a.serve_port, a.rendezvous_port) if p], whole,
+        )
+        for a in assignments
+    ]

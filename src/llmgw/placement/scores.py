@@ -1,0 +1,24 @@
+"""Named scores; each in [0, 1]. Filtering never happens here: a low score is a preference, not a refusal."""
+
+from __future__ import annotations
+
+from llmgw.placement.checks import Request
+from llmgw.placement.snapshot import NodeView
+
+WEIGHTS = {"weights": 2.0, "nvlink": 1.0, "binpack": 0.5}
+
+
+def weights_present(n: NodeView, r: Request) -> float:
+    """Holding the weights saves a copy of tens of gigabytes; fetching is still a valid answer."""
+    return 1.0 if r.model.source in n.weights else 0.0
+
+
+def binpack(n: NodeView, r: Request, gpus_after: int) -> float:
+    """Fill partly used nodes first, so whole nodes stay free for replicas that need them."""
+    if not n.gpus:
+        return 0.0
+    return gpus_after / len(n.gpus)
+
+
+def total(scores: dict[str, float]) -> float:
+    return sum(WEIGHTS[k] * v for k, v in scores.items())

@@ -1,0 +1,146 @@
+"""A read-only picture of the cluster that placement works on. Built once per pass; updated copy-on-write."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from llmgw.config.server import ModelSpec
+from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.wire.messages import GPU, EngineStatus, Fabric
+
+
+@dataclass(frozen=True)
+class NodeView:
+    id: str
+    address: str
+    live: bool
+    engines_probed: bool
+    engines: dict[str, EngineStatus]
+    install_progress: tuple[str, ...]
+    gpus: tuple[GPU, ...]
+    used_gpus: frozenset[int]
+    mem_total: int
+    mem_reserved: int
+    fabrics: dict[str, Fabric]
+    weights: frozenset[str]
+    used_ports: frozenset[int]
+    port_low: int
+    port_high: int
+    shard_count: int = 0  # shards of any replica placed here
+    held_whole_by: str = ""  # a multi-node replica holds this node whole
+    not_live_reason: str = ""
+    _free_cache: dict[str | None, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
+
+    def free_gpus(self, gpu_class: str | None) -> tuple[int, ...]:
+        """Healthy, unused cards (of the class, when one is asked for), lowest index first."""
+        hit = self._free_cache.get(gpu_class)
+        if hit is None:
+            hit = tuple(
+                g.index
+                for g in self.gpus
+                if not g.faulty and g.index not in self.used_gpus and (gpu_class is None or g.gpu_class == gpu_class)
+            )
+            self._free_cache[gpu_class] = hit
+        return hit
+
+    def healthy_gpus(self, gpu_class: str | None) -> int:
+        return sum(1 for g in self.gpus if not g.faulty and (gpu_class is None or g.gpu_class == gpu_class))
+
+    def topology_known(self) -> bool:
+        return bool(self.gpus) and all(g.nvlink_peers is not None for g in self.gpus)
+
+    def peers(self) -> dict[int, frozenset[int]]:
+        return {g.index: frozenset(g.nvlink_peers or ()) for g in self.gpus}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: tuple[NodeView, ...]
+    now: float
+
+    def node(self, node_id: str) -> NodeView | None:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        return None
+
+    def with_reservation(
+        self, replica_id: str, reservations: Iterable[tuple[str, list[int], int, list[int], bool]]
+    ) -> Snapshot:
+        """A snapshot in which these (node, gpus, memory, ports, whole) are taken by the replica."""
+        by_node = {r[0]: r for r in reservations}
+        nodes = []
+        for n in self.nodes:
+            r = by_node.get(n.id)
+            if r is None:
+                nodes.append(n)
+                continue
+            _, gpus, memory, ports, whole = r
+            nodes.append(
+                replace(
+                    n,
+                    used_gpus=n.used_gpus | frozenset(gpus),
+                    mem_reserved=n.mem_reserved + memory,
+                    used_ports=n.used_ports | frozenset(ports),
+                    shard_count=n.shard_count + 1,
+                    held_whole_by=replica_id if whole else n.held_whole_by,
+                    _free_cache={},
+                )
+            )
+        return Snapshot(nodes=tuple(nodes), now=self.now)
+
+
+def build_snapshot(
+    nodes: list[NodeRecord], replicas: list[ReplicaRecord], models: dict[str, ModelSpec], now: float
+) -> Snapshot:
+    """Fold replica assignments into node views. Failed replicas still hold their cards until reaped."""
+    used: dict[str, set[int]] = {}
+    mem: dict[str, int] = {}
+    ports: dict[str, set[int]] = {}
+    count: dict[str, int] = {}
+    whole: dict[str, str] = {}
+    for r in replicas:
+        spec = models.get(r.model)
+        memory = spec.profile.memory if spec else 0
+        multi = len(r.assignments) > 1
+        for a in r.assignments:
+            used.setdefault(a.node_id, set()).update(a.gpus)
+            mem[a.node_id] = mem.get(a.node_id, 0) + memory
+            ports.setdefault(a.node_id, set()).update(p for p in (a.serve_port, a.rendezvous_port) if p)
+            count[a.node_id] = count.get(a.node_id, 0) + 1
+            if multi:
+                whole[a.node_id] = r.id
+    views = []
+    for rec in nodes:
+        rep = rec.report
+        # shards a node reports, placed or not, keep their ports: an agent may still be stopping them
+        for s in rep.shards:
+            if s.endpoint:
+                port = s.endpoint.rsplit(":", 1)[-1]
+                if port.isdigit():
+                    ports.setdefault(rec.id, set()).add(int(port))
+        views.append(
+            NodeView(
+                id=rec.id,
+                address=rep.address,
+                live=not rec.lost,
+                not_live_reason=f"lost: silent since {rec.last_seen:.0f}" if rec.lost else "",
+                engines_probed=rep.engines_probed,
+                engines={e.name: e for e in rep.engines},
+                install_progress=tuple(rep.install_progress),
+                gpus=tuple(rep.hardware.gpus),
+                used_gpus=frozenset(used.get(rec.id, ())),
+                mem_total=rep.hardware.mem_total_bytes,
+                mem_reserved=mem.get(rec.id, 0),
+                fabrics={f.name: f for f in rep.fabrics},
+                weights=frozenset(rep.weights),
+                used_ports=frozenset(ports.get(rec.id, ())),
+                port_low=rep.port_low,
+                port_high=rep.port_high,
+                shard_count=count.get(rec.id, 0),
+                held_whole_by=whole.get(rec.id, ""),
+            )
+        )
+    views.sort(key=lambda v: v.id)
+    return Snapshot(nodes=tuple(views), now=now)

@@ -1,0 +1,1 @@
+"""Desired (catalog) against observed (nodes, replicas, usage) -> intents. Pure, given a snapshot and now."""

@@ -1,0 +1,173 @@
+"""reconcile(world) -> intents. Pure: reads the world, never the clock or the store."""
+
+from __future__ import annotations
+
+from llmgw.config.server import ModelSpec
+from llmgw.core.conditions import Status, set_condition
+from llmgw.core.reasons import Reason
+from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.placement.checks import Request
+from llmgw.placement.place import Placement, place, reservations
+from llmgw.placement.snapshot import Snapshot, build_snapshot
+from llmgw.reconcile.intents import Intent, MarkLost, PutReplica, Reap
+from llmgw.reconcile.status import derive, stopped
+from llmgw.reconcile.world import World
+
+
+def _liveness(w: World) -> tuple[list[NodeRecord], list[Intent]]:
+    out: list[NodeRecord] = []
+    intents: list[Intent] = []
+    for n in w.nodes:
+        silent = w.now - n.last_seen
+        if not n.lost and silent > w.timings.node_lost_after:
+            msg = f"node {n.id} lost: silent for {silent:.0f}s (limit {w.timings.node_lost_after:.0f}s)"
+            intents.append(MarkLost(n.id, msg))
+            n = n.model_copy(update={"lost": True})
+        out.append(n)
+    return out, intents
+
+
+def _reported_anywhere(r: ReplicaRecord, nodes: list[NodeRecord]) -> bool:
+    return any(s.replica_id == r.id for n in nodes if not n.lost for s in n.report.shards)
+
+
+def _last_activity(r: ReplicaRecord, w: World) -> float:
+    """The idle timer runs from the last request; with none known, from readiness or our own start."""
+    used = w.last_used.get(r.id)
+    if used is not None:
+        return used
+    return max(r.ready_at or r.created_at, w.started_at)
+
+
+def _new_id(model: str, now: float, taken: set[str]) -> str:
+    n = int(now * 1000)
+    while True:
+        rid = f"{model}-{n & 0xFFFFFFF:07x}"
+        if rid not in taken:
+            taken.add(rid)
+            return rid
+        n += 1
+
+
+def reconcile(w: World) -> list[Intent]:
+    nodes, intents = _liveness(w)
+    by_id = {n.id: n for n in nodes}
+    current: dict[str, ReplicaRecord] = {}
+    events: dict[str, str] = {}
+
+    # 1. status of what exists, and reaping of what was let go
+    for r in w.replicas:
+        if r.failed or r.stop_reason:
+            if not _reported_anywhere(r, nodes):
+                intents.append(Reap(r.id, f"replica {r.id} of {r.model} reaped ({r.stop_reason or 'failed'})"))
+                continue
+            current[r.id] = r
+            continue
+        spec = w.models.get(r.model)
+        if spec is None:
+            current[r.id] = stopped(r, Reason.ScaledDown, f"model {r.model} is no longer in the catalog", w.now)
+            events[r.id] = f"replica {r.id} stopping: model {r.model} removed from the catalog"
+            continue
+        d = derive(r, by_id, w.now)
+        if d.failed and not r.failed:
+            c = d.conditions[-1] if d.conditions else None
+            events[r.id] = f"replica {r.id} of {r.model} failed: {c.message if c else ''}"
+        elif d.ready and not r.ready:
+            events[r.id] = f"replica {r.id} of {r.model} ready at {d.endpoint}"
+        current[r.id] = d
+
+    # 2. scaling per model
+    taken = {r.id for r in w.replicas}
+    for name, spec in w.models.items():
+        active = sorted(
+            (r for r in current.values() if r.model == name and not r.failed and not r.stop_reason),
+            key=lambda r: (r.created_at, r.id),
+        )
+        want = spec.scaling.min
+        if spec.on_demand:
+            demanded = w.now - w.demand.get(name, float("-inf")) <= w.timings.demand_window
+            keep = [r for r in active if w.now - _last_activity(r, w) < spec.scaling.idle_timeout]
+            for r in active:
+                if r not in keep and not (demanded and not r.placed):
+                    idle = w.now - _last_activity(r, w)
+                    current[r.id] = stopped(r, Reason.Idle, f"unused for {idle:.0f}s", w.now)
+                    events[r.id] = f"replica {r.id} of {name} stopping: idle for {idle:.0f}s"
+            active = [r for r in active if not current[r.id].stop_reason]
+            want = max(want, 1 if (demanded or active) else 0)
+        want = min(want, spec.scaling.max)
+        for r in active[want:][::-1]:
+            current[r.id] = stopped(r, Reason.ScaledDown, f"{len(active)} running, max {spec.scaling.max}", w.now)
+            events[r.id] = f"replica {r.id} of {name} stopping: scaled down"
+        for _ in range(want - len(active)):
+            rid = _new_id(name, w.now, taken)
+            current[rid] = ReplicaRecord(
+                id=rid, model=name, created_at=w.now, shards_expected=spec.profile.nodes,
+            )
+
+    # 3. placement of everything still pending, oldest first, on a snapshot updated as we go
+    snap = build_snapshot(nodes, list(current.values()), w.models, w.now)
+    evicting = any(r.stop_reason.startswith(Reason.Evicted.value) for r in current.values())
+    for r in sorted(current.values(), key=lambda r: (r.created_at, r.id)):
+        if r.placed or r.failed or r.stop_reason:
+            continue
+        spec = w.models[r.model]
+        req = Request(replica_id=r.id, model=spec)
+        result = place(req, snap)
+        if isinstance(result, Placement):
+            conds = set_condition(r.conditions, "Scheduled", Status.TRUE, Reason.Placed,
+                                  "on " + ", ".join(a.node_id for a in result.assignments), w.now)
+            conds = set_condition(conds, "Ready", Status.FALSE, Reason.ShardsStarting, "placed", w.now)
+            current[r.id] = r.model_copy(update={
+                "assignments": result.assignments, "explanation": result.explanation, "conditions": conds,
+                "shards_expected": spec.profile.nodes,
+            })
+            events[r.id] = f"replica {r.id} of {spec.name} placed on {', '.join(r2.node_id for r2 in result.assignments)}"
+            snap = snap.with_reservation(r.id, reservations(req, result.assignments))
+            continue
+        expl = result.explanation
+        first = r.explanation is None or r.explanation.lines() != expl.lines()
+        conds = set_condition(r.conditions, "Scheduled", Status.FALSE, Reason.Unschedulable,
+                              "; ".join(expl.lines()[1:3]), w.now)
+        current[r.id] = r.model_copy(update={"explanation": expl, "conditions": conds})
+        if first:
+            events[r.id] = f"replica {r.id} of {spec.name} cannot be placed: " + " | ".join(expl.lines()[1:])
+        if spec.on_demand and not evicting:
+            victim = _eviction_victim(req, current, nodes, w, exclude_model=spec.name)
+            if victim is not None:
+                msg = f"idle, to make room for {spec.name}"
+                current[victim.id] = stopped(victim, Reason.Evicted, msg, w.now)
+                events[victim.id] = f"replica {victim.id} of {victim.model} evicted: {msg}"
+                evicting = True
+
+    for r in current.values():
+        old = next((o for o in w.replicas if o.id == r.id), None)
+        if old is None or old != r:
+            intents.append(PutReplica(r, events.get(r.id, "")))
+    return intents
+
+
+def _eviction_victim(
+    req: Request, current: dict[str, ReplicaRecord], nodes: list[NodeRecord], w: World, exclude_model: str
+) -> ReplicaRecord | None:
+    """One idle single-node replica of another on-demand model whose removal lets this request fit."""
+    candidates = []
+    for r in current.values():
+        spec: ModelSpec | None = w.models.get(r.model)
+        if spec is None or r.model == exclude_model or not spec.on_demand:
+            continue  # min >= 1 is a promise that the model stays up
+        if not r.ready or len(r.assignments) != 1:
+            continue  # a multi-node replica frees several machines and takes long to rebuild
+        used = w.last_used.get(r.id)
+        if used is None:
+            continue  # unknown is not idle: after a restart nothing has reported usage yet
+        if w.outstanding.get(r.id, 0) > 0 or w.now - used < w.timings.evict_idle_after:
+            continue
+        if r.ready_at is not None and w.now - r.ready_at < w.timings.evict_protect:
+            continue  # recently started: evicting it now would let two models take turns
+        candidates.append((used, r.id, r))
+    for _, _, victim in sorted(candidates, key=lambda c: (c[0], c[1])):
+        others = [r for r in current.values() if r.id != victim.id]
+        snap: Snapshot = build_snapshot(nodes, others, w.models, w.now)
+        if isinstance(place(req, snap), Placement):
+            return victim
+    return None

@@ -1,0 +1,62 @@
+"""A placed replica's status, derived from what its nodes report. Level-triggered: same input, same answer."""
+
+from __future__ import annotations
+
+from llmgw.core.conditions import Status, set_condition
+from llmgw.core.reasons import Reason
+from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.wire.messages import ShardState
+
+
+def _ready_state(s: ShardState) -> bool:
+    # Ranks that serve HTTP say "ready" after a health probe; the others have nothing to probe.
+    return s.state == "ready" or (s.state == "running" and not s.endpoint and s.rank > 0)
+
+
+def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> ReplicaRecord:
+    """The replica with failure, readiness and endpoint brought up to date."""
+    if r.failed or r.stop_reason or not r.assignments:
+        return r
+    states: dict[int, ShardState] = {}
+    for a in r.assignments:
+        node = nodes.get(a.node_id)
+        if node is None or node.lost:
+            why = f"node {a.node_id} lost (rank {a.rank})"
+            return _fail(r, Reason.NodeLost, why, now)
+        for s in node.report.shards:
+            if s.replica_id == r.id and s.rank == a.rank:
+                states[a.rank] = s
+    for rank, s in sorted(states.items()):
+        if s.state == "failed":
+            node_id = r.assignments[rank].node_id if rank < len(r.assignments) else "?"
+            return _fail(r, Reason.ShardFailed, f"rank {rank} on {node_id} failed: {s.message}", now)
+    seen = sorted(set(r.seen_ranks) | set(states))
+    missing = [rank for rank in seen if rank not in states]
+    if missing:
+        return _fail(r, Reason.ShardMissing, f"rank(s) {missing} no longer reported by their node", now)
+    if len(r.assignments) < r.shards_expected:
+        msg = f"{len(r.assignments)} of {r.shards_expected} shards assigned"
+        return _fail(r, Reason.ShardMissing, msg, now)
+    out = r.model_copy(update={"seen_ranks": seen})
+    if len(states) == r.shards_expected and all(_ready_state(s) for s in states.values()):
+        leader = states.get(0)
+        endpoint = leader.endpoint if leader else ""
+        conds = set_condition(out.conditions, "Ready", Status.TRUE, Reason.AllShardsReady, "", now)
+        return out.model_copy(update={"conditions": conds, "ready_at": out.ready_at or now, "endpoint": endpoint})
+    pending = ", ".join(
+        f"rank {a.rank}: {states[a.rank].state}{' (' + states[a.rank].message + ')' if states[a.rank].message else ''}"
+        if a.rank in states else f"rank {a.rank}: not yet started on {a.node_id}"
+        for a in r.assignments
+    )
+    conds = set_condition(out.conditions, "Ready", Status.FALSE, Reason.ShardsStarting, pending, now)
+    return out.model_copy(update={"conditions": conds, "endpoint": ""})
+
+
+def _fail(r: ReplicaRecord, reason: Reason, message: str, now: float) -> ReplicaRecord:
+    conds = set_condition(r.conditions, "Ready", Status.FALSE, reason, message, now)
+    return r.model_copy(update={"failed": True, "conditions": conds, "endpoint": ""})
+
+
+def stopped(r: ReplicaRecord, reason: Reason, message: str, now: float) -> ReplicaRecord:
+    conds = set_condition(r.conditions, "Ready", Status.FALSE, reason, message, now)
+    return r.model_copy(update={"stop_reason": f"{reason.value}: {message}", "conditions": conds, "endpoint": ""})

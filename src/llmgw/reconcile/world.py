@@ -1,0 +1,29 @@
+"""Everything the reconciler reads, gathered once per pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmgw.config.server import ModelSpec
+from llmgw.core.state import NodeRecord, ReplicaRecord
+
+
+@dataclass(frozen=True)
+class Timings:
+    node_lost_after: float = 60.0
+    evict_idle_after: float = 30.0  # a replica unused this long may be evicted for another model
+    evict_protect: float = 300.0  # never evict a replica Ready for less than this (no ping-pong)
+    demand_window: float = 60.0  # a request for a model with no replica wants one for this long
+
+
+@dataclass(frozen=True)
+class World:
+    now: float
+    started_at: float  # the control plane's start: timers with no better origin run from here
+    models: dict[str, ModelSpec]
+    nodes: list[NodeRecord]
+    replicas: list[ReplicaRecord]
+    demand: dict[str, float] = field(default_factory=dict)  # model -> last request that found no replica
+    last_used: dict[str, float] = field(default_factory=dict)  # replica id -> last request (absent: unknown)
+    outstanding: dict[str, int] = field(default_factory=dict)  # replica id -> requests in flight
+    timings: Timings = Timings()

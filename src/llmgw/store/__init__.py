@@ -1,0 +1,1 @@
+"""One store interface; SQLite is the embedded default."""

@@ -1,0 +1,68 @@
+"""The store interface. Records go in and out whole; a networked database can implement the same."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from llmgw.config.server import ModelSpec
+from llmgw.core.state import Event, NodeRecord, ReplicaRecord
+
+
+class ApiKeyRecord(BaseModel):
+    id: str
+    name: str
+    prefix: str  # shown to people; never enough to use
+    hash: str  # sha256 of the whole key
+    created_at: float
+    revoked_at: float | None = None
+    models: list[str] = []  # allow-list; empty = every model
+
+
+class UsageRecord(BaseModel):
+    key_id: str
+    model: str
+    replica_id: str
+    prompt_tokens: int
+    completion_tokens: int
+    started_at: float
+    duration_s: float
+    status: int
+
+
+class UsageTotal(BaseModel):
+    key_id: str
+    model: str
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    last_at: float
+
+
+class Store(Protocol):
+    def close(self) -> None: ...
+
+    # nodes
+    def put_node(self, node: NodeRecord) -> None: ...
+    def get_node(self, node_id: str) -> NodeRecord | None: ...
+    def list_nodes(self) -> list[NodeRecord]: ...
+
+    # catalog
+    def put_models(self, models: list[ModelSpec]) -> None: ...
+    def list_models(self) -> list[ModelSpec]: ...
+
+    # replicas
+    def put_replica(self, replica: ReplicaRecord) -> None: ...
+    def delete_replica(self, replica_id: str) -> None: ...
+    def list_replicas(self) -> list[ReplicaRecord]: ...
+
+    # the log of what changed
+    def add_event(self, event: Event) -> None: ...
+    def list_events(self, limit: int = 100) -> list[Event]: ...
+
+    # keys and usage
+    def put_key(self, key: ApiKeyRecord) -> None: ...
+    def list_keys(self) -> list[ApiKeyRecord]: ...
+    def add_usage(self, records: list[UsageRecord]) -> None: ...
+    def usage_totals(self, since: float = 0.0) -> list[UsageTotal]: ...

@@ -1,0 +1,24 @@
+"""Versioned schema. Append a migration; never edit one that has shipped."""
+
+from __future__ import annotations
+
+MIGRATIONS: list[str] = [
+    # 1: records kept whole as JSON, keyed by id
+    """
+    CREATE TABLE nodes (id TEXT PRIMARY KEY, body TEXT NOT NULL);
+    CREATE TABLE models (name TEXT PRIMARY KEY, position INTEGER NOT NULL, body TEXT NOT NULL);
+    CREATE TABLE replicas (id TEXT PRIMARY KEY, model TEXT NOT NULL, body TEXT NOT NULL);
+    CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, body TEXT NOT NULL);
+    """,
+    # 2: API keys and usage
+    """
+    CREATE TABLE api_keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
+    CREATE TABLE usage (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        key_id TEXT NOT NULL, model TEXT NOT NULL, replica_id TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+        started_at REAL NOT NULL, duration_s REAL NOT NULL, status INTEGER NOT NULL
+    );
+    CREATE INDEX usage_started ON usage (started_at);
+    """,
+]

@@ -1,0 +1,1 @@
+"""Messages between agent and control plane. Versioned: `version` is checked on receipt."""
