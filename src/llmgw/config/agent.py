@@ -40,6 +40,8 @@ class AgentConfig(Strict):
     state_dir: ConfigPath = "/var/lib/llmgw-agent"
     fabrics: list[FabricAttachment] = []
     engines: dict[str, EngineOverride] = {}
+    # which engines to look for; a simulated node says [sim] so it never claims this machine's llama.cpp
+    probe_engines: list[str] = ["sim", "llamacpp", "vllm", "sglang"]
     port_range: str = "20000-20999"
     heartbeat_interval: Duration = 3.0
     request_timeout: Duration = 5.0

@@ -67,6 +67,16 @@ class ModelSpec(Strict):
         return self.scaling.min == 0 and self.scaling.max > 0
 
 
+class RouterConfig(Strict):
+    auth: bool = True  # off only for benchmarks and local experiments
+    connect_timeout: Duration = 5.0
+    # Non-streaming responses send their headers only when generation ends: this bounds a whole generation,
+    # so it is long. Streaming responses are then held to idle_timeout between chunks.
+    first_byte_timeout: Duration = 600.0
+    idle_timeout: Duration = 120.0
+    usage_flush_interval: Duration = 1.0
+
+
 class ServerConfig(Strict):
     agent_listen: Listen = "127.0.0.1:7443"
     api_listen: Listen = "127.0.0.1:8080"
@@ -79,6 +89,7 @@ class ServerConfig(Strict):
     reconcile_interval: Duration = 1.0
     load_wait: Duration = 15.0
     max_body: ByteSize = 8 * 1024 * 1024
+    router: RouterConfig = RouterConfig()
     engines: list[EngineName] = ["llamacpp", "sim"]
     models: list[ModelSpec] = []
 

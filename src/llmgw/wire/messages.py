@@ -123,6 +123,7 @@ class ShardSpec(Strict):
     env: dict[str, str] = {}
     serve_port: int | None = None  # only the rank that serves HTTP has one
     leader_address: str = ""
+    peer_addresses: list[str] = []  # every rank's node address, by rank
     rendezvous_port: int | None = None
     fabric_adapters: list[str] = []  # NCCL_IB_HCA for this node
 

@@ -1,0 +1,135 @@
+"""The agent loop: discover, report, receive the desired state, converge. Every few seconds, level-triggered."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+from pathlib import Path
+
+from llmgw import __version__
+from llmgw.agent.client import ControlPlaneClient
+from llmgw.agent.discovery import HostRoot, check_fabrics, discover, hardware_warnings
+from llmgw.agent.discovery.infiniband import probe_adapters
+from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
+from llmgw.agent.identity import node_id, route_address
+from llmgw.agent.installs.probe import probe_engines
+from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.weights.resolve import resolve_source, visible_weights
+from llmgw.config.agent import AgentConfig
+from llmgw.core.clock import Clock
+from llmgw.core.errors import UpstreamError
+from llmgw.pki.tls import client_context
+from llmgw.wire.messages import EngineStatus, NodeReport, ShardSpec
+
+log = logging.getLogger(__name__)
+
+ENGINE_REPROBE_S = 60.0
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig, clock: Clock) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.node_id = node_id(cfg.node_id)
+        self.address = cfg.address or ""
+        self.engines: list[EngineStatus] = []
+        self.engines_probed = False
+        self._engines_at = float("-inf")
+        self.fabric_problems: list[str] = []
+        self.supervisor: Supervisor | None = None
+        self.client: ControlPlaneClient | None = None
+        self.interval = cfg.heartbeat_interval
+        self.last_error = ""
+
+    def _engine_binary(self, name: str) -> str | None:
+        for e in self.engines:
+            if e.name == name and e.runs:
+                return e.path
+        return None
+
+    def resolve(self, spec: ShardSpec) -> tuple[Launch | None, str]:
+        adapter = ADAPTERS.get(spec.engine)
+        if adapter is None:
+            return None, f"unknown engine {spec.engine}"
+        binary = self._engine_binary(spec.engine)
+        if binary is None:
+            return None, f"engine {spec.engine} is not installed and running on {self.node_id}"
+        path, problem = resolve_source(spec.source)
+        if path is None:
+            return None, problem
+        ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1)
+        return adapter.launch(spec, ctx), ""
+
+    async def start(self) -> None:
+        ca, cert, key = (Path(self.cfg.tls.ca), Path(self.cfg.tls.cert), Path(self.cfg.tls.key))
+        self.client = ControlPlaneClient(self.cfg.control_planes, client_context(cert, key, ca),
+                                         self.cfg.request_timeout)
+        if not self.address:
+            self.address = route_address(self.cfg.control_planes[0])
+        Path(self.cfg.weights_dir).mkdir(parents=True, exist_ok=True)  # so disk is reported from the start
+        self.supervisor = Supervisor(self.clock, Path(self.cfg.state_dir) / "logs", self.address, self.resolve)
+        adapters = await asyncio.to_thread(probe_adapters, HostRoot(Path(self.cfg.host_root)))
+        _, problems = check_fabrics(self.cfg.fabrics, adapters)
+        for p in problems:
+            log.error("%s (agent.yaml fabrics)", p)
+
+    async def report(self) -> NodeReport:
+        if self.clock.monotonic() - self._engines_at >= ENGINE_REPROBE_S:
+            overrides = {k: v.path for k, v in self.cfg.engines.items()}
+            engines = await probe_engines(overrides, self.cfg.probe_engines)
+            if engines != self.engines:
+                log.info("engines: %s", ", ".join(f"{e.name} {e.version} runs={e.runs}" for e in engines))
+            self.engines, self.engines_probed = engines, True
+            self._engines_at = self.clock.monotonic()
+        hw = await asyncio.to_thread(
+            discover, HostRoot(Path(self.cfg.host_root)),
+            inventory=Path(self.cfg.gpu_inventory) if self.cfg.gpu_inventory else None,
+            weights_dir=Path(self.cfg.weights_dir), default_arch=platform.machine(),
+        )
+        fabrics, problems = check_fabrics(self.cfg.fabrics, hw.ib_adapters)
+        dirs = [*self.cfg.weights_dirs, self.cfg.weights_dir]
+        weights = await asyncio.to_thread(visible_weights, dirs)
+        lo, hi = self.cfg.ports()
+        assert self.supervisor is not None
+        return NodeReport(
+            node_id=self.node_id, address=self.address, agent_version=__version__, hardware=hw,
+            engines_probed=self.engines_probed, engines=self.engines, fabrics=fabrics, fabric_problems=problems,
+            weights=weights, shards=self.supervisor.states(), warnings=hardware_warnings(hw),
+            port_low=lo, port_high=hi,
+        )
+
+    async def step(self) -> None:
+        assert self.client is not None and self.supervisor is not None
+        await self.supervisor.tick()
+        report = await self.report()
+        try:
+            desired = await self.client.heartbeat(report)
+        except UpstreamError as e:
+            if str(e) != self.last_error:
+                log.error("%s", e)
+            self.last_error = str(e)
+            return  # keep running what runs: a control plane outage is not a reason to stop serving
+        self.last_error = ""
+        self.interval = desired.heartbeat_interval
+        await self.supervisor.converge(desired.shards)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.start()
+        log.info("agent %s at %s reporting to %s", self.node_id, self.address, ", ".join(self.cfg.control_planes))
+        try:
+            while not stop.is_set():
+                await self.step()
+                try:
+                    await asyncio.wait_for(stop.wait(), self.interval)
+                except TimeoutError:
+                    pass
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        if self.supervisor is not None:
+            await self.supervisor.close()
+        if self.client is not None:
+            await self.client.close()
+

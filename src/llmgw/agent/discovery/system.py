@@ -1,0 +1,58 @@
+"""Operating system, architecture and the disk that holds the weights."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from pathlib import Path
+
+from llmgw.agent.discovery.hostroot import HostRoot
+from llmgw.core.errors import DiscoveryError
+from llmgw.wire.messages import Disk
+
+
+def parse_os_release(text: str) -> str:
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or key.strip().startswith("#"):
+            continue
+        try:
+            # os-release values use shell quoting: NAME="Ubuntu", VERSION='22.04 "Jammy"'
+            words = shlex.split(value)
+        except ValueError:
+            words = [value.strip().strip("\"'")]
+        fields[key.strip()] = " ".join(words)
+    if fields.get("PRETTY_NAME"):
+        return fields["PRETTY_NAME"]
+    return " ".join(v for v in (fields.get("NAME", ""), fields.get("VERSION", "")) if v)
+
+
+def probe_os(root: HostRoot) -> str:
+    # /etc/os-release is the standard place; /usr/lib/os-release is where it points on image-based systems
+    for rel in ("etc/os-release", "usr/lib/os-release"):
+        text = root.read_text(rel)
+        if text is not None:
+            return parse_os_release(text)
+    return ""
+
+
+def probe_arch(root: HostRoot, default_arch: str) -> str:
+    """The host's architecture; the caller's default (platform.machine()) when the kernel does not expose it."""
+    text = root.read_text("proc/sys/kernel/arch")
+    arch = text.strip() if text is not None else ""
+    return arch or default_arch
+
+
+def probe_disk(weights_dir: Path | None) -> Disk | None:
+    """Space on the file system holding the weights; None when no such directory exists (yet)."""
+    if weights_dir is None:
+        return None
+    real = weights_dir.resolve()
+    try:
+        usage = shutil.disk_usage(real)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise DiscoveryError(f"cannot measure {real}: {e.strerror or e}") from None
+    return Disk(path=str(real), total_bytes=usage.total, free_bytes=usage.free)

@@ -1,0 +1,28 @@
+"""sim: llmgw's own stand-in engine. The leader waits for every worker before serving; workers serve nothing."""
+
+from __future__ import annotations
+
+from llmgw.agent.engines.base import Launch, LaunchContext, nccl_env
+from llmgw.wire.messages import ShardSpec
+
+
+class Sim:
+    name = "sim"
+
+    def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
+        argv = [
+            ctx.binary, "-m", "llmgw.sim.engine",
+            "--model", spec.model,
+            "--rank", str(spec.rank),
+            "--world-size", str(spec.world_size),
+            "--host", ctx.host,
+        ]
+        if spec.rank == 0 and spec.serve_port:
+            argv += ["--port", str(spec.serve_port)]
+        if spec.world_size > 1:
+            argv += ["--rendezvous-port", str(spec.rendezvous_port), "--leader-address", spec.leader_address]
+        argv += spec.args
+        return Launch(argv=argv, env=nccl_env(spec), serves_http=spec.rank == 0, health_path="/health")
+
+    def flags(self) -> list[str]:
+        return ["--model", "--rank", "--world-size", "--host", "--port", "--rendezvous-port", "--leader-address"]

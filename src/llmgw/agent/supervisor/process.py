@@ -1,0 +1,112 @@
+"""One shard's process and what is known about it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmgw.agent.engines.base import Launch
+from llmgw.wire.messages import ShardSpec, ShardState
+
+LOG_TAIL_BYTES = 4096
+
+
+def log_tail(path: Path, lines: int = 3) -> str:
+    """The last words a process wrote: the machine's own reason for an exit."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(kept[-lines:])
+
+
+@dataclass
+class ShardProcess:
+    spec: ShardSpec
+    launch: Launch | None  # None: the shard cannot be launched here; `message` says why
+    log_path: Path
+    host: str
+    proc: asyncio.subprocess.Process | None = None
+    state: str = "pending"
+    message: str = ""
+    restarts: int = 0
+    exit_code: int | None = None
+    next_start: float = 0.0
+    health_failures: int = 0
+    stopping: bool = False
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.spec.replica_id, self.spec.rank)
+
+    @property
+    def endpoint(self) -> str:
+        if self.launch is not None and self.launch.serves_http and self.spec.serve_port:
+            return f"http://{self.host}:{self.spec.serve_port}"
+        return ""
+
+    async def start(self) -> None:
+        assert self.launch is not None
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.launch.argv,
+                env={**os.environ, **self.launch.env},
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so a stop reaches its children too
+            )
+        except OSError as e:
+            self.proc = None
+            self.state = "exited"
+            self.exit_code = 127
+            self.message = f"cannot start {self.launch.argv[0]}: {e.strerror}"
+            return
+        finally:
+            log.close()
+        self.state = "starting" if self.launch.serves_http else "running"
+        self.message = ""
+        self.exit_code = None
+        self.health_failures = 0
+
+    async def stop(self, grace: float = 10.0) -> None:
+        self.stopping = True
+        p = self.proc
+        if p is None or p.returncode is not None:
+            return
+        _signal_group(p.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(p.wait(), grace)
+        except TimeoutError:
+            _signal_group(p.pid, signal.SIGKILL)
+            await p.wait()
+
+    def report(self) -> ShardState:
+        return ShardState(
+            replica_id=self.spec.replica_id,
+            rank=self.spec.rank,
+            state=self.state,  # type: ignore[arg-type]
+            message=self.message,
+            pid=self.proc.pid if self.proc and self.proc.returncode is None else None,
+            endpoint=self.endpoint,
+            exit_code=self.exit_code,
+            restarts=self.restarts,
+        )
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,109 @@
+"""Converge running shard processes on the desired list. Level-triggered: converge() is safe to repeat."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+from llmgw.agent.engines.base import Launch
+from llmgw.agent.supervisor.process import ShardProcess, log_tail
+from llmgw.core.clock import Clock
+from llmgw.wire.messages import ShardSpec, ShardState
+
+MAX_RESTARTS = 3
+BACKOFF_BASE = 1.0
+BACKOFF_MAX = 30.0
+HEALTH_FAILURES_BEFORE_UNREADY = 3
+
+Resolver = Callable[[ShardSpec], tuple[Launch | None, str]]
+
+
+class Supervisor:
+    def __init__(self, clock: Clock, log_dir: Path, host: str, resolve: Resolver) -> None:
+        self.clock = clock
+        self.log_dir = log_dir
+        self.host = host
+        self.resolve = resolve
+        self.shards: dict[tuple[str, int], ShardProcess] = {}
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
+        return self._session
+
+    async def converge(self, desired: list[ShardSpec]) -> None:
+        want = {(s.replica_id, s.rank): s for s in desired}
+        for key, sp in list(self.shards.items()):
+            if key not in want or want[key] != sp.spec:
+                await sp.stop()
+                del self.shards[key]
+        for key, spec in want.items():
+            if key not in self.shards:
+                launch, why = self.resolve(spec)
+                log = self.log_dir / f"{spec.replica_id}-rank{spec.rank}.log"
+                sp = ShardProcess(spec=spec, launch=launch, log_path=log, host=self.host)
+                if launch is None:
+                    sp.state, sp.message = "failed", why
+                self.shards[key] = sp
+        await self.tick()
+
+    async def tick(self) -> None:
+        now = self.clock.monotonic()
+        probes = []
+        for sp in self.shards.values():
+            if sp.launch is None or sp.state == "failed":
+                continue
+            p = sp.proc
+            if p is not None and p.returncode is not None and sp.state not in ("exited",):
+                sp.exit_code = p.returncode
+                sp.state = "exited"
+                words = log_tail(sp.log_path)
+                sp.message = f"exited with code {p.returncode}" + (f": {words}" if words else "")
+                if sp.restarts >= MAX_RESTARTS:
+                    sp.state = "failed"
+                    sp.message = f"gave up after {sp.restarts} restarts; {sp.message}"
+                    continue
+                sp.next_start = now + min(BACKOFF_MAX, BACKOFF_BASE * 2**sp.restarts)
+            if sp.state in ("pending",) or (sp.state == "exited" and now >= sp.next_start):
+                if sp.state == "exited":
+                    sp.restarts += 1
+                await sp.start()
+            if sp.state in ("starting", "ready") and sp.launch.serves_http:
+                probes.append(self._probe(sp))
+        if probes:
+            await asyncio.gather(*probes)
+
+    async def _probe(self, sp: ShardProcess) -> None:
+        assert sp.launch is not None
+        url = sp.endpoint + sp.launch.health_path
+        try:
+            async with self._http().get(url) as resp:
+                healthy = resp.status == 200
+                detail = f"health answered {resp.status}"
+        except (aiohttp.ClientError, TimeoutError) as e:
+            healthy = False
+            detail = f"health probe: {type(e).__name__}"
+        if sp.proc is None or sp.proc.returncode is not None:
+            return
+        if healthy:
+            sp.state, sp.message, sp.health_failures = "ready", "", 0
+        elif sp.state == "ready":
+            sp.health_failures += 1
+            if sp.health_failures >= HEALTH_FAILURES_BEFORE_UNREADY:
+                sp.state, sp.message = "starting", f"not healthy: {detail}"
+        else:
+            sp.message = f"waiting for health: {detail}"
+
+    def states(self) -> list[ShardState]:
+        return [sp.report() for _, sp in sorted(self.shards.items())]
+
+    async def close(self) -> None:
+        await asyncio.gather(*(sp.stop(grace=5.0) for sp in self.shards.values()))
+        self.shards.clear()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,49 @@
+"""A source is a local path, a file inside an installed Python package, or an id the engine resolves itself."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+PKG_SCHEME = "pypkg://"
+
+
+def resolve_source(source: str) -> tuple[str | None, str]:
+    """(path to give the engine, problem). Only absolute or explicitly relative paths are checked as files."""
+    if source.startswith(PKG_SCHEME):
+        pkg, _, rel = source[len(PKG_SCHEME) :].partition("/")
+        spec = importlib.util.find_spec(pkg)
+        if spec is None or not spec.submodule_search_locations:
+            return None, f"package {pkg} is not installed on this node"
+        path = Path(next(iter(spec.submodule_search_locations))) / rel
+        if not path.is_file() or path.stat().st_size == 0:
+            return None, f"{path} is missing or empty"
+        return str(path), ""
+    if source.startswith(("/", "./", "../")):
+        p = Path(source)
+        if not p.exists():
+            return None, f"weights not found on this node: {source}"
+        if p.is_file() and p.stat().st_size == 0:
+            return None, f"weights file is empty (an unfinished download?): {source}"
+        return source, ""
+    return source, ""  # e.g. "Qwen/Qwen2.5-7B-Instruct": vLLM and SGLang fetch it themselves
+
+
+def visible_weights(dirs: list[str]) -> list[str]:
+    """Non-empty files under the directories. An empty file looks like a download that never finished."""
+    out: list[str] = []
+    for d in dirs:
+        if not os.path.isdir(d):
+            continue
+        for root, _, files in os.walk(d):
+            for f in files:
+                p = os.path.join(root, f)
+                if f.endswith(".part"):
+                    continue
+                try:
+                    if os.path.getsize(p) > 0:
+                        out.append(p)
+                except OSError:
+                    continue
+    return sorted(out)

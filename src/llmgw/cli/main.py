@@ -1,0 +1,104 @@
+"""Entry point: `llmgw server | agent | ctl | ca | dev`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmgw.cli.ctl import ctl
+from llmgw.cli.run import run_until_signal, setup_logging
+from llmgw.core.clock import SystemClock
+from llmgw.core.errors import LlmgwError
+
+app = typer.Typer(help="llmgw: one OpenAI-compatible endpoint over a cluster of GPU servers.", no_args_is_help=True)
+ca_cli = typer.Typer(help="A small certificate authority for agents and the control plane.", no_args_is_help=True)
+app.add_typer(ctl, name="ctl")
+app.add_typer(ca_cli, name="ca")
+
+
+def _fail(e: LlmgwError) -> typer.Exit:
+    typer.echo(f"error: {e}", err=True)
+    return typer.Exit(2)
+
+
+@app.command()
+def server(config: Annotated[Path, typer.Option("--config", "-c")], verbose: bool = False) -> None:
+    """Run the control plane, router and management API."""
+    from llmgw.config.loader import load
+    from llmgw.config.server import ServerConfig
+    from llmgw.control.server import serve
+
+    setup_logging(verbose)
+    try:
+        cfg = load(ServerConfig, config)
+    except LlmgwError as e:
+        raise _fail(e) from None
+    raise typer.Exit(run_until_signal(lambda stop: serve(cfg, SystemClock(), stop)))
+
+
+@app.command()
+def agent(config: Annotated[Path, typer.Option("--config", "-c")], verbose: bool = False) -> None:
+    """Run a node agent."""
+    from llmgw.agent.agent import Agent
+    from llmgw.config.agent import AgentConfig
+    from llmgw.config.loader import load
+
+    setup_logging(verbose)
+    try:
+        cfg = load(AgentConfig, config)
+    except LlmgwError as e:
+        raise _fail(e) from None
+    raise typer.Exit(run_until_signal(lambda stop: Agent(cfg, SystemClock()).run(stop)))
+
+
+@ca_cli.command("init")
+def ca_init(directory: Path) -> None:
+    """Create a CA in DIRECTORY (refuses to overwrite one)."""
+    from llmgw.pki.ca import init_ca
+
+    try:
+        init_ca(directory)
+    except LlmgwError as e:
+        raise _fail(e) from None
+    typer.echo(f"CA created in {directory}")
+
+
+@ca_cli.command("issue")
+def ca_issue(
+    directory: Path,
+    node: str,
+    ip: Annotated[list[str] | None, typer.Option("--ip", help="also valid for this IP address (repeatable)")] = None,
+) -> None:
+    """Issue a certificate for NODE (CN = SAN = node id)."""
+    from llmgw.pki.ca import issue
+
+    try:
+        crt, key = issue(directory, node, ips=ip or [])
+    except LlmgwError as e:
+        raise _fail(e) from None
+    typer.echo(f"{crt}\n{key}")
+
+
+@app.command()
+def dev(
+    workdir: Annotated[Path | None, typer.Option(help="keep state here instead of a temporary directory")] = None,
+    sim_nodes: int = 4,
+    cpu_node: bool = True,
+) -> None:
+    """The embedded default: a control plane, simulated GPU nodes and a CPU node with a real llama-server."""
+    from llmgw.dev.cluster import run_dev
+
+    setup_logging(False)
+    raise typer.Exit(run_until_signal(lambda stop: run_dev(stop, workdir, sim_nodes, cpu_node)))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
+
+

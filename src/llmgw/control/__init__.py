@@ -1,0 +1,1 @@
+"""The control plane: registry, catalog, reconciler loop, management API; hosts the router."""

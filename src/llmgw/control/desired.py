@@ -1,0 +1,41 @@
+"""A node's desired state, derived from the replica records. Pure."""
+
+from __future__ import annotations
+
+from llmgw.config.server import ModelSpec
+from llmgw.core.state import ReplicaRecord
+from llmgw.wire.messages import DesiredState, ShardSpec
+
+
+def engine_args(spec: ModelSpec) -> list[str]:
+    args = list(spec.profile.args)
+    if spec.engine == "sim":
+        s = spec.profile.sim
+        args += ["--tokens-per-second", str(s.tokens_per_second), "--tokens", str(s.tokens)]
+    return args
+
+
+def desired_for(
+    node_id: str, replicas: list[ReplicaRecord], models: dict[str, ModelSpec], engines: list[str], interval: float
+) -> DesiredState:
+    shards: list[ShardSpec] = []
+    for r in replicas:
+        if r.failed or r.stop_reason or not r.assignments:
+            continue
+        spec = models.get(r.model)
+        if spec is None:
+            continue
+        leader = r.assignments[0]
+        peers = [a.address for a in r.assignments]
+        for a in r.assignments:
+            if a.node_id != node_id:
+                continue
+            shards.append(
+                ShardSpec(
+                    replica_id=r.id, model=r.model, engine=spec.engine, source=spec.source, rank=a.rank,
+                    world_size=len(r.assignments), gpus=a.gpus, args=engine_args(spec), serve_port=a.serve_port,
+                    leader_address=leader.address, rendezvous_port=leader.rendezvous_port, peer_addresses=peers,
+                    fabric_adapters=a.fabric_adapters,
+                )
+            )
+    return DesiredState(node_id=node_id, shards=shards, engines=engines, heartbeat_interval=interval)

@@ -1,0 +1,48 @@
+"""Prometheus metrics, read from the same Summary the CLI and the dashboard use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from llmgw.control.summary import Summary
+
+
+class SummaryCollector(Collector):
+    def __init__(self, summary: Callable[[], Summary]) -> None:
+        self.summary = summary
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.summary()
+        nodes = GaugeMetricFamily("llmgw_nodes", "Nodes known, by liveness", labels=["state"])
+        nodes.add_metric(["live"], s.nodes_live)
+        nodes.add_metric(["lost"], s.nodes_total - s.nodes_live)
+        yield nodes
+        gpus = GaugeMetricFamily("llmgw_gpus", "GPUs by class and state (faulty are neither used nor free)",
+                                 labels=["gpu_class", "state"])
+        for c in s.capacity:
+            for state, v in (("used", c.used), ("free", c.free), ("faulty", c.faulty)):
+                gpus.add_metric([c.gpu_class, state], v)
+        yield gpus
+        fab = GaugeMetricFamily("llmgw_fabric_free_whole_nodes", "Whole nodes free per fabric", labels=["fabric"])
+        for f in s.fabrics:
+            fab.add_metric([f.fabric], f.free_whole_nodes)
+        yield fab
+        reps = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state", labels=["model", "state"])
+        counts: dict[tuple[str, str], int] = {}
+        for r in s.replicas:
+            counts[(r.model, r.state)] = counts.get((r.model, r.state), 0) + 1
+        for (m, st), v in sorted(counts.items()):
+            reps.add_metric([m, st], v)
+        yield reps
+        idle = GaugeMetricFamily("llmgw_idle_replicas", "Ready replicas nobody has used recently")
+        idle.add_metric([], len(s.idle_replicas))
+        yield idle
+
+
+def registry(summary: Callable[[], Summary]) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(SummaryCollector(summary))
+    return reg

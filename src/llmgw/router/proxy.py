@@ -1,0 +1,85 @@
+"""Forward one request to an engine: retry elsewhere only if it never reached one; stream chunk by chunk."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from llmgw.router.errors import openai_error, sse_error
+from llmgw.router.usage import usage_from_body, usage_from_sse
+
+HOP_HEADERS = {"content-type"}
+
+
+@dataclass
+class Outcome:
+    status: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    response: web.StreamResponse | None = None
+    reached_engine: bool = True
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect: float
+    first_byte: float
+    idle: float
+
+
+async def forward(
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    stream: bool,
+    t: Timeouts,
+) -> Outcome:
+    """Raises aiohttp.ClientConnectorError when the engine could not be reached at all (safe to retry)."""
+    timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte)
+    headers = {"Content-Type": "application/json"}
+    try:
+        resp = await session.post(url, data=body, headers=headers, timeout=timeout)
+    except aiohttp.ClientConnectorError:
+        raise
+    except TimeoutError:
+        return Outcome(504, response=openai_error(504, "the engine did not answer in time", "upstream_error",
+                                                  "upstream_timeout"))
+    except aiohttp.ClientError as e:
+        return Outcome(502, response=openai_error(502, f"the engine failed: {e}", "upstream_error", "upstream_error"))
+    try:
+        ctype = resp.headers.get("Content-Type", "application/json")
+        if not stream or not ctype.startswith("text/event-stream"):
+            try:
+                data = await resp.read()
+            except (aiohttp.ClientError, TimeoutError) as e:
+                return Outcome(502, response=openai_error(502, f"the engine broke off: {type(e).__name__}",
+                                                          "upstream_error", "upstream_error"))
+            p, c = usage_from_body(data) if resp.status == 200 else (0, 0)
+            out = web.Response(status=resp.status, body=data, headers={"Content-Type": ctype})
+            return Outcome(resp.status, p, c, out)
+        sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
+        await sr.prepare(request)
+        usage: tuple[int, int] | None = None
+        content = resp.content
+        try:
+            while True:
+                async with asyncio.timeout(t.idle):
+                    chunk = await content.readany()
+                if not chunk:
+                    break
+                if b'"usage"' in chunk:
+                    usage = usage_from_sse(chunk) or usage
+                await sr.write(chunk)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            why = "went quiet" if isinstance(e, TimeoutError) else f"broke off ({type(e).__name__})"
+            await sr.write(sse_error(f"the engine {why} mid-stream", "upstream_stream_broken"))
+            await sr.write_eof()
+            return Outcome(502, *(usage or (0, 0)), sr)
+        await sr.write_eof()
+        return Outcome(resp.status, *(usage or (0, 0)), sr)
+    finally:
+        resp.release()

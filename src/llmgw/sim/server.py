@@ -1,0 +1,152 @@
+"""The sim engine's OpenAI-compatible HTTP app; usable in-process as a fast engine stand-in (benchmarks, tests).
+
+Generation emits canned words at `tokens_per_second` (0 = as fast as possible); the sleeps pace output the way a
+real engine's decode steps do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.core.clock import Clock, SystemClock
+from llmgw.sim import openai_format as fmt
+
+DEFAULT_TOKENS = 16
+
+
+def make_app(
+    model: str,
+    *,
+    tokens: int = DEFAULT_TOKENS,
+    tokens_per_second: float = 0.0,
+    clock: Clock | None = None,
+) -> web.Application:
+    """An aiohttp app serving `model`: /health, /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings."""
+    if tokens < 0:
+        raise ValueError(f"tokens must be >= 0, got {tokens}")
+    if tokens_per_second < 0:
+        raise ValueError(f"tokens_per_second must be >= 0, got {tokens_per_second}")
+    handlers = _Handlers(model, tokens, tokens_per_second, clock or SystemClock())
+    app = web.Application()
+    app.router.add_get("/health", handlers.health)
+    app.router.add_get("/v1/models", handlers.models)
+    app.router.add_post("/v1/chat/completions", handlers.chat)
+    app.router.add_post("/v1/completions", handlers.completions)
+    app.router.add_post("/v1/embeddings", handlers.embeddings)
+    return app
+
+
+class _Handlers:
+    def __init__(self, model: str, tokens: int, tokens_per_second: float, clock: Clock) -> None:
+        self.model = model
+        self.tokens = tokens
+        self.tokens_per_second = tokens_per_second
+        self.clock = clock
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def models(self, request: web.Request) -> web.Response:
+        entry = {"id": self.model, "object": "model", "created": self._created(), "owned_by": "llmgw-sim"}
+        return web.json_response({"object": "list", "data": [entry]})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            gen = fmt.parse_chat(await _json_body(request), self.model, self.tokens)
+        except fmt.RequestError as e:
+            return _error(e)
+        id, created = f"chatcmpl-{uuid.uuid4().hex}", self._created()
+        if not gen.stream:
+            text = "".join([t async for t in self._generate(gen)])
+            return web.json_response(fmt.chat_completion(id, created, self.model, text, gen))
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+            return fmt.chat_chunk(id, created, self.model, delta, finish, gen)
+
+        async def events() -> AsyncGenerator[dict[str, Any], None]:
+            yield chunk({"role": "assistant", "content": ""}, None)
+            async for token in self._generate(gen):
+                yield chunk({"content": token}, None)
+            yield chunk({}, gen.finish_reason)
+            if gen.include_usage:
+                yield fmt.usage_chunk(id, created, self.model, "chat.completion.chunk", gen)
+
+        return await _stream(request, events())
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            gen = fmt.parse_completion(await _json_body(request), self.model, self.tokens)
+        except fmt.RequestError as e:
+            return _error(e)
+        id, created = f"cmpl-{uuid.uuid4().hex}", self._created()
+        if not gen.stream:
+            text = "".join([t async for t in self._generate(gen)])
+            return web.json_response(fmt.text_completion(id, created, self.model, text, gen))
+
+        def chunk(text: str, finish: str | None) -> dict[str, Any]:
+            return fmt.text_chunk(id, created, self.model, text, finish, gen)
+
+        async def events() -> AsyncGenerator[dict[str, Any], None]:
+            async for token in self._generate(gen):
+                yield chunk(token, None)
+            yield chunk("", gen.finish_reason)
+            if gen.include_usage:
+                yield fmt.usage_chunk(id, created, self.model, "text_completion", gen)
+
+        return await _stream(request, events())
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        try:
+            return web.json_response(fmt.embeddings(await _json_body(request), self.model))
+        except fmt.RequestError as e:
+            return _error(e)
+
+    async def _generate(self, gen: fmt.Generation) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for i, token in enumerate(fmt.canned_tokens(gen.completion_tokens)):
+            if self.tokens_per_second > 0:
+                # Pace against the start, not the previous token, so slow writes do not add up to drift.
+                delay = start + (i + 1) / self.tokens_per_second - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            yield token
+
+    def _created(self) -> int:
+        return int(self.clock.now())
+
+
+async def _json_body(request: web.Request) -> fmt.JSON:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise fmt.RequestError(400, f"request body is not valid JSON: {e}") from e
+    if not isinstance(body, dict):
+        raise fmt.RequestError(400, "request body must be a JSON object")
+    return body
+
+
+def _error(e: fmt.RequestError) -> web.Response:
+    return web.json_response(e.body(), status=e.status)
+
+
+async def _stream(request: web.Request, events: AsyncGenerator[dict[str, Any], None]) -> web.StreamResponse:
+    """Send each event as its own SSE `data:` message as soon as it exists, then `data: [DONE]`."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    try:
+        async with contextlib.aclosing(events):
+            async for event in events:
+                await resp.write(b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+    except ConnectionError:
+        pass  # the client went away; nothing left to tell it
+    return resp

@@ -1,0 +1,138 @@
+"""Test doubles for the GPU sources: a pynvml stand-in and nvidia-smi runners."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml  # type: ignore[import-untyped]
+
+from llmgw.agent.discovery import CommandResult
+
+GiB_MIB = 1024
+
+
+def nvml_error(code: int) -> Exception:
+    # pynvml maps the code to its subclass (NVMLError_LibraryNotFound, ...), as the real library does
+    return pynvml.NVMLError(code)  # type: ignore[no-any-return]
+
+
+@dataclass
+class FakeCard:
+    name: str | bytes = "NVIDIA H100 80GB HBM3"
+    memory_mib: int = 81559
+    uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
+    bus_id: str = "00000000:18:00.0"
+    retired_pending: int = 0
+    remapped: tuple[int, int, int, int] = (0, 0, 0, 0)
+    # (remote device type, remote bus id) per active link
+    links: list[tuple[int, str]] = field(default_factory=list)
+    # what NVML answers for a link number past the card's links; NOT_SUPPORTED for a card without NVLink
+    past_links: int = pynvml.NVML_ERROR_INVALID_ARGUMENT
+    # method name -> NVML error code it raises for this card
+    fail: dict[str, int] = field(default_factory=dict)
+
+
+class FakeNvml:
+    """Answers like pynvml for the cards given; records every call."""
+
+    def __init__(
+        self, cards: Sequence[FakeCard] = (), *, init_error: int | None = None, driver: str = "550.54.15"
+    ) -> None:
+        self.cards = list(cards)
+        self.init_error = init_error
+        self.driver = driver
+        self.calls: list[str] = []
+
+    def _card(self, what: str, handle: Any) -> FakeCard:
+        self.calls.append(what)
+        card: FakeCard = self.cards[handle]
+        if what in card.fail:
+            raise nvml_error(card.fail[what])
+        return card
+
+    def nvmlInit(self) -> None:
+        self.calls.append("nvmlInit")
+        if self.init_error is not None:
+            raise nvml_error(self.init_error)
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("nvmlShutdown")
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self.calls.append("nvmlSystemGetDriverVersion")
+        return self.driver
+
+    def nvmlDeviceGetCount(self) -> int:
+        self.calls.append("nvmlDeviceGetCount")
+        return len(self.cards)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        self._card("nvmlDeviceGetHandleByIndex", index)
+        return index
+
+    def nvmlDeviceGetName(self, handle: int) -> str | bytes:
+        return self._card("nvmlDeviceGetName", handle).name
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
+        return SimpleNamespace(total=self._card("nvmlDeviceGetMemoryInfo", handle).memory_mib * 1024 * 1024)
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return self._card("nvmlDeviceGetUUID", handle).uuid
+
+    def nvmlDeviceGetPciInfo(self, handle: int) -> SimpleNamespace:
+        return SimpleNamespace(busId=self._card("nvmlDeviceGetPciInfo", handle).bus_id)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int:
+        return self._card("nvmlDeviceGetRetiredPagesPendingStatus", handle).retired_pending
+
+    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
+        return self._card("nvmlDeviceGetRemappedRows", handle).remapped
+
+    def _link(self, what: str, handle: int, link: int) -> tuple[int, str]:
+        card = self._card(what, handle)
+        if link >= len(card.links):
+            raise nvml_error(card.past_links)
+        return card.links[link]
+
+    def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
+        self._link("nvmlDeviceGetNvLinkState", handle, link)
+        return int(pynvml.NVML_FEATURE_ENABLED)
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: int, link: int) -> int:
+        return self._link("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)[0]
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: int, link: int) -> SimpleNamespace:
+        # real pynvml hands back the C struct's bytes
+        return SimpleNamespace(busId=self._link("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)[1].encode())
+
+
+NVML_ABSENT = FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+
+class FakeRunner:
+    """Answers one program run; None stands for "not installed"."""
+
+    def __init__(self, result: CommandResult | None) -> None:
+        self.result = result
+        self.argvs: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> CommandResult | None:
+        self.argvs.append(list(argv))
+        return self.result
+
+
+def smi_not_installed() -> FakeRunner:
+    return FakeRunner(None)
+
+
+class Forbidden:
+    """A source that must not be consulted: any use fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"{name} used, but this source should not have been consulted")
+
+    def __call__(self, *args: Any) -> Any:
+        raise AssertionError("called, but this source should not have been consulted")

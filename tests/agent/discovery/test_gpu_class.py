@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import pytest
+
+from llmgw.agent.discovery import gpu_class
+
+
+@pytest.mark.parametrize(
+    ("name", "memory_mib", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", 81559, "H100-80G"),
+        ("NVIDIA A100-SXM4-40GB", 40960, "A100-40G"),
+        ("NVIDIA L40S", 46068, "L40S-45G"),
+        ("NVIDIA A100 80GB PCIe", 81920, "A100-80G"),
+        ("NVIDIA H200", 143771, "H200-140G"),
+        ("Tesla V100-SXM2-32GB", 32768, "V100-32G"),
+        ("NVIDIA GeForce RTX 4090", 24564, "RTX4090-24G"),
+        ("NVIDIA RTX A6000", 49140, "RTXA6000-48G"),
+    ],
+)
+def test_class_is_model_and_reported_gib(name: str, memory_mib: int, expected: str) -> None:
+    assert gpu_class(name, memory_mib) == expected
+
+
+def test_size_comes_from_memory_not_from_name() -> None:
+    # the name says 40GB; the card says 80 GiB: the card wins
+    assert gpu_class("NVIDIA A100-SXM4-40GB", 81920) == "A100-80G"
+
+
+def test_half_gib_rounds_up() -> None:
+    assert gpu_class("NVIDIA L40S", 45568) == "L40S-45G"  # 44.5 GiB
+
+
+def test_unknown_memory_leaves_model_only() -> None:
+    assert gpu_class("NVIDIA H100 80GB HBM3", 0) == "H100"
+
+
+def test_empty_name() -> None:
+    assert gpu_class("", 1024) == "UNKNOWN-1G"
