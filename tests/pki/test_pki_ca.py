@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import stat
 from pathlib import Path
 
@@ -137,3 +138,35 @@ def test_a_corrupt_ca_is_reported_not_raised_raw(tmp_path: Path) -> None:
     (tmp_path / CA_KEY).write_bytes(b"garbage")
     with pytest.raises(PKIError, match="unreadable"):
         issue(tmp_path, "node01")
+
+
+def test_a_failed_write_leaves_the_old_files_and_no_temp_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    init_ca(tmp_path)
+    cert_path, key_path = issue(tmp_path, "node01")
+    before = cert_path.read_bytes(), key_path.read_bytes()
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("llmgw.pki.ca.os.fsync", disk_full)
+    with pytest.raises(PKIError, match="No space left on device"):
+        issue(tmp_path, "node01")
+    assert (cert_path.read_bytes(), key_path.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ca.crt", "ca.key", "node01.crt", "node01.key"]
+
+
+def test_a_failed_ca_init_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_link = os.link
+
+    def link_key_only(src: str, dst: Path) -> None:
+        if Path(dst).name == CA_CERT:
+            raise OSError(5, "Input/output error")
+        real_link(src, dst)
+
+    monkeypatch.setattr("llmgw.pki.ca.os.link", link_key_only)
+    with pytest.raises(PKIError, match="Input/output error"):
+        init_ca(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    init_ca(tmp_path)  # a retry is not blocked by half a CA
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ca.crt", "ca.key"]

@@ -135,4 +135,3 @@ def tcp_sockets(pid: int) -> list[tuple[str, int, int]]:
 
 def listening_ports(pid: int) -> set[int]:
     return {local for state, local, _ in tcp_sockets(pid) if state == "0A"}
-

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 
 import aiohttp
@@ -47,13 +48,22 @@ def _worker_args(model: str, rank: int, rendezvous: int, world_size: int) -> lis
     ]  # fmt: skip
 
 
+def _port(line: str) -> int:
+    found = re.search(r"127\.0\.0\.1:(\d+)", line)
+    assert found, line
+    return int(found.group(1))
+
+
 async def _pair(start_engine: StartEngine, *extra: str) -> tuple[EngineProc, EngineProc, int, int]:
-    """A world-size-2 group that has formed and serves HTTP: (leader, worker, http port, rendezvous port)."""
-    http, rdv = free_port(), free_port()
-    leader = await start_engine(*_leader_args("sim-2", http, rdv, 2, *extra))
-    await leader.wait_line("waiting for 1 worker")
+    """A world-size-2 group that has formed and serves HTTP: (leader, worker, http port, rendezvous port).
+
+    Both ports are chosen by the kernel (port 0) and read back from the leader's stderr, so parallel test runs
+    cannot race for them.
+    """
+    leader = await start_engine(*_leader_args("sim-2", 0, 0, 2, *extra))
+    rdv = _port(await leader.wait_line("waiting for 1 worker"))
     worker = await start_engine(*_worker_args("sim-2", 1, rdv, 2))
-    await leader.wait_line(f"serving sim-2 on http://127.0.0.1:{http}")
+    http = _port(await leader.wait_line("serving sim-2 on http://"))
     await wait_for(lambda: _health(http), DEADLINE)
     return leader, worker, http, rdv
 
@@ -159,8 +169,8 @@ async def test_a_worker_started_first_waits_for_the_leader(start_engine: StartEn
 
 @pytest.mark.asyncio
 async def test_world_size_one_serves_at_once_without_a_rendezvous_port(start_engine: StartEngine) -> None:
-    http, rdv = free_port(), free_port()
-    leader = await start_engine(*_leader_args("solo", http, rdv, 1))
+    leader = await start_engine(*_leader_args("solo", 0, free_port(), 1))
+    http = _port(await leader.wait_line("serving solo on http://"))
     await wait_for(lambda: _health(http), DEADLINE)
     assert listening_ports(leader.pid) == {http}
     async with aiohttp.ClientSession() as session:
@@ -195,7 +205,7 @@ async def test_sigterm_on_a_worker_exits_zero_and_breaks_the_group(start_engine:
 
 @pytest.mark.asyncio
 async def test_sigterm_while_waiting_for_workers_exits_zero(start_engine: StartEngine) -> None:
-    leader = await start_engine(*_leader_args("sim-3", free_port(), free_port(), 3))
+    leader = await start_engine(*_leader_args("sim-3", 0, 0, 3))
     await leader.wait_line("waiting for 2 worker")
     leader.proc.send_signal(signal.SIGTERM)
     assert await leader.exit_code(timeout=5.0) == 0
@@ -206,7 +216,7 @@ async def test_a_taken_http_port_is_reported_and_exits_non_zero(start_engine: St
     server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     taken = server.sockets[0].getsockname()[1]
     try:
-        leader = await start_engine(*_leader_args("solo", taken, free_port(), 1))
+        leader = await start_engine(*_leader_args("solo", taken, 0, 1))
         assert await leader.exit_code() == 1
         assert f"cannot bind HTTP port 127.0.0.1:{taken}" in leader.stderr
     finally:

@@ -63,8 +63,9 @@ class Agent:
 
     async def start(self) -> None:
         ca, cert, key = (Path(self.cfg.tls.ca), Path(self.cfg.tls.cert), Path(self.cfg.tls.key))
-        self.client = ControlPlaneClient(self.cfg.control_planes, client_context(cert, key, ca),
-                                         self.cfg.request_timeout)
+        self.client = ControlPlaneClient(
+            self.cfg.control_planes, client_context(cert, key, ca), self.cfg.request_timeout
+        )
         if not self.address:
             self.address = route_address(self.cfg.control_planes[0])
         Path(self.cfg.weights_dir).mkdir(parents=True, exist_ok=True)  # so disk is reported from the start
@@ -83,9 +84,11 @@ class Agent:
             self.engines, self.engines_probed = engines, True
             self._engines_at = self.clock.monotonic()
         hw = await asyncio.to_thread(
-            discover, HostRoot(Path(self.cfg.host_root)),
+            discover,
+            HostRoot(Path(self.cfg.host_root)),
             inventory=Path(self.cfg.gpu_inventory) if self.cfg.gpu_inventory else None,
-            weights_dir=Path(self.cfg.weights_dir), default_arch=platform.machine(),
+            weights_dir=Path(self.cfg.weights_dir),
+            default_arch=platform.machine(),
         )
         fabrics, problems = check_fabrics(self.cfg.fabrics, hw.ib_adapters)
         dirs = [*self.cfg.weights_dirs, self.cfg.weights_dir]
@@ -93,10 +96,19 @@ class Agent:
         lo, hi = self.cfg.ports()
         assert self.supervisor is not None
         return NodeReport(
-            node_id=self.node_id, address=self.address, agent_version=__version__, hardware=hw,
-            engines_probed=self.engines_probed, engines=self.engines, fabrics=fabrics, fabric_problems=problems,
-            weights=weights, shards=self.supervisor.states(), warnings=hardware_warnings(hw),
-            port_low=lo, port_high=hi,
+            node_id=self.node_id,
+            address=self.address,
+            agent_version=__version__,
+            hardware=hw,
+            engines_probed=self.engines_probed,
+            engines=self.engines,
+            fabrics=fabrics,
+            fabric_problems=problems,
+            weights=weights,
+            shards=self.supervisor.states(),
+            warnings=hardware_warnings(hw),
+            port_low=lo,
+            port_high=hi,
         )
 
     async def step(self) -> None:
@@ -132,4 +144,3 @@ class Agent:
             await self.supervisor.close()
         if self.client is not None:
             await self.client.close()
-

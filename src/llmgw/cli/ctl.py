@@ -25,8 +25,9 @@ console = Console(width=int(os.environ.get("COLUMNS", "160")))
 
 def call(admin: str, method: str, path: str, body: object | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(admin.rstrip("/") + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        admin.rstrip("/") + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read())
@@ -49,8 +50,16 @@ def nodes(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     t = Table("node", "address", "state", "GPUs", "RAM", "engines", "fabrics", "warnings")
     for r in rows:
         state = "[green]live[/green]" if r["state"] == "live" else f"[red]{r['state']}[/red]"
-        t.add_row(r["node"], r["address"], state, r["gpus"], r["ram"], r["engines"], r["fabrics"],
-                  "\n".join(r["warnings"]) or "-")
+        t.add_row(
+            r["node"],
+            r["address"],
+            state,
+            r["gpus"],
+            r["ram"],
+            r["engines"],
+            r["fabrics"],
+            "\n".join(r["warnings"]) or "-",
+        )
     console.print(t)
 
 
@@ -72,14 +81,19 @@ def status(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     console.print(t)
     t = Table("replica", "model", "state", "nodes", "endpoint", "why", title="replicas")
     for r in s["replicas"]:
-        t.add_row(r["id"], r["model"], r["state"], ", ".join(r["nodes"]) or "-", r["endpoint"] or "-",
-                  f"{r['reason']}: {r['message']}" if r["message"] else r["reason"])
+        t.add_row(
+            r["id"],
+            r["model"],
+            r["state"],
+            ", ".join(r["nodes"]) or "-",
+            r["endpoint"] or "-",
+            f"{r['reason']}: {r['message']}" if r["message"] else r["reason"],
+        )
     console.print(t)
     if s["usage"]:
         t = Table("key", "model", "requests", "prompt tokens", "completion tokens", title="usage")
         for u in s["usage"]:
-            t.add_row(u["key_id"], u["model"], str(u["requests"]), str(u["prompt_tokens"]),
-                      str(u["completion_tokens"]))
+            t.add_row(u["key_id"], u["model"], str(u["requests"]), str(u["prompt_tokens"]), str(u["completion_tokens"]))
         console.print(t)
 
 
@@ -92,8 +106,16 @@ def models(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
         return
     t = Table("model", "engine", "min", "max", "on demand", "GPUs/shard", "nodes", "ready/replicas")
     for m in rows:
-        t.add_row(m["name"], m["engine"], str(m["min"]), str(m["max"]), "yes" if m["on_demand"] else "no",
-                  str(m["gpus_per_shard"]), str(m["nodes"]), f"{m['ready']}/{m['replicas']}")
+        t.add_row(
+            m["name"],
+            m["engine"],
+            str(m["min"]),
+            str(m["max"]),
+            "yes" if m["on_demand"] else "no",
+            str(m["gpus_per_shard"]),
+            str(m["nodes"]),
+            f"{m['ready']}/{m['replicas']}",
+        )
     console.print(t)
 
 
@@ -150,8 +172,9 @@ def keys_list(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None
         return
     t = Table("id", "name", "prefix", "models", "revoked")
     for k in rows:
-        t.add_row(k["id"], k["name"], k["prefix"] + "…", ", ".join(k["models"]) or "all",
-                  "yes" if k["revoked_at"] else "no")
+        t.add_row(
+            k["id"], k["name"], k["prefix"] + "…", ", ".join(k["models"]) or "all", "yes" if k["revoked_at"] else "no"
+        )
     console.print(t)
 
 

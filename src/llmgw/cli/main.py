@@ -100,5 +100,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-

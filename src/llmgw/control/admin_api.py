@@ -16,8 +16,11 @@ from llmgw.router.keys import KeyRing, new_key
 
 def summary_of(plane: ControlPlane) -> Summary:
     return summarize(
-        list(plane.nodes.values()), list(plane.replicas.values()), plane.store.usage_totals(),
-        plane.last_used, plane.clock.now(),
+        list(plane.nodes.values()),
+        list(plane.replicas.values()),
+        plane.store.usage_totals(),
+        plane.last_used,
+        plane.clock.now(),
     )
 
 
@@ -40,6 +43,12 @@ def admin_app(plane: ControlPlane, keys: KeyRing) -> web.Application:
     async def nodes(_: web.Request) -> web.Response:
         return js([node_row(n).model_dump() for n in sorted(plane.nodes.values(), key=lambda n: n.id)])
 
+    async def node(request: web.Request) -> web.Response:
+        rec = plane.nodes.get(request.match_info["id"])
+        if rec is None:
+            return js({"error": f"no node {request.match_info['id']}"}, 404)
+        return js(rec.model_dump())
+
     async def status(_: web.Request) -> web.Response:
         return js(summary_of(plane).model_dump())
 
@@ -47,11 +56,20 @@ def admin_app(plane: ControlPlane, keys: KeyRing) -> web.Application:
         out = []
         for m in plane.models.values():
             reps = [r for r in plane.replicas.values() if r.model == m.name]
-            out.append({
-                "name": m.name, "engine": m.engine, "source": m.source, "min": m.scaling.min, "max": m.scaling.max,
-                "on_demand": m.on_demand, "gpus_per_shard": m.profile.gpus_per_shard, "nodes": m.profile.nodes,
-                "replicas": len(reps), "ready": sum(1 for r in reps if r.ready),
-            })
+            out.append(
+                {
+                    "name": m.name,
+                    "engine": m.engine,
+                    "source": m.source,
+                    "min": m.scaling.min,
+                    "max": m.scaling.max,
+                    "on_demand": m.on_demand,
+                    "gpus_per_shard": m.profile.gpus_per_shard,
+                    "nodes": m.profile.nodes,
+                    "replicas": len(reps),
+                    "ready": sum(1 for r in reps if r.ready),
+                }
+            )
         return js(out)
 
     async def replicas(_: web.Request) -> web.Response:
@@ -73,7 +91,7 @@ def admin_app(plane: ControlPlane, keys: KeyRing) -> web.Application:
             name = str(body["name"])
             allowed = [str(m) for m in body.get("models", [])]
         except (ValueError, KeyError, TypeError):
-            return js({"error": "body must be {\"name\": ..., \"models\": [...]}"}, 400)
+            return js({"error": 'body must be {"name": ..., "models": [...]}'}, 400)
         unknown = [m for m in allowed if m not in plane.models]
         if unknown:
             return js({"error": f"unknown model(s): {', '.join(unknown)}"}, 400)
@@ -93,9 +111,18 @@ def admin_app(plane: ControlPlane, keys: KeyRing) -> web.Application:
 
     app = web.Application()
     app.add_routes(metrics_routes(plane))
-    app.add_routes([
-        web.get("/api/nodes", nodes), web.get("/api/status", status), web.get("/api/models", models),
-        web.get("/api/replicas", replicas), web.get("/api/explain/{model}", explain), web.get("/api/events", events),
-        web.get("/api/keys", list_keys), web.post("/api/keys", create_key), web.delete("/api/keys/{id}", revoke_key),
-    ])
+    app.add_routes(
+        [
+            web.get("/api/nodes", nodes),
+            web.get("/api/nodes/{id}", node),
+            web.get("/api/status", status),
+            web.get("/api/models", models),
+            web.get("/api/replicas", replicas),
+            web.get("/api/explain/{model}", explain),
+            web.get("/api/events", events),
+            web.get("/api/keys", list_keys),
+            web.post("/api/keys", create_key),
+            web.delete("/api/keys/{id}", revoke_key),
+        ]
+    )
     return app

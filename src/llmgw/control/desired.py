@@ -32,9 +32,18 @@ def desired_for(
                 continue
             shards.append(
                 ShardSpec(
-                    replica_id=r.id, model=r.model, engine=spec.engine, source=spec.source, rank=a.rank,
-                    world_size=len(r.assignments), gpus=a.gpus, args=engine_args(spec), serve_port=a.serve_port,
-                    leader_address=leader.address, rendezvous_port=leader.rendezvous_port, peer_addresses=peers,
+                    replica_id=r.id,
+                    model=r.model,
+                    engine=spec.engine,
+                    source=spec.source,
+                    rank=a.rank,
+                    world_size=len(r.assignments),
+                    gpus=a.gpus,
+                    args=engine_args(spec),
+                    serve_port=a.serve_port,
+                    leader_address=leader.address,
+                    rendezvous_port=leader.rendezvous_port,
+                    peer_addresses=peers,
                     fabric_adapters=a.fabric_adapters,
                 )
             )

@@ -20,8 +20,9 @@ class SummaryCollector(Collector):
         nodes.add_metric(["live"], s.nodes_live)
         nodes.add_metric(["lost"], s.nodes_total - s.nodes_live)
         yield nodes
-        gpus = GaugeMetricFamily("llmgw_gpus", "GPUs by class and state (faulty are neither used nor free)",
-                                 labels=["gpu_class", "state"])
+        gpus = GaugeMetricFamily(
+            "llmgw_gpus", "GPUs by class and state (faulty are neither used nor free)", labels=["gpu_class", "state"]
+        )
         for c in s.capacity:
             for state, v in (("used", c.used), ("free", c.free), ("faulty", c.faulty)):
                 gpus.add_metric([c.gpu_class, state], v)

@@ -47,8 +47,11 @@ class ControlPlane:
                 r = r.model_copy(update={"shards_expected": spec.profile.nodes})
             self.replicas[r.id] = r
         self.generation += 1
-        self.event("control", "plane", f"started with {len(self.nodes)} node(s), {len(self.replicas)} replica(s), "
-                   f"{len(self.models)} model(s)")
+        self.event(
+            "control",
+            "plane",
+            f"started with {len(self.nodes)} node(s), {len(self.replicas)} replica(s), {len(self.models)} model(s)",
+        )
 
     def event(self, kind: str, subject: str, message: str) -> None:
         log.info("%s", message)
@@ -61,14 +64,21 @@ class ControlPlane:
         self.store.put_node(rec)
         for e in events:
             self.event("node", rec.id, e)
-        return desired_for(rec.id, list(self.replicas.values()), self.models, list(self.cfg.engines),
-                           self.cfg.heartbeat_interval)
+        return desired_for(
+            rec.id, list(self.replicas.values()), self.models, list(self.cfg.engines), self.cfg.heartbeat_interval
+        )
 
     def world(self) -> World:
         return World(
-            now=self.clock.now(), started_at=self.started_at, models=self.models, nodes=list(self.nodes.values()),
-            replicas=list(self.replicas.values()), demand=dict(self.demand), last_used=dict(self.last_used),
-            outstanding=dict(self.outstanding), timings=self.timings,
+            now=self.clock.now(),
+            started_at=self.started_at,
+            models=self.models,
+            nodes=list(self.nodes.values()),
+            replicas=list(self.replicas.values()),
+            demand=dict(self.demand),
+            last_used=dict(self.last_used),
+            outstanding=dict(self.outstanding),
+            timings=self.timings,
         )
 
     def reconcile_once(self) -> list[Intent]:

@@ -38,8 +38,11 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event) -> None:
     keys.reload()
     router = Router(plane, keys, cfg.router, cfg.load_wait)
 
-    runners = [web.AppRunner(agent_app(plane), access_log=None), web.AppRunner(router.app(), access_log=None),
-               web.AppRunner(admin_app(plane, keys), access_log=None)]
+    runners = [
+        web.AppRunner(agent_app(plane), access_log=None),
+        web.AppRunner(router.app(), access_log=None),
+        web.AppRunner(admin_app(plane, keys), access_log=None),
+    ]
     await _site(runners[0], cfg.agent_listen, ssl_context=tls)
     await _site(runners[1], cfg.api_listen, reuse_port=True)
     await _site(runners[2], cfg.admin_listen)

@@ -54,8 +54,12 @@ def replica_state(r: ReplicaRecord) -> str:
 
 
 def summarize(
-    nodes: list[NodeRecord], replicas: list[ReplicaRecord], usage: list[UsageTotal], last_used: dict[str, float],
-    now: float, idle_after: float = 300.0,
+    nodes: list[NodeRecord],
+    replicas: list[ReplicaRecord],
+    usage: list[UsageTotal],
+    last_used: dict[str, float],
+    now: float,
+    idle_after: float = 300.0,
 ) -> Summary:
     used: dict[str, set[int]] = {}
     busy_nodes: set[str] = set()
@@ -91,13 +95,24 @@ def summarize(
         idle_s = now - last if last is not None else None
         if r.ready and (idle_s is None or idle_s >= idle_after):
             idle.append(r.id)
-        lines.append(ReplicaLine(
-            id=r.id, model=r.model, state=replica_state(r), nodes=r.node_ids(), endpoint=r.endpoint,
-            reason=cond.reason if cond else "", message=cond.message if cond else "", idle_s=idle_s,
-        ))
+        lines.append(
+            ReplicaLine(
+                id=r.id,
+                model=r.model,
+                state=replica_state(r),
+                nodes=r.node_ids(),
+                endpoint=r.endpoint,
+                reason=cond.reason if cond else "",
+                message=cond.message if cond else "",
+                idle_s=idle_s,
+            )
+        )
     return Summary(
-        nodes_total=len(nodes), nodes_live=sum(1 for n in nodes if not n.lost),
+        nodes_total=len(nodes),
+        nodes_live=sum(1 for n in nodes if not n.lost),
         capacity=sorted(caps.values(), key=lambda c: c.gpu_class),
         fabrics=sorted(fabrics.values(), key=lambda f: f.fabric),
-        replicas=lines, idle_replicas=idle, usage=usage,
+        replicas=lines,
+        idle_replicas=idle,
+        usage=usage,
     )

@@ -42,7 +42,13 @@ def node_row(n: NodeRecord) -> NodeRow:
     warnings += list(r.install_progress)
     fabrics = ", ".join(f"{f.name} ({f.rate_gbps:.0f} Gb/s)" for f in r.fabrics) or "-"
     return NodeRow(
-        node=n.id, address=r.address, state="lost" if n.lost else "live", gpus=gpus, gpu_count=len(hw.gpus),
-        ram=f"{_gib(hw.mem_available_bytes)} free of {_gib(hw.mem_total_bytes)}", engines=engines or "none",
-        fabrics=fabrics, warnings=warnings,
+        node=n.id,
+        address=r.address,
+        state="lost" if n.lost else "live",
+        gpus=gpus,
+        gpu_count=len(hw.gpus),
+        ram=f"{_gib(hw.mem_available_bytes)} free of {_gib(hw.mem_total_bytes)}",
+        engines=engines or "none",
+        fabrics=fabrics,
+        warnings=warnings,
     )

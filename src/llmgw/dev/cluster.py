@@ -68,20 +68,39 @@ def default_plan(workdir: Path, sim_nodes: int = 4, cpu_node: bool = True) -> Cl
     nodes = []
     for i in range(sim_nodes):
         fabric = "ib-a" if i < (sim_nodes + 1) // 2 else "ib-b"
-        nodes.append(NodePlan(
-            id=f"node{i + 1:02d}", address=f"127.0.0.{11 + i}", fabric=fabric,
-            adapters={"mlx5_0": "ACTIVE", "mlx5_1": "ACTIVE"}, port_range=f"{21000 + 100 * i}-{21099 + 100 * i}",
-        ))
+        nodes.append(
+            NodePlan(
+                id=f"node{i + 1:02d}",
+                address=f"127.0.0.{11 + i}",
+                fabric=fabric,
+                adapters={"mlx5_0": "ACTIVE", "mlx5_1": "ACTIVE"},
+                port_range=f"{21000 + 100 * i}-{21099 + 100 * i}",
+            )
+        )
     if cpu_node:
         nodes.append(NodePlan(id="cpu01", address="127.0.0.30", kind="cpu", gpus=0, port_range="22000-22099"))
     models: list[dict[str, Any]] = [
-        {"name": "smollm2", "source": SMOLLM2, "engine": "llamacpp",
-         "profile": {"memory": "512Mi"}, "scaling": {"min": 1, "max": 1}},
-        {"name": "sim-405b", "source": "meta-llama/Llama-3.1-405B-Instruct", "engine": "sim",
-         "profile": {"gpus_per_shard": 4, "nodes": 2, "gpu_class": "H100-80G"}, "scaling": {"min": 1, "max": 2}},
-        {"name": "sim-8b", "source": "meta-llama/Llama-3.1-8B-Instruct", "engine": "sim",
-         "profile": {"gpus_per_shard": 2, "gpu_class": "H100-80G"}, "scaling": {"min": 0, "max": 1,
-                                                                                "idle_timeout": "10m"}},
+        {
+            "name": "smollm2",
+            "source": SMOLLM2,
+            "engine": "llamacpp",
+            "profile": {"memory": "512Mi"},
+            "scaling": {"min": 1, "max": 1},
+        },
+        {
+            "name": "sim-405b",
+            "source": "meta-llama/Llama-3.1-405B-Instruct",
+            "engine": "sim",
+            "profile": {"gpus_per_shard": 4, "nodes": 2, "gpu_class": "H100-80G"},
+            "scaling": {"min": 1, "max": 2},
+        },
+        {
+            "name": "sim-8b",
+            "source": "meta-llama/Llama-3.1-8B-Instruct",
+            "engine": "sim",
+            "profile": {"gpus_per_shard": 2, "gpu_class": "H100-80G"},
+            "scaling": {"min": 0, "max": 1, "idle_timeout": "10m"},
+        },
     ]
     return ClusterPlan(workdir=workdir, nodes=nodes, models=models)
 
@@ -145,8 +164,12 @@ class Cluster:
         logs.mkdir(parents=True, exist_ok=True)
         with (logs / f"{name}.log").open("ab") as log:
             p = subprocess.Popen(
-                [sys.executable, "-m", "llmgw.cli.main", *argv], stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.plan.workdir,
+                [sys.executable, "-m", "llmgw.cli.main", *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.plan.workdir,
             )
         self.procs[name] = p
         return p
@@ -155,7 +178,9 @@ class Cluster:
         return self._spawn("server", ["server", "-c", str(self.plan.workdir / "server.yaml")])
 
     def start_agent(self, node_id: str) -> subprocess.Popen[bytes]:
-        return self._spawn(f"agent-{node_id}", ["agent", "-c", str(self.plan.workdir / "nodes" / node_id / "agent.yaml")])
+        return self._spawn(
+            f"agent-{node_id}", ["agent", "-c", str(self.plan.workdir / "nodes" / node_id / "agent.yaml")]
+        )
 
     def start(self) -> None:
         self.start_server()
@@ -194,8 +219,9 @@ def admin_get(plan: ClusterPlan, path: str) -> Any:
 
 
 def admin_post(plan: ClusterPlan, path: str, body: object) -> Any:
-    req = urllib.request.Request(plan.admin + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        plan.admin + path, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=5) as r:
         return json.loads(r.read())
 
@@ -256,7 +282,7 @@ llmgw dev is up (state and logs in {workdir})
   management API:  {plan.admin}   (llmgw ctl nodes | status | models | explain MODEL)
   API key:         {key}
 
-  nodes: {', '.join(n.id for n in plan.nodes)}; models: {', '.join(m['name'] for m in plan.models)}
+  nodes: {", ".join(n.id for n in plan.nodes)}; models: {", ".join(m["name"] for m in plan.models)}
   smollm2 runs on a real llama-server on this CPU; sim-405b spans two nodes of one fabric; sim-8b loads on demand.
 
 First request (once 'ready: smollm2' is printed below):

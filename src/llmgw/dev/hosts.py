@@ -9,7 +9,8 @@ import yaml
 CPUINFO_CORE = """processor\t: {i}
 vendor_id\t: GenuineIntel
 model name\t: Intel(R) Xeon(R) Platinum 8480+
-flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov sse sse2 ssse3 fma cx16 sse4_1 sse4_2 avx f16c avx2 avx512f amx_tile
+flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov sse sse2 ssse3 fma cx16 sse4_1 sse4_2 \
+avx f16c avx2 avx512f amx_tile
 
 """
 

@@ -8,7 +8,9 @@ from llmgw.placement.snapshot import NodeView
 
 
 @lru_cache(maxsize=4096)
-def _nvlink_group(free: tuple[int, ...], peers: tuple[tuple[int, frozenset[int]], ...], k: int) -> tuple[int, ...] | None:
+def _nvlink_group(
+    free: tuple[int, ...], peers: tuple[tuple[int, frozenset[int]], ...], k: int
+) -> tuple[int, ...] | None:
     """The lowest-index set of k free cards that NVLink joins pairwise, or None if there is none."""
     links = dict(peers)
     best: tuple[int, ...] | None = None
@@ -22,7 +24,7 @@ def _nvlink_group(free: tuple[int, ...], peers: tuple[tuple[int, frozenset[int]]
             return
         for i, g in enumerate(rest):
             if all(g in links.get(m, frozenset()) for m in group):
-                extend(group + (g,), rest[i + 1 :])
+                extend((*group, g), rest[i + 1 :])
                 if best is not None:
                     return
 

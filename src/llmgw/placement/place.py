@@ -134,7 +134,9 @@ def place(request: Request, snap: Snapshot) -> Placement | Refusal:
     return Placement(_assignments(picked, fname), explain(True, f"fabric {fname}", chosen))
 
 
-def reservations(request: Request, assignments: list[ShardAssignment]) -> list[tuple[str, list[int], int, list[int], bool]]:
+def reservations(
+    request: Request, assignments: list[ShardAssignment]
+) -> list[tuple[str, list[int], int, list[int], bool]]:
     """What a placement takes from the snapshot, for placing several replicas in one pass."""
     whole = len(assignments) > 1
     return [

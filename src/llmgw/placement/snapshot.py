@@ -129,7 +129,7 @@ def build_snapshot(
                 engines_probed=rep.engines_probed,
                 engines={e.name: e for e in rep.engines},
                 install_progress=tuple(rep.install_progress),
-                gpus=tuple(rep.hardware.gpus),
+                gpus=tuple(sorted(rep.hardware.gpus, key=lambda g: g.index)),  # report order must not matter
                 used_gpus=frozenset(used.get(rec.id, ())),
                 mem_total=rep.hardware.mem_total_bytes,
                 mem_reserved=mem.get(rec.id, 0),

@@ -121,7 +121,8 @@ def reconcile(w: World) -> list[Intent]:
                 "assignments": result.assignments, "explanation": result.explanation, "conditions": conds,
                 "shards_expected": spec.profile.nodes,
             })
-            events[r.id] = f"replica {r.id} of {spec.name} placed on {', '.join(r2.node_id for r2 in result.assignments)}"
+            where = ", ".join(a.node_id for a in result.assignments)
+            events[r.id] = f"replica {r.id} of {spec.name} placed on {where}"
             snap = snap.with_reservation(r.id, reservations(req, result.assignments))
             continue
         expl = result.explanation

@@ -58,8 +58,9 @@ class Router:
             return ANONYMOUS
         header = request.headers.get("Authorization", "")
         if not header.startswith("Bearer "):
-            return openai_error(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_request_error",
-                                "missing_api_key")
+            return openai_error(
+                401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_request_error", "missing_api_key"
+            )
         key = self.keys.check(header[7:].strip())
         if key is None:
             return openai_error(401, "invalid or revoked API key", "invalid_request_error", "invalid_api_key")
@@ -96,13 +97,15 @@ class Router:
         if isinstance(key, web.Response):
             return key
         if request.content_length is not None and request.content_length > self.plane.cfg.max_body:
-            return openai_error(413, f"request body over {self.plane.cfg.max_body} bytes", "invalid_request_error",
-                                "body_too_large")
+            return openai_error(
+                413, f"request body over {self.plane.cfg.max_body} bytes", "invalid_request_error", "body_too_large"
+            )
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return openai_error(413, f"request body over {self.plane.cfg.max_body} bytes", "invalid_request_error",
-                                "body_too_large")
+            return openai_error(
+                413, f"request body over {self.plane.cfg.max_body} bytes", "invalid_request_error", "body_too_large"
+            )
         try:
             payload = json.loads(body)
         except ValueError as e:
@@ -114,14 +117,20 @@ class Router:
             return openai_error(400, "'model' is required", "invalid_request_error", "missing_model", "model")
         spec = self.plane.models.get(model)
         if spec is None:
-            return openai_error(404, f"the model '{model}' does not exist", "invalid_request_error",
-                                "model_not_found", "model")
+            return openai_error(
+                404, f"the model '{model}' does not exist", "invalid_request_error", "model_not_found", "model"
+            )
         if key.models and model not in key.models:
-            return openai_error(403, f"this API key may not use '{model}'", "invalid_request_error",
-                                "model_not_allowed", "model")
+            return openai_error(
+                403, f"this API key may not use '{model}'", "invalid_request_error", "model_not_allowed", "model"
+            )
         if spec.scaling.max == 0:
-            return openai_error(503, f"the model '{model}' is configured but switched off (scaling max 0)",
-                                "service_unavailable", "model_off")
+            return openai_error(
+                503,
+                f"the model '{model}' is configured but switched off (scaling max 0)",
+                "service_unavailable",
+                "model_off",
+            )
         self.refresh()
         if self.table.pick(model) is None:
             if spec.on_demand:
@@ -129,8 +138,13 @@ class Router:
             if not await self._wait_ready(model):
                 why = "the model is loading" if spec.on_demand else "no replica of the model is ready"
                 detail = "; ".join(self.plane.explain(model)[:2])
-                return openai_error(503, f"{why}: {detail}", "service_unavailable", "model_loading",
-                                    headers={"Retry-After": str(RETRY_AFTER_S)})
+                return openai_error(
+                    503,
+                    f"{why}: {detail}",
+                    "service_unavailable",
+                    "model_loading",
+                    headers={"Retry-After": str(RETRY_AFTER_S)},
+                )
         stream = bool(payload.get("stream"))
         path = PATHS[request.path]
         tried: set[str] = set()
@@ -140,14 +154,20 @@ class Router:
         while True:
             route = self.table.pick(model, tried)
             if route is None:
-                return openai_error(503, "no ready replica could be reached", "service_unavailable",
-                                    "no_reachable_replica", headers={"Retry-After": str(RETRY_AFTER_S)})
+                return openai_error(
+                    503,
+                    "no ready replica could be reached",
+                    "service_unavailable",
+                    "no_reachable_replica",
+                    headers={"Retry-After": str(RETRY_AFTER_S)},
+                )
             tried.add(route.replica_id)
             route.outstanding += 1
             self.plane.outstanding[route.replica_id] = route.outstanding
             try:
-                outcome: Outcome = await forward(request, self._session(), route.endpoint + path, body, stream,
-                                                 self.timeouts)
+                outcome: Outcome = await forward(
+                    request, self._session(), route.endpoint + path, body, stream, self.timeouts
+                )
             except aiohttp.ClientConnectorError as e:
                 log.warning("replica %s unreachable (%s); trying another", route.replica_id, e)
                 continue  # never reached an engine: safe to try elsewhere
@@ -155,11 +175,18 @@ class Router:
                 route.outstanding -= 1
                 self.plane.outstanding[route.replica_id] = route.outstanding
                 self.plane.used(route.replica_id, self.plane.clock.now())
-            self.usage.add(UsageRecord(
-                key_id=key.id, model=model, replica_id=route.replica_id, prompt_tokens=outcome.prompt_tokens,
-                completion_tokens=outcome.completion_tokens, started_at=started, duration_s=loop.time() - t0,
-                status=outcome.status,
-            ))
+            self.usage.add(
+                UsageRecord(
+                    key_id=key.id,
+                    model=model,
+                    replica_id=route.replica_id,
+                    prompt_tokens=outcome.prompt_tokens,
+                    completion_tokens=outcome.completion_tokens,
+                    started_at=started,
+                    duration_s=loop.time() - t0,
+                    status=outcome.status,
+                )
+            )
             assert outcome.response is not None
             return outcome.response
 

@@ -8,7 +8,11 @@ from aiohttp import web
 
 
 def openai_error(
-    status: int, message: str, type_: str, code: str | None = None, param: str | None = None,
+    status: int,
+    message: str,
+    type_: str,
+    code: str | None = None,
+    param: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> web.Response:
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}

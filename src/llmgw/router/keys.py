@@ -20,7 +20,11 @@ def hash_key(raw: str) -> str:
 def new_key(name: str, models: list[str], clock: Clock) -> tuple[str, ApiKeyRecord]:
     raw = KEY_PREFIX + secrets.token_urlsafe(32)
     rec = ApiKeyRecord(
-        id=secrets.token_hex(6), name=name, prefix=raw[:PREFIX_LEN], hash=hash_key(raw), created_at=clock.now(),
+        id=secrets.token_hex(6),
+        name=name,
+        prefix=raw[:PREFIX_LEN],
+        hash=hash_key(raw),
+        created_at=clock.now(),
         models=models,
     )
     return raw, rec

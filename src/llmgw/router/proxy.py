@@ -46,8 +46,9 @@ async def forward(
     except aiohttp.ClientConnectorError:
         raise
     except TimeoutError:
-        return Outcome(504, response=openai_error(504, "the engine did not answer in time", "upstream_error",
-                                                  "upstream_timeout"))
+        return Outcome(
+            504, response=openai_error(504, "the engine did not answer in time", "upstream_error", "upstream_timeout")
+        )
     except aiohttp.ClientError as e:
         return Outcome(502, response=openai_error(502, f"the engine failed: {e}", "upstream_error", "upstream_error"))
     try:
@@ -56,8 +57,12 @@ async def forward(
             try:
                 data = await resp.read()
             except (aiohttp.ClientError, TimeoutError) as e:
-                return Outcome(502, response=openai_error(502, f"the engine broke off: {type(e).__name__}",
-                                                          "upstream_error", "upstream_error"))
+                return Outcome(
+                    502,
+                    response=openai_error(
+                        502, f"the engine broke off: {type(e).__name__}", "upstream_error", "upstream_error"
+                    ),
+                )
             p, c = usage_from_body(data) if resp.status == 200 else (0, 0)
             out = web.Response(status=resp.status, body=data, headers={"Content-Type": ctype})
             return Outcome(resp.status, p, c, out)

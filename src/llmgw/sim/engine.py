@@ -37,7 +37,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--host", default="127.0.0.1", help="address the leader binds (HTTP and rendezvous)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="the leader's HTTP port")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="the leader's HTTP port (0: any free port)")
     p.add_argument("--rendezvous-port", type=int, default=DEFAULT_RENDEZVOUS_PORT)
     p.add_argument("--leader-address", help="host of rank 0 (required for workers)")
     p.add_argument("--tokens-per-second", type=float, default=0.0, help="generation pace; 0 = as fast as possible")
@@ -116,7 +116,8 @@ async def _lead(args: argparse.Namespace, stop: asyncio.Event) -> int:
         except OSError as e:
             say(f"cannot bind HTTP port {args.host}:{args.port}: {e.strerror or e}")
             return 1
-        say(f"serving {args.model} on http://{args.host}:{args.port}")
+        port = runner.addresses[0][1]  # the bound port, which differs from args.port when that is 0
+        say(f"serving {args.model} on http://{args.host}:{port}")
 
         if leader is None:
             await stop.wait()

@@ -104,7 +104,9 @@ class SqliteStore:
             raise StoreError(f"{self.path}: {e}") from e
 
     def list_models(self) -> list[ModelSpec]:
-        return [ModelSpec.model_validate_json(str(r[0])) for r in self._rows("SELECT body FROM models ORDER BY position")]
+        return [
+            ModelSpec.model_validate_json(str(r[0])) for r in self._rows("SELECT body FROM models ORDER BY position")
+        ]
 
     # replicas
     def put_replica(self, replica: ReplicaRecord) -> None:
@@ -131,11 +133,14 @@ class SqliteStore:
     # keys and usage
     def put_key(self, key: ApiKeyRecord) -> None:
         self._exec(
-            "INSERT OR REPLACE INTO api_keys (id, hash, body) VALUES (?, ?, ?)", (key.id, key.hash, key.model_dump_json())
+            "INSERT OR REPLACE INTO api_keys (id, hash, body) VALUES (?, ?, ?)",
+            (key.id, key.hash, key.model_dump_json()),
         )
 
     def list_keys(self) -> list[ApiKeyRecord]:
-        return [ApiKeyRecord.model_validate_json(str(r[0])) for r in self._rows("SELECT body FROM api_keys ORDER BY id")]
+        return [
+            ApiKeyRecord.model_validate_json(str(r[0])) for r in self._rows("SELECT body FROM api_keys ORDER BY id")
+        ]
 
     def add_usage(self, records: list[UsageRecord]) -> None:
         if not records:
@@ -146,8 +151,16 @@ class SqliteStore:
                     "INSERT INTO usage (key_id, model, replica_id, prompt_tokens, completion_tokens, started_at,"
                     " duration_s, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [
-                        (u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens, u.started_at,
-                         u.duration_s, u.status)
+                        (
+                            u.key_id,
+                            u.model,
+                            u.replica_id,
+                            u.prompt_tokens,
+                            u.completion_tokens,
+                            u.started_at,
+                            u.duration_s,
+                            u.status,
+                        )
                         for u in records
                     ],
                 )
@@ -162,8 +175,12 @@ class SqliteStore:
         )
         return [
             UsageTotal(
-                key_id=str(r[0]), model=str(r[1]), requests=int(str(r[2])), prompt_tokens=int(str(r[3])),
-                completion_tokens=int(str(r[4])), last_at=float(str(r[5])),
+                key_id=str(r[0]),
+                model=str(r[1]),
+                requests=int(str(r[2])),
+                prompt_tokens=int(str(r[3])),
+                completion_tokens=int(str(r[4])),
+                last_at=float(str(r[5])),
             )
             for r in rows
         ]

@@ -25,12 +25,18 @@ class LlamaCpp:
             return Launch(argv=[rpc, "-H", ctx.host, "-p", str(rpc_port(spec, spec.rank))], env=env)
         argv = [
             ctx.binary,
-            "-m", ctx.model_path,
-            "--host", ctx.host,
-            "--port", str(spec.serve_port),
-            "--alias", spec.model,
-            "-t", str(ctx.threads),
-            "-np", "1",
+            "-m",
+            ctx.model_path,
+            "--host",
+            ctx.host,
+            "--port",
+            str(spec.serve_port),
+            "--alias",
+            spec.model,
+            "-t",
+            str(ctx.threads),
+            "-np",
+            "1",
             "--metrics",
         ]
         if spec.gpus or spec.world_size > 1:

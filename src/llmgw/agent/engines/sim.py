@@ -11,11 +11,17 @@ class Sim:
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         argv = [
-            ctx.binary, "-m", "llmgw.sim.engine",
-            "--model", spec.model,
-            "--rank", str(spec.rank),
-            "--world-size", str(spec.world_size),
-            "--host", ctx.host,
+            ctx.binary,
+            "-m",
+            "llmgw.sim.engine",
+            "--model",
+            spec.model,
+            "--rank",
+            str(spec.rank),
+            "--world-size",
+            str(spec.world_size),
+            "--host",
+            ctx.host,
         ]
         if spec.rank == 0 and spec.serve_port:
             argv += ["--port", str(spec.serve_port)]

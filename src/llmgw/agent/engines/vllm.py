@@ -10,12 +10,28 @@ class VLLM:
     name = "vllm"
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
-        argv = [ctx.binary, "serve", ctx.model_path, "--served-model-name", spec.model,
-                "--tensor-parallel-size", str(max(len(spec.gpus), 1))]
+        argv = [
+            ctx.binary,
+            "serve",
+            ctx.model_path,
+            "--served-model-name",
+            spec.model,
+            "--tensor-parallel-size",
+            str(max(len(spec.gpus), 1)),
+        ]
         if spec.world_size > 1:
-            argv += ["--pipeline-parallel-size", str(spec.world_size), "--nnodes", str(spec.world_size),
-                     "--node-rank", str(spec.rank), "--master-addr", spec.leader_address,
-                     "--master-port", str(spec.rendezvous_port)]
+            argv += [
+                "--pipeline-parallel-size",
+                str(spec.world_size),
+                "--nnodes",
+                str(spec.world_size),
+                "--node-rank",
+                str(spec.rank),
+                "--master-addr",
+                spec.leader_address,
+                "--master-port",
+                str(spec.rendezvous_port),
+            ]
         if spec.rank == 0:
             argv += ["--host", ctx.host, "--port", str(spec.serve_port)]
         else:
@@ -24,5 +40,15 @@ class VLLM:
         return Launch(argv=argv, env=nccl_env(spec), serves_http=spec.rank == 0, health_path="/health")
 
     def flags(self) -> list[str]:
-        return ["--served-model-name", "--tensor-parallel-size", "--pipeline-parallel-size", "--nnodes",
-                "--node-rank", "--master-addr", "--master-port", "--host", "--port", "--headless"]
+        return [
+            "--served-model-name",
+            "--tensor-parallel-size",
+            "--pipeline-parallel-size",
+            "--nnodes",
+            "--node-rank",
+            "--master-addr",
+            "--master-port",
+            "--host",
+            "--port",
+            "--headless",
+        ]

@@ -77,8 +77,13 @@ async def probe_llamacpp(override: str | None) -> EngineStatus | None:
     if r.code != 0:
         missing = await missing_libraries(binary)
         words = f"missing libraries: {', '.join(missing)}" if missing else r.output.strip().splitlines()[-1:]
-        return EngineStatus(name="llamacpp", version=version, path=binary, runs=False,
-                            message=words if isinstance(words, str) else " ".join(words) or f"exit {r.code}")
+        return EngineStatus(
+            name="llamacpp",
+            version=version,
+            path=binary,
+            runs=False,
+            message=words if isinstance(words, str) else " ".join(words) or f"exit {r.code}",
+        )
     return EngineStatus(name="llamacpp", version=version, path=binary, runs=True)
 
 
@@ -96,7 +101,13 @@ async def probe_engines(overrides: dict[str, str], names: list[str]) -> list[Eng
         path = overrides.get(name) if name in names else None
         if path:
             r = await run([path, "--version"] if name == "vllm" else [path, "-c", "import sglang"])
-            out.append(EngineStatus(name=name, path=path, runs=r.code == 0,
-                                    version=r.output.strip().splitlines()[-1] if r.code == 0 and r.output.strip() else "",
-                                    message="" if r.code == 0 else r.output.strip()[-300:]))
+            out.append(
+                EngineStatus(
+                    name=name,
+                    path=path,
+                    runs=r.code == 0,
+                    version=r.output.strip().splitlines()[-1] if r.code == 0 and r.output.strip() else "",
+                    message="" if r.code == 0 else r.output.strip()[-300:],
+                )
+            )
     return out

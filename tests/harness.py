@@ -1,0 +1,90 @@
+"""Real clusters for tests: free ports, planned clusters, an in-process control plane, waiting with deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from llmgw.config.loader import load
+from llmgw.config.server import ServerConfig
+from llmgw.control.server import serve
+from llmgw.core.clock import SystemClock
+from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_up, prepare
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def plan(tmp: Path, nodes: list[NodePlan], models: list[dict[str, Any]], **kw: Any) -> ClusterPlan:
+    p = ClusterPlan(
+        workdir=tmp,
+        nodes=nodes,
+        models=models,
+        agent_port=free_port(),
+        api_port=free_port(),
+        admin_port=free_port(),
+        **kw,
+    )
+    prepare(p)
+    return p
+
+
+def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Poll until cond() is truthy; fail with `what` at the deadline. Returns the truthy value."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            v = cond()
+            if v:
+                return v
+        except Exception as e:  # the condition may raise while things start
+            last_exc = e
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else "")
+    )
+
+
+async def await_until(cond: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = await cond()
+        if v:
+            return v
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class InProcessServer:
+    """The real control plane (all listeners) running in this event loop."""
+
+    def __init__(self, p: ClusterPlan) -> None:
+        self.plan = p
+        self.cfg = load(ServerConfig, p.workdir / "server.yaml")
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> InProcessServer:
+        self.task = asyncio.create_task(serve(self.cfg, SystemClock(), self.stop))
+        await await_until(lambda: asyncio.to_thread(admin_up, self.plan), 10, "admin API up")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stop.set()
+        assert self.task is not None
+        await self.task
+
+
+async def aget(p: ClusterPlan, path: str) -> Any:
+    """The management API from async code (urllib in a thread, so the in-process server keeps running)."""
+    from llmgw.dev.cluster import admin_get
+
+    return await asyncio.to_thread(admin_get, p, path)

@@ -1,0 +1,134 @@
+"""Issue 2's proof: real server and agent processes, real TLS, a real llama-server, one request end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from llmgw.dev.cluster import SMOLLM2, Cluster, NodePlan, admin_get, admin_post, admin_up
+from tests.harness import plan, wait_until
+from tests.integration.conftest import dump_logs
+
+MODELS = [
+    {
+        "name": "smollm2",
+        "source": SMOLLM2,
+        "engine": "llamacpp",
+        "profile": {"memory": "512Mi"},
+        "scaling": {"min": 1, "max": 1},
+    },
+    {
+        "name": "sim-small",
+        "source": "org/sim-small",
+        "engine": "sim",
+        "profile": {"gpus_per_shard": 2, "gpu_class": "H100-80G"},
+        "scaling": {"min": 1, "max": 1},
+    },
+]
+
+
+def ctl(p, *args: str) -> str:  # type: ignore[no-untyped-def]
+    r = subprocess.run(
+        [sys.executable, "-m", "llmgw.cli.main", "ctl", *args, "--admin", p.admin],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def chat(p, key: str, model: str, stream: bool = False) -> tuple[int, bytes]:  # type: ignore[no-untyped-def]
+    body = {
+        "model": model,
+        "max_tokens": 12,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "Name one colour."}],
+    }
+    req = urllib.request.Request(
+        p.api + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, r.read()
+
+
+def ready_replicas(p) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+    return {r["model"]: r for r in admin_get(p, "/api/status")["replicas"] if r["state"] == "ready"}
+
+
+def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+    p = plan(
+        tmp_path,
+        [
+            NodePlan(id="cpu01", address="127.0.0.30", kind="cpu", gpus=0, port_range="23000-23099"),
+            NodePlan(
+                id="node01",
+                address="127.0.0.11",
+                fabric="ib-a",
+                adapters={"mlx5_0": "ACTIVE"},
+                port_range="23100-23199",
+            ),
+        ],
+        MODELS,
+        heartbeat_interval="0.5s",
+        reconcile_interval="0.3s",
+    )
+    c = Cluster(p)
+    running.append(c)
+    c.start()
+    try:
+        wait_until(lambda: admin_up(p), 20, "control plane up")
+        wait_until(lambda: len(admin_get(p, "/api/nodes")) == 2, 30, "both nodes registered")
+
+        out = ctl(p, "nodes")
+        assert "cpu01" in out and "127.0.0.30" in out and "llamacpp" in out
+        assert "node01" in out and "8x H100-80G" in out and "ib-a" in out
+        rows = {r["node"]: r for r in json.loads(ctl(p, "nodes", "--json"))}
+        assert rows["node01"]["gpu_count"] == 8 and rows["cpu01"]["gpu_count"] == 0
+        assert rows["cpu01"]["state"] == "live"
+
+        ready = wait_until(lambda: len(ready_replicas(p)) == 2 and ready_replicas(p), 120, "both replicas Ready")
+        assert ready["smollm2"]["nodes"] == ["cpu01"]
+        assert ready["sim-small"]["nodes"] == ["node01"]
+
+        key = admin_post(p, "/api/keys", {"name": "test"})["key"]
+        status, body = chat(p, key, "smollm2")
+        assert status == 200
+        answer = json.loads(body)
+        assert answer["choices"][0]["message"]["content"].strip()
+        assert answer["usage"]["completion_tokens"] > 0
+        assert "timings" in answer  # llama-server's own field: the tokens came from the real engine
+
+        status, raw = chat(p, key, "smollm2", stream=True)
+        events = [ln for ln in raw.decode().split("\n\n") if ln.startswith("data: ")]
+        assert len(events) >= 3 and events[-1] == "data: [DONE]"
+        assert json.loads(events[1][6:])["object"] == "chat.completion.chunk"
+
+        before = {r["id"]: r for r in admin_get(p, "/api/replicas")}
+        llama_pid = next(s["pid"] for s in admin_get(p, "/api/nodes/cpu01")["report"]["shards"])
+
+        c.stop_process("server")
+        c.start_server()
+        wait_until(lambda: admin_up(p), 20, "control plane back")
+        assert {n["node"] for n in admin_get(p, "/api/nodes")} == {"cpu01", "node01"}
+        assert [m["name"] for m in admin_get(p, "/api/models")] == ["smollm2", "sim-small"]
+        after = {r["id"]: r for r in admin_get(p, "/api/replicas")}
+        assert after.keys() == before.keys()
+        # adopted, not restarted: the same replicas become ready with the same engine process
+        wait_until(lambda: len(ready_replicas(p)) == 2, 30, "replicas ready again after restart")
+        assert {r["id"] for r in ready_replicas(p).values()} == set(before)
+        assert next(s["pid"] for s in admin_get(p, "/api/nodes/cpu01")["report"]["shards"]) == llama_pid
+        key2 = admin_post(p, "/api/keys", {"name": "after-restart"})["key"]
+        assert chat(p, key2, "smollm2")[0] == 200
+        assert chat(p, key, "smollm2")[0] == 200  # keys survive too
+    except BaseException:
+        print(dump_logs(p))
+        raise
