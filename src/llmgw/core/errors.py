@@ -6,6 +6,7 @@ LlmgwError
 ├── PKIError             certificate authority problems
 ├── DiscoveryError       a probe failed in a way that is not "absent hardware"
 ├── EngineError          an engine adapter cannot build or check a command
+├── RendezvousError      (sim) a multi-node group could not form or broke
 └── UpstreamError        the router could not reach an engine
     ├── ConnectFailed    never reached the engine: safe to retry elsewhere
     └── StreamBroken     failed after bytes were exchanged: never retried

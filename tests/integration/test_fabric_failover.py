@@ -1,0 +1,120 @@
+"""Issue 3's experiment: two fabrics, two-node replicas, one node lost; no replica ever spans two fabrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from tests.harness import plan, wait_until
+from tests.integration.conftest import dump_logs
+from tests.integration.netstate import listening_ports
+
+LOST_AFTER = 6.0
+HEARTBEAT = 0.5
+MODEL = {
+    "name": "big", "source": "org/big-405b", "engine": "sim",
+    "profile": {"gpus_per_shard": 4, "nodes": 2, "gpu_class": "H100-80G", "sim": {"tokens": 4}},
+    "scaling": {"min": 2, "max": 2},
+}
+FABRIC = {"node01": "ib-a", "node02": "ib-a", "node03": "ib-b", "node04": "ib-b"}
+
+
+def nodes() -> list[NodePlan]:
+    return [
+        NodePlan(id=n, address=f"127.0.0.{40 + i}", fabric=f, adapters={"mlx5_0": "ACTIVE", "mlx5_1": "ACTIVE"},
+                 port_range=f"{24000 + 100 * i}-{24099 + 100 * i}")
+        for i, (n, f) in enumerate(FABRIC.items())
+    ]
+
+
+def post_chat(url: str, key: str | None = None) -> dict:  # type: ignore[type-arg]
+    body = {"model": "big", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())  # type: ignore[no-any-return]
+
+
+def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+    p = plan(tmp_path, nodes(), [MODEL], heartbeat_interval=f"{HEARTBEAT}s", node_lost_after=f"{LOST_AFTER}s",
+             reconcile_interval="0.3s")
+    c = Cluster(p)
+    running.append(c)
+    c.start()
+    pairings: list[set[str]] = []
+
+    def replicas() -> list[dict]:  # type: ignore[type-arg]
+        reps = admin_get(p, "/api/replicas")
+        pairings.extend({a["node_id"] for a in r["assignments"]} for r in reps if r["assignments"])
+        return reps  # type: ignore[no-any-return]
+
+    try:
+        wait_until(lambda: admin_up(p), 20, "control plane up")
+
+        def two_ready() -> list[dict] | None:  # type: ignore[type-arg]
+            ready = [r for r in admin_get(p, "/api/status")["replicas"] if r["state"] == "ready"]
+            return ready if len(ready) == 2 else None
+
+        ready = wait_until(two_ready, 60, "two ready replicas")
+        replicas()
+        by_fabric = {FABRIC[r["nodes"][0]]: r for r in ready}
+        assert set(by_fabric) == {"ib-a", "ib-b"}
+        assert {frozenset(r["nodes"]) for r in ready} == {frozenset({"node01", "node02"}),
+                                                          frozenset({"node03", "node04"})}
+
+        key = admin_post(p, "/api/keys", {"name": "t"})["key"]
+        for r in ready:  # a request served by each replica's leader, and through the router
+            assert post_chat(r["endpoint"])["choices"][0]["message"]["content"]
+        assert post_chat(p.api, key)["usage"]["completion_tokens"] == 4
+
+        addresses = {n.id: n.address for n in nodes()}
+        for r in admin_get(p, "/api/replicas"):
+            leader, worker = (a["node_id"] for a in sorted(r["assignments"], key=lambda a: a["rank"]))
+            assert listening_ports(addresses[worker]) == set(), f"worker {worker} must serve nothing"
+            assert r["assignments"][0]["serve_port"] in listening_ports(addresses[leader])
+
+        # kill node02's agent and its engines, as a dead machine would
+        shards = admin_get(p, "/api/nodes/node02")["report"]["shards"]
+        assert shards and all(s["pid"] for s in shards)
+        c.stop_process("agent-node02", signal.SIGKILL)
+        for s in shards:
+            os.killpg(s["pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        ib_a = by_fabric["ib-a"]["id"]
+
+        def node02_lost() -> bool:
+            return next(n for n in admin_get(p, "/api/nodes") if n["node"] == "node02")["state"] == "lost"
+
+        wait_until(node02_lost, LOST_AFTER + HEARTBEAT + 3, "node02 declared lost")
+        lost_at = time.monotonic() - killed
+        assert lost_at >= LOST_AFTER - 1, "declared lost before it had been silent long enough"
+        wait_until(lambda: ib_a not in {r["id"] for r in replicas()}, 20, "ib-a replica failed and reaped")
+
+        def replacement_waits() -> dict | None:  # type: ignore[type-arg]
+            pending = [r for r in replicas() if not r["assignments"] and r["explanation"]]
+            return pending[0] if pending else None
+
+        waiting = wait_until(replacement_waits, 20, "a replacement with a standing explanation")
+        summary = waiting["explanation"]["summary"]
+        assert "ib-a: 1 whole node(s) fit, needs 2" in summary
+        assert "ib-b" in summary or waiting["explanation"]["filtered"].get("NodeNotWhole") == 2
+        out = subprocess.run([sys.executable, "-m", "llmgw.cli.main", "ctl", "explain", "big", "--admin", p.admin],
+                             capture_output=True, text=True, timeout=30).stdout
+        assert "not placed" in out and "NodeNotReady: 1 node excluded" in out
+
+        # the surviving ib-b replica still serves, and node01 was never paired across fabrics
+        assert post_chat(p.api, key)["choices"]
+        for nodeset in pairings:
+            assert len({FABRIC[n] for n in nodeset}) == 1, f"replica spanned fabrics: {nodeset}"
+        events = " | ".join(e["message"] for e in admin_get(p, "/api/events?limit=200"))
+        assert "node node02 lost" in events and "reaped" in events
+    except BaseException:
+        print(dump_logs(p))
+        raise
