@@ -88,3 +88,12 @@ async def aget(p: ClusterPlan, path: str) -> Any:
     from llmgw.dev.cluster import admin_get
 
     return await asyncio.to_thread(admin_get, p, path)
+
+
+async def await_true(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Like wait_until, for a synchronous condition checked from inside the event loop."""
+
+    async def check() -> Any:
+        return cond()
+
+    return await await_until(check, timeout, what)

@@ -1,0 +1,114 @@
+"""A real router over a real control plane (in-process, fake clock) whose replicas are real engine processes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from llmgw.config.server import ModelSpec, RouterConfig, ServerConfig, TLSFiles
+from llmgw.control.plane import ControlPlane
+from llmgw.core.clock import FakeClock
+from llmgw.core.conditions import Status, set_condition
+from llmgw.core.reasons import Reason
+from llmgw.core.state import ReplicaRecord, ShardAssignment
+from llmgw.dev.cluster import SMOLLM2
+from llmgw.router.app import Router
+from llmgw.router.keys import KeyRing, new_key
+from llmgw.store.sqlite import SqliteStore
+from tests.harness import free_port
+from tests.router.engines import Engine, llama_server, sim
+
+
+@pytest.fixture(scope="session")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engine]]:
+    tmp = tmp_path_factory.mktemp("engines")
+    started = {"smollm2": llama_server(tmp), "sim-a": sim(tmp, "sim-a"), "sim-b": sim(tmp, "sim-b")}
+    try:
+        for e in started.values():
+            e.wait()
+        yield started
+    finally:
+        for e in started.values():
+            e.kill()
+
+
+def models() -> list[ModelSpec]:
+    raw = [
+        {"name": "smollm2", "source": SMOLLM2, "engine": "llamacpp", "scaling": {"min": 1, "max": 1}},
+        {"name": "sim-a", "source": "org/a", "engine": "sim", "scaling": {"min": 1, "max": 2}},
+        {"name": "sim-b", "source": "org/b", "engine": "sim", "scaling": {"min": 1, "max": 2}},
+        {
+            "name": "sim-od",
+            "source": "org/od",
+            "engine": "sim",
+            "profile": {"gpus_per_shard": 8},
+            "scaling": {"min": 0, "max": 1},
+        },
+        {"name": "sim-off", "source": "org/off", "engine": "sim"},
+    ]
+    return [ModelSpec.model_validate(m) for m in raw]
+
+
+def ready_replica(plane: ControlPlane, rid: str, model: str, endpoint: str) -> ReplicaRecord:
+    now = plane.clock.now()
+    r = ReplicaRecord(
+        id=rid,
+        model=model,
+        created_at=now,
+        shards_expected=1,
+        ready_at=now,
+        endpoint=endpoint,
+        assignments=[ShardAssignment(rank=0, node_id="n1", address="127.0.0.1")],
+        conditions=set_condition([], "Ready", Status.TRUE, Reason.AllShardsReady, "", now),
+    )
+    plane.replicas[rid] = r
+    plane.generation += 1
+    return r
+
+
+@dataclass
+class RouterUnderTest:
+    url: str
+    router: Router
+    plane: ControlPlane
+    store: SqliteStore
+    clock: FakeClock
+    key: str
+    db: Path
+
+
+@pytest.fixture
+async def rut(tmp_path: Path, engines: dict[str, Engine]) -> AsyncIterator[RouterUnderTest]:
+    cfg = ServerConfig(
+        tls=TLSFiles(ca="x", cert="x", key="x"),
+        models=models(),
+        load_wait=0.5,
+        max_body=64 * 1024,
+        router=RouterConfig(idle_timeout=1.0, first_byte_timeout=30.0),
+    )
+    db = tmp_path / "llmgw.db"
+    store = SqliteStore(db).open()
+    clock = FakeClock()
+    plane = ControlPlane(cfg, store, clock)
+    plane.load()
+    for name in ("smollm2", "sim-a", "sim-b"):
+        ready_replica(plane, f"{name}-1", name, engines[name].url)
+    keys = KeyRing(store)
+    raw, rec = new_key("tester", [], clock)
+    store.put_key(rec)
+    keys.reload()
+    router = Router(plane, keys, cfg.router, cfg.load_wait)
+    runner = web.AppRunner(router.app())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield RouterUnderTest(f"http://127.0.0.1:{port}", router, plane, store, clock, raw, db)
+    finally:
+        await runner.cleanup()
+        await router.close()
+        store.close()

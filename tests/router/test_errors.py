@@ -1,0 +1,105 @@
+"""Every kind of bad request gets its own clear 4xx in the OpenAI envelope, and nothing reaches an engine."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import aiohttp
+
+from llmgw.router.keys import new_key
+from tests.router.conftest import RouterUnderTest
+from tests.router.engines import Engine
+
+
+async def post(rut: RouterUnderTest, body: bytes, key: str | None = "default") -> tuple[int, dict, dict]:  # type: ignore[type-arg]
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {rut.key if key == 'default' else key}"
+    async with aiohttp.ClientSession() as s, s.post(rut.url + "/v1/chat/completions", data=body, headers=headers) as r:
+        return r.status, await r.json(), dict(r.headers)
+
+
+def chat(model: str | None = "sim-a") -> bytes:
+    body: dict[str, object] = {"messages": [{"role": "user", "content": "hi"}]}
+    if model is not None:
+        body["model"] = model
+    return json.dumps(body).encode()
+
+
+def prompt_tokens_seen(engine: Engine) -> float:
+    with urllib.request.urlopen(engine.url + "/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("llamacpp:prompt_tokens_total"):
+                return float(line.split()[-1])
+    raise AssertionError("llama-server exposes no prompt token counter")
+
+
+def envelope(body: dict, code: str) -> str:  # type: ignore[type-arg]
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["code"] == code, body
+    return str(body["error"]["message"])
+
+
+async def test_bad_requests_never_reach_the_engine(rut: RouterUnderTest, engines: dict[str, Engine]) -> None:
+    before = prompt_tokens_seen(engines["smollm2"])
+    s, b, _ = await post(rut, b"{not json")
+    assert s == 400 and "not valid JSON" in envelope(b, "invalid_json")
+    s, b, _ = await post(rut, chat(None))
+    assert s == 400 and envelope(b, "missing_model") == "'model' is required" and b["error"]["param"] == "model"
+    s, b, _ = await post(rut, json.dumps({"model": "smollm2", "pad": "x" * 70_000}).encode())
+    assert s == 413 and envelope(b, "body_too_large")
+    s, b, _ = await post(rut, chat("smollm2"), key=None)
+    assert s == 401 and envelope(b, "missing_api_key")
+    s, b, _ = await post(rut, chat("smollm2"), key="llmgw-wrong")
+    assert s == 401 and envelope(b, "invalid_api_key")
+    s, b, _ = await post(rut, chat("no-such-model"))
+    assert s == 404 and "does not exist" in envelope(b, "model_not_found")
+    assert prompt_tokens_seen(engines["smollm2"]) == before
+
+
+async def test_revoked_key(rut: RouterUnderTest) -> None:
+    k = rut.router.keys.check(rut.key)
+    assert k is not None
+    assert (await post(rut, chat()))[0] == 200
+    rut.store.put_key(k.model_copy(update={"revoked_at": rut.clock.now()}))
+    rut.router.keys.reload()
+    s, b, _ = await post(rut, chat())
+    assert s == 401 and envelope(b, "invalid_api_key")
+
+
+async def test_model_outside_the_keys_allow_list(rut: RouterUnderTest) -> None:
+    raw, rec = new_key("only-b", ["sim-b"], rut.clock)
+    rut.store.put_key(rec)
+    rut.router.keys.reload()
+    assert (await post(rut, chat("sim-b"), key=raw))[0] == 200
+    s, b, _ = await post(rut, chat("sim-a"), key=raw)
+    assert s == 403 and "may not use 'sim-a'" in envelope(b, "model_not_allowed")
+
+
+async def test_switched_off_model_is_not_loading(rut: RouterUnderTest) -> None:
+    s, b, _ = await post(rut, chat("sim-off"))
+    assert s == 503 and "switched off" in envelope(b, "model_off")
+    assert "sim-off" not in rut.plane.demand
+
+
+async def test_on_demand_model_triggers_a_load_then_says_loading(rut: RouterUnderTest) -> None:
+    s, b, h = await post(rut, chat("sim-od"))
+    assert s == 503
+    assert envelope(b, "model_loading").startswith("the model is loading")
+    assert h["Retry-After"] == "10"
+    assert rut.plane.demand["sim-od"] == rut.clock.now()
+    # the reconciler turns that demand into a replica (which here cannot be placed: no nodes)
+    rut.plane.reconcile_once()
+    od = [r for r in rut.plane.replicas.values() if r.model == "sim-od"]
+    assert len(od) == 1 and not od[0].placed
+    assert od[0].explanation is not None and not od[0].explanation.placed
+
+
+async def test_raw_keys_are_never_stored(rut: RouterUnderTest) -> None:
+    assert (await post(rut, chat()))[0] == 200
+    rut.router.usage.flush()
+    rut.store.db.execute("PRAGMA wal_checkpoint(FULL)")
+    for f in rut.db.parent.glob("llmgw.db*"):
+        assert rut.key.encode() not in f.read_bytes()

@@ -1,0 +1,67 @@
+"""The official openai client, unchanged, against the router: real llama-server and sim replicas."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.router.conftest import RouterUnderTest
+
+
+def client(rut: RouterUnderTest, key: str | None = None) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=rut.url + "/v1", api_key=key or rut.key, max_retries=0)
+
+
+async def test_models_lists_what_may_run(rut: RouterUnderTest) -> None:
+    ids = sorted([m.id async for m in client(rut).models.list()])
+    assert ids == ["sim-a", "sim-b", "sim-od", "smollm2"]  # sim-off is configured and off
+
+
+async def test_chat_from_the_real_engine(rut: RouterUnderTest) -> None:
+    r = await client(rut).chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "Name a fruit."}], max_tokens=10
+    )
+    assert r.choices[0].message.content
+    assert r.usage is not None and r.usage.completion_tokens > 0
+
+
+async def test_streaming_arrives_chunk_by_chunk(rut: RouterUnderTest) -> None:
+    stream = await client(rut).chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "Count to ten."}], max_tokens=16, stream=True
+    )
+    parts = [c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content]
+    assert len(parts) >= 3
+    assert "".join(parts).strip()
+
+
+async def test_completions_and_embeddings(rut: RouterUnderTest) -> None:
+    c = client(rut)
+    r = await c.completions.create(model="smollm2", prompt="The sky is", max_tokens=5)
+    assert r.choices[0].text
+    s = await c.completions.create(model="sim-a", prompt="hello there", max_tokens=3)
+    assert s.usage is not None and s.usage.completion_tokens == 3
+    e = await c.embeddings.create(model="sim-a", input="hello")
+    assert len(e.data[0].embedding) > 0
+
+
+async def test_sim_stream_usage_is_recorded(rut: RouterUnderTest) -> None:
+    stream = await client(rut).chat.completions.create(
+        model="sim-a",
+        messages=[{"role": "user", "content": "a b c"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [c async for c in stream]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
+    rut.router.usage.flush()
+    totals = {t.model: t for t in rut.store.usage_totals()}
+    assert totals["sim-a"].completion_tokens == 8
+    assert totals["sim-a"].key_id == rut.router.keys.check(rut.key).id  # type: ignore[union-attr]
+
+
+async def test_wrong_key_is_refused_by_the_client_too(rut: RouterUnderTest) -> None:
+    with pytest.raises(openai.AuthenticationError) as e:
+        await client(rut, "llmgw-not-a-real-key").chat.completions.create(
+            model="sim-a", messages=[{"role": "user", "content": "x"}]
+        )
+    assert e.value.code == "invalid_api_key"
