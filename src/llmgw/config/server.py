@@ -77,6 +77,11 @@ class RouterConfig(Strict):
     usage_flush_interval: Duration = 1.0
 
 
+class EvictionConfig(Strict):
+    idle_after: Duration = 30.0  # unused this long before it may be stopped for another model
+    protect_after_ready: Duration = 300.0  # never evict a replica Ready for less: two models must not take turns
+
+
 class ServerConfig(Strict):
     agent_listen: Listen = "127.0.0.1:7443"
     api_listen: Listen = "127.0.0.1:8080"
@@ -90,6 +95,7 @@ class ServerConfig(Strict):
     load_wait: Duration = 15.0
     max_body: ByteSize = 8 * 1024 * 1024
     router: RouterConfig = RouterConfig()
+    eviction: EvictionConfig = EvictionConfig()
     engines: list[EngineName] = ["llamacpp", "sim"]
     models: list[ModelSpec] = []
 

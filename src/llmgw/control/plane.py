@@ -23,7 +23,12 @@ class ControlPlane:
         self.cfg = cfg
         self.store = store
         self.clock = clock
-        self.timings = timings or Timings(node_lost_after=cfg.node_lost_after)
+        self.timings = timings or Timings(
+            node_lost_after=cfg.node_lost_after,
+            evict_idle_after=cfg.eviction.idle_after,
+            evict_protect=cfg.eviction.protect_after_ready,
+            demand_window=max(60.0, 4 * cfg.load_wait),
+        )
         self.started_at = 0.0
         self.models: dict[str, ModelSpec] = {}
         self.nodes: dict[str, NodeRecord] = {}
@@ -96,6 +101,9 @@ class ControlPlane:
                     self.store.put_node(self.nodes[n.id])
                     self.event("node", n.id, i.message)
             elif isinstance(i, PutReplica):
+                if i.replica.ready:
+                    # the request that asked for a load has its replica: a later eviction must not re-load it
+                    self.demand.pop(i.replica.model, None)
                 self.replicas[i.replica.id] = i.replica
                 self.store.put_replica(i.replica)
                 changed = True

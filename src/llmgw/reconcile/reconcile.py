@@ -88,7 +88,8 @@ def reconcile(w: World) -> list[Intent]:
             demanded = w.now - w.demand.get(name, float("-inf")) <= w.timings.demand_window
             keep = [r for r in active if w.now - _last_activity(r, w) < spec.scaling.idle_timeout]
             for r in active:
-                if r not in keep and not (demanded and not r.placed):
+                # a replica still loading (placed or not) while requests keep asking is wanted, not idle
+                if r not in keep and not (demanded and not r.ready):
                     idle = w.now - _last_activity(r, w)
                     current[r.id] = stopped(r, Reason.Idle, f"unused for {idle:.0f}s", w.now)
                     events[r.id] = f"replica {r.id} of {name} stopping: idle for {idle:.0f}s"
