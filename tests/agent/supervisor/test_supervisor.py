@@ -1,0 +1,106 @@
+"""The supervisor with real processes: start, health, restart with backoff, give up with the process's words."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from llmgw.agent.engines import Launch
+from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.supervisor import supervisor as sup
+from llmgw.core.clock import FakeClock
+from llmgw.wire.messages import ShardSpec
+from tests.harness import await_until, free_port
+
+
+def spec(port: int, rid: str = "r1") -> ShardSpec:
+    return ShardSpec(replica_id=rid, model="m", engine="sim", source="org/m", rank=0, world_size=1, serve_port=port)
+
+
+def sim_launch(s: ShardSpec) -> tuple[Launch | None, str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "llmgw.sim.engine",
+        "--model",
+        "m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(s.serve_port),
+    ]
+    return Launch(argv=argv, serves_http=True), ""
+
+
+def crashing_launch(s: ShardSpec) -> tuple[Launch | None, str]:
+    code = "import sys; print('error while loading shared libraries: libgomp.so.1'); sys.exit(127)"
+    return Launch(argv=[sys.executable, "-c", code], serves_http=True), ""
+
+
+async def state_of(s: Supervisor) -> str:
+    await s.tick()
+    return s.states()[0].state if s.states() else ""
+
+
+async def test_start_probe_ready_then_stop(tmp_path: Path) -> None:
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim_launch)
+    port = free_port()
+    try:
+        await s.converge([spec(port)])
+        await await_until(lambda: _is(s, "ready"), 20, "shard ready")
+        st = s.states()[0]
+        assert st.endpoint == f"http://127.0.0.1:{port}" and st.pid
+        pid = st.pid
+        await s.converge([])  # no longer desired: stopped
+        assert s.states() == []
+        assert not _alive(pid)
+    finally:
+        await s.close()
+
+
+async def test_restart_with_backoff_then_give_up_with_the_processes_words(tmp_path: Path) -> None:
+    clock = FakeClock()
+    s = Supervisor(clock, tmp_path, "127.0.0.1", crashing_launch)
+    try:
+        await s.converge([spec(free_port())])
+        await await_until(lambda: _is(s, "exited"), 10, "first exit")
+        st = s.states()[0]
+        assert st.exit_code == 127 and "libgomp.so.1" in st.message
+        await s.tick()
+        assert s.states()[0].restarts == 0  # backoff: not restarted before its time
+        for n in range(sup.MAX_RESTARTS):
+            clock.advance(sup.BACKOFF_MAX)
+            await s.tick()
+            assert s.states()[0].restarts == n + 1
+            await await_until(lambda: _is(s, "exited", "failed"), 10, f"exit {n + 1}")
+        await s.tick()
+        final = s.states()[0]
+        assert final.state == "failed"
+        assert f"gave up after {sup.MAX_RESTARTS} restarts" in final.message and "libgomp" in final.message
+    finally:
+        await s.close()
+
+
+async def test_unresolvable_shard_fails_with_the_reason(tmp_path: Path) -> None:
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", lambda sp: (None, "weights not found on this node: /m/x"))
+    await s.converge([spec(free_port())])
+    st = s.states()[0]
+    assert st.state == "failed" and st.message == "weights not found on this node: /m/x"
+    await s.close()
+
+
+async def _is(s: Supervisor, *states: str) -> bool:
+    return await state_of(s) in states
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it is dead for our purposes
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"

@@ -1,0 +1,80 @@
+"""The agent's whole report from a fixture host, and a fabric typo reported at start with the adapter named."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from llmgw.agent.agent import Agent
+from llmgw.config.agent import AgentConfig
+from llmgw.core.clock import FakeClock
+from llmgw.pki.ca import init_ca, issue
+
+HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
+
+
+def config(tmp: Path, host: str, fabrics: list[dict[str, object]]) -> AgentConfig:
+    pki = tmp / "pki"
+    init_ca(pki)
+    issue(pki, "node07")
+    return AgentConfig.model_validate(
+        {
+            "control_planes": ["https://127.0.0.1:1"],
+            "tls": {"ca": str(pki / "ca.crt"), "cert": str(pki / "node07.crt"), "key": str(pki / "node07.key")},
+            "node_id": "node07",
+            "address": "127.0.0.77",
+            "host_root": str(HOSTS / host),
+            "gpu_inventory": str(HOSTS / host / "gpu-inventory.yaml"),
+            "weights_dir": str(tmp / "weights"),
+            "state_dir": str(tmp / "state"),
+            "fabrics": fabrics,
+            "probe_engines": ["sim"],
+        }
+    )
+
+
+async def test_report_describes_the_host(tmp_path: Path) -> None:
+    a = Agent(config(tmp_path, "h100x8-ib2", [{"name": "ib-a", "adapters": ["mlx5_0", "mlx5_1"]}]), FakeClock())
+    await a.start()
+    try:
+        r = await a.report()
+    finally:
+        await a.close()
+    assert r.node_id == "node07" and r.address == "127.0.0.77"
+    assert len(r.hardware.gpus) == 8 and {g.gpu_class for g in r.hardware.gpus} == {"H100-80G"}
+    assert [f.name for f in r.fabrics] == ["ib-a"] and r.fabrics[0].adapters == ["mlx5_0", "mlx5_1"]
+    assert r.engines_probed and [e.name for e in r.engines] == ["sim"]
+    assert r.hardware.disk is not None  # the weights directory exists from the start
+    assert r.fabric_problems == []
+
+
+async def test_fabric_typo_is_reported_at_start_with_the_adapter(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = config(tmp_path, "h100x8-ib2", [{"name": "ib-a", "adapters": ["mlx5_0", "mlx5_3"]}])
+    a = Agent(cfg, FakeClock())
+    with caplog.at_level(logging.ERROR):
+        await a.start()
+    try:
+        assert any("mlx5_3" in m and "ib-a" in m for m in caplog.messages), caplog.messages
+        r = await a.report()
+    finally:
+        await a.close()
+    assert r.fabrics[0].adapters == ["mlx5_0"]  # the absent adapter is not advertised
+    assert any("mlx5_3" in p for p in r.fabric_problems)
+
+
+async def test_an_adapter_in_init_is_not_advertised(tmp_path: Path) -> None:
+    cfg = config(tmp_path, "h100x8-ib-init", [{"name": "ib-a", "adapters": ["mlx5_0", "mlx5_1"]}])
+    a = Agent(cfg, FakeClock())
+    await a.start()
+    try:
+        r = await a.report()
+    finally:
+        await a.close()
+    assert r.fabrics[0].adapters == ["mlx5_0"]
+    assert any("mlx5_1" in p and "INIT" in p for p in r.fabric_problems)
+    assert sum(g.faulty for g in r.hardware.gpus) == 1
+    assert any("Xid 79" in w for w in r.warnings)
