@@ -18,8 +18,17 @@ def gpus(n: int, cls: str = "H100-80G", nvlink: str = "all", faulty: tuple[int, 
             peers = [i ^ 1]
         else:
             peers = None
-        out.append(GPU(index=i, name=cls, gpu_class=cls, memory_mib=81559, faulty=i in faulty,
-                       fault="Xid 79: GPU has fallen off the bus" if i in faulty else "", nvlink_peers=peers))
+        out.append(
+            GPU(
+                index=i,
+                name=cls,
+                gpu_class=cls,
+                memory_mib=81559,
+                faulty=i in faulty,
+                fault="Xid 79: GPU has fallen off the bus" if i in faulty else "",
+                nvlink_peers=peers,
+            )
+        )
     return out
 
 
@@ -66,7 +75,9 @@ def model(
     source: str = "/models/m",
 ) -> ModelSpec:
     return ModelSpec(
-        name=name, source=source, engine=engine,  # type: ignore[arg-type]
+        name=name,
+        source=source,
+        engine=engine,  # type: ignore[arg-type]
         profile=Profile(gpus_per_shard=gpus_per_shard, nodes=nodes, gpu_class=cls),
         scaling=Scaling(min=min_, max=max_, idle_timeout=idle),
     )

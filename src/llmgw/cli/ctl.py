@@ -215,8 +215,8 @@ def engine_check(
     for f in report.flags:
         t.add_row(f, "[red]missing[/red]" if f in report.missing else "[green]yes[/green]")
     console.print(t)
-    for w in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     if engine == "llamacpp":
         worker = binary.rsplit("/", 1)[0] + "/ggml-rpc-server" if "/" in binary else "ggml-rpc-server"
         w = asyncio.run(run([worker, "--help"], timeout=30))
