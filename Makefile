@@ -21,7 +21,7 @@ dev: $(BIN)/.installed
 	$(BIN)/llmgw dev
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests $(wildcard bench)
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict

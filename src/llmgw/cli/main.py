@@ -86,12 +86,16 @@ def dev(
     workdir: Annotated[Path | None, typer.Option(help="keep state here instead of a temporary directory")] = None,
     sim_nodes: int = 4,
     cpu_node: bool = True,
+    api_port: int = 8080,
+    admin_port: int = 9090,
+    agent_port: int = 7443,
 ) -> None:
     """The embedded default: a control plane, simulated GPU nodes and a CPU node with a real llama-server."""
     from llmgw.dev.cluster import run_dev
 
     setup_logging(False)
-    raise typer.Exit(run_until_signal(lambda stop: run_dev(stop, workdir, sim_nodes, cpu_node)))
+    ports = (api_port, admin_port, agent_port)
+    raise typer.Exit(run_until_signal(lambda stop: run_dev(stop, workdir, sim_nodes, cpu_node, ports)))
 
 
 def main() -> None:

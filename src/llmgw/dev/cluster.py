@@ -234,13 +234,20 @@ def admin_up(plan: ClusterPlan) -> bool:
         return False
 
 
-async def run_dev(stop: asyncio.Event, workdir: Path | None, sim_nodes: int, cpu_node: bool) -> None:
+async def run_dev(
+    stop: asyncio.Event,
+    workdir: Path | None,
+    sim_nodes: int,
+    cpu_node: bool,
+    ports: tuple[int, int, int] = (8080, 9090, 7443),
+) -> None:
     tmp = None
     if workdir is None:
         tmp = Path(tempfile.mkdtemp(prefix="llmgw-dev-"))
         workdir = tmp
     workdir.mkdir(parents=True, exist_ok=True)
     plan = default_plan(workdir, sim_nodes, cpu_node)
+    plan.api_port, plan.admin_port, plan.agent_port = ports
     prepare(plan)
     cluster = Cluster(plan)
     cluster.start()
@@ -275,11 +282,15 @@ async def run_dev(stop: asyncio.Event, workdir: Path | None, sim_nodes: int, cpu
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _admin_flag(plan: ClusterPlan) -> str:
+    return "" if plan.admin_port == 9090 else f" --admin {plan.admin}"
+
+
 def _banner(plan: ClusterPlan, key: str, workdir: Path) -> str:
     return f"""
 llmgw dev is up (state and logs in {workdir})
   OpenAI API:      {plan.api}/v1
-  management API:  {plan.admin}   (llmgw ctl nodes | status | models | explain MODEL)
+  management API:  {plan.admin}   (llmgw ctl nodes | status | models | explain MODEL{_admin_flag(plan)})
   API key:         {key}
 
   nodes: {", ".join(n.id for n in plan.nodes)}; models: {", ".join(m["name"] for m in plan.models)}

@@ -1,0 +1,69 @@
+"""`llmgw dev` as a person runs it: the banner, a multi-node sim replica in ctl status, real tokens, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from tests.harness import free_port, wait_until
+
+
+def test_llmgw_dev_serves_and_stops_everything(tmp_path: Path) -> None:
+    api, admin, agent = free_port(), free_port(), free_port()
+    engine_pids: list[int] = []
+    log = tmp_path / "dev.out"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llmgw.cli.main", "dev", "--workdir", str(tmp_path / "w"), "--api-port", str(api),
+             "--admin-port", str(admin), "--agent-port", str(agent)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        text = wait_until(lambda: (t := log.read_text()) and "ready: smollm2" in t and "ready: sim-405b" in t and t,
+                          120, "smollm2 and sim-405b ready")
+        key = re.search(r"API key:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
+        status = subprocess.run(
+            [sys.executable, "-m", "llmgw.cli.main", "ctl", "status", "--admin", f"http://127.0.0.1:{admin}"],
+            capture_output=True, text=True, timeout=30, env={**os.environ, "COLUMNS": "200"},
+        ).stdout
+        row = next(ln for ln in status.splitlines() if "sim-405b" in ln and "ready" in ln)
+        assert re.search(r"node0[12], node0[12]|node0[34], node0[34]", row), row
+        body = {"model": "smollm2", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi!"}]}
+        req = urllib.request.Request(f"http://127.0.0.1:{api}/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert json.loads(r.read())["choices"][0]["message"]["content"]
+        for node in ("node01", "node02", "node03", "node04", "cpu01"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin}/api/nodes/{node}", timeout=5) as r:
+                engine_pids += [s["pid"] for s in json.loads(r.read())["report"]["shards"] if s["pid"]]
+        assert len(engine_pids) >= 3  # llama-server and the two ranks of sim-405b
+    finally:
+        os.killpg(proc.pid, signal.SIGINT) if proc.poll() is None else None
+        proc.wait(60)
+    assert proc.returncode == 0
+    assert "stopping every process llmgw dev started" in log.read_text()
+    # nothing it started outlives it: not the engines, not any process with its workdir on the command line
+    assert [pid for pid in engine_pids if _alive(pid)] == []
+    leftovers: list[str] = []
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (pid_dir / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(tmp_path / "w") in cmd:
+            leftovers.append(cmd.replace("\0", " "))
+    assert leftovers == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
