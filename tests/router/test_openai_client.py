@@ -27,11 +27,14 @@ async def test_chat_from_the_real_engine(rut: RouterUnderTest) -> None:
 
 async def test_streaming_arrives_chunk_by_chunk(rut: RouterUnderTest) -> None:
     stream = await client(rut).chat.completions.create(
-        model="smollm2", messages=[{"role": "user", "content": "Count to ten."}], max_tokens=16, stream=True
+        model="smollm2", messages=[{"role": "user", "content": "Count from 1 to 10, separated by commas."}],
+        max_tokens=16, stream=True, temperature=0,
     )
-    parts = [c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content]
-    assert len(parts) >= 3
-    assert "".join(parts).strip()
+    chunks = [c async for c in stream]
+    parts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(chunks) >= 3  # the role, at least one token, the finish: each its own event
+    assert parts and "".join(parts).strip()
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
 
 
 async def test_completions_and_embeddings(rut: RouterUnderTest) -> None:

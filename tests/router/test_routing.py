@@ -96,3 +96,23 @@ async def test_long_non_streaming_generation_is_not_cut_off(rut: RouterUnderTest
         assert json.loads(body)["usage"]["completion_tokens"] == 3
     finally:
         slow.kill()
+
+
+async def test_streaming_is_passed_through_as_it_is_generated(rut: RouterUnderTest, tmp_path: Path) -> None:
+    paced = sim(tmp_path, "sim-b", tokens=6, tokens_per_second=10).wait()  # a token every 0.1 s
+    try:
+        rut.plane.replicas.pop("sim-b-1")
+        ready_replica(rut.plane, "sim-b-paced", "sim-b", paced.url)
+        body = {"model": "sim-b", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        arrivals: list[float] = []
+        loop = asyncio.get_running_loop()
+        async with aiohttp.ClientSession() as s, s.post(rut.url + "/v1/chat/completions", json=body,
+                                                         headers={"Authorization": f"Bearer {rut.key}"}) as r:
+            async for line in r.content:
+                if line.startswith(b"data: {") and b'"content"' in line:
+                    arrivals.append(loop.time())
+        assert len(arrivals) >= 6
+        # a buffering proxy would deliver everything at once; here the tokens arrive paced as generated
+        assert arrivals[-1] - arrivals[0] >= 0.3
+    finally:
+        paced.kill()
