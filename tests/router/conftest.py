@@ -18,6 +18,7 @@ from llmgw.core.state import ReplicaRecord, ShardAssignment
 from llmgw.dev.cluster import SMOLLM2
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing, new_key
+from llmgw.router.state import LocalState
 from llmgw.store.sqlite import SqliteStore
 from tests.harness import free_port
 from tests.router.engines import Engine, llama_server, sim
@@ -101,7 +102,7 @@ async def rut(tmp_path: Path, engines: dict[str, Engine]) -> AsyncIterator[Route
     raw, rec = new_key("tester", [], clock)
     store.put_key(rec)
     keys.reload()
-    router = Router(plane, keys, cfg.router, cfg.load_wait)
+    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body)
     runner = web.AppRunner(router.app())
     await runner.setup()
     port = free_port()

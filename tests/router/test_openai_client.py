@@ -56,7 +56,7 @@ async def test_sim_stream_usage_is_recorded(rut: RouterUnderTest) -> None:
     )
     chunks = [c async for c in stream]
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
-    rut.router.usage.flush()
+    await rut.router.state.flush()
     totals = {t.model: t for t in rut.store.usage_totals()}
     assert totals["sim-a"].completion_tokens == 8
     assert totals["sim-a"].key_id == rut.router.keys.check(rut.key).id  # type: ignore[union-attr]

@@ -28,7 +28,7 @@ async def test_unreachable_replica_is_skipped_before_any_byte_is_sent(rut: Route
     for _ in range(4):
         status, _ = await _post(rut, "sim-a")
         assert status == 200
-    rut.router.usage.flush()
+    await rut.router.state.flush()
     served = {t.model: t.requests for t in rut.store.usage_totals()}
     assert served["sim-a"] == 4
 

@@ -35,7 +35,22 @@ def server(config: Annotated[Path, typer.Option("--config", "-c")], verbose: boo
         cfg = load(ServerConfig, config)
     except LlmgwError as e:
         raise _fail(e) from None
-    raise typer.Exit(run_until_signal(lambda stop: serve(cfg, SystemClock(), stop)))
+    raise typer.Exit(run_until_signal(lambda stop: serve(cfg, SystemClock(), stop, str(config))))
+
+
+@app.command("router-worker", hidden=True)
+def router_worker(config: Annotated[Path, typer.Option("--config", "-c")], verbose: bool = False) -> None:
+    """An extra API worker process; `llmgw server` starts these when api_workers > 1."""
+    from llmgw.config.loader import load
+    from llmgw.config.server import ServerConfig
+    from llmgw.router.worker import serve_worker
+
+    setup_logging(verbose)
+    try:
+        cfg = load(ServerConfig, config)
+    except LlmgwError as e:
+        raise _fail(e) from None
+    raise typer.Exit(run_until_signal(lambda stop: serve_worker(cfg, SystemClock(), stop)))
 
 
 @app.command()

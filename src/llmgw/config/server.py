@@ -95,6 +95,8 @@ class ServerConfig(Strict):
     load_wait: Duration = 15.0
     max_body: ByteSize = 8 * 1024 * 1024
     router: RouterConfig = RouterConfig()
+    # API worker processes sharing api_listen (SO_REUSEPORT); beyond one, they are separate processes
+    api_workers: int = Field(default=1, ge=1, le=64)
     eviction: EvictionConfig = EvictionConfig()
     engines: list[EngineName] = ["llamacpp", "sim"]
     models: list[ModelSpec] = []

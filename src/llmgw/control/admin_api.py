@@ -11,7 +11,8 @@ from llmgw.control.metrics import registry
 from llmgw.control.plane import ControlPlane
 from llmgw.control.summary import Summary, summarize
 from llmgw.control.views import node_row
-from llmgw.router.keys import KeyRing, new_key
+from llmgw.router.keys import new_key
+from llmgw.router.state import Activity, RouterView, ready_table
 
 
 def summary_of(plane: ControlPlane) -> Summary:
@@ -36,7 +37,7 @@ def metrics_routes(plane: ControlPlane) -> list[web.RouteDef]:
     return [web.get("/metrics", metrics), web.get("/health", health)]
 
 
-def admin_app(plane: ControlPlane, keys: KeyRing) -> web.Application:
+def admin_app(plane: ControlPlane) -> web.Application:
     def js(data: object, status: int = 200) -> web.Response:
         return web.Response(text=json.dumps(data, default=str), status=status, content_type="application/json")
 
@@ -97,7 +98,7 @@ def admin_app(plane: ControlPlane, keys: KeyRing) -> web.Application:
             return js({"error": f"unknown model(s): {', '.join(unknown)}"}, 400)
         raw, rec = new_key(name, allowed, plane.clock)
         plane.store.put_key(rec)
-        keys.reload()
+        plane.keys_changed()
         return js({"key": raw, **rec.model_dump(exclude={"hash"})}, 201)
 
     async def revoke_key(request: web.Request) -> web.Response:
@@ -105,9 +106,29 @@ def admin_app(plane: ControlPlane, keys: KeyRing) -> web.Application:
         for k in plane.store.list_keys():
             if k.id == kid or k.name == kid:
                 plane.store.put_key(k.model_copy(update={"revoked_at": plane.clock.now()}))
-                keys.reload()
+                plane.keys_changed()
                 return js({"revoked": k.id})
         return js({"error": f"no key {kid}"}, 404)
+
+    async def router_view(_: web.Request) -> web.Response:
+        view = RouterView(
+            generation=plane.generation,
+            keys_version=plane.keys_version,
+            models=list(plane.models.values()),
+            ready=ready_table(plane),
+        )
+        return web.Response(text=view.model_dump_json(), content_type="application/json")
+
+    async def router_activity(request: web.Request) -> web.Response:
+        act = Activity.model_validate_json(await request.read())
+        for model, at in act.demand.items():
+            if model in plane.models:
+                plane.demand[model] = max(at, plane.demand.get(model, 0.0))
+        for rid, at in act.used.items():
+            plane.used(rid, at)
+        plane.outstanding.update(act.outstanding)
+        plane.store.add_usage(act.usage)
+        return js({"ok": True})
 
     app = web.Application()
     app.add_routes(metrics_routes(plane))
@@ -120,6 +141,8 @@ def admin_app(plane: ControlPlane, keys: KeyRing) -> web.Application:
             web.get("/api/replicas", replicas),
             web.get("/api/explain/{model}", explain),
             web.get("/api/events", events),
+            web.get("/api/router/view", router_view),
+            web.post("/api/router/activity", router_activity),
             web.get("/api/keys", list_keys),
             web.post("/api/keys", create_key),
             web.delete("/api/keys/{id}", revoke_key),

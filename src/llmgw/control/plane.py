@@ -37,6 +37,7 @@ class ControlPlane:
         self.last_used: dict[str, float] = {}
         self.outstanding: dict[str, int] = {}
         self.generation = 0  # bumped when replicas change, so readers can cache derived tables
+        self.keys_version = 0  # bumped when API keys change, so routers reload them
 
     def load(self) -> None:
         """Adopt what the store holds. Timers for silent nodes restart now, not from stale timestamps."""
@@ -125,6 +126,9 @@ class ControlPlane:
 
     def used(self, replica_id: str, at: float) -> None:
         self.last_used[replica_id] = max(at, self.last_used.get(replica_id, 0.0))
+
+    def keys_changed(self) -> None:
+        self.keys_version += 1
 
     def ready_replicas(self, model: str) -> list[ReplicaRecord]:
         return [r for r in self.replicas.values() if r.model == model and r.ready and r.endpoint]

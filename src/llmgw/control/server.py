@@ -17,6 +17,8 @@ from llmgw.core.clock import Clock
 from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
+from llmgw.router.state import LocalState
+from llmgw.router.worker import spawn_workers, stop_workers
 from llmgw.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
@@ -28,20 +30,19 @@ async def _site(runner: web.AppRunner, listen: str, **kw: object) -> None:
     await web.TCPSite(runner, host, port, **kw).start()  # type: ignore[arg-type]
 
 
-async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event) -> None:
+async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_path: str | None = None) -> None:
     # Everything that can fail on bad input fails here, before anything listens.
     tls = server_context(Path(cfg.tls.cert), Path(cfg.tls.key), Path(cfg.tls.ca), require_client=True)
     store = SqliteStore(cfg.store.path).open()
     plane = ControlPlane(cfg, store, clock)
     plane.load()
     keys = KeyRing(store)
-    keys.reload()
-    router = Router(plane, keys, cfg.router, cfg.load_wait)
+    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body)
 
     runners = [
         web.AppRunner(agent_app(plane), access_log=None),
         web.AppRunner(router.app(), access_log=None),
-        web.AppRunner(admin_app(plane, keys), access_log=None),
+        web.AppRunner(admin_app(plane), access_log=None),
     ]
     await _site(runners[0], cfg.agent_listen, ssl_context=tls)
     await _site(runners[1], cfg.api_listen, reuse_port=True)
@@ -63,9 +64,11 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event) -> None:
             await asyncio.sleep(cfg.reconcile_interval)
 
     tasks = [asyncio.create_task(loop()), asyncio.create_task(router.flush_usage())]
+    workers = spawn_workers(config_path, cfg.api_workers - 1) if config_path else []
     try:
         await stop.wait()
     finally:
+        stop_workers(workers)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 
 import aiohttp
 from aiohttp import web
 
 from llmgw.config.server import RouterConfig
-from llmgw.control.plane import ControlPlane
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
 from llmgw.router.proxy import Outcome, Timeouts, forward
+from llmgw.router.state import RouterState
 from llmgw.router.table import RoutingTable
-from llmgw.router.usage import UsageBuffer
 from llmgw.store.base import ApiKeyRecord, UsageRecord
 
 log = logging.getLogger(__name__)
@@ -30,30 +30,33 @@ ANONYMOUS = ApiKeyRecord(id="-", name="anonymous", prefix="", hash="", created_a
 
 
 class Router:
-    def __init__(self, plane: ControlPlane, keys: KeyRing, cfg: RouterConfig, load_wait: float) -> None:
-        self.plane = plane
+    def __init__(self, state: RouterState, keys: KeyRing, cfg: RouterConfig, load_wait: float, max_body: int) -> None:
+        self.state = state
         self.keys = keys
         self.cfg = cfg
         self.load_wait = load_wait
+        self.max_body = max_body
         self.table = RoutingTable()
-        self.usage = UsageBuffer(plane.store)
+        self._keys_version = -1
+        self._worker = str(os.getpid())  # which API worker answered, for operators chasing one bad process
         self.timeouts = Timeouts(cfg.connect_timeout, cfg.first_byte_timeout, cfg.idle_timeout)
         self.session: aiohttp.ClientSession | None = None
         self.changed = asyncio.Event()
 
     # routing table follows the control plane's replicas
     def refresh(self) -> None:
-        if self.table.generation == self.plane.generation:
+        if self._keys_version != self.state.keys_version():
+            self._keys_version = self.state.keys_version()
+            self.keys.reload()
+        generation = self.state.generation()
+        if self.table.generation == generation:
             return
-        ready: dict[str, list[tuple[str, str]]] = {}
-        for r in self.plane.replicas.values():
-            if r.ready and r.endpoint:
-                ready.setdefault(r.model, []).append((r.id, r.endpoint))
-        self.table.update(self.plane.generation, ready)
+        self.table.update(generation, self.state.ready())
         self.changed.set()
         self.changed = asyncio.Event()
 
     def _auth(self, request: web.Request) -> ApiKeyRecord | web.Response:
+        self.refresh()
         if not self.cfg.auth:
             return ANONYMOUS
         header = request.headers.get("Authorization", "")
@@ -72,7 +75,7 @@ class Router:
             return key
         data = [
             {"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"}
-            for m in self.plane.models.values()
+            for m in self.state.models.values()
             if m.scaling.max > 0 and (not key.models or m.name in key.models)
         ]
         return web.json_response({"object": "list", "data": data})
@@ -96,16 +99,12 @@ class Router:
         key = self._auth(request)
         if isinstance(key, web.Response):
             return key
-        if request.content_length is not None and request.content_length > self.plane.cfg.max_body:
-            return openai_error(
-                413, f"request body over {self.plane.cfg.max_body} bytes", "invalid_request_error", "body_too_large"
-            )
+        if request.content_length is not None and request.content_length > self.max_body:
+            return self._too_large()
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return openai_error(
-                413, f"request body over {self.plane.cfg.max_body} bytes", "invalid_request_error", "body_too_large"
-            )
+            return self._too_large()
         try:
             payload = json.loads(body)
         except ValueError as e:
@@ -115,7 +114,7 @@ class Router:
         model = payload.get("model")
         if not isinstance(model, str) or not model:
             return openai_error(400, "'model' is required", "invalid_request_error", "missing_model", "model")
-        spec = self.plane.models.get(model)
+        spec = self.state.models.get(model)
         if spec is None:
             return openai_error(
                 404, f"the model '{model}' does not exist", "invalid_request_error", "model_not_found", "model"
@@ -131,13 +130,12 @@ class Router:
                 "service_unavailable",
                 "model_off",
             )
-        self.refresh()
         if self.table.pick(model) is None:
             if spec.on_demand:
-                self.plane.want(model)
+                self.state.want(model)
             if not await self._wait_ready(model):
                 why = "the model is loading" if spec.on_demand else "no replica of the model is ready"
-                detail = "; ".join(self.plane.explain(model)[:2])
+                detail = "; ".join((await self.state.explain(model))[:2])
                 return openai_error(
                     503,
                     f"{why}: {detail}",
@@ -149,7 +147,7 @@ class Router:
         path = PATHS[request.path]
         tried: set[str] = set()
         loop = asyncio.get_running_loop()
-        started = self.plane.clock.now()
+        started = self.state.clock.now()
         t0 = loop.time()
         while True:
             route = self.table.pick(model, tried)
@@ -163,7 +161,6 @@ class Router:
                 )
             tried.add(route.replica_id)
             route.outstanding += 1
-            self.plane.outstanding[route.replica_id] = route.outstanding
             try:
                 outcome: Outcome = await forward(
                     request, self._session(), route.endpoint + path, body, stream, self.timeouts
@@ -173,9 +170,8 @@ class Router:
                 continue  # never reached an engine: safe to try elsewhere
             finally:
                 route.outstanding -= 1
-                self.plane.outstanding[route.replica_id] = route.outstanding
-                self.plane.used(route.replica_id, self.plane.clock.now())
-            self.usage.add(
+                self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
+            self.state.record(
                 UsageRecord(
                     key_id=key.id,
                     model=model,
@@ -188,6 +184,8 @@ class Router:
                 )
             )
             assert outcome.response is not None
+            if not outcome.response.prepared:
+                outcome.response.headers["X-Llmgw-Worker"] = self._worker
             return outcome.response
 
     def _session(self) -> aiohttp.ClientSession:
@@ -197,18 +195,21 @@ class Router:
             )
         return self.session
 
+    def _too_large(self) -> web.Response:
+        return openai_error(413, f"request body over {self.max_body} bytes", "invalid_request_error", "body_too_large")
+
     async def flush_usage(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.usage_flush_interval)
-            self.usage.flush()
+            await self.state.flush()
 
     async def close(self) -> None:
-        self.usage.flush()
+        await self.state.flush()
         if self.session is not None:
             await self.session.close()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.plane.cfg.max_body)
+        app = web.Application(client_max_size=self.max_body)
         app.router.add_get("/v1/models", self.models)
         for p in PATHS:
             app.router.add_post(p, self.proxy)

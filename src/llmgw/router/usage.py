@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from llmgw.store.base import Store, UsageRecord
-
 
 def usage_from_body(body: bytes) -> tuple[int, int]:
     """(prompt_tokens, completion_tokens) from a whole response body, or zeros."""
@@ -30,17 +28,3 @@ def usage_from_sse(chunk: bytes) -> tuple[int, int] | None:
             if u:
                 found = (int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
     return found
-
-
-class UsageBuffer:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.pending: list[UsageRecord] = []
-
-    def add(self, rec: UsageRecord) -> None:
-        self.pending.append(rec)
-
-    def flush(self) -> int:
-        batch, self.pending = self.pending, []
-        self.store.add_usage(batch)
-        return len(batch)

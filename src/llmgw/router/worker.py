@@ -1,0 +1,78 @@
+"""Router workers: extra processes that serve the OpenAI API on the same port, for more than one core."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+from aiohttp import web
+
+from llmgw.config.server import ServerConfig
+from llmgw.config.types import split_listen
+from llmgw.core.clock import Clock
+from llmgw.router.app import Router
+from llmgw.router.keys import KeyRing
+from llmgw.router.state import RemoteState
+from llmgw.store.sqlite import SqliteStore
+
+log = logging.getLogger(__name__)
+
+VIEW_POLL_S = 0.25
+
+
+def spawn_workers(config_path: str, n: int) -> list[subprocess.Popen[bytes]]:
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "llmgw.cli.main", "router-worker", "-c", config_path], stdin=subprocess.DEVNULL
+        )
+        for _ in range(n)
+    ]
+
+
+def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    for w in workers:
+        if w.poll() is None:
+            w.send_signal(signal.SIGTERM)
+    for w in workers:
+        try:
+            w.wait(10)
+        except subprocess.TimeoutExpired:
+            w.kill()
+            w.wait()
+
+
+async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event) -> None:
+    host, port = split_listen(cfg.admin_listen)
+    state = RemoteState(f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}", clock)
+    store = SqliteStore(cfg.store.path).open()  # read for API keys; the control plane is the writer
+    router = Router(state, KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body)
+    await state.poll()
+    runner = web.AppRunner(router.app(), access_log=None)
+    await runner.setup()
+    api_host, api_port = split_listen(cfg.api_listen)
+    await web.TCPSite(runner, api_host, api_port, reuse_port=True).start()
+    log.info("router worker %d serving %s", os.getpid(), cfg.api_listen)
+
+    async def poll() -> None:
+        while True:
+            await asyncio.sleep(VIEW_POLL_S)
+            try:
+                await state.poll()
+            except Exception as e:  # the control plane restarting: keep the last table and try again
+                log.warning("router view: %s", e)
+
+    tasks = [asyncio.create_task(poll()), asyncio.create_task(router.flush_usage())]
+    try:
+        await stop.wait()
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await runner.cleanup()
+        await router.close()
+        await state.close()
+        store.close()

@@ -1,0 +1,62 @@
+"""Several API worker processes on one port: each serves, keys and usage flow through the control plane."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from tests.harness import plan, wait_until
+from tests.integration.conftest import dump_logs
+
+MODELS = [
+    {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_shard": 1, "sim": {"tokens": 2}},
+     "scaling": {"min": 1, "max": 1}},
+    {"name": "od", "source": "org/od", "engine": "sim", "profile": {"gpus_per_shard": 1, "sim": {"tokens": 2}},
+     "scaling": {"min": 0, "max": 1}},
+]
+
+
+def chat(p, key: str, model: str = "m") -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    req = urllib.request.Request(
+        p.api + "/v1/chat/completions",
+        data=json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json", "Connection": "close"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, r.headers.get("X-Llmgw-Worker", "")
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("X-Llmgw-Worker", "")
+
+
+def test_two_api_workers_share_the_port(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.60", port_range="26000-26099")], MODELS,
+             heartbeat_interval="0.3s", reconcile_interval="0.2s", extra_server={"api_workers": 2})
+    c = Cluster(p)
+    running.append(c)
+    c.start()
+    try:
+        wait_until(lambda: admin_up(p), 20, "control plane up")
+        wait_until(lambda: any(r["state"] == "ready" for r in admin_get(p, "/api/status")["replicas"]), 30,
+                   "model m ready")
+        key = admin_post(p, "/api/keys", {"name": "made-after-start"})["key"]  # both workers must learn it
+        served_by: set[str] = set()
+
+        def both_serve() -> bool:
+            status, worker = chat(p, key)
+            assert status in (200, 401)
+            if status == 200:
+                served_by.add(worker)
+            return len(served_by) == 2
+
+        wait_until(both_serve, 30, "answers from two different worker processes", interval=0.01)
+        status, _ = chat(p, key, "od")  # a worker process's demand reaches the control plane and loads it
+        assert status == 200
+        wait_until(lambda: sum(u["requests"] for u in admin_get(p, "/api/status")["usage"]) >= 3, 10,
+                   "usage from every worker recorded")
+    except BaseException:
+        print(dump_logs(p))
+        raise

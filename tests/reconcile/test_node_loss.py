@@ -1,0 +1,136 @@
+"""A silent node is lost; its replicas fail, are reaped, and are replaced on a fabric that can hold all of them."""
+
+from __future__ import annotations
+
+from llmgw.core.reasons import Reason
+from llmgw.reconcile.intents import MarkLost, PutReplica, Reap
+from llmgw.reconcile.world import Timings
+from tests.clusters import model, node
+from tests.reconcile.harness import Sim
+
+FABRIC = {"node01": "ib-a", "node02": "ib-a", "node03": "ib-b", "node04": "ib-b", "node05": "ib-b", "node06": "ib-b"}
+
+
+def _cluster(n: int = 4) -> Sim:
+    big = model("big", nodes=2, gpus_per_shard=4, min_=2, max_=2)
+    nodes = [node(nid, fabric=FABRIC[nid]) for nid in sorted(FABRIC)[:n]]
+    sim = Sim([big], nodes)
+    sim.step()
+    sim.heartbeat()
+    sim.step()
+    return sim
+
+
+def _never_across_fabrics(sim: Sim) -> None:
+    for i in sim.intents:
+        if isinstance(i, PutReplica) and i.replica.assignments:
+            fabrics = {FABRIC[a.node_id] for a in i.replica.assignments}
+            assert len(fabrics) == 1, f"{i.replica.id} spans {fabrics}: {i.replica.node_ids()}"
+            assert {a.fabric for a in i.replica.assignments} == fabrics
+
+
+def test_a_node_is_lost_only_after_node_lost_after_of_silence() -> None:
+    sim = Sim([], [node("node01"), node("node02")], timings=Timings(node_lost_after=60.0))
+    sim.run(60, silent={"node02"})  # exactly the limit: not yet
+    assert not [i for i in sim.intents if isinstance(i, MarkLost)]
+    assert not sim.nodes["node02"].lost
+    sim.advance(1)
+    sim.heartbeat("node01")
+    out = sim.step()
+    lost = [i for i in out if isinstance(i, MarkLost)]
+    assert [i.node_id for i in lost] == ["node02"]
+    assert "silent for 61s" in lost[0].message and "limit 60s" in lost[0].message
+    sim.advance(5)
+    assert not [i for i in sim.step() if isinstance(i, MarkLost)], "a lost node is marked lost once"
+
+
+def test_two_replicas_of_a_two_node_model_take_one_fabric_each() -> None:
+    sim = _cluster()
+    reps = sim.of("big")
+    assert len(reps) == 2 and all(r.ready for r in reps)
+    assert sorted(tuple(r.node_ids()) for r in reps) == [("node01", "node02"), ("node03", "node04")]
+    assert all(r.endpoint.endswith(f":{r.assignments[0].serve_port}") for r in reps)
+    _never_across_fabrics(sim)
+
+
+def test_losing_node02_fails_and_reaps_its_replica_and_the_replacement_waits_rather_than_span_fabrics() -> None:
+    sim = _cluster()
+    a, b = sim.of("big")
+    assert a.node_ids() == ["node01", "node02"]
+
+    sim.run(60, silent={"node02"})
+    assert sim.replicas[a.id].ready, "60s of silence is not yet lost"
+
+    # t+61: node02 is lost, the ib-a replica fails in the same pass, a replacement is wanted
+    sim.advance(1)
+    sim.heartbeat("node01", "node03", "node04", keep=[(a.id, 0)])  # node01 has not stopped rank 0 yet
+    out = sim.step()
+    assert [i.node_id for i in out if isinstance(i, MarkLost)] == ["node02"]
+    failed = sim.replicas[a.id]
+    assert failed.failed and not failed.ready and failed.endpoint == ""
+    assert sim.ready_reason(failed) == Reason.NodeLost
+    assert "node02" in failed.conditions[-1].message
+    assert sim.replicas[b.id].ready
+    (c,) = [r for r in sim.live("big") if r.id != b.id]
+    assert not c.placed
+
+    # still reported by a live node: kept, and its cards stay taken
+    sim.advance(3)
+    sim.heartbeat("node01", "node03", "node04", keep=[(a.id, 0)])
+    assert not [i for i in sim.step() if isinstance(i, Reap)]
+    assert a.id in sim.replicas
+
+    # node01 stops it; node02's stale report still lists rank 1, but a lost node's word does not count
+    assert any(s.replica_id == a.id for s in sim.nodes["node02"].report.shards)
+    sim.advance(3)
+    sim.heartbeat("node01", "node03", "node04")
+    assert [i.replica_id for i in sim.step() if isinstance(i, Reap)] == [a.id]
+
+    # the replacement waits, and says why: ib-a has one whole node, ib-b is full
+    sim.run(300, silent={"node02"})
+    c = sim.replicas[c.id]
+    assert not c.placed
+    assert sim.scheduled(c) == ("False", Reason.Unschedulable)
+    e = c.explanation
+    assert e is not None and not e.placed and e.nodes_evaluated == 4
+    assert "ib-a: 1 whole node(s) fit, needs 2" in e.summary
+    assert e.filtered == {Reason.NodeNotReady: 1, Reason.NodeNotWhole: 2, Reason.FabricTooSmall: 1}
+    assert any(f"replica {c.id} of big cannot be placed" in ev for ev in sim.events)
+    assert len(sim.of("big")) == 2, "one replacement, not one per pass"
+    _never_across_fabrics(sim)
+
+    # node02 returns: the replacement lands on ib-a, whole
+    sim.run(5)
+    c = sim.replicas[c.id]
+    assert c.node_ids() == ["node01", "node02"] and {a.fabric for a in c.assignments} == {"ib-a"}
+    _never_across_fabrics(sim)
+
+
+def test_the_replacement_moves_to_the_fabric_that_can_hold_all_of_it() -> None:
+    sim = _cluster(6)  # ib-b has two free nodes besides the replica on node03+node04
+    a, b = sim.of("big")
+    sim.run(61, silent={"node02"})
+    assert sim.replicas[a.id].failed or a.id not in sim.replicas
+    (c,) = [r for r in sim.live("big") if r.id != b.id]
+    assert c.node_ids() == ["node05", "node06"]
+    assert {x.fabric for x in c.assignments} == {"ib-b"}
+    assert "node01" not in c.node_ids()
+    sim.run(5, silent={"node02"})
+    assert sim.replicas[c.id].ready
+    _never_across_fabrics(sim)
+
+
+def test_a_single_node_replica_on_a_lost_node_fails_with_node_lost() -> None:
+    small = model("small", gpus_per_shard=8, min_=1, max_=1)
+    sim = Sim([small], [node("node01"), node("node02")])
+    sim.step()
+    sim.heartbeat()
+    sim.step()
+    (r,) = sim.of("small")
+    assert r.ready and r.node_ids() == ["node01"]
+    sim.run(65, silent={"node01"})
+    assert r.id not in sim.replicas or sim.replicas[r.id].failed
+    assert any(isinstance(i, PutReplica) and i.replica.id == r.id and sim.ready_reason(i.replica) == Reason.NodeLost
+               for i in sim.intents)
+    (new,) = sim.live("small")
+    assert new.node_ids() == ["node02"]

@@ -1,0 +1,165 @@
+"""A replica is Ready only with every shard ready; a replica short of a shard fails; a restart adopts, not restarts."""
+
+from __future__ import annotations
+
+from llmgw.config.server import ServerConfig, TLSFiles
+from llmgw.control.plane import ControlPlane
+from llmgw.core.clock import FakeClock
+from llmgw.core.reasons import Reason
+from llmgw.core.state import ReplicaRecord
+from llmgw.reconcile.intents import MarkLost, PutReplica
+from llmgw.reconcile.reconcile import reconcile
+from llmgw.reconcile.status import derive
+from llmgw.store.sqlite import SqliteStore
+from tests.clusters import model, node
+from tests.reconcile.harness import T0, Sim
+
+
+def _two_node() -> tuple[Sim, ReplicaRecord]:
+    big = model("big", nodes=2, gpus_per_shard=4, min_=1, max_=1)
+    sim = Sim([big], [node("node01", fabric="ib-a"), node("node02", fabric="ib-a")])
+    sim.step()
+    (r,) = sim.of("big")
+    assert r.placed and r.shards_expected == 2
+    return sim, r
+
+
+def test_ready_needs_every_shard_ready() -> None:
+    sim, r = _two_node()
+    sim.heartbeat(overrides={(r.id, 1): "starting"})
+    sim.step()
+    r = sim.replicas[r.id]
+    assert not r.ready and r.endpoint == ""
+    assert sim.ready_reason(r) == Reason.ShardsStarting
+    assert "rank 1: starting" in r.conditions[-1].message
+
+    sim.advance(5)
+    sim.heartbeat(overrides={(r.id, 0): "running"})  # rank 0 serves HTTP: running is not yet healthy
+    sim.step()
+    assert not sim.replicas[r.id].ready
+
+    sim.advance(5)
+    sim.heartbeat()  # rank 0 ready, rank 1 running without a port: a worker has nothing to probe
+    sim.step()
+    r = sim.replicas[r.id]
+    assert r.ready and r.ready_at == sim.now
+    assert r.endpoint == f"http://{sim.nodes['node01'].report.address}:{r.assignments[0].serve_port}"
+
+
+def test_only_rank_zero_reported_is_not_ready() -> None:
+    sim, r = _two_node()
+    sim.heartbeat("node01")  # node02 says nothing of rank 1 yet
+    sim.step()
+    r = sim.replicas[r.id]
+    assert not r.ready and not r.failed
+    assert "rank 1: not yet started on node02" in r.conditions[-1].message
+
+
+def test_a_rank_that_disappears_after_being_seen_fails_the_replica() -> None:
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    assert sim.replicas[r.id].ready and sim.replicas[r.id].seen_ranks == [0, 1]
+    sim.advance(5)
+    sim.heartbeat("node01")
+    sim.empty("node02")  # alive, and no longer running rank 1
+    sim.step()
+    r = sim.replicas[r.id]
+    assert r.failed and sim.ready_reason(r) == Reason.ShardMissing
+    assert "rank(s) [1]" in r.conditions[-1].message
+
+
+def test_a_failed_shard_fails_the_replica() -> None:
+    sim, r = _two_node()
+    sim.heartbeat(overrides={(r.id, 1): "failed"})
+    sim.step()
+    r = sim.replicas[r.id]
+    assert r.failed and sim.ready_reason(r) == Reason.ShardFailed and "rank 1 on node02" in r.conditions[-1].message
+
+
+def test_a_replica_short_of_a_shard_fails_even_when_every_shard_it_has_is_ready() -> None:
+    sim, r = _two_node()
+    half = r.model_copy(update={"assignments": r.assignments[:1]})  # a record that lost rank 1
+    sim.replicas[r.id] = half
+    sim.heartbeat("node01")
+    out = derive(half, sim.nodes, sim.now)
+    assert out.failed and not out.ready
+    assert sim.ready_reason(out) == Reason.ShardMissing and "1 of 2 shards assigned" in out.conditions[-1].message
+    sim.step()
+    assert sim.replicas[r.id].failed
+
+
+def _plane(clock: FakeClock, store: SqliteStore, *models: object) -> ControlPlane:
+    cfg = ServerConfig(tls=TLSFiles(ca="ca.pem", cert="c.pem", key="k.pem"), models=list(models))
+    plane = ControlPlane(cfg, store, clock)
+    plane.load()
+    return plane
+
+
+def test_a_restart_adopts_running_replicas_where_they_are() -> None:
+    clock = FakeClock(T0)
+    store = SqliteStore(":memory:").open()
+    big = model("big", nodes=2, gpus_per_shard=4, min_=1, max_=1)
+    small = model("small", gpus_per_shard=2, min_=0, max_=1, idle=600)
+    sim = Sim([big, small], [node("node01", fabric="ib-a"), node("node02", fabric="ib-a"), node("node03")],
+              clock=clock)
+    sim.demand["small"] = sim.now
+    sim.step()
+    sim.heartbeat()
+    sim.step()
+    before = {r.id: r for r in sim.replicas.values()}
+    assert len(before) == 2 and all(r.ready for r in before.values())
+    for n in sim.nodes.values():
+        store.put_node(n)
+    for r in before.values():
+        # written by an older release that did not record the shard count
+        store.put_replica(r.model_copy(update={"shards_expected": 1}))
+
+    clock.advance(900)  # the control plane was down for 15 minutes; every node's last_seen is stale
+    plane = _plane(clock, store, big, small)
+    assert {r.id: r.shards_expected for r in plane.replicas.values()} == {
+        r.id: r.shards_expected for r in before.values()}
+    intents = plane.reconcile_once()
+    assert not [i for i in intents if isinstance(i, MarkLost)], "timers restart from the restart"
+    after = plane.replicas
+    assert set(after) == set(before), "adopted, not replaced"
+    for rid, r in after.items():
+        assert r.assignments == before[rid].assignments
+        assert r.ready and not r.stop_reason and not r.failed
+    # unknown use counts from the restart, not from a ready_at 15 minutes old: still running after 599s more
+    clock.advance(599)
+    for n in list(plane.nodes.values()):
+        plane.heartbeat(n.report)
+    plane.reconcile_once()
+    assert not plane.replicas[next(r.id for r in before.values() if r.model == "small")].stop_reason
+
+
+def test_a_restart_over_half_a_replica_does_not_call_it_ready() -> None:
+    clock = FakeClock(T0)
+    store = SqliteStore(":memory:").open()
+    big = model("big", nodes=2, gpus_per_shard=4, min_=1, max_=1)
+    sim = Sim([big], [node("node01", fabric="ib-a"), node("node02", fabric="ib-a")], clock=clock)
+    sim.step()
+    (r,) = sim.of("big")
+    # as an older release stored it: no shard count, no ranks seen
+    store.put_replica(r.model_copy(update={"shards_expected": 1, "seen_ranks": []}))
+    sim.heartbeat("node01")  # only rank 0 runs; node02 has nothing
+    sim.empty("node02")
+    for n in sim.nodes.values():
+        store.put_node(n)
+    clock.advance(30)
+    plane = _plane(clock, store, big)
+    assert plane.replicas[r.id].shards_expected == 2
+    plane.reconcile_once()
+    got = plane.replicas[r.id]
+    assert not got.ready and got.endpoint == ""
+    assert "rank 1: not yet started on node02" in got.conditions[-1].message
+
+
+def test_reconcile_is_level_triggered_a_settled_world_produces_nothing() -> None:
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    sim.advance(1)
+    out = reconcile(sim.world())
+    assert [i for i in out if isinstance(i, PutReplica)] == []
