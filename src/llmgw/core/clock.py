@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Protocol
 
@@ -39,18 +38,3 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self._now += seconds
         self._mono += seconds
-
-
-async def wait_for(predicate: object, timeout: float, interval: float = 0.05) -> None:
-    """Poll an (async or sync) predicate until true; raise TimeoutError at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = predicate() if callable(predicate) else predicate
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if loop.time() >= deadline:
-            raise TimeoutError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
