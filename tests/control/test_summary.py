@@ -1,0 +1,46 @@
+"""One summary for ctl status, metrics and (later) the dashboard: faulty cards are neither used nor free."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+
+from llmgw.control.metrics import registry
+from llmgw.control.summary import summarize
+from llmgw.core.state import ReplicaRecord, ShardAssignment
+from tests.clusters import node
+
+
+def cluster() -> tuple[list, list]:  # type: ignore[type-arg]
+    nodes = [node("n1", fabric="ib-a", faulty=(7,)), node("n2", fabric="ib-a"), node("n3", fabric="ib-b"),
+             node("n4", fabric="ib-b", lost=True)]
+    reps = [ReplicaRecord(id="r1", model="m", created_at=0, shards_expected=1,
+                          assignments=[ShardAssignment(rank=0, node_id="n1", address="a", gpus=[0, 1])])]
+    return nodes, reps
+
+
+def test_capacity_and_free_whole_nodes() -> None:
+    nodes, reps = cluster()
+    s = summarize(nodes, reps, [], {}, now=100.0)
+    cap = s.capacity[0]
+    assert (cap.total, cap.used, cap.faulty, cap.free) == (24, 2, 1, 21)  # the lost node counts for nothing
+    assert {f.fabric: f.free_whole_nodes for f in s.fabrics} == {"ib-a": 1, "ib-b": 1}
+    assert s.nodes_live == 3 and s.nodes_total == 4
+    assert s.replicas[0].state == "starting"  # placed, not yet ready
+
+
+def test_idle_means_ready_and_unused_for_a_while() -> None:
+    from llmgw.core.conditions import Status, set_condition
+
+    nodes, reps = cluster()
+    reps[0] = reps[0].model_copy(update={"conditions": set_condition([], "Ready", Status.TRUE, "AllShardsReady", "",
+                                                                      0), "endpoint": "http://a:1"})
+    assert summarize(nodes, reps, [], {"r1": 90.0}, now=100.0, idle_after=300).idle_replicas == []
+    assert summarize(nodes, reps, [], {"r1": 90.0}, now=1000.0, idle_after=300).idle_replicas == ["r1"]
+
+
+def test_metrics_read_the_summary() -> None:
+    nodes, reps = cluster()
+    text = generate_latest(registry(lambda: summarize(nodes, reps, [], {}, now=1.0))).decode()
+    assert 'llmgw_gpus{gpu_class="H100-80G",state="faulty"} 1.0' in text
+    assert 'llmgw_nodes{state="lost"} 1.0' in text
+    assert 'llmgw_fabric_free_whole_nodes{fabric="ib-a"} 1.0' in text
