@@ -71,6 +71,7 @@ class Hardware(Strict):
     gpu_source: Literal["nvml", "nvidia-smi", "inventory", "none"] = "none"
     nvidia_driver: str = ""
     gpus: list[GPU] = []
+    gpu_problems: list[str] = []  # discovery trouble that is not absence, e.g. an NVML/driver mismatch
     ib_adapters: list[IBAdapter] = []
 
 

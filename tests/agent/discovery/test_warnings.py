@@ -47,3 +47,11 @@ def test_unknown_topology_once() -> None:
 
 def test_known_empty_topology_is_not_unknown() -> None:
     assert hardware_warnings(Hardware(arch="x86_64", cpu=AVX2_CPU, gpus=[gpu(0, [])])) == []
+
+
+def test_gpu_discovery_problems_reach_the_warnings() -> None:
+    from llmgw.agent.discovery import hardware_warnings
+    from llmgw.wire.messages import Hardware
+
+    hw = Hardware(gpu_problems=["NVML: Driver/library version mismatch"])
+    assert "GPU discovery: NVML: Driver/library version mismatch" in hardware_warnings(hw)

@@ -58,7 +58,6 @@ def discover(
     """
     gpus = probe_gpus(inventory=inventory, nvml=nvml if nvml is not None else pynvml, run=run or run_command)
     for problem in gpus.problems:
-        # Hardware has no field for these yet; a log line keeps them from vanishing.
         log.warning("GPU discovery: %s", problem)
     memory = probe_memory(root)
     return Hardware(
@@ -71,5 +70,6 @@ def discover(
         gpu_source=gpus.source,
         nvidia_driver=gpus.driver,
         gpus=gpus.gpus,
+        gpu_problems=list(gpus.problems),
         ib_adapters=probe_adapters(root),
     )

@@ -22,4 +22,5 @@ def hardware_warnings(hw: Hardware) -> list[str]:
     # a faulty card's links do not matter: it will not be placed on
     if any(g.nvlink_peers is None for g in hw.gpus if not g.faulty):
         warnings.append(NVLINK_UNKNOWN)
+    warnings.extend(f"GPU discovery: {p}" for p in hw.gpu_problems)
     return warnings
