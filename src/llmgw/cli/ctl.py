@@ -23,6 +23,13 @@ DEFAULT_ADMIN = "http://127.0.0.1:9090"
 console = Console(width=int(os.environ.get("COLUMNS", "160")))
 
 
+def json_out(data: object, as_json: bool) -> bool:
+    """Print JSON when asked; True means the caller is done."""
+    if as_json:
+        print(json.dumps(data, indent=2))
+    return as_json
+
+
 def call(admin: str, method: str, path: str, body: object | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(
@@ -44,8 +51,7 @@ def call(admin: str, method: str, path: str, body: object | None = None) -> Any:
 def nodes(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     """Nodes: address, liveness, GPUs, RAM, engines and warnings."""
     rows = call(admin, "GET", "/api/nodes")
-    if as_json:
-        print(json.dumps(rows, indent=2))
+    if json_out(rows, as_json):
         return
     t = Table("node", "address", "state", "GPUs", "RAM", "engines", "fabrics", "warnings")
     for r in rows:
@@ -67,8 +73,7 @@ def nodes(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
 def status(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     """Capacity per GPU class, free whole nodes per fabric, replicas, idle replicas and usage."""
     s = call(admin, "GET", "/api/status")
-    if as_json:
-        print(json.dumps(s, indent=2))
+    if json_out(s, as_json):
         return
     console.print(f"nodes: {s['nodes_live']} live of {s['nodes_total']}")
     t = Table("GPU class", "total", "used", "free", "faulty", title="capacity")
@@ -101,8 +106,7 @@ def status(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
 def models(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     """The catalog and how many replicas each model has ready."""
     rows = call(admin, "GET", "/api/models")
-    if as_json:
-        print(json.dumps(rows, indent=2))
+    if json_out(rows, as_json):
         return
     t = Table("model", "engine", "min", "max", "on demand", "GPUs/shard", "nodes", "ready/replicas")
     for m in rows:
@@ -123,8 +127,7 @@ def models(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
 def replicas(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     """Every replica with its shards and conditions."""
     rows = call(admin, "GET", "/api/replicas")
-    if as_json:
-        print(json.dumps(rows, indent=2))
+    if json_out(rows, as_json):
         return
     t = Table("replica", "model", "shards", "conditions")
     for r in rows:
@@ -167,8 +170,7 @@ def keys_create(
 @keys_cli.command("list")
 def keys_list(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     rows = call(admin, "GET", "/api/keys")
-    if as_json:
-        print(json.dumps(rows, indent=2))
+    if json_out(rows, as_json):
         return
     t = Table("id", "name", "prefix", "models", "revoked")
     for k in rows:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
+from pydantic import BaseModel
 
 from llmgw.cli.ctl import ctl
 from llmgw.cli.run import run_until_signal, setup_logging
@@ -23,48 +24,48 @@ def _fail(e: LlmgwError) -> typer.Exit:
     return typer.Exit(2)
 
 
-@app.command()
-def server(config: Annotated[Path, typer.Option("--config", "-c")], verbose: bool = False) -> None:
-    """Run the control plane, router and management API."""
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c")]
+M = TypeVar("M", bound=BaseModel)
+
+
+def _config(model: type[M], path: Path, verbose: bool) -> M:
+    """Logging on, then the config loaded; a mistake stops here, naming the key, before anything listens."""
     from llmgw.config.loader import load
-    from llmgw.config.server import ServerConfig
-    from llmgw.control.server import serve
 
     setup_logging(verbose)
     try:
-        cfg = load(ServerConfig, config)
+        return load(model, path)
     except LlmgwError as e:
         raise _fail(e) from None
+
+
+@app.command()
+def server(config: ConfigOpt, verbose: bool = False) -> None:
+    """Run the control plane, router and management API."""
+    from llmgw.config.server import ServerConfig
+    from llmgw.control.server import serve
+
+    cfg = _config(ServerConfig, config, verbose)
     raise typer.Exit(run_until_signal(lambda stop: serve(cfg, SystemClock(), stop, str(config))))
 
 
 @app.command("router-worker", hidden=True)
-def router_worker(config: Annotated[Path, typer.Option("--config", "-c")], verbose: bool = False) -> None:
+def router_worker(config: ConfigOpt, verbose: bool = False) -> None:
     """An extra API worker process; `llmgw server` starts these when api_workers > 1."""
-    from llmgw.config.loader import load
     from llmgw.config.server import ServerConfig
     from llmgw.router.worker import serve_worker
 
-    setup_logging(verbose)
-    try:
-        cfg = load(ServerConfig, config)
-    except LlmgwError as e:
-        raise _fail(e) from None
+    cfg = _config(ServerConfig, config, verbose)
     raise typer.Exit(run_until_signal(lambda stop: serve_worker(cfg, SystemClock(), stop)))
 
 
 @app.command()
-def agent(config: Annotated[Path, typer.Option("--config", "-c")], verbose: bool = False) -> None:
+def agent(config: ConfigOpt, verbose: bool = False) -> None:
     """Run a node agent."""
     from llmgw.agent.agent import Agent
     from llmgw.config.agent import AgentConfig
-    from llmgw.config.loader import load
 
-    setup_logging(verbose)
-    try:
-        cfg = load(AgentConfig, config)
-    except LlmgwError as e:
-        raise _fail(e) from None
+    cfg = _config(AgentConfig, config, verbose)
     raise typer.Exit(run_until_signal(lambda stop: Agent(cfg, SystemClock()).run(stop)))
 
 
