@@ -15,6 +15,7 @@ from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
 from llmgw.agent.identity import node_id, route_address
 from llmgw.agent.installs.probe import probe_engines
 from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.supervisor.process import reap_orphans
 from llmgw.agent.weights.resolve import resolve_source, visible_weights
 from llmgw.config.agent import AgentConfig
 from llmgw.core.clock import Clock
@@ -69,7 +70,10 @@ class Agent:
         if not self.address:
             self.address = route_address(self.cfg.control_planes[0])
         Path(self.cfg.weights_dir).mkdir(parents=True, exist_ok=True)  # so disk is reported from the start
-        self.supervisor = Supervisor(self.clock, Path(self.cfg.state_dir) / "logs", self.address, self.resolve)
+        logs = Path(self.cfg.state_dir) / "logs"
+        for pid in reap_orphans(logs):
+            log.warning("stopped engine process group %d left running by a previous agent", pid)
+        self.supervisor = Supervisor(self.clock, logs, self.address, self.resolve)
         adapters = await asyncio.to_thread(probe_adapters, HostRoot(Path(self.cfg.host_root)))
         _, problems = check_fabrics(self.cfg.fabrics, adapters)
         for p in problems:

@@ -104,3 +104,22 @@ def _alive(pid: int | None) -> bool:
     # a zombie still answers kill(0); it is dead for our purposes
     with open(f"/proc/{pid}/stat") as f:
         return f.read().split()[2] != "Z"
+
+
+async def test_engines_left_by_a_killed_agent_are_stopped_by_the_next(tmp_path: Path) -> None:
+    from llmgw.agent.supervisor.process import reap_orphans
+
+    first = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim_launch)
+    await first.converge([spec(free_port())])
+    pid = first.shards[("r1", 0)].proc.pid  # type: ignore[union-attr]
+    assert (tmp_path / "r1-rank0.pid").read_text().strip() == str(pid)
+    # the agent dies without stopping anything: its supervisor object is simply dropped
+    first.shards.clear()
+    assert reap_orphans(tmp_path) == [pid]
+    await await_until(lambda: _async(not _alive(pid)), 10, "orphan gone")
+    assert list(tmp_path.glob("*.pid")) == []
+    await first.close()
+
+
+async def _async(v: bool) -> bool:
+    return v

@@ -49,6 +49,10 @@ class ShardProcess:
         return (self.spec.replica_id, self.spec.rank)
 
     @property
+    def pid_path(self) -> Path:
+        return self.log_path.with_suffix(".pid")
+
+    @property
     def endpoint(self) -> str:
         if self.launch is not None and self.launch.serves_http and self.spec.serve_port:
             return f"http://{self.host}:{self.spec.serve_port}"
@@ -75,6 +79,7 @@ class ShardProcess:
             return
         finally:
             log.close()
+        self.pid_path.write_text(f"{self.proc.pid}\n")
         self.state = "starting" if self.launch.serves_http else "running"
         self.message = ""
         self.exit_code = None
@@ -91,6 +96,7 @@ class ShardProcess:
         except TimeoutError:
             _signal_group(p.pid, signal.SIGKILL)
             await p.wait()
+        self.pid_path.unlink(missing_ok=True)
 
     def report(self) -> ShardState:
         return ShardState(
@@ -103,6 +109,33 @@ class ShardProcess:
             exit_code=self.exit_code,
             restarts=self.restarts,
         )
+
+
+def reap_orphans(log_dir: Path) -> list[int]:
+    """Stop engines a previous agent on this node left running (it was killed, not stopped).
+
+    Their ports and GPUs would otherwise be taken by processes nobody supervises.
+    """
+    killed = []
+    for pidfile in sorted(log_dir.glob("*.pid")):
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            pidfile.unlink(missing_ok=True)
+            continue
+        if _same_session_leader(pid):
+            _signal_group(pid, signal.SIGKILL)
+            killed.append(pid)
+        pidfile.unlink(missing_ok=True)
+    return killed
+
+
+def _same_session_leader(pid: int) -> bool:
+    """Only a process that still leads its own session (as our engines do) is ours to stop: pids get reused."""
+    try:
+        return os.getsid(pid) == pid
+    except ProcessLookupError:
+        return False
 
 
 def _signal_group(pid: int, sig: int) -> None:
