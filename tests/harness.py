@@ -97,3 +97,18 @@ async def await_true(cond: Callable[[], Any], timeout: float, what: str) -> Any:
         return cond()
 
     return await await_until(check, timeout, what)
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.05) -> None:
+    """Poll a sync or async predicate from inside the event loop; raise TimeoutError at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if loop.time() >= deadline:
+            raise TimeoutError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)

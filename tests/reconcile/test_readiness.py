@@ -157,7 +157,7 @@ def test_a_restart_over_half_a_replica_does_not_call_it_ready() -> None:
 
 
 def test_reconcile_is_level_triggered_a_settled_world_produces_nothing() -> None:
-    sim, r = _two_node()
+    sim, _ = _two_node()
     sim.heartbeat()
     sim.step()
     sim.advance(1)

@@ -10,7 +10,7 @@ import signal
 import aiohttp
 import pytest
 
-from llmgw.core.clock import wait_for
+from tests.harness import wait_for
 
 from .conftest import StartEngine
 from .procs import DEADLINE, EngineProc, free_port, listening_ports, tcp_sockets

@@ -9,8 +9,8 @@ from typing import TypeVar
 import pytest
 import pytest_asyncio
 
-from llmgw.core.clock import wait_for
 from llmgw.sim.rendezvous import Leader, RendezvousError, Worker
+from tests.harness import wait_for
 
 from .procs import DEADLINE, free_port
 

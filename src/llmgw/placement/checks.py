@@ -46,8 +46,8 @@ def gpu_class(n: NodeView, r: Request) -> Verdict:
     want = r.model.profile.gpu_class
     if want is None or r.model.profile.gpus_per_shard == 0:
         return None
-    if not any(g.gpu_class == want for g in n.gpus):
-        have = sorted({g.gpu_class for g in n.gpus})
+    if want not in n.gpu_classes:
+        have = sorted(n.gpu_classes)
         return Reason.GPUClassMismatch, f"has {', '.join(have) or 'no GPUs'}, needs {want}"
     return None
 
@@ -92,14 +92,15 @@ def fabric(n: NodeView, r: Request) -> Verdict:
 
 
 def ports(n: NodeView, r: Request) -> Verdict:
-    # a reported shard may hold a port outside today's range; it takes nothing from the range
-    taken = sum(1 for p in n.used_ports if n.port_low <= p <= n.port_high)
-    if n.port_high - n.port_low + 1 - taken < 2:
+    # counts only ports inside the range: a reported shard may hold one outside it, taking nothing from it
+    if n.free_port_count() < 2:
         return Reason.NoFreePort, f"no free port in {n.port_low}-{n.port_high}"
     return None
 
 
-CHECKS: tuple[Callable[[NodeView, Request], Verdict], ...] = (
+Check = Callable[[NodeView, Request], Verdict]
+
+CHECKS: tuple[Check, ...] = (
     node_live,
     engine_ready,
     gpu_class,
@@ -109,6 +110,44 @@ CHECKS: tuple[Callable[[NodeView, Request], Verdict], ...] = (
     fabric,
     ports,
 )
+
+
+def fast_reason(r: Request) -> Callable[[NodeView], Reason | None]:
+    """For the hot loop: the Reason feasible(n, r) would give, without building the node's message.
+
+    The same questions in the same order as CHECKS, asked in one call and only as far as this request
+    needs. place() still asks CHECKS for the words of the few nodes an explanation shows; every other node
+    needs only the reason, to be counted. tests/placement/test_invariants.py holds the two to agreement.
+    """
+    p = r.model.profile
+    engine, need, cls, mem, multi = r.model.engine, p.gpus_per_shard, p.gpu_class, p.memory, r.multi_node
+    want = cls if need else None
+
+    def reason(n: NodeView) -> Reason | None:
+        if not n.live:
+            return Reason.NodeNotReady
+        if not n.engines_probed:
+            return Reason.EngineNotProbed
+        e = n.engines.get(engine)
+        if e is None:
+            return Reason.EngineMissing
+        if not e.runs:
+            return Reason.EngineCannotRun
+        if want is not None and want not in n.gpu_classes:
+            return Reason.GPUClassMismatch
+        if n.held_whole_by or (multi and n.shard_count):
+            return Reason.NodeNotWhole
+        if need and len(n.free_gpus(cls)) < need:
+            return Reason.InsufficientGPUs
+        if mem and n.mem_total - n.mem_reserved < mem:
+            return Reason.InsufficientMemory
+        if multi and not n.fabrics:
+            return Reason.NoFabric
+        if n.free_port_count() < 2:
+            return Reason.NoFreePort
+        return None
+
+    return reason
 
 
 def feasible(n: NodeView, r: Request) -> Verdict:

@@ -39,9 +39,9 @@ def choose_gpus(n: NodeView, gpu_class: str | None, k: int) -> tuple[list[int], 
         return [], 0.0
     if k == 1:
         return [free[0]], 1.0
-    if not n.topology_known():
+    peers = n.nvlink_key
+    if peers is None:
         return list(free[:k]), 0.5
-    peers = tuple(sorted(n.peers().items()))
     group = _nvlink_group(free, peers, k)
     if group is not None:
         return list(group), 1.0

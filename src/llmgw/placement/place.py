@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from llmgw.core.explanation import Candidate, Explanation, NodeVerdict
 from llmgw.core.reasons import Reason
 from llmgw.core.state import ShardAssignment
 from llmgw.placement import scores
-from llmgw.placement.checks import Request, feasible
+from llmgw.placement.checks import Request, fast_reason, feasible
 from llmgw.placement.gpus import choose_gpus
 from llmgw.placement.snapshot import NodeView, Snapshot
 
@@ -43,6 +44,46 @@ def _score(n: NodeView, r: Request) -> _Scored:
     if p.gpus_per_shard:
         s["binpack"] = scores.binpack(n, r, len(n.used_gpus) + len(gpus))
     return _Scored(n, gpus, s, scores.total(s))
+
+
+def _top(nodes: list[NodeView], r: Request, count: int, memo: dict[str, _Scored]) -> list[_Scored]:
+    """The first `count` of sorted((_score(n, r) for n in nodes), key=_rank), without scoring every node.
+
+    Only the NVLink score needs cards chosen; the others follow from a node's weights and card counts. So
+    each node gets a bound, the total with NVLink at its best, and nodes are scored in order of bound
+    until no bound can beat the count-th best. The bound adds the same terms in the same order as the
+    total, and rounding is monotonic, so no total exceeds its bound and the answer is the same.
+    """
+    k = r.model.profile.gpus_per_shard
+    bounds: dict[tuple[float, int, int], float] = {}
+    buckets: dict[float, list[NodeView]] = {}
+    for n in nodes:
+        # everything weights_present and binpack read: the bound is shared by nodes alike in these
+        key = (scores.weights_present(n, r), len(n.used_gpus), len(n.gpus))
+        bound = bounds.get(key)
+        if bound is None:
+            s = {"weights": key[0]}
+            if k > 1:
+                s["nvlink"] = 1.0
+            if k:
+                s["binpack"] = scores.binpack(n, r, key[1] + k)
+            bound = bounds[key] = scores.total(s)
+        buckets.setdefault(bound, []).append(n)
+    best: list[_Scored] = []
+    for bound in sorted(buckets, reverse=True):
+        if len(best) == count and bound < best[-1].total:
+            break
+        for n in sorted(buckets[bound], key=lambda n: n.id):
+            if len(best) == count:
+                worst = best[-1]
+                if bound < worst.total or (bound == worst.total and n.id > worst.node.id):
+                    break
+            sc = memo.get(n.id)
+            if sc is None:
+                sc = memo[n.id] = _score(n, r)
+            bisect.insort(best, sc, key=_rank)
+            del best[count:]
+    return best
 
 
 def _free_ports(n: NodeView, count: int) -> list[int]:
@@ -81,15 +122,16 @@ def place(request: Request, snap: Snapshot) -> Placement | Refusal:
     filtered: dict[str, int] = {}
     verdicts: list[NodeVerdict] = []
     ok: list[NodeView] = []
+    reason_of = fast_reason(request)
     for n in snap.nodes:
-        verdict = feasible(n, request)
-        if verdict is None:
+        reason = reason_of(n)
+        if reason is None:
             ok.append(n)
             continue
-        reason, message = verdict
-        filtered[reason.value] = filtered.get(reason.value, 0) + 1
-        if filtered[reason.value] <= VERDICTS_PER_REASON:
-            verdicts.append(NodeVerdict(node_id=n.id, reason=reason, message=message))
+        count = filtered[reason.value] = filtered.get(reason.value, 0) + 1
+        if count <= VERDICTS_PER_REASON:
+            verdict = feasible(n, request)  # the node's own words, for the few an explanation shows
+            verdicts.append(NodeVerdict(node_id=n.id, reason=reason, message=verdict[1] if verdict else ""))
 
     def explain(placed: bool, summary: str = "", chosen: Candidate | None = None) -> Explanation:
         return Explanation(
@@ -101,7 +143,7 @@ def place(request: Request, snap: Snapshot) -> Placement | Refusal:
     if need == 1:
         if not ok:
             return Refusal(explain(False, "no node can take the shard"))
-        best = min((_score(n, request) for n in ok), key=_rank)
+        best = _top(ok, request, 1, {})[0]
         chosen = Candidate(nodes=[best.node.id], scores=best.scores, total=best.total)
         return Placement(_assignments([best], None), explain(True, chosen=chosen))
 
@@ -112,12 +154,13 @@ def place(request: Request, snap: Snapshot) -> Placement | Refusal:
             by_fabric.setdefault(f, []).append(n)
     candidates: list[tuple[float, str, list[_Scored]]] = []
     short: list[str] = []
+    memo: dict[str, _Scored] = {}  # a node on two fabrics is scored once
     for fname in sorted(by_fabric):
         members = by_fabric[fname]
         if len(members) < need:
             short.append(f"{fname}: {len(members)} whole node(s) fit, needs {need}")
             continue
-        picked = sorted((_score(n, request) for n in members), key=_rank)[:need]
+        picked = _top(members, request, need, memo)
         candidates.append((-sum(s.total for s in picked), fname, picked))
     if not candidates:
         if ok and short:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+from operator import attrgetter
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.state import NodeRecord, ReplicaRecord
@@ -31,18 +33,48 @@ class NodeView:
     held_whole_by: str = ""  # a multi-node replica holds this node whole
     not_live_reason: str = ""
     _free_cache: dict[str | None, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
+    # Derived from the cards once per view, while they are being read anyway: placement asks every node for
+    # its free cards on every request, and a replace()d view derives them again, so nothing goes stale.
+    gpu_classes: frozenset[str] = field(init=False, compare=False, repr=False)
+    _healthy: dict[str | None, tuple[int, ...]] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        cards = self.gpus
+        classes = frozenset([g.gpu_class for g in cards])
+        every = tuple([g.index for g in cards if not g.faulty])
+        healthy: dict[str | None, tuple[int, ...]] = {None: every}
+        if len(classes) == 1:
+            healthy.update(dict.fromkeys(classes, every))
+        else:
+            for c in classes:
+                healthy[c] = tuple([g.index for g in cards if not g.faulty and g.gpu_class == c])
+        object.__setattr__(self, "gpu_classes", classes)
+        object.__setattr__(self, "_healthy", healthy)
 
     def free_gpus(self, gpu_class: str | None) -> tuple[int, ...]:
         """Healthy, unused cards (of the class, when one is asked for), lowest index first."""
+        used = self.used_gpus
+        if not used:
+            return self._healthy.get(gpu_class, ())
         hit = self._free_cache.get(gpu_class)
         if hit is None:
-            hit = tuple(
-                g.index
-                for g in self.gpus
-                if not g.faulty and g.index not in self.used_gpus and (gpu_class is None or g.gpu_class == gpu_class)
-            )
+            hit = tuple([i for i in self._healthy.get(gpu_class, ()) if i not in used])
             self._free_cache[gpu_class] = hit
         return hit
+
+    def free_port_count(self) -> int:
+        """Unused ports inside the range. A reported shard may hold one outside it, which takes nothing."""
+        low, high = self.port_low, self.port_high
+        if not self.used_ports:
+            return high - low + 1
+        return high - low + 1 - sum(1 for p in self.used_ports if low <= p <= high)
+
+    @cached_property
+    def nvlink_key(self) -> tuple[tuple[int, frozenset[int]], ...] | None:
+        """The NVLink map as a hashable value, or None when the topology is unknown."""
+        if not self.topology_known():
+            return None
+        return tuple(sorted(self.peers().items()))
 
     def healthy_gpus(self, gpu_class: str | None) -> int:
         return sum(1 for g in self.gpus if not g.faulty and (gpu_class is None or g.gpu_class == gpu_class))
@@ -91,6 +123,9 @@ class Snapshot:
         return Snapshot(nodes=tuple(nodes), now=self.now)
 
 
+_by_index = attrgetter("index")
+
+
 def build_snapshot(
     nodes: list[NodeRecord], replicas: list[ReplicaRecord], models: dict[str, ModelSpec], now: float
 ) -> Snapshot:
@@ -129,7 +164,7 @@ def build_snapshot(
                 engines_probed=rep.engines_probed,
                 engines={e.name: e for e in rep.engines},
                 install_progress=tuple(rep.install_progress),
-                gpus=tuple(sorted(rep.hardware.gpus, key=lambda g: g.index)),  # report order must not matter
+                gpus=tuple(sorted(rep.hardware.gpus, key=_by_index)),  # report order must not matter
                 used_gpus=frozenset(used.get(rec.id, ())),
                 mem_total=rep.hardware.mem_total_bytes,
                 mem_reserved=mem.get(rec.id, 0),
