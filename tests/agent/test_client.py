@@ -1,0 +1,61 @@
+"""The agent fails over among control planes; a refusal is an answer, not a reason to try elsewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmgw.agent.client import ControlPlaneClient
+from llmgw.core.errors import UpstreamError
+from llmgw.dev.cluster import NodePlan
+from llmgw.pki.tls import client_context
+from llmgw.wire.messages import Hardware, NodeReport
+from tests.harness import InProcessServer, free_port, plan
+
+
+def _client(p, node: str, urls: list[str]) -> ControlPlaneClient:  # type: ignore[no-untyped-def]
+    pki = p.workdir / "pki"
+    return ControlPlaneClient(urls, client_context(pki / f"{node}.crt", pki / f"{node}.key", pki / "ca.crt"), 3.0)
+
+
+async def test_fails_over_to_the_next_control_plane_and_stays_there(tmp_path: Path) -> None:
+    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11")], [])
+    dead = f"https://127.0.0.1:{free_port()}"
+    live = f"https://127.0.0.1:{p.agent_port}"
+    c = _client(p, "node01", [dead, live])
+    report = NodeReport(node_id="node01", address="127.0.0.11", hardware=Hardware())
+    async with InProcessServer(p):
+        try:
+            desired = await c.heartbeat(report)
+            assert desired.node_id == "node01"
+            assert c.current == 1  # the next heartbeat starts with the one that answered
+            await c.heartbeat(report)
+            assert c.current == 1
+        finally:
+            await c.close()
+
+
+async def test_no_control_plane_answering_names_every_address(tmp_path: Path) -> None:
+    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11")], [])
+    urls = [f"https://127.0.0.1:{free_port()}", f"https://127.0.0.1:{free_port()}"]
+    c = _client(p, "node01", urls)
+    try:
+        with pytest.raises(UpstreamError) as e:
+            await c.heartbeat(NodeReport(node_id="node01", address="a", hardware=Hardware()))
+        assert all(u in str(e.value) for u in urls)
+    finally:
+        await c.close()
+
+
+async def test_a_refusal_is_not_failed_over(tmp_path: Path) -> None:
+    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11"), NodePlan(id="node02", address="127.0.0.12")],
+             [])
+    c = _client(p, "node01", [f"https://127.0.0.1:{p.agent_port}", f"https://127.0.0.1:{free_port()}"])
+    async with InProcessServer(p):
+        try:
+            with pytest.raises(UpstreamError) as e:
+                await c.heartbeat(NodeReport(node_id="node02", address="a", hardware=Hardware()))
+            assert "403" in str(e.value) and c.current == 0
+        finally:
+            await c.close()
