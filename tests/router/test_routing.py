@@ -116,3 +116,28 @@ async def test_streaming_is_passed_through_as_it_is_generated(rut: RouterUnderTe
         assert arrivals[-1] - arrivals[0] >= 0.3
     finally:
         paced.kill()
+
+
+async def test_a_stream_that_goes_quiet_is_ended_with_an_error_event(rut: RouterUnderTest, tmp_path: Path) -> None:
+    # a token every 2 s against an idle timeout of 1 s between chunks
+    quiet = sim(tmp_path, "sim-b", tokens=3, tokens_per_second=0.5).wait()
+    try:
+        rut.plane.replicas.pop("sim-b-1")
+        ready_replica(rut.plane, "sim-b-quiet", "sim-b", quiet.url)
+        status, raw = await _post(rut, "sim-b", stream=True)
+        assert status == 200
+        last = [e for e in raw.decode().split("\n\n") if e.strip()][-1]
+        err = json.loads(last[len("data: "):])["error"]
+        assert err["code"] == "upstream_stream_broken" and "went quiet" in err["message"]
+    finally:
+        quiet.kill()
+
+
+async def test_streamed_usage_is_recorded_even_when_the_client_did_not_ask(rut: RouterUnderTest) -> None:
+    status, raw = await _post(rut, "sim-a", stream=True)
+    assert status == 200
+    events = [json.loads(e[6:]) for e in raw.decode().split("\n\n") if e.startswith("data: {")]
+    assert all(e["choices"] for e in events)  # no usage-only chunk the client never asked for
+    await rut.router.state.flush()
+    totals = {t.model: t for t in rut.store.usage_totals()}
+    assert totals["sim-a"].completion_tokens == 8

@@ -144,6 +144,15 @@ class Router:
                     headers={"Retry-After": str(RETRY_AFTER_S)},
                 )
         stream = bool(payload.get("stream"))
+        strip_usage = False
+        if stream:
+            options = payload.get("stream_options")
+            if not (isinstance(options, dict) and options.get("include_usage")):
+                # usage is recorded for every request: ask the engine for it, and keep that chunk from a client
+                # that did not ask
+                payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+                body = json.dumps(payload).encode()
+                strip_usage = True
         path = PATHS[request.path]
         tried: set[str] = set()
         loop = asyncio.get_running_loop()
@@ -163,7 +172,7 @@ class Router:
             route.outstanding += 1
             try:
                 outcome: Outcome = await forward(
-                    request, self._session(), route.endpoint + path, body, stream, self.timeouts
+                    request, self._session(), route.endpoint + path, body, stream, self.timeouts, strip_usage
                 )
             except aiohttp.ClientConnectorError as e:
                 log.warning("replica %s unreachable (%s); trying another", route.replica_id, e)

@@ -9,7 +9,7 @@ import aiohttp
 from aiohttp import web
 
 from llmgw.router.errors import openai_error, sse_error
-from llmgw.router.usage import usage_from_body, usage_from_sse
+from llmgw.router.usage import StreamUsage, usage_from_body
 
 HOP_HEADERS = {"content-type"}
 
@@ -37,6 +37,7 @@ async def forward(
     body: bytes,
     stream: bool,
     t: Timeouts,
+    strip_usage: bool = False,
 ) -> Outcome:
     """Raises aiohttp.ClientConnectorError when the engine could not be reached at all (safe to retry)."""
     timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte)
@@ -68,23 +69,37 @@ async def forward(
             return Outcome(resp.status, p, c, out)
         sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
         await sr.prepare(request)
-        usage: tuple[int, int] | None = None
+        watch = StreamUsage(strip=strip_usage)
         content = resp.content
+        idle_on_socket = _idle_timeout_on_socket(resp, t.idle)
         try:
             while True:
-                async with asyncio.timeout(t.idle):
+                if idle_on_socket:
                     chunk = await content.readany()
+                else:
+                    async with asyncio.timeout(t.idle):
+                        chunk = await content.readany()
                 if not chunk:
                     break
-                if b'"usage"' in chunk:
-                    usage = usage_from_sse(chunk) or usage
-                await sr.write(chunk)
+                await sr.write(watch.feed(chunk))
         except (aiohttp.ClientError, TimeoutError) as e:
             why = "went quiet" if isinstance(e, TimeoutError) else f"broke off ({type(e).__name__})"
             await sr.write(sse_error(f"the engine {why} mid-stream", "upstream_stream_broken"))
             await sr.write_eof()
-            return Outcome(502, *(usage or (0, 0)), sr)
+            return Outcome(502, *(watch.usage or (0, 0)), sr)
         await sr.write_eof()
-        return Outcome(resp.status, *(usage or (0, 0)), sr)
+        return Outcome(resp.status, *(watch.usage or (0, 0)), sr)
     finally:
         resp.release()
+
+
+def _idle_timeout_on_socket(resp: aiohttp.ClientResponse, idle: float) -> bool:
+    """From the headers on, hold the engine to `idle` between reads using aiohttp's own socket timer, which it
+    re-arms on every arrival anyway: a timer of our own around each read would cost one per chunk."""
+    conn = resp.connection
+    protocol = conn.protocol if conn is not None else None
+    if protocol is None or not hasattr(protocol, "read_timeout") or not hasattr(protocol, "start_timeout"):
+        return False
+    protocol.read_timeout = idle
+    protocol.start_timeout()
+    return True

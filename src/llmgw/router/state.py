@@ -93,7 +93,9 @@ class LocalState:
 
     async def flush(self) -> None:
         batch, self.pending = self.pending, []
-        self.plane.store.add_usage(batch)
+        if batch:
+            # off the event loop: a batch is one transaction, but a disk can still stall
+            await asyncio.to_thread(self.plane.store.add_usage, batch)
 
 
 class RemoteState:

@@ -1,30 +1,73 @@
-"""Usage per request: buffered in memory, flushed to the store in batches so the hot path does no I/O."""
+"""Token usage as engines report it, found without parsing more of a response than needed."""
 
 from __future__ import annotations
 
 import json
 
+_DECODER = json.JSONDecoder()
+_NULL_USAGE = (b'"usage":null', b'"usage": null')
 
-def usage_from_body(body: bytes) -> tuple[int, int]:
-    """(prompt_tokens, completion_tokens) from a whole response body, or zeros."""
-    if b'"usage"' not in body:
-        return 0, 0
-    try:
-        u = json.loads(body).get("usage") or {}
-    except (ValueError, AttributeError):
+
+def _counts(u: object) -> tuple[int, int]:
+    if not isinstance(u, dict):
         return 0, 0
     return int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
 
 
-def usage_from_sse(chunk: bytes) -> tuple[int, int] | None:
-    """Usage carried by an SSE chunk (the final one, when the engine reports it), else None."""
-    found = None
-    for line in chunk.split(b"\n"):
-        if line.startswith(b"data: {") and b'"usage"' in line:
+def usage_from_body(body: bytes) -> tuple[int, int]:
+    """(prompt_tokens, completion_tokens) from a whole response body, or zeros.
+
+    Engines put `usage` last; decoding from there costs the same for a chat answer and a megabyte of
+    embeddings. A body where that fails is parsed whole.
+    """
+    at = body.rfind(b'"usage"')
+    if at < 0:
+        return 0, 0
+    colon = body.find(b":", at)
+    try:
+        value, _ = _DECODER.raw_decode(body[colon + 1 :].decode().lstrip())
+        return _counts(value)
+    except (ValueError, UnicodeDecodeError):
+        pass
+    try:
+        whole = json.loads(body)
+    except ValueError:
+        return 0, 0
+    return _counts(whole.get("usage") if isinstance(whole, dict) else None)
+
+
+class StreamUsage:
+    """Watches an SSE stream for the usage chunk, across reads that split lines.
+
+    With `strip`, the usage-only chunk (asked for by the router, not by the client) is kept from the client.
+    """
+
+    def __init__(self, strip: bool) -> None:
+        self.strip = strip
+        self.tail = b""
+        self.usage: tuple[int, int] | None = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Look at one read; return what the client should get of it."""
+        data = self.tail + chunk if self.tail else chunk
+        nl = data.rfind(b"\n")
+        complete, self.tail = (data[: nl + 1], data[nl + 1 :]) if nl >= 0 else (b"", data)
+        if b'"usage"' not in complete:
+            return chunk
+        drop: bytes | None = None
+        for line in complete.split(b"\n"):
+            if not line.startswith(b"data: {") or b'"usage"' not in line:
+                continue
+            if any(n in line for n in _NULL_USAGE):
+                continue  # every chunk carries "usage":null once usage is asked for: nothing to parse
             try:
-                u = json.loads(line[6:]).get("usage")
+                event = json.loads(line[6:])
             except ValueError:
                 continue
-            if u:
-                found = (int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
-    return found
+            if isinstance(event, dict) and event.get("usage"):
+                self.usage = _counts(event["usage"])
+                if self.strip and not event.get("choices"):
+                    drop = line
+        if drop is not None and drop + b"\n" in chunk:
+            chunk = chunk.replace(drop + b"\n\n", b"", 1).replace(drop + b"\n", b"", 1)
+        return chunk

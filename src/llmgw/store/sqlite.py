@@ -147,23 +147,30 @@ class SqliteStore:
             return
         try:
             with self._lock:
-                self.db.executemany(
-                    "INSERT INTO usage (key_id, model, replica_id, prompt_tokens, completion_tokens, started_at,"
-                    " duration_s, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            u.key_id,
-                            u.model,
-                            u.replica_id,
-                            u.prompt_tokens,
-                            u.completion_tokens,
-                            u.started_at,
-                            u.duration_s,
-                            u.status,
-                        )
-                        for u in records
-                    ],
-                )
+                # one transaction for the batch: in autocommit each row would be its own commit
+                self.db.execute("BEGIN IMMEDIATE")
+                try:
+                    self.db.executemany(
+                        "INSERT INTO usage (key_id, model, replica_id, prompt_tokens, completion_tokens, started_at,"
+                        " duration_s, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            (
+                                u.key_id,
+                                u.model,
+                                u.replica_id,
+                                u.prompt_tokens,
+                                u.completion_tokens,
+                                u.started_at,
+                                u.duration_s,
+                                u.status,
+                            )
+                            for u in records
+                        ],
+                    )
+                    self.db.execute("COMMIT")
+                except sqlite3.Error:
+                    self.db.execute("ROLLBACK")
+                    raise
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: {e}") from e
 
