@@ -39,6 +39,7 @@ class NodePlan:
     faulty: dict[int, str] = field(default_factory=dict)
     nvlink: str = "all"
     port_range: str = "20000-20999"
+    netns: str | None = None  # run the agent (and so its engines) inside this network namespace, as another host
 
 
 @dataclass
@@ -54,6 +55,7 @@ class ClusterPlan:
     reconcile_interval: str = "1s"
     load_wait: str = "15s"
     extra_server: dict[str, Any] = field(default_factory=dict)
+    control_address: str = "127.0.0.1"  # where agents dial the control plane; in its certificate
 
     @property
     def admin(self) -> str:
@@ -112,9 +114,9 @@ def prepare(plan: ClusterPlan) -> None:
     if not (pki / "ca.crt").exists():
         init_ca(pki)
     if not (pki / "controlplane.crt").exists():
-        issue(pki, "controlplane", ips=["127.0.0.1"])
+        issue(pki, "controlplane", ips=sorted({"127.0.0.1", plan.control_address}))
     server = {
-        "agent_listen": f"127.0.0.1:{plan.agent_port}",
+        "agent_listen": f"{plan.control_address}:{plan.agent_port}",
         "api_listen": f"127.0.0.1:{plan.api_port}",
         "admin_listen": f"127.0.0.1:{plan.admin_port}",
         "tls": {"ca": "pki/ca.crt", "cert": "pki/controlplane.crt", "key": "pki/controlplane.key"},
@@ -133,10 +135,10 @@ def prepare(plan: ClusterPlan) -> None:
         if not (pki / f"{n.id}.crt").exists():
             issue(pki, n.id)
         agent: dict[str, Any] = {
-            "control_planes": [f"https://127.0.0.1:{plan.agent_port}"],
+            "control_planes": [f"https://{plan.control_address}:{plan.agent_port}"],
             "tls": {"ca": "../../pki/ca.crt", "cert": f"../../pki/{n.id}.crt", "key": f"../../pki/{n.id}.key"},
             "node_id": n.id,
-            "address": n.address,
+            **({"address": n.address} if n.address else {}),  # empty: found from the route to the control plane
             "weights_dir": "weights",
             "state_dir": "state",
             "port_range": n.port_range,
@@ -159,12 +161,13 @@ class Cluster:
         self.plan = plan
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, argv: list[str], netns: str | None = None) -> subprocess.Popen[bytes]:
         logs = self.plan.workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        prefix = ["ip", "netns", "exec", netns] if netns else []  # `ip netns exec` execs: the pid is the agent's
         with (logs / f"{name}.log").open("ab") as log:
             p = subprocess.Popen(
-                [sys.executable, "-m", "llmgw.cli.main", *argv],
+                [*prefix, sys.executable, "-m", "llmgw.cli.main", *argv],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -178,8 +181,9 @@ class Cluster:
         return self._spawn("server", ["server", "-c", str(self.plan.workdir / "server.yaml")])
 
     def start_agent(self, node_id: str) -> subprocess.Popen[bytes]:
+        netns = next((n.netns for n in self.plan.nodes if n.id == node_id), None)
         return self._spawn(
-            f"agent-{node_id}", ["agent", "-c", str(self.plan.workdir / "nodes" / node_id / "agent.yaml")]
+            f"agent-{node_id}", ["agent", "-c", str(self.plan.workdir / "nodes" / node_id / "agent.yaml")], netns
         )
 
     def start(self) -> None:
