@@ -1,5 +1,6 @@
 # The two commands: `make dev` (the embedded cluster) and `make test` (every check and test).
-PY ?= python3.11
+# Python 3.11 where there is one (what the lock was made with), else the system's python3 (3.11 or newer)
+PY ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 
