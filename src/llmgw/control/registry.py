@@ -37,8 +37,16 @@ def merge_report(
     if old is not None and old.report.fabric_problems != report.fabric_problems:
         for p in report.fabric_problems:
             events.append(f"node {report.node_id}: {p}")
+    if old is not None and _placement_facts(old.report) == _placement_facts(report):
+        return rec, events  # most heartbeats: nothing placement reads has changed, so nothing new qualifies
     before = qualifies(old, models, now) if old is not None else set()
     gained = sorted(qualifies(rec, models, now) - before)
     if gained:
         events.append(f"node {report.node_id} now qualifies for {', '.join(gained)}")
     return rec, events
+
+
+def _placement_facts(r: NodeReport) -> tuple[object, ...]:
+    """What the feasibility checks read from a report (memory in use moves every heartbeat and is not among it)."""
+    return (r.engines_probed, r.engines, r.install_progress, r.hardware.gpus, r.hardware.mem_total_bytes, r.fabrics,
+            r.port_low, r.port_high)
