@@ -103,3 +103,13 @@ async def test_raw_keys_are_never_stored(rut: RouterUnderTest) -> None:
     rut.store.db.execute("PRAGMA wal_checkpoint(FULL)")
     for f in rut.db.parent.glob("llmgw.db*"):
         assert rut.key.encode() not in f.read_bytes()
+
+
+async def test_unknown_paths_and_methods_use_the_envelope(rut: RouterUnderTest) -> None:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(rut.url + "/v1/nope") as r:
+            assert r.status == 404
+            assert envelope(await r.json(), "not_found").startswith("GET /v1/nope")
+        async with s.get(rut.url + "/v1/chat/completions") as r:
+            assert r.status == 405
+            envelope(await r.json(), "method_not_allowed")

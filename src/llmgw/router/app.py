@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -218,8 +219,25 @@ class Router:
             await self.session.close()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body)
+        app = web.Application(client_max_size=self.max_body, middlewares=[openai_envelope])
         app.router.add_get("/v1/models", self.models)
         for p in PATHS:
             app.router.add_post(p, self.proxy)
         return app
+
+
+@web.middleware
+async def openai_envelope(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """aiohttp's own refusals (unknown path, wrong method) and unexpected failures, in the OpenAI envelope too."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(e.status, "http_error")
+        return openai_error(e.status, f"{request.method} {request.path}: {e.reason}", "invalid_request_error", code)
+    except Exception:
+        log.exception("unexpected failure serving %s %s", request.method, request.path)
+        return openai_error(500, "internal error in the router; it is logged", "server_error", "internal_error")
