@@ -17,7 +17,6 @@ class Reason(StrEnum):
     NoFabric = "NoFabric"
     FabricTooSmall = "FabricTooSmall"
     NodeNotWhole = "NodeNotWhole"
-    WeightsNotVisible = "WeightsNotVisible"
     NoFreePort = "NoFreePort"
     # replica lifecycle
     Placed = "Placed"

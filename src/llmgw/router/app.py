@@ -21,11 +21,7 @@ from llmgw.store.base import ApiKeyRecord, UsageRecord
 
 log = logging.getLogger(__name__)
 
-PATHS = {
-    "/v1/chat/completions": "/v1/chat/completions",
-    "/v1/completions": "/v1/completions",
-    "/v1/embeddings": "/v1/embeddings",
-}
+PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")  # proxied to the engine as they are
 RETRY_AFTER_S = 10
 ANONYMOUS = ApiKeyRecord(id="-", name="anonymous", prefix="", hash="", created_at=0.0)
 
@@ -154,7 +150,7 @@ class Router:
                 payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
                 body = json.dumps(payload).encode()
                 strip_usage = True
-        path = PATHS[request.path]
+        path = request.path
         tried: set[str] = set()
         loop = asyncio.get_running_loop()
         started = self.state.clock.now()

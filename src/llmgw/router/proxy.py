@@ -11,8 +11,6 @@ from aiohttp import web
 from llmgw.router.errors import openai_error, sse_error
 from llmgw.router.usage import StreamUsage, usage_from_body
 
-HOP_HEADERS = {"content-type"}
-
 
 @dataclass
 class Outcome:
@@ -20,7 +18,6 @@ class Outcome:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     response: web.StreamResponse | None = None
-    reached_engine: bool = True
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,7 @@ async def forward(
     try:
         resp = await session.post(url, data=body, headers=headers, timeout=timeout)
     except aiohttp.ClientConnectorError:
-        raise
+        raise  # a ClientError too, but the caller retries it elsewhere: not a 502
     except TimeoutError:
         return Outcome(
             504, response=openai_error(504, "the engine did not answer in time", "upstream_error", "upstream_timeout")

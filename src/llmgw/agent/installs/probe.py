@@ -76,14 +76,9 @@ async def probe_llamacpp(override: str | None) -> EngineStatus | None:
     version = m.group(1) if m else ""
     if r.code != 0:
         missing = await missing_libraries(binary)
-        words = f"missing libraries: {', '.join(missing)}" if missing else r.output.strip().splitlines()[-1:]
-        return EngineStatus(
-            name="llamacpp",
-            version=version,
-            path=binary,
-            runs=False,
-            message=words if isinstance(words, str) else " ".join(words) or f"exit {r.code}",
-        )
+        last = r.output.strip().splitlines()[-1:]
+        words = f"missing libraries: {', '.join(missing)}" if missing else (last[0] if last else f"exit {r.code}")
+        return EngineStatus(name="llamacpp", version=version, path=binary, runs=False, message=words)
     return EngineStatus(name="llamacpp", version=version, path=binary, runs=True)
 
 
