@@ -16,7 +16,8 @@ from tests.harness import InProcessServer, free_port, plan
 
 def _client(p, node: str, urls: list[str]) -> ControlPlaneClient:  # type: ignore[no-untyped-def]
     pki = p.workdir / "pki"
-    return ControlPlaneClient(urls, client_context(pki / f"{node}.crt", pki / f"{node}.key", pki / "ca.crt"), 3.0)
+    crt, key = pki / f"{node}.crt", pki / f"{node}.key"
+    return ControlPlaneClient(urls, lambda: client_context(crt, key, pki / "ca.crt"), 3.0)
 
 
 async def test_fails_over_to_the_next_control_plane_and_stays_there(tmp_path: Path) -> None:
@@ -42,7 +43,7 @@ async def test_no_control_plane_answering_names_every_address(tmp_path: Path) ->
     c = _client(p, "node01", urls)
     try:
         with pytest.raises(UpstreamError) as e:
-            await c.heartbeat(NodeReport(node_id="node01", address="a", hardware=Hardware()))
+            await c.heartbeat(NodeReport(node_id="node01", address="127.0.0.11", hardware=Hardware()))
         assert all(u in str(e.value) for u in urls)
     finally:
         await c.close()
@@ -55,7 +56,7 @@ async def test_a_refusal_is_not_failed_over(tmp_path: Path) -> None:
     async with InProcessServer(p):
         try:
             with pytest.raises(UpstreamError) as e:
-                await c.heartbeat(NodeReport(node_id="node02", address="a", hardware=Hardware()))
+                await c.heartbeat(NodeReport(node_id="node02", address="127.0.0.12", hardware=Hardware()))
             assert "403" in str(e.value) and c.current == 0
         finally:
             await c.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,11 @@ import aiohttp
 from tests.harness import InProcessServer, plan
 
 
-async def ctl(p, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+async def ctl(p, *args: str, token_file: Path | None = None) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
     argv = [sys.executable, "-m", "llmgw.cli.main", "ctl", *args, "--admin", p.admin]
-    return await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=30)
+    env = {**os.environ, "LLMGW_ADMIN_TOKEN_FILE": str(token_file or p.token_file), "COLUMNS": "200"}
+    env.pop("LLMGW_ADMIN_TOKEN", None)
+    return await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=30, env=env)
 
 
 async def status_with(p, key: str) -> int:  # type: ignore[no-untyped-def]
@@ -38,7 +41,9 @@ async def test_create_list_revoke(tmp_path: Path) -> None:
         assert raw.startswith(listed[0]["prefix"]) and raw != listed[0]["prefix"]
         assert "hash" not in listed[0] and raw not in json.dumps(listed)
 
-        assert (await ctl(p, "keys", "revoke", "alice")).returncode == 0
+        kid = listed[0]["id"]
+        out = await ctl(p, "keys", "revoke", kid)
+        assert out.returncode == 0 and f"revoked 1 key(s): {kid}" in out.stdout
         assert await status_with(p, raw) == 401
         bad = await ctl(p, "keys", "create", "--name", "bob", "--model", "nope")
         assert bad.returncode == 1 and "unknown model(s): nope" in bad.stdout
@@ -47,3 +52,29 @@ async def test_create_list_revoke(tmp_path: Path) -> None:
     assert raw not in logs
     db = b"".join(f.read_bytes() for f in (tmp_path / "state").glob("llmgw.db*"))
     assert db and raw.encode() not in db
+
+
+async def test_after_a_rotation_revoking_by_name_leaves_no_key_of_that_name_live(tmp_path: Path) -> None:
+    """The defect: revoking "alice" revoked the first key named alice, even one already revoked, so the key made
+    by a rotation stayed live."""
+    p = plan(tmp_path, [], [])
+    async with InProcessServer(p):
+        old = (await ctl(p, "keys", "create", "--name", "alice")).stdout.strip().splitlines()[-1]
+        new = (await ctl(p, "keys", "create", "--name", "alice")).stdout.strip().splitlines()[-1]
+        assert await status_with(p, old) == 200 and await status_with(p, new) == 200
+        old_id = next(k["id"] for k in json.loads((await ctl(p, "keys", "list", "--json")).stdout)
+                      if old.startswith(k["prefix"]))
+        assert (await ctl(p, "keys", "revoke", old_id)).returncode == 0
+        assert await status_with(p, old) == 401 and await status_with(p, new) == 200
+
+        # the old API: a name where an id belongs. Either it is refused, or it revokes what is live, never a no-op
+        async with aiohttp.ClientSession() as s, s.delete(
+            f"{p.admin}/api/keys/alice", headers={"Authorization": f"Bearer {p.token_file.read_text().strip()}"}
+        ) as r:
+            assert r.status == 404 or await status_with(p, new) == 401
+
+        out = await ctl(p, "keys", "revoke", "--name", "alice")
+        assert out.returncode == 0 and "revoked 1 key(s)" in out.stdout, out.stdout + out.stderr
+        assert await status_with(p, new) == 401 and await status_with(p, old) == 401
+        again = await ctl(p, "keys", "revoke", old_id)
+        assert again.returncode == 0 and "already revoked" in again.stdout

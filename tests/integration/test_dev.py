@@ -28,9 +28,11 @@ def test_llmgw_dev_serves_and_stops_everything(tmp_path: Path) -> None:
         text = wait_until(lambda: (t := log.read_text()) and "ready: smollm2" in t and "ready: sim-405b" in t and t,
                           120, "smollm2 and sim-405b ready")
         key = re.search(r"API key:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
+        token_file = re.search(r"LLMGW_ADMIN_TOKEN_FILE=(\S+)", text).group(1)  # type: ignore[union-attr]
+        env = {**os.environ, "COLUMNS": "200", "LLMGW_ADMIN_TOKEN_FILE": token_file}
         status = subprocess.run(
             [sys.executable, "-m", "llmgw.cli.main", "ctl", "status", "--admin", f"http://127.0.0.1:{admin}"],
-            capture_output=True, text=True, timeout=30, env={**os.environ, "COLUMNS": "200"},
+            capture_output=True, text=True, timeout=30, env=env,
         ).stdout
         row = next(ln for ln in status.splitlines() if "sim-405b" in ln and "ready" in ln)
         assert re.search(r"node0[12], node0[12]|node0[34], node0[34]", row), row
@@ -39,8 +41,10 @@ def test_llmgw_dev_serves_and_stops_everything(tmp_path: Path) -> None:
                                      headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=60) as r:
             assert json.loads(r.read())["choices"][0]["message"]["content"]
+        auth = {"Authorization": f"Bearer {Path(token_file).read_text().strip()}"}
         for node in ("node01", "node02", "node03", "node04", "cpu01"):
-            with urllib.request.urlopen(f"http://127.0.0.1:{admin}/api/nodes/{node}", timeout=5) as r:
+            node_req = urllib.request.Request(f"http://127.0.0.1:{admin}/api/nodes/{node}", headers=auth)
+            with urllib.request.urlopen(node_req, timeout=5) as r:
                 engine_pids += [s["pid"] for s in json.loads(r.read())["report"]["shards"] if s["pid"]]
         assert len(engine_pids) >= 3  # llama-server and the two ranks of sim-405b
     finally:

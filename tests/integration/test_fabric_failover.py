@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import plan, wait_until
@@ -42,6 +46,13 @@ def post_chat(url: str, key: str | None = None) -> dict:  # type: ignore[type-ar
         return json.loads(r.read())  # type: ignore[no-any-return]
 
 
+def replica_secret(p, replica_id: str) -> str:  # type: ignore[no-untyped-def]
+    """Read from the control plane's own store: no API hands a replica's secret out."""
+    with sqlite3.connect(p.workdir / "state" / "llmgw.db") as db:
+        (body,) = db.execute("SELECT body FROM replicas WHERE id = ?", (replica_id,)).fetchone()
+    return str(json.loads(body)["secret"])
+
+
 def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
     p = plan(tmp_path, nodes(), [MODEL], heartbeat_interval=f"{HEARTBEAT}s", node_lost_after=f"{LOST_AFTER}s",
              reconcile_interval="0.3s")
@@ -70,8 +81,11 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
                                                           frozenset({"node03", "node04"})}
 
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
-        for r in ready:  # a request served by each replica's leader, and through the router
-            assert post_chat(r["endpoint"])["choices"][0]["message"]["content"]
+        for r in ready:  # each replica's leader serves the router (its secret) and nobody else, and the router serves
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                post_chat(r["endpoint"])
+            assert refused.value.code == 401
+            assert post_chat(r["endpoint"], replica_secret(p, r["id"]))["choices"][0]["message"]["content"]
         assert post_chat(p.api, key)["usage"]["completion_tokens"] == 4
 
         addresses = {n.id: n.address for n in nodes()}
@@ -106,7 +120,8 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
         assert "ib-a: 1 whole node(s) fit, needs 2" in summary
         assert "ib-b" in summary or waiting["explanation"]["filtered"].get("NodeNotWhole") == 2
         out = subprocess.run([sys.executable, "-m", "llmgw.cli.main", "ctl", "explain", "big", "--admin", p.admin],
-                             capture_output=True, text=True, timeout=30).stdout
+                             capture_output=True, text=True, timeout=30,
+                             env={**os.environ, "LLMGW_ADMIN_TOKEN_FILE": str(p.token_file)}).stdout
         assert "not placed" in out and "NodeNotReady: 1 node excluded" in out
 
         # the surviving ib-b replica still serves, and node01 was never paired across fabrics

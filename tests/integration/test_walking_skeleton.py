@@ -37,7 +37,7 @@ def ctl(p, *args: str) -> str:  # type: ignore[no-untyped-def]
         capture_output=True,
         text=True,
         timeout=30,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", "LLMGW_ADMIN_TOKEN_FILE": str(p.token_file)},
     )
     assert r.returncode == 0, r.stderr
     return r.stdout

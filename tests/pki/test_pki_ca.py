@@ -14,7 +14,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import PKIError
-from llmgw.pki import CA_CERT, CA_KEY, init_ca, issue, validate_node_id
+from llmgw.pki import CA_CERT, CA_KEY, NODE_ROLE, init_ca, issue, renew, validate_node_id
+from llmgw.pki.ca import NODE_DAYS, has_node_role
 
 
 def _cert(path: Path) -> x509.Certificate:
@@ -41,7 +42,7 @@ def test_a_certificate_from_another_ca_does_not_verify(tmp_path: Path) -> None:
         _cert(cert_path).verify_directly_issued_by(_cert(tmp_path / "a" / CA_CERT))
 
 
-def test_cn_and_san_are_the_node_id_and_usage_is_server_and_client(tmp_path: Path) -> None:
+def test_cn_and_san_are_the_node_id_and_a_node_certificate_is_a_client_with_the_node_role(tmp_path: Path) -> None:
     init_ca(tmp_path, name="test CA")
     cert_path, _ = issue(tmp_path, "gpu-node-7", ips=["10.0.0.7"])
     leaf = _cert(cert_path)
@@ -52,9 +53,32 @@ def test_cn_and_san_are_the_node_id_and_usage_is_server_and_client(tmp_path: Pat
     assert cns == ["gpu-node-7"]
     assert san.get_values_for_type(x509.DNSName) == ["gpu-node-7"]
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["10.0.0.7"]
-    assert set(eku) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+    assert set(eku) == {ExtendedKeyUsageOID.CLIENT_AUTH, NODE_ROLE}
     assert leaf.issuer.rfc4514_string() == "CN=test CA"
     assert isinstance(leaf.public_key(), ec.EllipticCurvePublicKey)
+    assert leaf.not_valid_after_utc - leaf.not_valid_before_utc <= datetime.timedelta(days=NODE_DAYS, minutes=5)
+
+
+def test_a_server_certificate_is_only_a_server_and_never_a_node(tmp_path: Path) -> None:
+    init_ca(tmp_path)
+    cert_path, _ = issue(tmp_path, "controlplane", ips=["10.0.0.2"], server=True)
+    leaf = _cert(cert_path)
+    eku = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert set(eku) == {ExtendedKeyUsageOID.SERVER_AUTH}
+    assert not has_node_role(leaf)
+
+
+def test_renew_keeps_role_and_addresses_with_a_new_key_and_serial(tmp_path: Path) -> None:
+    init_ca(tmp_path)
+    for name, server in (("node01", False), ("controlplane", True)):
+        cert_path, key_path = issue(tmp_path, name, ips=["10.0.0.9"], server=server)
+        old, old_key = _cert(cert_path), key_path.read_bytes()
+        renew(tmp_path, name)
+        new = _cert(cert_path)
+        assert new.serial_number != old.serial_number and key_path.read_bytes() != old_key
+        assert has_node_role(new) is (not server)
+        san = new.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["10.0.0.9"]
 
 
 def test_validity_comes_from_the_injected_clock(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from llmgw.core.errors import PKIError
-from llmgw.pki import CA_CERT, client_context, init_ca, issue, peer_node_id, server_context
+from llmgw.pki import CA_CERT, client_context, init_ca, issue, peer_identity, peer_node_id, server_context
 
 
 @dataclass
@@ -31,7 +31,7 @@ def pki(tmp_path: Path) -> Pki:
     init_ca(theirs, name="someone else's CA")
     return Pki(
         ca=ours / CA_CERT,
-        server=issue(ours, "control", ips=["127.0.0.1"]),
+        server=issue(ours, "control", ips=["127.0.0.1"], server=True),
         node=issue(ours, "node01"),
         foreign=issue(theirs, "node01"),
     )
@@ -197,3 +197,14 @@ def test_missing_or_wrong_files_raise_pki_errors(pki: Pki, tmp_path: Path) -> No
         server_context(*pki.server, tmp_path / "nope.crt", require_client=True)
     with pytest.raises(PKIError):  # the node's certificate with the server's key
         client_context(pki.node[0], pki.server[1], pki.ca)
+
+
+def test_the_control_planes_certificate_is_no_client_and_a_node_carries_the_node_role(pki: Pki) -> None:
+    server_ctx = server_context(*pki.server, pki.ca, require_client=True)
+    with pytest.raises(ServerRefused) as wrong:
+        _handshake(server_ctx, client_context(*pki.server, pki.ca), "127.0.0.1")
+    assert "purpose" in str(wrong.value.error)
+    accepted = _handshake(server_ctx, client_context(*pki.node, pki.ca), "127.0.0.1")
+    ident = peer_identity(accepted)
+    assert ident is not None and ident.node_id == "node01" and ident.node_role and ident.ips == ()
+    assert int(ident.serial, 16) > 0

@@ -6,6 +6,7 @@ No sleeps and no I/O: time is FakeClock's number, handed to World.now.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 from llmgw.config.server import ModelSpec
@@ -48,8 +49,13 @@ class Sim:
         return World(
             now=self.now, started_at=self.started_at, models=dict(self.models), nodes=list(self.nodes.values()),
             replicas=list(self.replicas.values()), demand=dict(self.demand), last_used=dict(self.last_used),
-            outstanding=dict(self.outstanding), timings=self.timings,
+            outstanding=dict(self.outstanding), timings=self.timings, entropy=self._entropy(),
         )
+
+    def _entropy(self) -> bytes:
+        """Different bytes every pass, the same in every run: ids never repeat and tests stay reproducible."""
+        self._passes = getattr(self, "_passes", 0) + 1
+        return hashlib.sha256(f"pass {self._passes}".encode()).digest()
 
     def step(self) -> list[Intent]:
         """One reconcile pass, applied."""

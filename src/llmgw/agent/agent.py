@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import platform
 from pathlib import Path
@@ -59,13 +60,19 @@ class Agent:
         path, problem = resolve_source(spec.source)
         if path is None:
             return None, problem
-        ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1)
+        # named from a digest: a replica id is the control plane's word, not a safe file name
+        tag = hashlib.sha256(spec.replica_id.encode()).hexdigest()[:16]
+        key_file = str(Path(self.cfg.state_dir) / "keys" / f"{tag}-rank{spec.rank}.key")
+        ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file)
         return adapter.launch(spec, ctx), ""
 
     async def start(self) -> None:
         ca, cert, key = (Path(self.cfg.tls.ca), Path(self.cfg.tls.cert), Path(self.cfg.tls.key))
         self.client = ControlPlaneClient(
-            self.cfg.control_planes, client_context(cert, key, ca), self.cfg.request_timeout
+            self.cfg.control_planes,
+            lambda: client_context(cert, key, ca),
+            self.cfg.request_timeout,
+            watch=[str(cert), str(key), str(ca)],
         )
         if not self.address:
             self.address = route_address(self.cfg.control_planes[0])

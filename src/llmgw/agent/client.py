@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import ssl
+from collections.abc import Callable, Sequence
 
 import aiohttp
 from pydantic import ValidationError
@@ -17,12 +19,46 @@ HEARTBEAT_PATH = "/v1/agent/heartbeat"
 
 
 class ControlPlaneClient:
-    def __init__(self, urls: list[str], ssl_ctx: ssl.SSLContext, timeout: float) -> None:
+    """`make_ssl` builds the TLS context from the certificate files; when any of `watch` changes (a renewed
+    certificate copied in), the next heartbeat uses the new files without restarting the agent."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        make_ssl: Callable[[], ssl.SSLContext],
+        timeout: float,
+        watch: Sequence[str] = (),
+    ) -> None:
         self.urls = urls
         self.current = 0
-        self._ssl = ssl_ctx
+        self._make_ssl = make_ssl
+        self._watch = list(watch)
+        self._stamp = self._stamps()
+        self._ssl = make_ssl()
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
+
+    def _stamps(self) -> list[float]:
+        out = []
+        for p in self._watch:
+            try:
+                out.append(os.stat(p).st_mtime)
+            except OSError:
+                out.append(-1.0)
+        return out
+
+    async def _reload_if_renewed(self) -> None:
+        stamp = self._stamps()
+        if stamp == self._stamp:
+            return
+        try:
+            ctx = self._make_ssl()
+        except Exception as e:  # a half-copied pair: keep the old one and try again next time
+            log.warning("certificate files changed but cannot be loaded yet: %s", e)
+            return
+        self._stamp, self._ssl = stamp, ctx
+        log.info("certificate files changed: using the renewed certificate from now on")
+        await self.close()
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -34,6 +70,7 @@ class ControlPlaneClient:
 
     async def heartbeat(self, report: NodeReport) -> DesiredState:
         """Try each control plane once, starting with the one that last answered."""
+        await self._reload_if_renewed()
         errors: list[str] = []
         body = report.model_dump_json()
         for i in range(len(self.urls)):

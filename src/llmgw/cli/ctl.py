@@ -4,69 +4,112 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 ctl = typer.Typer(help="Inspect and steer a running control plane (management API).", no_args_is_help=True)
 keys_cli = typer.Typer(help="API keys.", no_args_is_help=True)
+nodes_cli = typer.Typer(help="Nodes: list them, cut one off.", no_args_is_help=False, invoke_without_command=True)
 ctl.add_typer(keys_cli, name="keys")
+ctl.add_typer(nodes_cli, name="nodes")
 
 AdminOpt = Annotated[str, typer.Option("--admin", envvar="LLMGW_ADMIN", help="management API address")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 DEFAULT_ADMIN = "http://127.0.0.1:9090"
+DEFAULT_TOKEN_FILE = "/var/lib/llmgw/admin.token"  # beside the store of deploy/examples/server.yaml
 
 console = Console(width=int(os.environ.get("COLUMNS", "160")))
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def safe(text: object) -> str:
+    """Text from a node or an engine, made harmless for a terminal: no control or escape characters, no bidi
+    overrides, and no Rich markup."""
+    return escape(_CONTROL.sub("?", str(text)))
 
 
 def json_out(data: object, as_json: bool) -> bool:
     """Print JSON when asked; True means the caller is done."""
     if as_json:
-        print(json.dumps(data, indent=2))
+        print(json.dumps(data, indent=2))  # JSON escapes control characters itself
     return as_json
+
+
+def _token() -> str:
+    if token := os.environ.get("LLMGW_ADMIN_TOKEN"):
+        return token.strip()
+    path = os.environ.get("LLMGW_ADMIN_TOKEN_FILE", DEFAULT_TOKEN_FILE)
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as e:
+        console.print(
+            f"[red]error:[/red] cannot read the operator token {safe(path)}: {safe(e.strerror or e)} "
+            "(set LLMGW_ADMIN_TOKEN_FILE to the server's admin_token_file)"
+        )
+        raise typer.Exit(1) from None
 
 
 def call(admin: str, method: str, path: str, body: object | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(
-        admin.rstrip("/") + path, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {_token()}"}
+    req = urllib.request.Request(admin.rstrip("/") + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace")
-        console.print(f"[red]error:[/red] {method} {path}: {e.code} {detail}")
+        detail = e.read().decode(errors="replace")[:2000]
+        console.print(f"[red]error:[/red] {safe(method)} {safe(path)}: {e.code} {safe(detail)}")
         raise typer.Exit(1) from None
     except urllib.error.URLError as e:
-        console.print(f"[red]error:[/red] cannot reach the management API at {admin}: {e.reason}")
+        console.print(f"[red]error:[/red] cannot reach the management API at {safe(admin)}: {safe(e.reason)}")
         raise typer.Exit(1) from None
 
 
-@ctl.command()
-def nodes(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
+@nodes_cli.callback()
+def nodes(ctx: typer.Context, admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     """Nodes: address, liveness, GPUs, RAM, engines and warnings."""
+    if ctx.invoked_subcommand is not None:
+        return
     rows = call(admin, "GET", "/api/nodes")
     if json_out(rows, as_json):
         return
     t = Table("node", "address", "state", "GPUs", "RAM", "engines", "fabrics", "warnings")
     for r in rows:
-        state = "[green]live[/green]" if r["state"] == "live" else f"[red]{r['state']}[/red]"
+        state = "[green]live[/green]" if r["state"] == "live" else f"[red]{safe(r['state'])}[/red]"
         t.add_row(
-            r["node"],
-            r["address"],
+            safe(r["node"]),
+            safe(r["address"]),
             state,
-            r["gpus"],
-            r["ram"],
-            r["engines"],
-            r["fabrics"],
-            "\n".join(r["warnings"]) or "-",
+            safe(r["gpus"]),
+            safe(r["ram"]),
+            safe(r["engines"]),
+            safe(r["fabrics"]),
+            "\n".join(safe(w) for w in r["warnings"]) or "-",
         )
     console.print(t)
+
+
+@nodes_cli.command("revoke")
+def nodes_revoke(
+    node: str,
+    serial: Annotated[str, typer.Option(help="revoke only this certificate (hex serial; `ctl nodes --json`)")] = "",
+    reason: Annotated[str, typer.Option(help="why, for the event log")] = "",
+    admin: AdminOpt = DEFAULT_ADMIN,
+) -> None:
+    """Cut a node off: its heartbeats are refused from now on and its replicas are rebuilt elsewhere. With
+    --serial, only that certificate is refused (a stolen one), and a renewed certificate still works."""
+    out = call(admin, "POST", f"/api/nodes/{urllib.parse.quote(node, safe='')}/revoke",
+               {"serial": serial, "reason": reason})
+    console.print(safe(out["message"]), highlight=False)
 
 
 @ctl.command()
@@ -78,27 +121,30 @@ def status(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     console.print(f"nodes: {s['nodes_live']} live of {s['nodes_total']}")
     t = Table("GPU class", "total", "used", "free", "faulty", title="capacity")
     for c in s["capacity"]:
-        t.add_row(c["gpu_class"], str(c["total"]), str(c["used"]), str(c["free"]), str(c["faulty"]))
+        t.add_row(safe(c["gpu_class"]), str(c["total"]), str(c["used"]), str(c["free"]), str(c["faulty"]))
     console.print(t)
     t = Table("fabric", "nodes", "free whole nodes", title="fabrics")
     for f in s["fabrics"]:
-        t.add_row(f["fabric"], str(f["nodes"]), str(f["free_whole_nodes"]))
+        t.add_row(safe(f["fabric"]), str(f["nodes"]), str(f["free_whole_nodes"]))
     console.print(t)
     t = Table("replica", "model", "state", "nodes", "endpoint", "why", title="replicas")
     for r in s["replicas"]:
         t.add_row(
-            r["id"],
-            r["model"],
-            r["state"],
-            ", ".join(r["nodes"]) or "-",
-            r["endpoint"] or "-",
-            f"{r['reason']}: {r['message']}" if r["message"] else r["reason"],
+            safe(r["id"]),
+            safe(r["model"]),
+            safe(r["state"]),
+            safe(", ".join(r["nodes"])) or "-",
+            safe(r["endpoint"]) or "-",
+            safe(f"{r['reason']}: {r['message']}" if r["message"] else r["reason"]),
         )
     console.print(t)
     if s["usage"]:
         t = Table("key", "model", "requests", "prompt tokens", "completion tokens", title="usage")
         for u in s["usage"]:
-            t.add_row(u["key_id"], u["model"], str(u["requests"]), str(u["prompt_tokens"]), str(u["completion_tokens"]))
+            t.add_row(
+                safe(u["key_id"]), safe(u["model"]), str(u["requests"]), str(u["prompt_tokens"]),
+                str(u["completion_tokens"]),
+            )
         console.print(t)
 
 
@@ -111,8 +157,8 @@ def models(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     t = Table("model", "engine", "min", "max", "on demand", "GPUs/shard", "nodes", "ready/replicas")
     for m in rows:
         t.add_row(
-            m["name"],
-            m["engine"],
+            safe(m["name"]),
+            safe(m["engine"]),
             str(m["min"]),
             str(m["max"]),
             "yes" if m["on_demand"] else "no",
@@ -133,16 +179,16 @@ def replicas(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     for r in rows:
         shards = "\n".join(f"rank {a['rank']}: {a['node_id']} gpus {a['gpus']}" for a in r["assignments"]) or "-"
         conds = "\n".join(f"{c['type']}={c['status']} {c['reason']}: {c['message']}" for c in r["conditions"])
-        t.add_row(r["id"], r["model"], shards, conds or "-")
+        t.add_row(safe(r["id"]), safe(r["model"]), safe(shards), safe(conds) or "-")
     console.print(t)
 
 
 @ctl.command()
 def explain(model: str, admin: AdminOpt = DEFAULT_ADMIN) -> None:
     """Why a model's last placement failed, or where it went."""
-    out = call(admin, "GET", f"/api/explain/{model}")
+    out = call(admin, "GET", f"/api/explain/{urllib.parse.quote(model, safe='')}")
     for line in out["lines"]:
-        console.print(line, highlight=False, markup=False)
+        console.print(safe(line), highlight=False)
 
 
 @ctl.command()
@@ -152,7 +198,7 @@ def events(admin: AdminOpt = DEFAULT_ADMIN, limit: int = 50) -> None:
 
     for e in call(admin, "GET", f"/api/events?limit={limit}"):
         when = dt.datetime.fromtimestamp(e["at"], tz=dt.UTC).strftime("%H:%M:%S")
-        console.print(f"{when} {e['message']}", highlight=False, markup=False)
+        console.print(f"{when} {safe(e['message'])}", highlight=False)
 
 
 @keys_cli.command("create")
@@ -163,7 +209,7 @@ def keys_create(
 ) -> None:
     """Create a key. It is shown once; only its hash is kept."""
     out = call(admin, "POST", "/api/keys", {"name": name, "models": model or []})
-    console.print(f"key {out['id']} ({out['name']}), shown once:")
+    console.print(f"key {safe(out['id'])} ({safe(out['name'])}), shown once:")
     print(out["key"])
 
 
@@ -175,15 +221,31 @@ def keys_list(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None
     t = Table("id", "name", "prefix", "models", "revoked")
     for k in rows:
         t.add_row(
-            k["id"], k["name"], k["prefix"] + "…", ", ".join(k["models"]) or "all", "yes" if k["revoked_at"] else "no"
+            safe(k["id"]), safe(k["name"]), safe(k["prefix"]) + "…", safe(", ".join(k["models"])) or "all",
+            "yes" if k["revoked_at"] else "no",
         )
     console.print(t)
 
 
 @keys_cli.command("revoke")
-def keys_revoke(key_id: str, admin: AdminOpt = DEFAULT_ADMIN) -> None:
-    out = call(admin, "DELETE", f"/api/keys/{key_id}")
-    console.print(f"revoked {out['revoked']}")
+def keys_revoke(
+    key_id: Annotated[str | None, typer.Argument(help="the key's id (`ctl keys list`)")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="revoke every live key with this name")] = None,
+    admin: AdminOpt = DEFAULT_ADMIN,
+) -> None:
+    """Revoke one key by id, or with --name every live key of that name (after a rotation there can be several)."""
+    if (key_id is None) == (name is None):
+        console.print("[red]error:[/red] give a key id, or --name NAME, not both")
+        raise typer.Exit(2)
+    if key_id is not None:
+        out = call(admin, "DELETE", f"/api/keys/{urllib.parse.quote(key_id, safe='')}")
+    else:
+        out = call(admin, "POST", "/api/keys/revoke", {"name": name})
+    if out.get("already_revoked"):
+        console.print(f"key {safe(key_id)} was already revoked")
+        return
+    ids = out["revoked"]
+    console.print(f"revoked {len(ids)} key(s): {safe(', '.join(ids)) or 'none live'}")
 
 
 @ctl.command("engine-check")

@@ -86,12 +86,31 @@ def ca_issue(
     directory: Path,
     node: str,
     ip: Annotated[list[str] | None, typer.Option("--ip", help="also valid for this IP address (repeatable)")] = None,
+    server: Annotated[bool, typer.Option("--server", help="the control plane's certificate, not a node's")] = False,
+    days: Annotated[int | None, typer.Option(help="validity (default: 90 for nodes, 397 for --server)")] = None,
 ) -> None:
-    """Issue a certificate for NODE (CN = SAN = node id)."""
+    """Issue a node certificate for NODE (CN = SAN = node id), or with --server the control plane's certificate."""
     from llmgw.pki.ca import issue
 
     try:
-        crt, key = issue(directory, node, ips=ip or [])
+        crt, key = issue(directory, node, ips=ip or [], days=days, server=server)
+    except LlmgwError as e:
+        raise _fail(e) from None
+    typer.echo(f"{crt}\n{key}")
+
+
+@ca_cli.command("renew")
+def ca_renew(
+    directory: Path,
+    name: str,
+    days: Annotated[int | None, typer.Option(help="validity (default: as for issue)")] = None,
+) -> None:
+    """Re-issue NAME's certificate with a new key, keeping its role and addresses. Copy both files to the node; its
+    agent picks them up at its next connection. Then `ctl nodes revoke NAME --serial OLD` retires the old one."""
+    from llmgw.pki.ca import renew
+
+    try:
+        crt, key = renew(directory, name, days=days)
     except LlmgwError as e:
         raise _fail(e) from None
     typer.echo(f"{crt}\n{key}")

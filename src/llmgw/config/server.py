@@ -75,6 +75,21 @@ class RouterConfig(Strict):
     first_byte_timeout: Duration = 600.0
     idle_timeout: Duration = 120.0
     usage_flush_interval: Duration = 1.0
+    # connections the router keeps open to one replica's engine; further requests wait up to queue_timeout for one
+    connections_per_replica: int = Field(default=64, ge=1, le=4096)
+    queue_timeout: Duration = 60.0
+
+
+class Limits(Strict):
+    """What one client, authenticated or not, can hold of a listener."""
+
+    # a new connection must deliver its request headers within this, and an idle one is closed after it
+    header_timeout: Duration = Field(default=10.0, gt=0)
+    api_connections: int = Field(default=4096, ge=1)
+    api_connections_per_client: int = Field(default=256, ge=1)
+    agent_connections: int = Field(default=12000, ge=1)  # one kept-alive connection per node
+    admin_connections: int = Field(default=256, ge=1)
+    metrics_connections: int = Field(default=64, ge=1)
 
 
 class EvictionConfig(Strict):
@@ -89,6 +104,13 @@ class ServerConfig(Strict):
     metrics_listen: Listen | None = None
     tls: TLSFiles
     store: StoreConfig = StoreConfig()
+    # the operator token for the management API (made, mode 0600, at the first start); default: beside the store
+    admin_token_file: ConfigPath | None = None
+    # names (beyond loopback and admin_listen's own address) by which operators reach the management API
+    admin_hosts: list[str] = []
+    # a node may claim an engine address it reports from, one its certificate names, or one inside these networks
+    node_networks: list[str] = []
+    limits: Limits = Limits()
     node_lost_after: Duration = 60.0
     heartbeat_interval: Duration = 3.0
     reconcile_interval: Duration = 1.0
@@ -100,6 +122,23 @@ class ServerConfig(Strict):
     eviction: EvictionConfig = EvictionConfig()
     engines: list[EngineName] = ["llamacpp", "sim"]
     models: list[ModelSpec] = []
+
+    @field_validator("node_networks")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        for n in v:
+            try:
+                ipaddress.ip_network(n, strict=False)
+            except ValueError:
+                raise ValueError(f"{n!r} is not a network like 10.0.0.0/16") from None
+        return v
+
+    def token_path(self) -> str:
+        import os
+
+        return self.admin_token_file or os.path.join(os.path.dirname(os.path.abspath(self.store.path)), "admin.token")
 
     @model_validator(mode="after")
     def _unique_models(self) -> ServerConfig:

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import json
+import logging
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
 
+from llmgw.control.admin_auth import guard
 from llmgw.control.metrics import registry
 from llmgw.control.plane import ControlPlane
 from llmgw.control.summary import Summary, summarize
 from llmgw.control.views import node_row
 from llmgw.router.keys import new_key
 from llmgw.router.state import Activity, RouterView, ready_table
+
+log = logging.getLogger(__name__)
+MAX_LIMIT = 1000
+MAX_BODY = 16 * 1024 * 1024  # activity reports from router workers carry usage batches
 
 
 def summary_of(plane: ControlPlane) -> Summary:
@@ -37,9 +45,36 @@ def metrics_routes(plane: ControlPlane) -> list[web.RouteDef]:
     return [web.get("/metrics", metrics), web.get("/health", health)]
 
 
-def admin_app(plane: ControlPlane) -> web.Application:
+class BadRequest(Exception):
+    pass
+
+
+async def json_body(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read())
+    except (ValueError, RecursionError):
+        raise BadRequest("the body is not valid JSON") from None
+
+
+def limit_of(request: web.Request, default: int = 100) -> int:
+    raw = request.query.get("limit", str(default))
+    if not raw.isdigit():
+        raise BadRequest(f"limit must be a whole number, not {raw[:20]!r}")
+    return max(1, min(int(raw), MAX_LIMIT))
+
+
+def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bool = False) -> web.Application:
     def js(data: object, status: int = 200) -> web.Response:
         return web.Response(text=json.dumps(data, default=str), status=status, content_type="application/json")
+
+    @web.middleware
+    async def bad_requests(request: web.Request, handler: Any) -> web.StreamResponse:
+        """A malformed request is the client's mistake: one line in the log, a 400 that says why, nothing changed."""
+        try:
+            return await handler(request)  # type: ignore[no-any-return]
+        except BadRequest as e:
+            log.info("management API: %s %s refused: %s", request.method, request.path, e)
+            return js({"error": str(e)}, 400)
 
     async def nodes(_: web.Request) -> web.Response:
         return js([node_row(n).model_dump() for n in sorted(plane.nodes.values(), key=lambda n: n.id)])
@@ -48,7 +83,7 @@ def admin_app(plane: ControlPlane) -> web.Application:
         rec = plane.nodes.get(request.match_info["id"])
         if rec is None:
             return js({"error": f"no node {request.match_info['id']}"}, 404)
-        return js(rec.model_dump())
+        return js(rec.model_dump())  # what the node reported, and our bookkeeping: no secret is in a node record
 
     async def status(_: web.Request) -> web.Response:
         return js(summary_of(plane).model_dump())
@@ -74,25 +109,27 @@ def admin_app(plane: ControlPlane) -> web.Application:
         return js(out)
 
     async def replicas(_: web.Request) -> web.Response:
-        return js([r.model_dump() for r in sorted(plane.replicas.values(), key=lambda r: r.id)])
+        return js([r.model_dump(exclude={"secret"}) for r in sorted(plane.replicas.values(), key=lambda r: r.id)])
 
     async def explain(request: web.Request) -> web.Response:
         return js({"model": request.match_info["model"], "lines": plane.explain(request.match_info["model"])})
 
     async def events(request: web.Request) -> web.Response:
-        limit = int(request.query.get("limit", "100"))
-        return js([e.model_dump() for e in plane.store.list_events(limit)])
+        return js([e.model_dump() for e in plane.store.list_events(limit_of(request))])
 
     async def list_keys(_: web.Request) -> web.Response:
         return js([k.model_dump(exclude={"hash"}) for k in plane.store.list_keys()])
 
     async def create_key(request: web.Request) -> web.Response:
+        body = await json_body(request)
         try:
-            body = await request.json()
-            name = str(body["name"])
-            allowed = [str(m) for m in body.get("models", [])]
-        except (ValueError, KeyError, TypeError):
+            name = body["name"]
+            allowed = body.get("models", [])
+        except (KeyError, TypeError, AttributeError):
             return js({"error": 'body must be {"name": ..., "models": [...]}'}, 400)
+        if not isinstance(name, str) or not 1 <= len(name) <= 128 or not isinstance(allowed, list):
+            return js({"error": 'body must be {"name": "1-128 characters", "models": [...]}'}, 400)
+        allowed = [str(m) for m in allowed]
         unknown = [m for m in allowed if m not in plane.models]
         if unknown:
             return js({"error": f"unknown model(s): {', '.join(unknown)}"}, 400)
@@ -101,14 +138,47 @@ def admin_app(plane: ControlPlane) -> web.Application:
         plane.keys_changed()
         return js({"key": raw, **rec.model_dump(exclude={"hash"})}, 201)
 
-    async def revoke_key(request: web.Request) -> web.Response:
-        kid = request.match_info["id"]
+    def revoke(match: Any) -> list[str]:
+        """Revoke every live key that `match`es; their ids."""
+        now = plane.clock.now()
+        done = []
         for k in plane.store.list_keys():
-            if k.id == kid or k.name == kid:
-                plane.store.put_key(k.model_copy(update={"revoked_at": plane.clock.now()}))
-                plane.keys_changed()
-                return js({"revoked": k.id})
-        return js({"error": f"no key {kid}"}, 404)
+            if k.revoked_at is None and match(k):
+                plane.store.put_key(k.model_copy(update={"revoked_at": now}))
+                done.append(k.id)
+        if done:
+            plane.keys_changed()
+        return done
+
+    async def revoke_key(request: web.Request) -> web.Response:
+        """By id only: a name can stand for several keys (a rotation leaves two), and guessing which is how the
+        wrong one stays live."""
+        kid = request.match_info["id"]
+        key = next((k for k in plane.store.list_keys() if k.id == kid), None)
+        if key is None:
+            return js({"error": f"no key with id {kid} (by name: POST /api/keys/revoke with a name)"}, 404)
+        if key.revoked_at is not None:
+            return js({"revoked": [], "already_revoked": [kid]})
+        return js({"revoked": revoke(lambda k: k.id == kid)})
+
+    async def revoke_by_name(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        name = body.get("name") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name:
+            return js({"error": 'body must be {"name": ...}'}, 400)
+        if not any(k.name == name for k in plane.store.list_keys()):
+            return js({"error": f"no key named {name!r}"}, 404)
+        return js({"revoked": revoke(lambda k: k.name == name)})
+
+    async def revoke_node(request: web.Request) -> web.Response:
+        node_id = request.match_info["id"]
+        body = await json_body(request) if request.can_read_body else {}
+        if not isinstance(body, dict):
+            return js({"error": 'body must be {"serial": "...", "reason": "..."}'}, 400)
+        serial, reason = str(body.get("serial", "") or "")[:64].lower(), str(body.get("reason", "") or "")[:256]
+        if node_id not in plane.nodes and not serial:
+            return js({"error": f"no node {node_id} (a node never seen can still be revoked by --serial)"}, 404)
+        return js({"revoked": node_id, "serial": serial, "message": plane.revoke(node_id, serial, reason)})
 
     async def router_view(_: web.Request) -> web.Response:
         view = RouterView(
@@ -120,7 +190,10 @@ def admin_app(plane: ControlPlane) -> web.Application:
         return web.Response(text=view.model_dump_json(), content_type="application/json")
 
     async def router_activity(request: web.Request) -> web.Response:
-        act = Activity.model_validate_json(await request.read())
+        try:
+            act = Activity.model_validate_json(await request.read())
+        except (ValidationError, RecursionError) as e:
+            raise BadRequest(f"activity report: {str(e).splitlines()[0]}") from None
         for model, at in act.demand.items():
             if model in plane.models:
                 plane.demand[model] = max(at, plane.demand.get(model, 0.0))
@@ -130,7 +203,7 @@ def admin_app(plane: ControlPlane) -> web.Application:
         plane.store.add_usage(act.usage)
         return js({"ok": True})
 
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[guard(token, hosts, any_ip), bad_requests])
     app.add_routes(metrics_routes(plane))
     app.add_routes(
         [
@@ -146,6 +219,8 @@ def admin_app(plane: ControlPlane) -> web.Application:
             web.get("/api/keys", list_keys),
             web.post("/api/keys", create_key),
             web.delete("/api/keys/{id}", revoke_key),
+            web.post("/api/keys/revoke", revoke_by_name),
+            web.post("/api/nodes/{id}/revoke", revoke_node),
         ]
     )
     return app

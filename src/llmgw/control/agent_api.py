@@ -1,38 +1,65 @@
-"""The agents' door: mutual TLS; the node id is the certificate's CN and a node writes only its own record."""
+"""The agents' door: mutual TLS; the node id is the certificate's CN and a node writes only its own record.
+
+Only node certificates (the role `llmgw ca issue` gives them) are nodes; revoked nodes and certificates are refused;
+and what a node claims about where it can be reached must be its own (see control.admission).
+"""
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
 
 from aiohttp import web
 from pydantic import ValidationError
 
 from llmgw.config.loader import describe
+from llmgw.control.admission import IPNetwork, address_problem, ports_problem
 from llmgw.control.plane import ControlPlane
-from llmgw.pki.tls import peer_node_id
+from llmgw.pki.tls import peer_identity
 from llmgw.wire.messages import WIRE_VERSION, NodeReport
 
+log = logging.getLogger(__name__)
 
-def agent_app(plane: ControlPlane) -> web.Application:
+MAX_HEARTBEAT_BYTES = 4 * 1024 * 1024
+
+
+def _refuse(status: int, error: str, **extra: object) -> web.Response:
+    return web.json_response({"error": error, **extra}, status=status)
+
+
+def agent_app(
+    plane: ControlPlane, listeners: Sequence[tuple[str, int]] = (), networks: Sequence[IPNetwork] = ()
+) -> web.Application:
     async def heartbeat(request: web.Request) -> web.Response:
-        peer = peer_node_id(request.transport.get_extra_info("peercert") if request.transport else None)
-        if peer is None:
-            return web.json_response({"error": "no verified client certificate"}, status=401)
+        ident = peer_identity(request.transport.get_extra_info("ssl_object") if request.transport else None)
+        if ident is None:
+            return _refuse(401, "no verified client certificate")
+        if not ident.node_role:
+            return _refuse(403, f"certificate for {ident.node_id!r} is not a node certificate (issue one with "
+                                "`llmgw ca issue`; the control plane's own certificate is not a node)")
+        refused = plane.refusal(ident.node_id, ident.serial)
+        if refused:
+            return _refuse(403, refused)
         raw = await request.read()
         try:
             report = NodeReport.model_validate_json(raw)
         except ValidationError as e:
-            return web.json_response({"error": "invalid heartbeat", "problems": describe(e)}, status=422)
+            return _refuse(422, "invalid heartbeat", problems=describe(e)[:20])
+        except RecursionError:
+            return _refuse(422, "invalid heartbeat: nested too deeply")
         if report.version != WIRE_VERSION:
-            return web.json_response(
-                {"error": f"wire version {report.version} not understood; this control plane speaks {WIRE_VERSION}"},
-                status=422,
-            )
-        if report.node_id != peer:
-            return web.json_response(
-                {"error": f"certificate is for node {peer!r}; it may not write node {report.node_id!r}"}, status=403
-            )
-        desired = plane.heartbeat(report)
+            return _refuse(422, f"wire version {report.version} not understood; this control plane speaks "
+                                f"{WIRE_VERSION}")
+        if report.node_id != ident.node_id:
+            return _refuse(403, f"certificate is for node {ident.node_id!r}; it may not write node {report.node_id!r}")
+        problem = address_problem(report.address, request.remote, ident.ips, networks) or ports_problem(
+            report.address, report.port_low, report.port_high, listeners
+        )
+        if problem:
+            return _refuse(403, f"node {ident.node_id}: {problem}")
+        desired = plane.heartbeat(report, ident.serial, ident.not_after)
         return web.Response(text=desired.model_dump_json(), content_type="application/json")
 
-    app = web.Application(client_max_size=16 * 1024 * 1024)
+    app = web.Application(client_max_size=MAX_HEARTBEAT_BYTES)
     app.router.add_post("/v1/agent/heartbeat", heartbeat)
     return app

@@ -45,6 +45,7 @@ def desired_for(
                     rendezvous_port=leader.rendezvous_port,
                     peer_addresses=peers,
                     fabric_adapters=a.fabric_adapters,
+                    api_key=r.secret,
                 )
             )
     return DesiredState(node_id=node_id, shards=shards, engines=engines, heartbeat_interval=interval)

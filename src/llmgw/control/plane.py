@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 
 from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.desired import desired_for
@@ -12,7 +13,7 @@ from llmgw.core.state import Event, NodeRecord, ReplicaRecord
 from llmgw.reconcile.intents import Intent, MarkLost, PutReplica, Reap
 from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.world import Timings, World
-from llmgw.store.base import Store
+from llmgw.store.base import Revocation, Store
 from llmgw.wire.messages import DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ class ControlPlane:
         self.outstanding: dict[str, int] = {}
         self.generation = 0  # bumped when replicas change, so readers can cache derived tables
         self.keys_version = 0  # bumped when API keys change, so routers reload them
+        self.revoked_nodes: dict[str, Revocation] = {}
+        self.revoked_serials: dict[str, Revocation] = {}
 
     def load(self) -> None:
         """Adopt what the store holds. Timers for silent nodes restart now, not from stale timestamps."""
@@ -45,6 +48,8 @@ class ControlPlane:
         self.started_at = now
         self.store.put_models(self.cfg.models)
         self.models = {m.name: m for m in self.cfg.models}
+        for rv in self.store.list_revocations():
+            (self.revoked_serials if rv.serial else self.revoked_nodes)[rv.serial or rv.node_id] = rv
         for n in self.store.list_nodes():
             self.nodes[n.id] = n.model_copy(update={"last_seen": now})
         for r in self.store.list_replicas():
@@ -63,9 +68,38 @@ class ControlPlane:
         log.info("%s", message)
         self.store.add_event(Event(at=self.clock.now(), kind=kind, subject=subject, message=message))
 
-    def heartbeat(self, report: NodeReport) -> DesiredState:
+    def refusal(self, node_id: str, serial: str) -> str:
+        """Why this node, speaking with this certificate, is cut off; "" when it is not."""
+        rv = self.revoked_nodes.get(node_id)
+        if rv is not None:
+            return f"node {node_id} is revoked" + (f": {rv.reason}" if rv.reason else "")
+        rv = self.revoked_serials.get(serial)
+        if rv is not None and rv.node_id == node_id:
+            return f"certificate {serial} of node {node_id} is revoked" + (f": {rv.reason}" if rv.reason else "")
+        return ""
+
+    def revoke(self, node_id: str, serial: str, reason: str) -> str:
+        """Cut a node off (serial "") or one of its certificates. Takes effect at its next heartbeat; revoking the
+        whole node also fails its replicas now, so they are rebuilt elsewhere."""
+        rv = Revocation(node_id=node_id, serial=serial, at=self.clock.now(), reason=reason)
+        self.store.put_revocation(rv)
+        if serial:
+            self.revoked_serials[serial] = rv
+            msg = f"certificate {serial} of node {node_id} revoked" + (f": {reason}" if reason else "")
+        else:
+            self.revoked_nodes[node_id] = rv
+            msg = f"node {node_id} revoked" + (f": {reason}" if reason else "")
+            n = self.nodes.get(node_id)
+            if n is not None:
+                self.nodes[node_id] = n.model_copy(update={"lost": True, "revoked": reason or "revoked"})
+                self.store.put_node(self.nodes[node_id])
+        self.event("node", node_id, msg)
+        return msg
+
+    def heartbeat(self, report: NodeReport, serial: str = "", not_after: float | None = None) -> DesiredState:
         now = self.clock.now()
         rec, events = merge_report(self.nodes.get(report.node_id), report, self.models, now)
+        rec = rec.model_copy(update={"cert_serial": serial, "cert_not_after": not_after})
         self.nodes[rec.id] = rec
         self.store.put_node(rec)
         for e in events:
@@ -85,6 +119,7 @@ class ControlPlane:
             last_used=dict(self.last_used),
             outstanding=dict(self.outstanding),
             timings=self.timings,
+            entropy=secrets.token_bytes(32),
         )
 
     def reconcile_once(self) -> list[Intent]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 
@@ -11,11 +12,15 @@ from aiohttp import web
 from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
 from llmgw.control.admin_api import admin_app, metrics_routes
+from llmgw.control.admin_auth import allowed_hosts, load_or_create_token
+from llmgw.control.admission import parse_networks
 from llmgw.control.agent_api import agent_app
+from llmgw.control.listeners import Limiter, QuietErrors, fit, raise_fd_limit, refusal, runner_options
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import Clock
 from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
+from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
 from llmgw.router.state import LocalState
 from llmgw.router.worker import spawn_workers, stop_workers
@@ -24,37 +29,83 @@ from llmgw.store.sqlite import SqliteStore
 log = logging.getLogger(__name__)
 
 
-async def _site(runner: web.AppRunner, listen: str, **kw: object) -> None:
+async def start_listener(
+    app: web.Application, listen: str, limiter: Limiter, header_timeout: float, **site: object
+) -> web.AppRunner:
+    runner = web.AppRunner(app, **runner_options(header_timeout))
     await runner.setup()
+    assert runner.server is not None
+    limiter.install(runner.server)
     host, port = split_listen(listen)
-    await web.TCPSite(runner, host, port, **kw).start()  # type: ignore[arg-type]
+    await web.TCPSite(runner, host, port, **site).start()  # type: ignore[arg-type]
+    return runner
+
+
+def api_refusal() -> bytes:
+    body = openai_error(503, "too many connections: try again shortly", "service_unavailable", "too_many_connections")
+    assert isinstance(body.body, bytes)
+    return refusal(body.body)
 
 
 async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_path: str | None = None) -> None:
     # Everything that can fail on bad input fails here, before anything listens.
     tls = server_context(Path(cfg.tls.cert), Path(cfg.tls.key), Path(cfg.tls.ca), require_client=True)
+    token = load_or_create_token(Path(cfg.token_path()))
     store = SqliteStore(cfg.store.path).open()
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(QuietErrors(loop))
     plane = ControlPlane(cfg, store, clock)
     plane.load()
     keys = KeyRing(store)
     router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body)
 
+    lim = cfg.limits
+    caps = fit(
+        {
+            "agent": lim.agent_connections,
+            "api": lim.api_connections,
+            "admin": lim.admin_connections,
+            **({"metrics": lim.metrics_connections} if cfg.metrics_listen else {}),
+        },
+        raise_fd_limit(),
+    )
+    plain = refusal(json.dumps({"error": "too many connections"}).encode())
+    listeners = [split_listen(x) for x in (cfg.agent_listen, cfg.api_listen, cfg.admin_listen, cfg.metrics_listen) if x]
+    admin_host = split_listen(cfg.admin_listen)[0]
+    hosts = allowed_hosts(admin_host, cfg.admin_hosts)
+    any_ip = admin_host in ("", "0.0.0.0", "::")
+    timeout = lim.header_timeout
     runners = [
-        web.AppRunner(agent_app(plane), access_log=None),
-        web.AppRunner(router.app(), access_log=None),
-        web.AppRunner(admin_app(plane), access_log=None),
+        await start_listener(
+            agent_app(plane, listeners, parse_networks(cfg.node_networks)),
+            cfg.agent_listen,
+            Limiter("agent", caps["agent"], caps["agent"], plain),
+            max(timeout, 3 * cfg.heartbeat_interval),  # an agent's kept-alive connection lasts between heartbeats
+            ssl_context=tls,
+        ),
+        await start_listener(
+            router.app(),
+            cfg.api_listen,
+            Limiter("api", caps["api"], min(lim.api_connections_per_client, caps["api"]), api_refusal()),
+            timeout,
+            reuse_port=True,
+        ),
+        await start_listener(
+            admin_app(plane, token, hosts, any_ip), cfg.admin_listen,
+            Limiter("admin", caps["admin"], caps["admin"], plain), timeout,
+        ),
     ]
-    await _site(runners[0], cfg.agent_listen, ssl_context=tls)
-    await _site(runners[1], cfg.api_listen, reuse_port=True)
-    await _site(runners[2], cfg.admin_listen)
     if cfg.metrics_listen:
         m = web.Application()
         m.add_routes(metrics_routes(plane))
-        runners.append(web.AppRunner(m, access_log=None))
-        await _site(runners[-1], cfg.metrics_listen)
+        runners.append(
+            await start_listener(
+                m, cfg.metrics_listen, Limiter("metrics", caps["metrics"], caps["metrics"], plain), timeout
+            )
+        )
     log.info("listening: agents %s (mTLS), API %s, admin %s", cfg.agent_listen, cfg.api_listen, cfg.admin_listen)
 
-    async def loop() -> None:
+    async def reconcile_loop() -> None:
         while True:
             try:
                 plane.reconcile_once()
@@ -63,7 +114,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
                 log.exception("reconcile pass failed")
             await asyncio.sleep(cfg.reconcile_interval)
 
-    tasks = [asyncio.create_task(loop()), asyncio.create_task(router.flush_usage())]
+    tasks = [asyncio.create_task(reconcile_loop()), asyncio.create_task(router.flush_usage())]
     workers = spawn_workers(config_path, cfg.api_workers - 1) if config_path else []
     try:
         await stop.wait()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from llmgw.core.conditions import Condition, Status, get_condition
 from llmgw.core.explanation import Explanation
@@ -15,6 +15,9 @@ class NodeRecord(BaseModel):
     first_seen: float
     last_seen: float
     lost: bool = False
+    revoked: str = ""  # set: an operator cut this node off, and why; it is refused at the door and counts as lost
+    cert_serial: str = ""  # the certificate it last spoke with (hex), for `ctl nodes revoke --serial`
+    cert_not_after: float | None = None
 
 
 class ShardAssignment(BaseModel):
@@ -37,7 +40,10 @@ class ReplicaRecord(BaseModel):
     conditions: list[Condition] = []
     explanation: Explanation | None = None
     ready_at: float | None = None
+    # derived from the leader's assignment (the address and port the control plane chose), never from a report
     endpoint: str = ""
+    # the engine secret the control plane made for this replica: its engines answer only requests carrying it
+    secret: str = Field(default="", repr=False)
     stop_reason: str = ""  # set: the replica's shards are no longer desired; reaped once none runs
     failed: bool = False
     seen_ranks: list[int] = []  # ranks some node has reported: one that disappears afterwards is missing

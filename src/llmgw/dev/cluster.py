@@ -65,6 +65,10 @@ class ClusterPlan:
     def api(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
 
+    @property
+    def token_file(self) -> Path:
+        return self.workdir / "state" / "admin.token"
+
 
 def default_plan(workdir: Path, sim_nodes: int = 4, cpu_node: bool = True) -> ClusterPlan:
     nodes = []
@@ -114,13 +118,14 @@ def prepare(plan: ClusterPlan) -> None:
     if not (pki / "ca.crt").exists():
         init_ca(pki)
     if not (pki / "controlplane.crt").exists():
-        issue(pki, "controlplane", ips=sorted({"127.0.0.1", plan.control_address}))
+        issue(pki, "controlplane", ips=sorted({"127.0.0.1", plan.control_address}), server=True)
     server = {
         "agent_listen": f"{plan.control_address}:{plan.agent_port}",
         "api_listen": f"127.0.0.1:{plan.api_port}",
         "admin_listen": f"127.0.0.1:{plan.admin_port}",
         "tls": {"ca": "pki/ca.crt", "cert": "pki/controlplane.crt", "key": "pki/controlplane.key"},
         "store": {"path": "state/llmgw.db"},
+        "admin_token_file": "state/admin.token",
         "node_lost_after": plan.node_lost_after,
         "heartbeat_interval": plan.heartbeat_interval,
         "reconcile_interval": plan.reconcile_interval,
@@ -133,7 +138,7 @@ def prepare(plan: ClusterPlan) -> None:
         nd = w / "nodes" / n.id
         nd.mkdir(parents=True, exist_ok=True)
         if not (pki / f"{n.id}.crt").exists():
-            issue(pki, n.id)
+            issue(pki, n.id, ips=[n.address] if n.address else [])  # the address it may claim for its engines
         agent: dict[str, Any] = {
             "control_planes": [f"https://{plan.control_address}:{plan.agent_port}"],
             "tls": {"ca": "../../pki/ca.crt", "cert": f"../../pki/{n.id}.crt", "key": f"../../pki/{n.id}.key"},
@@ -217,15 +222,19 @@ class Cluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+def _auth(plan: ClusterPlan) -> dict[str, str]:
+    return {"Authorization": f"Bearer {plan.token_file.read_text().strip()}"}
+
+
 def admin_get(plan: ClusterPlan, path: str) -> Any:
-    with urllib.request.urlopen(plan.admin + path, timeout=5) as r:
+    req = urllib.request.Request(plan.admin + path, headers=_auth(plan))
+    with urllib.request.urlopen(req, timeout=5) as r:
         return json.loads(r.read())
 
 
 def admin_post(plan: ClusterPlan, path: str, body: object) -> Any:
-    req = urllib.request.Request(
-        plan.admin + path, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
-    )
+    headers = {"Content-Type": "application/json", **_auth(plan)}
+    req = urllib.request.Request(plan.admin + path, data=json.dumps(body).encode(), method="POST", headers=headers)
     with urllib.request.urlopen(req, timeout=5) as r:
         return json.loads(r.read())
 
@@ -286,15 +295,17 @@ async def run_dev(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _admin_flag(plan: ClusterPlan) -> str:
-    return "" if plan.admin_port == 9090 else f" --admin {plan.admin}"
+def _admin_env(plan: ClusterPlan) -> str:
+    admin = "" if plan.admin_port == 9090 else f"LLMGW_ADMIN={plan.admin} "
+    return f"export {admin}LLMGW_ADMIN_TOKEN_FILE={plan.token_file}"
 
 
 def _banner(plan: ClusterPlan, key: str, workdir: Path) -> str:
     return f"""
 llmgw dev is up (state and logs in {workdir})
   OpenAI API:      {plan.api}/v1
-  management API:  {plan.admin}   (llmgw ctl nodes | status | models | explain MODEL{_admin_flag(plan)})
+  management API:  {plan.admin}   (llmgw ctl nodes | status | models | explain MODEL)
+                   ctl needs the operator token: {_admin_env(plan)}
   API key:         {key}
 
   nodes: {", ".join(n.id for n in plan.nodes)}; models: {", ".join(m["name"] for m in plan.models)}

@@ -4,16 +4,20 @@
 certificate's CN, which equals its SAN DNS name and the node id.
 """
 
-from llmgw.pki.ca import CA_CERT, CA_KEY, init_ca, issue, validate_node_id
-from llmgw.pki.tls import client_context, peer_node_id, server_context
+from llmgw.pki.ca import CA_CERT, CA_KEY, NODE_ROLE, init_ca, issue, renew, validate_node_id
+from llmgw.pki.tls import PeerIdentity, client_context, peer_identity, peer_node_id, server_context
 
 __all__ = [
     "CA_CERT",
     "CA_KEY",
+    "NODE_ROLE",
+    "PeerIdentity",
     "client_context",
     "init_ca",
     "issue",
+    "peer_identity",
     "peer_node_id",
+    "renew",
     "server_context",
     "validate_node_id",
 ]

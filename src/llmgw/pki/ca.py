@@ -27,6 +27,12 @@ from llmgw.core.errors import PKIError
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
 CA_DAYS = 3650
+NODE_DAYS = 90  # a stolen node certificate is worth little for long; `llmgw ca renew` makes a new one
+SERVER_DAYS = 397
+# The role marker of a node certificate: an extended key usage only `llmgw ca issue` puts in node certificates, so
+# the agent listener can tell a node from any other certificate this CA signed (the control plane's own included).
+# A UUID-derived OID (ITU-T X.667, arc 2.25) needs no registration.
+NODE_ROLE = x509.ObjectIdentifier("2.25.179596326319776645762440131199523900080")
 # Accept certificates from nodes whose clocks run a little behind the issuer's.
 BACKDATE = datetime.timedelta(minutes=5)
 
@@ -114,16 +120,20 @@ def issue(
     node_id: str,
     *,
     ips: Sequence[str] = (),
-    days: int = 825,
+    days: int | None = None,
+    server: bool = False,
     clock: Clock | None = None,
 ) -> tuple[Path, Path]:
     """Write `<node_id>.crt` and `<node_id>.key` in `dir`, signed by the CA there; return (cert, key) paths.
 
-    CN = SAN DNS name = node id, plus an IP SAN per entry of `ips`; usable as both a TLS server and a TLS client
-    certificate. Re-issuing replaces the node's files (renewal).
+    CN = SAN DNS name = node id, plus an IP SAN per entry of `ips`. A node certificate (the default) is a TLS client
+    certificate carrying the node role; `server=True` makes a control plane's TLS server certificate instead, which
+    no agent listener accepts as a node. Re-issuing replaces the files (see `renew`).
     """
     clock = clock or SystemClock()
     validate_node_id(node_id)
+    if days is None:
+        days = SERVER_DAYS if server else NODE_DAYS
     if days < 1:
         raise PKIError(f"days must be at least 1, got {days}")
     addresses: list[x509.GeneralName] = []
@@ -161,7 +171,9 @@ def issue(
             critical=True,
         )
         .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH, NODE_ROLE]
+            ),
             critical=False,
         )
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(node_id), *addresses]), critical=False)
@@ -173,6 +185,31 @@ def issue(
     _write_atomic(key_path, _key_pem(key), mode=0o600, exclusive=False)
     _write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), mode=0o644, exclusive=False)
     return cert_path, key_path
+
+
+def renew(dir: Path, name: str, *, days: int | None = None, clock: Clock | None = None) -> tuple[Path, Path]:
+    """Re-issue `<name>.crt` with a new key and serial, keeping its role and IP addresses."""
+    path = dir / f"{validate_node_id(name)}.crt"
+    try:
+        old = x509.load_pem_x509_certificate(path.read_bytes())
+    except OSError as e:
+        raise PKIError(f"cannot read {path}: {e.strerror or e}") from e
+    except ValueError as e:
+        raise PKIError(f"{path} is not a PEM certificate: {e}") from e
+    try:
+        sans = old.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        ips = [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
+    except x509.ExtensionNotFound:
+        ips = []
+    return issue(dir, name, ips=ips, days=days, server=not has_node_role(old), clock=clock)
+
+
+def has_node_role(cert: x509.Certificate) -> bool:
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+    return NODE_ROLE in usages
 
 
 def _load_ca(dir: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:

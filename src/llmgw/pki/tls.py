@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cryptography import x509
 
 from llmgw.core.errors import PKIError
 
@@ -51,6 +55,47 @@ def peer_node_id(peercert: Mapping[str, Any] | None) -> str | None:
     if len(names) != 1:
         return None
     return names.pop()
+
+
+@dataclass(frozen=True)
+class PeerIdentity:
+    """What the agent listener needs from a verified client certificate."""
+
+    node_id: str
+    serial: str  # hex, as `ctl nodes revoke --serial` takes it
+    node_role: bool  # issued as a node certificate (not the control plane's, not another CA tool's)
+    ips: tuple[str, ...]  # IP SANs: addresses this node may claim
+    not_after: float
+
+
+def peer_identity(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> PeerIdentity | None:
+    """The identity in a verified peer certificate, or None (no certificate, or no single CN)."""
+    if ssl_object is None:
+        return None
+    node_id = peer_node_id(ssl_object.getpeercert())
+    der = ssl_object.getpeercert(binary_form=True)
+    if node_id is None or not der:
+        return None
+    return _identity(der, node_id)
+
+
+@functools.lru_cache(maxsize=4096)  # one parse per certificate, not per heartbeat
+def _identity(der: bytes, node_id: str) -> PeerIdentity:
+    from llmgw.pki.ca import has_node_role
+
+    cert = x509.load_der_x509_certificate(der)
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        ips = tuple(str(ip) for ip in sans.get_values_for_type(x509.IPAddress))
+    except x509.ExtensionNotFound:
+        ips = ()
+    return PeerIdentity(
+        node_id=node_id,
+        serial=f"{cert.serial_number:x}",
+        node_role=has_node_role(cert),
+        ips=ips,
+        not_after=cert.not_valid_after_utc.timestamp(),
+    )
 
 
 def _harden(ctx: ssl.SSLContext) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 from llmgw.config.server import ModelSpec
 from llmgw.core.conditions import Status, set_condition
 from llmgw.core.reasons import Reason
@@ -27,8 +30,14 @@ def _liveness(w: World) -> tuple[list[NodeRecord], list[Intent]]:
     return out, intents
 
 
-def _reported_anywhere(r: ReplicaRecord, nodes: list[NodeRecord]) -> bool:
-    return any(s.replica_id == r.id for n in nodes if not n.lost for s in n.report.shards)
+def _still_running(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> bool:
+    """Whether a node the replica was placed on still reports one of its shards. Only those nodes count: any other
+    node naming the replica is making a claim about somebody else's hardware."""
+    for a in r.assignments:
+        n = by_id.get(a.node_id)
+        if n is not None and not n.lost and any(s.replica_id == r.id for s in n.report.shards):
+            return True
+    return False
 
 
 def _last_activity(r: ReplicaRecord, w: World) -> float:
@@ -39,14 +48,18 @@ def _last_activity(r: ReplicaRecord, w: World) -> float:
     return max(r.ready_at or r.created_at, w.started_at)
 
 
-def _new_id(model: str, now: float, taken: set[str]) -> str:
-    n = int(now * 1000)
+def _new_id(model: str, entropy: bytes, taken: set[str]) -> str:
+    n = 0
     while True:
-        rid = f"{model}-{n & 0xFFFFFFF:07x}"
+        rid = f"{model}-{_derive(entropy, f'id:{model}:{n}')[:12]}"
+        n += 1
         if rid not in taken:
             taken.add(rid)
             return rid
-        n += 1
+
+
+def _derive(entropy: bytes, label: str) -> str:
+    return hmac.new(entropy, label.encode(), hashlib.sha256).hexdigest()
 
 
 def reconcile(w: World) -> list[Intent]:
@@ -58,7 +71,7 @@ def reconcile(w: World) -> list[Intent]:
     # 1. status of what exists, and reaping of what was let go
     for r in w.replicas:
         if r.failed or r.stop_reason:
-            if not _reported_anywhere(r, nodes):
+            if not _still_running(r, by_id):
                 intents.append(Reap(r.id, f"replica {r.id} of {r.model} reaped ({r.stop_reason or 'failed'})"))
                 continue
             current[r.id] = r
@@ -100,9 +113,10 @@ def reconcile(w: World) -> list[Intent]:
             current[r.id] = stopped(r, Reason.ScaledDown, f"{len(active)} running, max {spec.scaling.max}", w.now)
             events[r.id] = f"replica {r.id} of {name} stopping: scaled down"
         for _ in range(want - len(active)):
-            rid = _new_id(name, w.now, taken)
+            rid = _new_id(name, w.entropy, taken)
             current[rid] = ReplicaRecord(
                 id=rid, model=name, created_at=w.now, shards_expected=spec.profile.nodes,
+                secret=_derive(w.entropy, f"secret:{rid}"),
             )
 
     # 3. placement of everything still pending, oldest first, on a snapshot updated as we go

@@ -39,8 +39,7 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
         return _fail(r, Reason.ShardMissing, msg, now)
     out = r.model_copy(update={"seen_ranks": seen})
     if len(states) == r.shards_expected and all(_ready_state(s) for s in states.values()):
-        leader = states.get(0)
-        endpoint = leader.endpoint if leader else ""
+        endpoint = assigned_endpoint(r)
         conds = set_condition(out.conditions, "Ready", Status.TRUE, Reason.AllShardsReady, "", now)
         return out.model_copy(update={"conditions": conds, "ready_at": out.ready_at or now, "endpoint": endpoint})
     pending = ", ".join(
@@ -50,6 +49,16 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
     )
     conds = set_condition(out.conditions, "Ready", Status.FALSE, Reason.ShardsStarting, pending, now)
     return out.model_copy(update={"conditions": conds, "endpoint": ""})
+
+
+def assigned_endpoint(r: ReplicaRecord) -> str:
+    """Where the router sends: the leader's address and the port this control plane gave it. What a node reports as
+    its endpoint is never used, or a node could point the router at any address it liked."""
+    leader = next((a for a in r.assignments if a.rank == 0), None)
+    if leader is None or leader.serve_port is None:
+        return ""
+    host = f"[{leader.address}]" if ":" in leader.address else leader.address
+    return f"http://{host}:{leader.serve_port}"
 
 
 def _fail(r: ReplicaRecord, reason: Reason, message: str, now: float) -> ReplicaRecord:

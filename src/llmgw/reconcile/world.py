@@ -27,3 +27,6 @@ class World:
     last_used: dict[str, float] = field(default_factory=dict)  # replica id -> last request (absent: unknown)
     outstanding: dict[str, int] = field(default_factory=dict)  # replica id -> requests in flight
     timings: Timings = Timings()
+    # fresh random bytes per pass (fixed in tests): new replicas' ids and engine secrets come from them, so neither
+    # can be guessed from the model's name and the time
+    entropy: bytes = b"\0" * 32

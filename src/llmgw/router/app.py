@@ -36,7 +36,7 @@ class Router:
         self.table = RoutingTable()
         self._keys_version = -1
         self._worker = str(os.getpid())  # which API worker answered, for operators chasing one bad process
-        self.timeouts = Timeouts(cfg.connect_timeout, cfg.first_byte_timeout, cfg.idle_timeout)
+        self.timeouts = Timeouts(cfg.connect_timeout, cfg.first_byte_timeout, cfg.idle_timeout, cfg.queue_timeout)
         self.session: aiohttp.ClientSession | None = None
         self.changed = asyncio.Event()
 
@@ -106,6 +106,8 @@ class Router:
             payload = json.loads(body)
         except ValueError as e:
             return openai_error(400, f"request body is not valid JSON: {e}", "invalid_request_error", "invalid_json")
+        except RecursionError:
+            return openai_error(400, "request body is nested too deeply", "invalid_request_error", "invalid_json")
         if not isinstance(payload, dict):
             return openai_error(400, "request body must be a JSON object", "invalid_request_error", "invalid_json")
         model = payload.get("model")
@@ -169,7 +171,8 @@ class Router:
             route.outstanding += 1
             try:
                 outcome: Outcome = await forward(
-                    request, self._session(), route.endpoint + path, body, stream, self.timeouts, strip_usage
+                    request, self._session(), route.endpoint + path, body, stream, self.timeouts, strip_usage,
+                    route.secret,
                 )
             except aiohttp.ClientConnectorError as e:
                 log.warning("replica %s unreachable (%s); trying another", route.replica_id, e)
@@ -196,9 +199,9 @@ class Router:
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
-            self.session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300), auto_decompress=False
-            )
+            # a bounded pool per replica (per endpoint): beyond it requests queue in the router, not on the engine
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.cfg.connections_per_replica)
+            self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         return self.session
 
     def _too_large(self) -> web.Response:

@@ -45,9 +45,12 @@ class KeyRing:
 
     def check(self, raw: str) -> ApiKeyRecord | None:
         """The live key this raw string is, or None. Revoked keys are None too."""
-        if not raw.startswith(KEY_PREFIX):
+        if not raw.startswith(KEY_PREFIX) or len(raw) > 256:
             return None
-        digest = hash_key(raw)
+        try:
+            digest = hash_key(raw)
+        except UnicodeEncodeError:
+            return None  # bytes that are not UTF-8 (kept by the HTTP parser as surrogates) are no key of ours
         for k in self.by_prefix.get(raw[:PREFIX_LEN], ()):
             if hmac.compare_digest(k.hash, digest) and k.revoked_at is None:
                 return k

@@ -25,6 +25,18 @@ class Timeouts:
     connect: float
     first_byte: float
     idle: float
+    queue: float = 0.0  # waiting for a free connection to the replica, beyond `connect`
+
+
+# What the router relays from an engine: its own JSON or event stream, with the status it chose, and nothing else.
+# A redirect is never followed (it could point anywhere, the management API included), an engine refusing the
+# router's secret is the operator's problem rather than the client's, and a body of another type is not an answer.
+RELAYED_TYPES = ("application/json", "text/event-stream")
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+def _unexpected(why: str) -> Outcome:
+    return Outcome(502, response=openai_error(502, f"the engine {why}", "upstream_error", "upstream_error"))
 
 
 async def forward(
@@ -35,12 +47,18 @@ async def forward(
     stream: bool,
     t: Timeouts,
     strip_usage: bool = False,
+    secret: str = "",
 ) -> Outcome:
     """Raises aiohttp.ClientConnectorError when the engine could not be reached at all (safe to retry)."""
-    timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte)
+    # `connect` also bounds the wait for a free connection in the replica's pool: requests queue there first
+    timeout = aiohttp.ClientTimeout(
+        total=None, connect=t.queue + t.connect, sock_connect=t.connect, sock_read=t.first_byte
+    )
     headers = {"Content-Type": "application/json"}
+    if secret:
+        headers["Authorization"] = f"Bearer {secret}"
     try:
-        resp = await session.post(url, data=body, headers=headers, timeout=timeout)
+        resp = await session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False)
     except aiohttp.ClientConnectorError:
         raise  # a ClientError too, but the caller retries it elsewhere: not a 502
     except TimeoutError:
@@ -51,9 +69,19 @@ async def forward(
         return Outcome(502, response=openai_error(502, f"the engine failed: {e}", "upstream_error", "upstream_error"))
     try:
         ctype = resp.headers.get("Content-Type", "application/json")
+        if resp.status < 200 or 300 <= resp.status < 400:
+            return _unexpected(f"answered {resp.status} (a redirect is never followed)")
+        if resp.status in (401, 403):
+            return _unexpected(f"refused the router's credentials ({resp.status}): is the replica's secret in place?")
+        if not ctype.startswith(RELAYED_TYPES):
+            return _unexpected(f"answered {resp.status} with content of type {ctype[:60]!r}")
+        if resp.content_length is not None and resp.content_length > MAX_RESPONSE_BYTES:
+            return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
         if not stream or not ctype.startswith("text/event-stream"):
             try:
-                data = await resp.read()
+                data = await _read_bounded(resp.content, MAX_RESPONSE_BYTES)
+                if data is None:
+                    return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
             except (aiohttp.ClientError, TimeoutError) as e:
                 return Outcome(
                     502,
@@ -88,6 +116,18 @@ async def forward(
         return Outcome(resp.status, *(watch.usage or (0, 0)), sr)
     finally:
         resp.release()
+
+
+async def _read_bounded(content: aiohttp.StreamReader, limit: int) -> bytes | None:
+    """The whole body, or None once it passes `limit` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await content.read(65536):
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _idle_timeout_on_socket(resp: aiohttp.ClientResponse, idle: float) -> bool:

@@ -21,6 +21,8 @@ from llmgw.store.base import UsageRecord
 
 log = logging.getLogger(__name__)
 
+Ready = tuple[str, str, str]  # replica id, endpoint, the replica's engine secret
+
 
 class RouterView(BaseModel):
     """The routing table as the management API hands it to router workers."""
@@ -28,7 +30,7 @@ class RouterView(BaseModel):
     generation: int
     keys_version: int
     models: list[ModelSpec]
-    ready: dict[str, list[tuple[str, str]]]
+    ready: dict[str, list[Ready]]
 
 
 class Activity(BaseModel):
@@ -46,7 +48,7 @@ class RouterState(Protocol):
 
     def generation(self) -> int: ...
     def keys_version(self) -> int: ...
-    def ready(self) -> dict[str, list[tuple[str, str]]]: ...
+    def ready(self) -> dict[str, list[Ready]]: ...
     def want(self, model: str) -> None: ...
     def used(self, replica_id: str, at: float, outstanding: int) -> None: ...
     def record(self, usage: UsageRecord) -> None: ...
@@ -54,11 +56,11 @@ class RouterState(Protocol):
     async def flush(self) -> None: ...
 
 
-def ready_table(plane: ControlPlane) -> dict[str, list[tuple[str, str]]]:
-    ready: dict[str, list[tuple[str, str]]] = {}
+def ready_table(plane: ControlPlane) -> dict[str, list[Ready]]:
+    ready: dict[str, list[Ready]] = {}
     for r in plane.replicas.values():
         if r.ready and r.endpoint:
-            ready.setdefault(r.model, []).append((r.id, r.endpoint))
+            ready.setdefault(r.model, []).append((r.id, r.endpoint, r.secret))
     return ready
 
 
@@ -75,7 +77,7 @@ class LocalState:
     def keys_version(self) -> int:
         return self.plane.keys_version
 
-    def ready(self) -> dict[str, list[tuple[str, str]]]:
+    def ready(self) -> dict[str, list[Ready]]:
         return ready_table(self.plane)
 
     def want(self, model: str) -> None:
@@ -101,9 +103,10 @@ class LocalState:
 class RemoteState:
     """A router worker's view, kept by polling the management API (on loopback beside the control plane)."""
 
-    def __init__(self, admin: str, clock: Clock) -> None:
+    def __init__(self, admin: str, clock: Clock, token: str) -> None:
         self.admin = admin.rstrip("/")
         self.clock = clock
+        self._auth = {"Authorization": f"Bearer {token}"}
         self.models: dict[str, ModelSpec] = {}
         self._view = RouterView(generation=-1, keys_version=-1, models=[], ready={})
         self._activity = Activity()
@@ -111,7 +114,7 @@ class RemoteState:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5), headers=self._auth)
         return self._session
 
     async def poll(self) -> None:
@@ -129,7 +132,7 @@ class RemoteState:
     def keys_version(self) -> int:
         return self._view.keys_version
 
-    def ready(self) -> dict[str, list[tuple[str, str]]]:
+    def ready(self) -> dict[str, list[Ready]]:
         return self._view.ready
 
     def want(self, model: str) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 class Route:
     replica_id: str
     endpoint: str
+    secret: str = ""
     outstanding: int = 0
 
 
@@ -17,15 +18,15 @@ class RoutingTable:
         self.routes: dict[str, list[Route]] = {}
         self.generation = -1
 
-    def update(self, generation: int, ready: dict[str, list[tuple[str, str]]]) -> None:
-        """Rebuild from (replica id, endpoint) per model, keeping in-flight counts of replicas that stay."""
+    def update(self, generation: int, ready: dict[str, list[tuple[str, str, str]]]) -> None:
+        """Rebuild from (replica id, endpoint, secret) per model, keeping in-flight counts of replicas that stay."""
         old = {r.replica_id: r for routes in self.routes.values() for r in routes}
         fresh: dict[str, list[Route]] = {}
         for model, pairs in ready.items():
             routes = []
-            for rid, endpoint in sorted(pairs):
-                route = old.get(rid) or Route(rid, endpoint)
-                route.endpoint = endpoint
+            for rid, endpoint, secret in sorted(pairs):
+                route = old.get(rid) or Route(rid, endpoint, secret)
+                route.endpoint, route.secret = endpoint, secret
                 routes.append(route)
             fresh[model] = routes
         self.routes = fresh

@@ -6,12 +6,19 @@ import json
 
 _DECODER = json.JSONDecoder()
 _NULL_USAGE = (b'"usage":null', b'"usage": null')
+MAX_TOKENS = 2**31  # an engine's count is a claim too: anything beyond this is not a count
+
+
+def _count(v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        return 0
+    return min(max(v, 0), MAX_TOKENS)
 
 
 def _counts(u: object) -> tuple[int, int]:
     if not isinstance(u, dict):
         return 0, 0
-    return int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+    return _count(u.get("prompt_tokens")), _count(u.get("completion_tokens"))
 
 
 def usage_from_body(body: bytes) -> tuple[int, int]:
@@ -27,11 +34,11 @@ def usage_from_body(body: bytes) -> tuple[int, int]:
     try:
         value, _ = _DECODER.raw_decode(body[colon + 1 :].decode().lstrip())
         return _counts(value)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         pass
     try:
         whole = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return 0, 0
     return _counts(whole.get("usage") if isinstance(whole, dict) else None)
 
@@ -62,7 +69,7 @@ class StreamUsage:
                 continue  # every chunk carries "usage":null once usage is asked for: nothing to parse
             try:
                 event = json.loads(line[6:])
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(event, dict) and event.get("usage"):
                 self.usage = _counts(event["usage"])

@@ -8,8 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-
-from aiohttp import web
+from pathlib import Path
 
 from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
@@ -46,15 +45,20 @@ def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
 
 
 async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event) -> None:
+    from llmgw.control.admin_auth import read_token
+    from llmgw.control.listeners import Limiter, raise_fd_limit
+    from llmgw.control.server import api_refusal, start_listener
+
     host, port = split_listen(cfg.admin_listen)
-    state = RemoteState(f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}", clock)
+    token = read_token(Path(cfg.token_path()))
+    state = RemoteState(f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}", clock, token)
     store = SqliteStore(cfg.store.path).open()  # read for API keys; the control plane is the writer
     router = Router(state, KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body)
     await state.poll()
-    runner = web.AppRunner(router.app(), access_log=None)
-    await runner.setup()
-    api_host, api_port = split_listen(cfg.api_listen)
-    await web.TCPSite(runner, api_host, api_port, reuse_port=True).start()
+    lim = cfg.limits
+    cap = min(lim.api_connections, max(8, raise_fd_limit() - 256))
+    limiter = Limiter("api", cap, min(lim.api_connections_per_client, cap), api_refusal())
+    runner = await start_listener(router.app(), cfg.api_listen, limiter, lim.header_timeout, reuse_port=True)
     log.info("router worker %d serving %s", os.getpid(), cfg.api_listen)
 
     async def poll() -> None:

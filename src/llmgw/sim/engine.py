@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Sequence
@@ -20,6 +21,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
+from llmgw.agent.engines.base import KEY_ENV
 from llmgw.sim.rendezvous import Leader, RendezvousError, Worker
 from llmgw.sim.server import DEFAULT_TOKENS, make_app
 
@@ -108,7 +110,9 @@ async def _lead(args: argparse.Namespace, stop: asyncio.Event) -> int:
                 return 1
             say("all workers joined")
 
-        app = make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second)
+        # the replica's secret comes through the environment (never argv) and leaves it at once
+        key = os.environ.pop(KEY_ENV, "")
+        app = make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second, api_key=key)
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE, access_log=None)
         await runner.setup()
         try:

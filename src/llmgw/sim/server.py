@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.sim import openai_format as fmt
 
 DEFAULT_TOKENS = 16
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def make_app(
@@ -27,14 +31,18 @@ def make_app(
     tokens: int = DEFAULT_TOKENS,
     tokens_per_second: float = 0.0,
     clock: Clock | None = None,
+    api_key: str = "",
 ) -> web.Application:
-    """An aiohttp app serving `model`: /health, /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings."""
+    """An aiohttp app serving `model`: /health, /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings.
+
+    With `api_key`, every path answers 401 unless the request carries `Authorization: Bearer <api_key>`.
+    """
     if tokens < 0:
         raise ValueError(f"tokens must be >= 0, got {tokens}")
     if tokens_per_second < 0:
         raise ValueError(f"tokens_per_second must be >= 0, got {tokens_per_second}")
     handlers = _Handlers(model, tokens, tokens_per_second, clock or SystemClock())
-    app = web.Application()
+    app = web.Application(middlewares=[_require_key(api_key)] if api_key else [])
     app.router.add_get("/health", handlers.health)
     app.router.add_get("/v1/models", handlers.models)
     app.router.add_post("/v1/chat/completions", handlers.chat)
@@ -131,6 +139,19 @@ async def _json_body(request: web.Request) -> fmt.JSON:
     if not isinstance(body, dict):
         raise fmt.RequestError(400, "request body must be a JSON object")
     return body
+
+
+def _require_key(key: str) -> Middleware:
+    expected = f"Bearer {key}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(given, expected):
+            return web.json_response(fmt.RequestError(401, "missing or wrong engine key").body(), status=401)
+        return await handler(request)
+
+    return check
 
 
 def _error(e: fmt.RequestError) -> web.Response:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
@@ -24,11 +24,11 @@ class UsageRecord(BaseModel):
     key_id: str
     model: str
     replica_id: str
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int = Field(ge=0, le=2**31)  # bounded: SQLite's integers end at 2^63, and a count is no larger
+    completion_tokens: int = Field(ge=0, le=2**31)
     started_at: float
-    duration_s: float
-    status: int
+    duration_s: float = Field(ge=0)
+    status: int = Field(ge=0, le=999)
 
 
 class UsageTotal(BaseModel):
@@ -38,6 +38,15 @@ class UsageTotal(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     last_at: float
+
+
+class Revocation(BaseModel):
+    """A node cut off by an operator: every certificate of it (serial "") or one certificate (a stolen one)."""
+
+    node_id: str
+    serial: str = ""  # hex; "" = the whole node
+    at: float
+    reason: str = ""
 
 
 class Store(Protocol):
@@ -66,3 +75,7 @@ class Store(Protocol):
     def list_keys(self) -> list[ApiKeyRecord]: ...
     def add_usage(self, records: list[UsageRecord]) -> None: ...
     def usage_totals(self, since: float = 0.0) -> list[UsageTotal]: ...
+
+    # node revocations
+    def put_revocation(self, revocation: Revocation) -> None: ...
+    def list_revocations(self) -> list[Revocation]: ...

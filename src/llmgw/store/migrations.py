@@ -21,4 +21,11 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX usage_started ON usage (started_at);
     """,
+    # 3: nodes an operator has cut off, whole or one certificate at a time
+    """
+    CREATE TABLE revocations (
+        node_id TEXT NOT NULL, serial TEXT NOT NULL, at REAL NOT NULL, reason TEXT NOT NULL,
+        PRIMARY KEY (node_id, serial)
+    );
+    """,
 ]

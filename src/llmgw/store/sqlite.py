@@ -9,7 +9,7 @@ from pathlib import Path
 from llmgw.config.server import ModelSpec
 from llmgw.core.errors import StoreError
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
-from llmgw.store.base import ApiKeyRecord, UsageRecord, UsageTotal
+from llmgw.store.base import ApiKeyRecord, Revocation, UsageRecord, UsageTotal
 from llmgw.store.migrations import MIGRATIONS
 
 
@@ -191,3 +191,15 @@ class SqliteStore:
             )
             for r in rows
         ]
+
+    # node revocations
+    def put_revocation(self, revocation: Revocation) -> None:
+        r = revocation
+        self._exec(
+            "INSERT OR REPLACE INTO revocations (node_id, serial, at, reason) VALUES (?, ?, ?, ?)",
+            (r.node_id, r.serial, r.at, r.reason),
+        )
+
+    def list_revocations(self) -> list[Revocation]:
+        rows = self._rows("SELECT node_id, serial, at, reason FROM revocations ORDER BY at")
+        return [Revocation(node_id=str(a), serial=str(b), at=float(str(c)), reason=str(d)) for a, b, c, d in rows]

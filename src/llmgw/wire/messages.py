@@ -5,11 +5,31 @@ Repeating a message is harmless: both sides are level-triggered.
 
 from __future__ import annotations
 
-from typing import Literal
+import ipaddress
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 WIRE_VERSION = 1
+
+# Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
+# its store or an operator's terminal without limit.
+Name = Annotated[str, Field(max_length=128)]
+Text = Annotated[str, Field(max_length=2048)]
+Texts = Annotated[list[Text], Field(max_length=64)]
+Count = Annotated[int, Field(ge=0, le=2**53)]
+Port = Annotated[int, Field(ge=1024, le=65535)]
+
+
+def _ip_literal(v: str) -> str:
+    """A node's address is an IP literal: a host name would be resolved later, by whoever sends to it."""
+    try:
+        return str(ipaddress.ip_address(v))
+    except ValueError:
+        raise ValueError(f"{v[:64]!r} is not an IP address") from None
+
+
+Address = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ip_literal)]
 
 
 class Strict(BaseModel):
@@ -17,99 +37,107 @@ class Strict(BaseModel):
 
 
 class GPU(Strict):
-    index: int = Field(ge=0)
-    uuid: str = ""
-    name: str
-    gpu_class: str  # e.g. "H100-80G"
-    memory_mib: int = Field(ge=0)
+    index: int = Field(ge=0, le=1023)
+    uuid: Name = ""
+    name: Name
+    gpu_class: Name  # e.g. "H100-80G"
+    memory_mib: Count
     faulty: bool = False
-    fault: str = ""  # the machine's own words: "Xid 79: GPU has fallen off the bus"
+    fault: Text = ""  # the machine's own words: "Xid 79: GPU has fallen off the bus"
     # indices this card has NVLink to; None = topology unknown (no NVML), [] = known to have none
-    nvlink_peers: list[int] | None = None
+    nvlink_peers: Annotated[list[Annotated[int, Field(ge=0, le=1023)]], Field(max_length=1024)] | None = None
 
 
 class IBPort(Strict):
-    port: int
-    state: str  # ACTIVE, INIT, DOWN, ...
-    rate_gbps: float = 0.0
+    port: int = Field(ge=0, le=255)
+    state: Name  # ACTIVE, INIT, DOWN, ...
+    rate_gbps: float = Field(default=0.0, ge=0, le=1e6)
 
 
 class IBAdapter(Strict):
-    name: str
-    ports: list[IBPort] = []
+    name: Name
+    ports: Annotated[list[IBPort], Field(max_length=64)] = []
 
 
 class Fabric(Strict):
     """A fabric the node advertises: every adapter named is present with an ACTIVE port."""
 
-    name: str
-    adapters: list[str]
-    rate_gbps: float  # slowest active link: a collective runs at its slowest
+    name: Name
+    adapters: Annotated[list[Name], Field(max_length=64)]
+    rate_gbps: float = Field(ge=0, le=1e6)  # slowest active link: a collective runs at its slowest
 
 
 class CPU(Strict):
-    model: str = ""
-    cores: int = 0
+    model: Name = ""
+    cores: int = Field(default=0, ge=0, le=1_000_000)
     avx2: bool = False
     avx512f: bool = False
     amx: bool = False
 
 
 class Disk(Strict):
-    path: str
-    total_bytes: int
-    free_bytes: int
+    path: Text
+    total_bytes: Count
+    free_bytes: Count
 
 
 class Hardware(Strict):
-    arch: str = ""
-    os: str = ""
+    arch: Name = ""
+    os: Name = ""
     cpu: CPU = CPU()
-    mem_total_bytes: int = 0
-    mem_available_bytes: int = 0
+    mem_total_bytes: Count = 0
+    mem_available_bytes: Count = 0
     disk: Disk | None = None
     gpu_source: Literal["nvml", "nvidia-smi", "inventory", "none"] = "none"
-    nvidia_driver: str = ""
-    gpus: list[GPU] = []
-    gpu_problems: list[str] = []  # discovery trouble that is not absence, e.g. an NVML/driver mismatch
-    ib_adapters: list[IBAdapter] = []
+    nvidia_driver: Name = ""
+    gpus: Annotated[list[GPU], Field(max_length=1024)] = []
+    gpu_problems: Texts = []  # discovery trouble that is not absence, e.g. an NVML/driver mismatch
+    ib_adapters: Annotated[list[IBAdapter], Field(max_length=64)] = []
 
 
 class EngineStatus(Strict):
-    name: str  # llamacpp, vllm, sglang, sim
-    version: str = ""
-    path: str = ""
+    name: Name  # llamacpp, vllm, sglang, sim
+    version: Name = ""
+    path: Text = ""
     runs: bool
-    message: str = ""  # why it cannot run, in the machine's words
+    message: Text = ""  # why it cannot run, in the machine's words
 
 
 class ShardState(Strict):
-    replica_id: str
-    rank: int
+    replica_id: Name
+    rank: int = Field(ge=0, le=1023)
     state: Literal["pending", "starting", "running", "ready", "exited", "failed"]
-    message: str = ""
-    pid: int | None = None
-    endpoint: str = ""  # "http://host:port" for the rank that serves HTTP
-    exit_code: int | None = None
-    restarts: int = 0
+    message: Text = ""
+    pid: int | None = Field(default=None, ge=0, le=2**32)
+    # what the node says it serves on; informational only: the router sends to the address and port the control
+    # plane assigned, never to one a node names
+    endpoint: Text = ""
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31)
+    restarts: int = Field(default=0, ge=0, le=2**31)
 
 
 class NodeReport(Strict):
     version: int = WIRE_VERSION
-    node_id: str = Field(min_length=1)
-    address: str = Field(min_length=1)
-    agent_version: str = ""
+    node_id: Name = Field(min_length=1)
+    address: Address
+    agent_version: Name = ""
     hardware: Hardware
     engines_probed: bool = False  # False: "never probed", which is not "has none"
-    engines: list[EngineStatus] = []
-    install_progress: list[str] = []
-    fabrics: list[Fabric] = []
-    fabric_problems: list[str] = []
-    weights: list[str] = []  # sources this node can see on disk
-    port_low: int = 20000  # engines on this node may be given ports in [port_low, port_high]
-    port_high: int = 20999
-    shards: list[ShardState] = []
-    warnings: list[str] = []
+    engines: Annotated[list[EngineStatus], Field(max_length=16)] = []
+    install_progress: Texts = []
+    fabrics: Annotated[list[Fabric], Field(max_length=16)] = []
+    fabric_problems: Texts = []
+    weights: Annotated[list[Text], Field(max_length=4096)] = []  # sources this node can see on disk
+    port_low: Port = 20000  # engines on this node may be given ports in [port_low, port_high]
+    port_high: Port = 20999
+    shards: Annotated[list[ShardState], Field(max_length=1024)] = []
+    warnings: Texts = []
+
+    @model_validator(mode="after")
+    def _port_range(self) -> NodeReport:
+        if self.port_low > self.port_high:
+            raise ValueError(f"port_low {self.port_low} is above port_high {self.port_high}")
+        return self
 
 
 class ShardSpec(Strict):
@@ -127,6 +155,9 @@ class ShardSpec(Strict):
     peer_addresses: list[str] = []  # every rank's node address, by rank
     rendezvous_port: int | None = None
     fabric_adapters: list[str] = []  # NCCL_IB_HCA for this node
+    # the replica's engine secret: the engine answers only requests that carry it, and only the router has it.
+    # Never on a command line (other users can read those) and never in a log (repr=False).
+    api_key: str = Field(default="", repr=False)
 
 
 class DesiredState(Strict):

@@ -16,6 +16,12 @@ class LaunchContext:
     model_path: str  # the source resolved on this node
     host: str  # address to bind
     threads: int = 1
+    key_file: str = ""  # where a secret file for this shard may be written (0600), for engines that read one
+
+
+# The environment variable through which sim (and the SGLang shim) receive the replica's secret. An environment is
+# readable only by the process's owner; a command line is readable by every user of the machine.
+KEY_ENV = "LLMGW_ENGINE_KEY"
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,8 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     serves_http: bool = False
     health_path: str = "/health"
+    # files the supervisor writes (mode 0600) before starting the process and removes after it stops: secrets
+    files: dict[str, str] = field(default_factory=dict)
 
 
 class EngineAdapter(Protocol):

@@ -44,8 +44,13 @@ class LlamaCpp:
         if spec.world_size > 1:
             workers = [f"{addr}:{rpc_port(spec, rank)}" for rank, addr in enumerate(spec.peer_addresses) if rank > 0]
             argv += ["--rpc", ",".join(workers)]
+        files = {}
+        if spec.api_key:
+            # a file, not --api-key: the command line is readable by every user of the node
+            argv += ["--api-key-file", ctx.key_file]
+            files[ctx.key_file] = spec.api_key + "\n"
         argv += spec.args
-        return Launch(argv=argv, env=env, serves_http=True, health_path="/health")
+        return Launch(argv=argv, env=env, serves_http=True, health_path="/health", files=files)
 
     def flags(self) -> list[str]:
-        return ["-m", "--host", "--port", "--alias", "-t", "-np", "--metrics", "-ngl", "--rpc"]
+        return ["-m", "--host", "--port", "--alias", "-t", "-np", "--metrics", "-ngl", "--rpc", "--api-key-file"]

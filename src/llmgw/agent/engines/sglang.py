@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import Launch, LaunchContext, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, nccl_env
 from llmgw.wire.messages import ShardSpec
+
+# SGLang takes its key only as --api-key. Started through this shim, the key is added to sys.argv inside the process,
+# so it never appears in /proc/PID/cmdline where every user of the node could read it.
+KEY_SHIM = (
+    "import os, runpy, sys; "
+    f"sys.argv[1:1] = ['--api-key', os.environ.pop('{KEY_ENV}')]; "
+    "runpy.run_module('sglang.launch_server', run_name='__main__', alter_sys=True)"
+)
 
 
 class SGLang:
     name = "sglang"
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
+        env = nccl_env(spec)
+        if spec.api_key:
+            start = [ctx.binary, "-c", KEY_SHIM]
+            env[KEY_ENV] = spec.api_key
+        else:
+            start = [ctx.binary, "-m", "sglang.launch_server"]
         argv = [
-            ctx.binary,
-            "-m",
-            "sglang.launch_server",
+            *start,
             "--model-path",
             ctx.model_path,
             "--served-model-name",
@@ -35,7 +47,7 @@ class SGLang:
                 f"{spec.leader_address}:{spec.rendezvous_port}",
             ]
         argv += spec.args
-        return Launch(argv=argv, env=nccl_env(spec), serves_http=spec.rank == 0, health_path="/health")
+        return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health")
 
     def flags(self) -> list[str]:
         return [
@@ -47,4 +59,5 @@ class SGLang:
             "--nnodes",
             "--node-rank",
             "--dist-init-addr",
+            "--api-key",
         ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import Launch, LaunchContext, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, nccl_env
 from llmgw.wire.messages import ShardSpec
 
 
@@ -28,7 +28,10 @@ class Sim:
         if spec.world_size > 1:
             argv += ["--rendezvous-port", str(spec.rendezvous_port), "--leader-address", spec.leader_address]
         argv += spec.args
-        return Launch(argv=argv, env=nccl_env(spec), serves_http=spec.rank == 0, health_path="/health")
+        env = nccl_env(spec)
+        if spec.api_key:
+            env[KEY_ENV] = spec.api_key
+        return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health")
 
     def flags(self) -> list[str]:
         return ["--model", "--rank", "--world-size", "--host", "--port", "--rendezvous-port", "--leader-address"]

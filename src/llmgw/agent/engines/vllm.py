@@ -37,7 +37,10 @@ class VLLM:
         else:
             argv += ["--headless"]
         argv += spec.args
-        return Launch(argv=argv, env=nccl_env(spec), serves_http=spec.rank == 0, health_path="/health")
+        env = nccl_env(spec)
+        if spec.api_key:
+            env["VLLM_API_KEY"] = spec.api_key  # vLLM reads it as --api-key; the environment is private, argv is not
+        return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health")
 
     def flags(self) -> list[str]:
         return [

@@ -61,6 +61,13 @@ class ShardProcess:
     async def start(self) -> None:
         assert self.launch is not None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            for path, content in self.launch.files.items():
+                write_private(Path(path), content)
+        except OSError as e:
+            self.state, self.exit_code = "exited", 126
+            self.message = f"cannot write {e.filename or 'a secret file'}: {e.strerror}"
+            return
         log = self.log_path.open("ab")
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -97,6 +104,9 @@ class ShardProcess:
             _signal_group(p.pid, signal.SIGKILL)
             await p.wait()
         self.pid_path.unlink(missing_ok=True)
+        if self.launch is not None:
+            for path in self.launch.files:
+                Path(path).unlink(missing_ok=True)
 
     def report(self) -> ShardState:
         return ShardState(
@@ -109,6 +119,20 @@ class ShardProcess:
             exit_code=self.exit_code,
             restarts=self.restarts,
         )
+
+
+def write_private(path: Path, content: str) -> None:
+    """Write a file only its owner can read, whole: a temp file beside it, then a rename."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, content.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def reap_orphans(log_dir: Path) -> list[int]:

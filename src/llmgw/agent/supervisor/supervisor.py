@@ -80,8 +80,9 @@ class Supervisor:
     async def _probe(self, sp: ShardProcess) -> None:
         assert sp.launch is not None
         url = sp.endpoint + sp.launch.health_path
+        headers = {"Authorization": f"Bearer {sp.spec.api_key}"} if sp.spec.api_key else {}
         try:
-            async with self._http().get(url) as resp:
+            async with self._http().get(url, headers=headers) as resp:
                 healthy = resp.status == 200
                 detail = f"health answered {resp.status}"
         except (aiohttp.ClientError, TimeoutError) as e:

@@ -1,0 +1,150 @@
+"""Listeners that an unauthenticated client cannot exhaust.
+
+Each listener has its own cap on open connections and, per client address, a smaller one; a connection beyond
+either is answered 503 and closed at once, so one noisy client (or one listener under attack) cannot take the file
+descriptors the others need. Headers are bounded in size and count, and must arrive within `header_timeout` of
+the connection opening or of the previous response (aiohttp's keep-alive timer does both), so slow or silent
+connections are closed instead of being kept for an hour. The open-file limit is raised to its hard limit at
+start, and the caps are fitted under it. Repeated errors from the event loop (a refused accept, say) are logged
+once a minute with a count, not once per occurrence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+MAX_LINE = 8190  # request line and each header line
+MAX_HEADERS = 64
+FD_RESERVE = 256  # for the store, engines' probes, logs and outgoing connections
+
+
+@dataclass
+class Limiter:
+    """Counts a listener's connections and refuses those beyond its caps."""
+
+    name: str
+    max_total: int
+    max_per_client: int
+    refusal: bytes
+    total: int = 0
+    refused: int = 0
+    per_client: Counter[str] = field(default_factory=Counter)
+    _counted: dict[object, str] = field(default_factory=dict)
+    _quiet_until: float = 0.0
+
+    def install(self, server: web.Server) -> None:
+        made, lost = server.connection_made, server.connection_lost
+
+        def connection_made(handler: Any, transport: asyncio.Transport) -> None:
+            made(handler, transport)
+            peer = transport.get_extra_info("peername")
+            client = str(peer[0]) if peer else "?"
+            if self.total >= self.max_total or self.per_client[client] >= self.max_per_client:
+                self.refused += 1
+                self._say(client)
+                transport.write(self.refusal)
+                transport.close()
+                return
+            self.total += 1
+            self.per_client[client] += 1
+            self._counted[handler] = client
+
+        def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
+            client = self._counted.pop(handler, None)
+            if client is not None:
+                self.total -= 1
+                self.per_client[client] -= 1
+                if self.per_client[client] <= 0:
+                    del self.per_client[client]
+            lost(handler, exc)
+
+        server.connection_made = connection_made  # type: ignore[method-assign]
+        server.connection_lost = connection_lost  # type: ignore[method-assign]
+
+    def _say(self, client: str) -> None:
+        now = asyncio.get_running_loop().time()
+        if now >= self._quiet_until:
+            self._quiet_until = now + 60.0
+            log.warning(
+                "%s listener: refusing connections (at %d of %d open, %d from %s, cap %d per client); "
+                "%d refused so far, next report in a minute",
+                self.name, self.total, self.max_total, self.per_client[client], client, self.max_per_client,
+                self.refused,
+            )
+
+
+def refusal(body: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+
+def runner_options(header_timeout: float) -> dict[str, Any]:
+    return {
+        "access_log": None,
+        "keepalive_timeout": header_timeout,
+        "max_line_size": MAX_LINE,
+        "max_field_size": MAX_LINE,
+        "max_headers": MAX_HEADERS,
+    }
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft open-file limit to the hard one; return what is now available."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as e:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, e)
+    return int(min(soft, 1 << 20))
+
+
+def fit(caps: dict[str, int], fds: int) -> dict[str, int]:
+    """Scale the listeners' caps down so that all of them together fit under `fds` less a reserve."""
+    room = max(fds - FD_RESERVE, len(caps) * 8)
+    want = sum(caps.values())
+    if want <= room:
+        return caps
+    scaled = {k: max(8, v * room // want) for k, v in caps.items()}
+    log.warning(
+        "open-file limit %d is too low for the configured connection caps (%s): using %s; raise LimitNOFILE",
+        fds, caps, scaled,
+    )
+    return scaled
+
+
+class QuietErrors:
+    """An event-loop exception handler that logs each kind of error at most once a minute, with a count."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, every: float = 60.0) -> None:
+        self.loop = loop
+        self.every = every
+        self.last: dict[str, float] = {}
+        self.count: Counter[str] = Counter()
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        what = str(context.get("message", "error"))
+        exc = context.get("exception")
+        kind = f"{what}: {type(exc).__name__}" if exc is not None else what
+        self.count[kind] += 1
+        now = loop.time()
+        if now - self.last.get(kind, float("-inf")) < self.every:
+            return
+        self.last[kind] = now
+        n, self.count[kind] = self.count[kind], 0
+        log.error("%s (%d time(s) in the last minute)%s", kind, n, f": {exc}" if exc is not None else "")
