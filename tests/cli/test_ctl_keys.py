@@ -16,7 +16,8 @@ from tests.harness import InProcessServer, plan
 
 async def ctl(p, *args: str, token_file: Path | None = None) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
     argv = [sys.executable, "-m", "llmgw.cli.main", "ctl", *args, "--admin", p.admin]
-    env = {**os.environ, "LLMGW_ADMIN_TOKEN_FILE": str(token_file or p.token_file), "COLUMNS": "200"}
+    env = {**os.environ, "LLMGW_ADMIN_TOKEN_FILE": str(token_file or p.workdir / "state" / "admin.token"),
+           "COLUMNS": "200"}
     env.pop("LLMGW_ADMIN_TOKEN", None)
     return await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=30, env=env)
 
@@ -68,8 +69,10 @@ async def test_after_a_rotation_revoking_by_name_leaves_no_key_of_that_name_live
         assert await status_with(p, old) == 401 and await status_with(p, new) == 200
 
         # the old API: a name where an id belongs. Either it is refused, or it revokes what is live, never a no-op
+        tf = p.workdir / "state" / "admin.token"
+        token = tf.read_text().strip() if tf.exists() else ""  # (main before issue 7 had no token)
         async with aiohttp.ClientSession() as s, s.delete(
-            f"{p.admin}/api/keys/alice", headers={"Authorization": f"Bearer {p.token_file.read_text().strip()}"}
+            f"{p.admin}/api/keys/alice", headers={"Authorization": f"Bearer {token}"}
         ) as r:
             assert r.status == 404 or await status_with(p, new) == 401
 
