@@ -89,3 +89,93 @@ async def test_no_client_certificate_is_refused(cluster) -> None:  # type: ignor
     async with InProcessServer(cluster):
         with pytest.raises((aiohttp.ClientConnectorError, aiohttp.ClientOSError, ssl.SSLError)):
             await post(cluster, bare, report("node01").model_dump_json())
+
+
+def admin_call(p, method: str, path: str, body: object | None = None) -> tuple[int, object]:  # type: ignore[no-untyped-def]
+    import json
+    import urllib.error
+    import urllib.request
+
+    tf = p.workdir / "state" / "admin.token"
+    headers = {"Content-Type": "application/json"}
+    if tf.exists():
+        headers["Authorization"] = f"Bearer {tf.read_text().strip()}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(p.admin + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+async def test_the_control_planes_own_certificate_is_not_a_node(cluster) -> None:  # type: ignore[no-untyped-def]
+    async with InProcessServer(cluster):
+        try:
+            status, text = await post(cluster, ctx(cluster, "controlplane"), report("controlplane").model_dump_json())
+        except (aiohttp.ClientConnectorError, aiohttp.ClientOSError, ssl.SSLError):
+            status, text = 0, "refused at the handshake"
+        assert status in (0, 403), text
+        assert await aget(cluster, "/api/nodes") == []
+
+
+async def test_a_revoked_node_is_refused_and_a_revoked_certificate_too_until_renewed(cluster) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from llmgw.pki.ca import renew
+
+    pki = cluster.workdir / "pki"
+    async with InProcessServer(cluster):
+        n1 = report("node01")
+        n2 = NodeReport(node_id="node02", address="127.0.0.12", hardware=Hardware(mem_total_bytes=2**30))
+        assert (await post(cluster, ctx(cluster, "node01"), n1.model_dump_json()))[0] == 200
+        assert (await post(cluster, ctx(cluster, "node02"), n2.model_dump_json()))[0] == 200
+        old = ctx(cluster, "node02")
+
+        # the whole node: every certificate of it is refused from the next heartbeat on, and it counts as lost
+        status, _ = await asyncio.to_thread(admin_call, cluster, "POST", "/api/nodes/node01/revoke",
+                                            {"reason": "decommissioned"})
+        assert status == 200
+        status, text = await post(cluster, ctx(cluster, "node01"), n1.model_dump_json())
+        assert status == 403 and "node node01 is revoked: decommissioned" in text
+        rows = {r["node"]: r for r in await aget(cluster, "/api/nodes")}
+        assert rows["node01"]["state"] in ("lost", "revoked")
+
+        # one certificate (a stolen copy has the same serial): refused; a renewed one is accepted
+        rec = await aget(cluster, "/api/nodes/node02")
+        status, _ = await asyncio.to_thread(admin_call, cluster, "POST", "/api/nodes/node02/revoke",
+                                            {"serial": rec["cert_serial"], "reason": "key leaked"})
+        assert status == 200
+        status, text = await post(cluster, old, n2.model_dump_json())
+        assert status == 403 and "is revoked: key leaked" in text
+        renew(pki, "node02")
+        assert (await post(cluster, ctx(cluster, "node02"), n2.model_dump_json()))[0] == 200
+
+    # revocations outlive a restart of the control plane
+    async with InProcessServer(cluster):
+        assert (await post(cluster, ctx(cluster, "node01"), n1.model_dump_json()))[0] == 403
+        assert (await post(cluster, old, n2.model_dump_json()))[0] == 403
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"warnings": ["w" * 100_000]}, "warnings"),
+        ({"warnings": ["w"] * 10_000}, "warnings"),
+        ({"port_low": 80, "port_high": 90}, "port_low"),
+        ({"port_low": 30000, "port_high": 20000}, "port_low 30000 is above port_high 20000"),
+        ({"address": "evil.example"}, "not an IP address"),
+        ({"hardware": {"mem_total_bytes": 2**70}}, "mem_total_bytes"),
+    ],
+)
+async def test_unbounded_or_impossible_claims_are_refused_and_change_nothing(cluster, change, words) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    async with InProcessServer(cluster):
+        ok = report("node01")
+        assert (await post(cluster, ctx(cluster, "node01"), ok.model_dump_json()))[0] == 200
+        before = await aget(cluster, "/api/nodes")
+        status, text = await post(cluster, ctx(cluster, "node01"), json.dumps({**ok.model_dump(), **change}))
+        assert status == 422 and words in text, text
+        assert len(text) < 20_000
+        assert await aget(cluster, "/api/nodes") == before

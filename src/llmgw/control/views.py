@@ -19,6 +19,9 @@ class NodeRow(BaseModel):
     warnings: list[str]
 
 
+CERT_WARN_S = 14 * 86400
+
+
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
@@ -40,11 +43,14 @@ def node_row(n: NodeRecord) -> NodeRow:
     warnings = list(r.warnings) + list(r.fabric_problems)
     warnings += [f"{e.name} cannot run: {e.message}" for e in r.engines if not e.runs]
     warnings += list(r.install_progress)
+    if n.cert_not_after is not None and n.cert_not_after - n.last_seen < CERT_WARN_S:
+        days = max(0.0, (n.cert_not_after - n.last_seen) / 86400)
+        warnings.append(f"its certificate expires in {days:.0f} day(s): `llmgw ca renew` it and copy it to the node")
     fabrics = ", ".join(f"{f.name} ({f.rate_gbps:.0f} Gb/s)" for f in r.fabrics) or "-"
     return NodeRow(
         node=n.id,
         address=r.address,
-        state="lost" if n.lost else "live",
+        state="revoked" if n.revoked else ("lost" if n.lost else "live"),
         gpus=gpus,
         gpu_count=len(hw.gpus),
         ram=f"{_gib(hw.mem_available_bytes)} free of {_gib(hw.mem_total_bytes)}",
