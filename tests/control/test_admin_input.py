@@ -20,7 +20,9 @@ async def call(p, method: str, path: str, **kw) -> tuple[int, str]:  # type: ign
         return r.status, await r.text()
 
 
-async def test_bad_queries_and_bodies_are_400_with_one_line_each(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_bad_queries_and_bodies_are_400_with_one_line_each(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     p = plan(tmp_path, [], [])
     async with InProcessServer(p):

@@ -128,6 +128,11 @@ def fit(caps: dict[str, int], fds: int) -> dict[str, int]:
     return scaled
 
 
+def per_client(configured: int, cap: int) -> int:
+    """One client never holds more than a quarter of a listener, however its caps were fitted."""
+    return max(1, min(configured, cap // 4))
+
+
 class QuietErrors:
     """An event-loop exception handler that logs each kind of error at most once a minute, with a count."""
 

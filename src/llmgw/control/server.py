@@ -15,7 +15,15 @@ from llmgw.control.admin_api import admin_app, metrics_routes
 from llmgw.control.admin_auth import allowed_hosts, load_or_create_token
 from llmgw.control.admission import parse_networks
 from llmgw.control.agent_api import agent_app
-from llmgw.control.listeners import Limiter, QuietErrors, fit, raise_fd_limit, refusal, runner_options
+from llmgw.control.listeners import (
+    Limiter,
+    QuietErrors,
+    fit,
+    per_client,
+    raise_fd_limit,
+    refusal,
+    runner_options,
+)
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import Clock
 from llmgw.pki.tls import server_context
@@ -86,7 +94,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         await start_listener(
             router.app(),
             cfg.api_listen,
-            Limiter("api", caps["api"], min(lim.api_connections_per_client, caps["api"]), api_refusal()),
+            Limiter("api", caps["api"], per_client(lim.api_connections_per_client, caps["api"]), api_refusal()),
             timeout,
             reuse_port=True,
         ),

@@ -46,7 +46,7 @@ def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
 
 async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event) -> None:
     from llmgw.control.admin_auth import read_token
-    from llmgw.control.listeners import Limiter, raise_fd_limit
+    from llmgw.control.listeners import Limiter, per_client, raise_fd_limit
     from llmgw.control.server import api_refusal, start_listener
 
     host, port = split_listen(cfg.admin_listen)
@@ -57,7 +57,7 @@ async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event) -> 
     await state.poll()
     lim = cfg.limits
     cap = min(lim.api_connections, max(8, raise_fd_limit() - 256))
-    limiter = Limiter("api", cap, min(lim.api_connections_per_client, cap), api_refusal())
+    limiter = Limiter("api", cap, per_client(lim.api_connections_per_client, cap), api_refusal())
     runner = await start_listener(router.app(), cfg.api_listen, limiter, lim.header_timeout, reuse_port=True)
     log.info("router worker %d serving %s", os.getpid(), cfg.api_listen)
 
