@@ -17,6 +17,8 @@ class NodeRow(BaseModel):
     engines: str
     fabrics: str
     warnings: list[str]
+    cert_serial: str = ""  # the certificate it last spoke with: `ctl nodes revoke NODE --serial` takes it
+    cert_expires: float | None = None
 
 
 CERT_WARN_S = 14 * 86400
@@ -57,4 +59,6 @@ def node_row(n: NodeRecord) -> NodeRow:
         engines=engines or "none",
         fabrics=fabrics,
         warnings=warnings,
+        cert_serial=n.cert_serial,
+        cert_expires=n.cert_not_after,
     )
