@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Protocol
 
 from pydantic import BaseModel, Field
@@ -20,7 +21,13 @@ class ApiKeyRecord(BaseModel):
     models: list[str] = []  # allow-list; empty = every model
 
 
+def _usage_id() -> str:
+    return secrets.token_hex(12)
+
+
 class UsageRecord(BaseModel):
+    # made when the request is recorded: a record sent twice (a retried report, a replayed journal) counts once
+    id: str = Field(default_factory=_usage_id, min_length=8, max_length=64)
     key_id: str
     model: str
     replica_id: str
@@ -73,8 +80,10 @@ class Store(Protocol):
     # keys and usage
     def put_key(self, key: ApiKeyRecord) -> None: ...
     def list_keys(self) -> list[ApiKeyRecord]: ...
-    def add_usage(self, records: list[UsageRecord]) -> None: ...
+    def add_usage(self, records: list[UsageRecord]) -> int: ...
     def usage_totals(self, since: float = 0.0) -> list[UsageTotal]: ...
+    def usage_count(self) -> int: ...
+    def prune(self, usage_before: float, events_before: float) -> tuple[int, int]: ...
 
     # node revocations
     def put_revocation(self, revocation: Revocation) -> None: ...

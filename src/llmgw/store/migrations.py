@@ -28,4 +28,17 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (node_id, serial)
     );
     """,
+    # 4: usage recorded once per request (its id), and running totals so no reader scans every row
+    """
+    ALTER TABLE usage ADD COLUMN id TEXT;
+    CREATE UNIQUE INDEX usage_id ON usage (id);
+    CREATE INDEX events_at ON events (at);
+    CREATE TABLE usage_totals (
+        key_id TEXT NOT NULL, model TEXT NOT NULL, requests INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL, last_at REAL NOT NULL, PRIMARY KEY (key_id, model)
+    );
+    INSERT INTO usage_totals
+        SELECT key_id, model, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), MAX(started_at)
+        FROM usage GROUP BY key_id, model;
+    """,
 ]

@@ -1,9 +1,16 @@
-"""SQLite (WAL) implementation of the store. Opening happens in open(), never in the constructor."""
+"""SQLite (WAL) implementation of the store. Opening happens in open(), never in the constructor.
+
+Two connections: one that writes and one that reads, each behind its own lock, so a read never waits behind a
+write that waits for another process's lock. Every transaction commits whole or rolls back whole, whatever is
+raised inside it (a number SQLite cannot bind included): a transaction left open would swallow every later write.
+"""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from llmgw.config.server import ModelSpec
@@ -12,69 +19,94 @@ from llmgw.core.state import Event, NodeRecord, ReplicaRecord
 from llmgw.store.base import ApiKeyRecord, Revocation, UsageRecord, UsageTotal
 from llmgw.store.migrations import MIGRATIONS
 
+BUSY_TIMEOUT_MS = 5000
+PRUNE_BATCH = 5000  # rows per delete transaction: retention never holds the write lock for long
+
 
 class SqliteStore:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        self._db: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+        self._w: sqlite3.Connection | None = None
+        self._r: sqlite3.Connection | None = None
+        self._wlock = threading.Lock()
+        self._rlock = threading.Lock()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        return db
 
     def open(self) -> SqliteStore:
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            self._db = db
+            self._w = self._connect()
             self._migrate()
+            # an in-memory database exists once per connection: there, reads share the writer's
+            self._r = self._w if self.path == ":memory:" else self._connect()
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: {e}") from e
         return self
 
     @property
     def db(self) -> sqlite3.Connection:
-        if self._db is None:
+        if self._w is None:
             raise StoreError("store used before open()")
-        return self._db
+        return self._w
+
+    @property
+    def _reader(self) -> sqlite3.Connection:
+        if self._r is None:
+            raise StoreError("store used before open()")
+        return self._r
 
     def schema_version(self) -> int:
-        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        return int(self._reader.execute("PRAGMA user_version").fetchone()[0])
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed whole, or rolled back on anything raised, then re-raised as
+        StoreError when it came from SQLite."""
+        with self._wlock:
+            db = self.db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as e:
+                raise StoreError(f"{self.path}: {e}") from e
 
     def _migrate(self) -> None:
-        current = self.schema_version()
+        current = int(self.db.execute("PRAGMA user_version").fetchone()[0])
         for version, sql in enumerate(MIGRATIONS, start=1):
             if version <= current:
                 continue
-            with self._lock:
-                self.db.execute("BEGIN IMMEDIATE")
-                try:
-                    for stmt in sql.split(";"):
-                        if stmt.strip():
-                            self.db.execute(stmt)
-                    self.db.execute(f"PRAGMA user_version={version}")
-                    self.db.execute("COMMIT")
-                except sqlite3.Error:
-                    self.db.execute("ROLLBACK")
-                    raise
+            with self._tx() as db:
+                for stmt in sql.split(";"):
+                    if stmt.strip():
+                        db.execute(stmt)
+                db.execute(f"PRAGMA user_version={version}")
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        for db in {id(c): c for c in (self._r, self._w) if c is not None}.values():
+            db.close()
+        self._r = self._w = None
 
     def _exec(self, sql: str, args: tuple[object, ...] = ()) -> None:
-        try:
-            with self._lock:
-                self.db.execute(sql, args)
-        except sqlite3.Error as e:
-            raise StoreError(f"{self.path}: {e}") from e
+        with self._tx() as db:
+            db.execute(sql, args)
 
     def _rows(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         try:
-            with self._lock:
-                return list(self.db.execute(sql, args).fetchall())
+            with self._rlock:
+                return list(self._reader.execute(sql, args).fetchall())
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: {e}") from e
 
@@ -91,17 +123,12 @@ class SqliteStore:
 
     # catalog
     def put_models(self, models: list[ModelSpec]) -> None:
-        try:
-            with self._lock:
-                self.db.execute("BEGIN IMMEDIATE")
-                self.db.execute("DELETE FROM models")
-                for i, m in enumerate(models):
-                    self.db.execute(
-                        "INSERT INTO models (name, position, body) VALUES (?, ?, ?)", (m.name, i, m.model_dump_json())
-                    )
-                self.db.execute("COMMIT")
-        except sqlite3.Error as e:
-            raise StoreError(f"{self.path}: {e}") from e
+        with self._tx() as db:
+            db.execute("DELETE FROM models")
+            for i, m in enumerate(models):
+                db.execute(
+                    "INSERT INTO models (name, position, body) VALUES (?, ?, ?)", (m.name, i, m.model_dump_json())
+                )
 
     def list_models(self) -> list[ModelSpec]:
         return [
@@ -142,44 +169,49 @@ class SqliteStore:
             ApiKeyRecord.model_validate_json(str(r[0])) for r in self._rows("SELECT body FROM api_keys ORDER BY id")
         ]
 
-    def add_usage(self, records: list[UsageRecord]) -> None:
+    def add_usage(self, records: list[UsageRecord]) -> int:
+        """Record a batch in one transaction, each record at most once (by its id, so a batch sent twice counts
+        once), and keep the totals per key and model in the same transaction. Returns how many were new."""
         if not records:
-            return
-        try:
-            with self._lock:
-                # one transaction for the batch: in autocommit each row would be its own commit
-                self.db.execute("BEGIN IMMEDIATE")
-                try:
-                    self.db.executemany(
-                        "INSERT INTO usage (key_id, model, replica_id, prompt_tokens, completion_tokens, started_at,"
-                        " duration_s, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [
-                            (
-                                u.key_id,
-                                u.model,
-                                u.replica_id,
-                                u.prompt_tokens,
-                                u.completion_tokens,
-                                u.started_at,
-                                u.duration_s,
-                                u.status,
-                            )
-                            for u in records
-                        ],
-                    )
-                    self.db.execute("COMMIT")
-                except sqlite3.Error:
-                    self.db.execute("ROLLBACK")
-                    raise
-        except sqlite3.Error as e:
-            raise StoreError(f"{self.path}: {e}") from e
+            return 0
+        added: dict[tuple[str, str], list[float]] = {}
+        with self._tx() as db:
+            for u in records:
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO usage (id, key_id, model, replica_id, prompt_tokens, completion_tokens,"
+                    " started_at, duration_s, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens, u.started_at,
+                     u.duration_s, u.status),
+                )
+                if cur.rowcount == 1:
+                    t = added.setdefault((u.key_id, u.model), [0, 0, 0, 0.0])
+                    t[0] += 1
+                    t[1] += u.prompt_tokens
+                    t[2] += u.completion_tokens
+                    t[3] = max(t[3], u.started_at)
+            db.executemany(
+                "INSERT INTO usage_totals (key_id, model, requests, prompt_tokens, completion_tokens, last_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key_id, model) DO UPDATE SET"
+                " requests = requests + excluded.requests, prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
+                " completion_tokens = completion_tokens + excluded.completion_tokens,"
+                " last_at = MAX(last_at, excluded.last_at)",
+                [(k, m, int(t[0]), int(t[1]), int(t[2]), t[3]) for (k, m), t in added.items()],
+            )
+        return sum(int(t[0]) for t in added.values())
 
     def usage_totals(self, since: float = 0.0) -> list[UsageTotal]:
-        rows = self._rows(
-            "SELECT key_id, model, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), MAX(started_at)"
-            " FROM usage WHERE started_at >= ? GROUP BY key_id, model ORDER BY key_id, model",
-            (since,),
-        )
+        """All-time totals come from the running aggregate (no scan); totals since a time scan that window."""
+        if since <= 0:
+            rows = self._rows(
+                "SELECT key_id, model, requests, prompt_tokens, completion_tokens, last_at FROM usage_totals"
+                " ORDER BY key_id, model"
+            )
+        else:
+            rows = self._rows(
+                "SELECT key_id, model, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), MAX(started_at)"
+                " FROM usage WHERE started_at >= ? GROUP BY key_id, model ORDER BY key_id, model",
+                (since,),
+            )
         return [
             UsageTotal(
                 key_id=str(r[0]),
@@ -191,6 +223,26 @@ class SqliteStore:
             )
             for r in rows
         ]
+
+    def usage_count(self) -> int:
+        return int(str(self._rows("SELECT COUNT(*) FROM usage")[0][0]))
+
+    def prune(self, usage_before: float, events_before: float) -> tuple[int, int]:
+        """Delete usage rows and events older than the given times, a batch per transaction. Totals are kept."""
+        done = [0, 0]
+        for i, (table, column, before) in enumerate(
+            (("usage", "started_at", usage_before), ("events", "at", events_before))
+        ):
+            while True:
+                with self._tx() as db:
+                    n = db.execute(
+                        f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM {table} WHERE {column} < ? LIMIT ?)",
+                        (before, PRUNE_BATCH),
+                    ).rowcount
+                done[i] += n
+                if n < PRUNE_BATCH:
+                    break
+        return done[0], done[1]
 
     # node revocations
     def put_revocation(self, revocation: Revocation) -> None:
