@@ -20,7 +20,7 @@ from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing, new_key
 from llmgw.router.state import LocalState
 from llmgw.store.sqlite import SqliteStore
-from tests.harness import free_port
+from tests.harness import await_until, free_port
 from tests.router.engines import Engine, llama_server, sim
 
 
@@ -113,3 +113,14 @@ async def rut(tmp_path: Path, engines: dict[str, Engine]) -> AsyncIterator[Route
         await runner.cleanup()
         await router.close()
         store.close()
+
+
+async def settle(rut: RouterUnderTest) -> None:
+    """Wait until the router has finished every request it began (a stream's record is made after its last byte
+    left), then send its usage to the store."""
+
+    async def finished() -> bool:
+        return not rut.router.ledger.inflight
+
+    await await_until(finished, 10, "every request finished in the router")
+    assert await rut.router.ledger.flush()

@@ -8,7 +8,7 @@ import urllib.request
 import aiohttp
 
 from llmgw.router.keys import new_key
-from tests.router.conftest import RouterUnderTest
+from tests.router.conftest import RouterUnderTest, settle
 from tests.router.engines import Engine
 
 
@@ -99,7 +99,7 @@ async def test_on_demand_model_triggers_a_load_then_says_loading(rut: RouterUnde
 
 async def test_raw_keys_are_never_stored(rut: RouterUnderTest) -> None:
     assert (await post(rut, chat()))[0] == 200
-    await rut.router.state.flush()
+    await settle(rut)
     rut.store.db.execute("PRAGMA wal_checkpoint(FULL)")
     for f in rut.db.parent.glob("llmgw.db*"):
         assert rut.key.encode() not in f.read_bytes()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.router.conftest import RouterUnderTest
+from tests.router.conftest import RouterUnderTest, settle
 
 
 def client(rut: RouterUnderTest, key: str | None = None) -> openai.AsyncOpenAI:
@@ -56,7 +56,7 @@ async def test_sim_stream_usage_is_recorded(rut: RouterUnderTest) -> None:
     )
     chunks = [c async for c in stream]
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
-    await rut.router.state.flush()
+    await settle(rut)
     totals = {t.model: t for t in rut.store.usage_totals()}
     assert totals["sim-a"].completion_tokens == 8
     assert totals["sim-a"].key_id == rut.router.keys.check(rut.key).id  # type: ignore[union-attr]

@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 
 from tests.harness import await_true, free_port
-from tests.router.conftest import RouterUnderTest, ready_replica
+from tests.router.conftest import RouterUnderTest, ready_replica, settle
 from tests.router.engines import sim
 
 
@@ -28,7 +28,7 @@ async def test_unreachable_replica_is_skipped_before_any_byte_is_sent(rut: Route
     for _ in range(4):
         status, _ = await _post(rut, "sim-a")
         assert status == 200
-    await rut.router.state.flush()
+    await settle(rut)
     served = {t.model: t.requests for t in rut.store.usage_totals()}
     assert served["sim-a"] == 4
 
@@ -138,6 +138,6 @@ async def test_streamed_usage_is_recorded_even_when_the_client_did_not_ask(rut: 
     assert status == 200
     events = [json.loads(e[6:]) for e in raw.decode().split("\n\n") if e.startswith("data: {")]
     assert all(e["choices"] for e in events)  # no usage-only chunk the client never asked for
-    await rut.router.state.flush()
+    await settle(rut)
     totals = {t.model: t for t in rut.store.usage_totals()}
     assert totals["sim-a"].completion_tokens == 8

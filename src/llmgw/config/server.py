@@ -92,6 +92,13 @@ class Limits(Strict):
     metrics_connections: int = Field(default=64, ge=1)
 
 
+class Retention(Strict):
+    """How long usage rows and events are kept; totals per key and model are kept for good."""
+
+    usage: Duration = Field(default=90 * 86400.0, gt=0)
+    events: Duration = Field(default=30 * 86400.0, gt=0)
+
+
 class EvictionConfig(Strict):
     idle_after: Duration = 30.0  # unused this long before it may be stopped for another model
     protect_after_ready: Duration = 300.0  # never evict a replica Ready for less: two models must not take turns
@@ -106,6 +113,9 @@ class ServerConfig(Strict):
     store: StoreConfig = StoreConfig()
     # the operator token for the management API (made, mode 0600, at the first start); default: beside the store
     admin_token_file: ConfigPath | None = None
+    # usage journaled by every API worker before its answer ends, until the store has it; default: beside the store
+    usage_journal_dir: ConfigPath | None = None
+    retention: Retention = Retention()
     # names (beyond loopback and admin_listen's own address) by which operators reach the management API
     admin_hosts: list[str] = []
     # a node may claim an engine address it reports from, one its certificate names, or one inside these networks
@@ -136,9 +146,15 @@ class ServerConfig(Strict):
         return v
 
     def token_path(self) -> str:
+        return self.admin_token_file or self._beside_store("admin.token")
+
+    def journal_path(self) -> str:
+        return self.usage_journal_dir or self._beside_store("usage-journal")
+
+    def _beside_store(self, name: str) -> str:
         import os
 
-        return self.admin_token_file or os.path.join(os.path.dirname(os.path.abspath(self.store.path)), "admin.token")
+        return os.path.join(os.path.dirname(os.path.abspath(self.store.path)), name)
 
     @model_validator(mode="after")
     def _unique_models(self) -> ServerConfig:

@@ -15,6 +15,7 @@ from llmgw.control.metrics import registry
 from llmgw.control.plane import ControlPlane
 from llmgw.control.summary import Summary, summarize
 from llmgw.control.views import node_row
+from llmgw.core.errors import StoreError
 from llmgw.router.keys import new_key
 from llmgw.router.state import Activity, RouterView, ready_table
 
@@ -34,7 +35,7 @@ def summary_of(plane: ControlPlane) -> Summary:
 
 
 def metrics_routes(plane: ControlPlane) -> list[web.RouteDef]:
-    reg = registry(lambda: summary_of(plane))
+    reg = registry(lambda: summary_of(plane), plane.gauges)
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(reg), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -134,17 +135,17 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         if unknown:
             return js({"error": f"unknown model(s): {', '.join(unknown)}"}, 400)
         raw, rec = new_key(name, allowed, plane.clock)
-        plane.store.put_key(rec)
+        await plane.writer.run(plane.store.put_key, rec)
         plane.keys_changed()
         return js({"key": raw, **rec.model_dump(exclude={"hash"})}, 201)
 
-    def revoke(match: Any) -> list[str]:
+    async def revoke(match: Any) -> list[str]:
         """Revoke every live key that `match`es; their ids."""
         now = plane.clock.now()
         done = []
         for k in plane.store.list_keys():
             if k.revoked_at is None and match(k):
-                plane.store.put_key(k.model_copy(update={"revoked_at": now}))
+                await plane.writer.run(plane.store.put_key, k.model_copy(update={"revoked_at": now}))
                 done.append(k.id)
         if done:
             plane.keys_changed()
@@ -159,7 +160,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
             return js({"error": f"no key with id {kid} (by name: POST /api/keys/revoke with a name)"}, 404)
         if key.revoked_at is not None:
             return js({"revoked": [], "already_revoked": [kid]})
-        return js({"revoked": revoke(lambda k: k.id == kid)})
+        return js({"revoked": await revoke(lambda k: k.id == kid)})
 
     async def revoke_by_name(request: web.Request) -> web.Response:
         body = await json_body(request)
@@ -168,7 +169,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
             return js({"error": 'body must be {"name": ...}'}, 400)
         if not any(k.name == name for k in plane.store.list_keys()):
             return js({"error": f"no key named {name!r}"}, 404)
-        return js({"revoked": revoke(lambda k: k.name == name)})
+        return js({"revoked": await revoke(lambda k: k.name == name)})
 
     async def revoke_node(request: web.Request) -> web.Response:
         node_id = request.match_info["id"]
@@ -200,8 +201,11 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         for rid, at in act.used.items():
             plane.used(rid, at)
         plane.outstanding.update(act.outstanding)
-        plane.store.add_usage(act.usage)
-        return js({"ok": True})
+        try:
+            added = await plane.writer.run(plane.store.add_usage, act.usage)
+        except StoreError as e:  # the worker keeps the batch and sends it again; ids make that harmless
+            return js({"error": f"usage not recorded: {e}"}, 503)
+        return js({"ok": True, "recorded": added})
 
     app = web.Application(client_max_size=MAX_BODY, middlewares=[guard(token, hosts, any_ip), bad_requests])
     app.add_routes(metrics_routes(plane))

@@ -9,12 +9,20 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from llmgw.control.summary import Summary
 
+# The control plane's own health, beside the cluster's: name -> (help, how to read it now)
+Gauges = dict[str, tuple[str, Callable[[], float]]]
+
 
 class SummaryCollector(Collector):
-    def __init__(self, summary: Callable[[], Summary]) -> None:
+    def __init__(self, summary: Callable[[], Summary], gauges: Gauges | None = None) -> None:
         self.summary = summary
+        self.gauges = gauges if gauges is not None else {}
 
     def collect(self) -> Iterator[Metric]:
+        for name, (doc, read) in sorted(self.gauges.items()):
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], read())
+            yield g
         s = self.summary()
         nodes = GaugeMetricFamily("llmgw_nodes", "Nodes known, by liveness", labels=["state"])
         nodes.add_metric(["live"], s.nodes_live)
@@ -43,7 +51,7 @@ class SummaryCollector(Collector):
         yield idle
 
 
-def registry(summary: Callable[[], Summary]) -> CollectorRegistry:
+def registry(summary: Callable[[], Summary], gauges: Gauges | None = None) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(SummaryCollector(summary))
+    reg.register(SummaryCollector(summary, gauges))
     return reg

@@ -7,7 +7,9 @@ import secrets
 
 from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.desired import desired_for
+from llmgw.control.metrics import Gauges
 from llmgw.control.registry import merge_report
+from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.clock import Clock
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
 from llmgw.reconcile.intents import Intent, MarkLost, PutReplica, Reap
@@ -20,9 +22,17 @@ log = logging.getLogger(__name__)
 
 
 class ControlPlane:
-    def __init__(self, cfg: ServerConfig, store: Store, clock: Clock, timings: Timings | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ServerConfig,
+        store: Store,
+        clock: Clock,
+        timings: Timings | None = None,
+        writer: InlineWriter | StoreWriter | None = None,
+    ) -> None:
         self.cfg = cfg
         self.store = store
+        self.writer = writer or InlineWriter()  # the server passes a StoreWriter: no write on the event loop
         self.clock = clock
         self.timings = timings or Timings(
             node_lost_after=cfg.node_lost_after,
@@ -41,6 +51,11 @@ class ControlPlane:
         self.keys_version = 0  # bumped when API keys change, so routers reload them
         self.revoked_nodes: dict[str, Revocation] = {}
         self.revoked_serials: dict[str, Revocation] = {}
+        self._dirty: set[str] = set()  # nodes whose record changed since the store last had it
+        self.gauges: Gauges = {
+            "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
+                                          lambda: float(self.writer.pending())),
+        }
 
     def load(self) -> None:
         """Adopt what the store holds. Timers for silent nodes restart now, not from stale timestamps."""
@@ -66,7 +81,8 @@ class ControlPlane:
 
     def event(self, kind: str, subject: str, message: str) -> None:
         log.info("%s", message)
-        self.store.add_event(Event(at=self.clock.now(), kind=kind, subject=subject, message=message))
+        event = Event(at=self.clock.now(), kind=kind, subject=subject, message=message)
+        self.writer.submit(self.store.add_event, event)
 
     def refusal(self, node_id: str, serial: str) -> str:
         """Why this node, speaking with this certificate, is cut off; "" when it is not."""
@@ -82,7 +98,7 @@ class ControlPlane:
         """Cut a node off (serial "") or one of its certificates. Takes effect at its next heartbeat; revoking the
         whole node also fails its replicas now, so they are rebuilt elsewhere."""
         rv = Revocation(node_id=node_id, serial=serial, at=self.clock.now(), reason=reason)
-        self.store.put_revocation(rv)
+        self.writer.submit(self.store.put_revocation, rv)
         if serial:
             self.revoked_serials[serial] = rv
             msg = f"certificate {serial} of node {node_id} revoked" + (f": {reason}" if reason else "")
@@ -92,7 +108,7 @@ class ControlPlane:
             n = self.nodes.get(node_id)
             if n is not None:
                 self.nodes[node_id] = n.model_copy(update={"lost": True, "revoked": reason or "revoked"})
-                self.store.put_node(self.nodes[node_id])
+                self.writer.submit(self.store.put_node, self.nodes[node_id])
         self.event("node", node_id, msg)
         return msg
 
@@ -101,7 +117,7 @@ class ControlPlane:
         rec, events = merge_report(self.nodes.get(report.node_id), report, self.models, now)
         rec = rec.model_copy(update={"cert_serial": serial, "cert_not_after": not_after})
         self.nodes[rec.id] = rec
-        self.store.put_node(rec)
+        self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
         for e in events:
             self.event("node", rec.id, e)
         return desired_for(
@@ -125,7 +141,14 @@ class ControlPlane:
     def reconcile_once(self) -> list[Intent]:
         intents = reconcile(self.world())
         self.apply(intents)
+        self.persist_nodes()
         return intents
+
+    def persist_nodes(self) -> None:
+        if self._dirty:
+            batch = [self.nodes[n] for n in sorted(self._dirty) if n in self.nodes]
+            self._dirty.clear()
+            self.writer.submit(self.store.put_nodes, batch)
 
     def apply(self, intents: list[Intent]) -> None:
         changed = False
@@ -134,20 +157,20 @@ class ControlPlane:
                 n = self.nodes.get(i.node_id)
                 if n is not None:
                     self.nodes[n.id] = n.model_copy(update={"lost": True})
-                    self.store.put_node(self.nodes[n.id])
+                    self.writer.submit(self.store.put_node, self.nodes[n.id])
                     self.event("node", n.id, i.message)
             elif isinstance(i, PutReplica):
                 if i.replica.ready:
                     # the request that asked for a load has its replica: a later eviction must not re-load it
                     self.demand.pop(i.replica.model, None)
                 self.replicas[i.replica.id] = i.replica
-                self.store.put_replica(i.replica)
+                self.writer.submit(self.store.put_replica, i.replica)
                 changed = True
                 if i.event:
                     self.event("replica", i.replica.id, i.event)
             elif isinstance(i, Reap):
                 self.replicas.pop(i.replica_id, None)
-                self.store.delete_replica(i.replica_id)
+                self.writer.submit(self.store.delete_replica, i.replica_id)
                 self.last_used.pop(i.replica_id, None)
                 self.outstanding.pop(i.replica_id, None)
                 changed = True

@@ -25,6 +25,7 @@ from llmgw.control.listeners import (
     runner_options,
 )
 from llmgw.control.plane import ControlPlane
+from llmgw.control.writer import StoreWriter
 from llmgw.core.clock import Clock
 from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
@@ -35,6 +36,7 @@ from llmgw.router.worker import spawn_workers, stop_workers
 from llmgw.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
+RETENTION_EVERY_S = 3600.0
 
 
 async def start_listener(
@@ -62,10 +64,16 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
     store = SqliteStore(cfg.store.path).open()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(QuietErrors(loop))
-    plane = ControlPlane(cfg, store, clock)
+    writer = StoreWriter()
+    plane = ControlPlane(cfg, store, clock, writer=writer)
     plane.load()
     keys = KeyRing(store)
-    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body)
+    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()))
+    router.ledger.adopt_orphans()  # what a killed predecessor (or its workers) journaled and never recorded
+    plane.gauges["llmgw_usage_unflushed"] = (
+        "Requests served whose usage is not in the store yet (grows while the store fails)",
+        lambda: float(router.ledger.unflushed),
+    )
 
     lim = cfg.limits
     caps = fit(
@@ -122,7 +130,17 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
                 log.exception("reconcile pass failed")
             await asyncio.sleep(cfg.reconcile_interval)
 
-    tasks = [asyncio.create_task(reconcile_loop()), asyncio.create_task(router.flush_usage())]
+    async def retention_loop() -> None:
+        while True:  # usage rows and events past their retention go; totals stay
+            now = clock.now()
+            writer.submit(store.prune, now - cfg.retention.usage, now - cfg.retention.events)
+            await asyncio.sleep(RETENTION_EVERY_S)
+
+    tasks = [
+        asyncio.create_task(reconcile_loop()),
+        asyncio.create_task(router.flush_usage()),
+        asyncio.create_task(retention_loop()),
+    ]
     workers = spawn_workers(config_path, cfg.api_workers - 1) if config_path else []
     try:
         await stop.wait()
@@ -134,4 +152,6 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         for r in runners:
             await r.cleanup()
         await router.close()
+        plane.persist_nodes()
+        await asyncio.to_thread(writer.close)
         store.close()

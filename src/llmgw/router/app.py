@@ -7,6 +7,7 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -14,7 +15,8 @@ from aiohttp import web
 from llmgw.config.server import RouterConfig
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
-from llmgw.router.proxy import Outcome, Timeouts, forward
+from llmgw.router.ledger import UNKNOWN, UsageLedger
+from llmgw.router.proxy import CLIENT_CLOSED, Outcome, Timeouts, forward
 from llmgw.router.state import RouterState
 from llmgw.router.table import RoutingTable
 from llmgw.store.base import ApiKeyRecord, UsageRecord
@@ -27,8 +29,17 @@ ANONYMOUS = ApiKeyRecord(id="-", name="anonymous", prefix="", hash="", created_a
 
 
 class Router:
-    def __init__(self, state: RouterState, keys: KeyRing, cfg: RouterConfig, load_wait: float, max_body: int) -> None:
+    def __init__(
+        self,
+        state: RouterState,
+        keys: KeyRing,
+        cfg: RouterConfig,
+        load_wait: float,
+        max_body: int,
+        journal_dir: Path | None = None,
+    ) -> None:
         self.state = state
+        self.ledger = UsageLedger(state.store_usage, journal_dir)
         self.keys = keys
         self.cfg = cfg
         self.load_wait = load_wait
@@ -155,47 +166,55 @@ class Router:
         path = request.path
         tried: set[str] = set()
         loop = asyncio.get_running_loop()
-        started = self.state.clock.now()
         t0 = loop.time()
-        while True:
-            route = self.table.pick(model, tried)
-            if route is None:
-                return openai_error(
-                    503,
-                    "no ready replica could be reached",
-                    "service_unavailable",
-                    "no_reachable_replica",
-                    headers={"Retry-After": str(RETRY_AFTER_S)},
-                )
-            tried.add(route.replica_id)
-            route.outstanding += 1
-            try:
-                outcome: Outcome = await forward(
-                    request, self._session(), route.endpoint + path, body, stream, self.timeouts, strip_usage,
-                    route.secret,
-                )
-            except aiohttp.ClientConnectorError as e:
-                log.warning("replica %s unreachable (%s); trying another", route.replica_id, e)
-                continue  # never reached an engine: safe to try elsewhere
-            finally:
-                route.outstanding -= 1
-                self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
-            self.state.record(
-                UsageRecord(
-                    key_id=key.id,
-                    model=model,
-                    replica_id=route.replica_id,
-                    prompt_tokens=outcome.prompt_tokens,
-                    completion_tokens=outcome.completion_tokens,
-                    started_at=started,
-                    duration_s=loop.time() - t0,
-                    status=outcome.status,
-                )
-            )
-            assert outcome.response is not None
-            if not outcome.response.prepared:
-                outcome.response.headers["X-Llmgw-Worker"] = self._worker
-            return outcome.response
+        begun = UsageRecord(
+            key_id=key.id, model=model, replica_id="", prompt_tokens=0, completion_tokens=0,
+            started_at=self.state.clock.now(), duration_s=0.0, status=UNKNOWN,
+        )
+        self.ledger.begin(begun)  # journaled before anything is sent: a crash from here on still records it
+        rec: UsageRecord | None = begun
+        outcome: Outcome | None = None
+        route = None
+        try:
+            while True:
+                route = self.table.pick(model, tried)
+                if route is None:
+                    self.ledger.unsent(begun)
+                    rec = None
+                    return openai_error(
+                        503,
+                        "no ready replica could be reached",
+                        "service_unavailable",
+                        "no_reachable_replica",
+                        headers={"Retry-After": str(RETRY_AFTER_S)},
+                    )
+                tried.add(route.replica_id)
+                route.outstanding += 1
+                try:
+                    outcome = await forward(
+                        request, self._session(), route.endpoint + path, body, stream, self.timeouts, strip_usage,
+                        route.secret,
+                    )
+                except aiohttp.ClientConnectorError as e:
+                    log.warning("replica %s unreachable (%s); trying another", route.replica_id, e)
+                    continue  # never reached an engine: safe to try elsewhere
+                finally:
+                    route.outstanding -= 1
+                    self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
+                assert outcome.response is not None
+                if not outcome.response.prepared:
+                    outcome.response.headers["X-Llmgw-Worker"] = self._worker
+                return outcome.response
+        finally:
+            # every request that reached an engine is recorded once, however it ended: a client that went away
+            # or an interrupted handler is CLIENT_CLOSED with what was seen
+            if rec is not None:
+                status, p_tok, c_tok = (outcome.status, outcome.prompt_tokens, outcome.completion_tokens) if (
+                    outcome is not None) else (CLIENT_CLOSED, 0, 0)
+                self.ledger.finish(rec.model_copy(update={
+                    "replica_id": route.replica_id if route is not None else "", "prompt_tokens": p_tok,
+                    "completion_tokens": c_tok, "duration_s": loop.time() - t0, "status": status,
+                }))
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
@@ -208,11 +227,17 @@ class Router:
         return openai_error(413, f"request body over {self.max_body} bytes", "invalid_request_error", "body_too_large")
 
     async def flush_usage(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.usage_flush_interval)
-            await self.state.flush()
+        """Usage to the store, and demand and use to the control plane, every flush interval."""
+
+        async def activity() -> None:
+            while True:
+                await asyncio.sleep(self.cfg.usage_flush_interval)
+                await self.state.flush()
+
+        await asyncio.gather(self.ledger.run(self.cfg.usage_flush_interval), activity())
 
     async def close(self) -> None:
+        await self.ledger.close()
         await self.state.flush()
         if self.session is not None:
             await self.session.close()

@@ -33,6 +33,7 @@ class Timeouts:
 # router's secret is the operator's problem rather than the client's, and a body of another type is not an answer.
 RELAYED_TYPES = ("application/json", "text/event-stream")
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+CLIENT_CLOSED = 499  # nginx's word for it: the client closed the connection before the answer ended
 
 
 def _unexpected(why: str) -> Outcome:
@@ -93,29 +94,41 @@ async def forward(
             out = web.Response(status=resp.status, body=data, headers={"Content-Type": ctype})
             return Outcome(resp.status, p, c, out)
         sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
-        await sr.prepare(request)
         watch = StreamUsage(strip=strip_usage)
-        content = resp.content
-        idle_on_socket = _idle_timeout_on_socket(resp, t.idle)
         try:
-            while True:
-                if idle_on_socket:
+            await sr.prepare(request)
+            return await _relay(sr, resp, watch, t.idle)
+        except ConnectionError:
+            # the client went away (an official client closes as soon as it has [DONE]): expected, not an error.
+            # The engine is told by closing its connection, and the request is recorded with what was seen.
+            resp.close()
+            return Outcome(CLIENT_CLOSED, *watch.so_far(), sr)
+    finally:
+        resp.release()
+
+
+async def _relay(sr: web.StreamResponse, resp: aiohttp.ClientResponse, watch: StreamUsage, idle: float) -> Outcome:
+    """Engine to client, chunk by chunk. Trouble reading from the engine ends the stream with an error event;
+    a ConnectionError from writing to the client propagates."""
+    content = resp.content
+    idle_on_socket = _idle_timeout_on_socket(resp, idle)
+    while True:
+        try:
+            if idle_on_socket:
+                chunk = await content.readany()
+            else:
+                async with asyncio.timeout(idle):
                     chunk = await content.readany()
-                else:
-                    async with asyncio.timeout(t.idle):
-                        chunk = await content.readany()
-                if not chunk:
-                    break
-                await sr.write(watch.feed(chunk))
         except (aiohttp.ClientError, TimeoutError) as e:
             why = "went quiet" if isinstance(e, TimeoutError) else f"broke off ({type(e).__name__})"
             await sr.write(sse_error(f"the engine {why} mid-stream", "upstream_stream_broken"))
             await sr.write_eof()
-            return Outcome(502, *(watch.usage or (0, 0)), sr)
-        await sr.write_eof()
-        return Outcome(resp.status, *(watch.usage or (0, 0)), sr)
-    finally:
-        resp.release()
+            return Outcome(502, *watch.so_far(), sr)
+        if not chunk:
+            break
+        await sr.write(watch.feed(chunk))
+    await sr.write_eof()
+    return Outcome(resp.status, *watch.so_far(), sr)
 
 
 async def _read_bounded(content: aiohttp.StreamReader, limit: int) -> bytes | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Protocol
+from urllib.parse import quote
 
 import aiohttp
 from pydantic import BaseModel
@@ -34,7 +35,7 @@ class RouterView(BaseModel):
 
 
 class Activity(BaseModel):
-    """What router workers tell the control plane: it keeps models alive and feeds usage."""
+    """What router workers tell the control plane: demand and use keep models alive; usage is recorded."""
 
     demand: dict[str, float] = {}
     used: dict[str, float] = {}
@@ -51,7 +52,7 @@ class RouterState(Protocol):
     def ready(self) -> dict[str, list[Ready]]: ...
     def want(self, model: str) -> None: ...
     def used(self, replica_id: str, at: float, outstanding: int) -> None: ...
-    def record(self, usage: UsageRecord) -> None: ...
+    async def store_usage(self, batch: list[UsageRecord]) -> None: ...
     async def explain(self, model: str) -> list[str]: ...
     async def flush(self) -> None: ...
 
@@ -69,7 +70,6 @@ class LocalState:
         self.plane = plane
         self.clock = plane.clock
         self.models = plane.models
-        self.pending: list[UsageRecord] = []
 
     def generation(self) -> int:
         return self.plane.generation
@@ -87,17 +87,15 @@ class LocalState:
         self.plane.used(replica_id, at)
         self.plane.outstanding[replica_id] = outstanding
 
-    def record(self, usage: UsageRecord) -> None:
-        self.pending.append(usage)
+    async def store_usage(self, batch: list[UsageRecord]) -> None:
+        # off the event loop, through the one writer: a batch is one transaction, but a disk can still stall
+        await self.plane.writer.run(self.plane.store.add_usage, batch)
 
     async def explain(self, model: str) -> list[str]:
         return self.plane.explain(model)
 
     async def flush(self) -> None:
-        batch, self.pending = self.pending, []
-        if batch:
-            # off the event loop: a batch is one transaction, but a disk can still stall
-            await asyncio.to_thread(self.plane.store.add_usage, batch)
+        pass  # demand and use are already the control plane's: it is in this process
 
 
 class RemoteState:
@@ -143,19 +141,25 @@ class RemoteState:
         self._activity.used[replica_id] = at
         self._activity.outstanding[replica_id] = outstanding
 
-    def record(self, usage: UsageRecord) -> None:
-        self._activity.usage.append(usage)
+    async def store_usage(self, batch: list[UsageRecord]) -> None:
+        """Raises unless the control plane recorded the batch (it answers 2xx only once it is in the store)."""
+        async with self._http().post(
+            self.admin + "/api/router/activity",
+            data=Activity(usage=batch).model_dump_json(),
+            headers={"Content-Type": "application/json"},
+        ) as r:
+            r.raise_for_status()
 
     async def explain(self, model: str) -> list[str]:
         try:
-            async with self._http().get(f"{self.admin}/api/explain/{model}") as r:
+            async with self._http().get(f"{self.admin}/api/explain/{quote(model, safe='')}") as r:
                 return list((await r.json())["lines"])
         except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
             return []
 
     async def flush(self) -> None:
         act, self._activity = self._activity, Activity()
-        if not (act.demand or act.used or act.usage):
+        if not (act.demand or act.used):
             return
         try:
             async with self._http().post(
@@ -169,7 +173,6 @@ class RemoteState:
             act.demand.update(self._activity.demand)
             act.used.update(self._activity.used)
             act.outstanding.update(self._activity.outstanding)
-            act.usage.extend(self._activity.usage)
             self._activity = act
 
     async def close(self) -> None:

@@ -53,12 +53,19 @@ class StreamUsage:
         self.strip = strip
         self.tail = b""
         self.usage: tuple[int, int] | None = None
+        self.events = 0  # data events relayed: about one per generated token
+
+    def so_far(self) -> tuple[int, int]:
+        """The engine's own count once it sent one; before that (a stream cut short) the events relayed, as the
+        completion tokens seen so far: an engine sends about one per token."""
+        return self.usage if self.usage is not None else (0, self.events)
 
     def feed(self, chunk: bytes) -> bytes:
         """Look at one read; return what the client should get of it."""
         data = self.tail + chunk if self.tail else chunk
         nl = data.rfind(b"\n")
         complete, self.tail = (data[: nl + 1], data[nl + 1 :]) if nl >= 0 else (b"", data)
+        self.events += complete.count(b"data: {")
         if b'"usage"' not in complete:
             return chunk
         drop: bytes | None = None

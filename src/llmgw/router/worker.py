@@ -53,7 +53,7 @@ async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event) -> 
     token = read_token(Path(cfg.token_path()))
     state = RemoteState(f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}", clock, token)
     store = SqliteStore(cfg.store.path).open()  # read for API keys; the control plane is the writer
-    router = Router(state, KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body)
+    router = Router(state, KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()))
     await state.poll()
     lim = cfg.limits
     cap = min(lim.api_connections, max(8, raise_fd_limit() - 256))

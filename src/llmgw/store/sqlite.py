@@ -114,6 +114,12 @@ class SqliteStore:
     def put_node(self, node: NodeRecord) -> None:
         self._exec("INSERT OR REPLACE INTO nodes (id, body) VALUES (?, ?)", (node.id, node.model_dump_json()))
 
+    def put_nodes(self, nodes: list[NodeRecord]) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO nodes (id, body) VALUES (?, ?)", [(n.id, n.model_dump_json()) for n in nodes]
+            )
+
     def get_node(self, node_id: str) -> NodeRecord | None:
         rows = self._rows("SELECT body FROM nodes WHERE id = ?", (node_id,))
         return NodeRecord.model_validate_json(str(rows[0][0])) if rows else None
