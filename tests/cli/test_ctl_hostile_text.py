@@ -12,7 +12,7 @@ from llmgw.dev.cluster import NodePlan
 from tests.harness import InProcessServer, plan
 from tests.integration.forger import HostileNode
 
-WARNING = "[/bold] [link=file:///etc/passwd]click[/link] \x1b]0;pwned\x07\x1b[2J\x1b[31mred\u202eevil"
+WARNING = "[/bold] [link=file:///etc/passwd]click[/link] \x1b]0;pwned\x07\x1b[2J\x1b[31mred\u202eevil\nFAKE line"
 
 
 async def ctl(p, *args: str) -> subprocess.CompletedProcess[bytes]:  # type: ignore[no-untyped-def]
@@ -35,3 +35,4 @@ async def test_ctl_nodes_and_events_show_a_hostile_warning_as_harmless_text(tmp_
             text = out.stdout.decode()
             assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, repr(text)
             assert "[/bold]" in text and "click" in text
+            assert not any(ln.lstrip("│ ").startswith("FAKE") for ln in text.splitlines())  # no line of its own

@@ -143,9 +143,13 @@ async def test_a_revoked_node_is_refused_and_a_revoked_certificate_too_until_ren
 
         # one certificate (a stolen copy has the same serial): refused; a renewed one is accepted
         rec = await aget(cluster, "/api/nodes/node02")
+        spelled = ":".join(f"0{rec['cert_serial']}".upper()[i:i + 2] for i in range(0, len(rec["cert_serial"]) + 1, 2))
         status, _ = await asyncio.to_thread(admin_call, cluster, "POST", "/api/nodes/node02/revoke",
-                                            {"serial": rec["cert_serial"], "reason": "key leaked"})
+                                            {"serial": spelled, "reason": "key leaked"})  # as openssl prints it
         assert status == 200
+        status, _ = await asyncio.to_thread(admin_call, cluster, "POST", "/api/nodes/node02/revoke",
+                                            {"serial": "not hex"})
+        assert status == 400
         status, text = await post(cluster, old, n2.model_dump_json())
         assert status == 403 and "is revoked: key leaked" in text
         renew(pki, "node02")
@@ -165,6 +169,7 @@ async def test_a_revoked_node_is_refused_and_a_revoked_certificate_too_until_ren
         ({"port_low": 80, "port_high": 90}, "port_low"),
         ({"port_low": 30000, "port_high": 20000}, "port_low 30000 is above port_high 20000"),
         ({"address": "evil.example"}, "not an IP address"),
+        ({"address": "::ffff:127.0.0.11%1]:999#"}, "zone"),  # a zone that would rewrite the endpoint URL
         ({"hardware": {"mem_total_bytes": 2**70}}, "mem_total_bytes"),
     ],
 )
@@ -179,3 +184,10 @@ async def test_unbounded_or_impossible_claims_are_refused_and_change_nothing(clu
         assert status == 422 and words in text, text
         assert len(text) < 20_000
         assert await aget(cluster, "/api/nodes") == before
+
+
+async def test_a_node_heartbeating_in_a_loop_is_told_to_slow_down(cluster) -> None:  # type: ignore[no-untyped-def]
+    async with InProcessServer(cluster):
+        body = report("node01").model_dump_json()
+        statuses = [(await post(cluster, ctx(cluster, "node01"), body))[0] for _ in range(40)]
+        assert statuses[0] == 200 and 429 in statuses and statuses.count(200) <= 25

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import platform
 from pathlib import Path
@@ -16,7 +15,7 @@ from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
 from llmgw.agent.identity import node_id, route_address
 from llmgw.agent.installs.probe import probe_engines
 from llmgw.agent.supervisor import Supervisor
-from llmgw.agent.supervisor.process import reap_orphans
+from llmgw.agent.supervisor.process import reap_orphans, state_name
 from llmgw.agent.weights.resolve import resolve_source, visible_weights
 from llmgw.config.agent import AgentConfig
 from llmgw.core.clock import Clock
@@ -60,9 +59,7 @@ class Agent:
         path, problem = resolve_source(spec.source)
         if path is None:
             return None, problem
-        # named from a digest: a replica id is the control plane's word, not a safe file name
-        tag = hashlib.sha256(spec.replica_id.encode()).hexdigest()[:16]
-        key_file = str(Path(self.cfg.state_dir) / "keys" / f"{tag}-rank{spec.rank}.key")
+        key_file = str(Path(self.cfg.state_dir) / "keys" / f"{state_name(spec.replica_id, spec.rank)}.key")
         ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file)
         return adapter.launch(spec, ctx), ""
 

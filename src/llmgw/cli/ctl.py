@@ -27,12 +27,12 @@ DEFAULT_ADMIN = "http://127.0.0.1:9090"
 DEFAULT_TOKEN_FILE = "/var/lib/llmgw/admin.token"  # beside the store of deploy/examples/server.yaml
 
 console = Console(width=int(os.environ.get("COLUMNS", "160")))
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def safe(text: object) -> str:
-    """Text from a node or an engine, made harmless for a terminal: no control or escape characters, no bidi
-    overrides, and no Rich markup."""
+    """Text from a node or an engine, made harmless for a terminal: no control or escape characters (newlines
+    included: a node may not add lines of its own), no bidi overrides, and no Rich markup."""
     return escape(_CONTROL.sub("?", str(text)))
 
 
@@ -177,9 +177,9 @@ def replicas(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
         return
     t = Table("replica", "model", "shards", "conditions")
     for r in rows:
-        shards = "\n".join(f"rank {a['rank']}: {a['node_id']} gpus {a['gpus']}" for a in r["assignments"]) or "-"
-        conds = "\n".join(f"{c['type']}={c['status']} {c['reason']}: {c['message']}" for c in r["conditions"])
-        t.add_row(safe(r["id"]), safe(r["model"]), safe(shards), safe(conds) or "-")
+        shards = "\n".join(safe(f"rank {a['rank']}: {a['node_id']} gpus {a['gpus']}") for a in r["assignments"])
+        conds = "\n".join(safe(f"{c['type']}={c['status']} {c['reason']}: {c['message']}") for c in r["conditions"])
+        t.add_row(safe(r["id"]), safe(r["model"]), shards or "-", conds or "-")
     console.print(t)
 
 

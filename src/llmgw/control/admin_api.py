@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from aiohttp import web
@@ -46,6 +47,17 @@ def metrics_routes(plane: ControlPlane) -> list[web.RouteDef]:
     return [web.get("/metrics", metrics), web.get("/health", health)]
 
 
+def normal_serial(text: str) -> str | None:
+    """A serial as the agent listener writes it (lower-case hex, no leading zeros), from any usual spelling
+    ("0A:1B", "0x0a1b", "A1B"); "" stays "" (the whole node); None when it is no serial."""
+    t = text.strip().lower().replace(":", "").removeprefix("0x")
+    if not t:
+        return ""
+    if len(t) > 64 or not re.fullmatch(r"[0-9a-f]+", t):
+        return None
+    return f"{int(t, 16):x}"
+
+
 class BadRequest(Exception):
     pass
 
@@ -59,7 +71,7 @@ async def json_body(request: web.Request) -> Any:
 
 def limit_of(request: web.Request, default: int = 100) -> int:
     raw = request.query.get("limit", str(default))
-    if not raw.isdigit():
+    if not re.fullmatch(r"[0-9]{1,9}", raw):
         raise BadRequest(f"limit must be a whole number, not {raw[:20]!r}")
     return max(1, min(int(raw), MAX_LIMIT))
 
@@ -176,7 +188,10 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         body = await json_body(request) if request.can_read_body else {}
         if not isinstance(body, dict):
             return js({"error": 'body must be {"serial": "...", "reason": "..."}'}, 400)
-        serial, reason = str(body.get("serial", "") or "")[:64].lower(), str(body.get("reason", "") or "")[:256]
+        serial = normal_serial(str(body.get("serial", "") or ""))
+        reason = str(body.get("reason", "") or "")[:256]
+        if serial is None:
+            return js({"error": "serial must be a certificate serial in hex (colons allowed)"}, 400)
         if node_id not in plane.nodes and not serial:
             return js({"error": f"no node {node_id} (a node never seen can still be revoked by --serial)"}, 404)
         return js({"revoked": node_id, "serial": serial, "message": plane.revoke(node_id, serial, reason)})

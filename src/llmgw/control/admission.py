@@ -15,8 +15,10 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def _ip(text: str) -> IPAddress | None:
+    if "%" in text:
+        return None  # a zone is not part of an address another host can reach
     try:
-        ip = ipaddress.ip_address(text.strip("[]").split("%", 1)[0])
+        ip = ipaddress.ip_address(text.strip("[]"))
     except ValueError:
         return None
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:

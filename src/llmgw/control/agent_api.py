@@ -6,6 +6,7 @@ and what a node claims about where it can be reached must be its own (see contro
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -15,12 +16,36 @@ from pydantic import ValidationError
 from llmgw.config.loader import describe
 from llmgw.control.admission import IPNetwork, address_problem, ports_problem
 from llmgw.control.plane import ControlPlane
+from llmgw.core.clock import Clock
 from llmgw.pki.tls import peer_identity
 from llmgw.wire.messages import WIRE_VERSION, NodeReport
 
 log = logging.getLogger(__name__)
 
-MAX_HEARTBEAT_BYTES = 4 * 1024 * 1024
+MAX_HEARTBEAT_BYTES = 1024 * 1024
+BODY_TIMEOUT = 10.0  # a body trickled in a byte at a time holds a connection no longer than this
+BURST = 20  # heartbeats a node may send at once (a restart, a failover); then HEARTBEATS_PER_INTERVAL per interval
+HEARTBEATS_PER_INTERVAL = 4
+
+
+class Buckets:
+    """A token bucket per node: what one node can make the control plane do per second is bounded."""
+
+    def __init__(self, clock: Clock, per_second: float, burst: float) -> None:
+        self.clock = clock
+        self.rate = per_second
+        self.burst = burst
+        self.level: dict[str, tuple[float, float]] = {}  # node -> (tokens, at)
+
+    def take(self, key: str) -> bool:
+        now = self.clock.monotonic()
+        tokens, at = self.level.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        if tokens < 1.0:
+            self.level[key] = (tokens, now)
+            return False
+        self.level[key] = (tokens - 1.0, now)
+        return True
 
 
 def _refuse(status: int, error: str, **extra: object) -> web.Response:
@@ -30,6 +55,8 @@ def _refuse(status: int, error: str, **extra: object) -> web.Response:
 def agent_app(
     plane: ControlPlane, listeners: Sequence[tuple[str, int]] = (), networks: Sequence[IPNetwork] = ()
 ) -> web.Application:
+    buckets = Buckets(plane.clock, HEARTBEATS_PER_INTERVAL / plane.cfg.heartbeat_interval, BURST)
+
     async def heartbeat(request: web.Request) -> web.Response:
         ident = peer_identity(request.transport.get_extra_info("ssl_object") if request.transport else None)
         if ident is None:
@@ -40,7 +67,14 @@ def agent_app(
         refused = plane.refusal(ident.node_id, ident.serial)
         if refused:
             return _refuse(403, refused)
-        raw = await request.read()
+        if not buckets.take(ident.node_id):
+            return _refuse(429, f"node {ident.node_id}: heartbeats too frequent (at most {HEARTBEATS_PER_INTERVAL} "
+                                f"per heartbeat interval)")
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                raw = await request.read()
+        except TimeoutError:
+            return _refuse(408, f"heartbeat body not received within {BODY_TIMEOUT:.0f}s")
         try:
             report = NodeReport.model_validate_json(raw)
         except ValidationError as e:

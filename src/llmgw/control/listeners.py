@@ -15,6 +15,7 @@ import asyncio
 import logging
 import resource
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,14 +41,15 @@ class Limiter:
     per_client: Counter[str] = field(default_factory=Counter)
     _counted: dict[object, str] = field(default_factory=dict)
     _quiet_until: float = 0.0
+    # who a connection belongs to: its address by default; on the agent listener the certificate's node
+    client_of: Callable[[asyncio.Transport], str] = field(default=lambda t: peer_address(t))
 
     def install(self, server: web.Server) -> None:
         made, lost = server.connection_made, server.connection_lost
 
         def connection_made(handler: Any, transport: asyncio.Transport) -> None:
             made(handler, transport)
-            peer = transport.get_extra_info("peername")
-            client = str(peer[0]) if peer else "?"
+            client = self.client_of(transport)
             if self.total >= self.max_total or self.per_client[client] >= self.max_per_client:
                 self.refused += 1
                 self._say(client)
@@ -80,6 +82,19 @@ class Limiter:
                 self.name, self.total, self.max_total, self.per_client[client], client, self.max_per_client,
                 self.refused,
             )
+
+
+def peer_address(transport: asyncio.Transport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if peer else "?"
+
+
+def peer_node(transport: asyncio.Transport) -> str:
+    """The node a mutual-TLS connection speaks for (its certificate's CN), else its address."""
+    from llmgw.pki.tls import peer_node_id
+
+    node = peer_node_id(transport.get_extra_info("peercert"))
+    return f"node:{node}" if node else peer_address(transport)
 
 
 def refusal(body: bytes) -> bytes:

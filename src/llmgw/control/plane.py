@@ -19,6 +19,8 @@ from llmgw.store.base import Revocation, Store
 from llmgw.wire.messages import DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
+NODE_EVENT_BURST = 30.0
+NODE_EVENT_EVERY = 10.0
 
 
 class ControlPlane:
@@ -52,6 +54,7 @@ class ControlPlane:
         self.revoked_nodes: dict[str, Revocation] = {}
         self.revoked_serials: dict[str, Revocation] = {}
         self._dirty: set[str] = set()  # nodes whose record changed since the store last had it
+        self._event_budget: dict[str, tuple[float, float, int]] = {}
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -71,6 +74,9 @@ class ControlPlane:
             spec = self.models.get(r.model)
             if spec is not None:
                 r = r.model_copy(update={"shards_expected": spec.profile.nodes})
+            if not r.secret:  # made before engines had secrets: its shards restart once, with one
+                r = r.model_copy(update={"secret": secrets.token_hex(32)})
+                self.writer.submit(self.store.put_replica, r)
             self.replicas[r.id] = r
         self.generation += 1
         self.event(
@@ -89,8 +95,8 @@ class ControlPlane:
         rv = self.revoked_nodes.get(node_id)
         if rv is not None:
             return f"node {node_id} is revoked" + (f": {rv.reason}" if rv.reason else "")
-        rv = self.revoked_serials.get(serial)
-        if rv is not None and rv.node_id == node_id:
+        rv = self.revoked_serials.get(serial)  # a serial names one certificate, whatever node it is said to be for
+        if rv is not None:
             return f"certificate {serial} of node {node_id} is revoked" + (f": {rv.reason}" if rv.reason else "")
         return ""
 
@@ -118,11 +124,27 @@ class ControlPlane:
         rec = rec.model_copy(update={"cert_serial": serial, "cert_not_after": not_after})
         self.nodes[rec.id] = rec
         self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
-        for e in events:
-            self.event("node", rec.id, e)
+        self._node_events(rec.id, events)
         return desired_for(
             rec.id, list(self.replicas.values()), self.models, list(self.cfg.engines), self.cfg.heartbeat_interval
         )
+
+    def _node_events(self, node_id: str, events: list[str]) -> None:
+        """A node's changes go to the log, but no node can fill it: a budget of NODE_EVENT_BURST, refilled by one
+        every NODE_EVENT_EVERY seconds; what it suppresses is counted in the next line that gets through."""
+        now = self.clock.monotonic()
+        tokens, at, dropped = self._event_budget.get(node_id, (NODE_EVENT_BURST, now, 0))
+        tokens = min(NODE_EVENT_BURST, tokens + (now - at) / NODE_EVENT_EVERY)
+        for e in events:
+            if tokens < 1.0:
+                dropped += 1
+                continue
+            tokens -= 1.0
+            if dropped:
+                e += f" ({dropped} earlier change(s) of this node not logged: too many)"
+                dropped = 0
+            self.event("node", node_id, e)
+        self._event_budget[node_id] = (tokens, now, dropped)
 
     def world(self) -> World:
         return World(

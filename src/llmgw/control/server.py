@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from pathlib import Path
 
 from aiohttp import web
@@ -19,6 +20,7 @@ from llmgw.control.listeners import (
     Limiter,
     QuietErrors,
     fit,
+    peer_node,
     per_client,
     raise_fd_limit,
     refusal,
@@ -37,18 +39,44 @@ from llmgw.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 3600.0
+AGENT_CONNECTIONS_PER_NODE = 4
+
+
+TLS_HANDSHAKE_TIMEOUT = 10.0  # a connection that never finishes its handshake holds a descriptor this long
+
+
+class Listener:
+    def __init__(self, runner: web.AppRunner, tls_server: asyncio.AbstractServer | None = None) -> None:
+        self.runner = runner
+        self.tls_server = tls_server
+
+    async def cleanup(self) -> None:
+        if self.tls_server is not None:
+            self.tls_server.close()
+        await self.runner.cleanup()
 
 
 async def start_listener(
-    app: web.Application, listen: str, limiter: Limiter, header_timeout: float, **site: object
-) -> web.AppRunner:
+    app: web.Application,
+    listen: str,
+    limiter: Limiter,
+    header_timeout: float,
+    tls: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
+) -> Listener:
     runner = web.AppRunner(app, **runner_options(header_timeout))
     await runner.setup()
     assert runner.server is not None
     limiter.install(runner.server)
     host, port = split_listen(listen)
-    await web.TCPSite(runner, host, port, **site).start()  # type: ignore[arg-type]
-    return runner
+    if tls is None:
+        await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
+        return Listener(runner)
+    # aiohttp's sites cannot bound the TLS handshake, which happens before the limiter sees a connection
+    server = await asyncio.get_running_loop().create_server(
+        runner.server, host, port, ssl=tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT, reuse_address=True,
+    )
+    return Listener(runner, server)
 
 
 def api_refusal() -> bytes:
@@ -95,9 +123,10 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         await start_listener(
             agent_app(plane, listeners, parse_networks(cfg.node_networks)),
             cfg.agent_listen,
-            Limiter("agent", caps["agent"], caps["agent"], plain),
+            # one node holds a few connections at most, whoever it claims to be in the body
+            Limiter("agent", caps["agent"], AGENT_CONNECTIONS_PER_NODE, plain, client_of=peer_node),
             max(timeout, 3 * cfg.heartbeat_interval),  # an agent's kept-alive connection lasts between heartbeats
-            ssl_context=tls,
+            tls=tls,
         ),
         await start_listener(
             router.app(),

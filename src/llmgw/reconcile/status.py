@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from llmgw.core.conditions import Status, set_condition
 from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, ReplicaRecord
@@ -57,7 +59,13 @@ def assigned_endpoint(r: ReplicaRecord) -> str:
     leader = next((a for a in r.assignments if a.rank == 0), None)
     if leader is None or leader.serve_port is None:
         return ""
-    host = f"[{leader.address}]" if ":" in leader.address else leader.address
+    try:  # the address was checked at the door; checked again here, where it becomes part of a URL
+        ip = ipaddress.ip_address(leader.address)
+    except ValueError:
+        return ""
+    if "%" in leader.address or not 1 <= leader.serve_port <= 65535:
+        return ""
+    host = f"[{ip.compressed}]" if ip.version == 6 else ip.compressed
     return f"http://{host}:{leader.serve_port}"
 
 

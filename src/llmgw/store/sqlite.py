@@ -7,6 +7,7 @@ raised inside it (a number SQLite cannot bind included): a transaction left open
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -21,6 +22,16 @@ from llmgw.store.migrations import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 5000
 PRUNE_BATCH = 5000  # rows per delete transaction: retention never holds the write lock for long
+
+
+def _private(path: str) -> None:
+    """Create the database file 0600 (SQLite gives its -wal and -shm files the same mode), or make it so."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for p in (path, path + "-wal", path + "-shm"):
+        try:
+            os.chmod(p, 0o600)
+        except FileNotFoundError:
+            pass
 
 
 class SqliteStore:
@@ -42,6 +53,7 @@ class SqliteStore:
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                _private(self.path)  # it holds replicas' engine secrets: the owner's alone
             self._w = self._connect()
             self._migrate()
             # an in-memory database exists once per connection: there, reads share the writer's

@@ -22,11 +22,15 @@ Port = Annotated[int, Field(ge=1024, le=65535)]
 
 
 def _ip_literal(v: str) -> str:
-    """A node's address is an IP literal: a host name would be resolved later, by whoever sends to it."""
+    """A node's address is a plain IP literal, kept in its canonical form: a host name would be resolved later, by
+    whoever sends to it, and an IPv6 zone ("%eth0") is text a URL would not keep to itself."""
     try:
-        return str(ipaddress.ip_address(v))
+        ip = ipaddress.ip_address(v)
     except ValueError:
         raise ValueError(f"{v[:64]!r} is not an IP address") from None
+    if "%" in v:
+        raise ValueError(f"{v[:64]!r}: an address with a zone is not routable from another host")
+    return ip.compressed
 
 
 Address = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ip_literal)]
@@ -127,7 +131,7 @@ class NodeReport(Strict):
     install_progress: Texts = []
     fabrics: Annotated[list[Fabric], Field(max_length=16)] = []
     fabric_problems: Texts = []
-    weights: Annotated[list[Text], Field(max_length=4096)] = []  # sources this node can see on disk
+    weights: Annotated[list[Text], Field(max_length=1024)] = []  # sources this node can see on disk
     port_low: Port = 20000  # engines on this node may be given ports in [port_low, port_high]
     port_high: Port = 20999
     shards: Annotated[list[ShardState], Field(max_length=1024)] = []

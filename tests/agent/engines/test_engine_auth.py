@@ -73,6 +73,8 @@ async def test_the_engine_answers_only_the_replicas_secret(engine: str, tmp_path
         assert SECRET.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
         if key_file.exists():
             assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        logs = list((tmp_path / "logs").glob("*.log"))
+        assert logs and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in logs)  # engines may log their args
 
         url = f"http://127.0.0.1:{port}"
         chat = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}

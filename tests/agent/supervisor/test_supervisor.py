@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from llmgw.agent.engines import Launch
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor import supervisor as sup
@@ -106,19 +108,24 @@ def _alive(pid: int | None) -> bool:
         return f.read().split()[2] != "Z"
 
 
-async def test_engines_left_by_a_killed_agent_are_stopped_by_the_next(tmp_path: Path) -> None:
+@pytest.mark.parametrize("rid", ["r1", "org/model-1a2b"])  # a model named org/model once hid its pid file
+async def test_engines_left_by_a_killed_agent_are_stopped_by_the_next(tmp_path: Path, rid: str) -> None:
     from llmgw.agent.supervisor.process import reap_orphans
 
     first = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim_launch)
-    await first.converge([spec(free_port())])
-    pid = first.shards[("r1", 0)].proc.pid  # type: ignore[union-attr]
-    assert (tmp_path / "r1-rank0.pid").read_text().strip() == str(pid)
-    # the agent dies without stopping anything: its supervisor object is simply dropped
-    first.shards.clear()
-    assert reap_orphans(tmp_path) == [pid]
-    await await_until(lambda: _async(not _alive(pid)), 10, "orphan gone")
-    assert list(tmp_path.glob("*.pid")) == []
-    await first.close()
+    await first.converge([spec(free_port(), rid)])
+    pid = first.shards[(rid, 0)].proc.pid  # type: ignore[union-attr]
+    try:
+        assert [p.read_text().strip() for p in tmp_path.glob("*.pid")] == [str(pid)]
+        # the agent dies without stopping anything: its supervisor object is simply dropped
+        first.shards.clear()
+        assert reap_orphans(tmp_path) == [pid]
+        await await_until(lambda: _async(not _alive(pid)), 10, "orphan gone")
+        assert list(tmp_path.glob("*.pid")) == []
+    finally:
+        if _alive(pid):  # a failed assertion must not leave the engine it started behind
+            os.killpg(pid, 9)
+        await first.close()
 
 
 async def _async(v: bool) -> bool:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +14,13 @@ from llmgw.agent.engines.base import Launch
 from llmgw.wire.messages import ShardSpec, ShardState
 
 LOG_TAIL_BYTES = 4096
+
+
+def state_name(replica_id: str, rank: int) -> str:
+    """A shard's file name stem: a replica id is the control plane's word ("org/model-…"), not a safe file name,
+    and every state file of a shard must land in the one directory the reaper reads."""
+    readable = re.sub(r"[^A-Za-z0-9._-]", "_", replica_id)[:80].lstrip(".")
+    return f"{readable}-{hashlib.sha256(replica_id.encode()).hexdigest()[:8]}-rank{rank}"
 
 
 def log_tail(path: Path, lines: int = 3) -> str:
@@ -68,7 +77,8 @@ class ShardProcess:
             self.state, self.exit_code = "exited", 126
             self.message = f"cannot write {e.filename or 'a secret file'}: {e.strerror}"
             return
-        log = self.log_path.open("ab")
+        # an engine's log can hold what it was started with: readable by the agent's user alone
+        log = os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.launch.argv,

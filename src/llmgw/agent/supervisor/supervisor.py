@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 
 from llmgw.agent.engines.base import Launch
-from llmgw.agent.supervisor.process import ShardProcess, log_tail
+from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
 from llmgw.core.clock import Clock
 from llmgw.wire.messages import ShardSpec, ShardState
 
@@ -44,7 +44,7 @@ class Supervisor:
         for key, spec in want.items():
             if key not in self.shards:
                 launch, why = self.resolve(spec)
-                log = self.log_dir / f"{spec.replica_id}-rank{spec.rank}.log"
+                log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
                 sp = ShardProcess(spec=spec, launch=launch, log_path=log, host=self.host)
                 if launch is None:
                     sp.state, sp.message = "failed", why
