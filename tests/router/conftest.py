@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,3 +125,44 @@ async def settle(rut: RouterUnderTest) -> None:
 
     await await_until(finished, 10, "every request finished in the router")
     assert await rut.router.ledger.flush()
+
+
+@dataclass
+class Bench:
+    """A router over one engine stand-in served by the test itself (for what a real engine does too rarely to
+    test: a pause after [DONE], a chosen concurrency)."""
+
+    url: str
+    router: Router
+    store: SqliteStore
+    key: str
+
+
+@contextlib.asynccontextmanager
+async def router_over(tmp_path: Path, engine: web.Application, router_cfg: RouterConfig | None = None
+                      ) -> AsyncIterator[Bench]:
+    eng_runner = web.AppRunner(engine)
+    await eng_runner.setup()
+    eng_port = free_port()
+    await web.TCPSite(eng_runner, "127.0.0.1", eng_port).start()
+    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=models(), router=router_cfg or RouterConfig())
+    store = SqliteStore(tmp_path / "llmgw.db").open()
+    clock = FakeClock()
+    plane = ControlPlane(cfg, store, clock)
+    plane.load()
+    ready_replica(plane, "sim-a-1", "sim-a", f"http://127.0.0.1:{eng_port}")
+    keys = KeyRing(store)
+    raw, rec = new_key("t", [], clock)
+    store.put_key(rec)
+    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body)
+    runner = web.AppRunner(router.app())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield Bench(f"http://127.0.0.1:{port}", router, store, raw)
+    finally:
+        await runner.cleanup()
+        await router.close()
+        await eng_runner.cleanup()
+        store.close()

@@ -9,15 +9,8 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from llmgw.config.server import RouterConfig, ServerConfig, TLSFiles
-from llmgw.control.plane import ControlPlane
-from llmgw.core.clock import FakeClock
-from llmgw.router.app import Router
-from llmgw.router.keys import KeyRing, new_key
-from llmgw.router.state import LocalState
-from llmgw.store.sqlite import SqliteStore
-from tests.harness import free_port
-from tests.router.conftest import models, ready_replica
+from llmgw.config.server import RouterConfig
+from tests.router.conftest import router_over
 
 
 class CountingEngine:
@@ -44,40 +37,15 @@ async def test_requests_beyond_the_pool_queue_and_all_complete(tmp_path: Path) -
     engine = CountingEngine()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", engine.chat)
-    eng_runner = web.AppRunner(app)
-    await eng_runner.setup()
-    eng_port = free_port()
-    await web.TCPSite(eng_runner, "127.0.0.1", eng_port).start()
-
-    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=models(),
-                       router=RouterConfig(connections_per_replica=2, queue_timeout=30.0))
-    store = SqliteStore(tmp_path / "llmgw.db").open()
-    clock = FakeClock()
-    plane = ControlPlane(cfg, store, clock)
-    plane.load()
-    ready_replica(plane, "sim-a-1", "sim-a", f"http://127.0.0.1:{eng_port}")
-    keys = KeyRing(store)
-    raw, rec = new_key("t", [], clock)
-    store.put_key(rec)
-    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body)
-    runner = web.AppRunner(router.app())
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
+    async with router_over(tmp_path, app, RouterConfig(connections_per_replica=2, queue_timeout=30.0)) as b:
         body = json.dumps({"model": "sim-a", "messages": [{"role": "user", "content": "hi"}]})
-        headers = {"Authorization": f"Bearer {raw}", "Content-Type": "application/json"}
+        headers = {"Authorization": f"Bearer {b.key}", "Content-Type": "application/json"}
         async with aiohttp.ClientSession() as s:
 
             async def one() -> int:
-                async with s.post(f"http://127.0.0.1:{port}/v1/chat/completions", data=body, headers=headers) as r:
+                async with s.post(f"{b.url}/v1/chat/completions", data=body, headers=headers) as r:
                     return r.status
 
             statuses = await asyncio.gather(*(one() for _ in range(8)))
-        assert statuses == [200] * 8
-        assert engine.most == 2 and len(engine.peers) <= 2, (engine.most, engine.peers)
-    finally:
-        await runner.cleanup()
-        await router.close()
-        await eng_runner.cleanup()
-        store.close()
+    assert statuses == [200] * 8
+    assert engine.most == 2 and len(engine.peers) <= 2, (engine.most, engine.peers)

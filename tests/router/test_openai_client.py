@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import openai
 import pytest
 
@@ -68,3 +70,31 @@ async def test_wrong_key_is_refused_by_the_client_too(rut: RouterUnderTest) -> N
             model="sim-a", messages=[{"role": "user", "content": "x"}]
         )
     assert e.value.code == "invalid_api_key"
+
+
+async def test_every_stream_is_recorded_when_the_client_closes_at_done_or_walks_away(
+    rut: RouterUnderTest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The defect: the official client closes as soon as it has [DONE], the router's last write failed, and 5 of
+    20 streams against the real llama-server went unrecorded, each with a traceback; an abandoned stream never was."""
+    c = client(rut)
+    for _ in range(20):
+        stream = await c.chat.completions.create(
+            model="smollm2", max_tokens=4, stream=True, messages=[{"role": "user", "content": "Count to three."}]
+        )
+        async for _chunk in stream:
+            pass
+    stream = await c.chat.completions.create(
+        model="sim-a", stream=True, messages=[{"role": "user", "content": "go"}]
+    )
+    async for _chunk in stream:
+        break  # walk away mid-stream
+    await stream.close()
+    await settle(rut)
+    with sqlite3.connect(rut.db) as db:
+        seen = db.execute("SELECT model, status, completion_tokens FROM usage ORDER BY seq").fetchall()
+    assert [s for m, s, _ in seen if m == "smollm2"] == [200] * 20
+    assert all(t > 0 for m, _, t in seen if m == "smollm2")
+    abandoned = [(s, t) for m, s, t in seen if m == "sim-a"]
+    assert len(abandoned) == 1 and abandoned[0][0] in (200, 499)
+    assert "Traceback" not in caplog.text

@@ -174,7 +174,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
     try:
         await stop.wait()
     finally:
-        stop_workers(workers)
+        await stop_workers(workers)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import signal
@@ -23,28 +24,57 @@ log = logging.getLogger(__name__)
 VIEW_POLL_S = 0.25
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel for SIGTERM when the server that started this worker dies, however it dies (Linux). Set
+    here, after exec, rather than in a preexec_fn, which is unsafe in a process with threads; the race with a
+    parent dying first is closed by comparing getppid() afterwards."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # elsewhere the worker's own watch on its parent (serve_worker) still ends it
+
+
 def spawn_workers(config_path: str, n: int) -> list[subprocess.Popen[bytes]]:
     return [
         subprocess.Popen(
-            [sys.executable, "-m", "llmgw.cli.main", "router-worker", "-c", config_path], stdin=subprocess.DEVNULL
+            [sys.executable, "-m", "llmgw.cli.main", "router-worker", "-c", config_path, "--parent", str(os.getpid())],
+            stdin=subprocess.DEVNULL,
         )
         for _ in range(n)
     ]
 
 
-def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+async def stop_workers(workers: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    """SIGTERM, then wait without blocking the event loop (a worker's last usage report needs it), then SIGKILL."""
     for w in workers:
         if w.poll() is None:
             w.send_signal(signal.SIGTERM)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    while any(w.poll() is None for w in workers) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
     for w in workers:
-        try:
-            w.wait(10)
-        except subprocess.TimeoutExpired:
+        if w.poll() is None:
             w.kill()
             w.wait()
 
 
-async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event) -> None:
+async def watch_parent(parent: int, stop: asyncio.Event) -> None:
+    """Stop when the server that started this worker is gone: a worker must never serve stale state alone."""
+    _die_with_parent()
+    while not stop.is_set():
+        if os.getppid() != parent:
+            log.error("router worker %d: the server (pid %d) is gone; stopping", os.getpid(), parent)
+            stop.set()
+            return
+        await asyncio.sleep(0.5)
+
+
+async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, parent: int | None = None) -> None:
     from llmgw.control.admin_auth import read_token
     from llmgw.control.listeners import Limiter, per_client, raise_fd_limit
     from llmgw.control.server import api_refusal, start_listener
@@ -70,6 +100,8 @@ async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event) -> 
                 log.warning("router view: %s", e)
 
     tasks = [asyncio.create_task(poll()), asyncio.create_task(router.flush_usage())]
+    if parent is not None:
+        tasks.append(asyncio.create_task(watch_parent(parent, stop)))
     try:
         await stop.wait()
     finally:
