@@ -110,3 +110,15 @@ def test_agent_control_planes_must_be_https(tmp_path: Path) -> None:
         load(AgentConfig, p)
     assert "control_planes: Value error" not in str(e.value)
     assert "must be an https:// address" in str(e.value)
+
+
+def test_model_names_are_bounded_and_safe() -> None:
+    import pydantic
+
+    from llmgw.config.server import ModelSpec
+
+    for good in ("smollm2", "meta-llama/Llama-3.1-8B-Instruct", "qwen2.5:7b"):
+        ModelSpec(name=good, source="x", engine="sim")
+    for bad in ("x" * 129, "../etc", "a b", "a\nb", "/abs", "a//b", "a/", ".hidden"):
+        with pytest.raises(pydantic.ValidationError):
+            ModelSpec(name=bad, source="x", engine="sim")

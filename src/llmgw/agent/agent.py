@@ -139,7 +139,12 @@ class Agent:
         log.info("agent %s at %s reporting to %s", self.node_id, self.address, ", ".join(self.cfg.control_planes))
         try:
             while not stop.is_set():
-                await self.step()
+                try:
+                    await self.step()
+                except Exception as e:  # a failed pass is retried; ending here would stop every engine we run
+                    if str(e) != self.last_error:
+                        log.exception("agent pass failed; engines keep running, retrying")
+                    self.last_error = str(e)
                 try:
                     await asyncio.wait_for(stop.wait(), self.interval)
                 except TimeoutError:

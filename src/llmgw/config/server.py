@@ -55,7 +55,9 @@ class Scaling(Strict):
 
 
 class ModelSpec(Strict):
-    name: str = Field(min_length=1)
+    # what clients send as "model", and part of replica ids and of file names on nodes: letters, digits and . _ - :
+    # with "/" between parts (org/model), at most 128 characters
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9._:-]+)*$")
     source: str = Field(min_length=1)
     engine: EngineName
     profile: Profile = Profile()

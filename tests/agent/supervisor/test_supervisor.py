@@ -130,3 +130,30 @@ async def test_engines_left_by_a_killed_agent_are_stopped_by_the_next(tmp_path: 
 
 async def _async(v: bool) -> bool:
     return v
+
+
+async def test_one_shard_that_cannot_be_prepared_fails_alone(tmp_path: Path) -> None:
+    """The defect: an exception preparing one shard (a pypkg:// source whose package is missing, a model name too
+    long for a file name) ended the agent, whose shutdown stopped every engine on the node."""
+    from llmgw.agent.weights.resolve import resolve_source
+
+    def resolve(s: ShardSpec) -> tuple[Launch | None, str]:
+        if s.replica_id == "bad":
+            path, why = resolve_source("pypkg://not_installed_pkg.sub/model.gguf")
+            assert path is None and "not installed" in why
+            raise OSError(36, "File name too long")
+        return sim_launch(s)
+
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", resolve)
+    try:
+        await s.converge([spec(free_port(), "bad"), spec(free_port(), "good")])
+        await await_until(lambda: _is_rid(s, "good", "ready"), 20, "the good shard ready")
+        bad = next(st for st in s.states() if st.replica_id == "bad")
+        assert bad.state == "failed" and "File name too long" in bad.message
+    finally:
+        await s.close()
+
+
+async def _is_rid(s: Supervisor, rid: str, state: str) -> bool:
+    await s.tick()
+    return any(st.replica_id == rid and st.state == state for st in s.states())

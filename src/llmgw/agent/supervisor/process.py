@@ -73,12 +73,12 @@ class ShardProcess:
         try:
             for path, content in self.launch.files.items():
                 write_private(Path(path), content)
+            # an engine's log can hold what it was started with: readable by the agent's user alone
+            log = os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         except OSError as e:
             self.state, self.exit_code = "exited", 126
-            self.message = f"cannot write {e.filename or 'a secret file'}: {e.strerror}"
+            self.message = f"cannot write {e.filename or 'a file'}: {e.strerror}"
             return
-        # an engine's log can hold what it was started with: readable by the agent's user alone
-        log = os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.launch.argv,

@@ -43,7 +43,10 @@ class Supervisor:
                 del self.shards[key]
         for key, spec in want.items():
             if key not in self.shards:
-                launch, why = self.resolve(spec)
+                try:
+                    launch, why = self.resolve(spec)
+                except Exception as e:  # one shard's trouble fails that shard, never the agent and its engines
+                    launch, why = None, f"cannot prepare the shard: {type(e).__name__}: {e}"
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
                 sp = ShardProcess(spec=spec, launch=launch, log_path=log, host=self.host)
                 if launch is None:

@@ -13,7 +13,10 @@ def resolve_source(source: str) -> tuple[str | None, str]:
     """(path to give the engine, problem). Only absolute or explicitly relative paths are checked as files."""
     if source.startswith(PKG_SCHEME):
         pkg, _, rel = source[len(PKG_SCHEME) :].partition("/")
-        spec = importlib.util.find_spec(pkg)
+        try:
+            spec = importlib.util.find_spec(pkg)
+        except (ImportError, ValueError):  # a dotted name whose parent is missing, or no name at all
+            spec = None
         if spec is None or not spec.submodule_search_locations:
             return None, f"package {pkg} is not installed on this node"
         path = Path(next(iter(spec.submodule_search_locations))) / rel
