@@ -53,6 +53,17 @@ def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: flo
     )
 
 
+def holds_for(cond: Callable[[], Any], seconds: float, what: str, interval: float = 0.2) -> None:
+    """Check cond() repeatedly for `seconds`; fail at the first time it does not hold (a claim that something
+    stays true, e.g. that no timer wrongly runs out, needs the whole window)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert cond(), f"no longer true: {what}"
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(interval)
+
+
 async def await_until(cond: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -94,14 +94,34 @@ def test_a_model_at_min_1_is_never_evicted() -> None:
     assert not sim.live("b")[0].placed
 
 
-def test_only_a_request_somebody_asked_for_evicts() -> None:
-    # a model at min 1 that cannot be placed waits; it does not stop somebody's idle on-demand model
+def test_a_promise_outranks_a_convenience_a_min_1_replica_evicts_an_idle_on_demand_one() -> None:
+    """The defect: a replacement for a model at min 1 waited behind an idle on-demand replica until that one's
+    idle timeout (10 minutes in llmgw dev)."""
     sim = Sim([on_demand("a"), model("later", gpus_per_shard=8, min_=0, max_=0)], [node("n1")], timings=TIMINGS)
     ids = _start(sim, "a")
     _settle(sim, ids)
     sim.models["later"] = model("later", gpus_per_shard=8, min_=1, max_=1)
     sim.step()
-    assert not sim.live("later")[0].placed
+    (later,) = sim.live("later")
+    assert not later.placed
+    assert _evicted(sim) == [ids["a"]]
+    cond = next(c for c in sim.replicas[later.id].conditions if c.type == "Scheduled")
+    assert f"waiting for idle replica {ids['a']} of a, evicted to make room" in cond.message
+    sim.advance(3)
+    sim.heartbeat(keep=[(ids["a"], 0)])
+    sim.step()
+    assert "waiting for idle replica" in next(
+        c for c in sim.replicas[later.id].conditions if c.type == "Scheduled").message
+    sim.run(3)
+    assert sim.replicas[later.id].node_ids() == ["n1"]
+
+
+def test_a_min_1_replacement_still_never_evicts_a_busy_or_young_replica() -> None:
+    sim = Sim([on_demand("a"), model("later", gpus_per_shard=8, min_=0, max_=0)], [node("n1")], timings=TIMINGS)
+    ids = _start(sim, "a")
+    _settle(sim, ids, idle_for=5.0)  # used 5 s ago: not idle
+    sim.models["later"] = model("later", gpus_per_shard=8, min_=1, max_=1)
+    sim.run(20, every=5)
     assert _evicted(sim) == []
 
 

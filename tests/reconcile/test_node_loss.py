@@ -134,3 +134,38 @@ def test_a_single_node_replica_on_a_lost_node_fails_with_node_lost() -> None:
                for i in sim.intents)
     (new,) = sim.live("small")
     assert new.node_ids() == ["node02"]
+
+
+def test_more_than_half_the_nodes_silent_at_once_is_the_control_planes_fault_not_theirs() -> None:
+    from llmgw.reconcile.intents import HoldLosses
+
+    sim = Sim([], [node(f"n{i}") for i in range(4)], timings=Timings(node_lost_after=10.0))
+    sim.run(30, silent={"n1", "n2", "n3"})  # only n0 is heard: 3 of 4 silent
+    assert not [i for i in sim.intents if isinstance(i, MarkLost)]
+    holds = [i for i in sim.intents if isinstance(i, HoldLosses)]
+    assert holds and "3 of 4 nodes are silent at once" in holds[-1].message
+    sim.run(5)  # contact returns: nobody was lost, nothing is rebuilt
+    assert not any(n.lost for n in sim.nodes.values())
+
+
+def test_losses_are_declared_at_a_bounded_rate_longest_silent_first() -> None:
+    sim = Sim([], [node(f"n{i:02d}") for i in range(20)], timings=Timings(node_lost_after=10.0))
+    sim.run(5)
+    sim.run(3, every=3, silent={"n00"})
+    sim.run(20, every=20, silent={"n00", "n01", "n02", "n03", "n04"})  # 5 of 20 silent: a quarter
+    first = [i.node_id for i in sim.intents if isinstance(i, MarkLost)]
+    assert first == ["n00", "n01"], "two (a tenth of 20) per pass, the longest silent first"
+    sim.run(2, every=1, silent={"n00", "n01", "n02", "n03", "n04"})
+    assert sorted(i.node_id for i in sim.intents if isinstance(i, MarkLost)) == [f"n0{i}" for i in range(5)]
+
+
+def test_silence_is_counted_from_the_control_planes_return_after_a_stall() -> None:
+    from llmgw.reconcile.reconcile import reconcile
+
+    sim = Sim([], [node("n0"), node("n1")], timings=Timings(node_lost_after=10.0))
+    sim.run(5)
+    sim.advance(30)  # the control plane was stopped: nobody's heartbeat was read
+    w = sim.world()
+    assert [i for i in reconcile(w) if isinstance(i, MarkLost)]  # counted from the last heartbeat read: lost
+    resumed = type(w)(**{**w.__dict__, "resumed_at": sim.now})
+    assert not [i for i in reconcile(resumed) if isinstance(i, MarkLost)]

@@ -163,3 +163,33 @@ def test_reconcile_is_level_triggered_a_settled_world_produces_nothing() -> None
     sim.advance(1)
     out = reconcile(sim.world())
     assert [i for i in out if isinstance(i, PutReplica)] == []
+
+
+def test_a_rank_of_a_multi_node_replica_that_exits_fails_it_at_once() -> None:
+    """The defect: the worker's node died, the leader's engine exited at once, and the replica stayed
+    ShardsStarting (503 for every request) until the worker's node was declared lost a minute later."""
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    assert sim.replicas[r.id].ready
+    sim.advance(2)  # node02 goes silent, well inside node_lost_after; its last report still shows rank 1
+    sim.heartbeat("node01", overrides={(r.id, 0): "exited"})
+    sim.step()
+    failed = sim.replicas[r.id]
+    assert failed.failed and sim.ready_reason(failed) == Reason.ShardFailed
+    assert "rank 0 on node01 exited" in failed.conditions[-1].message
+    assert not any(n.lost for n in sim.nodes.values())
+    # its replacement does not land on the silent node: node02's cards stay held by what it last reported
+    (new,) = sim.live("big")
+    assert not new.placed
+
+
+def test_a_single_node_shard_that_exits_is_restarted_not_failed() -> None:
+    sim = Sim([model("small", gpus_per_shard=1)], [node("node01")])
+    sim.step()
+    (r,) = sim.of("small")
+    sim.heartbeat()
+    sim.step()
+    sim.heartbeat(overrides={(r.id, 0): "exited"})
+    sim.step()
+    assert not sim.replicas[r.id].failed

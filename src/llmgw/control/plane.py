@@ -12,13 +12,14 @@ from llmgw.control.registry import merge_report
 from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.clock import Clock
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
-from llmgw.reconcile.intents import Intent, MarkLost, PutReplica, Reap
+from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap
 from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.world import Timings, World
 from llmgw.store.base import Revocation, Store
 from llmgw.wire.messages import DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
+STALL_AFTER = 5.0  # seconds between passes beyond which the control plane counts itself as having stalled
 NODE_EVENT_BURST = 30.0
 NODE_EVENT_EVERY = 10.0
 
@@ -55,6 +56,9 @@ class ControlPlane:
         self.revoked_serials: dict[str, Revocation] = {}
         self._dirty: set[str] = set()  # nodes whose record changed since the store last had it
         self._event_budget: dict[str, tuple[float, float, int]] = {}
+        self._last_pass: float | None = None
+        self.resumed_at = 0.0
+        self.holding = ""  # why node losses are held, while they are
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -158,13 +162,27 @@ class ControlPlane:
             outstanding=dict(self.outstanding),
             timings=self.timings,
             entropy=secrets.token_bytes(32),
+            resumed_at=self.resumed_at,
         )
 
     def reconcile_once(self) -> list[Intent]:
+        self._notice_stall()
         intents = reconcile(self.world())
         self.apply(intents)
         self.persist_nodes()
         return intents
+
+    def _notice_stall(self) -> None:
+        """A pass far later than its interval means this process was stopped or starved: heartbeats that arrived
+        meanwhile may not have been read, so node silence is counted from now."""
+        mono = self.clock.monotonic()
+        last, self._last_pass = self._last_pass, mono
+        if last is None:
+            return
+        gap = mono - last
+        if gap > max(STALL_AFTER, 5 * self.cfg.reconcile_interval):
+            self.resumed_at = self.clock.now()
+            self.event("control", "plane", f"the control plane stalled for {gap:.0f}s: node silence counts from now")
 
     def persist_nodes(self) -> None:
         if self._dirty:
@@ -174,6 +192,13 @@ class ControlPlane:
 
     def apply(self, intents: list[Intent]) -> None:
         changed = False
+        hold = next((i.message for i in intents if isinstance(i, HoldLosses)), "")
+        if hold and not self.holding:
+            log.warning("%s", hold)
+            self.event("control", "plane", hold)
+        elif self.holding and not hold:
+            self.event("control", "plane", "nodes are heard from again: losses are declared as usual")
+        self.holding = hold
         for i in intents:
             if isinstance(i, MarkLost):
                 n = self.nodes.get(i.node_id)

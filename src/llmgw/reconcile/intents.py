@@ -27,4 +27,11 @@ class Reap:
     message: str
 
 
-Intent = MarkLost | PutReplica | Reap
+@dataclass(frozen=True)
+class HoldLosses:
+    """Nodes are silent, but too many at once to blame them: none is declared lost this pass."""
+
+    message: str
+
+
+Intent = MarkLost | PutReplica | Reap | HoldLosses

@@ -12,22 +12,41 @@ from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place, reservations
 from llmgw.placement.snapshot import Snapshot, build_snapshot
-from llmgw.reconcile.intents import Intent, MarkLost, PutReplica, Reap
+from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap
 from llmgw.reconcile.status import derive, stopped
 from llmgw.reconcile.world import World
 
 
 def _liveness(w: World) -> tuple[list[NodeRecord], list[Intent]]:
+    """Nodes silent past node_lost_after are lost, but not when more than half of them fall silent at once (then
+    the control plane or its network is the likelier fault, and rebuilding everything would make it worse), and
+    never more than a tenth of them per pass, longest silent first (Kubernetes' zone rule, in small)."""
+    since = max(w.started_at, w.resumed_at)
+    limit = w.timings.node_lost_after
+    live = [n for n in w.nodes if not n.lost]
+    silent = sorted((n for n in live if w.now - max(n.last_seen, since) > limit), key=lambda n: (n.last_seen, n.id))
+    if not silent:
+        return list(w.nodes), []
+    total = len(w.nodes)
+    unheard = len(silent) + (total - len(live))
+    if total >= 3 and unheard > w.timings.silent_majority * total:
+        msg = (f"{unheard} of {total} nodes are silent at once: assuming the control plane or its network is at "
+               "fault, no node is declared lost until contact returns")
+        return list(w.nodes), [HoldLosses(msg)]
+    budget = max(1, int(total * w.timings.lost_per_pass))
+    lost_now = {n.id for n in silent[:budget]}
     out: list[NodeRecord] = []
     intents: list[Intent] = []
     for n in w.nodes:
-        silent = w.now - n.last_seen
-        if not n.lost and silent > w.timings.node_lost_after:
-            msg = f"node {n.id} lost: silent for {silent:.0f}s (limit {w.timings.node_lost_after:.0f}s)"
-            intents.append(MarkLost(n.id, msg))
+        if n.id in lost_now:
+            quiet = w.now - max(n.last_seen, since)
+            intents.append(MarkLost(n.id, f"node {n.id} lost: silent for {quiet:.0f}s (limit {limit:.0f}s)"))
             n = n.model_copy(update={"lost": True})
         out.append(n)
     return out, intents
+
+
+EVICTED_FOR = "idle, to make room for "
 
 
 def _still_running(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> bool:
@@ -145,18 +164,22 @@ def reconcile(w: World) -> list[Intent]:
             continue
         expl = result.explanation
         first = r.explanation is None or r.explanation.lines() != expl.lines()
-        conds = set_condition(r.conditions, "Scheduled", Status.FALSE, Reason.Unschedulable,
-                              "; ".join(expl.lines()[1:3]), w.now)
-        current[r.id] = r.model_copy(update={"explanation": expl, "conditions": conds})
-        if first:
-            events[r.id] = f"replica {r.id} of {spec.name} cannot be placed: " + " | ".join(expl.lines()[1:])
-        if spec.on_demand and not evicting:
+        why = "; ".join(expl.lines()[1:3])
+        # a model asked for now (on demand) or promised (min >= 1) may have an idle on-demand replica stopped for it
+        if not evicting:
             victim = _eviction_victim(req, current, nodes, w, exclude_model=spec.name)
             if victim is not None:
-                msg = f"idle, to make room for {spec.name}"
+                msg = f"{EVICTED_FOR}{spec.name}"
                 current[victim.id] = stopped(victim, Reason.Evicted, msg, w.now)
                 events[victim.id] = f"replica {victim.id} of {victim.model} evicted: {msg}"
                 evicting = True
+        room = next((v for v in current.values() if v.stop_reason.endswith(f"{EVICTED_FOR}{spec.name}")), None)
+        if room is not None:
+            why = f"waiting for idle replica {room.id} of {room.model}, evicted to make room, to stop; {why}"
+        conds = set_condition(r.conditions, "Scheduled", Status.FALSE, Reason.Unschedulable, why, w.now)
+        current[r.id] = r.model_copy(update={"explanation": expl, "conditions": conds})
+        if first:
+            events[r.id] = f"replica {r.id} of {spec.name} cannot be placed: " + " | ".join(expl.lines()[1:])
 
     for r in current.values():
         old = next((o for o in w.replicas if o.id == r.id), None)

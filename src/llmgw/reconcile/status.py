@@ -28,10 +28,16 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
         for s in node.report.shards:
             if s.replica_id == r.id and s.rank == a.rank:
                 states[a.rank] = s
+    multi = len(r.assignments) > 1
     for rank, s in sorted(states.items()):
+        node_id = r.assignments[rank].node_id if rank < len(r.assignments) else "?"
         if s.state == "failed":
-            node_id = r.assignments[rank].node_id if rank < len(r.assignments) else "?"
             return _fail(r, Reason.ShardFailed, f"rank {rank} on {node_id} failed: {s.message}", now)
+        if multi and s.state == "exited":
+            # a group spanning nodes does not survive losing a member (a rank exits when its peer goes): restarting
+            # one rank cannot bring it back, and waiting for the silent node's timer leaves it "starting" for a minute
+            why = f"rank {rank} on {node_id} exited ({s.message or 'no reason given'}): the group is broken"
+            return _fail(r, Reason.ShardFailed, why, now)
     seen = sorted(set(r.seen_ranks) | set(states))
     missing = [rank for rank in seen if rank not in states]
     if missing:

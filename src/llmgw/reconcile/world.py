@@ -14,6 +14,9 @@ class Timings:
     evict_idle_after: float = 30.0  # a replica unused this long may be evicted for another model
     evict_protect: float = 300.0  # never evict a replica Ready for less than this (no ping-pong)
     demand_window: float = 60.0  # a request for a model with no replica wants one for this long
+    # more than this share of the nodes silent at once: the control plane's own network is the likelier fault
+    silent_majority: float = 0.5
+    lost_per_pass: float = 0.1  # at most this share of the nodes (at least one) is declared lost per pass
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class World:
     last_used: dict[str, float] = field(default_factory=dict)  # replica id -> last request (absent: unknown)
     outstanding: dict[str, int] = field(default_factory=dict)  # replica id -> requests in flight
     timings: Timings = Timings()
+    # when the control plane last came back from a stall (a stopped process, a late loop): a node's silence is
+    # counted from here at the earliest, since heartbeats it sent meanwhile may not have been read yet
+    resumed_at: float = 0.0
     # fresh random bytes per pass (fixed in tests): new replicas' ids and engine secrets come from them, so neither
     # can be guessed from the model's name and the time
     entropy: bytes = b"\0" * 32

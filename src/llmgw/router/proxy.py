@@ -102,7 +102,7 @@ async def forward(
             # the client went away (an official client closes as soon as it has [DONE]): expected, not an error.
             # The engine is told by closing its connection, and the request is recorded with what was seen.
             resp.close()
-            return Outcome(CLIENT_CLOSED, *watch.so_far(), sr)
+            return Outcome(resp.status if watch.done else CLIENT_CLOSED, *watch.so_far(), sr)
     finally:
         resp.release()
 

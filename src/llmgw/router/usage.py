@@ -54,6 +54,7 @@ class StreamUsage:
         self.tail = b""
         self.usage: tuple[int, int] | None = None
         self.events = 0  # data events relayed: about one per generated token
+        self.done = False  # the engine's [DONE] went by: the answer was whole, whatever happens to the connection
 
     def so_far(self) -> tuple[int, int]:
         """The engine's own count once it sent one; before that (a stream cut short) the events relayed, as the
@@ -66,6 +67,8 @@ class StreamUsage:
         nl = data.rfind(b"\n")
         complete, self.tail = (data[: nl + 1], data[nl + 1 :]) if nl >= 0 else (b"", data)
         self.events += complete.count(b"data: {")
+        if b"data: [DONE]" in complete:
+            self.done = True
         if b'"usage"' not in complete:
             return chunk
         drop: bytes | None = None
