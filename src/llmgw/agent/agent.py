@@ -15,7 +15,8 @@ from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
 from llmgw.agent.identity import node_id, route_address
 from llmgw.agent.installs.probe import probe_engines
 from llmgw.agent.supervisor import Supervisor
-from llmgw.agent.supervisor.process import reap_orphans, state_name
+from llmgw.agent.supervisor.adopt import Running, discard, find_running
+from llmgw.agent.supervisor.process import state_name
 from llmgw.agent.weights.resolve import resolve_source, visible_weights
 from llmgw.config.agent import AgentConfig
 from llmgw.core.clock import Clock
@@ -42,6 +43,8 @@ class Agent:
         self.client: ControlPlaneClient | None = None
         self.interval = cfg.heartbeat_interval
         self.last_error = ""
+        self.hand_over = False  # set by SIGUSR2: exit leaving engines to the next agent (an upgrade)
+        self._found: dict[tuple[str, int], Running] = {}
 
     def _engine_binary(self, name: str) -> str | None:
         for e in self.engines:
@@ -75,15 +78,16 @@ class Agent:
             self.address = route_address(self.cfg.control_planes[0])
         Path(self.cfg.weights_dir).mkdir(parents=True, exist_ok=True)  # so disk is reported from the start
         logs = Path(self.cfg.state_dir) / "logs"
-        for pid in reap_orphans(logs):
-            log.warning("stopped engine process group %d left running by a previous agent", pid)
         self.supervisor = Supervisor(self.clock, logs, self.address, self.resolve)
+        # engines a previous agent left running: adopted once this agent knows its engines (the first pass), kept
+        # if still wanted, stopped at the first converge if not
+        self._found = find_running(logs)
         adapters = await asyncio.to_thread(probe_adapters, HostRoot(Path(self.cfg.host_root)))
         _, problems = check_fabrics(self.cfg.fabrics, adapters)
         for p in problems:
             log.error("%s (agent.yaml fabrics)", p)
 
-    async def report(self) -> NodeReport:
+    async def probe_engines(self) -> None:
         if self.clock.monotonic() - self._engines_at >= ENGINE_REPROBE_S:
             overrides = {k: v.path for k, v in self.cfg.engines.items()}
             engines = await probe_engines(overrides, self.cfg.probe_engines)
@@ -91,6 +95,9 @@ class Agent:
                 log.info("engines: %s", ", ".join(f"{e.name} {e.version} runs={e.runs}" for e in engines))
             self.engines, self.engines_probed = engines, True
             self._engines_at = self.clock.monotonic()
+
+    async def report(self) -> NodeReport:
+        await self.probe_engines()
         hw = await asyncio.to_thread(
             discover,
             HostRoot(Path(self.cfg.host_root)),
@@ -121,6 +128,10 @@ class Agent:
 
     async def step(self) -> None:
         assert self.client is not None and self.supervisor is not None
+        if self._found:
+            await self.probe_engines()
+            found, self._found = self._found, {}
+            self.supervisor.adopt(found)
         await self.supervisor.tick()
         report = await self.report()
         try:
@@ -153,7 +164,13 @@ class Agent:
             await self.close()
 
     async def close(self) -> None:
+        if not self.hand_over:
+            for run in self._found.values():  # found at start and never taken over: a stop leaves nothing behind
+                discard(run)
+            self._found = {}
         if self.supervisor is not None:
-            await self.supervisor.close()
+            if self.hand_over:
+                log.info("handing over: engines keep running for the next agent to adopt")
+            await self.supervisor.close(keep_engines=self.hand_over)
         if self.client is not None:
             await self.client.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -66,7 +68,18 @@ def agent(config: ConfigOpt, verbose: bool = False) -> None:
     from llmgw.config.agent import AgentConfig
 
     cfg = _config(AgentConfig, config, verbose)
-    raise typer.Exit(run_until_signal(lambda stop: Agent(cfg, SystemClock()).run(stop)))
+
+    async def run(stop: asyncio.Event) -> None:
+        agent = Agent(cfg, SystemClock())
+
+        def hand_over() -> None:  # SIGUSR2: an upgrade; the next agent adopts what runs
+            agent.hand_over = True
+            stop.set()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, hand_over)
+        await agent.run(stop)
+
+    raise typer.Exit(run_until_signal(run))
 
 
 @ca_cli.command("init")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmgw.agent.engines.base import Launch
+from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess
 from llmgw.wire.messages import ShardSpec, ShardState
 
 LOG_TAIL_BYTES = 4096
@@ -43,7 +44,7 @@ class ShardProcess:
     launch: Launch | None  # None: the shard cannot be launched here; `message` says why
     log_path: Path
     host: str
-    proc: asyncio.subprocess.Process | None = None
+    proc: asyncio.subprocess.Process | AdoptedProcess | None = None
     state: str = "pending"
     message: str = ""
     restarts: int = 0
@@ -97,6 +98,8 @@ class ShardProcess:
         finally:
             log.close()
         self.pid_path.write_text(f"{self.proc.pid}\n")
+        # its spec beside it, so a next agent can adopt it rather than restart it (0600: it holds the secret)
+        write_private(self.pid_path.with_suffix(SPEC_SUFFIX), self.spec.model_dump_json())
         self.state = "starting" if self.launch.serves_http else "running"
         self.message = ""
         self.exit_code = None
@@ -114,6 +117,7 @@ class ShardProcess:
             _signal_group(p.pid, signal.SIGKILL)
             await p.wait()
         self.pid_path.unlink(missing_ok=True)
+        self.pid_path.with_suffix(SPEC_SUFFIX).unlink(missing_ok=True)
         if self.launch is not None:
             for path in self.launch.files:
                 Path(path).unlink(missing_ok=True)

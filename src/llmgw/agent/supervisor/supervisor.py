@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 
 from llmgw.agent.engines.base import Launch
+from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
 from llmgw.core.clock import Clock
 from llmgw.wire.messages import ShardSpec, ShardState
+
+log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 3
 BACKOFF_BASE = 1.0
@@ -29,6 +33,7 @@ class Supervisor:
         self.resolve = resolve
         self.shards: dict[tuple[str, int], ShardProcess] = {}
         self._session: aiohttp.ClientSession | None = None
+
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -54,6 +59,27 @@ class Supervisor:
                 self.shards[key] = sp
         await self.tick()
 
+    def adopt(self, found: dict[tuple[str, int], Running]) -> None:
+        """Take over what a previous agent left running, as if this agent had started it: reported (its health
+        probed) from the first heartbeat, kept if the control plane still wants exactly that shard, else stopped
+        by the next converge like anything else not wanted."""
+        for key, run in found.items():
+            try:
+                launch, _ = self.resolve(run.spec)
+            except Exception:
+                launch = None
+            if launch is None or not leads_its_session(run.pid):
+                discard(run)
+                continue
+            log_path = self.log_dir / f"{state_name(run.spec.replica_id, run.spec.rank)}.log"
+            sp = ShardProcess(spec=run.spec, launch=launch, log_path=log_path, host=self.host)
+            sp.proc = AdoptedProcess(run.pid)
+            sp.state = "starting" if launch.serves_http else "running"
+            sp.message = "adopted from the previous agent"
+            self.shards[key] = sp
+            log.info("adopted %s rank %d (pid %d) from the previous agent", run.spec.replica_id, run.spec.rank,
+                     run.pid)
+
     async def tick(self) -> None:
         now = self.clock.monotonic()
         probes = []
@@ -65,7 +91,9 @@ class Supervisor:
                 sp.exit_code = p.returncode
                 sp.state = "exited"
                 words = log_tail(sp.log_path)
-                sp.message = f"exited with code {p.returncode}" + (f": {words}" if words else "")
+                how = "exited (exit code unknown: adopted)" if isinstance(p, AdoptedProcess) else (
+                    f"exited with code {p.returncode}")
+                sp.message = how + (f": {words}" if words else "")
                 if sp.restarts >= MAX_RESTARTS:
                     sp.state = "failed"
                     sp.message = f"gave up after {sp.restarts} restarts; {sp.message}"
@@ -105,8 +133,11 @@ class Supervisor:
     def states(self) -> list[ShardState]:
         return [sp.report() for _, sp in sorted(self.shards.items())]
 
-    async def close(self) -> None:
-        await asyncio.gather(*(sp.stop(grace=5.0) for sp in self.shards.values()))
+    async def close(self, keep_engines: bool = False) -> None:
+        """Stop every engine, or with `keep_engines` (a hand-over to the next agent) leave them, and their pid and
+        spec files, for it to adopt."""
+        if not keep_engines:
+            await asyncio.gather(*(sp.stop(grace=5.0) for sp in self.shards.values()))
         self.shards.clear()
         if self._session is not None:
             await self._session.close()

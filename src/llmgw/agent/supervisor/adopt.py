@@ -1,0 +1,98 @@
+"""Engines a previous agent left running, adopted by the next instead of restarted.
+
+An agent upgrade or crash must not restart every model its node serves. Each shard leaves beside its log a pid
+file and a copy of its spec (0600: it holds the replica's secret). A new agent finds those still running (the pid
+still leads its own session, as only our engines do: pids get reused), and when the control plane asks for exactly
+that shard again, takes the process over; its health probe decides whether it is ready. Whatever is running and
+not asked for is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from llmgw.wire.messages import ShardSpec
+
+SPEC_SUFFIX = ".shard"
+
+
+@dataclass(frozen=True)
+class Running:
+    pid: int
+    spec: ShardSpec
+    pid_path: Path
+
+
+class AdoptedProcess:
+    """What the supervisor needs of a process it did not start: its pid, whether it still runs, waiting for it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._code: int | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        """None while it runs; then -1 (not our child: its exit code went to whoever reaped it)."""
+        if self._code is None and not leads_its_session(self.pid):
+            self._code = -1
+        return self._code
+
+    async def wait(self) -> int:
+        while self.returncode is None:
+            await asyncio.sleep(0.1)
+        return -1
+
+
+def leads_its_session(pid: int) -> bool:
+    try:
+        if os.getsid(pid) != pid:
+            return False
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, OSError):
+        return False
+    return state != "Z"
+
+
+def find_running(state_dir: Path) -> dict[tuple[str, int], Running]:
+    """Shards a previous agent left running, by (replica, rank). Stale files of dead ones are removed; a live
+    process without a readable spec cannot be adopted and is stopped."""
+    found: dict[tuple[str, int], Running] = {}
+    for pid_path in sorted(state_dir.glob("*.pid")):
+        spec_path = pid_path.with_suffix(SPEC_SUFFIX)
+        try:
+            pid = int(pid_path.read_text().strip())
+        except (OSError, ValueError):
+            pid = 0
+        alive = pid > 0 and leads_its_session(pid)
+        spec = None
+        if alive:
+            try:
+                spec = ShardSpec.model_validate_json(spec_path.read_bytes())
+            except (OSError, ValidationError):
+                stop_group(pid)
+        if alive and spec is not None:
+            found[(spec.replica_id, spec.rank)] = Running(pid, spec, pid_path)
+        else:
+            pid_path.unlink(missing_ok=True)
+            spec_path.unlink(missing_ok=True)
+    return found
+
+
+def stop_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def discard(run: Running) -> None:
+    """Stop a shard nobody asks for any more, and forget it."""
+    stop_group(run.pid)
+    run.pid_path.unlink(missing_ok=True)
+    run.pid_path.with_suffix(SPEC_SUFFIX).unlink(missing_ok=True)
