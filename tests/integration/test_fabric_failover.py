@@ -103,6 +103,13 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
         killed = time.monotonic()
         ib_a = by_fabric["ib-a"]["id"]
 
+        def ib_a_failed() -> bool:
+            row = next((r for r in replicas() if r["id"] == ib_a), None)
+            return row is None or bool(row["failed"])
+
+        # its leader's engine exits at once (its peer is gone): the replica fails then, not at node02's timer
+        wait_until(ib_a_failed, LOST_AFTER / 2, "the broken two-node replica failed before node02's timer ran out")
+
         def node02_lost() -> bool:
             return next(n for n in admin_get(p, "/api/nodes") if n["node"] == "node02")["state"] == "lost"
 
