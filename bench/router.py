@@ -59,6 +59,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     from bench.standin import serve
     from llmgw.config.server import ModelSpec, Scaling, ServerConfig, StoreConfig, TLSFiles
     from llmgw.control.plane import ControlPlane
+    from llmgw.control.writer import StoreWriter
     from llmgw.core.clock import SystemClock
     from llmgw.core.conditions import Status, set_condition
     from llmgw.core.reasons import Reason
@@ -78,7 +79,8 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
         models=[ModelSpec(name=MODEL, source="bench", engine="sim", scaling=Scaling(min=1, max=1))],
     )
     store = SqliteStore(cfg.store.path).open()
-    plane = ControlPlane(cfg, store, clock)
+    writer = StoreWriter()  # as `llmgw server`: store writes off the loop, usage journaled per request
+    plane = ControlPlane(cfg, store, clock, writer=writer)
     plane.load()
     raw, rec = new_key("bench", [], clock)
     store.put_key(rec)
@@ -91,7 +93,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     )
     # No reconcile loop: with no nodes it would rightly retire this replica. Routing, keys and usage are all on.
     plane.apply([PutReplica(replica)])
-    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body)
+    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body, db.parent / "usage-journal")
 
     async def background(app: web.Application) -> AsyncIterator[None]:
         flush = asyncio.create_task(router.flush_usage())
@@ -100,6 +102,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
         with contextlib.suppress(asyncio.CancelledError):
             await flush
         await router.close()
+        await asyncio.to_thread(writer.close)
         store.close()
 
     app = router.app()

@@ -80,7 +80,10 @@ async def forward(
             return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
         if not stream or not ctype.startswith("text/event-stream"):
             try:
-                data = await _read_bounded(resp.content, MAX_RESPONSE_BYTES)
+                if resp.content_length is not None:  # announced and within the bound (checked above)
+                    data: bytes | None = await resp.read()
+                else:
+                    data = await _read_bounded(resp.content, MAX_RESPONSE_BYTES)
                 if data is None:
                     return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
             except (aiohttp.ClientError, TimeoutError) as e:

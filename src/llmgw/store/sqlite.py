@@ -34,6 +34,10 @@ def _private(path: str) -> None:
             pass
 
 
+class _SomeSeen(Exception):
+    """Raised inside a usage transaction to roll it back: some records of the batch are recorded already."""
+
+
 class SqliteStore:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
@@ -192,21 +196,32 @@ class SqliteStore:
         once), and keep the totals per key and model in the same transaction. Returns how many were new."""
         if not records:
             return 0
-        added: dict[tuple[str, str], list[float]] = {}
+        try:
+            return self._add_usage(records, each=False)
+        except _SomeSeen:  # a retried or replayed batch: find out row by row which records are new
+            return self._add_usage(records, each=True)
+
+    def _add_usage(self, records: list[UsageRecord], each: bool) -> int:
+        rows = [(u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens, u.started_at,
+                 u.duration_s, u.status) for u in records]
+        insert = ("INSERT OR IGNORE INTO usage (id, key_id, model, replica_id, prompt_tokens, completion_tokens,"
+                  " started_at, duration_s, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
         with self._tx() as db:
-            for u in records:
-                cur = db.execute(
-                    "INSERT OR IGNORE INTO usage (id, key_id, model, replica_id, prompt_tokens, completion_tokens,"
-                    " started_at, duration_s, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens, u.started_at,
-                     u.duration_s, u.status),
-                )
-                if cur.rowcount == 1:
-                    t = added.setdefault((u.key_id, u.model), [0, 0, 0, 0.0])
-                    t[0] += 1
-                    t[1] += u.prompt_tokens
-                    t[2] += u.completion_tokens
-                    t[3] = max(t[3], u.started_at)
+            if each:
+                fresh = [u for u, row in zip(records, rows, strict=True) if db.execute(insert, row).rowcount == 1]
+            else:
+                before = db.total_changes
+                db.executemany(insert, rows)  # the common case, at C speed: every record is new
+                if db.total_changes - before != len(rows):
+                    raise _SomeSeen
+                fresh = records
+            added: dict[tuple[str, str], list[float]] = {}
+            for u in fresh:
+                t = added.setdefault((u.key_id, u.model), [0, 0, 0, 0.0])
+                t[0] += 1
+                t[1] += u.prompt_tokens
+                t[2] += u.completion_tokens
+                t[3] = max(t[3], u.started_at)
             db.executemany(
                 "INSERT INTO usage_totals (key_id, model, requests, prompt_tokens, completion_tokens, last_at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key_id, model) DO UPDATE SET"
@@ -215,7 +230,7 @@ class SqliteStore:
                 " last_at = MAX(last_at, excluded.last_at)",
                 [(k, m, int(t[0]), int(t[1]), int(t[2]), t[3]) for (k, m), t in added.items()],
             )
-        return sum(int(t[0]) for t in added.values())
+        return len(fresh)
 
     def usage_totals(self, since: float = 0.0) -> list[UsageTotal]:
         """All-time totals come from the running aggregate (no scan); totals since a time scan that window."""
