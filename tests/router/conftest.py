@@ -72,6 +72,25 @@ def ready_replica(plane: ControlPlane, rid: str, model: str, endpoint: str) -> R
     return r
 
 
+@contextlib.asynccontextmanager
+async def serving(plane: ControlPlane, key_name: str) -> AsyncIterator[tuple[str, Router, str]]:
+    """The real router over `plane`, on a free loopback port, with one fresh API key: (url, router, raw key)."""
+    keys = KeyRing(plane.store)
+    raw, rec = new_key(key_name, [], plane.clock)
+    plane.store.put_key(rec)
+    keys.reload()
+    router = Router(LocalState(plane), keys, plane.cfg.router, plane.cfg.load_wait, plane.cfg.max_body)
+    runner = web.AppRunner(router.app())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}", router, raw
+    finally:
+        await runner.cleanup()
+        await router.close()
+
+
 @dataclass
 class RouterUnderTest:
     url: str
@@ -99,20 +118,10 @@ async def rut(tmp_path: Path, engines: dict[str, Engine]) -> AsyncIterator[Route
     plane.load()
     for name in ("smollm2", "sim-a", "sim-b"):
         ready_replica(plane, f"{name}-1", name, engines[name].url)
-    keys = KeyRing(store)
-    raw, rec = new_key("tester", [], clock)
-    store.put_key(rec)
-    keys.reload()
-    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body)
-    runner = web.AppRunner(router.app())
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        yield RouterUnderTest(f"http://127.0.0.1:{port}", router, plane, store, clock, raw, db)
+        async with serving(plane, "tester") as (url, router, raw):
+            yield RouterUnderTest(url, router, plane, store, clock, raw, db)
     finally:
-        await runner.cleanup()
-        await router.close()
         store.close()
 
 
@@ -151,18 +160,9 @@ async def router_over(tmp_path: Path, engine: web.Application, router_cfg: Route
     plane = ControlPlane(cfg, store, clock)
     plane.load()
     ready_replica(plane, "sim-a-1", "sim-a", f"http://127.0.0.1:{eng_port}")
-    keys = KeyRing(store)
-    raw, rec = new_key("t", [], clock)
-    store.put_key(rec)
-    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body)
-    runner = web.AppRunner(router.app())
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        yield Bench(f"http://127.0.0.1:{port}", router, store, raw)
+        async with serving(plane, "t") as (url, router, raw):
+            yield Bench(url, router, store, raw)
     finally:
-        await runner.cleanup()
-        await router.close()
         await eng_runner.cleanup()
         store.close()
