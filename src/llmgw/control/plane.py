@@ -42,6 +42,7 @@ class ControlPlane:
             evict_idle_after=cfg.eviction.idle_after,
             evict_protect=cfg.eviction.protect_after_ready,
             demand_window=max(60.0, 4 * cfg.load_wait),
+            loss_grace=min(cfg.node_lost_after / 2, max(1.0, 2 * cfg.heartbeat_interval)),
         )
         self.started_at = 0.0
         self.models: dict[str, ModelSpec] = {}

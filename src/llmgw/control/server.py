@@ -96,7 +96,9 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
     plane = ControlPlane(cfg, store, clock, writer=writer)
     plane.load()
     keys = KeyRing(store)
-    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()))
+    router = Router(
+        LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()), adopt=True
+    )
     router.ledger.adopt_orphans()  # what a killed predecessor (or its workers) journaled and never recorded
     plane.gauges["llmgw_usage_unflushed"] = (
         "Requests served whose usage is not in the store yet (grows while the store fails)",

@@ -30,7 +30,7 @@ def _settle(fut: Future[Any], result: Any = None, exc: BaseException | None = No
             fut.set_exception(exc)
         else:
             fut.set_result(result)
-    except RuntimeError:  # the waiter's event loop has closed (shutdown): nobody is left to tell
+    except Exception:  # cancelled meanwhile, or the waiter's loop has closed: nobody is left to tell
         pass
 
 
@@ -79,6 +79,8 @@ class StoreWriter:
         while (item := self._q.get()) is not None:
             fn, args, fut = item
             if fut is not None:
+                if not fut.set_running_or_notify_cancel():
+                    continue  # its caller gave up waiting (cancelled): the write is not wanted any more
                 try:
                     result = fn(*args)
                 except BaseException as e:  # handed to the waiting caller, which decides

@@ -18,29 +18,33 @@ from llmgw.reconcile.world import World
 
 
 def _liveness(w: World) -> tuple[list[NodeRecord], list[Intent]]:
-    """Nodes silent past node_lost_after are lost, but not when more than half of them fall silent at once (then
-    the control plane or its network is the likelier fault, and rebuilding everything would make it worse), and
-    never more than a tenth of them per pass, longest silent first (Kubernetes' zone rule, in small)."""
+    """Nodes silent past node_lost_after are lost, but not when more than half of the live ones (or all, however
+    few) fall silent together: then the control plane or its network is the likelier fault, and rebuilding
+    everything would make it worse. Nodes close to the limit (within loss_grace) count as silent for that test,
+    since nodes cut off at once cross the limit one heartbeat phase apart. Never more than a tenth of the nodes are
+    declared lost per pass, longest silent first (Kubernetes' zone rule, in small)."""
     since = max(w.started_at, w.resumed_at)
     limit = w.timings.node_lost_after
+
+    def quiet(n: NodeRecord) -> float:
+        return w.now - max(n.last_seen, since)
+
     live = [n for n in w.nodes if not n.lost]
-    silent = sorted((n for n in live if w.now - max(n.last_seen, since) > limit), key=lambda n: (n.last_seen, n.id))
+    near = [n for n in live if quiet(n) > limit - w.timings.loss_grace]
+    silent = sorted((n for n in near if quiet(n) > limit), key=lambda n: (n.last_seen, n.id))
     if not silent:
         return list(w.nodes), []
-    total = len(w.nodes)
-    unheard = len(silent) + (total - len(live))
-    if total >= 3 and unheard > w.timings.silent_majority * total:
-        msg = (f"{unheard} of {total} nodes are silent at once: assuming the control plane or its network is at "
-               "fault, no node is declared lost until contact returns")
+    if len(near) == len(live) or (len(live) >= 3 and len(near) > w.timings.silent_majority * len(live)):
+        msg = (f"{len(near)} of {len(live)} live nodes are silent at once: assuming the control plane or its "
+               "network is at fault, no node is declared lost until contact returns")
         return list(w.nodes), [HoldLosses(msg)]
-    budget = max(1, int(total * w.timings.lost_per_pass))
+    budget = max(1, int(len(w.nodes) * w.timings.lost_per_pass))
     lost_now = {n.id for n in silent[:budget]}
     out: list[NodeRecord] = []
     intents: list[Intent] = []
     for n in w.nodes:
         if n.id in lost_now:
-            quiet = w.now - max(n.last_seen, since)
-            intents.append(MarkLost(n.id, f"node {n.id} lost: silent for {quiet:.0f}s (limit {limit:.0f}s)"))
+            intents.append(MarkLost(n.id, f"node {n.id} lost: silent for {quiet(n):.0f}s (limit {limit:.0f}s)"))
             n = n.model_copy(update={"lost": True})
         out.append(n)
     return out, intents

@@ -16,6 +16,7 @@ class Timings:
     demand_window: float = 60.0  # a request for a model with no replica wants one for this long
     # more than this share of the nodes silent at once: the control plane's own network is the likelier fault
     silent_majority: float = 0.5
+    loss_grace: float = 6.0  # nodes this close to node_lost_after count as silent for the majority test
     lost_per_pass: float = 0.1  # at most this share of the nodes (at least one) is declared lost per pass
 
 

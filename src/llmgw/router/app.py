@@ -13,12 +13,14 @@ import aiohttp
 from aiohttp import web
 
 from llmgw.config.server import RouterConfig
+from llmgw.core.errors import ConnectFailed
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
 from llmgw.router.proxy import CLIENT_CLOSED, Outcome, Timeouts, forward
 from llmgw.router.state import RouterState
 from llmgw.router.table import RoutingTable
+from llmgw.router.usage import StreamUsage
 from llmgw.store.base import ApiKeyRecord, UsageRecord
 
 log = logging.getLogger(__name__)
@@ -37,9 +39,10 @@ class Router:
         load_wait: float,
         max_body: int,
         journal_dir: Path | None = None,
+        adopt: bool = False,
     ) -> None:
         self.state = state
-        self.ledger = UsageLedger(state.store_usage, journal_dir)
+        self.ledger = UsageLedger(state.store_usage, journal_dir, adopt=adopt)
         self.keys = keys
         self.cfg = cfg
         self.load_wait = load_wait
@@ -175,6 +178,7 @@ class Router:
         rec: UsageRecord | None = begun
         outcome: Outcome | None = None
         route = None
+        watch: StreamUsage | None = None
         try:
             while True:
                 route = self.table.pick(model, tried)
@@ -190,14 +194,16 @@ class Router:
                     )
                 tried.add(route.replica_id)
                 route.outstanding += 1
+                watch = StreamUsage(strip=strip_usage)
                 try:
                     outcome = await forward(
-                        request, self._session(), route.endpoint + path, body, stream, self.timeouts, strip_usage,
+                        request, self._session(), route.endpoint + path, body, stream, self.timeouts, watch,
                         route.secret,
                     )
-                except aiohttp.ClientConnectorError as e:
-                    log.warning("replica %s unreachable (%s); trying another", route.replica_id, e)
-                    continue  # never reached an engine: safe to try elsewhere
+                except ConnectFailed as e:
+                    log.warning("replica %s not reached (%s); trying another", route.replica_id, e)
+                    watch = None
+                    continue  # nothing was sent: safe to try elsewhere
                 finally:
                     route.outstanding -= 1
                     self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
@@ -209,8 +215,10 @@ class Router:
             # every request that reached an engine is recorded once, however it ended: a client that went away
             # or an interrupted handler is CLIENT_CLOSED with what was seen
             if rec is not None:
-                status, p_tok, c_tok = (outcome.status, outcome.prompt_tokens, outcome.completion_tokens) if (
-                    outcome is not None) else (CLIENT_CLOSED, 0, 0)
+                if outcome is not None:
+                    status, p_tok, c_tok = outcome.status, outcome.prompt_tokens, outcome.completion_tokens
+                else:  # interrupted (the handler cancelled): what the stream showed so far
+                    status, (p_tok, c_tok) = CLIENT_CLOSED, (watch.so_far() if watch is not None else (0, 0))
                 self.ledger.finish(rec.model_copy(update={
                     "replica_id": route.replica_id if route is not None else "", "prompt_tokens": p_tok,
                     "completion_tokens": c_tok, "duration_s": loop.time() - t0, "status": status,

@@ -4,10 +4,13 @@ Usage is what operators bill from, so a request that reached an engine is record
 client, the store or this process does:
 - `begin` appends the request to a journal file the moment it is sent to an engine, `finish` appends its outcome
   before the last byte of the answer goes out. A journal line is one `write()`: a killed process loses nothing
-  the kernel has (a crashed machine can lose the last moments of its page cache). A process starting over the
-  journal of a dead one records what it finds, a request that never finished with status 0 ("outcome unknown").
-- Batches go to the store through `sink`; a failed batch is kept (up to `max_pending` records in memory, the rest
-  stay in the journal for the next start), retried with backoff, logged once per outage, and counted.
+  the kernel has (a crashed machine can lose the last moments of its page cache). Each process's segments carry a
+  random token and it holds an flock on `<token>.lock` while it lives: a process finding a lock it can take has
+  found a dead writer (pids are reused; locks are not), and records what it left, a request that never finished
+  with status 0 ("outcome unknown").
+- Batches go to the store through `sink`, in chunks; a failed chunk is kept (up to `max_pending` records in memory;
+  past that the oldest live only in the journal until the backlog is gone, then they are read back from it),
+  retried with backoff, logged once per outage, and counted.
 - Every record has an id made at `begin`, and the store counts an id once: a batch sent twice, or a journal
   replayed after its batch landed, changes nothing.
 """
@@ -15,8 +18,11 @@ client, the store or this process does:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
 import os
+import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -29,14 +35,32 @@ log = logging.getLogger(__name__)
 UNKNOWN = 0  # status of a request whose outcome died with the router
 UNSENT = 1  # journal only: the request never reached an engine after all (no record is made)
 MAX_BACKOFF = 30.0
+CHUNK = 5000  # records per call of the sink: a worker's report stays well under the management API's body limit
+ADOPT_EVERY = 30  # flushes between looks for what dead processes left (a worker that crashed, say)
+
+
+def _lock(path: Path) -> int | None:
+    """An exclusive flock on `path` (created), or None when another living process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 class Journal:
-    """Append-only segments `<pid>-<n>.jsonl` in one directory; a segment is deleted once its records landed."""
+    """Append-only segments `<token>-<n>.jsonl`; a segment is deleted once its records landed."""
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.token = secrets.token_hex(8)
+        self.lock_path = self.dir / f"{self.token}.lock"
+        lock = _lock(self.lock_path)
+        assert lock is not None  # a fresh random name
+        self._lock = lock
         self._n = 0
         self._fd = -1
         self.path = Path()
@@ -45,7 +69,7 @@ class Journal:
 
     def _open_next(self) -> None:
         self._n += 1
-        self.path = self.dir / f"{os.getpid()}-{self._n}.jsonl"
+        self.path = self.dir / f"{self.token}-{self._n}.jsonl"
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def append(self, rec: UsageRecord) -> None:
@@ -65,27 +89,41 @@ class Journal:
             self.append(rec)
         return old
 
-    def close(self) -> None:
+    def close(self, keep: bool) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if not keep:
+            self.path.unlink(missing_ok=True)
+            self.lock_path.unlink(missing_ok=True)
+        os.close(self._lock)  # with segments kept, the next process to look finds the lock free and takes them
 
 
-def orphaned_segments(directory: Path) -> list[Path]:
-    """Segments whose writing process is gone (it crashed, or stopped before it could flush)."""
-    out = []
-    for p in sorted(directory.glob("*.jsonl")):
-        pid = p.name.split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
-            out.append(p)
-    return out
+def claim_orphans(directory: Path, mine: str) -> tuple[list[Path], list[tuple[int, Path]]]:
+    """Segments of writers that are gone (their lock is free), and the locks now held on them (fd, path), so that
+    no other process takes the same segments while they are recorded."""
+    segments: list[Path] = []
+    held: list[tuple[int, Path]] = []
+    for lock_path in sorted(directory.glob("*.lock")):
+        if lock_path.stem == mine:
+            continue
+        fd = _lock(lock_path)
+        if fd is None:
+            continue  # alive
+        held.append((fd, lock_path))
+        segments += sorted(directory.glob(f"{lock_path.stem}-*.jsonl"))
+    return segments, held
 
 
 def read_segments(paths: list[Path]) -> list[UsageRecord]:
     """The last word on each request in these segments; a torn last line is skipped."""
     latest: dict[str, UsageRecord] = {}
     for p in paths:
-        for line in p.read_bytes().splitlines():
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            continue
+        for line in data.splitlines():
             try:
                 rec = UsageRecord.model_validate_json(line)
             except ValidationError:
@@ -101,53 +139,67 @@ class UsageLedger:
         sink: Callable[[list[UsageRecord]], Awaitable[object]],
         journal_dir: Path | None = None,
         max_pending: int = 200_000,
+        adopt: bool = False,
     ) -> None:
         self.sink = sink
         self.journal = Journal(journal_dir) if journal_dir is not None else None
         self.max_pending = max_pending
+        self.adopt = adopt  # the server takes over what dead processes left; its workers do not
         self.pending: list[UsageRecord] = []
         self.inflight: dict[str, UsageRecord] = {}  # begun, not finished: carried into every new segment
-        self.segments: list[Path] = []  # closed segments whose records are in `pending` or already landed
+        self.segments: list[Path] = []  # closed segments: their records are pending, landed, or (evicted) only there
+        self.orphan_locks: list[tuple[int, Path]] = []  # (fd, lock file) of dead writers whose segments we hold
         self.failures = 0  # consecutive failed flushes
         self.failed_total = 0
-        self.evicted = 0  # records pushed out of memory by max_pending (they stay in the journal)
+        self.evicted = 0  # records pushed out of memory by max_pending: still in the kept segments
         self._failing = False
+        self._journal_broken = False
+        self._flushes = 0
 
     def adopt_orphans(self) -> int:
         """Take over what dead processes left in the journal directory."""
         if self.journal is None:
             return 0
-        orphans = orphaned_segments(self.journal.dir)
-        records = read_segments(orphans)
+        segments, held = claim_orphans(self.journal.dir, self.journal.token)
+        records = read_segments(segments)
         self.pending.extend(records)
-        self.segments.extend(orphans)
+        self.segments.extend(segments)
+        self.orphan_locks += held
         if records:
             log.warning("recording %d request(s) left in the usage journal by a process that stopped", len(records))
         return len(records)
 
     def begin(self, rec: UsageRecord) -> None:
         self.inflight[rec.id] = rec
-        if self.journal is not None:
-            self.journal.append(rec)
+        self._journal(rec)
 
     def unsent(self, rec: UsageRecord) -> None:
         """The request begun as `rec` reached no engine: nothing to record."""
         self.inflight.pop(rec.id, None)
-        if self.journal is not None:
-            self.journal.append(rec.model_copy(update={"status": UNSENT}))
+        self._journal(rec.model_copy(update={"status": UNSENT}))
 
     def finish(self, rec: UsageRecord) -> None:
         self.inflight.pop(rec.id, None)
-        if self.journal is not None:
-            self.journal.append(rec)
-        self.pending.append(rec)
+        self.pending.append(rec)  # in memory first: a journal that cannot be written loses nothing here
+        self._journal(rec)
         if len(self.pending) > self.max_pending:
             drop = len(self.pending) - self.max_pending
             del self.pending[:drop]
-            self.evicted += drop
-            if self.evicted == drop:
-                log.error("usage backlog over %d records: the oldest stay only in the journal until a restart",
+            if self.evicted == 0:
+                log.error("usage backlog over %d records: the oldest wait in the journal until it drains",
                           self.max_pending)
+            self.evicted += drop
+
+    def _journal(self, rec: UsageRecord) -> None:
+        if self.journal is None:
+            return
+        try:
+            self.journal.append(rec)
+            self._journal_broken = False
+        except OSError as e:  # a full disk: the record is still in memory; a crash now would lose it
+            if not self._journal_broken:
+                log.error("usage journal cannot be written (%s): a crash now would lose in-flight usage", e)
+            self._journal_broken = True
 
     @property
     def unflushed(self) -> int:
@@ -156,39 +208,69 @@ class UsageLedger:
     async def flush(self) -> bool:
         """Send what is pending; True when nothing is left behind."""
         if self.journal is not None:
-            old = self.journal.rotate(list(self.inflight.values()))
+            try:
+                old = self.journal.rotate(list(self.inflight.values()))
+            except OSError as e:
+                log.error("usage journal cannot rotate: %s", e)
+                old = None
             if old is not None:
                 self.segments.append(old)
-        batch = list(self.pending)
-        if batch:
-            try:
-                await self.sink(batch)
-            except Exception as e:  # the store's trouble or the network's: keep everything and try again
-                self.failures += 1
-                self.failed_total += 1
-                if not self._failing:
-                    self._failing = True
-                    log.error("usage not recorded yet (%s); %d record(s) kept, retrying", e, len(batch))
+        if not await self._send():
+            return False
+        if self.evicted:  # the backlog drained: what was pushed out of memory is read back from the journal
+            done = {r.id for r in self.inflight.values()}
+            self.pending = [r for r in read_segments(self.segments) if r.id not in done]
+            if not await self._send():
                 return False
-            del self.pending[: len(batch)]
+            self.evicted = 0
+        for p in self.segments:
+            p.unlink(missing_ok=True)
+        self.segments.clear()
+        for fd, lock in self.orphan_locks:
+            lock.unlink(missing_ok=True)
+            os.close(fd)
+        self.orphan_locks.clear()
         if self._failing:
             log.warning("usage recorded again after %d failed attempt(s)", self.failures)
         self._failing, self.failures = False, 0
-        if self.evicted == 0:  # with records only in the journal, its segments are all that holds them
-            for p in self.segments:
-                p.unlink(missing_ok=True)
-            self.segments.clear()
+        return True
+
+    async def _send(self) -> bool:
+        batch, self.pending = self.pending, []
+        sent = 0
+        try:
+            while sent < len(batch):
+                await self.sink(batch[sent : sent + CHUNK])
+                sent += min(CHUNK, len(batch) - sent)
+        except asyncio.CancelledError:
+            self.pending = batch[sent:] + self.pending
+            raise
+        except Exception as e:  # the store's trouble or the network's: keep what was not sent and try again
+            self.pending = batch[sent:] + self.pending
+            self.failures += 1
+            self.failed_total += 1
+            if not self._failing:
+                self._failing = True
+                log.error("usage not recorded yet (%s); %d record(s) kept, retrying", e, len(self.pending))
+            return False
         return True
 
     async def run(self, interval: float) -> None:
         while True:
             delay = interval if self.failures == 0 else min(MAX_BACKOFF, interval * 2**self.failures)
             await asyncio.sleep(delay)
-            await self.flush()
+            self._flushes += 1
+            try:
+                if self.adopt and self._flushes % ADOPT_EVERY == 0:
+                    self.adopt_orphans()
+                await self.flush()
+            except Exception:  # never let a journal problem end the flushing for good
+                log.exception("usage flush failed; retrying")
+                self.failures += 1
 
     async def close(self) -> None:
-        await self.flush()
+        with contextlib.suppress(Exception):
+            await self.flush()
         if self.journal is not None:
-            self.journal.close()
-            if not self.pending and not self.inflight and self.evicted == 0:
-                self.journal.path.unlink(missing_ok=True)
+            keep = bool(self.pending or self.inflight or self.evicted or self.segments)
+            self.journal.close(keep)

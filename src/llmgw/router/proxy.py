@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
+from llmgw.core.errors import ConnectFailed
 from llmgw.router.errors import openai_error, sse_error
 from llmgw.router.usage import StreamUsage, usage_from_body
 
@@ -47,10 +48,12 @@ async def forward(
     body: bytes,
     stream: bool,
     t: Timeouts,
-    strip_usage: bool = False,
+    watch: StreamUsage,
     secret: str = "",
 ) -> Outcome:
-    """Raises aiohttp.ClientConnectorError when the engine could not be reached at all (safe to retry)."""
+    """Raises ConnectFailed when nothing was sent to the engine (it could not be reached, or no connection to it
+    came free in time): safe to try elsewhere, and nothing to record. `watch` follows a stream's usage, and the
+    caller can read it however this ends (a cancelled request included)."""
     # `connect` also bounds the wait for a free connection in the replica's pool: requests queue there first
     timeout = aiohttp.ClientTimeout(
         total=None, connect=t.queue + t.connect, sock_connect=t.connect, sock_read=t.first_byte
@@ -60,8 +63,8 @@ async def forward(
         headers["Authorization"] = f"Bearer {secret}"
     try:
         resp = await session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False)
-    except aiohttp.ClientConnectorError:
-        raise  # a ClientError too, but the caller retries it elsewhere: not a 502
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+        raise ConnectFailed(f"{type(e).__name__}: {e}") from e
     except TimeoutError:
         return Outcome(
             504, response=openai_error(504, "the engine did not answer in time", "upstream_error", "upstream_timeout")
@@ -97,7 +100,6 @@ async def forward(
             out = web.Response(status=resp.status, body=data, headers={"Content-Type": ctype})
             return Outcome(resp.status, p, c, out)
         sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
-        watch = StreamUsage(strip=strip_usage)
         try:
             await sr.prepare(request)
             return await _relay(sr, resp, watch, t.idle)

@@ -22,6 +22,7 @@ from llmgw.store.base import UsageRecord
 
 log = logging.getLogger(__name__)
 
+USAGE_POST_TIMEOUT = 60.0
 Ready = tuple[str, str, str]  # replica id, endpoint, the replica's engine secret
 
 
@@ -147,6 +148,7 @@ class RemoteState:
             self.admin + "/api/router/activity",
             data=Activity(usage=batch).model_dump_json(),
             headers={"Content-Type": "application/json"},
+            timeout=aiohttp.ClientTimeout(total=USAGE_POST_TIMEOUT),  # a batch waits for the store's writer
         ) as r:
             r.raise_for_status()
 

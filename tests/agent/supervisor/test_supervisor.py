@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -109,17 +110,21 @@ def _alive(pid: int | None) -> bool:
 
 
 @pytest.mark.parametrize("rid", ["r1", "org/model-1a2b"])  # a model named org/model once hid its pid file
-async def test_engines_left_by_a_killed_agent_are_stopped_by_the_next(tmp_path: Path, rid: str) -> None:
-    from llmgw.agent.supervisor.process import reap_orphans
+async def test_engines_left_by_a_killed_agent_are_found_by_the_next(tmp_path: Path, rid: str) -> None:
+    from llmgw.agent.supervisor.adopt import discard, find_running, identity, leads_its_session
 
     first = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim_launch)
     await first.converge([spec(free_port(), rid)])
     pid = first.shards[(rid, 0)].proc.pid  # type: ignore[union-attr]
     try:
-        assert [p.read_text().strip() for p in tmp_path.glob("*.pid")] == [str(pid)]
+        assert [p.read_text().split()[0] for p in tmp_path.glob("*.pid")] == [str(pid)]
         # the agent dies without stopping anything: its supervisor object is simply dropped
         first.shards.clear()
-        assert reap_orphans(tmp_path) == [pid]
+        written = [p.read_text() for p in tmp_path.glob("*.pid")]
+        found = find_running(tmp_path)
+        assert [(k, r.pid) for k, r in found.items()] == [((rid, 0), pid)], (
+            written, identity(pid), leads_its_session(pid))
+        discard(found[(rid, 0)])  # what the next agent does with a shard nobody wants any more
         await await_until(lambda: _async(not _alive(pid)), 10, "orphan gone")
         assert list(tmp_path.glob("*.pid")) == []
     finally:
@@ -157,3 +162,19 @@ async def test_one_shard_that_cannot_be_prepared_fails_alone(tmp_path: Path) -> 
 async def _is_rid(s: Supervisor, rid: str, state: str) -> bool:
     await s.tick()
     return any(st.replica_id == rid and st.state == state for st in s.states())
+
+
+async def test_a_pid_file_naming_another_process_is_never_acted_on(tmp_path: Path) -> None:
+    """Found by review: after a reboot or a pid's reuse, a pid file names an unrelated session leader."""
+    from llmgw.agent.supervisor.adopt import find_running
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        (tmp_path / "x-rank0.pid").write_text(f"{other.pid} some-other-boot/123\n")
+        (tmp_path / "x-rank0.shard").write_text(spec(free_port(), "x").model_dump_json())
+        assert find_running(tmp_path) == {}
+        assert other.poll() is None, "an unrelated process was killed"
+        assert not (tmp_path / "x-rank0.pid").exists()
+    finally:
+        other.kill()
+        other.wait()

@@ -34,12 +34,13 @@ class AdoptedProcess:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
+        self.who = identity(pid)
         self._code: int | None = None
 
     @property
     def returncode(self) -> int | None:
         """None while it runs; then -1 (not our child: its exit code went to whoever reaped it)."""
-        if self._code is None and not leads_its_session(self.pid):
+        if self._code is None and not (leads_its_session(self.pid) and identity(self.pid) == self.who):
             self._code = -1
         return self._code
 
@@ -47,6 +48,23 @@ class AdoptedProcess:
         while self.returncode is None:
             await asyncio.sleep(0.1)
         return -1
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def identity(pid: int) -> str:
+    """Who a pid is: this boot and the process's start time (clock ticks since boot). A pid file outlives a
+    reboot, and pids are reused: the number alone could name an unrelated service, which we would then kill."""
+    try:
+        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+    return f"{_boot_id()}/{start}"
 
 
 def leads_its_session(pid: int) -> bool:
@@ -61,15 +79,18 @@ def leads_its_session(pid: int) -> bool:
 
 def find_running(state_dir: Path) -> dict[tuple[str, int], Running]:
     """Shards a previous agent left running, by (replica, rank). Stale files of dead ones are removed; a live
-    process without a readable spec cannot be adopted and is stopped."""
+    process without a readable spec cannot be adopted and is stopped; a pid that now names another process is
+    left alone."""
     found: dict[tuple[str, int], Running] = {}
     for pid_path in sorted(state_dir.glob("*.pid")):
         spec_path = pid_path.with_suffix(SPEC_SUFFIX)
         try:
-            pid = int(pid_path.read_text().strip())
+            number, _, who = pid_path.read_text().strip().partition(" ")
+            pid = int(number)
         except (OSError, ValueError):
-            pid = 0
-        alive = pid > 0 and leads_its_session(pid)
+            pid, who = 0, ""
+        # ours only if it is the very process we started: same boot, same start time, still its own session
+        alive = pid > 0 and bool(who) and identity(pid) == who and leads_its_session(pid)
         spec = None
         if alive:
             try:

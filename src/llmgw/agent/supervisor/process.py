@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmgw.agent.engines.base import Launch
-from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess
+from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess, identity
 from llmgw.wire.messages import ShardSpec, ShardState
 
 LOG_TAIL_BYTES = 4096
@@ -97,7 +97,8 @@ class ShardProcess:
             return
         finally:
             log.close()
-        self.pid_path.write_text(f"{self.proc.pid}\n")
+        # the pid and who it is (boot and start time): after a reboot or a pid's reuse it names someone else
+        self.pid_path.write_text(f"{self.proc.pid} {identity(self.proc.pid)}\n")
         # its spec beside it, so a next agent can adopt it rather than restart it (0600: it holds the secret)
         write_private(self.pid_path.with_suffix(SPEC_SUFFIX), self.spec.model_dump_json())
         self.state = "starting" if self.launch.serves_http else "running"
@@ -147,33 +148,6 @@ def write_private(path: Path, content: str) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-
-
-def reap_orphans(log_dir: Path) -> list[int]:
-    """Stop engines a previous agent on this node left running (it was killed, not stopped).
-
-    Their ports and GPUs would otherwise be taken by processes nobody supervises.
-    """
-    killed = []
-    for pidfile in sorted(log_dir.glob("*.pid")):
-        try:
-            pid = int(pidfile.read_text().strip())
-        except (OSError, ValueError):
-            pidfile.unlink(missing_ok=True)
-            continue
-        if _same_session_leader(pid):
-            _signal_group(pid, signal.SIGKILL)
-            killed.append(pid)
-        pidfile.unlink(missing_ok=True)
-    return killed
-
-
-def _same_session_leader(pid: int) -> bool:
-    """Only a process that still leads its own session (as our engines do) is ours to stop: pids get reused."""
-    try:
-        return os.getsid(pid) == pid
-    except ProcessLookupError:
-        return False
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -1,0 +1,90 @@
+"""The usage ledger and the store writer under the faults a review found: nothing lost, nothing counted twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+from llmgw.control.writer import StoreWriter
+from llmgw.router.ledger import CHUNK, UNKNOWN, Journal, UsageLedger
+from llmgw.store.base import UsageRecord
+
+
+def rec(i: int, status: int = 200) -> UsageRecord:
+    return UsageRecord(key_id="k", model="m", replica_id="r", prompt_tokens=1, completion_tokens=i,
+                       started_at=float(i), duration_s=0.0, status=status)
+
+
+class Store:
+    """Records by id, like the real store; can be made to fail."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, UsageRecord] = {}
+        self.calls: list[int] = []
+        self.failing = False
+
+    async def add(self, batch: list[UsageRecord]) -> None:
+        self.calls.append(len(batch))
+        if self.failing:
+            raise OSError("store unavailable")
+        for r in batch:
+            self.rows.setdefault(r.id, r)
+
+
+async def test_a_cancelled_wait_does_not_kill_the_writer() -> None:
+    w = StoreWriter()
+    gate = threading.Event()
+    waiter = asyncio.ensure_future(w.run(gate.wait, 5))
+    await asyncio.sleep(0)
+    queued = asyncio.ensure_future(w.run(lambda: "never wanted"))
+    await asyncio.sleep(0.05)
+    queued.cancel()  # its caller gave up while it waited its turn
+    waiter.cancel()
+    gate.set()
+    assert await w.run(lambda: 42) == 42, "the writer thread died"
+    w.close()
+
+
+async def test_a_backlog_beyond_memory_is_read_back_from_the_journal_once_it_drains(tmp_path: Path) -> None:
+    store = Store()
+    ledger = UsageLedger(store.add, tmp_path, max_pending=3)
+    store.failing = True
+    for i in range(10):
+        r = rec(i, UNKNOWN)
+        ledger.begin(r)
+        ledger.finish(r.model_copy(update={"status": 200}))
+        await ledger.flush()
+    assert ledger.evicted == 7 and ledger.unflushed == 10
+    store.failing = False
+    assert await ledger.flush()
+    assert len(store.rows) == 10 and ledger.unflushed == 0 and ledger.evicted == 0
+    assert sorted(p.name for p in tmp_path.glob("*.jsonl")) == [ledger.journal.path.name]  # type: ignore[union-attr]
+
+
+async def test_big_batches_go_in_chunks(tmp_path: Path) -> None:
+    store = Store()
+    ledger = UsageLedger(store.add, tmp_path)
+    for i in range(2 * CHUNK + 7):
+        ledger.finish(rec(i))
+    assert await ledger.flush()
+    assert store.calls == [CHUNK, CHUNK, 7] and len(store.rows) == 2 * CHUNK + 7
+
+
+async def test_a_dead_writers_journal_is_recorded_whatever_its_pid_and_a_live_ones_is_not(tmp_path: Path) -> None:
+    store = Store()
+    dead = Journal(tmp_path)
+    done, cut = rec(1, UNKNOWN), rec(2, UNKNOWN)
+    dead.append(done)
+    dead.append(done.model_copy(update={"status": 200}))
+    dead.append(cut)  # in flight when it died
+    os.close(dead._lock)  # its process is gone: the lock is free (the pid in nobody's way)
+    live = Journal(tmp_path)
+    live.append(rec(3))
+    ledger = UsageLedger(store.add, tmp_path, adopt=True)
+    assert ledger.adopt_orphans() == 2
+    assert await ledger.flush()
+    assert sorted((r.completion_tokens, r.status) for r in store.rows.values()) == [(1, 200), (2, UNKNOWN)]
+    assert not list(tmp_path.glob(f"{dead.token}*")) and (tmp_path / f"{live.token}.lock").exists()
+    assert ledger.adopt_orphans() == 0  # once
