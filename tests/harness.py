@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,15 @@ def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: flo
     raise AssertionError(
         f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else "")
     )
+
+
+def failures_logged(caplog: Any) -> list[str]:
+    """Errors and tracebacks llmgw or aiohttp logged during a test. Only theirs: a garbage collector finishing off
+    an earlier test's unclosed session logs through asyncio in whatever test happens to be running."""
+    return [
+        r.getMessage() for r in caplog.records
+        if r.name.split(".")[0] in ("llmgw", "aiohttp") and (r.levelno >= logging.ERROR or r.exc_info)
+    ]
 
 
 def holds_for(cond: Callable[[], Any], seconds: float, what: str, interval: float = 0.2) -> None:

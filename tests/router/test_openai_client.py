@@ -7,6 +7,7 @@ import sqlite3
 import openai
 import pytest
 
+from tests.harness import failures_logged
 from tests.router.conftest import RouterUnderTest, settle
 
 
@@ -97,4 +98,4 @@ async def test_every_stream_is_recorded_when_the_client_closes_at_done_or_walks_
     assert all(t > 0 for m, _, t in seen if m == "smollm2")
     abandoned = [(s, t) for m, s, t in seen if m == "sim-a"]
     assert len(abandoned) == 1 and abandoned[0][0] in (200, 499)
-    assert "Traceback" not in caplog.text
+    assert failures_logged(caplog) == []
