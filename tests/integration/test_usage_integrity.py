@@ -90,7 +90,7 @@ def test_a_store_locked_by_another_process_delays_usage_but_loses_none_and_block
         assert [s for s, _ in results] == [200] * 40
         assert max(t for _, t in results) < 2.0, "a request waited on the store"
         wait_until(lambda: len(rows(p, key_id)) == 40, 30, "every request recorded once the lock is gone")
-        assert unflushed is not None and unflushed > 0
+        assert unflushed is not None and unflushed > 0, f"llmgw_usage_unflushed was {unflushed} during the lock"
         assert metric(p, "llmgw_usage_unflushed") == 0
     except BaseException:
         print(dump_logs(p))

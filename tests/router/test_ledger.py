@@ -35,11 +35,17 @@ class Store:
 
 async def test_a_cancelled_wait_does_not_kill_the_writer() -> None:
     w = StoreWriter()
-    gate = threading.Event()
-    waiter = asyncio.ensure_future(w.run(gate.wait, 5))
-    await asyncio.sleep(0)
+    gate, started = threading.Event(), threading.Event()
+
+    def busy() -> None:
+        started.set()
+        gate.wait(5)
+
+    waiter = asyncio.ensure_future(w.run(busy))
+    assert await asyncio.to_thread(started.wait, 5)
     queued = asyncio.ensure_future(w.run(lambda: "never wanted"))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # the task runs up to its wait: the job is in the writer's queue
+    assert w.pending() == 1
     queued.cancel()  # its caller gave up while it waited its turn
     waiter.cancel()
     gate.set()
@@ -88,3 +94,21 @@ async def test_a_dead_writers_journal_is_recorded_whatever_its_pid_and_a_live_on
     assert sorted((r.completion_tokens, r.status) for r in store.rows.values()) == [(1, 200), (2, UNKNOWN)]
     assert not list(tmp_path.glob(f"{dead.token}*")) and (tmp_path / f"{live.token}.lock").exists()
     assert ledger.adopt_orphans() == 0  # once
+
+
+async def test_a_batch_waiting_on_a_slow_store_still_counts_as_unflushed(tmp_path: Path) -> None:
+    """Found by a flaky test: while a batch waited on a locked store, the gauge said nothing was waiting."""
+    gate, entered = asyncio.Event(), asyncio.Event()
+
+    async def slow(batch: list[UsageRecord]) -> None:
+        entered.set()
+        await gate.wait()
+
+    ledger = UsageLedger(slow, tmp_path)
+    for i in range(3):
+        ledger.finish(rec(i))
+    flushing = asyncio.ensure_future(ledger.flush())
+    await asyncio.wait_for(entered.wait(), 5)
+    assert ledger.unflushed == 3
+    gate.set()
+    assert await flushing and ledger.unflushed == 0

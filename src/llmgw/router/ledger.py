@@ -155,6 +155,7 @@ class UsageLedger:
         self._failing = False
         self._journal_broken = False
         self._flushes = 0
+        self._sending = 0  # records handed to the sink and not yet confirmed: still unflushed
 
     def adopt_orphans(self) -> int:
         """Take over what dead processes left in the journal directory."""
@@ -203,7 +204,7 @@ class UsageLedger:
 
     @property
     def unflushed(self) -> int:
-        return len(self.pending) + self.evicted
+        return len(self.pending) + self._sending + self.evicted
 
     async def flush(self) -> bool:
         """Send what is pending; True when nothing is left behind."""
@@ -238,15 +239,19 @@ class UsageLedger:
     async def _send(self) -> bool:
         batch, self.pending = self.pending, []
         sent = 0
+        self._sending = len(batch)
         try:
             while sent < len(batch):
                 await self.sink(batch[sent : sent + CHUNK])
                 sent += min(CHUNK, len(batch) - sent)
+                self._sending = len(batch) - sent
         except asyncio.CancelledError:
             self.pending = batch[sent:] + self.pending
+            self._sending = 0
             raise
         except Exception as e:  # the store's trouble or the network's: keep what was not sent and try again
             self.pending = batch[sent:] + self.pending
+            self._sending = 0
             self.failures += 1
             self.failed_total += 1
             if not self._failing:
