@@ -215,7 +215,8 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
                 plane.demand[model] = max(at, plane.demand.get(model, 0.0))
         for rid, at in act.used.items():
             plane.used(rid, at)
-        plane.outstanding.update(act.outstanding)
+        if act.reporter:
+            plane.in_flight(act.reporter, act.outstanding, whole=True)
         try:
             added = await plane.writer.run(plane.store.add_usage, act.usage)
         except StoreError as e:  # the worker keeps the batch and sends it again; ids make that harmless

@@ -19,6 +19,8 @@ from llmgw.store.base import Revocation, Store
 from llmgw.wire.messages import DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
+LOCAL = "local"  # the router in the control plane's own process
+REPORTER_SILENT_AFTER = 30.0  # a worker whose last report is older is gone: its in-flight counts no longer count
 STALL_AFTER = 5.0  # seconds between passes beyond which the control plane counts itself as having stalled
 NODE_EVENT_BURST = 30.0
 NODE_EVENT_EVERY = 10.0
@@ -50,7 +52,10 @@ class ControlPlane:
         self.replicas: dict[str, ReplicaRecord] = {}
         self.demand: dict[str, float] = {}
         self.last_used: dict[str, float] = {}
-        self.outstanding: dict[str, int] = {}
+        # requests in flight per replica, per reporter (this process's router, each API worker): summed, never
+        # overwritten, so a replica busy in one worker does not look idle because another worker has none on it
+        self.in_flight_by: dict[str, dict[str, int]] = {}
+        self._heard_at: dict[str, float] = {}
         self.generation = 0  # bumped when replicas change, so readers can cache derived tables
         self.keys_version = 0  # bumped when API keys change, so routers reload them
         self.revoked_nodes: dict[str, Revocation] = {}
@@ -160,7 +165,7 @@ class ControlPlane:
             replicas=list(self.replicas.values()),
             demand=dict(self.demand),
             last_used=dict(self.last_used),
-            outstanding=dict(self.outstanding),
+            outstanding=self.outstanding(),
             timings=self.timings,
             entropy=secrets.token_bytes(32),
             resumed_at=self.resumed_at,
@@ -220,7 +225,8 @@ class ControlPlane:
                 self.replicas.pop(i.replica_id, None)
                 self.writer.submit(self.store.delete_replica, i.replica_id)
                 self.last_used.pop(i.replica_id, None)
-                self.outstanding.pop(i.replica_id, None)
+                for counts in self.in_flight_by.values():
+                    counts.pop(i.replica_id, None)
                 changed = True
                 self.event("replica", i.replica_id, i.message)
         if changed:
@@ -232,6 +238,30 @@ class ControlPlane:
 
     def used(self, replica_id: str, at: float) -> None:
         self.last_used[replica_id] = max(at, self.last_used.get(replica_id, 0.0))
+
+    def in_flight(self, reporter: str, counts: dict[str, int], whole: bool) -> None:
+        """What one router process has in flight: its whole table (`whole`), or just these replicas' counts."""
+        if whole:
+            self.in_flight_by[reporter] = {r: n for r, n in counts.items() if n > 0}
+        else:
+            mine = self.in_flight_by.setdefault(reporter, {})
+            for r, n in counts.items():
+                if n > 0:
+                    mine[r] = n
+                else:
+                    mine.pop(r, None)
+        self._heard_at[reporter] = self.clock.monotonic()
+
+    def outstanding(self) -> dict[str, int]:
+        """Requests in flight per replica, over every reporter heard from lately (a worker that died says no more)."""
+        now = self.clock.monotonic()
+        total: dict[str, int] = {}
+        for reporter, counts in self.in_flight_by.items():
+            if reporter != LOCAL and now - self._heard_at.get(reporter, now) > REPORTER_SILENT_AFTER:
+                continue
+            for r, n in counts.items():
+                total[r] = total.get(r, 0) + n
+        return total
 
     def keys_changed(self) -> None:
         self.keys_version += 1

@@ -194,6 +194,8 @@ class Router:
                     )
                 tried.add(route.replica_id)
                 route.outstanding += 1
+                # busy from now on, not from its end: a long generation must not look idle to eviction meanwhile
+                self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
                 watch = StreamUsage(strip=strip_usage)
                 try:
                     outcome = await forward(

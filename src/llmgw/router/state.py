@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Protocol
 from urllib.parse import quote
 
@@ -16,7 +17,7 @@ import aiohttp
 from pydantic import BaseModel
 
 from llmgw.config.server import ModelSpec
-from llmgw.control.plane import ControlPlane
+from llmgw.control.plane import LOCAL, ControlPlane
 from llmgw.core.clock import Clock
 from llmgw.store.base import UsageRecord
 
@@ -38,9 +39,10 @@ class RouterView(BaseModel):
 class Activity(BaseModel):
     """What router workers tell the control plane: demand and use keep models alive; usage is recorded."""
 
+    reporter: str = ""  # which worker: its in-flight table replaces its previous one, and adds to the others'
     demand: dict[str, float] = {}
     used: dict[str, float] = {}
-    outstanding: dict[str, int] = {}
+    outstanding: dict[str, int] = {}  # the worker's whole in-flight table
     usage: list[UsageRecord] = []
 
 
@@ -86,7 +88,7 @@ class LocalState:
 
     def used(self, replica_id: str, at: float, outstanding: int) -> None:
         self.plane.used(replica_id, at)
-        self.plane.outstanding[replica_id] = outstanding
+        self.plane.in_flight(LOCAL, {replica_id: outstanding}, whole=False)
 
     async def store_usage(self, batch: list[UsageRecord]) -> None:
         # off the event loop, through the one writer: a batch is one transaction, but a disk can still stall
@@ -109,6 +111,7 @@ class RemoteState:
         self.models: dict[str, ModelSpec] = {}
         self._view = RouterView(generation=-1, keys_version=-1, models=[], ready={})
         self._activity = Activity()
+        self._in_flight: dict[str, int] = {}  # sent whole with every report: the plane replaces ours with it
         self._session: aiohttp.ClientSession | None = None
 
     def _http(self) -> aiohttp.ClientSession:
@@ -140,7 +143,10 @@ class RemoteState:
 
     def used(self, replica_id: str, at: float, outstanding: int) -> None:
         self._activity.used[replica_id] = at
-        self._activity.outstanding[replica_id] = outstanding
+        if outstanding > 0:
+            self._in_flight[replica_id] = outstanding
+        else:
+            self._in_flight.pop(replica_id, None)
 
     async def store_usage(self, batch: list[UsageRecord]) -> None:
         """Raises unless the control plane recorded the batch (it answers 2xx only once it is in the store)."""
@@ -161,8 +167,9 @@ class RemoteState:
 
     async def flush(self) -> None:
         act, self._activity = self._activity, Activity()
-        if not (act.demand or act.used):
+        if not (act.demand or act.used or self._in_flight):  # busy and quiet is still busy: say so
             return
+        act.reporter, act.outstanding = f"worker-{os.getpid()}", dict(self._in_flight)
         try:
             async with self._http().post(
                 self.admin + "/api/router/activity",
@@ -174,7 +181,6 @@ class RemoteState:
             log.warning("could not report activity to the control plane: %s (kept for the next flush)", e)
             act.demand.update(self._activity.demand)
             act.used.update(self._activity.used)
-            act.outstanding.update(self._activity.outstanding)
             self._activity = act
 
     async def close(self) -> None:
