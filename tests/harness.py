@@ -11,10 +11,23 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.config.loader import load
-from llmgw.config.server import ServerConfig
+from llmgw.config.server import ServerConfig, TLSFiles
+from llmgw.control.plane import ControlPlane
 from llmgw.control.server import serve
-from llmgw.core.clock import SystemClock
+from llmgw.core.clock import FakeClock, SystemClock
 from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_up, prepare
+from llmgw.store.sqlite import SqliteStore
+
+
+def plane_in(tmp_path: Path) -> ControlPlane:
+    """A real control plane over a SQLite store in `tmp_path` (loaded from whatever is there), one on-demand model
+    "m", a fake clock and no listeners: for what the plane decides, not how it is reached."""
+    from tests.clusters import model
+
+    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[model("m", min_=0, max_=1)])
+    p = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), FakeClock())
+    p.load()
+    return p
 
 
 def free_port() -> int:

@@ -8,25 +8,16 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from llmgw.config.server import ServerConfig, TLSFiles
-from llmgw.control.plane import LOCAL, REPORTER_SILENT_AFTER, ControlPlane
+from llmgw.control.plane import LOCAL, REPORTER_SILENT_AFTER
 from llmgw.core.clock import FakeClock
-from llmgw.store.sqlite import SqliteStore
-from tests.clusters import model
+from tests.harness import plane_in
 from tests.router.conftest import router_over
-
-
-def plane(tmp_path: Path) -> ControlPlane:
-    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[model("m", min_=0, max_=1)])
-    p = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), FakeClock())
-    p.load()
-    return p
 
 
 def test_a_replica_busy_in_one_worker_stays_busy_whatever_the_others_report(tmp_path: Path) -> None:
     """The defect: each worker's report overwrote the others' counts (`outstanding.update`), so a replica busy in
     one worker looked idle to eviction as soon as another worker reported none on it."""
-    p = plane(tmp_path)
+    p = plane_in(tmp_path)
     p.in_flight("worker-1", {"r": 1}, whole=True)
     p.in_flight("worker-2", {"r": 0, "s": 2}, whole=True)
     p.in_flight(LOCAL, {"r": 1}, whole=False)

@@ -5,23 +5,16 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from llmgw.config.server import ServerConfig, TLSFiles
-from llmgw.control.plane import NODE_EVENT_BURST, NODE_EVENT_EVERY, ControlPlane
+from llmgw.control.plane import NODE_EVENT_BURST, NODE_EVENT_EVERY
 from llmgw.core.clock import FakeClock
 from llmgw.core.state import ReplicaRecord
 from llmgw.store.sqlite import SqliteStore
-from tests.clusters import model, node
-
-
-def plane(tmp_path: Path) -> ControlPlane:
-    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[model("m", min_=0, max_=1)])
-    p = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), FakeClock())
-    p.load()
-    return p
+from tests.clusters import node
+from tests.harness import plane_in
 
 
 def test_a_node_changing_its_words_every_heartbeat_cannot_fill_the_event_log(tmp_path: Path) -> None:
-    p = plane(tmp_path)
+    p = plane_in(tmp_path)
     base = node("node01").report
     for i in range(500):
         p.heartbeat(base.model_copy(update={"fabric_problems": [f"problem {i}-{j}" for j in range(10)]}))
@@ -38,7 +31,7 @@ def test_the_store_is_the_owners_alone_and_old_replicas_get_a_secret(tmp_path: P
     s = SqliteStore(tmp_path / "s.db").open()
     s.put_replica(ReplicaRecord(id="m-old", model="m", created_at=0.0, shards_expected=1))
     s.close()
-    p = plane(tmp_path)
+    p = plane_in(tmp_path)
     assert stat.S_IMODE((tmp_path / "s.db").stat().st_mode) == 0o600
     assert len(p.replicas["m-old"].secret) >= 32
     assert p.store.list_replicas()[0].secret == p.replicas["m-old"].secret

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from llmgw.config.loader import describe
 from llmgw.control.admission import IPNetwork, address_problem, ports_problem
 from llmgw.control.plane import ControlPlane
-from llmgw.core.clock import Clock
+from llmgw.core.buckets import Buckets
 from llmgw.pki.tls import peer_identity
 from llmgw.wire.messages import WIRE_VERSION, NodeReport
 
@@ -26,26 +26,6 @@ MAX_HEARTBEAT_BYTES = 1024 * 1024
 BODY_TIMEOUT = 10.0  # a body trickled in a byte at a time holds a connection no longer than this
 BURST = 20  # heartbeats a node may send at once (a restart, a failover); then HEARTBEATS_PER_INTERVAL per interval
 HEARTBEATS_PER_INTERVAL = 4
-
-
-class Buckets:
-    """A token bucket per node: what one node can make the control plane do per second is bounded."""
-
-    def __init__(self, clock: Clock, per_second: float, burst: float) -> None:
-        self.clock = clock
-        self.rate = per_second
-        self.burst = burst
-        self.level: dict[str, tuple[float, float]] = {}  # node -> (tokens, at)
-
-    def take(self, key: str) -> bool:
-        now = self.clock.monotonic()
-        tokens, at = self.level.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate)
-        if tokens < 1.0:
-            self.level[key] = (tokens, now)
-            return False
-        self.level[key] = (tokens - 1.0, now)
-        return True
 
 
 def _refuse(status: int, error: str, **extra: object) -> web.Response:

@@ -10,6 +10,7 @@ from llmgw.control.desired import desired_for
 from llmgw.control.metrics import Gauges
 from llmgw.control.registry import merge_report
 from llmgw.control.writer import InlineWriter, StoreWriter
+from llmgw.core.buckets import Buckets
 from llmgw.core.clock import Clock
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
 from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap
@@ -60,8 +61,10 @@ class ControlPlane:
         self.keys_version = 0  # bumped when API keys change, so routers reload them
         self.revoked_nodes: dict[str, Revocation] = {}
         self.revoked_serials: dict[str, Revocation] = {}
-        self._dirty: set[str] = set()  # nodes whose record changed since the store last had it
-        self._event_budget: dict[str, tuple[float, float, int]] = {}
+        # nodes whose record changed since the store last had it: written together at the end of each pass
+        self._dirty: set[str] = set()
+        self._event_budget = Buckets(clock, 1.0 / NODE_EVENT_EVERY, NODE_EVENT_BURST)
+        self._events_dropped: dict[str, int] = {}
         self._last_pass: float | None = None
         self.resumed_at = 0.0
         self.holding = ""  # why node losses are held, while they are
@@ -124,7 +127,7 @@ class ControlPlane:
             n = self.nodes.get(node_id)
             if n is not None:
                 self.nodes[node_id] = n.model_copy(update={"lost": True, "revoked": reason or "revoked"})
-                self.writer.submit(self.store.put_node, self.nodes[node_id])
+                self._dirty.add(node_id)
         self.event("node", node_id, msg)
         return msg
 
@@ -142,19 +145,14 @@ class ControlPlane:
     def _node_events(self, node_id: str, events: list[str]) -> None:
         """A node's changes go to the log, but no node can fill it: a budget of NODE_EVENT_BURST, refilled by one
         every NODE_EVENT_EVERY seconds; what it suppresses is counted in the next line that gets through."""
-        now = self.clock.monotonic()
-        tokens, at, dropped = self._event_budget.get(node_id, (NODE_EVENT_BURST, now, 0))
-        tokens = min(NODE_EVENT_BURST, tokens + (now - at) / NODE_EVENT_EVERY)
         for e in events:
-            if tokens < 1.0:
-                dropped += 1
+            if not self._event_budget.take(node_id):
+                self._events_dropped[node_id] = self._events_dropped.get(node_id, 0) + 1
                 continue
-            tokens -= 1.0
+            dropped = self._events_dropped.pop(node_id, 0)
             if dropped:
                 e += f" ({dropped} earlier change(s) of this node not logged: too many)"
-                dropped = 0
             self.event("node", node_id, e)
-        self._event_budget[node_id] = (tokens, now, dropped)
 
     def world(self) -> World:
         return World(
@@ -210,7 +208,7 @@ class ControlPlane:
                 n = self.nodes.get(i.node_id)
                 if n is not None:
                     self.nodes[n.id] = n.model_copy(update={"lost": True})
-                    self.writer.submit(self.store.put_node, self.nodes[n.id])
+                    self._dirty.add(n.id)
                     self.event("node", n.id, i.message)
             elif isinstance(i, PutReplica):
                 if i.replica.ready:
