@@ -123,9 +123,9 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
             return pending[0] if pending else None
 
         waiting = wait_until(replacement_waits, 20, "a replacement with a standing explanation")
-        summary = waiting["explanation"]["summary"]
-        assert "ib-a: 1 whole node(s) fit, needs 2" in summary
-        assert "ib-b" in summary or waiting["explanation"]["filtered"].get("NodeNotWhole") == 2
+        shortfalls = waiting["explanation"]["shortfalls"]
+        assert {"fabric": "ib-a", "fit": 1, "need": 2} in shortfalls
+        assert any(s["fabric"] == "ib-b" for s in shortfalls) or waiting["explanation"]["filtered"].get("NodeNotWhole") == 2
         out = subprocess.run([sys.executable, "-m", "llmgw.cli.main", "ctl", "explain", "big", "--admin", p.admin],
                              capture_output=True, text=True, timeout=30,
                              env={**os.environ, "LLMGW_ADMIN_TOKEN_FILE": str(p.token_file)}).stdout

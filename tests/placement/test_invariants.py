@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from llmgw.config.server import ModelSpec, Profile, Scaling
+from llmgw.core.explanation import explanation_lines
 from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.placement.checks import Request, fast_reason, feasible
 from llmgw.placement.place import VERDICTS_PER_REASON, Placement, Refusal, _rank, _score, place, reservations
@@ -285,7 +286,7 @@ def check_refusal(res: Refusal, c: Cluster, m: ModelSpec) -> None:
     for v in e.verdicts:
         assert not fits(recs[v.node_id], c.replicas, c.models, m), f"{v.node_id} refused ({v.reason}) but fits"
         assert v.message
-    assert e.lines()[0].startswith(f"{m.name}: not placed")
+    assert explanation_lines(e)[0].startswith(f"{m.name}: not placed")
 
 
 def check_fast_paths(res: Placement | Refusal, snap: Snapshot, m: ModelSpec) -> None:
@@ -337,7 +338,7 @@ def test_placement_obeys_every_rule_and_refuses_only_when_nothing_fits(c: Cluste
     event(f"{'placed' if isinstance(res, Placement) else 'refused'} {'multi' if m.profile.nodes > 1 else 'single'}")
     assert isinstance(res, Placement) == placeable(c, m), (
         f"placement {'found' if isinstance(res, Placement) else 'refused'}; oracle disagrees: "
-        + " | ".join(res.explanation.lines())
+        + " | ".join(explanation_lines(res.explanation))
     )
     if isinstance(res, Placement):
         check_placement(res, c, m, snap)
@@ -351,7 +352,7 @@ def test_placement_obeys_every_rule_and_refuses_only_when_nothing_fits(c: Cluste
 def test_multi_node_placement_obeys_every_rule(c: Cluster, m: ModelSpec) -> None:
     res, snap = _place(c, m)
     event("placed" if isinstance(res, Placement) else "refused")
-    assert isinstance(res, Placement) == placeable(c, m), " | ".join(res.explanation.lines())
+    assert isinstance(res, Placement) == placeable(c, m), " | ".join(explanation_lines(res.explanation))
     if isinstance(res, Placement):
         check_placement(res, c, m, snap)
     else:

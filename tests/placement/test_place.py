@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from llmgw.core.explanation import Shortfall, explanation_lines
 from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, Refusal, place
@@ -47,8 +48,8 @@ def test_each_check_reports_its_reason_with_the_nodes_words() -> None:
     words = {v.node_id: v.message for v in res.explanation.verdicts}
     assert "Xid 79" in words["e-faulty"]
     assert "A100-40G" in words["d-a100"]
-    text = "\n".join(res.explanation.lines())
-    assert "InsufficientGPUs: 1 node excluded" in text
+    text = "\n".join(explanation_lines(res.explanation))
+    assert "InsufficientGPUs: 1 node excluded" in text  # the renderer words what the structure says
 
 
 def test_engine_that_cannot_run_says_why() -> None:
@@ -97,7 +98,7 @@ def test_multi_node_refusal_names_the_short_fabrics() -> None:
     m = model(nodes=2, gpus_per_shard=4)
     res = _place([node("node01", fabric="ib-a"), node("node03", fabric="ib-b")], m)
     assert isinstance(res, Refusal)
-    assert "ib-a: 1 whole node(s) fit, needs 2" in res.explanation.summary
+    assert Shortfall(fabric="ib-a", fit=1, need=2) in res.explanation.shortfalls
     assert res.explanation.filtered[Reason.FabricTooSmall] == 2
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmgw.core.explanation import Shortfall
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.intents import MarkLost, PutReplica, Reap
 from llmgw.reconcile.world import Timings
@@ -93,7 +94,7 @@ def test_losing_node02_fails_and_reaps_its_replica_and_the_replacement_waits_rat
     assert sim.scheduled(c) == ("False", Reason.Unschedulable)
     e = c.explanation
     assert e is not None and not e.placed and e.nodes_evaluated == 4
-    assert "ib-a: 1 whole node(s) fit, needs 2" in e.summary
+    assert Shortfall(fabric="ib-a", fit=1, need=2) in e.shortfalls
     assert e.filtered == {Reason.NodeNotReady: 1, Reason.NodeNotWhole: 2, Reason.FabricTooSmall: 1}
     assert any(f"replica {c.id} of big cannot be placed" in ev for ev in sim.events)
     assert len(sim.of("big")) == 2, "one replacement, not one per pass"

@@ -12,6 +12,7 @@ from llmgw.control.registry import merge_report
 from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.buckets import Buckets
 from llmgw.core.clock import Clock
+from llmgw.core.explanation import explanation_lines
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
 from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap
 from llmgw.reconcile.reconcile import reconcile
@@ -284,5 +285,5 @@ class ControlPlane:
             if r.stop_reason:
                 out.append(f"  stop: {r.stop_reason}")
             if r.explanation is not None:
-                out.extend("  " + ln for ln in r.explanation.lines())
+                out.extend("  " + ln for ln in explanation_lines(r.explanation))
         return out

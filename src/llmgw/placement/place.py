@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from llmgw.core.explanation import Candidate, Explanation, NodeVerdict
+from llmgw.core.explanation import Candidate, Explanation, NodeVerdict, Shortfall
 from llmgw.core.reasons import Reason
 from llmgw.core.state import ShardAssignment
 from llmgw.placement import scores
@@ -119,7 +119,7 @@ def _rank(c: _Scored) -> tuple[float, str]:
 
 
 def place(request: Request, snap: Snapshot) -> Placement | Refusal:
-    filtered: dict[str, int] = {}
+    filtered: dict[Reason, int] = {}
     verdicts: list[NodeVerdict] = []
     ok: list[NodeView] = []
     reason_of = fast_reason(request)
@@ -128,24 +128,26 @@ def place(request: Request, snap: Snapshot) -> Placement | Refusal:
         if reason is None:
             ok.append(n)
             continue
-        count = filtered[reason.value] = filtered.get(reason.value, 0) + 1
+        count = filtered[reason] = filtered.get(reason, 0) + 1
         if count <= VERDICTS_PER_REASON:
             verdict = feasible(n, request)  # the node's own words, for the few an explanation shows
             verdicts.append(NodeVerdict(node_id=n.id, reason=reason, message=verdict[1] if verdict else ""))
 
-    def explain(placed: bool, summary: str = "", chosen: Candidate | None = None) -> Explanation:
+    need = request.model.profile.nodes
+    short: list[Shortfall] = []
+
+    def explain(placed: bool, chosen: Candidate | None = None) -> Explanation:
         return Explanation(
-            model=request.model.name, at=snap.now, nodes_evaluated=len(snap.nodes), placed=placed,
-            filtered=filtered, verdicts=verdicts, chosen=chosen, summary=summary,
+            model=request.model.name, at=snap.now, nodes_evaluated=len(snap.nodes), nodes_needed=need, placed=placed,
+            filtered=filtered, verdicts=verdicts, shortfalls=short, chosen=chosen,
         )
 
-    need = request.model.profile.nodes
     if need == 1:
         if not ok:
-            return Refusal(explain(False, "no node can take the shard"))
+            return Refusal(explain(False))
         best = _top(ok, request, 1, {})[0]
         chosen = Candidate(nodes=[best.node.id], scores=best.scores, total=best.total)
-        return Placement(_assignments([best], None), explain(True, chosen=chosen))
+        return Placement(_assignments([best], None), explain(True, chosen))
 
     # Multi-node: whole nodes of one fabric, never two. Each fabric is a separate candidate.
     by_fabric: dict[str, list[NodeView]] = {}
@@ -153,28 +155,26 @@ def place(request: Request, snap: Snapshot) -> Placement | Refusal:
         for f in n.fabrics:
             by_fabric.setdefault(f, []).append(n)
     candidates: list[tuple[float, str, list[_Scored]]] = []
-    short: list[str] = []
     memo: dict[str, _Scored] = {}  # a node on two fabrics is scored once
     for fname in sorted(by_fabric):
         members = by_fabric[fname]
         if len(members) < need:
-            short.append(f"{fname}: {len(members)} whole node(s) fit, needs {need}")
+            short.append(Shortfall(fabric=fname, fit=len(members), need=need))
             continue
         picked = _top(members, request, need, memo)
         candidates.append((-sum(s.total for s in picked), fname, picked))
     if not candidates:
         if ok and short:
-            filtered[Reason.FabricTooSmall.value] = len(ok)
-        summary = "; ".join(short) if short else f"needs {need} whole nodes on one fabric"
-        return Refusal(explain(False, summary))
+            filtered[Reason.FabricTooSmall] = len(ok)
+        return Refusal(explain(False))
     _, fname, picked = min(candidates, key=lambda c: (c[0], c[1]))
     total = sum(s.total for s in picked)
     merged: dict[str, float] = {}
     for sc in picked:
         for k, val in sc.scores.items():
             merged[k] = merged.get(k, 0.0) + val / len(picked)
-    chosen = Candidate(nodes=[s.node.id for s in picked], scores=merged, total=total)
-    return Placement(_assignments(picked, fname), explain(True, f"fabric {fname}", chosen))
+    chosen = Candidate(nodes=[s.node.id for s in picked], scores=merged, total=total, fabric=fname)
+    return Placement(_assignments(picked, fname), explain(True, chosen))
 
 
 def reservations(

@@ -7,6 +7,7 @@ import hmac
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.conditions import Status, set_condition
+from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.placement.checks import Request
@@ -167,8 +168,11 @@ def reconcile(w: World) -> list[Intent]:
             snap = snap.with_reservation(r.id, reservations(req, result.assignments))
             continue
         expl = result.explanation
-        first = r.explanation is None or r.explanation.lines() != expl.lines()
-        why = "; ".join(expl.lines()[1:3])
+        first = not expl.same_as(r.explanation)
+        if not first:
+            assert r.explanation is not None
+            expl = r.explanation  # saying it again is no change: no write, no router woken
+        why = "; ".join(explanation_lines(expl)[1:3])
         # a model asked for now (on demand) or promised (min >= 1) may have an idle on-demand replica stopped for it
         if not evicting:
             victim = _eviction_victim(req, current, nodes, w, exclude_model=spec.name)
@@ -183,7 +187,7 @@ def reconcile(w: World) -> list[Intent]:
         conds = set_condition(r.conditions, "Scheduled", Status.FALSE, Reason.Unschedulable, why, w.now)
         current[r.id] = r.model_copy(update={"explanation": expl, "conditions": conds})
         if first:
-            events[r.id] = f"replica {r.id} of {spec.name} cannot be placed: " + " | ".join(expl.lines()[1:])
+            events[r.id] = f"replica {r.id} of {spec.name} cannot be placed: " + " | ".join(explanation_lines(expl)[1:])
 
     for r in current.values():
         old = next((o for o in w.replicas if o.id == r.id), None)
