@@ -11,6 +11,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.store.sqlite import SqliteStore
 from tests.clusters import model, node
 
+
 def test_passes_over_an_unchanged_unplaceable_cluster_write_nothing(tmp_path: Path) -> None:
     big = model("big", gpus_per_shard=8, min_=1, max_=1)
     cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[big])

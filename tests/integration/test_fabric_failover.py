@@ -125,7 +125,8 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
         waiting = wait_until(replacement_waits, 20, "a replacement with a standing explanation")
         shortfalls = waiting["explanation"]["shortfalls"]
         assert {"fabric": "ib-a", "fit": 1, "need": 2} in shortfalls
-        assert any(s["fabric"] == "ib-b" for s in shortfalls) or waiting["explanation"]["filtered"].get("NodeNotWhole") == 2
+        filtered = waiting["explanation"]["filtered"]
+        assert any(s["fabric"] == "ib-b" for s in shortfalls) or filtered.get("NodeNotWhole") == 2
         out = subprocess.run([sys.executable, "-m", "llmgw.cli.main", "ctl", "explain", "big", "--admin", p.admin],
                              capture_output=True, text=True, timeout=30,
                              env={**os.environ, "LLMGW_ADMIN_TOKEN_FILE": str(p.token_file)}).stdout
