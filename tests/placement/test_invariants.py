@@ -279,7 +279,7 @@ def check_refusal(res: Refusal, c: Cluster, m: ModelSpec) -> None:
     if m.profile.nodes == 1:
         assert total == e.nodes_evaluated, "a node was refused without a reason"
     recs = {n.id: n for n in c.nodes}
-    per_reason = Counter(v.reason.value for v in e.verdicts)
+    per_reason = Counter(v.reason for v in e.verdicts)
     for reason, shown in per_reason.items():
         assert reason in e.filtered
         assert shown <= min(VERDICTS_PER_REASON, e.filtered[reason])
