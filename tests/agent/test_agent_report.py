@@ -47,7 +47,7 @@ async def test_report_describes_the_host(tmp_path: Path) -> None:
     assert [f.name for f in r.fabrics] == ["ib-a"] and r.fabrics[0].adapters == ["mlx5_0", "mlx5_1"]
     assert r.engines_probed and [e.name for e in r.engines] == ["sim"]
     assert r.hardware.disk is not None  # the weights directory exists from the start
-    assert r.fabric_problems == []
+    assert r.problems == []
 
 
 async def test_fabric_typo_is_reported_at_start_with_the_adapter(
@@ -63,7 +63,7 @@ async def test_fabric_typo_is_reported_at_start_with_the_adapter(
     finally:
         await a.close()
     assert r.fabrics[0].adapters == ["mlx5_0"]  # the absent adapter is not advertised
-    assert any("mlx5_3" in p for p in r.fabric_problems)
+    assert any(p.code == "FabricAdapterMissing" and "mlx5_3" in p.message for p in r.problems)
 
 
 async def test_an_adapter_in_init_is_not_advertised(tmp_path: Path) -> None:
@@ -75,6 +75,6 @@ async def test_an_adapter_in_init_is_not_advertised(tmp_path: Path) -> None:
     finally:
         await a.close()
     assert r.fabrics[0].adapters == ["mlx5_0"]
-    assert any("mlx5_1" in p and "INIT" in p for p in r.fabric_problems)
+    assert any(p.code == "FabricPortNotActive" and "mlx5_1" in p.message and "INIT" in p.message for p in r.problems)
     assert sum(g.faulty for g in r.hardware.gpus) == 1
-    assert any("Xid 79" in w for w in r.warnings)
+    assert any(p.code == "GPUFaulty" and "Xid 79" in p.message for p in r.problems)

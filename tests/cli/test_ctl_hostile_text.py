@@ -26,9 +26,10 @@ async def test_ctl_nodes_and_events_show_a_hostile_warning_as_harmless_text(tmp_
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.1")], [])
     async with InProcessServer(p):
         n = HostileNode(p, "node01", "127.0.0.1", (27100, 27199))
-        status, body = await n.heartbeat(warnings=[WARNING], fabric_problems=[WARNING])
+        status, body = await n.heartbeat(problems=[{"code": "FabricProblem", "message": WARNING}])
         assert status == 200, body
-        await n.heartbeat(warnings=[WARNING], fabric_problems=[WARNING + "!"])  # a change: an event with the text
+        # a change: an event with the text, and a code no llmgw reason has
+        await n.heartbeat(problems=[{"code": WARNING[:100], "message": WARNING + "!"}])
         for args in (("nodes",), ("events",)):
             out = await ctl(p, *args)
             assert out.returncode == 0, out.stdout + out.stderr

@@ -9,6 +9,7 @@ from llmgw.control.plane import NODE_EVENT_BURST, NODE_EVENT_EVERY
 from llmgw.core.clock import FakeClock
 from llmgw.core.state import ReplicaRecord
 from llmgw.store.sqlite import SqliteStore
+from llmgw.wire.messages import Problem
 from tests.clusters import node
 from tests.harness import plane_in
 
@@ -17,12 +18,13 @@ def test_a_node_changing_its_words_every_heartbeat_cannot_fill_the_event_log(tmp
     p = plane_in(tmp_path)
     base = node("node01").report
     for i in range(500):
-        p.heartbeat(base.model_copy(update={"fabric_problems": [f"problem {i}-{j}" for j in range(10)]}))
+        words = [Problem(code="FabricProblem", message=f"problem {i}-{j}") for j in range(10)]
+        p.heartbeat(base.model_copy(update={"problems": words}))
     logged = [e for e in p.store.list_events(10_000) if e.subject == "node01"]
     assert NODE_EVENT_BURST <= len(logged) <= NODE_EVENT_BURST + 1
     assert isinstance(p.clock, FakeClock)
     p.clock.advance(NODE_EVENT_EVERY * 3)
-    p.heartbeat(base.model_copy(update={"fabric_problems": ["again"]}))
+    p.heartbeat(base.model_copy(update={"problems": [Problem(code="FabricProblem", message="again")]}))
     last = p.store.list_events(1)[0].message
     assert "again" in last and "earlier change(s) of this node not logged" in last
 

@@ -29,11 +29,12 @@ def test_capacity_and_free_whole_nodes() -> None:
 
 
 def test_idle_means_ready_and_unused_for_a_while() -> None:
-    from llmgw.core.conditions import Status, set_condition
+    from llmgw.core.conditions import ConditionType, Status, set_condition
+    from llmgw.core.reasons import Reason
 
     nodes, reps = cluster()
-    reps[0] = reps[0].model_copy(update={"conditions": set_condition([], "Ready", Status.TRUE, "AllShardsReady", "",
-                                                                      0), "endpoint": "http://a:1"})
+    ready = set_condition([], ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", 0)
+    reps[0] = reps[0].model_copy(update={"conditions": ready, "endpoint": "http://a:1"})
     assert summarize(nodes, reps, [], {"r1": 90.0}, now=100.0, idle_after=300).idle_replicas == []
     assert summarize(nodes, reps, [], {"r1": 90.0}, now=1000.0, idle_after=300).idle_replicas == ["r1"]
 

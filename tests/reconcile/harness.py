@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import FakeClock
-from llmgw.core.conditions import get_condition
+from llmgw.core.conditions import ConditionType, get_condition
 from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.reconcile.intents import Intent, MarkLost, PutReplica, Reap
 from llmgw.reconcile.reconcile import reconcile
@@ -82,7 +82,7 @@ class Sim:
         """(replica, rank, serve port) this node is asked to run: placed, neither failed nor stopping."""
         out = []
         for r in self.replicas.values():
-            if r.failed or r.stop_reason:
+            if r.failed or r.stop is not None:
                 continue
             for a in r.assignments:
                 if a.node_id == node_id:
@@ -138,14 +138,14 @@ class Sim:
         return sorted((r for r in self.replicas.values() if r.model == model), key=lambda r: (r.created_at, r.id))
 
     def live(self, model: str) -> list[ReplicaRecord]:
-        return [r for r in self.of(model) if not r.failed and not r.stop_reason]
+        return [r for r in self.of(model) if not r.failed and r.stop is None]
 
     @staticmethod
     def ready_reason(r: ReplicaRecord) -> str:
-        c = get_condition(r.conditions, "Ready")
+        c = get_condition(r.conditions, ConditionType.Ready)
         return c.reason if c else ""
 
     @staticmethod
     def scheduled(r: ReplicaRecord) -> tuple[str, str] | None:
-        c = get_condition(r.conditions, "Scheduled")
+        c = get_condition(r.conditions, ConditionType.Scheduled)
         return (c.status.value, c.reason) if c else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
+from llmgw.core.state import StopRequest
 from llmgw.reconcile.intents import PutReplica
 from llmgw.reconcile.world import Timings
 from tests.clusters import model, node
@@ -54,7 +55,7 @@ def _evicted(sim: Sim) -> list[str]:
     """Every replica ever evicted, reaped or not, in the order it happened."""
     out: list[str] = []
     for i in sim.intents:
-        if isinstance(i, PutReplica) and i.replica.stop_reason.startswith(Reason.Evicted.value):
+        if isinstance(i, PutReplica) and i.replica.stop is not None and i.replica.stop.reason == Reason.Evicted:
             if i.replica.id not in out:
                 out.append(i.replica.id)
     return out
@@ -69,7 +70,7 @@ def test_an_idle_on_demand_replica_makes_room_and_then_the_request_is_placed() -
     assert not b.placed
     assert _evicted(sim) == [ids["a"]]
     victim = sim.replicas[ids["a"]]
-    assert victim.stop_reason == "Evicted: idle, to make room for b"
+    assert victim.stop == StopRequest(reason=Reason.Evicted, message="idle, to make room for b", for_model="b")
     assert sim.ready_reason(victim) == Reason.Evicted and not victim.ready
     assert any(e == f"replica {ids['a']} of a evicted: idle, to make room for b" for e in sim.events)
     # its cards are held until its shard is gone; then the request lands where it was

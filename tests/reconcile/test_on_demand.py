@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
+from llmgw.core.state import ReplicaRecord
 from llmgw.reconcile.world import Timings
 from tests.clusters import model, node
 from tests.reconcile.harness import Sim
 
 IDLE = 600.0
+
+
+def idle_stopped(r: ReplicaRecord) -> bool:
+    return r.stop is not None and r.stop.reason == Reason.Idle
 
 
 def _sim(*models: ModelSpec) -> Sim:
@@ -74,12 +79,12 @@ def test_idle_timer_runs_from_the_last_use() -> None:
     sim.advance(used + IDLE - 1 - sim.now)  # 1099s after ready, 599s after the last request
     sim.heartbeat()
     sim.step()
-    assert not sim.replicas[rid].stop_reason, "a model in use is kept however long ago it loaded"
+    assert sim.replicas[rid].stop is None, "a model in use is kept however long ago it loaded"
     sim.advance(1)
     sim.heartbeat()
     sim.step()
     r = sim.replicas[rid]
-    assert r.stop_reason.startswith(Reason.Idle.value) and "unused for 600s" in r.stop_reason
+    assert r.stop is not None and r.stop.reason == Reason.Idle and r.stop.message == "unused for 600s"
     assert not r.ready and r.endpoint == ""
     assert sim.ready_reason(r) == Reason.Idle
     # the agent stops it, the record goes, and nothing replaces it
@@ -108,11 +113,11 @@ def test_with_no_use_reported_the_timer_runs_from_readiness_not_creation() -> No
     sim.advance(ready_at + IDLE - 1 - sim.now)
     sim.heartbeat()
     sim.step()
-    assert not sim.replicas[r.id].stop_reason
+    assert sim.replicas[r.id].stop is None
     sim.advance(1)
     sim.heartbeat()
     sim.step()
-    assert sim.replicas[r.id].stop_reason.startswith(Reason.Idle.value)
+    assert idle_stopped(sim.replicas[r.id])
 
 
 def test_with_no_use_reported_the_timer_runs_from_our_own_start_when_that_is_later() -> None:
@@ -122,11 +127,11 @@ def test_with_no_use_reported_the_timer_runs_from_our_own_start_when_that_is_lat
     sim.started_at = sim.now  # the control plane restarted; nobody has reported usage since
     sim.heartbeat()
     sim.step()
-    assert not sim.replicas[rid].stop_reason, "unknown is not idle"
+    assert sim.replicas[rid].stop is None, "unknown is not idle"
     sim.advance(IDLE)
     sim.heartbeat()
     sim.step()
-    assert sim.replicas[rid].stop_reason.startswith(Reason.Idle.value)
+    assert idle_stopped(sim.replicas[rid])
 
 
 def test_a_model_at_min_1_is_never_stopped_for_idleness() -> None:
@@ -135,7 +140,7 @@ def test_a_model_at_min_1_is_never_stopped_for_idleness() -> None:
     (r,) = sim.of("kept")
     sim.last_used[r.id] = sim.now
     sim.run(3600, every=60)
-    assert sim.replicas[r.id].ready and not sim.replicas[r.id].stop_reason
+    assert sim.replicas[r.id].ready and sim.replicas[r.id].stop is None
 
 
 def test_a_load_still_being_asked_for_is_not_stopped_as_idle() -> None:
@@ -147,7 +152,7 @@ def test_a_load_still_being_asked_for_is_not_stopped_as_idle() -> None:
     for _ in range(12):  # two minutes of loading
         sim.demand["od"] = sim.now
         sim.run(10, state="starting")
-    assert not sim.replicas[r.id].stop_reason, "stopped a load somebody is waiting for"
+    assert sim.replicas[r.id].stop is None, "stopped a load somebody is waiting for"
     assert [x.id for x in sim.of("od")] == [r.id]
     sim.run(5)
     assert sim.replicas[r.id].ready

@@ -125,13 +125,13 @@ def test_a_restart_adopts_running_replicas_where_they_are() -> None:
     assert set(after) == set(before), "adopted, not replaced"
     for rid, r in after.items():
         assert r.assignments == before[rid].assignments
-        assert r.ready and not r.stop_reason and not r.failed
+        assert r.ready and r.stop is None and not r.failed
     # unknown use counts from the restart, not from a ready_at 15 minutes old: still running after 599s more
     clock.advance(599)
     for n in list(plane.nodes.values()):
         plane.heartbeat(n.report)
     plane.reconcile_once()
-    assert not plane.replicas[next(r.id for r in before.values() if r.model == "small")].stop_reason
+    assert plane.replicas[next(r.id for r in before.values() if r.model == "small")].stop is None
 
 
 def test_a_restart_over_half_a_replica_does_not_call_it_ready() -> None:

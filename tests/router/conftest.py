@@ -11,15 +11,15 @@ import pytest
 from aiohttp import web
 
 from llmgw.config.server import ModelSpec, RouterConfig, ServerConfig, TLSFiles
+from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.conditions import Status, set_condition
+from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
 from llmgw.core.state import ReplicaRecord, ShardAssignment
 from llmgw.dev.cluster import SMOLLM2
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing, new_key
-from llmgw.router.state import LocalState
 from llmgw.store.sqlite import SqliteStore
 from tests.harness import await_until, free_port
 from tests.router.engines import Engine, llama_server, sim
@@ -65,7 +65,7 @@ def ready_replica(plane: ControlPlane, rid: str, model: str, endpoint: str) -> R
         ready_at=now,
         endpoint=endpoint,
         assignments=[ShardAssignment(rank=0, node_id="n1", address="127.0.0.1")],
-        conditions=set_condition([], "Ready", Status.TRUE, Reason.AllShardsReady, "", now),
+        conditions=set_condition([], ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", now),
     )
     plane.replicas[rid] = r
     plane.generation += 1

@@ -20,9 +20,9 @@ from llmgw.agent.supervisor.process import state_name
 from llmgw.agent.weights.resolve import resolve_source, visible_weights
 from llmgw.config.agent import AgentConfig
 from llmgw.core.clock import Clock
-from llmgw.core.errors import UpstreamError
+from llmgw.core.errors import LlmgwError, UpstreamError
 from llmgw.pki.tls import client_context
-from llmgw.wire.messages import EngineStatus, NodeReport, ShardSpec
+from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +38,14 @@ class Agent:
         self.engines: list[EngineStatus] = []
         self.engines_probed = False
         self._engines_at = float("-inf")
-        self.fabric_problems: list[str] = []
         self.supervisor: Supervisor | None = None
         self.client: ControlPlaneClient | None = None
         self.interval = cfg.heartbeat_interval
         self.last_error = ""
         self.hand_over = False  # set by SIGUSR2: exit leaving engines to the next agent (an upgrade)
         self._found: dict[tuple[str, int], Running] = {}
+        self._hardware: Hardware | None = None  # the last discovery that succeeded
+        self._discovery_error = ""
 
     def _engine_binary(self, name: str) -> str | None:
         for e in self.engines:
@@ -52,7 +53,7 @@ class Agent:
                 return e.path
         return None
 
-    def resolve(self, spec: ShardSpec) -> tuple[Launch | None, str]:
+    def resolve(self, spec: ShardSpec) -> tuple[Launch | None, str | Problem]:
         adapter = ADAPTERS.get(spec.engine)
         if adapter is None:
             return None, f"unknown engine {spec.engine}"
@@ -61,7 +62,7 @@ class Agent:
             return None, f"engine {spec.engine} is not installed and running on {self.node_id}"
         path, problem = resolve_source(spec.source)
         if path is None:
-            return None, problem
+            return None, Problem(code="WeightsUnusable", message=problem, subject="weights")
         key_file = str(Path(self.cfg.state_dir) / "keys" / f"{state_name(spec.replica_id, spec.rank)}.key")
         ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file)
         return adapter.launch(spec, ctx), ""
@@ -82,10 +83,14 @@ class Agent:
         # engines a previous agent left running: adopted once this agent knows its engines (the first pass), kept
         # if still wanted, stopped at the first converge if not
         self._found = find_running(logs)
-        adapters = await asyncio.to_thread(probe_adapters, HostRoot(Path(self.cfg.host_root)))
+        try:
+            adapters = await asyncio.to_thread(probe_adapters, HostRoot(Path(self.cfg.host_root)))
+        except LlmgwError as e:  # said again with every heartbeat, as a problem the control plane shows
+            log.error("cannot check the declared fabrics: %s", e)
+            return
         _, problems = check_fabrics(self.cfg.fabrics, adapters)
         for p in problems:
-            log.error("%s (agent.yaml fabrics)", p)
+            log.error("%s (agent.yaml fabrics)", p.message)
 
     async def probe_engines(self) -> None:
         if self.clock.monotonic() - self._engines_at >= ENGINE_REPROBE_S:
@@ -96,16 +101,36 @@ class Agent:
             self.engines, self.engines_probed = engines, True
             self._engines_at = self.clock.monotonic()
 
+    async def discover(self) -> tuple[Hardware, list[Problem]]:
+        """What the machine has now; when a probe fails (EACCES under /sys, an inventory edited into nonsense),
+        what it had last time, and the probe's words as a problem. A node that cannot read itself still reports
+        and still runs its shards: going silent would get them rebuilt elsewhere for a fault that harms nothing."""
+        try:
+            hw = await asyncio.to_thread(
+                discover,
+                HostRoot(Path(self.cfg.host_root)),
+                inventory=Path(self.cfg.gpu_inventory) if self.cfg.gpu_inventory else None,
+                weights_dir=Path(self.cfg.weights_dir),
+                default_arch=platform.machine(),
+            )
+        except (LlmgwError, OSError, ValueError) as e:
+            words = str(e).strip().replace("\n", "; ")[:1500] or type(e).__name__
+            if words != self._discovery_error:
+                log.error("hardware discovery failed: %s (reporting the last hardware seen)", words)
+            self._discovery_error = words
+            stale = " (reporting the hardware seen before)" if self._hardware is not None else ""
+            problem = Problem(code="DiscoveryFailed", message=f"hardware discovery failed{stale}: {words}",
+                              subject="discovery")
+            return (self._hardware or Hardware()), [problem]
+        if self._discovery_error:
+            log.info("hardware discovery works again")
+        self._hardware, self._discovery_error = hw, ""
+        return hw, []
+
     async def report(self) -> NodeReport:
         await self.probe_engines()
-        hw = await asyncio.to_thread(
-            discover,
-            HostRoot(Path(self.cfg.host_root)),
-            inventory=Path(self.cfg.gpu_inventory) if self.cfg.gpu_inventory else None,
-            weights_dir=Path(self.cfg.weights_dir),
-            default_arch=platform.machine(),
-        )
-        fabrics, problems = check_fabrics(self.cfg.fabrics, hw.ib_adapters)
+        hw, problems = await self.discover()
+        fabrics, fabric_problems = check_fabrics(self.cfg.fabrics, hw.ib_adapters)
         dirs = [*self.cfg.weights_dirs, self.cfg.weights_dir]
         weights = await asyncio.to_thread(visible_weights, dirs)
         lo, hi = self.cfg.ports()
@@ -118,10 +143,9 @@ class Agent:
             engines_probed=self.engines_probed,
             engines=self.engines,
             fabrics=fabrics,
-            fabric_problems=problems,
             weights=weights,
             shards=self.supervisor.states(),
-            warnings=hardware_warnings(hw),
+            problems=(problems + fabric_problems + hardware_warnings(hw))[:64],
             port_low=lo,
             port_high=hi,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import ssl
@@ -10,12 +11,29 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from pydantic import ValidationError
 
-from llmgw.core.errors import UpstreamError
-from llmgw.wire.messages import DesiredState, NodeReport
+from llmgw.core.errors import ControlPlaneUnreachable, UpstreamError
+from llmgw.wire.messages import WIRE_VERSION, DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_PATH = "/v1/agent/heartbeat"
+
+
+def _desired(url: str, text: str) -> DesiredState:
+    """The desired state, once its version is one this agent speaks: a newer control plane's fields would otherwise
+    read as a malformed answer."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise UpstreamError(f"{url}: the desired state is not JSON") from None
+    version = data.get("version") if isinstance(data, dict) else None
+    if version != WIRE_VERSION:
+        raise UpstreamError(f"{url}: desired state wire version {str(version)[:20]} not understood by this agent "
+                            f"(speaks {WIRE_VERSION}): keep nodes and control planes on the same release")
+    try:
+        return DesiredState.model_validate(data)
+    except ValidationError as e:
+        raise UpstreamError(f"{url}: unreadable desired state: {e}") from None
 
 
 class ControlPlaneClient:
@@ -82,17 +100,15 @@ class ControlPlaneClient:
                     if r.status != 200:
                         # An answer is an answer: a refusal is not a reason to try another control plane.
                         raise UpstreamError(f"{url}: {r.status} {text.strip()[:300]}")
-                    desired = DesiredState.model_validate_json(text)
+                    desired = _desired(url, text)
             except (aiohttp.ClientError, TimeoutError, ssl.SSLError) as e:
                 errors.append(f"{url}: {type(e).__name__}: {e}")
                 continue
-            except ValidationError as e:
-                raise UpstreamError(f"{url}: unreadable desired state: {e}") from None
             if idx != self.current:
                 log.warning("control plane failover: now talking to %s", self.urls[idx])
             self.current = idx
             return desired
-        raise UpstreamError("no control plane answered: " + "; ".join(errors))
+        raise ControlPlaneUnreachable("no control plane answered: " + "; ".join(errors))
 
     async def close(self) -> None:
         if self._session is not None:

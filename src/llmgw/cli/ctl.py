@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from llmgw.wire.router import ModelExplanation, model_explanation_lines
+
 ctl = typer.Typer(help="Inspect and steer a running control plane (management API).", no_args_is_help=True)
 keys_cli = typer.Typer(help="API keys.", no_args_is_help=True)
 nodes_cli = typer.Typer(help="Nodes: list them, cut one off.", no_args_is_help=False, invoke_without_command=True)
@@ -82,9 +84,13 @@ def nodes(ctx: typer.Context, admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt 
     rows = call(admin, "GET", "/api/nodes")
     if json_out(rows, as_json):
         return
-    t = Table("node", "address", "state", "GPUs", "RAM", "engines", "fabrics", "warnings")
+    t = Table("node", "address", "state", "GPUs", "RAM", "engines", "fabrics", "not so / warnings")
     for r in rows:
         state = "[green]live[/green]" if r["state"] == "live" else f"[red]{safe(r['state'])}[/red]"
+        told = [f"{c['type']} {c['status']}: {c['reason']}" + (f": {c['message']}" if c["message"] else "")
+                for c in r.get("conditions", []) if c["status"] != "True"]
+        said = " ".join(told)
+        extra = [w for w in r["warnings"] if w not in said]
         t.add_row(
             safe(r["node"]),
             safe(r["address"]),
@@ -93,7 +99,7 @@ def nodes(ctx: typer.Context, admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt 
             safe(r["ram"]),
             safe(r["engines"]),
             safe(r["fabrics"]),
-            "\n".join(safe(w) for w in r["warnings"]) or "-",
+            "\n".join(safe(w) for w in told + extra) or "-",
         )
     console.print(t)
 
@@ -135,7 +141,7 @@ def status(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
             safe(r["state"]),
             safe(", ".join(r["nodes"])) or "-",
             safe(r["endpoint"]) or "-",
-            safe(f"{r['reason']}: {r['message']}" if r["message"] else r["reason"]),
+            safe(f"{r['reason']}: {r['message']}" if r["message"] else (r["reason"] or "")),
         )
     console.print(t)
     if s["usage"]:
@@ -184,10 +190,12 @@ def replicas(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
 
 
 @ctl.command()
-def explain(model: str, admin: AdminOpt = DEFAULT_ADMIN) -> None:
+def explain(model: str, admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     """Why a model's last placement failed, or where it went."""
     out = call(admin, "GET", f"/api/explain/{urllib.parse.quote(model, safe='')}")
-    for line in out["lines"]:
+    if json_out(out, as_json):
+        return
+    for line in model_explanation_lines(ModelExplanation.model_validate(out)):
         console.print(safe(line), highlight=False)
 
 

@@ -17,28 +17,30 @@ from llmgw.control.plane import ControlPlane
 from llmgw.control.summary import Summary, summarize
 from llmgw.control.views import node_row
 from llmgw.core.errors import StoreError
-from llmgw.router.keys import new_key
-from llmgw.router.state import Activity, RouterView, ready_table
+from llmgw.wire.router import Activity, RouterView
 
 log = logging.getLogger(__name__)
 MAX_LIMIT = 1000
 MAX_BODY = 16 * 1024 * 1024  # activity reports from router workers carry usage batches
 
 
-def summary_of(plane: ControlPlane) -> Summary:
+async def summary_of(plane: ControlPlane) -> Summary:
+    usage = await plane.read(plane.store.usage_totals)  # the store is read off the event loop
     return summarize(
         list(plane.nodes.values()),
         list(plane.replicas.values()),
-        plane.store.usage_totals(),
+        usage,
         plane.last_used,
         plane.clock.now(),
     )
 
 
 def metrics_routes(plane: ControlPlane) -> list[web.RouteDef]:
-    reg = registry(lambda: summary_of(plane), plane.gauges)
+    latest: list[Summary] = []
+    reg = registry(lambda: latest[-1], plane.gauges)
 
     async def metrics(_: web.Request) -> web.Response:
+        latest[:] = [await summary_of(plane)]
         return web.Response(body=generate_latest(reg), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(_: web.Request) -> web.Response:
@@ -99,7 +101,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         return js(rec.model_dump())  # what the node reported, and our bookkeeping: no secret is in a node record
 
     async def status(_: web.Request) -> web.Response:
-        return js(summary_of(plane).model_dump())
+        return js((await summary_of(plane)).model_dump())
 
     async def models(_: web.Request) -> web.Response:
         out = []
@@ -125,13 +127,14 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         return js([r.model_dump(exclude={"secret"}) for r in sorted(plane.replicas.values(), key=lambda r: r.id)])
 
     async def explain(request: web.Request) -> web.Response:
-        return js({"model": request.match_info["model"], "lines": plane.explain(request.match_info["model"])})
+        return web.Response(text=plane.explain(request.match_info["model"]).model_dump_json(),
+                            content_type="application/json")
 
     async def events(request: web.Request) -> web.Response:
-        return js([e.model_dump() for e in plane.store.list_events(limit_of(request))])
+        return js([e.model_dump() for e in await plane.read(plane.store.list_events, limit_of(request))])
 
     async def list_keys(_: web.Request) -> web.Response:
-        return js([k.model_dump(exclude={"hash"}) for k in plane.store.list_keys()])
+        return js([k.model_dump(exclude={"hash"}) for k in await plane.read(plane.store.list_keys)])
 
     async def create_key(request: web.Request) -> web.Response:
         body = await json_body(request)
@@ -146,42 +149,28 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         unknown = [m for m in allowed if m not in plane.models]
         if unknown:
             return js({"error": f"unknown model(s): {', '.join(unknown)}"}, 400)
-        raw, rec = new_key(name, allowed, plane.clock)
-        await plane.writer.run(plane.store.put_key, rec)
-        plane.keys_changed()
+        raw, rec = await plane.create_key(name, allowed)
         return js({"key": raw, **rec.model_dump(exclude={"hash"})}, 201)
-
-    async def revoke(match: Any) -> list[str]:
-        """Revoke every live key that `match`es; their ids."""
-        now = plane.clock.now()
-        done = []
-        for k in plane.store.list_keys():
-            if k.revoked_at is None and match(k):
-                await plane.writer.run(plane.store.put_key, k.model_copy(update={"revoked_at": now}))
-                done.append(k.id)
-        if done:
-            plane.keys_changed()
-        return done
 
     async def revoke_key(request: web.Request) -> web.Response:
         """By id only: a name can stand for several keys (a rotation leaves two), and guessing which is how the
         wrong one stays live."""
         kid = request.match_info["id"]
-        key = next((k for k in plane.store.list_keys() if k.id == kid), None)
+        key = next((k for k in await plane.read(plane.store.list_keys) if k.id == kid), None)
         if key is None:
             return js({"error": f"no key with id {kid} (by name: POST /api/keys/revoke with a name)"}, 404)
         if key.revoked_at is not None:
             return js({"revoked": [], "already_revoked": [kid]})
-        return js({"revoked": await revoke(lambda k: k.id == kid)})
+        return js({"revoked": await plane.revoke_keys(lambda k: k.id == kid)})
 
     async def revoke_by_name(request: web.Request) -> web.Response:
         body = await json_body(request)
         name = body.get("name") if isinstance(body, dict) else None
         if not isinstance(name, str) or not name:
             return js({"error": 'body must be {"name": ...}'}, 400)
-        if not any(k.name == name for k in plane.store.list_keys()):
+        if not any(k.name == name for k in await plane.read(plane.store.list_keys)):
             return js({"error": f"no key named {name!r}"}, 404)
-        return js({"revoked": await revoke(lambda k: k.name == name)})
+        return js({"revoked": await plane.revoke_keys(lambda k: k.name == name)})
 
     async def revoke_node(request: web.Request) -> web.Response:
         node_id = request.match_info["id"]
@@ -201,7 +190,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
             generation=plane.generation,
             keys_version=plane.keys_version,
             models=list(plane.models.values()),
-            ready=ready_table(plane),
+            ready=plane.ready_table(),
         )
         return web.Response(text=view.model_dump_json(), content_type="application/json")
 
@@ -210,15 +199,9 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
             act = Activity.model_validate_json(await request.read())
         except (ValidationError, RecursionError) as e:
             raise BadRequest(f"activity report: {str(e).splitlines()[0]}") from None
-        for model, at in act.demand.items():
-            if model in plane.models:
-                plane.demand[model] = max(at, plane.demand.get(model, 0.0))
-        for rid, at in act.used.items():
-            plane.used(rid, at)
-        if act.reporter:
-            plane.in_flight(act.reporter, act.outstanding, whole=True)
+        plane.record_activity(act)
         try:
-            added = await plane.writer.run(plane.store.add_usage, act.usage)
+            added = await plane.record_usage(act.usage)
         except StoreError as e:  # the worker keeps the batch and sends it again; ids make that harmless
             return js({"error": f"usage not recorded: {e}"}, 503)
         return js({"ok": True, "recorded": added})

@@ -7,6 +7,7 @@ and what a node claims about where it can be reached must be its own (see contro
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Sequence
 
@@ -18,7 +19,7 @@ from llmgw.control.admission import IPNetwork, address_problem, ports_problem
 from llmgw.control.plane import ControlPlane
 from llmgw.core.buckets import Buckets
 from llmgw.pki.tls import peer_identity
-from llmgw.wire.messages import WIRE_VERSION, NodeReport
+from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, NodeReport
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +57,22 @@ def agent_app(
         except TimeoutError:
             return _refuse(408, f"heartbeat body not received within {BODY_TIMEOUT:.0f}s")
         try:
-            report = NodeReport.model_validate_json(raw)
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            return _refuse(422, "invalid heartbeat: not JSON")
+        version = data.get("version", WIRE_VERSION) if isinstance(data, dict) else WIRE_VERSION
+        # the version first: a newer agent's new fields would otherwise read as "unknown key", which sends its
+        # operator looking for a typo rather than at the upgrade order
+        if not isinstance(version, int) or not OLDEST_WIRE_VERSION <= version <= WIRE_VERSION:
+            return _refuse(422, f"wire version {str(version)[:20]} not understood by this control plane (speaks "
+                                f"{OLDEST_WIRE_VERSION}-{WIRE_VERSION}): upgrade control planes before agents",
+                           speaks=WIRE_VERSION)
+        try:
+            report = NodeReport.model_validate(data)
         except ValidationError as e:
             return _refuse(422, "invalid heartbeat", problems=describe(e)[:20])
         except RecursionError:
             return _refuse(422, "invalid heartbeat: nested too deeply")
-        if report.version != WIRE_VERSION:
-            return _refuse(422, f"wire version {report.version} not understood; this control plane speaks "
-                                f"{WIRE_VERSION}")
         if report.node_id != ident.node_id:
             return _refuse(403, f"certificate is for node {ident.node_id!r}; it may not write node {report.node_id!r}")
         problem = address_problem(report.address, request.remote, ident.ips, networks) or ports_problem(

@@ -20,7 +20,7 @@ def desired_for(
 ) -> DesiredState:
     shards: list[ShardSpec] = []
     for r in replicas:
-        if r.failed or r.stop_reason or not r.assignments:
+        if r.failed or r.stop is not None or not r.assignments:
             continue
         spec = models.get(r.model)
         if spec is None:

@@ -42,10 +42,25 @@ class SummaryCollector(Collector):
         reps = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state", labels=["model", "state"])
         counts: dict[tuple[str, str], int] = {}
         for r in s.replicas:
-            counts[(r.model, r.state)] = counts.get((r.model, r.state), 0) + 1
+            counts[(r.model, r.state.value)] = counts.get((r.model, r.state.value), 0) + 1
         for (m, st), v in sorted(counts.items()):
             reps.add_metric([m, st], v)
         yield reps
+        conds = GaugeMetricFamily(
+            "llmgw_node_condition", "A node's conditions: 1 for the status and reason each one has now",
+            labels=["node", "type", "status", "reason"],
+        )
+        for n in s.nodes:
+            for nc in n.conditions:
+                conds.add_metric([n.node, nc.type.value, nc.status.value, nc.reason.value], 1)
+        yield conds
+        phases = GaugeMetricFamily(
+            "llmgw_replica_phase", "Each replica's phase and the reason code for it (its words: ctl explain)",
+            labels=["replica", "model", "phase", "reason"],
+        )
+        for r in s.replicas:
+            phases.add_metric([r.id, r.model, r.state.value, r.reason.value if r.reason else ""], 1)
+        yield phases
         idle = GaugeMetricFamily("llmgw_idle_replicas", "Ready replicas nobody has used recently")
         idle.add_metric([], len(s.idle_replicas))
         yield idle

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.desired import desired_for
@@ -12,15 +15,18 @@ from llmgw.control.registry import merge_report
 from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.buckets import Buckets
 from llmgw.core.clock import Clock
-from llmgw.core.explanation import explanation_lines
-from llmgw.core.state import Event, NodeRecord, ReplicaRecord
+from llmgw.core.state import Event, NodeRecord, ReplicaRecord, replica_phase
 from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap
+from llmgw.reconcile.node_status import node_conditions
 from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.world import Timings, World
-from llmgw.store.base import Revocation, Store
+from llmgw.router.keys import new_key
+from llmgw.store.base import ApiKeyRecord, Revocation, Store, UsageRecord
 from llmgw.wire.messages import DesiredState, NodeReport
+from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 LOCAL = "local"  # the router in the control plane's own process
 REPORTER_SILENT_AFTER = 30.0  # a worker whose last report is older is gone: its in-flight counts no longer count
 STALL_AFTER = 5.0  # seconds between passes beyond which the control plane counts itself as having stalled
@@ -127,8 +133,7 @@ class ControlPlane:
             msg = f"node {node_id} revoked" + (f": {reason}" if reason else "")
             n = self.nodes.get(node_id)
             if n is not None:
-                self.nodes[node_id] = n.model_copy(update={"lost": True, "revoked": reason or "revoked"})
-                self._dirty.add(node_id)
+                self._set_node(n, lost=True, revoked=reason or "revoked")
         self.event("node", node_id, msg)
         return msg
 
@@ -189,6 +194,11 @@ class ControlPlane:
             self.resumed_at = self.clock.now()
             self.event("control", "plane", f"the control plane stalled for {gap:.0f}s: node silence counts from now")
 
+    def _set_node(self, n: NodeRecord, *, lost: bool, revoked: str) -> None:
+        conds = node_conditions(n.conditions, n.report, lost=lost, revoked=revoked, now=self.clock.now())
+        self.nodes[n.id] = n.model_copy(update={"lost": lost, "revoked": revoked, "conditions": conds})
+        self._dirty.add(n.id)
+
     def persist_nodes(self) -> None:
         if self._dirty:
             batch = [self.nodes[n] for n in sorted(self._dirty) if n in self.nodes]
@@ -208,8 +218,7 @@ class ControlPlane:
             if isinstance(i, MarkLost):
                 n = self.nodes.get(i.node_id)
                 if n is not None:
-                    self.nodes[n.id] = n.model_copy(update={"lost": True})
-                    self._dirty.add(n.id)
+                    self._set_node(n, lost=True, revoked=n.revoked)
                     self.event("node", n.id, i.message)
             elif isinstance(i, PutReplica):
                 if i.replica.ready:
@@ -262,28 +271,66 @@ class ControlPlane:
                 total[r] = total.get(r, 0) + n
         return total
 
-    def keys_changed(self) -> None:
+    def record_activity(self, act: Activity) -> None:
+        """A router process's report: demand for catalogued models, use of replicas, its requests in flight."""
+        for model, at in act.demand.items():
+            if model in self.models:
+                self.demand[model] = max(at, self.demand.get(model, 0.0))
+        for rid, at in act.used.items():
+            self.used(rid, at)
+        if act.reporter:
+            self.in_flight(act.reporter, act.outstanding, whole=True)
+
+    async def record_usage(self, batch: list[UsageRecord]) -> int:
+        """Usage, in the store before this returns (one transaction); raises StoreError when it is not."""
+        return await self.writer.run(self.store.add_usage, batch)
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """A store read off the event loop. Not through the writer: a read must not wait behind a failing write."""
+        return await asyncio.to_thread(fn, *args)
+
+    async def create_key(self, name: str, models: list[str]) -> tuple[str, ApiKeyRecord]:
+        raw, rec = new_key(name, models, self.clock)
+        await self.writer.run(self.store.put_key, rec)
         self.keys_version += 1
+        return raw, rec
+
+    async def revoke_keys(self, match: Callable[[ApiKeyRecord], bool]) -> list[str]:
+        """Revoke every live key that matches; their ids."""
+        now = self.clock.now()
+        done = []
+        for k in await self.read(self.store.list_keys):
+            if k.revoked_at is None and match(k):
+                await self.writer.run(self.store.put_key, k.model_copy(update={"revoked_at": now}))
+                done.append(k.id)
+        if done:
+            self.keys_version += 1
+        return done
+
+    def ready_table(self) -> dict[str, list[ReadyReplica]]:
+        ready: dict[str, list[ReadyReplica]] = {}
+        for r in self.replicas.values():
+            if r.ready and r.endpoint:
+                ready.setdefault(r.model, []).append(ReadyReplica(id=r.id, endpoint=r.endpoint, secret=r.secret))
+        return ready
 
     def ready_replicas(self, model: str) -> list[ReplicaRecord]:
         return [r for r in self.replicas.values() if r.model == model and r.ready and r.endpoint]
 
-    def explain(self, model: str) -> list[str]:
-        out: list[str] = []
+    def explain(self, model: str) -> ModelExplanation:
+        spec = self.models.get(model)
         reps = sorted((r for r in self.replicas.values() if r.model == model), key=lambda r: r.id)
+        base = ModelExplanation(model=model, wanted=Wanted.Unknown)
+        if spec is not None:
+            base = ModelExplanation(model=model, wanted=Wanted.Replicas, min=spec.scaling.min, max=spec.scaling.max,
+                                    on_demand=spec.on_demand)
         if not reps:
-            spec = self.models.get(model)
             if spec is None:
-                return [f"{model}: not in the catalog"]
-            if spec.scaling.max == 0:
-                return [f"{model}: configured and off (scaling max is 0)"]
-            return [f"{model}: no replica wanted now (min {spec.scaling.min}, on demand: {spec.on_demand})"]
-        for r in reps:
-            ready = next((c for c in r.conditions if c.type == "Ready"), None)
-            state = "failed" if r.failed else ("stopping" if r.stop_reason else ("ready" if r.ready else "not ready"))
-            out.append(f"replica {r.id}: {state}" + (f" ({ready.reason}: {ready.message})" if ready else ""))
-            if r.stop_reason:
-                out.append(f"  stop: {r.stop_reason}")
-            if r.explanation is not None:
-                out.extend("  " + ln for ln in explanation_lines(r.explanation))
-        return out
+                return base
+            wanted = Wanted.Off if spec.scaling.max == 0 else Wanted.NotWanted
+            return base.model_copy(update={"wanted": wanted})
+        return base.model_copy(update={"wanted": Wanted.Replicas, "replicas": [
+            ReplicaExplanation(id=r.id, phase=replica_phase(r), nodes=r.node_ids(), conditions=r.conditions,
+                               stop=r.stop, placement=r.explanation)
+            for r in reps
+        ]})

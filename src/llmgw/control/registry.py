@@ -6,6 +6,7 @@ from llmgw.config.server import ModelSpec
 from llmgw.core.state import NodeRecord
 from llmgw.placement.checks import Request, feasible
 from llmgw.placement.snapshot import build_snapshot
+from llmgw.reconcile.node_status import node_conditions
 from llmgw.wire.messages import NodeReport
 
 
@@ -19,8 +20,10 @@ def merge_report(
     old: NodeRecord | None, report: NodeReport, models: dict[str, ModelSpec], now: float
 ) -> tuple[NodeRecord, list[str]]:
     """The new record and what changed, in words an operator can act on."""
+    conditions = node_conditions(old.conditions if old else [], report, lost=False, revoked="", now=now)
     rec = NodeRecord(
-        id=report.node_id, report=report, first_seen=old.first_seen if old else now, last_seen=now, lost=False
+        id=report.node_id, report=report, first_seen=old.first_seen if old else now, last_seen=now, lost=False,
+        conditions=conditions,
     )
     events: list[str] = []
     if old is None:
@@ -34,9 +37,11 @@ def merge_report(
             if prev != e:
                 state = "runs" if e.runs else f"cannot run: {e.message}"
                 events.append(f"node {report.node_id} now has {e.name} {e.version}: {state}")
-    if old is not None and old.report.fabric_problems != report.fabric_problems:
-        for p in report.fabric_problems:
-            events.append(f"node {report.node_id}: {p}")
+    if old is not None and old.report.problems != report.problems:
+        known = {(p.code, p.message) for p in old.report.problems}
+        for p in report.problems:
+            if (p.code, p.message) not in known:
+                events.append(f"node {report.node_id}: {p.code}: {p.message}")
     if old is not None and _placement_facts(old.report) == _placement_facts(report):
         return rec, events  # most heartbeats: nothing placement reads has changed, so nothing new qualifies
     before = qualifies(old, models, now) if old is not None else set()

@@ -26,6 +26,7 @@ from llmgw.control.listeners import (
     refusal,
     runner_options,
 )
+from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.control.writer import StoreWriter
 from llmgw.core.clock import Clock
@@ -33,7 +34,6 @@ from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
-from llmgw.router.state import LocalState
 from llmgw.router.worker import spawn_workers, stop_workers
 from llmgw.store.sqlite import SqliteStore
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.core.conditions import Condition
+from llmgw.core.reasons import Reason
+from llmgw.core.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
 from llmgw.store.base import UsageTotal
 
 
@@ -25,32 +27,29 @@ class FabricCapacity(BaseModel):
 class ReplicaLine(BaseModel):
     id: str
     model: str
-    state: str
+    state: Phase  # replica_phase(): the one naming of a replica's phase
     nodes: list[str]
     endpoint: str
-    reason: str
+    reason: Reason | None  # the condition that says why it is in that phase (phase_condition)
     message: str
     idle_s: float | None
+    conditions: list[Condition] = []
+
+
+class NodeLine(BaseModel):
+    node: str
+    conditions: list[Condition]
 
 
 class Summary(BaseModel):
     nodes_total: int
     nodes_live: int
+    nodes: list[NodeLine] = []
     capacity: list[ClassCapacity]
     fabrics: list[FabricCapacity]
     replicas: list[ReplicaLine]
     idle_replicas: list[str]
     usage: list[UsageTotal]
-
-
-def replica_state(r: ReplicaRecord) -> str:
-    if r.failed:
-        return "failed"
-    if r.stop_reason:
-        return "stopping"
-    if not r.placed:
-        return "pending"
-    return "ready" if r.ready else "starting"
 
 
 def summarize(
@@ -89,8 +88,7 @@ def summarize(
     lines = []
     idle = []
     for r in sorted(replicas, key=lambda r: (r.model, r.id)):
-        kind = "Ready" if r.placed else "Scheduled"
-        cond = next((c for c in r.conditions if c.type == kind), None)
+        cond = phase_condition(r)
         last = last_used.get(r.id)
         idle_s = now - last if last is not None else None
         if r.ready and (idle_s is None or idle_s >= idle_after):
@@ -99,17 +97,19 @@ def summarize(
             ReplicaLine(
                 id=r.id,
                 model=r.model,
-                state=replica_state(r),
+                state=replica_phase(r),
                 nodes=r.node_ids(),
                 endpoint=r.endpoint,
-                reason=cond.reason if cond else "",
+                reason=cond.reason if cond else None,
                 message=cond.message if cond else "",
                 idle_s=idle_s,
+                conditions=r.conditions,
             )
         )
     return Summary(
         nodes_total=len(nodes),
         nodes_live=sum(1 for n in nodes if not n.lost),
+        nodes=[NodeLine(node=n.id, conditions=n.conditions) for n in sorted(nodes, key=lambda n: n.id)],
         capacity=sorted(caps.values(), key=lambda c: c.gpu_class),
         fabrics=sorted(fabrics.values(), key=lambda f: f.fabric),
         replicas=lines,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from llmgw.core.conditions import Condition
 from llmgw.core.state import NodeRecord
 
 
@@ -17,6 +18,7 @@ class NodeRow(BaseModel):
     engines: str
     fabrics: str
     warnings: list[str]
+    conditions: list[Condition] = []  # the record's own: the same codes /api/status and /metrics carry
     cert_serial: str = ""  # the certificate it last spoke with: `ctl nodes revoke NODE --serial` takes it
     cert_expires: float | None = None
 
@@ -42,8 +44,9 @@ def node_row(n: NodeRecord) -> NodeRow:
         engines = "not probed yet"
     else:
         engines = ", ".join(f"{e.name} {e.version}".strip() + ("" if e.runs else " (cannot run)") for e in r.engines)
-    warnings = list(r.warnings) + list(r.fabric_problems)
+    warnings = [p.message for p in r.problems]
     warnings += [f"{e.name} cannot run: {e.message}" for e in r.engines if not e.runs]
+    warnings += [f"{e.name}: {e.message}" for e in r.engines if e.runs and e.message]
     warnings += list(r.install_progress)
     if n.cert_not_after is not None and n.cert_not_after - n.last_seen < CERT_WARN_S:
         days = max(0.0, (n.cert_not_after - n.last_seen) / 86400)
@@ -59,6 +62,7 @@ def node_row(n: NodeRecord) -> NodeRow:
         engines=engines or "none",
         fabrics=fabrics,
         warnings=warnings,
+        conditions=n.conditions,
         cert_serial=n.cert_serial,
         cert_expires=n.cert_not_after,
     )

@@ -7,9 +7,10 @@ LlmgwError
 ├── DiscoveryError       a probe failed in a way that is not "absent hardware"
 ├── EngineError          an engine adapter cannot build or check a command
 ├── RendezvousError      (sim) a multi-node group could not form or broke
-└── UpstreamError        the router could not reach an engine
+└── UpstreamError        a peer did not answer as it should: an engine (router), a control plane (agent)
     ├── ConnectFailed    never reached the engine: safe to retry elsewhere
-    └── StreamBroken     failed after bytes were exchanged: never retried
+    ├── StreamBroken     failed after bytes were exchanged: never retried
+    └── ControlPlaneUnreachable   the agent reached no control plane: it keeps serving what it runs
 
 Foreign exceptions (aiohttp, sqlite3, pydantic, OSError) are translated at module boundaries.
 """
@@ -53,4 +54,8 @@ class ConnectFailed(UpstreamError):
 
 
 class StreamBroken(UpstreamError):
+    pass
+
+
+class ControlPlaneUnreachable(UpstreamError):
     pass

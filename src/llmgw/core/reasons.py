@@ -29,3 +29,37 @@ class Reason(StrEnum):
     Idle = "Idle"
     Evicted = "Evicted"
     ScaledDown = "ScaledDown"
+    Removed = "Removed"  # the model left the catalog
+    WeightsUnusable = "WeightsUnusable"  # a shard's weights are missing, empty or unreadable on its node
+    ModelNotLoaded = "ModelNotLoaded"  # the engine's health answers, but it serves no model
+    EngineExited = "EngineExited"  # a shard's process ended (it is restarted, up to a limit)
+    # node conditions
+    NodeReady = "NodeReady"
+    NodeRevoked = "NodeRevoked"
+    ProbeCompleted = "ProbeCompleted"
+    DiscoveryFailed = "DiscoveryFailed"  # a probe failed in a way that is not absence (EACCES, a broken inventory)
+    EnginesRun = "EnginesRun"
+    NoEngine = "NoEngine"
+    EngineFlagsMissing = "EngineFlagsMissing"  # the engine's --help lacks a flag llmgw passes
+    EngineCheckInconclusive = "EngineCheckInconclusive"  # its --help looks truncated: the check proves nothing
+    FabricsActive = "FabricsActive"
+    NoFabricDeclared = "NoFabricDeclared"
+    FabricPortNotActive = "FabricPortNotActive"
+    FabricAdapterMissing = "FabricAdapterMissing"
+    FabricProblem = "FabricProblem"
+    GPUsOK = "GPUsOK"
+    NoGPUs = "NoGPUs"
+    GPUFaulty = "GPUFaulty"
+    GPUDiscoveryProblem = "GPUDiscoveryProblem"
+    VectorExtensions = "VectorExtensions"
+    NoAVX2 = "NoAVX2"
+    CPUUnknown = "CPUUnknown"
+    NotX86 = "NotX86"
+
+
+def reason_or(code: str, default: Reason) -> Reason:
+    """A code as a node sent it, if it is one of ours; otherwise the default (a node's text never becomes a code)."""
+    try:
+        return Reason(code)
+    except ValueError:
+        return default

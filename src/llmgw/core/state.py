@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from enum import StrEnum
+from typing import Any
 
-from llmgw.core.conditions import Condition, Status, get_condition
+from pydantic import BaseModel, Field, model_validator
+
+from llmgw.core.conditions import Condition, ConditionType, Status, get_condition
 from llmgw.core.explanation import Explanation
+from llmgw.core.reasons import Reason, reason_or
 from llmgw.wire.messages import NodeReport
 
 
@@ -18,6 +22,10 @@ class NodeRecord(BaseModel):
     revoked: str = ""  # set: an operator cut this node off, and why; it is refused at the door and counts as lost
     cert_serial: str = ""  # the certificate it last spoke with (hex), for `ctl nodes revoke --serial`
     cert_not_after: float | None = None
+    conditions: list[Condition] = []  # derived from its reports and our bookkeeping (control.node_status)
+
+    def condition(self, type_: ConditionType) -> Condition | None:
+        return get_condition(self.conditions, type_)
 
 
 class ShardAssignment(BaseModel):
@@ -29,6 +37,14 @@ class ShardAssignment(BaseModel):
     rendezvous_port: int | None = None
     fabric: str | None = None
     fabric_adapters: list[str] = []
+
+
+class StopRequest(BaseModel):
+    """Why a replica's shards are no longer wanted. It is reaped once none of them runs."""
+
+    reason: Reason
+    message: str = ""
+    for_model: str = ""  # Evicted: the model it makes room for
 
 
 class ReplicaRecord(BaseModel):
@@ -44,18 +60,37 @@ class ReplicaRecord(BaseModel):
     endpoint: str = ""
     # the engine secret the control plane made for this replica: its engines answer only requests carrying it
     secret: str = Field(default="", repr=False)
-    stop_reason: str = ""  # set: the replica's shards are no longer desired; reaped once none runs
+    stop: StopRequest | None = None
     failed: bool = False
     seen_ranks: list[int] = []  # ranks some node has reported: one that disappears afterwards is missing
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stop_reason_of_old(cls, data: Any) -> Any:
+        """Records written before stop requests were typed held "Reason: words"."""
+        if isinstance(data, dict) and "stop_reason" in data:
+            data = dict(data)
+            old = str(data.pop("stop_reason") or "")
+            if old and data.get("stop") is None:
+                code, _, words = old.partition(": ")
+                data["stop"] = {"reason": reason_or(code, Reason.ScaledDown), "message": words}
+        return data
 
     @property
     def placed(self) -> bool:
         return bool(self.assignments)
 
     @property
+    def stopping(self) -> bool:
+        return self.stop is not None
+
+    @property
     def ready(self) -> bool:
-        c = get_condition(self.conditions, "Ready")
-        return c is not None and c.status == Status.TRUE and not self.stop_reason and not self.failed
+        c = get_condition(self.conditions, ConditionType.Ready)
+        return c is not None and c.status == Status.TRUE and self.stop is None and not self.failed
+
+    def condition(self, type_: ConditionType) -> Condition | None:
+        return get_condition(self.conditions, type_)
 
     def node_ids(self) -> list[str]:
         return [a.node_id for a in self.assignments]
@@ -66,3 +101,29 @@ class Event(BaseModel):
     kind: str  # node, replica, placement, engine
     subject: str
     message: str
+
+
+class Phase(StrEnum):
+    Pending = "pending"  # not placed yet
+    Starting = "starting"  # placed, not every shard serves
+    Ready = "ready"
+    Stopping = "stopping"  # no longer wanted; reaped once its shards are gone
+    Failed = "failed"  # lost a node or a shard: replaced, and reaped once its shards are gone
+
+
+def replica_phase(r: ReplicaRecord) -> Phase:
+    """The one naming of a replica's phase: summary, explain, metrics and the API all ask this."""
+    if r.failed:
+        return Phase.Failed
+    if r.stop is not None:
+        return Phase.Stopping
+    if not r.placed:
+        return Phase.Pending
+    return Phase.Ready if r.ready else Phase.Starting
+
+
+def phase_condition(r: ReplicaRecord) -> Condition | None:
+    """The condition that says why a replica is in its phase: Ready once placed, failed or stopping, else
+    Scheduled (why it is not placed)."""
+    placed_or_done = r.placed or r.failed or r.stop is not None
+    return r.condition(ConditionType.Ready if placed_or_done else ConditionType.Scheduled)

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 
 from llmgw.config.server import ModelSpec
-from llmgw.core.conditions import Status, set_condition
+from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, ReplicaRecord
@@ -94,15 +94,16 @@ def reconcile(w: World) -> list[Intent]:
 
     # 1. status of what exists, and reaping of what was let go
     for r in w.replicas:
-        if r.failed or r.stop_reason:
+        if r.failed or r.stop is not None:
             if not _still_running(r, by_id):
-                intents.append(Reap(r.id, f"replica {r.id} of {r.model} reaped ({r.stop_reason or 'failed'})"))
+                why = f"{r.stop.reason}: {r.stop.message}" if r.stop is not None else "failed"
+                intents.append(Reap(r.id, f"replica {r.id} of {r.model} reaped ({why})"))
                 continue
             current[r.id] = r
             continue
         spec = w.models.get(r.model)
         if spec is None:
-            current[r.id] = stopped(r, Reason.ScaledDown, f"model {r.model} is no longer in the catalog", w.now)
+            current[r.id] = stopped(r, Reason.Removed, f"model {r.model} is no longer in the catalog", w.now)
             events[r.id] = f"replica {r.id} stopping: model {r.model} removed from the catalog"
             continue
         d = derive(r, by_id, w.now)
@@ -117,7 +118,7 @@ def reconcile(w: World) -> list[Intent]:
     taken = {r.id for r in w.replicas}
     for name, spec in w.models.items():
         active = sorted(
-            (r for r in current.values() if r.model == name and not r.failed and not r.stop_reason),
+            (r for r in current.values() if r.model == name and not r.failed and r.stop is None),
             key=lambda r: (r.created_at, r.id),
         )
         want = spec.scaling.min
@@ -130,7 +131,7 @@ def reconcile(w: World) -> list[Intent]:
                     idle = w.now - _last_activity(r, w)
                     current[r.id] = stopped(r, Reason.Idle, f"unused for {idle:.0f}s", w.now)
                     events[r.id] = f"replica {r.id} of {name} stopping: idle for {idle:.0f}s"
-            active = [r for r in active if not current[r.id].stop_reason]
+            active = [r for r in active if current[r.id].stop is None]
             want = max(want, 1 if (demanded or active) else 0)
         want = min(want, spec.scaling.max)
         for r in active[want:][::-1]:
@@ -145,20 +146,21 @@ def reconcile(w: World) -> list[Intent]:
 
     # 3. placement of everything still pending, oldest first, on a snapshot updated as we go
     pending = sorted(
-        (r for r in current.values() if not (r.placed or r.failed or r.stop_reason)), key=lambda r: (r.created_at, r.id)
+        (r for r in current.values() if not (r.placed or r.failed or r.stop is not None)),
+        key=lambda r: (r.created_at, r.id),
     )
     # a pass with nothing to place builds no snapshot: at 10,000 nodes that is most of a pass's cost
     snap = build_snapshot(nodes, list(current.values()), w.models, w.now) if pending else None
-    evicting = any(r.stop_reason.startswith(Reason.Evicted.value) for r in current.values())
+    evicting = any(r.stop is not None and r.stop.reason == Reason.Evicted for r in current.values())
     for r in pending:
         assert snap is not None
         spec = w.models[r.model]
         req = Request(replica_id=r.id, model=spec)
         result = place(req, snap)
         if isinstance(result, Placement):
-            conds = set_condition(r.conditions, "Scheduled", Status.TRUE, Reason.Placed,
+            conds = set_condition(r.conditions, ConditionType.Scheduled, Status.TRUE, Reason.Placed,
                                   "on " + ", ".join(a.node_id for a in result.assignments), w.now)
-            conds = set_condition(conds, "Ready", Status.FALSE, Reason.ShardsStarting, "placed", w.now)
+            conds = set_condition(conds, ConditionType.Ready, Status.FALSE, Reason.ShardsStarting, "placed", w.now)
             current[r.id] = r.model_copy(update={
                 "assignments": result.assignments, "explanation": result.explanation, "conditions": conds,
                 "shards_expected": spec.profile.nodes,
@@ -178,13 +180,13 @@ def reconcile(w: World) -> list[Intent]:
             victim = _eviction_victim(req, current, nodes, w, exclude_model=spec.name)
             if victim is not None:
                 msg = f"{EVICTED_FOR}{spec.name}"
-                current[victim.id] = stopped(victim, Reason.Evicted, msg, w.now)
+                current[victim.id] = stopped(victim, Reason.Evicted, msg, w.now, for_model=spec.name)
                 events[victim.id] = f"replica {victim.id} of {victim.model} evicted: {msg}"
                 evicting = True
-        room = next((v for v in current.values() if v.stop_reason.endswith(f"{EVICTED_FOR}{spec.name}")), None)
+        room = next((v for v in current.values() if v.stop is not None and v.stop.for_model == spec.name), None)
         if room is not None:
             why = f"waiting for idle replica {room.id} of {room.model}, evicted to make room, to stop; {why}"
-        conds = set_condition(r.conditions, "Scheduled", Status.FALSE, Reason.Unschedulable, why, w.now)
+        conds = set_condition(r.conditions, ConditionType.Scheduled, Status.FALSE, Reason.Unschedulable, why, w.now)
         current[r.id] = r.model_copy(update={"explanation": expl, "conditions": conds})
         if first:
             events[r.id] = f"replica {r.id} of {spec.name} cannot be placed: " + " | ".join(explanation_lines(expl)[1:])

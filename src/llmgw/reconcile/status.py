@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from llmgw.core.conditions import Status, set_condition
-from llmgw.core.reasons import Reason
-from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.core.conditions import ConditionType, Status, set_condition
+from llmgw.core.reasons import Reason, reason_or
+from llmgw.core.state import NodeRecord, ReplicaRecord, StopRequest
 from llmgw.wire.messages import ShardState
 
 
@@ -17,7 +17,7 @@ def _ready_state(s: ShardState) -> bool:
 
 def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> ReplicaRecord:
     """The replica with failure, readiness and endpoint brought up to date."""
-    if r.failed or r.stop_reason or not r.assignments:
+    if r.failed or r.stop is not None or not r.assignments:
         return r
     states: dict[int, ShardState] = {}
     for a in r.assignments:
@@ -32,7 +32,9 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
     for rank, s in sorted(states.items()):
         node_id = r.assignments[rank].node_id if rank < len(r.assignments) else "?"
         if s.state == "failed":
-            return _fail(r, Reason.ShardFailed, f"rank {rank} on {node_id} failed: {s.message}", now)
+            # the node's code when it gave one we know (WeightsUnusable, ...), in its own words
+            why = reason_or(s.reason, Reason.ShardFailed)
+            return _fail(r, why, f"rank {rank} on {node_id} failed: {s.message}", now)
         if multi and s.state == "exited":
             # a group spanning nodes does not survive losing a member (a rank exits when its peer goes): restarting
             # one rank cannot bring it back, and waiting for the silent node's timer leaves it "starting" for a minute
@@ -48,14 +50,17 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
     out = r.model_copy(update={"seen_ranks": seen})
     if len(states) == r.shards_expected and all(_ready_state(s) for s in states.values()):
         endpoint = assigned_endpoint(r)
-        conds = set_condition(out.conditions, "Ready", Status.TRUE, Reason.AllShardsReady, "", now)
+        conds = set_condition(out.conditions, ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", now)
         return out.model_copy(update={"conditions": conds, "ready_at": out.ready_at or now, "endpoint": endpoint})
     pending = ", ".join(
         f"rank {a.rank}: {states[a.rank].state}{' (' + states[a.rank].message + ')' if states[a.rank].message else ''}"
         if a.rank in states else f"rank {a.rank}: not yet started on {a.node_id}"
         for a in r.assignments
     )
-    conds = set_condition(out.conditions, "Ready", Status.FALSE, Reason.ShardsStarting, pending, now)
+    # a shard that says why it is not ready (ModelNotLoaded, EngineExited) names the reason; else still starting
+    told = [reason_or(s.reason, Reason.ShardsStarting) for s in states.values() if s.reason and not _ready_state(s)]
+    conds = set_condition(out.conditions, ConditionType.Ready, Status.FALSE, told[0] if told else Reason.ShardsStarting,
+                          pending, now)
     return out.model_copy(update={"conditions": conds, "endpoint": ""})
 
 
@@ -76,10 +81,11 @@ def assigned_endpoint(r: ReplicaRecord) -> str:
 
 
 def _fail(r: ReplicaRecord, reason: Reason, message: str, now: float) -> ReplicaRecord:
-    conds = set_condition(r.conditions, "Ready", Status.FALSE, reason, message, now)
+    conds = set_condition(r.conditions, ConditionType.Ready, Status.FALSE, reason, message, now)
     return r.model_copy(update={"failed": True, "conditions": conds, "endpoint": ""})
 
 
-def stopped(r: ReplicaRecord, reason: Reason, message: str, now: float) -> ReplicaRecord:
-    conds = set_condition(r.conditions, "Ready", Status.FALSE, reason, message, now)
-    return r.model_copy(update={"stop_reason": f"{reason.value}: {message}", "conditions": conds, "endpoint": ""})
+def stopped(r: ReplicaRecord, reason: Reason, message: str, now: float, for_model: str = "") -> ReplicaRecord:
+    conds = set_condition(r.conditions, ConditionType.Ready, Status.FALSE, reason, message, now)
+    stop = StopRequest(reason=reason, message=message, for_model=for_model)
+    return r.model_copy(update={"stop": stop, "conditions": conds, "endpoint": ""})

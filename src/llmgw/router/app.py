@@ -22,6 +22,7 @@ from llmgw.router.state import RouterState
 from llmgw.router.table import RoutingTable
 from llmgw.router.usage import StreamUsage
 from llmgw.store.base import ApiKeyRecord, UsageRecord
+from llmgw.wire.router import model_explanation_lines
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,8 @@ class Router:
                 self.state.want(model)
             if not await self._wait_ready(model):
                 why = "the model is loading" if spec.on_demand else "no replica of the model is ready"
-                detail = "; ".join((await self.state.explain(model))[:2])
+                told = await self.state.explain(model)
+                detail = "; ".join(model_explanation_lines(told)[:2]) if told is not None else ""
                 return openai_error(
                     503,
                     f"{why}: {detail}",

@@ -1,6 +1,7 @@
 """What the router needs from the control plane, behind one small interface.
 
-LocalState reads the control plane in the same process. RemoteState serves a router worker process: it
+control.local_state.LocalState serves the router in the control plane's own process, through the plane's named
+operations. RemoteState serves a router worker process: it
 polls the management API for the routing table and posts back what the control plane must know (demand,
 use, requests in flight, usage), so several workers can share one port.
 """
@@ -14,36 +15,16 @@ from typing import Protocol
 from urllib.parse import quote
 
 import aiohttp
-from pydantic import BaseModel
+from pydantic import ValidationError
 
 from llmgw.config.server import ModelSpec
-from llmgw.control.plane import LOCAL, ControlPlane
 from llmgw.core.clock import Clock
 from llmgw.store.base import UsageRecord
+from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, RouterView
 
 log = logging.getLogger(__name__)
 
 USAGE_POST_TIMEOUT = 60.0
-Ready = tuple[str, str, str]  # replica id, endpoint, the replica's engine secret
-
-
-class RouterView(BaseModel):
-    """The routing table as the management API hands it to router workers."""
-
-    generation: int
-    keys_version: int
-    models: list[ModelSpec]
-    ready: dict[str, list[Ready]]
-
-
-class Activity(BaseModel):
-    """What router workers tell the control plane: demand and use keep models alive; usage is recorded."""
-
-    reporter: str = ""  # which worker: its in-flight table replaces its previous one, and adds to the others'
-    demand: dict[str, float] = {}
-    used: dict[str, float] = {}
-    outstanding: dict[str, int] = {}  # the worker's whole in-flight table
-    usage: list[UsageRecord] = []
 
 
 class RouterState(Protocol):
@@ -52,53 +33,12 @@ class RouterState(Protocol):
 
     def generation(self) -> int: ...
     def keys_version(self) -> int: ...
-    def ready(self) -> dict[str, list[Ready]]: ...
+    def ready(self) -> dict[str, list[ReadyReplica]]: ...
     def want(self, model: str) -> None: ...
     def used(self, replica_id: str, at: float, outstanding: int) -> None: ...
     async def store_usage(self, batch: list[UsageRecord]) -> None: ...
-    async def explain(self, model: str) -> list[str]: ...
+    async def explain(self, model: str) -> ModelExplanation | None: ...
     async def flush(self) -> None: ...
-
-
-def ready_table(plane: ControlPlane) -> dict[str, list[Ready]]:
-    ready: dict[str, list[Ready]] = {}
-    for r in plane.replicas.values():
-        if r.ready and r.endpoint:
-            ready.setdefault(r.model, []).append((r.id, r.endpoint, r.secret))
-    return ready
-
-
-class LocalState:
-    def __init__(self, plane: ControlPlane) -> None:
-        self.plane = plane
-        self.clock = plane.clock
-        self.models = plane.models
-
-    def generation(self) -> int:
-        return self.plane.generation
-
-    def keys_version(self) -> int:
-        return self.plane.keys_version
-
-    def ready(self) -> dict[str, list[Ready]]:
-        return ready_table(self.plane)
-
-    def want(self, model: str) -> None:
-        self.plane.want(model)
-
-    def used(self, replica_id: str, at: float, outstanding: int) -> None:
-        self.plane.used(replica_id, at)
-        self.plane.in_flight(LOCAL, {replica_id: outstanding}, whole=False)
-
-    async def store_usage(self, batch: list[UsageRecord]) -> None:
-        # off the event loop, through the one writer: a batch is one transaction, but a disk can still stall
-        await self.plane.writer.run(self.plane.store.add_usage, batch)
-
-    async def explain(self, model: str) -> list[str]:
-        return self.plane.explain(model)
-
-    async def flush(self) -> None:
-        pass  # demand and use are already the control plane's: it is in this process
 
 
 class RemoteState:
@@ -134,7 +74,7 @@ class RemoteState:
     def keys_version(self) -> int:
         return self._view.keys_version
 
-    def ready(self) -> dict[str, list[Ready]]:
+    def ready(self) -> dict[str, list[ReadyReplica]]:
         return self._view.ready
 
     def want(self, model: str) -> None:
@@ -158,12 +98,13 @@ class RemoteState:
         ) as r:
             r.raise_for_status()
 
-    async def explain(self, model: str) -> list[str]:
+    async def explain(self, model: str) -> ModelExplanation | None:
         try:
             async with self._http().get(f"{self.admin}/api/explain/{quote(model, safe='')}") as r:
-                return list((await r.json())["lines"])
-        except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
-            return []
+                r.raise_for_status()
+                return ModelExplanation.model_validate_json(await r.read())
+        except (aiohttp.ClientError, TimeoutError, ValidationError):
+            return None
 
     async def flush(self) -> None:
         act, self._activity = self._activity, Activity()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmgw.wire.router import ReadyReplica
+
 
 @dataclass
 class Route:
@@ -18,15 +20,15 @@ class RoutingTable:
         self.routes: dict[str, list[Route]] = {}
         self.generation = -1
 
-    def update(self, generation: int, ready: dict[str, list[tuple[str, str, str]]]) -> None:
-        """Rebuild from (replica id, endpoint, secret) per model, keeping in-flight counts of replicas that stay."""
+    def update(self, generation: int, ready: dict[str, list[ReadyReplica]]) -> None:
+        """Rebuild from the ready replicas per model, keeping in-flight counts of replicas that stay."""
         old = {r.replica_id: r for routes in self.routes.values() for r in routes}
         fresh: dict[str, list[Route]] = {}
-        for model, pairs in ready.items():
+        for model, replicas in ready.items():
             routes = []
-            for rid, endpoint, secret in sorted(pairs):
-                route = old.get(rid) or Route(rid, endpoint, secret)
-                route.endpoint, route.secret = endpoint, secret
+            for rep in sorted(replicas, key=lambda x: x.id):
+                route = old.get(rep.id) or Route(rep.id, rep.endpoint, rep.secret)
+                route.endpoint, route.secret = rep.endpoint, rep.secret
                 routes.append(route)
             fresh[model] = routes
         self.routes = fresh

@@ -44,6 +44,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--leader-address", help="host of rank 0 (required for workers)")
     p.add_argument("--tokens-per-second", type=float, default=0.0, help="generation pace; 0 = as fast as possible")
     p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help="tokens per completion (max_tokens caps it)")
+    p.add_argument("--fail-load", default="", metavar="WORDS",
+                   help="play a model that failed to load: /health answers, nothing else does (a planted fault)")
     p.add_argument(
         "--join-timeout",
         type=float,
@@ -112,7 +114,8 @@ async def _lead(args: argparse.Namespace, stop: asyncio.Event) -> int:
 
         # the replica's secret comes through the environment (never argv) and leaves it at once
         key = os.environ.pop(KEY_ENV, "")
-        app = make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second, api_key=key)
+        app = make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second, api_key=key,
+                       load_failure=args.fail_load)
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE, access_log=None)
         await runner.setup()
         try:

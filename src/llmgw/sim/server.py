@@ -32,23 +32,40 @@ def make_app(
     tokens_per_second: float = 0.0,
     clock: Clock | None = None,
     api_key: str = "",
+    load_failure: str = "",
 ) -> web.Application:
     """An aiohttp app serving `model`: /health, /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings.
 
     With `api_key`, every path answers 401 unless the request carries `Authorization: Bearer <api_key>`.
+    With `load_failure`, it plays an engine whose model failed to load while its HTTP server stays up: /health
+    answers 200 and everything else 503 with those words (a fault the agent must not take for ready).
     """
     if tokens < 0:
         raise ValueError(f"tokens must be >= 0, got {tokens}")
     if tokens_per_second < 0:
         raise ValueError(f"tokens_per_second must be >= 0, got {tokens_per_second}")
     handlers = _Handlers(model, tokens, tokens_per_second, clock or SystemClock())
-    app = web.Application(middlewares=[_require_key(api_key)] if api_key else [])
+    middlewares = [_require_key(api_key)] if api_key else []
+    if load_failure:
+        middlewares.append(_not_loaded(load_failure))
+    app = web.Application(middlewares=middlewares)
     app.router.add_get("/health", handlers.health)
     app.router.add_get("/v1/models", handlers.models)
     app.router.add_post("/v1/chat/completions", handlers.chat)
     app.router.add_post("/v1/completions", handlers.completions)
     app.router.add_post("/v1/embeddings", handlers.embeddings)
     return app
+
+
+def _not_loaded(words: str) -> Any:
+    @web.middleware
+    async def mw(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path == "/health":
+            return await handler(request)  # type: ignore[no-any-return]
+        body = {"error": {"message": f"model failed to load: {words}", "type": "server_error", "code": 503}}
+        return web.json_response(body, status=503)
+
+    return mw
 
 
 class _Handlers:

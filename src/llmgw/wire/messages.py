@@ -6,11 +6,12 @@ Repeating a message is harmless: both sides are level-triggered.
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-WIRE_VERSION = 1
+WIRE_VERSION = 2  # 2: problems with codes, a reason on engines and shards
+OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
 # its store or an operator's terminal without limit.
@@ -38,6 +39,17 @@ Address = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ip_
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Problem(Strict):
+    """Something a node found wrong with itself: a code (one of llmgw's reasons) and the machine's own words."""
+
+    code: Name
+    message: Text
+    subject: Name = ""  # what it is about: a fabric, a GPU index, an engine, a probe
+
+
+Problems = Annotated[list[Problem], Field(max_length=64)]
 
 
 class GPU(Strict):
@@ -104,7 +116,8 @@ class EngineStatus(Strict):
     version: Name = ""
     path: Text = ""
     runs: bool
-    message: Text = ""  # why it cannot run, in the machine's words
+    message: Text = ""  # why it cannot run (or why its check was inconclusive), in the machine's words
+    reason: Name = ""  # a code for message: EngineCannotRun, EngineFlagsMissing, EngineCheckInconclusive
 
 
 class ShardState(Strict):
@@ -112,6 +125,7 @@ class ShardState(Strict):
     rank: int = Field(ge=0, le=1023)
     state: Literal["pending", "starting", "running", "ready", "exited", "failed"]
     message: Text = ""
+    reason: Name = ""  # a code for message when it says why the shard is not ready: WeightsUnusable, ModelNotLoaded
     pid: int | None = Field(default=None, ge=0, le=2**32)
     # what the node says it serves on; informational only: the router sends to the address and port the control
     # plane assigned, never to one a node names
@@ -130,12 +144,24 @@ class NodeReport(Strict):
     engines: Annotated[list[EngineStatus], Field(max_length=16)] = []
     install_progress: Texts = []
     fabrics: Annotated[list[Fabric], Field(max_length=16)] = []
-    fabric_problems: Texts = []
     weights: Annotated[list[Text], Field(max_length=1024)] = []  # sources this node can see on disk
     port_low: Port = 20000  # engines on this node may be given ports in [port_low, port_high]
     port_high: Port = 20999
     shards: Annotated[list[ShardState], Field(max_length=1024)] = []
-    warnings: Texts = []
+    problems: Problems = []  # hardware, fabric and discovery trouble, each with a code
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_version_1(cls, data: Any) -> Any:
+        """Version 1 sent problems as bare words: they keep their words under a generic code."""
+        if isinstance(data, dict) and data.get("version") == 1:
+            data = dict(data)
+            fabric = data.pop("fabric_problems", None) or []
+            other = data.pop("warnings", None) or []
+            if isinstance(fabric, list) and isinstance(other, list):
+                data["problems"] = [{"code": "FabricProblem", "message": str(t)} for t in fabric] + [
+                    {"code": "Warning", "message": str(t)} for t in other]
+        return data
 
     @model_validator(mode="after")
     def _port_range(self) -> NodeReport:

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from llmgw.agent.discovery import CommandResult, DeclaredFabric, check_fabrics, discover, hardware_warnings
 from llmgw.agent.discovery.warnings import NO_AVX2, NVLINK_UNKNOWN
-from llmgw.wire.messages import Hardware
+from llmgw.wire.messages import Fabric, Hardware
 
 from .fakes import NVML_ABSENT, FakeRunner, Forbidden, smi_not_installed
 from .hosts import host, inventory
 
 GiB = 2**30
 IB_FABRIC = [DeclaredFabric("ib-a", ["mlx5_0", "mlx5_1"])]
+
+
+def fabric_words(declared: Any, adapters: Any) -> tuple[list[Fabric], list[str]]:
+    fabrics, problems = check_fabrics(declared, adapters)
+    return fabrics, [p.message for p in problems]
 
 
 def gpu_node(name: str, tmp_path: Path) -> Hardware:
@@ -42,7 +48,7 @@ def test_vm_noavx2() -> None:
     assert hw.cpu.cores == 4 and not hw.cpu.avx2
     assert round(hw.mem_total_bytes / GiB) == 8
     assert (hw.gpu_source, hw.gpus, hw.ib_adapters, hw.disk) == ("none", [], [], None)
-    assert hardware_warnings(hw) == [NO_AVX2]
+    assert [p.message for p in hardware_warnings(hw)] == [NO_AVX2]
 
 
 def test_cpu_avx2() -> None:
@@ -51,7 +57,7 @@ def test_cpu_avx2() -> None:
     assert round(hw.mem_total_bytes / GiB) == 63  # 64 GiB of DIMMs, less what firmware and kernel keep
     assert hw.mem_available_bytes < hw.mem_total_bytes
     assert (hw.gpu_source, hw.gpus, hw.ib_adapters) == ("none", [], [])
-    assert hardware_warnings(hw) == []
+    assert [p.message for p in hardware_warnings(hw)] == []
 
 
 def test_h100x8_ib2(tmp_path: Path) -> None:
@@ -67,20 +73,21 @@ def test_h100x8_ib2(tmp_path: Path) -> None:
         ("mlx5_0", [(1, "ACTIVE", 400.0)]),
         ("mlx5_1", [(1, "ACTIVE", 400.0)]),
     ]
-    fabrics, problems = check_fabrics(IB_FABRIC, hw.ib_adapters)
+    fabrics, problems = fabric_words(IB_FABRIC, hw.ib_adapters)
     assert [(f.name, f.adapters, f.rate_gbps) for f in fabrics] == [("ib-a", ["mlx5_0", "mlx5_1"], 400.0)]
     assert problems == []
-    assert hardware_warnings(hw) == []
+    assert [p.message for p in hardware_warnings(hw)] == []
 
 
 def test_h100x8_ib_init(tmp_path: Path) -> None:
     hw = gpu_node("h100x8-ib-init", tmp_path)
     assert [g.index for g in hw.gpus if g.faulty] == [3]
     assert [a.ports[0].state for a in hw.ib_adapters] == ["ACTIVE", "INIT"]
-    fabrics, problems = check_fabrics(IB_FABRIC, hw.ib_adapters)
+    fabrics, problems = fabric_words(IB_FABRIC, hw.ib_adapters)
     assert [(f.name, f.adapters, f.rate_gbps) for f in fabrics] == [("ib-a", ["mlx5_0"], 400.0)]
     assert problems == ["fabric ib-a: adapter mlx5_1 has no ACTIVE port (port 1: INIT)"]
-    assert hardware_warnings(hw) == ["GPU 3 (H100-80G) is faulty: Xid 79: GPU has fallen off the bus"]
+    xid = "GPU 3 (H100-80G) is faulty: Xid 79: GPU has fallen off the bus"
+    assert [(p.code, p.message) for p in hardware_warnings(hw)] == [("GPUFaulty", xid)]
 
 
 def test_l40sx4_pcie_pairs(tmp_path: Path) -> None:
@@ -100,7 +107,7 @@ def test_nvidia_smi_node_warns_topology_unknown_and_logs_nothing(caplog: pytest.
             host("cpu-avx2"), inventory=None, weights_dir=None, default_arch="x86_64", run=smi, nvml=NVML_ABSENT
         )
     assert hw.gpu_source == "nvidia-smi" and len(hw.gpus) == 2
-    assert hardware_warnings(hw) == [NVLINK_UNKNOWN]
+    assert [p.message for p in hardware_warnings(hw)] == [NVLINK_UNKNOWN]
     assert caplog.records == []
 
 

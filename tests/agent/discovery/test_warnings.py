@@ -5,6 +5,15 @@ from llmgw.agent.discovery.warnings import NO_AVX2, NVLINK_UNKNOWN
 from llmgw.wire.messages import CPU, GPU, Hardware
 
 
+def words(hw: Hardware) -> list[str]:
+    return [p.message for p in hardware_warnings(hw)]
+
+
+def test_each_warning_carries_its_code() -> None:
+    hw = Hardware(arch="x86_64", cpu=CPU(cores=4), gpus=[gpu(0, None)])
+    assert [p.code for p in hardware_warnings(hw)] == ["NoAVX2", "NVLinkUnknown"]
+
+
 def gpu(index: int, peers: list[int] | None, fault: str = "") -> GPU:
     return GPU(
         index=index,
@@ -22,36 +31,35 @@ AVX2_CPU = CPU(model="x", cores=8, avx2=True)
 
 def test_healthy_node_has_no_warnings() -> None:
     hw = Hardware(arch="x86_64", cpu=AVX2_CPU, gpus=[gpu(0, [1]), gpu(1, [0])])
-    assert hardware_warnings(hw) == []
+    assert words(hw) == []
 
 
 def test_x86_without_avx2() -> None:
-    assert hardware_warnings(Hardware(arch="x86_64", cpu=CPU(cores=4))) == [NO_AVX2]
+    assert words(Hardware(arch="x86_64", cpu=CPU(cores=4))) == [NO_AVX2]
     assert NO_AVX2.startswith("no AVX2: ") and "kvm64" in NO_AVX2
 
 
 def test_arm_and_unknown_cpu_are_not_blamed_for_avx2() -> None:
-    assert hardware_warnings(Hardware(arch="aarch64", cpu=CPU(cores=72))) == []
-    assert hardware_warnings(Hardware(arch="x86_64", cpu=CPU())) == []
+    assert words(Hardware(arch="aarch64", cpu=CPU(cores=72))) == []
+    assert words(Hardware(arch="x86_64", cpu=CPU())) == []
 
 
 def test_faulty_card_with_its_words() -> None:
     hw = Hardware(arch="x86_64", cpu=AVX2_CPU, gpus=[gpu(0, [1]), gpu(1, [0], "Xid 79: GPU has fallen off the bus")])
-    assert hardware_warnings(hw) == ["GPU 1 (H100-80G) is faulty: Xid 79: GPU has fallen off the bus"]
+    assert words(hw) == ["GPU 1 (H100-80G) is faulty: Xid 79: GPU has fallen off the bus"]
 
 
 def test_unknown_topology_once() -> None:
     hw = Hardware(arch="x86_64", cpu=AVX2_CPU, gpus=[gpu(0, None), gpu(1, None)])
-    assert hardware_warnings(hw) == [NVLINK_UNKNOWN]
+    assert words(hw) == [NVLINK_UNKNOWN]
 
 
 def test_known_empty_topology_is_not_unknown() -> None:
-    assert hardware_warnings(Hardware(arch="x86_64", cpu=AVX2_CPU, gpus=[gpu(0, [])])) == []
+    assert words(Hardware(arch="x86_64", cpu=AVX2_CPU, gpus=[gpu(0, [])])) == []
 
 
 def test_gpu_discovery_problems_reach_the_warnings() -> None:
-    from llmgw.agent.discovery import hardware_warnings
     from llmgw.wire.messages import Hardware
 
     hw = Hardware(gpu_problems=["NVML: Driver/library version mismatch"])
-    assert "GPU discovery: NVML: Driver/library version mismatch" in hardware_warnings(hw)
+    assert "GPU discovery: NVML: Driver/library version mismatch" in words(hw)

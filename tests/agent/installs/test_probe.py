@@ -12,6 +12,7 @@ async def test_the_installed_llama_server_runs_and_reports_its_version() -> None
     status = await probe_llamacpp(None)
     assert status is not None and status.runs, status
     assert status.version.startswith("0.6.0")
+    assert status.reason == "" and status.message == "", "every flag llmgw passes is in its --help"
 
 
 async def test_present_executable_but_cannot_start_names_the_missing_library(tmp_path: Path) -> None:
@@ -22,6 +23,35 @@ async def test_present_executable_but_cannot_start_names_the_missing_library(tmp
     status = await probe_llamacpp(str(lonely))
     assert status is not None and not status.runs
     assert "missing libraries" in status.message and "libllama" in status.message
+    assert status.reason == "EngineCannotRun"
+
+
+def wrapper(tmp_path: Path, real: str, help_filter: str) -> str:
+    """The real llama-server behind a script that passes every call through but filters what --help prints."""
+    script = tmp_path / "llama-server"
+    script.write_text(f"""#!/bin/sh
+if [ "$1" = "--help" ]; then "{real}" --help 2>&1 | {help_filter}; exit 0; fi
+exec "{real}" "$@"
+""")
+    script.chmod(0o755)
+    return str(script)
+
+
+async def test_a_truncated_help_makes_the_check_inconclusive_not_a_failure(tmp_path: Path) -> None:
+    real = await probe_llamacpp(None)
+    assert real is not None
+    status = await probe_llamacpp(wrapper(tmp_path, real.path, "head -n 40"))
+    assert status is not None and status.runs, "a short help text proves nothing: the engine is still used"
+    assert status.reason == "EngineCheckInconclusive"
+    assert "help text has only" in status.message and "--api-key-file" in status.message
+
+
+async def test_a_flag_gone_from_a_whole_help_text_means_it_cannot_run(tmp_path: Path) -> None:
+    real = await probe_llamacpp(None)
+    assert real is not None
+    status = await probe_llamacpp(wrapper(tmp_path, real.path, "grep -v -- '--api-key-file'"))
+    assert status is not None and not status.runs
+    assert status.reason == "EngineFlagsMissing" and "--api-key-file" in status.message
 
 
 async def test_only_the_engines_asked_for_are_probed() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from llmgw.wire.messages import Fabric, IBAdapter
+from llmgw.wire.messages import Fabric, IBAdapter, Problem
 
 ACTIVE = "ACTIVE"
 
@@ -48,27 +48,29 @@ def _likely_meant(name: str, candidates: list[str]) -> str | None:
     return best if likeness(best) >= 0.6 else None
 
 
-def _absent(fabric: str, name: str, adapters: dict[str, IBAdapter]) -> str:
+def _absent(fabric: str, name: str, adapters: dict[str, IBAdapter]) -> Problem:
     found = ", ".join(adapters) or "none"
     guess = _likely_meant(name, list(adapters))
     hint = f"; did you mean {guess}?" if guess else ""
-    return f"fabric {fabric}: adapter {name} is not on this node (found: {found}{hint})"
+    words = f"fabric {fabric}: adapter {name} is not on this node (found: {found}{hint})"
+    return Problem(code="FabricAdapterMissing", message=words, subject=fabric)
 
 
-def _inactive(fabric: str, adapter: IBAdapter) -> str:
+def _inactive(fabric: str, adapter: IBAdapter) -> Problem:
     states = ", ".join(f"port {p.port}: {p.state}" for p in adapter.ports) or "no ports"
-    return f"fabric {fabric}: adapter {adapter.name} has no ACTIVE port ({states})"
+    words = f"fabric {fabric}: adapter {adapter.name} has no ACTIVE port ({states})"
+    return Problem(code="FabricPortNotActive", message=words, subject=fabric)
 
 
 def check_fabrics(
     declared: Sequence[FabricDeclaration], adapters: Sequence[IBAdapter]
-) -> tuple[list[Fabric], list[str]]:
+) -> tuple[list[Fabric], list[Problem]]:
     """(fabrics to advertise, problems). An adapter is advertised only when present with an ACTIVE port; a fabric
     only when at least one of its adapters is; its rate is the slowest active link among those adapters, since a
     collective runs at its slowest."""
     by_name = {a.name: a for a in adapters}
     fabrics: list[Fabric] = []
-    problems: list[str] = []
+    problems: list[Problem] = []
     for decl in declared:
         usable: list[str] = []
         rates: list[float] = []
@@ -84,7 +86,8 @@ def check_fabrics(
             usable.append(name)
             rates.extend(p.rate_gbps for p in active)
         if not usable:
-            problems.append(f"fabric {decl.name}: not advertised: no adapter with an ACTIVE port")
+            words = f"fabric {decl.name}: not advertised: no adapter with an ACTIVE port"
+            problems.append(Problem(code="FabricProblem", message=words, subject=decl.name))
             continue
         fabrics.append(Fabric(name=decl.name, adapters=usable, rate_gbps=min(rates)))
     return fabrics, problems

@@ -30,6 +30,8 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     serves_http: bool = False
     health_path: str = "/health"
+    # where the engine lists what it serves: healthy and listing no model is not ready ("" skips the check)
+    models_path: str = "/v1/models"
     # files the supervisor writes (mode 0600) before starting the process and removes after it stops: secrets
     files: dict[str, str] = field(default_factory=dict)
 

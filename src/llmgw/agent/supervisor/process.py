@@ -47,6 +47,7 @@ class ShardProcess:
     proc: asyncio.subprocess.Process | AdoptedProcess | None = None
     state: str = "pending"
     message: str = ""
+    reason: str = ""  # a code for message, when it says why the shard is not ready
     restarts: int = 0
     exit_code: int | None = None
     next_start: float = 0.0
@@ -102,7 +103,7 @@ class ShardProcess:
         # its spec beside it, so a next agent can adopt it rather than restart it (0600: it holds the secret)
         write_private(self.pid_path.with_suffix(SPEC_SUFFIX), self.spec.model_dump_json())
         self.state = "starting" if self.launch.serves_http else "running"
-        self.message = ""
+        self.message = self.reason = ""
         self.exit_code = None
         self.health_failures = 0
 
@@ -129,6 +130,7 @@ class ShardProcess:
             rank=self.spec.rank,
             state=self.state,  # type: ignore[arg-type]
             message=self.message,
+            reason=self.reason,
             pid=self.proc.pid if self.proc and self.proc.returncode is None else None,
             endpoint=self.endpoint,
             exit_code=self.exit_code,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from llmgw.agent.engines.base import Launch
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
 from llmgw.core.clock import Clock
-from llmgw.wire.messages import ShardSpec, ShardState
+from llmgw.wire.messages import Problem, ShardSpec, ShardState
 
 log = logging.getLogger(__name__)
 
@@ -21,8 +22,15 @@ MAX_RESTARTS = 3
 BACKOFF_BASE = 1.0
 BACKOFF_MAX = 30.0
 HEALTH_FAILURES_BEFORE_UNREADY = 3
+NO_MODEL = "no model loaded"
+MODELS_BODY_MAX = 256 * 1024
 
-Resolver = Callable[[ShardSpec], tuple[Launch | None, str]]
+
+def _words(body: bytes) -> str:
+    return body[:300].decode(errors="replace").strip()
+
+# the launch, or why there is none: words, or a Problem when the resolver knows the code (WeightsUnusable)
+Resolver = Callable[[ShardSpec], tuple[Launch | None, "str | Problem"]]
 
 
 class Supervisor:
@@ -55,7 +63,10 @@ class Supervisor:
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
                 sp = ShardProcess(spec=spec, launch=launch, log_path=log, host=self.host)
                 if launch is None:
-                    sp.state, sp.message = "failed", why
+                    if isinstance(why, Problem):
+                        sp.state, sp.message, sp.reason = "failed", why.message, why.code
+                    else:
+                        sp.state, sp.message = "failed", why
                 self.shards[key] = sp
         await self.tick()
 
@@ -94,6 +105,7 @@ class Supervisor:
                 how = "exited (exit code unknown: adopted)" if isinstance(p, AdoptedProcess) else (
                     f"exited with code {p.returncode}")
                 sp.message = how + (f": {words}" if words else "")
+                sp.reason = "EngineExited"
                 if sp.restarts >= MAX_RESTARTS:
                     sp.state = "failed"
                     sp.message = f"gave up after {sp.restarts} restarts; {sp.message}"
@@ -121,14 +133,38 @@ class Supervisor:
             detail = f"health probe: {type(e).__name__}"
         if sp.proc is None or sp.proc.returncode is not None:
             return
+        if healthy and sp.launch.models_path:
+            healthy, detail = await self._serves_a_model(sp, headers)
         if healthy:
-            sp.state, sp.message, sp.health_failures = "ready", "", 0
+            sp.state, sp.message, sp.reason, sp.health_failures = "ready", "", "", 0
         elif sp.state == "ready":
             sp.health_failures += 1
             if sp.health_failures >= HEALTH_FAILURES_BEFORE_UNREADY:
                 sp.state, sp.message = "starting", f"not healthy: {detail}"
         else:
             sp.message = f"waiting for health: {detail}"
+            sp.reason = "ModelNotLoaded" if detail.startswith(NO_MODEL) else ""
+
+    async def _serves_a_model(self, sp: ShardProcess, headers: dict[str, str]) -> tuple[bool, str]:
+        """An engine whose health answers can still have failed to load its model (some keep their HTTP server up
+        and list nothing): ready means it lists a model."""
+        assert sp.launch is not None
+        try:
+            async with self._http().get(sp.endpoint + sp.launch.models_path, headers=headers) as resp:
+                body = await resp.content.read(MODELS_BODY_MAX)
+                if resp.status != 200:
+                    return False, f"{NO_MODEL}: {sp.launch.models_path} answered {resp.status}: {_words(body)}"
+                data = json.loads(body)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            return False, f"models probe: {type(e).__name__}"
+        except ValueError:
+            return False, f"{NO_MODEL}: {sp.launch.models_path} is not JSON"
+        listed = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(listed, list) or not listed:
+            error = data.get("error") if isinstance(data, dict) else None
+            return False, f"{NO_MODEL}: health answers 200 but {sp.launch.models_path} lists no model" + (
+                f" ({str(error)[:300]})" if error else "")
+        return True, ""
 
     def states(self) -> list[ShardState]:
         return [sp.report() for _, sp in sorted(self.shards.items())]

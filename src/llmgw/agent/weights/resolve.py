@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 PKG_SCHEME = "pypkg://"
+GGUF_MAGIC = b"GGUF"
 
 
 def resolve_source(source: str) -> tuple[str | None, str]:
@@ -29,6 +30,14 @@ def resolve_source(source: str) -> tuple[str | None, str]:
             return None, f"weights not found on this node: {source}"
         if p.is_file() and p.stat().st_size == 0:
             return None, f"weights file is empty (an unfinished download?): {source}"
+        if p.is_file() and p.suffix == ".gguf":
+            try:
+                with p.open("rb") as f:
+                    head = f.read(4)
+            except OSError as e:
+                return None, f"weights file cannot be read: {source}: {e.strerror}"
+            if head != GGUF_MAGIC:
+                return None, f"weights file is not GGUF (starts {head!r}; an error page saved as weights?): {source}"
         return source, ""
     return source, ""  # e.g. "Qwen/Qwen2.5-7B-Instruct": vLLM and SGLang fetch it themselves
 

@@ -1,0 +1,42 @@
+"""The router in the control plane's own process: it reads the plane and writes only through its named operations."""
+
+from __future__ import annotations
+
+from llmgw.config.server import ModelSpec
+from llmgw.control.plane import LOCAL, ControlPlane
+from llmgw.core.clock import Clock
+from llmgw.store.base import UsageRecord
+from llmgw.wire.router import ModelExplanation, ReadyReplica
+
+
+class LocalState:
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.clock: Clock = plane.clock
+        self.models: dict[str, ModelSpec] = plane.models
+
+    def generation(self) -> int:
+        return self.plane.generation
+
+    def keys_version(self) -> int:
+        return self.plane.keys_version
+
+    def ready(self) -> dict[str, list[ReadyReplica]]:
+        return self.plane.ready_table()
+
+    def want(self, model: str) -> None:
+        self.plane.want(model)
+
+    def used(self, replica_id: str, at: float, outstanding: int) -> None:
+        self.plane.used(replica_id, at)
+        self.plane.in_flight(LOCAL, {replica_id: outstanding}, whole=False)
+
+    async def store_usage(self, batch: list[UsageRecord]) -> None:
+        # off the event loop, through the one writer: a batch is one transaction, but a disk can still stall
+        await self.plane.record_usage(batch)
+
+    async def explain(self, model: str) -> ModelExplanation | None:
+        return self.plane.explain(model)
+
+    async def flush(self) -> None:
+        pass  # demand and use are already the control plane's: it is in this process

@@ -1,0 +1,86 @@
+"""What the router and the control plane exchange: the routing table, the activity routers report, and why a model
+has no replica. Neither side's module: both import this one, so neither imports the other."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+from llmgw.config.server import ModelSpec
+from llmgw.core.conditions import Condition, ConditionType
+from llmgw.core.explanation import Explanation, explanation_lines
+from llmgw.core.state import Phase, StopRequest
+from llmgw.store.base import UsageRecord
+
+
+class ReadyReplica(BaseModel):
+    id: str
+    endpoint: str
+    secret: str  # the replica's engine secret: routers send it, nobody else has it
+
+
+class RouterView(BaseModel):
+    """The routing table as the management API hands it to router workers."""
+
+    generation: int
+    keys_version: int
+    models: list[ModelSpec]
+    ready: dict[str, list[ReadyReplica]]
+
+
+class Activity(BaseModel):
+    """What a router process tells the control plane: demand and use keep models alive; usage is recorded."""
+
+    reporter: str = ""  # which process: its in-flight table replaces its previous one, and adds to the others'
+    demand: dict[str, float] = {}
+    used: dict[str, float] = {}
+    outstanding: dict[str, int] = {}  # the process's whole in-flight table
+    usage: list[UsageRecord] = []
+
+
+class Wanted(StrEnum):
+    Unknown = "unknown"  # not in the catalog
+    Off = "off"  # scaling max is 0
+    NotWanted = "not-wanted"  # min 0, on demand, nobody asked lately
+    Replicas = "replicas"  # see the replicas
+
+
+class ReplicaExplanation(BaseModel):
+    id: str
+    phase: Phase
+    nodes: list[str]
+    conditions: list[Condition]
+    stop: StopRequest | None = None
+    placement: Explanation | None = None  # the last placement decision: why it is where it is, or is nowhere
+
+
+class ModelExplanation(BaseModel):
+    """GET /api/explain/MODEL: why a model is or is not served, as data."""
+
+    model: str
+    wanted: Wanted
+    min: int = 0
+    max: int = 0
+    on_demand: bool = False
+    replicas: list[ReplicaExplanation] = []
+
+
+def model_explanation_lines(e: ModelExplanation) -> list[str]:
+    """Words for people (ctl explain, a 503's message). Nothing reads these back."""
+    if e.wanted == Wanted.Unknown:
+        return [f"{e.model}: not in the catalog"]
+    if e.wanted == Wanted.Off:
+        return [f"{e.model}: configured and off (scaling max is 0)"]
+    if e.wanted == Wanted.NotWanted:
+        return [f"{e.model}: no replica wanted now (min {e.min}, on demand: {e.on_demand})"]
+    out: list[str] = []
+    for r in e.replicas:
+        kind = ConditionType.Scheduled if r.phase == Phase.Pending else ConditionType.Ready
+        why = next((c for c in r.conditions if c.type == kind), None)
+        out.append(f"replica {r.id}: {r.phase}" + (f" ({why.reason}: {why.message})" if why else ""))
+        if r.stop is not None:
+            out.append(f"  stop: {r.stop.reason}: {r.stop.message}")
+        if r.placement is not None:
+            out.extend("  " + ln for ln in explanation_lines(r.placement))
+    return out
