@@ -8,8 +8,14 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from llmgw.control.plane import LOCAL, REPORTER_SILENT_AFTER
+from llmgw.config.server import ServerConfig, TLSFiles
+from llmgw.control.plane import LOCAL, REPORTER_SILENT_AFTER, ControlPlane
 from llmgw.core.clock import FakeClock
+from llmgw.core.reasons import Reason
+from llmgw.store.sqlite import SqliteStore
+from llmgw.wire.messages import ShardState
+from llmgw.wire.router import Activity
+from tests.clusters import model, node
 from tests.harness import plane_in
 from tests.router.conftest import router_over
 
@@ -47,10 +53,45 @@ async def test_a_replica_is_busy_from_the_start_of_a_request_not_its_end(tmp_pat
                 f"{b.url}/v1/chat/completions", json={"model": "sim-a", "messages": []},
                 headers={"Authorization": f"Bearer {b.key}"}))
             await asyncio.wait_for(started.wait(), 10)
-            plane = b.router.state.plane  # type: ignore[attr-defined]
-            assert plane.outstanding() == {"sim-a-1": 1}
+            assert b.state.outstanding == {"sim-a-1": 1}, "told the control plane only at the end"
             gate.set()
             resp = await req
             assert resp.status == 200
             resp.release()
-        assert plane.outstanding() == {}
+        assert b.state.outstanding == {}
+
+
+def test_with_two_api_workers_a_replica_busy_in_one_is_never_evicted(tmp_path: Path) -> None:
+    """Two router processes report their whole in-flight tables, one after the other, through the activity route's
+    operation. The replica busy in the first must stay busy after the second says it has nothing in flight."""
+    a = model("a", gpus_per_shard=8, min_=0, max_=1, idle=3600)
+    b = model("b", gpus_per_shard=8, min_=0, max_=1, idle=3600)
+    clock = FakeClock()
+    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[a, b])
+    p = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), clock)
+    p.load()
+    n1 = node("n1", n_gpus=8).report
+
+    def beat(*ready: str) -> None:
+        shards = [ShardState(replica_id=rid, rank=0, state="ready", endpoint="http://10.0.0.1:20000") for rid in ready]
+        p.heartbeat(n1.model_copy(update={"shards": shards}))
+
+    beat()
+    p.record_activity(Activity(reporter="worker-1", demand={"a": clock.now()}))
+    p.reconcile_once()
+    (ra,) = p.replicas.values()
+    beat(ra.id)
+    p.reconcile_once()
+    assert p.replicas[ra.id].ready
+    p.record_activity(Activity(reporter="worker-1", used={ra.id: clock.now()}, outstanding={ra.id: 1}))
+    clock.advance(cfg.eviction.protect_after_ready + cfg.eviction.idle_after + 1)  # idle by its last use, long up
+    beat(ra.id)
+    p.record_activity(Activity(reporter="worker-1", outstanding={ra.id: 1}))  # a long stream, still going
+    p.record_activity(Activity(reporter="worker-2", demand={"b": clock.now()}, outstanding={}))
+    for _ in range(3):
+        p.reconcile_once()
+        assert p.replicas[ra.id].stop is None, "evicted while a request was in flight in worker-1"
+    p.record_activity(Activity(reporter="worker-1", outstanding={}))  # the stream ended
+    p.reconcile_once()
+    stop = p.replicas[ra.id].stop
+    assert stop is not None and stop.reason == Reason.Evicted and stop.for_model == "b"

@@ -1,4 +1,5 @@
-"""A real router over a real control plane (in-process, fake clock) whose replicas are real engine processes."""
+"""A real router whose replicas are real engine processes, over a stand-in for the control plane (FakeState), or
+over a real control plane (in-process, fake clock) where what is tested is how the two meet."""
 
 from __future__ import annotations
 
@@ -14,21 +15,20 @@ from llmgw.config.server import ModelSpec, RouterConfig, ServerConfig, TLSFiles
 from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.conditions import ConditionType, Status, set_condition
-from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord, ShardAssignment
 from llmgw.dev.cluster import SMOLLM2
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing, new_key
+from llmgw.router.state import RouterState
 from llmgw.store.sqlite import SqliteStore
 from tests.harness import await_until, free_port
 from tests.router.engines import Engine, llama_server, sim
+from tests.router.fakes import FakeState
 
 
 @pytest.fixture(scope="session")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engine]]:
     tmp = tmp_path_factory.mktemp("engines")
-    started = {"smollm2": llama_server(tmp), "sim-a": sim(tmp, "sim-a"), "sim-b": sim(tmp, "sim-b")}
+    started = {"sim-a": sim(tmp, "sim-a"), "sim-b": sim(tmp, "sim-b")}
     try:
         for e in started.values():
             e.wait()
@@ -55,31 +55,29 @@ def models() -> list[ModelSpec]:
     return [ModelSpec.model_validate(m) for m in raw]
 
 
-def ready_replica(plane: ControlPlane, rid: str, model: str, endpoint: str) -> ReplicaRecord:
-    now = plane.clock.now()
-    r = ReplicaRecord(
-        id=rid,
-        model=model,
-        created_at=now,
-        shards_expected=1,
-        ready_at=now,
-        endpoint=endpoint,
-        assignments=[ShardAssignment(rank=0, node_id="n1", address="127.0.0.1")],
-        conditions=set_condition([], ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", now),
-    )
-    plane.replicas[rid] = r
-    plane.generation += 1
-    return r
+@pytest.fixture(scope="session")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """A real llama-server with the shipped model: started only for the tests that ask for it."""
+    e = llama_server(tmp_path_factory.mktemp("llama"))
+    try:
+        yield e.wait()
+    finally:
+        e.kill()
+
+
+def ready_replica(state: FakeState, rid: str, model: str, endpoint: str) -> None:
+    state.put_ready(rid, model, endpoint)
 
 
 @contextlib.asynccontextmanager
-async def serving(plane: ControlPlane, key_name: str) -> AsyncIterator[tuple[str, Router, str]]:
-    """The real router over `plane`, on a free loopback port, with one fresh API key: (url, router, raw key)."""
-    keys = KeyRing(plane.store)
-    raw, rec = new_key(key_name, [], plane.clock)
-    plane.store.put_key(rec)
+async def serving(state: RouterState, store: SqliteStore, cfg: ServerConfig, key_name: str
+                  ) -> AsyncIterator[tuple[str, Router, str]]:
+    """The real router over `state`, on a free loopback port, with one fresh API key: (url, router, raw key)."""
+    keys = KeyRing(store)
+    raw, rec = new_key(key_name, [], state.clock)
+    store.put_key(rec)
     keys.reload()
-    router = Router(LocalState(plane), keys, plane.cfg.router, plane.cfg.load_wait, plane.cfg.max_body)
+    router = Router(state, keys, cfg.router, cfg.load_wait, cfg.max_body)
     runner = web.AppRunner(router.app())
     await runner.setup()
     port = free_port()
@@ -95,32 +93,60 @@ async def serving(plane: ControlPlane, key_name: str) -> AsyncIterator[tuple[str
 class RouterUnderTest:
     url: str
     router: Router
-    plane: ControlPlane
+    state: FakeState
     store: SqliteStore
     clock: FakeClock
     key: str
     db: Path
 
 
-@pytest.fixture
-async def rut(tmp_path: Path, engines: dict[str, Engine]) -> AsyncIterator[RouterUnderTest]:
-    cfg = ServerConfig(
+def server_config() -> ServerConfig:
+    return ServerConfig(
         tls=TLSFiles(ca="x", cert="x", key="x"),
         models=models(),
         load_wait=0.5,
         max_body=64 * 1024,
         router=RouterConfig(idle_timeout=1.0, first_byte_timeout=30.0),
     )
+
+
+@pytest.fixture
+async def rut(request: pytest.FixtureRequest, tmp_path: Path, engines: dict[str, Engine]
+              ) -> AsyncIterator[RouterUnderTest]:
+    """sim-a and sim-b are ready; smollm2 too when the test also asks for the `llama` fixture."""
+    cfg = server_config()
     db = tmp_path / "llmgw.db"
     store = SqliteStore(db).open()
     clock = FakeClock()
-    plane = ControlPlane(cfg, store, clock)
-    plane.load()
-    for name in ("smollm2", "sim-a", "sim-b"):
-        ready_replica(plane, f"{name}-1", name, engines[name].url)
+    state = FakeState(cfg.models, clock, store)
+    for name in ("sim-a", "sim-b"):
+        state.put_ready(f"{name}-1", name, engines[name].url)
+    if "llama" in request.fixturenames:
+        state.put_ready("smollm2-1", "smollm2", request.getfixturevalue("llama").url)
     try:
-        async with serving(plane, "tester") as (url, router, raw):
-            yield RouterUnderTest(url, router, plane, store, clock, raw, db)
+        async with serving(state, store, cfg, "tester") as (url, router, raw):
+            yield RouterUnderTest(url, router, state, store, clock, raw, db)
+    finally:
+        store.close()
+
+
+@dataclass
+class PlaneRouter:
+    url: str
+    plane: ControlPlane
+    key: str
+
+
+@pytest.fixture
+async def plane_router(tmp_path: Path) -> AsyncIterator[PlaneRouter]:
+    """The router over a real control plane (no nodes): for how a request becomes demand, and demand a replica."""
+    cfg = server_config()
+    store = SqliteStore(tmp_path / "llmgw.db").open()
+    plane = ControlPlane(cfg, store, FakeClock())
+    plane.load()
+    try:
+        async with serving(LocalState(plane), store, cfg, "tester") as (url, _, raw):
+            yield PlaneRouter(url, plane, raw)
     finally:
         store.close()
 
@@ -145,6 +171,7 @@ class Bench:
     router: Router
     store: SqliteStore
     key: str
+    state: FakeState
 
 
 @contextlib.asynccontextmanager
@@ -156,13 +183,11 @@ async def router_over(tmp_path: Path, engine: web.Application, router_cfg: Route
     await web.TCPSite(eng_runner, "127.0.0.1", eng_port).start()
     cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=models(), router=router_cfg or RouterConfig())
     store = SqliteStore(tmp_path / "llmgw.db").open()
-    clock = FakeClock()
-    plane = ControlPlane(cfg, store, clock)
-    plane.load()
-    ready_replica(plane, "sim-a-1", "sim-a", f"http://127.0.0.1:{eng_port}")
+    state = FakeState(cfg.models, FakeClock(), store)
+    state.put_ready("sim-a-1", "sim-a", f"http://127.0.0.1:{eng_port}")
     try:
-        async with serving(plane, "t") as (url, router, raw):
-            yield Bench(url, router, store, raw)
+        async with serving(state, store, cfg, "t") as (url, router, raw):
+            yield Bench(url, router, store, raw, state)
     finally:
         await eng_runner.cleanup()
         store.close()

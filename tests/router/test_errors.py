@@ -8,7 +8,7 @@ import urllib.request
 import aiohttp
 
 from llmgw.router.keys import new_key
-from tests.router.conftest import RouterUnderTest, settle
+from tests.router.conftest import PlaneRouter, RouterUnderTest, settle
 from tests.router.engines import Engine
 
 
@@ -42,8 +42,8 @@ def envelope(body: dict, code: str) -> str:  # type: ignore[type-arg]
     return str(body["error"]["message"])
 
 
-async def test_bad_requests_never_reach_the_engine(rut: RouterUnderTest, engines: dict[str, Engine]) -> None:
-    before = prompt_tokens_seen(engines["smollm2"])
+async def test_bad_requests_never_reach_the_engine(rut: RouterUnderTest, llama: Engine) -> None:
+    before = prompt_tokens_seen(llama)
     s, b, _ = await post(rut, b"{not json")
     assert s == 400 and "not valid JSON" in envelope(b, "invalid_json")
     s, b, _ = await post(rut, chat(None))
@@ -56,7 +56,7 @@ async def test_bad_requests_never_reach_the_engine(rut: RouterUnderTest, engines
     assert s == 401 and envelope(b, "invalid_api_key")
     s, b, _ = await post(rut, chat("no-such-model"))
     assert s == 404 and "does not exist" in envelope(b, "model_not_found")
-    assert prompt_tokens_seen(engines["smollm2"]) == before
+    assert prompt_tokens_seen(llama) == before
 
 
 async def test_revoked_key(rut: RouterUnderTest) -> None:
@@ -81,18 +81,22 @@ async def test_model_outside_the_keys_allow_list(rut: RouterUnderTest) -> None:
 async def test_switched_off_model_is_not_loading(rut: RouterUnderTest) -> None:
     s, b, _ = await post(rut, chat("sim-off"))
     assert s == 503 and "switched off" in envelope(b, "model_off")
-    assert "sim-off" not in rut.plane.demand
+    assert "sim-off" not in rut.state.demand
 
 
-async def test_on_demand_model_triggers_a_load_then_says_loading(rut: RouterUnderTest) -> None:
-    s, b, h = await post(rut, chat("sim-od"))
-    assert s == 503
+async def test_on_demand_model_triggers_a_load_then_says_loading(plane_router: PlaneRouter) -> None:
+    pr = plane_router
+    auth = {"Authorization": f"Bearer {pr.key}"}
+    async with aiohttp.ClientSession() as s, s.post(pr.url + "/v1/chat/completions", data=chat("sim-od"),
+                                                    headers=auth) as r:
+        status, b, h = r.status, await r.json(), r.headers
+    assert status == 503
     assert envelope(b, "model_loading").startswith("the model is loading")
     assert h["Retry-After"] == "10"
-    assert rut.plane.demand["sim-od"] == rut.clock.now()
+    assert pr.plane.demand["sim-od"] == pr.plane.clock.now()
     # the reconciler turns that demand into a replica (which here cannot be placed: no nodes)
-    rut.plane.reconcile_once()
-    od = [r for r in rut.plane.replicas.values() if r.model == "sim-od"]
+    pr.plane.reconcile_once()
+    od = [r for r in pr.plane.replicas.values() if r.model == "sim-od"]
     assert len(od) == 1 and not od[0].placed
     assert od[0].explanation is not None and not od[0].explanation.placed
 

@@ -10,6 +10,8 @@ import pytest
 from tests.harness import failures_logged
 from tests.router.conftest import RouterUnderTest, settle
 
+pytestmark = pytest.mark.usefixtures("llama")  # these talk to the real llama-server as well as to sim
+
 
 def client(rut: RouterUnderTest, key: str | None = None) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=rut.url + "/v1", api_key=key or rut.key, max_retries=0)

@@ -24,7 +24,7 @@ async def _post(rut: RouterUnderTest, model: str, stream: bool = False) -> tuple
 
 async def test_unreachable_replica_is_skipped_before_any_byte_is_sent(rut: RouterUnderTest) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection refused
-    ready_replica(rut.plane, "sim-a-0dead", "sim-a", dead)  # sorts first, and has no outstanding requests
+    ready_replica(rut.state, "sim-a-0dead", "sim-a", dead)  # sorts first, and has no outstanding requests
     for _ in range(4):
         status, _ = await _post(rut, "sim-a")
         assert status == 200
@@ -34,8 +34,8 @@ async def test_unreachable_replica_is_skipped_before_any_byte_is_sent(rut: Route
 
 
 async def test_only_unreachable_replicas_is_a_503(rut: RouterUnderTest) -> None:
-    rut.plane.replicas.pop("sim-b-1")
-    ready_replica(rut.plane, "sim-b-dead", "sim-b", f"http://127.0.0.1:{free_port()}")
+    rut.state.remove("sim-b-1")
+    ready_replica(rut.state, "sim-b-dead", "sim-b", f"http://127.0.0.1:{free_port()}")
     status, body = await _post(rut, "sim-b")
     assert status == 503
     assert json.loads(body)["error"]["code"] == "no_reachable_replica"
@@ -44,9 +44,9 @@ async def test_only_unreachable_replicas_is_a_503(rut: RouterUnderTest) -> None:
 async def test_least_outstanding_requests_wins(rut: RouterUnderTest, tmp_path: Path) -> None:
     slow = [sim(tmp_path, "sim-b", tokens=4, tokens_per_second=4) for _ in range(2)]  # ~1 s per request
     try:
-        rut.plane.replicas.pop("sim-b-1")
+        rut.state.remove("sim-b-1")
         for i, e in enumerate(slow):
-            ready_replica(rut.plane, f"sim-b-slow{i}", "sim-b", e.wait().url)
+            ready_replica(rut.state, f"sim-b-slow{i}", "sim-b", e.wait().url)
         first = asyncio.create_task(_post(rut, "sim-b"))
         await await_true(lambda: _outstanding(rut) == 1, 5, "first request in flight")
         second = asyncio.create_task(_post(rut, "sim-b"))
@@ -65,8 +65,8 @@ def _outstanding(rut: RouterUnderTest) -> int:
 
 async def test_a_stream_that_breaks_ends_with_an_error_event(rut: RouterUnderTest, tmp_path: Path) -> None:
     flaky = sim(tmp_path, "sim-b", tokens=40, tokens_per_second=10).wait()
-    rut.plane.replicas.pop("sim-b-1")
-    ready_replica(rut.plane, "sim-b-flaky", "sim-b", flaky.url)
+    rut.state.remove("sim-b-1")
+    ready_replica(rut.state, "sim-b-flaky", "sim-b", flaky.url)
     body = {"model": "sim-b", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     got = b""
     async with (
@@ -89,8 +89,8 @@ async def test_long_non_streaming_generation_is_not_cut_off(rut: RouterUnderTest
     # 3 tokens at 1 token/s: the answer's headers come after ~3 s, three times the idle timeout (1 s)
     slow = sim(tmp_path, "sim-b", tokens=3, tokens_per_second=1).wait()
     try:
-        rut.plane.replicas.pop("sim-b-1")
-        ready_replica(rut.plane, "sim-b-slow", "sim-b", slow.url)
+        rut.state.remove("sim-b-1")
+        ready_replica(rut.state, "sim-b-slow", "sim-b", slow.url)
         status, body = await _post(rut, "sim-b")
         assert status == 200
         assert json.loads(body)["usage"]["completion_tokens"] == 3
@@ -101,8 +101,8 @@ async def test_long_non_streaming_generation_is_not_cut_off(rut: RouterUnderTest
 async def test_streaming_is_passed_through_as_it_is_generated(rut: RouterUnderTest, tmp_path: Path) -> None:
     paced = sim(tmp_path, "sim-b", tokens=6, tokens_per_second=10).wait()  # a token every 0.1 s
     try:
-        rut.plane.replicas.pop("sim-b-1")
-        ready_replica(rut.plane, "sim-b-paced", "sim-b", paced.url)
+        rut.state.remove("sim-b-1")
+        ready_replica(rut.state, "sim-b-paced", "sim-b", paced.url)
         body = {"model": "sim-b", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         arrivals: list[float] = []
         loop = asyncio.get_running_loop()
@@ -122,8 +122,8 @@ async def test_a_stream_that_goes_quiet_is_ended_with_an_error_event(rut: Router
     # a token every 2 s against an idle timeout of 1 s between chunks
     quiet = sim(tmp_path, "sim-b", tokens=3, tokens_per_second=0.5).wait()
     try:
-        rut.plane.replicas.pop("sim-b-1")
-        ready_replica(rut.plane, "sim-b-quiet", "sim-b", quiet.url)
+        rut.state.remove("sim-b-1")
+        ready_replica(rut.state, "sim-b-quiet", "sim-b", quiet.url)
         status, raw = await _post(rut, "sim-b", stream=True)
         assert status == 200
         last = [e for e in raw.decode().split("\n\n") if e.strip()][-1]

@@ -55,7 +55,7 @@ def server(config: ConfigOpt, verbose: bool = False) -> None:
 def router_worker(config: ConfigOpt, verbose: bool = False, parent: int | None = None) -> None:
     """An extra API worker process; `llmgw server` starts these when api_workers > 1."""
     from llmgw.config.server import ServerConfig
-    from llmgw.router.worker import serve_worker
+    from llmgw.control.workers import serve_worker
 
     cfg = _config(ServerConfig, config, verbose)
     raise typer.Exit(run_until_signal(lambda stop: serve_worker(cfg, SystemClock(), stop, parent)))

@@ -28,13 +28,13 @@ from llmgw.control.listeners import (
 )
 from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
+from llmgw.control.workers import spawn_workers, stop_workers
 from llmgw.control.writer import StoreWriter
 from llmgw.core.clock import Clock
 from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
-from llmgw.router.worker import spawn_workers, stop_workers
 from llmgw.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)

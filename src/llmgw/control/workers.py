@@ -1,4 +1,5 @@
-"""Router workers: extra processes that serve the OpenAI API on the same port, for more than one core."""
+"""Router workers: extra processes that serve the OpenAI API on the same port, for more than one core. The server
+starts and stops them; each one is a router over RemoteState, behind the same listener limits as the server."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 
 from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
+from llmgw.control.admin_auth import read_token
+from llmgw.control.listeners import Limiter, per_client, raise_fd_limit
 from llmgw.core.clock import Clock
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
@@ -75,9 +78,7 @@ async def watch_parent(parent: int, stop: asyncio.Event) -> None:
 
 
 async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, parent: int | None = None) -> None:
-    from llmgw.control.admin_auth import read_token
-    from llmgw.control.listeners import Limiter, per_client, raise_fd_limit
-    from llmgw.control.server import api_refusal, start_listener
+    from llmgw.control.server import api_refusal, start_listener  # the server imports this module
 
     host, port = split_listen(cfg.admin_listen)
     token = read_token(Path(cfg.token_path()))

@@ -1,0 +1,68 @@
+"""A stand-in for the control plane as the router sees it (the RouterState interface), so router tests set up
+routes without reaching into the plane. Usage still lands in a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+
+from llmgw.config.server import ModelSpec
+from llmgw.core.clock import FakeClock
+from llmgw.store.base import UsageRecord
+from llmgw.store.sqlite import SqliteStore
+from llmgw.wire.router import ModelExplanation, ReadyReplica, Wanted
+
+
+class FakeState:
+    def __init__(self, models: list[ModelSpec], clock: FakeClock, store: SqliteStore) -> None:
+        self.clock = clock
+        self.models = {m.name: m for m in models}
+        self.store = store
+        self._ready: dict[str, list[ReadyReplica]] = {}
+        self._generation = 0
+        self.demand: dict[str, float] = {}
+        self.last_used: dict[str, float] = {}
+        self.outstanding: dict[str, int] = {}  # what the router last said it has in flight, per replica
+
+    # what a test arranges
+    def put_ready(self, rid: str, model: str, endpoint: str, secret: str = "") -> None:
+        self.remove(rid)
+        self._ready.setdefault(model, []).append(ReadyReplica(id=rid, endpoint=endpoint, secret=secret))
+        self._generation += 1
+
+    def remove(self, rid: str) -> None:
+        for model, reps in self._ready.items():
+            self._ready[model] = [r for r in reps if r.id != rid]
+        self._generation += 1
+
+    # RouterState
+    def generation(self) -> int:
+        return self._generation
+
+    def keys_version(self) -> int:
+        return 0  # tests reload the key ring themselves
+
+    def ready(self) -> dict[str, list[ReadyReplica]]:
+        return {m: list(reps) for m, reps in self._ready.items() if reps}
+
+    def want(self, model: str) -> None:
+        self.demand[model] = self.clock.now()
+
+    def used(self, replica_id: str, at: float, outstanding: int) -> None:
+        self.last_used[replica_id] = at
+        if outstanding > 0:
+            self.outstanding[replica_id] = outstanding
+        else:
+            self.outstanding.pop(replica_id, None)
+
+    async def store_usage(self, batch: list[UsageRecord]) -> None:
+        await asyncio.to_thread(self.store.add_usage, batch)
+
+    async def explain(self, model: str) -> ModelExplanation | None:
+        spec = self.models.get(model)
+        if spec is None:
+            return ModelExplanation(model=model, wanted=Wanted.Unknown)
+        return ModelExplanation(model=model, wanted=Wanted.NotWanted, min=spec.scaling.min, max=spec.scaling.max,
+                                on_demand=spec.on_demand)
+
+    async def flush(self) -> None:
+        pass
