@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.request
 
 import aiohttp
 
+from llmgw.core.clock import FakeClock
 from llmgw.router.keys import new_key
+from tests.harness import await_true
 from tests.router.conftest import PlaneRouter, RouterUnderTest, settle
 from tests.router.engines import Engine
 
@@ -87,13 +90,23 @@ async def test_switched_off_model_is_not_loading(rut: RouterUnderTest) -> None:
 async def test_on_demand_model_triggers_a_load_then_says_loading(plane_router: PlaneRouter) -> None:
     pr = plane_router
     auth = {"Authorization": f"Bearer {pr.key}"}
+    clock = pr.plane.clock
+    assert isinstance(clock, FakeClock)
+    asked_at = clock.now()
+
+    async def load_wait_passes() -> None:  # the router waits by the injected clock: the test moves it
+        await await_true(lambda: bool(pr.plane.demand), 10, "the request asked for a load")
+        clock.advance(5)
+
+    mover = asyncio.create_task(load_wait_passes())
     async with aiohttp.ClientSession() as s, s.post(pr.url + "/v1/chat/completions", data=chat("sim-od"),
                                                     headers=auth) as r:
         status, b, h = r.status, await r.json(), r.headers
+    await mover
     assert status == 503
     assert envelope(b, "model_loading").startswith("the model is loading")
     assert h["Retry-After"] == "10"
-    assert pr.plane.demand["sim-od"] == pr.plane.clock.now()
+    assert pr.plane.demand["sim-od"] == asked_at
     # the reconciler turns that demand into a replica (which here cannot be placed: no nodes)
     pr.plane.reconcile_once()
     od = [r for r in pr.plane.replicas.values() if r.model == "sim-od"]

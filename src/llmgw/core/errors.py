@@ -54,7 +54,16 @@ class ConnectFailed(UpstreamError):
 
 
 class StreamBroken(UpstreamError):
-    pass
+    """The engine failed after the request reached it: never retried (it may have done the work, and a client may
+    have part of the answer). `status` is what to record and answer (502, 504); `seen` the tokens counted so far;
+    `answered` the response already begun to the client, if one was (its end says what broke), else None."""
+
+    def __init__(self, message: str, *, status: int = 502, seen: tuple[int, int] = (0, 0),
+                 answered: object | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.seen = seen
+        self.answered = answered
 
 
 class ControlPlaneUnreachable(UpstreamError):

@@ -13,11 +13,11 @@ import aiohttp
 from aiohttp import web
 
 from llmgw.config.server import RouterConfig
-from llmgw.core.errors import ConnectFailed
+from llmgw.core.errors import ConnectFailed, StreamBroken
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
-from llmgw.router.proxy import CLIENT_CLOSED, Outcome, Timeouts, forward
+from llmgw.router.proxy import CLIENT_CLOSED, Outcome, Timeouts, broken, forward
 from llmgw.router.state import RouterState
 from llmgw.router.table import RoutingTable
 from llmgw.router.usage import StreamUsage
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")  # proxied to the engine as they are
 RETRY_AFTER_S = 10
+WAIT_POLL_S = 0.5  # real seconds between looks at the table while a load is awaited
 ANONYMOUS = ApiKeyRecord(id="-", name="anonymous", prefix="", hash="", created_at=0.0)
 
 
@@ -93,17 +94,19 @@ class Router:
         return web.json_response({"object": "list", "data": data})
 
     async def _wait_ready(self, model: str) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.load_wait
+        """Up to load_wait by the injected clock (a test drives it); the table is looked at again whenever the
+        control plane says something changed, and at least every WAIT_POLL_S of real time."""
+        clock = self.state.clock
+        deadline = clock.monotonic() + self.load_wait
         while True:
             self.refresh()
             if self.table.pick(model) is not None:
                 return True
-            left = deadline - loop.time()
+            left = deadline - clock.monotonic()
             if left <= 0:
                 return False
             try:
-                await asyncio.wait_for(self.changed.wait(), min(left, 0.5))
+                await asyncio.wait_for(self.changed.wait(), min(left, WAIT_POLL_S))
             except TimeoutError:
                 pass
 
@@ -170,8 +173,7 @@ class Router:
                 strip_usage = True
         path = request.path
         tried: set[str] = set()
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
+        t0 = self.state.clock.monotonic()
         begun = UsageRecord(
             key_id=key.id, model=model, replica_id="", prompt_tokens=0, completion_tokens=0,
             started_at=self.state.clock.now(), duration_s=0.0, status=UNKNOWN,
@@ -208,6 +210,9 @@ class Router:
                     log.warning("replica %s not reached (%s); trying another", route.replica_id, e)
                     watch = None
                     continue  # nothing was sent: safe to try elsewhere
+                except StreamBroken as e:
+                    log.warning("replica %s: %s (not retried: it had the request)", route.replica_id, e)
+                    outcome = broken(e)
                 finally:
                     route.outstanding -= 1
                     self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
@@ -225,7 +230,7 @@ class Router:
                     status, (p_tok, c_tok) = CLIENT_CLOSED, (watch.so_far() if watch is not None else (0, 0))
                 self.ledger.finish(rec.model_copy(update={
                     "replica_id": route.replica_id if route is not None else "", "prompt_tokens": p_tok,
-                    "completion_tokens": c_tok, "duration_s": loop.time() - t0, "status": status,
+                    "completion_tokens": c_tok, "duration_s": self.state.clock.monotonic() - t0, "status": status,
                 }))
 
     def _session(self) -> aiohttp.ClientSession:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from llmgw.core.errors import ConnectFailed
+from llmgw.core.errors import ConnectFailed, StreamBroken
 from llmgw.router.errors import openai_error, sse_error
 from llmgw.router.usage import StreamUsage, usage_from_body
 
@@ -41,6 +41,15 @@ def _unexpected(why: str) -> Outcome:
     return Outcome(502, response=openai_error(502, f"the engine {why}", "upstream_error", "upstream_error"))
 
 
+def broken(e: StreamBroken) -> Outcome:
+    """What a broken exchange is answered and recorded as: the stream already begun (its end says what broke), or
+    the error envelope."""
+    if isinstance(e.answered, web.StreamResponse):
+        return Outcome(e.status, *e.seen, e.answered)
+    code = "upstream_timeout" if e.status == 504 else "upstream_error"
+    return Outcome(e.status, *e.seen, openai_error(e.status, str(e), "upstream_error", code))
+
+
 async def forward(
     request: web.Request,
     session: aiohttp.ClientSession,
@@ -52,8 +61,9 @@ async def forward(
     secret: str = "",
 ) -> Outcome:
     """Raises ConnectFailed when nothing was sent to the engine (it could not be reached, or no connection to it
-    came free in time): safe to try elsewhere, and nothing to record. `watch` follows a stream's usage, and the
-    caller can read it however this ends (a cancelled request included)."""
+    came free in time): safe to try elsewhere, and nothing to record. Raises StreamBroken when the engine failed
+    after it had the request: never retried, recorded with what was seen. `watch` follows a stream's usage, and
+    the caller can read it however this ends (a cancelled request included)."""
     # `connect` also bounds the wait for a free connection in the replica's pool: requests queue there first
     timeout = aiohttp.ClientTimeout(
         total=None, connect=t.queue + t.connect, sock_connect=t.connect, sock_read=t.first_byte
@@ -66,11 +76,9 @@ async def forward(
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
         raise ConnectFailed(f"{type(e).__name__}: {e}") from e
     except TimeoutError:
-        return Outcome(
-            504, response=openai_error(504, "the engine did not answer in time", "upstream_error", "upstream_timeout")
-        )
+        raise StreamBroken("the engine did not answer in time", status=504) from None
     except aiohttp.ClientError as e:
-        return Outcome(502, response=openai_error(502, f"the engine failed: {e}", "upstream_error", "upstream_error"))
+        raise StreamBroken(f"the engine failed: {e}") from e
     try:
         ctype = resp.headers.get("Content-Type", "application/json")
         if resp.status < 200 or 300 <= resp.status < 400:
@@ -90,12 +98,7 @@ async def forward(
                 if data is None:
                     return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
             except (aiohttp.ClientError, TimeoutError) as e:
-                return Outcome(
-                    502,
-                    response=openai_error(
-                        502, f"the engine broke off: {type(e).__name__}", "upstream_error", "upstream_error"
-                    ),
-                )
+                raise StreamBroken(f"the engine broke off: {type(e).__name__}") from e
             p, c = usage_from_body(data) if resp.status == 200 else (0, 0)
             out = web.Response(status=resp.status, body=data, headers={"Content-Type": ctype})
             return Outcome(resp.status, p, c, out)
@@ -125,10 +128,10 @@ async def _relay(sr: web.StreamResponse, resp: aiohttp.ClientResponse, watch: St
                 async with asyncio.timeout(idle):
                     chunk = await content.readany()
         except (aiohttp.ClientError, TimeoutError) as e:
-            why = "went quiet" if isinstance(e, TimeoutError) else f"broke off ({type(e).__name__})"
-            await sr.write(sse_error(f"the engine {why} mid-stream", "upstream_stream_broken"))
+            why = f"the engine {'went quiet' if isinstance(e, TimeoutError) else 'broke off'} mid-stream"
+            await sr.write(sse_error(why, "upstream_stream_broken"))
             await sr.write_eof()
-            return Outcome(502, *watch.so_far(), sr)
+            raise StreamBroken(f"{why} ({type(e).__name__})", seen=watch.so_far(), answered=sr) from e
         if not chunk:
             break
         await sr.write(watch.feed(chunk))
