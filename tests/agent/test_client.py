@@ -60,3 +60,31 @@ async def test_a_refusal_is_not_failed_over(tmp_path: Path) -> None:
             assert "403" in str(e.value) and c.current == 0
         finally:
             await c.close()
+
+
+async def test_a_desired_state_of_another_wire_version_is_named_as_such(tmp_path: Path) -> None:
+    """A control plane speaking a newer wire version: the agent says so, rather than "unreadable"."""
+    from aiohttp import web
+
+    from llmgw.pki.tls import server_context
+
+    async def newer(_: web.Request) -> web.Response:
+        return web.json_response({"version": 3, "node_id": "node01", "shards": [], "a_new_field": True})
+
+    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11")], [])
+    app = web.Application()
+    app.router.add_post("/v1/agent/heartbeat", newer)
+    pki = p.workdir / "pki"
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    tls = server_context(pki / "controlplane.crt", pki / "controlplane.key", pki / "ca.crt", require_client=True)
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=tls).start()
+    c = _client(p, "node01", [f"https://127.0.0.1:{port}"])
+    try:
+        with pytest.raises(UpstreamError) as e:
+            await c.heartbeat(NodeReport(node_id="node01", address="127.0.0.11", hardware=Hardware()))
+        assert "desired state wire version 3 not understood by this agent (speaks 2)" in str(e.value)
+    finally:
+        await c.close()
+        await runner.cleanup()

@@ -191,3 +191,29 @@ async def test_a_node_heartbeating_in_a_loop_is_told_to_slow_down(cluster) -> No
         body = report("node01").model_dump_json()
         statuses = [(await post(cluster, ctx(cluster, "node01"), body))[0] for _ in range(40)]
         assert statuses[0] == 200 and 429 in statuses and statuses.count(200) <= 25
+
+
+async def test_a_newer_agent_is_told_its_wire_version_not_an_unknown_key(cluster) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    newer = report("node01").model_dump(mode="json")
+    newer["version"], newer["a_field_from_the_future"] = 99, {"x": 1}
+    async with InProcessServer(cluster):
+        status, text = await post(cluster, ctx(cluster, "node01"), json.dumps(newer))
+        assert status == 422
+        error = json.loads(text)["error"]
+        assert error.startswith("wire version 99 not understood by this control plane (speaks 1-2)"), error
+        assert "unknown" not in error and "extra" not in error
+        assert await aget(cluster, "/api/nodes") == []
+
+
+async def test_a_version_1_agent_keeps_its_words(cluster) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    old = report("node01").model_dump(mode="json", exclude={"problems"})
+    old["version"], old["fabric_problems"], old["warnings"] = 1, ["fabric ib-a: adapter mlx5_3 is not here"], []
+    async with InProcessServer(cluster):
+        status, text = await post(cluster, ctx(cluster, "node01"), json.dumps(old))
+        assert status == 200, text
+        (row,) = await aget(cluster, "/api/nodes")
+        assert row["warnings"] == ["fabric ib-a: adapter mlx5_3 is not here"]

@@ -124,6 +124,7 @@ class ServerConfig(Strict):
     node_networks: list[str] = []
     limits: Limits = Limits()
     node_lost_after: Duration = 60.0
+    failed_kept_for: Duration = 300.0  # failed replicas stay on view (holding nothing) this long after they stop
     heartbeat_interval: Duration = 3.0
     reconcile_interval: Duration = 1.0
     load_wait: Duration = 15.0

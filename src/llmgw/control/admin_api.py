@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from llmgw.control.admin_auth import guard
 from llmgw.control.metrics import registry
+from llmgw.control.openapi import openapi
 from llmgw.control.plane import ControlPlane
 from llmgw.control.summary import Summary, summarize
 from llmgw.control.views import node_row
@@ -130,6 +131,9 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         return web.Response(text=plane.explain(request.match_info["model"]).model_dump_json(),
                             content_type="application/json")
 
+    async def schema(_: web.Request) -> web.Response:
+        return js(openapi())
+
     async def events(request: web.Request) -> web.Response:
         return js([e.model_dump() for e in await plane.read(plane.store.list_events, limit_of(request))])
 
@@ -216,6 +220,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
             web.get("/api/models", models),
             web.get("/api/replicas", replicas),
             web.get("/api/explain/{model}", explain),
+            web.get("/api/openapi.json", schema),
             web.get("/api/events", events),
             web.get("/api/router/view", router_view),
             web.post("/api/router/activity", router_activity),

@@ -53,6 +53,7 @@ class ControlPlane:
             evict_protect=cfg.eviction.protect_after_ready,
             demand_window=max(60.0, 4 * cfg.load_wait),
             loss_grace=min(cfg.node_lost_after / 2, max(1.0, 2 * cfg.heartbeat_interval)),
+            keep_failed=cfg.failed_kept_for,
         )
         self.started_at = 0.0
         self.models: dict[str, ModelSpec] = {}

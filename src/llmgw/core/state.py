@@ -62,6 +62,8 @@ class ReplicaRecord(BaseModel):
     secret: str = Field(default="", repr=False)
     stop: StopRequest | None = None
     failed: bool = False
+    failed_at: float | None = None
+    released: bool = False  # failed and none of its shards runs any more: kept on view, holding nothing
     seen_ranks: list[int] = []  # ranks some node has reported: one that disappears afterwards is missing
 
     @model_validator(mode="before")

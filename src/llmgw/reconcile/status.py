@@ -82,7 +82,7 @@ def assigned_endpoint(r: ReplicaRecord) -> str:
 
 def _fail(r: ReplicaRecord, reason: Reason, message: str, now: float) -> ReplicaRecord:
     conds = set_condition(r.conditions, ConditionType.Ready, Status.FALSE, reason, message, now)
-    return r.model_copy(update={"failed": True, "conditions": conds, "endpoint": ""})
+    return r.model_copy(update={"failed": True, "failed_at": now, "conditions": conds, "endpoint": ""})
 
 
 def stopped(r: ReplicaRecord, reason: Reason, message: str, now: float, for_model: str = "") -> ReplicaRecord:

@@ -18,6 +18,10 @@ class Timings:
     silent_majority: float = 0.5
     loss_grace: float = 6.0  # nodes this close to node_lost_after count as silent for the majority test
     lost_per_pass: float = 0.1  # at most this share of the nodes (at least one) is declared lost per pass
+    # a failed replica whose shards are gone stays on view this long (0: reaped at once), holding nothing, so an
+    # operator sees what failed and why; the model's replacements back off while failures repeat
+    keep_failed: float = 0.0
+    retry_base: float = 5.0  # the second failure in a row waits this long before a replacement, doubling after
 
 
 @dataclass(frozen=True)

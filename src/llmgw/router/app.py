@@ -55,12 +55,10 @@ class Router:
         self.timeouts = Timeouts(cfg.connect_timeout, cfg.first_byte_timeout, cfg.idle_timeout, cfg.queue_timeout)
         self.session: aiohttp.ClientSession | None = None
         self.changed = asyncio.Event()
+        self._keys_lock = asyncio.Lock()
 
     # routing table follows the control plane's replicas
     def refresh(self) -> None:
-        if self._keys_version != self.state.keys_version():
-            self._keys_version = self.state.keys_version()
-            self.keys.reload()
         generation = self.state.generation()
         if self.table.generation == generation:
             return
@@ -68,7 +66,19 @@ class Router:
         self.changed.set()
         self.changed = asyncio.Event()
 
-    def _auth(self, request: web.Request) -> ApiKeyRecord | web.Response:
+    async def _keys_current(self) -> None:
+        """Keys are read again when the control plane says they changed, off the event loop (a store read can
+        stall on a busy disk), once however many requests notice at the same moment."""
+        version = self.state.keys_version()
+        if version == self._keys_version:
+            return
+        async with self._keys_lock:
+            if version != self._keys_version:
+                await asyncio.to_thread(self.keys.reload)
+                self._keys_version = version
+
+    async def _auth(self, request: web.Request) -> ApiKeyRecord | web.Response:
+        await self._keys_current()
         self.refresh()
         if not self.cfg.auth:
             return ANONYMOUS
@@ -83,7 +93,7 @@ class Router:
         return key
 
     async def models(self, request: web.Request) -> web.Response:
-        key = self._auth(request)
+        key = await self._auth(request)
         if isinstance(key, web.Response):
             return key
         data = [
@@ -111,7 +121,7 @@ class Router:
                 pass
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
-        key = self._auth(request)
+        key = await self._auth(request)
         if isinstance(key, web.Response):
             return key
         if request.content_length is not None and request.content_length > self.max_body:
