@@ -26,6 +26,7 @@ from dataclasses import replace
 from functools import partial
 
 from llmgw.config.server import ModelSpec, Profile, Scaling
+from llmgw.core.explanation import explanation_lines
 from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place
@@ -147,7 +148,7 @@ def bench(runs: dict[int, int]) -> tuple[dict[tuple[int, str], tuple[float, floa
         print(f"{n:>6} nodes: {len(replicas)} replicas; snapshot build {builds[n]:.1f} ms", flush=True)
         for name, req in REQUESTS:
             res = place(req, snap)
-            assert isinstance(res, Placement), f"{n} nodes, {name}: {res.explanation.lines()}"
+            assert isinstance(res, Placement), f"{n} nodes, {name}: {explanation_lines(res.explanation)}"
             c, w = [], []
             for _ in range(runs[n]):
                 fresh = cold(snap)

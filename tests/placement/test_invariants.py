@@ -6,16 +6,21 @@ placement that breaks a rule, or a refusal when a valid placement exists, is cau
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import llmgw
 from llmgw.config.server import ModelSpec, Profile, Scaling
 from llmgw.core.explanation import explanation_lines
+from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
-from llmgw.placement.checks import Request, fast_reason, feasible
+from llmgw.placement import checks
+from llmgw.placement.checks import CHECKS, Request, feasible, prepared
 from llmgw.placement.place import VERDICTS_PER_REASON, Placement, Refusal, _rank, _score, place, reservations
 from llmgw.placement.snapshot import Snapshot, build_snapshot
 from llmgw.wire.messages import GPU, EngineStatus, Fabric, Hardware, NodeReport, ShardState
@@ -289,16 +294,44 @@ def check_refusal(res: Refusal, c: Cluster, m: ModelSpec) -> None:
     assert explanation_lines(e)[0].startswith(f"{m.name}: not placed")
 
 
-def check_fast_paths(res: Placement | Refusal, snap: Snapshot, m: ModelSpec) -> None:
-    """place() takes two short cuts; each must give what the plain way gives.
+def check_checks(res: Placement | Refusal, snap: Snapshot, c: Cluster, m: ModelSpec) -> None:
+    """Each check is defined once; every way of asking it must give the same answer, node by node.
 
-    Reasons come from fast_reason rather than CHECKS; the best nodes are found without scoring every node.
+    A node's verdict is the first check whose fits() is False, with that check's reason and explain() words;
+    the prepared test place() runs says what fits() says; the independent oracle agrees on which nodes fit;
+    and place() counts, per reason, exactly the nodes that verdict names, and shows the first few of each in
+    node order with the same words.
     """
     req = Request("r-new", m)
-    reason_of = fast_reason(req)
+    tests = {id(check): test for check, test in prepared(req)}
+    recs = {n.id: n for n in c.nodes}
+    counts: Counter[Reason] = Counter()
+    shown: list[tuple[str, Reason, str]] = []
     for n in snap.nodes:
+        fit = [check.fits(n, req) for check in CHECKS]
+        for check, ok in zip(CHECKS, fit, strict=True):
+            test = tests.get(id(check))
+            assert ok == (test is None or bool(test(n))), f"{n.id}: {type(check).__name__} prepared disagrees"
         v = feasible(n, req)
-        assert reason_of(n) == (v[0] if v else None), f"{n.id}: fast {reason_of(n)}, CHECKS {v}"
+        if all(fit):
+            assert v is None, f"{n.id}: every check fits, yet {v}"
+        else:
+            failed = CHECKS[fit.index(False)]
+            assert v == (failed.reason, failed.explain(n, req)), f"{n.id}: {type(failed).__name__} fails, yet {v}"
+            assert v[1], f"{n.id}: {v[0]} without words"
+            counts[v[0]] += 1
+            if counts[v[0]] <= VERDICTS_PER_REASON:
+                shown.append((n.id, v[0], v[1]))
+        assert (v is None) == fits(recs[n.id], c.replicas, c.models, m), f"{n.id}: {v}; the oracle disagrees"
+    e = res.explanation
+    filtered = {k: x for k, x in e.filtered.items() if k != Reason.FabricTooSmall}  # counted after the checks
+    assert list(filtered.items()) == list(counts.items()), "place() counted other nodes, or in another order"
+    assert [(v.node_id, v.reason, v.message) for v in e.verdicts] == shown
+
+
+def check_fast_paths(res: Placement | Refusal, snap: Snapshot, m: ModelSpec) -> None:
+    """The best nodes are found without scoring every node; that must give what scoring every node gives."""
+    req = Request("r-new", m)
     ok = [n for n in snap.nodes if feasible(n, req) is None]
     need = m.profile.nodes
     if need == 1:
@@ -344,6 +377,7 @@ def test_placement_obeys_every_rule_and_refuses_only_when_nothing_fits(c: Cluste
         check_placement(res, c, m, snap)
     else:
         check_refusal(res, c, m)
+    check_checks(res, snap, c, m)
     check_fast_paths(res, snap, m)
 
 
@@ -357,6 +391,7 @@ def test_multi_node_placement_obeys_every_rule(c: Cluster, m: ModelSpec) -> None
         check_placement(res, c, m, snap)
     else:
         check_refusal(res, c, m)
+    check_checks(res, snap, c, m)
     check_fast_paths(res, snap, m)
 
 
@@ -406,6 +441,7 @@ def test_placing_in_turn_with_reservations_never_double_books(c: Cluster, ms: li
         if isinstance(res, Refusal):
             continue
         check_placement(res, world, m, snap)
+        check_checks(res, snap, world, m)
         check_fast_paths(res, snap, m)
         placed.append(ReplicaRecord(id=rid, model=m.name, created_at=NOW, shards_expected=m.profile.nodes,
                                     assignments=res.assignments))
@@ -429,3 +465,20 @@ def test_placing_in_turn_with_reservations_never_double_books(c: Cluster, ms: li
         if len(r.assignments) > 1:
             for a in r.assignments:
                 assert holders[a.node_id] == {r.id}, f"{a.node_id} is shared by a multi-node replica"
+
+
+def test_each_check_has_one_constant_reason_and_no_second_copy_exists() -> None:
+    # a class attribute, not a property or a per-instance value: the same whatever the node or the request
+    reasons = [vars(type(check))["reason"] for check in CHECKS]
+    assert all(isinstance(x, Reason) for x in reasons)
+    assert all("reason" not in vars(check) for check in CHECKS)
+    assert reasons == [
+        Reason.NodeNotReady, Reason.EngineNotProbed, Reason.EngineMissing, Reason.EngineCannotRun,
+        Reason.GPUClassMismatch, Reason.NodeNotWhole, Reason.InsufficientGPUs, Reason.InsufficientMemory,
+        Reason.NoFabric, Reason.NoFreePort,
+    ]
+    assert len(set(reasons)) == len(reasons)  # place() counts each check's failures under its reason
+    assert not hasattr(checks, "fast_reason")
+    for path in Path(llmgw.__file__).parent.rglob("*.py"):
+        defined = {d.name for d in ast.walk(ast.parse(path.read_text())) if isinstance(d, ast.FunctionDef)}
+        assert "fast_reason" not in defined, f"{path} keeps a second copy of the checks"

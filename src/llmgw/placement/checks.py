@@ -1,15 +1,25 @@
-"""Feasibility checks: node in, None (fits) or (Reason, the node's own words) out. Order matters: first wins."""
+"""Feasibility checks: can this node take one shard of the request? Order matters: the first that fails wins.
+
+Each check is one object holding its question once. `prepare(request)` works out in advance everything the
+request decides and returns a test of one node; place() runs that test over every node, and `fits` asks the
+same test of a single node. `explain` gives the node's own words and is asked only of the few nodes an
+explanation shows, so deciding which nodes fail builds no strings.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import ClassVar
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
 from llmgw.placement.snapshot import NodeView
 
 Verdict = tuple[Reason, str] | None
+Test = Callable[[NodeView], bool]
 
 
 @dataclass(frozen=True)
@@ -22,137 +32,213 @@ class Request:
         return self.model.profile.nodes > 1
 
 
-def node_live(n: NodeView, r: Request) -> Verdict:
-    if not n.live:
-        return Reason.NodeNotReady, n.not_live_reason or "node is not reporting"
-    return None
+class Check(ABC):
+    """One rule a node must meet. A check's reason never depends on the node, so counts per reason are per check."""
+
+    reason: ClassVar[Reason]
+
+    @abstractmethod
+    def prepare(self, r: Request) -> Test | None:
+        """The test of a node for this request, or None when no node can fail it (the request does not ask)."""
+
+    @abstractmethod
+    def explain(self, n: NodeView, r: Request) -> str:
+        """Why this node fails the check, in its own words. Asked only of a node that fails it."""
+
+    def fits(self, n: NodeView, r: Request) -> bool:
+        test = self.prepare(r)
+        return test is None or test(n)
 
 
-def engine_ready(n: NodeView, r: Request) -> Verdict:
-    name = r.model.engine
-    if not n.engines_probed:
-        return Reason.EngineNotProbed, "has not probed its engines yet (never probed is not has none)"
-    e = n.engines.get(name)
-    if e is None:
+# C-level getters: these two run on every node of every placement, and need nothing from the request
+_live: Test = attrgetter("live")
+_probed: Test = attrgetter("engines_probed")
+
+
+class NodeLive(Check):
+    reason = Reason.NodeNotReady
+
+    def prepare(self, r: Request) -> Test:
+        return _live
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        return n.not_live_reason or "node is not reporting"
+
+
+class EngineProbed(Check):
+    reason = Reason.EngineNotProbed
+
+    def prepare(self, r: Request) -> Test:
+        return _probed
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        return "has not probed its engines yet (never probed is not has none)"
+
+
+class EngineInstalled(Check):
+    reason = Reason.EngineMissing
+
+    def prepare(self, r: Request) -> Test:
+        name = r.model.engine
+
+        def test(n: NodeView) -> bool:
+            return name in n.engines
+
+        return test
+
+    def explain(self, n: NodeView, r: Request) -> str:
         if n.install_progress:
-            return Reason.EngineMissing, "; ".join(n.install_progress)
-        return Reason.EngineMissing, f"{name} is not installed"
-    if not e.runs:
-        return Reason.EngineCannotRun, f"{name} {e.version} cannot run: {e.message}".replace("  ", " ")
-    return None
+            return "; ".join(n.install_progress)
+        return f"{r.model.engine} is not installed"
 
 
-def gpu_class(n: NodeView, r: Request) -> Verdict:
-    want = r.model.profile.gpu_class
-    if want is None or r.model.profile.gpus_per_shard == 0:
-        return None
-    if want not in n.gpu_classes:
+class EngineRuns(Check):
+    reason = Reason.EngineCannotRun
+
+    def prepare(self, r: Request) -> Test:
+        name = r.model.engine
+
+        def test(n: NodeView) -> bool:
+            e = n.engines.get(name)
+            return e is None or e.runs  # an engine that is not there is EngineInstalled's to report
+
+        return test
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        name = r.model.engine
+        e = n.engines[name]
+        return f"{name} {e.version} cannot run: {e.message}".replace("  ", " ")
+
+
+class GPUClass(Check):
+    reason = Reason.GPUClassMismatch
+
+    def prepare(self, r: Request) -> Test | None:
+        want = r.model.profile.gpu_class
+        if want is None or r.model.profile.gpus_per_shard == 0:
+            return None  # any class will do, or no card is wanted
+
+        def test(n: NodeView) -> bool:
+            return want in n.gpu_classes
+
+        return test
+
+    def explain(self, n: NodeView, r: Request) -> str:
         have = sorted(n.gpu_classes)
-        return Reason.GPUClassMismatch, f"has {', '.join(have) or 'no GPUs'}, needs {want}"
-    return None
+        return f"has {', '.join(have) or 'no GPUs'}, needs {r.model.profile.gpu_class}"
 
 
-def node_whole(n: NodeView, r: Request) -> Verdict:
-    if n.held_whole_by:
-        return Reason.NodeNotWhole, f"held whole by multi-node replica {n.held_whole_by}"
-    if r.multi_node and n.shard_count:
-        return Reason.NodeNotWhole, f"runs {n.shard_count} other shard(s); multi-node replicas take whole nodes"
-    return None
+class NodeWhole(Check):
+    reason = Reason.NodeNotWhole
+
+    def prepare(self, r: Request) -> Test:
+        if r.multi_node:
+            # multi-node replicas take whole nodes: any shard already there is in the way
+            def test(n: NodeView) -> bool:
+                return not n.held_whole_by and not n.shard_count
+        else:
+
+            def test(n: NodeView) -> bool:
+                return not n.held_whole_by
+
+        return test
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        if n.held_whole_by:
+            return f"held whole by multi-node replica {n.held_whole_by}"
+        return f"runs {n.shard_count} other shard(s); multi-node replicas take whole nodes"
 
 
-def gpus_free(n: NodeView, r: Request) -> Verdict:
-    need = r.model.profile.gpus_per_shard
-    if need == 0:
-        return None
-    cls = r.model.profile.gpu_class
-    free = len(n.free_gpus(cls))
-    if free < need:
+class GPUsFree(Check):
+    reason = Reason.InsufficientGPUs
+
+    def prepare(self, r: Request) -> Test | None:
+        need, cls = r.model.profile.gpus_per_shard, r.model.profile.gpu_class
+        if need == 0:
+            return None
+
+        def test(n: NodeView) -> bool:
+            return len(n.free_gpus(cls)) >= need
+
+        return test
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        need, cls = r.model.profile.gpus_per_shard, r.model.profile.gpu_class
         faulty = [g for g in n.gpus if g.faulty and (cls is None or g.gpu_class == cls)]
         extra = f"; {len(faulty)} faulty ({faulty[0].fault or 'reported faulty'})" if faulty else ""
-        return Reason.InsufficientGPUs, f"{free} free healthy GPU(s), needs {need}{extra}"
-    return None
+        return f"{len(n.free_gpus(cls))} free healthy GPU(s), needs {need}{extra}"
 
 
-def memory(n: NodeView, r: Request) -> Verdict:
-    need = r.model.profile.memory
-    if need == 0:
-        return None
-    free = n.mem_total - n.mem_reserved
-    if free < need:
-        return Reason.InsufficientMemory, f"{free / 2**30:.1f} GiB unreserved memory, needs {need / 2**30:.1f} GiB"
-    return None
+class Memory(Check):
+    reason = Reason.InsufficientMemory
+
+    def prepare(self, r: Request) -> Test | None:
+        need = r.model.profile.memory
+        if need == 0:
+            return None
+
+        def test(n: NodeView) -> bool:
+            return n.mem_total - n.mem_reserved >= need
+
+        return test
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        free, need = n.mem_total - n.mem_reserved, r.model.profile.memory
+        return f"{free / 2**30:.1f} GiB unreserved memory, needs {need / 2**30:.1f} GiB"
 
 
-def fabric(n: NodeView, r: Request) -> Verdict:
-    if not r.multi_node:
-        return None
-    if not n.fabrics:
-        return Reason.NoFabric, "advertises no fabric with an ACTIVE adapter"
-    return None
+class Fabric(Check):
+    reason = Reason.NoFabric
+
+    def prepare(self, r: Request) -> Test | None:
+        if not r.multi_node:
+            return None  # a single-node replica talks to no other node
+
+        def test(n: NodeView) -> bool:
+            return bool(n.fabrics)
+
+        return test
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        return "advertises no fabric with an ACTIVE adapter"
 
 
-def ports(n: NodeView, r: Request) -> Verdict:
-    # counts only ports inside the range: a reported shard may hold one outside it, taking nothing from it
-    if n.free_port_count() < 2:
-        return Reason.NoFreePort, f"no free port in {n.port_low}-{n.port_high}"
-    return None
+class Ports(Check):
+    reason = Reason.NoFreePort
 
+    def prepare(self, r: Request) -> Test:
+        def test(n: NodeView) -> bool:
+            # counts only ports inside the range: a reported shard may hold one outside it, taking nothing from it
+            return n.free_port_count() >= 2
 
-Check = Callable[[NodeView, Request], Verdict]
+        return test
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        return f"no free port in {n.port_low}-{n.port_high}"
+
 
 CHECKS: tuple[Check, ...] = (
-    node_live,
-    engine_ready,
-    gpu_class,
-    node_whole,
-    gpus_free,
-    memory,
-    fabric,
-    ports,
+    NodeLive(),
+    EngineProbed(),
+    EngineInstalled(),
+    EngineRuns(),
+    GPUClass(),
+    NodeWhole(),
+    GPUsFree(),
+    Memory(),
+    Fabric(),
+    Ports(),
 )
 
 
-def fast_reason(r: Request) -> Callable[[NodeView], Reason | None]:
-    """For the hot loop: the Reason feasible(n, r) would give, without building the node's message.
-
-    The same questions in the same order as CHECKS, asked in one call and only as far as this request
-    needs. place() still asks CHECKS for the words of the few nodes an explanation shows; every other node
-    needs only the reason, to be counted. tests/placement/test_invariants.py holds the two to agreement.
-    """
-    p = r.model.profile
-    engine, need, cls, mem, multi = r.model.engine, p.gpus_per_shard, p.gpu_class, p.memory, r.multi_node
-    want = cls if need else None
-
-    def reason(n: NodeView) -> Reason | None:
-        if not n.live:
-            return Reason.NodeNotReady
-        if not n.engines_probed:
-            return Reason.EngineNotProbed
-        e = n.engines.get(engine)
-        if e is None:
-            return Reason.EngineMissing
-        if not e.runs:
-            return Reason.EngineCannotRun
-        if want is not None and want not in n.gpu_classes:
-            return Reason.GPUClassMismatch
-        if n.held_whole_by or (multi and n.shard_count):
-            return Reason.NodeNotWhole
-        if need and len(n.free_gpus(cls)) < need:
-            return Reason.InsufficientGPUs
-        if mem and n.mem_total - n.mem_reserved < mem:
-            return Reason.InsufficientMemory
-        if multi and not n.fabrics:
-            return Reason.NoFabric
-        if n.free_port_count() < 2:
-            return Reason.NoFreePort
-        return None
-
-    return reason
+def prepared(r: Request) -> list[tuple[Check, Test]]:
+    """The checks this request can fail, in order, each with its test made for the request."""
+    return [(c, test) for c in CHECKS if (test := c.prepare(r)) is not None]
 
 
 def feasible(n: NodeView, r: Request) -> Verdict:
-    for check in CHECKS:
-        v = check(n, r)
-        if v is not None:
-            return v
+    """None if the node can take one shard of the request, else the first failing check's reason and words."""
+    for c in CHECKS:
+        if not c.fits(n, r):
+            return c.reason, c.explain(n, r)
     return None

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from itertools import filterfalse, islice
 
 from llmgw.core.explanation import Candidate, Explanation, NodeVerdict, Shortfall
 from llmgw.core.reasons import Reason
 from llmgw.core.state import ShardAssignment
 from llmgw.placement import scores
-from llmgw.placement.checks import Request, fast_reason, feasible
+from llmgw.placement.checks import Request, prepared
 from llmgw.placement.gpus import choose_gpus
-from llmgw.placement.snapshot import NodeView, Snapshot
+from llmgw.placement.snapshot import NodeView, Reservation, Snapshot
 
 VERDICTS_PER_REASON = 5
 
@@ -118,20 +119,39 @@ def _rank(c: _Scored) -> tuple[float, str]:
     return (-c.total, c.node.id)
 
 
-def place(request: Request, snap: Snapshot) -> Placement | Refusal:
+def _filter(r: Request, nodes: tuple[NodeView, ...]) -> tuple[list[NodeView], dict[Reason, int], list[NodeVerdict]]:
+    """The nodes every check passes; how many nodes each reason turned away; the words of the first few per reason.
+
+    Check by check over the nodes still standing, rather than node by node: a node leaves at the first check it
+    fails, as it would node by node, but the loop over ten thousand nodes runs in C (filter) and what is left in
+    Python is one call of a check's prepared test per node it reaches. Counts and verdicts are then put in the
+    order a node-by-node pass gives them, so an explanation does not depend on how it was computed.
+    """
+    left: list[NodeView] | tuple[NodeView, ...] = nodes
     filtered: dict[Reason, int] = {}
-    verdicts: list[NodeVerdict] = []
-    ok: list[NodeView] = []
-    reason_of = fast_reason(request)
-    for n in snap.nodes:
-        reason = reason_of(n)
-        if reason is None:
-            ok.append(n)
+    shown: list[tuple[NodeView, NodeVerdict]] = []
+    for check, test in prepared(r):
+        kept = list(filter(test, left))
+        if len(kept) == len(left):
             continue
-        count = filtered[reason] = filtered.get(reason, 0) + 1
-        if count <= VERDICTS_PER_REASON:
-            verdict = feasible(n, request)  # the node's own words, for the few an explanation shows
-            verdicts.append(NodeVerdict(node_id=n.id, reason=reason, message=verdict[1] if verdict else ""))
+        filtered[check.reason] = len(left) - len(kept)
+        # Asks again, only as far as the few failing nodes an explanation shows, rather than keeping every
+        # node's answer: a check that turns many away has its few soon, and one that turns few away costs at
+        # most one more pass over the nodes.
+        for n in islice(filterfalse(test, left), VERDICTS_PER_REASON):
+            shown.append((n, NodeVerdict(node_id=n.id, reason=check.reason, message=check.explain(n, r))))
+        left = kept
+    if len(filtered) > 1:
+        # node by node, a reason is counted from its first node on, and verdicts come in node order
+        pos = dict(zip(map(id, nodes), range(len(nodes)), strict=True))
+        first = {v.reason: pos[id(n)] for n, v in reversed(shown)}  # reversed: a reason's first node is set last
+        filtered = {k: filtered[k] for k in sorted(filtered, key=first.__getitem__)}
+        shown.sort(key=lambda s: pos[id(s[0])])
+    return list(left), filtered, [v for _, v in shown]
+
+
+def place(request: Request, snap: Snapshot) -> Placement | Refusal:
+    ok, filtered, verdicts = _filter(request, snap.nodes)
 
     need = request.model.profile.nodes
     short: list[Shortfall] = []
@@ -177,15 +197,13 @@ def place(request: Request, snap: Snapshot) -> Placement | Refusal:
     return Placement(_assignments(picked, fname), explain(True, chosen))
 
 
-def reservations(
-    request: Request, assignments: list[ShardAssignment]
-) -> list[tuple[str, list[int], int, list[int], bool]]:
+def reservations(request: Request, assignments: list[ShardAssignment]) -> list[Reservation]:
     """What a placement takes from the snapshot, for placing several replicas in one pass."""
     whole = len(assignments) > 1
     return [
-        (
-            a.node_id, a.gpus, request.model.profile.memory,
-            [p for p in (a.serve_port, a.rendezvous_port) if p], whole,
+        Reservation(
+            node_id=a.node_id, gpus=tuple(a.gpus), memory=request.model.profile.memory,
+            ports=tuple(p for p in (a.serve_port, a.rendezvous_port) if p), whole=whole,
         )
         for a in assignments
     ]

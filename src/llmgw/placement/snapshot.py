@@ -87,6 +87,17 @@ class NodeView:
 
 
 @dataclass(frozen=True)
+class Reservation:
+    """What one shard of a just-placed replica takes from its node, until the next snapshot shows it placed."""
+
+    node_id: str
+    gpus: tuple[int, ...]
+    memory: int  # bytes of host memory
+    ports: tuple[int, ...]
+    whole: bool  # a multi-node replica: the node is held whole
+
+
+@dataclass(frozen=True)
 class Snapshot:
     nodes: tuple[NodeView, ...]
     now: float
@@ -97,26 +108,23 @@ class Snapshot:
                 return n
         return None
 
-    def with_reservation(
-        self, replica_id: str, reservations: Iterable[tuple[str, list[int], int, list[int], bool]]
-    ) -> Snapshot:
-        """A snapshot in which these (node, gpus, memory, ports, whole) are taken by the replica."""
-        by_node = {r[0]: r for r in reservations}
+    def with_reservation(self, replica_id: str, reservations: Iterable[Reservation]) -> Snapshot:
+        """A snapshot in which what these reservations name is taken by the replica."""
+        by_node = {r.node_id: r for r in reservations}
         nodes = []
         for n in self.nodes:
             r = by_node.get(n.id)
             if r is None:
                 nodes.append(n)
                 continue
-            _, gpus, memory, ports, whole = r
             nodes.append(
                 replace(
                     n,
-                    used_gpus=n.used_gpus | frozenset(gpus),
-                    mem_reserved=n.mem_reserved + memory,
-                    used_ports=n.used_ports | frozenset(ports),
+                    used_gpus=n.used_gpus | frozenset(r.gpus),
+                    mem_reserved=n.mem_reserved + r.memory,
+                    used_ports=n.used_ports | frozenset(r.ports),
                     shard_count=n.shard_count + 1,
-                    held_whole_by=replica_id if whole else n.held_whole_by,
+                    held_whole_by=replica_id if r.whole else n.held_whole_by,
                     _free_cache={},
                 )
             )
@@ -129,13 +137,15 @@ _by_index = attrgetter("index")
 def build_snapshot(
     nodes: list[NodeRecord], replicas: list[ReplicaRecord], models: dict[str, ModelSpec], now: float
 ) -> Snapshot:
-    """Fold replica assignments into node views. Failed replicas still hold their cards until reaped."""
+    """Fold replica assignments into node views. Failed replicas hold their cards until their shards are gone."""
     used: dict[str, set[int]] = {}
     mem: dict[str, int] = {}
     ports: dict[str, set[int]] = {}
     count: dict[str, int] = {}
     whole: dict[str, str] = {}
     for r in replicas:
+        if r.released:
+            continue  # failed, and its shards are gone: on view, holding nothing
         spec = models.get(r.model)
         memory = spec.profile.memory if spec else 0
         multi = len(r.assignments) > 1

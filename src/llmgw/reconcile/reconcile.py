@@ -72,6 +72,37 @@ def _last_activity(r: ReplicaRecord, w: World) -> float:
     return max(r.ready_at or r.created_at, w.started_at)
 
 
+MAX_KEPT_FAILED = 5  # per model: older failures are reaped even inside keep_failed
+NOT_ITS_FAULT = {Reason.NodeLost, Reason.ShardMissing}  # the node went, not the replica: replaced without delay
+
+
+def _failed_to_keep(w: World, by_id: dict[str, NodeRecord]) -> set[str]:
+    """Failed replicas whose shards are gone that stay on view: failed within keep_failed, the newest few a model."""
+    by_model: dict[str, list[ReplicaRecord]] = {}
+    for r in w.replicas:
+        if r.failed and r.stop is None and r.failed_at is not None and w.now - r.failed_at < w.timings.keep_failed:
+            by_model.setdefault(r.model, []).append(r)
+    out: set[str] = set()
+    for reps in by_model.values():
+        reps.sort(key=lambda r: (r.failed_at or 0.0, r.id), reverse=True)
+        out.update(r.id for r in reps[:MAX_KEPT_FAILED])
+    return out
+
+
+def _backing_off(model: str, current: dict[str, ReplicaRecord], w: World) -> bool:
+    """Whether the model's replacements wait: from its second failure in a row (of its own making: a node lost is
+    not), the next try waits retry_base, doubling with each failure kept on view, never beyond keep_failed."""
+    failures: list[float] = sorted(
+        (r.failed_at for r in current.values() if r.model == model and r.failed and r.failed_at is not None
+         and (c := r.condition(ConditionType.Ready)) is not None and c.reason not in NOT_ITS_FAULT),
+        reverse=True,
+    )
+    if len(failures) < 2:
+        return False
+    delay = min(w.timings.keep_failed, w.timings.retry_base * 2.0 ** (len(failures) - 2))
+    return w.now - failures[0] < delay
+
+
 def _new_id(model: str, entropy: bytes, taken: set[str]) -> str:
     n = 0
     while True:
@@ -93,9 +124,13 @@ def reconcile(w: World) -> list[Intent]:
     events: dict[str, str] = {}
 
     # 1. status of what exists, and reaping of what was let go
+    kept = _failed_to_keep(w, by_id)
     for r in w.replicas:
         if r.failed or r.stop is not None:
             if not _still_running(r, by_id):
+                if r.id in kept:
+                    current[r.id] = r if r.released else r.model_copy(update={"released": True})
+                    continue
                 why = f"{r.stop.reason}: {r.stop.message}" if r.stop is not None else "failed"
                 intents.append(Reap(r.id, f"replica {r.id} of {r.model} reaped ({why})"))
                 continue
@@ -134,6 +169,8 @@ def reconcile(w: World) -> list[Intent]:
             active = [r for r in active if current[r.id].stop is None]
             want = max(want, 1 if (demanded or active) else 0)
         want = min(want, spec.scaling.max)
+        if want > len(active) and _backing_off(name, current, w):
+            want = len(active)  # failing again and again: the next try waits (CrashLoopBackOff, in small)
         for r in active[want:][::-1]:
             current[r.id] = stopped(r, Reason.ScaledDown, f"{len(active)} running, max {spec.scaling.max}", w.now)
             events[r.id] = f"replica {r.id} of {name} stopping: scaled down"
