@@ -116,7 +116,11 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
         wait_until(node02_lost, LOST_AFTER + HEARTBEAT + 3, "node02 declared lost")
         lost_at = time.monotonic() - killed
         assert lost_at >= LOST_AFTER - 1, "declared lost before it had been silent long enough"
-        wait_until(lambda: ib_a not in {r["id"] for r in replicas()}, 20, "ib-a replica failed and reaped")
+        def ib_a_released() -> bool:  # kept on view for failed_kept_for, holding no node once its shards are gone
+            row = next((r for r in replicas() if r["id"] == ib_a), None)
+            return row is None or bool(row["failed"] and row["released"])
+
+        wait_until(ib_a_released, 20, "ib-a replica failed, its shards gone")
 
         def replacement_waits() -> dict | None:  # type: ignore[type-arg]
             pending = [r for r in replicas() if not r["assignments"] and r["explanation"]]
@@ -140,7 +144,7 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
         for nodeset in pairings:
             assert len({FABRIC[n] for n in nodeset}) == 1, f"replica spanned fabrics: {nodeset}"
         events = " | ".join(e["message"] for e in admin_get(p, "/api/events?limit=200"))
-        assert "node node02 lost" in events and "reaped" in events
+        assert "node node02 lost" in events and f"replica {ib_a} of big failed" in events
     except BaseException:
         print(dump_logs(p))
         raise
