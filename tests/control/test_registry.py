@@ -37,3 +37,14 @@ def test_a_lost_node_coming_back_is_logged() -> None:
     old, _ = merge_report(None, node("n1").report, {}, 1.0)
     _, events = merge_report(old.model_copy(update={"lost": True}), old.report, {}, 99.0)
     assert events == ["node n1 is back after being lost"]
+
+
+def test_an_x86_cpu_without_avx2_is_said_from_the_hardware_not_the_nodes_code() -> None:
+    from llmgw.core.conditions import ConditionType
+    from llmgw.reconcile.node_status import node_conditions
+    from llmgw.wire.messages import CPU, Hardware
+
+    rep = node("n1").report.model_copy(update={"hardware": Hardware(arch="x86_64", cpu=CPU(cores=4)), "problems": []})
+    conds = node_conditions([], rep, lost=False, revoked="", now=0.0)
+    cpu = next(c for c in conds if c.type == ConditionType.CPUFeatures)
+    assert (cpu.status, cpu.reason) == ("False", "NoAVX2")

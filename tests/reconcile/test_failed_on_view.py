@@ -79,3 +79,29 @@ def test_a_replica_of_a_lost_node_is_replaced_without_waiting() -> None:
         assert again.placed, "waited after a node loss"
         sim.heartbeat()
         sim.run(5)
+
+
+def test_a_node_cannot_choose_the_control_planes_reasons_for_its_shard() -> None:
+    """A failed shard said to be NodeLost (not the replica's fault: no back-off) is counted as ShardFailed."""
+    sim = Sim([model("m", gpus_per_shard=8)], [node("n1", n_gpus=8)], timings=TIMINGS)
+    sim.step()
+    (first,) = sim.live("m")
+    _fail_on(sim, "n1", "NodeLost", "exited with code 1")
+    sim.step()
+    assert sim.ready_reason(sim.replicas[first.id]) == Reason.ShardFailed
+
+
+def test_the_summary_counts_no_card_of_a_released_replica() -> None:
+    from llmgw.control.summary import summarize
+
+    sim = Sim([model("m", gpus_per_shard=8, min_=1, max_=1)], [node("n1", n_gpus=8)], timings=TIMINGS)
+    sim.step()
+    _fail_on(sim, "n1", "ShardFailed", "exited with code 1")
+    sim.step()
+    sim.advance(1)
+    sim.empty("n1")
+    sim.step()
+    released = [r for r in sim.replicas.values() if r.released]
+    assert released
+    (cap,) = summarize(list(sim.nodes.values()), released, [], {}, sim.now).capacity
+    assert (cap.used, cap.free) == (0, 8)

@@ -113,7 +113,7 @@ class Agent:
                 weights_dir=Path(self.cfg.weights_dir),
                 default_arch=platform.machine(),
             )
-        except (LlmgwError, OSError, ValueError) as e:
+        except Exception as e:
             words = str(e).strip().replace("\n", "; ")[:1500] or type(e).__name__
             if words != self._discovery_error:
                 log.error("hardware discovery failed: %s (reporting the last hardware seen)", words)

@@ -63,6 +63,8 @@ def summarize(
     used: dict[str, set[int]] = {}
     busy_nodes: set[str] = set()
     for r in replicas:
+        if r.released:
+            continue  # failed and its shards gone: on view, holding nothing
         for a in r.assignments:
             used.setdefault(a.node_id, set()).update(a.gpus)
             busy_nodes.add(a.node_id)

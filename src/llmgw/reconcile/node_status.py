@@ -10,9 +10,12 @@ from llmgw.core.conditions import Condition, ConditionType, Status, set_conditio
 from llmgw.core.reasons import Reason, reason_or
 from llmgw.wire.messages import NodeReport, Problem
 
+X86_ARCHES = {"x86_64", "amd64", "i386", "i686"}
+
 Verdict = tuple[Status, Reason, str]
 
 FABRIC_CODES = {Reason.FabricAdapterMissing, Reason.FabricPortNotActive, Reason.FabricProblem}
+ENGINE_REASONS = {Reason.EngineCannotRun, Reason.EngineFlagsMissing}  # what a node may say of an engine that fails
 
 
 def _of(problems: list[Problem], *codes: Reason) -> list[Problem]:
@@ -44,7 +47,8 @@ def _engines(r: NodeReport) -> Verdict:
     if broken:
         e = broken[0]
         words = "; ".join(f"{b.name} {b.version}".strip() + f": {b.message}" for b in broken)
-        return Status.FALSE, reason_or(e.reason, Reason.EngineCannotRun), words
+        code = reason_or(e.reason, Reason.EngineCannotRun)
+        return Status.FALSE, code if code in ENGINE_REASONS else Reason.EngineCannotRun, words
     unsure = [e for e in r.engines if e.reason == Reason.EngineCheckInconclusive]
     if unsure:
         words = "; ".join(f"{e.name} {e.version}".strip() + f": {e.message}" for e in unsure)
@@ -77,12 +81,13 @@ def _gpus(r: NodeReport) -> Verdict:
 
 
 def _cpu(r: NodeReport) -> Verdict:
-    no_avx2 = _of(r.problems, Reason.NoAVX2)
-    if no_avx2:
-        return Status.FALSE, Reason.NoAVX2, no_avx2[0].message
     cpu = r.hardware.cpu
     if cpu.cores == 0:
         return Status.UNKNOWN, Reason.CPUUnknown, "cpuinfo was not read"
+    x86 = r.hardware.arch.lower() in X86_ARCHES
+    if x86 and not cpu.avx2:  # from the hardware itself: a version-1 node sends its warning with no code
+        no_avx2 = _of(r.problems, Reason.NoAVX2)
+        return Status.FALSE, Reason.NoAVX2, no_avx2[0].message if no_avx2 else "no AVX2"
     have = [name for name, on in (("AVX2", cpu.avx2), ("AVX-512", cpu.avx512f), ("AMX", cpu.amx)) if on]
     if not have:
         return Status.TRUE, Reason.NotX86, r.hardware.arch

@@ -9,6 +9,15 @@ from llmgw.core.reasons import Reason, reason_or
 from llmgw.core.state import NodeRecord, ReplicaRecord, StopRequest
 from llmgw.wire.messages import ShardState
 
+# what a node may say of its own shard: anything else it sends (NodeLost, AllShardsReady, ...) is the control
+# plane's to say, and becomes the default
+SHARD_REASONS = {Reason.WeightsUnusable, Reason.ModelNotLoaded, Reason.EngineExited, Reason.ShardFailed}
+
+
+def shard_reason(code: str, default: Reason) -> Reason:
+    r = reason_or(code, default)
+    return r if r in SHARD_REASONS else default
+
 
 def _ready_state(s: ShardState) -> bool:
     # Ranks that serve HTTP say "ready" after a health probe; the others have nothing to probe.
@@ -33,7 +42,7 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
         node_id = r.assignments[rank].node_id if rank < len(r.assignments) else "?"
         if s.state == "failed":
             # the node's code when it gave one we know (WeightsUnusable, ...), in its own words
-            why = reason_or(s.reason, Reason.ShardFailed)
+            why = shard_reason(s.reason, Reason.ShardFailed)
             return _fail(r, why, f"rank {rank} on {node_id} failed: {s.message}", now)
         if multi and s.state == "exited":
             # a group spanning nodes does not survive losing a member (a rank exits when its peer goes): restarting
@@ -58,7 +67,7 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
         for a in r.assignments
     )
     # a shard that says why it is not ready (ModelNotLoaded, EngineExited) names the reason; else still starting
-    told = [reason_or(s.reason, Reason.ShardsStarting) for s in states.values() if s.reason and not _ready_state(s)]
+    told = [shard_reason(s.reason, Reason.ShardsStarting) for s in states.values() if s.reason and not _ready_state(s)]
     conds = set_condition(out.conditions, ConditionType.Ready, Status.FALSE, told[0] if told else Reason.ShardsStarting,
                           pending, now)
     return out.model_copy(update={"conditions": conds, "endpoint": ""})

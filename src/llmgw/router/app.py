@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")  # proxied to the engine as they are
 RETRY_AFTER_S = 10
 WAIT_POLL_S = 0.5  # real seconds between looks at the table while a load is awaited
+REAL_WAIT_CAP = 20.0  # and never more than this many load_waits of real time, whatever the injected clock says
 ANONYMOUS = ApiKeyRecord(id="-", name="anonymous", prefix="", hash="", created_at=0.0)
 
 
@@ -73,6 +74,7 @@ class Router:
         if version == self._keys_version:
             return
         async with self._keys_lock:
+            version = self.state.keys_version()  # again: a reload done while this waited may be recent enough
             if version != self._keys_version:
                 await asyncio.to_thread(self.keys.reload)
                 self._keys_version = version
@@ -107,13 +109,14 @@ class Router:
         """Up to load_wait by the injected clock (a test drives it); the table is looked at again whenever the
         control plane says something changed, and at least every WAIT_POLL_S of real time."""
         clock = self.state.clock
-        deadline = clock.monotonic() + self.load_wait
+        loop = asyncio.get_running_loop()
+        deadline, real_deadline = clock.monotonic() + self.load_wait, loop.time() + self.load_wait * REAL_WAIT_CAP
         while True:
             self.refresh()
             if self.table.pick(model) is not None:
                 return True
             left = deadline - clock.monotonic()
-            if left <= 0:
+            if left <= 0 or loop.time() >= real_deadline:  # a clock nobody moves must not hold a request forever
                 return False
             try:
                 await asyncio.wait_for(self.changed.wait(), min(left, WAIT_POLL_S))

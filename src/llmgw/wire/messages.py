@@ -160,7 +160,7 @@ class NodeReport(Strict):
             other = data.pop("warnings", None) or []
             if isinstance(fabric, list) and isinstance(other, list):
                 data["problems"] = [{"code": "FabricProblem", "message": str(t)} for t in fabric] + [
-                    {"code": "Warning", "message": str(t)} for t in other]
+                    {"code": "Warning", "message": str(t)} for t in other][:64]
         return data
 
     @model_validator(mode="after")

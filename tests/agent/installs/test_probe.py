@@ -43,18 +43,26 @@ async def test_a_truncated_help_makes_the_check_inconclusive_not_a_failure(tmp_p
     status = await probe_llamacpp(wrapper(tmp_path, real.path, "head -n 40"))
     assert status is not None and status.runs, "a short help text proves nothing: the engine is still used"
     assert status.reason == "EngineCheckInconclusive"
-    assert "help text has only" in status.message and "--api-key-file" in status.message
+    assert "help text has only" in status.message and "--metrics" in status.message
 
 
 async def test_a_flag_gone_from_a_whole_help_text_means_it_cannot_run(tmp_path: Path) -> None:
     real = await probe_llamacpp(None)
     assert real is not None
-    status = await probe_llamacpp(wrapper(tmp_path, real.path, "grep -v -- '--api-key-file'"))
+    status = await probe_llamacpp(wrapper(tmp_path, real.path, "grep -v -- '--metrics'"))
     assert status is not None and not status.runs
-    assert status.reason == "EngineFlagsMissing" and "--api-key-file" in status.message
+    assert status.reason == "EngineFlagsMissing" and "--metrics" in status.message
 
 
 async def test_only_the_engines_asked_for_are_probed() -> None:
     names = [e.name for e in await probe_engines({}, ["sim"])]
     assert names == ["sim"]
     assert [e.name for e in await probe_engines({}, [])] == []
+
+
+async def test_a_build_without_rpc_still_runs_single_node_models(tmp_path: Path) -> None:
+    """--rpc is only in llama.cpp builds with the RPC backend, which is off by default: only multi-node needs it."""
+    real = await probe_llamacpp(None)
+    assert real is not None
+    status = await probe_llamacpp(wrapper(tmp_path, real.path, "grep -v -- '--rpc'"))
+    assert status is not None and status.runs and status.reason == "", status

@@ -32,11 +32,18 @@ def widest_spec(engine: str) -> ShardSpec:
     )
 
 
-def flags_of(engine: str) -> list[str]:
+def single_spec(engine: str) -> ShardSpec:
+    """A one-node, one-GPU replica: the flags every model on this engine needs."""
+    return ShardSpec(replica_id="check", model="check", engine=engine, source="/models/check", rank=0, world_size=1,
+                     gpus=[0], serve_port=8000)
+
+
+def flags_of(engine: str, multi_node: bool = True) -> list[str]:
     adapter = ADAPTERS[engine]
-    launch = adapter.launch(widest_spec(engine), LaunchContext(binary="engine", model_path="/m", host="0.0.0.0"))
+    spec = widest_spec(engine) if multi_node else single_spec(engine)
+    launch = adapter.launch(spec, LaunchContext(binary="engine", model_path="/m", host="0.0.0.0"))
     used = [a for a in launch.argv if a.startswith("-")]
-    return sorted(set(used) | set(adapter.flags()))
+    return sorted(set(used) | (set(adapter.flags()) if multi_node else set()))
 
 
 def flag_present(flag: str, help_text: str) -> bool:
@@ -44,8 +51,10 @@ def flag_present(flag: str, help_text: str) -> bool:
     return re.search(r"(?<![\w-])" + re.escape(flag) + r"(?![\w-])", help_text) is not None
 
 
-def check_flags(engine: str, help_text: str) -> FlagReport:
-    flags = flags_of(engine)
+def check_flags(engine: str, help_text: str, multi_node: bool = True) -> FlagReport:
+    """`multi_node` False: only the flags a one-node shard needs (a build without RPC lacks --rpc, and still
+    serves every single-node model)."""
+    flags = flags_of(engine, multi_node)
     report = FlagReport(engine=engine, flags=flags, missing=[f for f in flags if not flag_present(f, help_text)])
     lines = help_text.count("\n")
     if lines < MIN_HELP_LINES.get(engine, 0):

@@ -90,7 +90,7 @@ async def checked(engine: str, binary: str, version: str) -> EngineStatus:
     """An engine that starts, checked against the flags llmgw will pass it (its own --help): a renamed flag fails at
     the first model load otherwise, minutes in, on a node nobody is watching."""
     help_run = await run([binary, "--help"])
-    report = check_flags(engine, help_run.output)
+    report = check_flags(engine, help_run.output, multi_node=False)
     ok = EngineStatus(name=engine, version=version, path=binary, runs=True)
     if report.ok:
         return ok

@@ -26,6 +26,16 @@ NO_MODEL = "no model loaded"
 MODELS_BODY_MAX = 256 * 1024
 
 
+async def _read_capped(content: aiohttp.StreamReader, cap: int) -> bytes:
+    """The whole body up to `cap` bytes (read() with a size returns only what has arrived so far)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < cap and (chunk := await content.read(cap - size)):
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
+
+
 def _words(body: bytes) -> str:
     return body[:300].decode(errors="replace").strip()
 
@@ -133,8 +143,9 @@ class Supervisor:
             detail = f"health probe: {type(e).__name__}"
         if sp.proc is None or sp.proc.returncode is not None:
             return
+        code = ""
         if healthy and sp.launch.models_path:
-            healthy, detail = await self._serves_a_model(sp, headers)
+            healthy, code, detail = await self._serves_a_model(sp, headers)
         if healthy:
             sp.state, sp.message, sp.reason, sp.health_failures = "ready", "", "", 0
         elif sp.state == "ready":
@@ -143,28 +154,33 @@ class Supervisor:
                 sp.state, sp.message = "starting", f"not healthy: {detail}"
         else:
             sp.message = f"waiting for health: {detail}"
-            sp.reason = "ModelNotLoaded" if detail.startswith(NO_MODEL) else ""
+            sp.reason = code
 
-    async def _serves_a_model(self, sp: ShardProcess, headers: dict[str, str]) -> tuple[bool, str]:
-        """An engine whose health answers can still have failed to load its model (some keep their HTTP server up
-        and list nothing): ready means it lists a model."""
+    async def _serves_a_model(self, sp: ShardProcess, headers: dict[str, str]) -> tuple[bool, str, str]:
+        """(ready, reason code, words). An engine whose health answers can still have failed to load its model
+        (some keep their HTTP server up and list nothing): ready means it lists a model."""
         assert sp.launch is not None
+        path = sp.launch.models_path
         try:
-            async with self._http().get(sp.endpoint + sp.launch.models_path, headers=headers) as resp:
-                body = await resp.content.read(MODELS_BODY_MAX)
-                if resp.status != 200:
-                    return False, f"{NO_MODEL}: {sp.launch.models_path} answered {resp.status}: {_words(body)}"
-                data = json.loads(body)
+            async with self._http().get(sp.endpoint + path, headers=headers) as resp:
+                body = await _read_capped(resp.content, MODELS_BODY_MAX)
+                status = resp.status
         except (aiohttp.ClientError, TimeoutError) as e:
-            return False, f"models probe: {type(e).__name__}"
+            return False, "", f"models probe: {type(e).__name__}"
+        if status in (401, 403, 404):  # not the model's trouble: the secret or the path
+            return False, "", f"{path} answered {status}: {_words(body)}"
+        if status != 200:
+            return False, "ModelNotLoaded", f"{NO_MODEL}: {path} answered {status}: {_words(body)}"
+        try:
+            data = json.loads(body)
         except ValueError:
-            return False, f"{NO_MODEL}: {sp.launch.models_path} is not JSON"
+            return False, "ModelNotLoaded", f"{NO_MODEL}: {path} is not JSON"
         listed = data.get("data") if isinstance(data, dict) else None
         if not isinstance(listed, list) or not listed:
             error = data.get("error") if isinstance(data, dict) else None
-            return False, f"{NO_MODEL}: health answers 200 but {sp.launch.models_path} lists no model" + (
+            return False, "ModelNotLoaded", f"{NO_MODEL}: health answers 200 but {path} lists no model" + (
                 f" ({str(error)[:300]})" if error else "")
-        return True, ""
+        return True, "", ""
 
     def states(self) -> list[ShardState]:
         return [sp.report() for _, sp in sorted(self.shards.items())]
