@@ -217,3 +217,15 @@ async def test_a_version_1_agent_keeps_its_words(cluster) -> None:  # type: igno
         assert status == 200, text
         (row,) = await aget(cluster, "/api/nodes")
         assert row["warnings"] == ["fabric ib-a: adapter mlx5_3 is not here"]
+
+
+async def test_a_node_is_answered_in_its_own_wire_version(cluster) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    old = report("node01").model_dump(mode="json", exclude={"problems"})
+    old["version"] = 1
+    async with InProcessServer(cluster):
+        status, text = await post(cluster, ctx(cluster, "node01"), json.dumps(old))
+        assert status == 200 and json.loads(text)["version"] == 1
+        status, text = await post(cluster, ctx(cluster, "node01"), report("node01").model_dump_json())
+        assert status == 200 and json.loads(text)["version"] == 2

@@ -27,7 +27,7 @@ def _desired(url: str, text: str) -> DesiredState:
     except (ValueError, RecursionError):
         raise UpstreamError(f"{url}: the desired state is not JSON") from None
     version = data.get("version") if isinstance(data, dict) else None
-    if version != WIRE_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= WIRE_VERSION:
         raise UpstreamError(f"{url}: desired state wire version {str(version)[:20]} not understood by this agent "
                             f"(speaks {WIRE_VERSION}): keep nodes and control planes on the same release")
     try:

@@ -81,6 +81,9 @@ def agent_app(
         if problem:
             return _refuse(403, f"node {ident.node_id}: {problem}")
         desired = plane.heartbeat(report, ident.serial, ident.not_after)
+        # answered in the node's own version: an agent older than this control plane (the upgrade order) must be
+        # able to read what it is told
+        desired = desired.model_copy(update={"version": min(report.version, WIRE_VERSION)})
         return web.Response(text=desired.model_dump_json(), content_type="application/json")
 
     app = web.Application(client_max_size=MAX_HEARTBEAT_BYTES)
