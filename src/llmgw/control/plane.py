@@ -321,17 +321,12 @@ class ControlPlane:
     def explain(self, model: str) -> ModelExplanation:
         spec = self.models.get(model)
         reps = sorted((r for r in self.replicas.values() if r.model == model), key=lambda r: r.id)
-        base = ModelExplanation(model=model, wanted=Wanted.Unknown)
-        if spec is not None:
-            base = ModelExplanation(model=model, wanted=Wanted.Replicas, min=spec.scaling.min, max=spec.scaling.max,
-                                    on_demand=spec.on_demand)
-        if not reps:
-            if spec is None:
-                return base
-            wanted = Wanted.Off if spec.scaling.max == 0 else Wanted.NotWanted
-            return base.model_copy(update={"wanted": wanted})
-        return base.model_copy(update={"wanted": Wanted.Replicas, "replicas": [
-            ReplicaExplanation(id=r.id, phase=replica_phase(r), nodes=r.node_ids(), conditions=r.conditions,
-                               stop=r.stop, placement=r.explanation)
-            for r in reps
-        ]})
+        if spec is None and not reps:
+            return ModelExplanation(model=model, wanted=Wanted.Unknown)
+        wanted = Wanted.Replicas if reps else (Wanted.Off if spec and spec.scaling.max == 0 else Wanted.NotWanted)
+        return ModelExplanation(
+            model=model, wanted=wanted, min=spec.scaling.min if spec else 0, max=spec.scaling.max if spec else 0,
+            on_demand=spec.on_demand if spec else False,
+            replicas=[ReplicaExplanation(id=r.id, phase=replica_phase(r), nodes=r.node_ids(), conditions=r.conditions,
+                                         stop=r.stop, placement=r.explanation) for r in reps],
+        )

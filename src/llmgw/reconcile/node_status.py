@@ -10,8 +10,6 @@ from llmgw.core.conditions import Condition, ConditionType, Status, set_conditio
 from llmgw.core.reasons import Reason, reason_or
 from llmgw.wire.messages import NodeReport, Problem
 
-X86_ARCHES = {"x86_64", "amd64", "i386", "i686"}
-
 Verdict = tuple[Status, Reason, str]
 
 FABRIC_CODES = {Reason.FabricAdapterMissing, Reason.FabricPortNotActive, Reason.FabricProblem}
@@ -84,8 +82,7 @@ def _cpu(r: NodeReport) -> Verdict:
     cpu = r.hardware.cpu
     if cpu.cores == 0:
         return Status.UNKNOWN, Reason.CPUUnknown, "cpuinfo was not read"
-    x86 = r.hardware.arch.lower() in X86_ARCHES
-    if x86 and not cpu.avx2:  # from the hardware itself: a version-1 node sends its warning with no code
+    if r.hardware.lacks_avx2:  # from the hardware itself: a version-1 node sends its warning with no code
         no_avx2 = _of(r.problems, Reason.NoAVX2)
         return Status.FALSE, Reason.NoAVX2, no_avx2[0].message if no_avx2 else "no AVX2"
     have = [name for name, on in (("AVX2", cpu.avx2), ("AVX-512", cpu.avx512f), ("AMX", cpu.amx)) if on]

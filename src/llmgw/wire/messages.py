@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and Python's names: AVX2 is x86's
 WIRE_VERSION = 2  # 2: problems with codes, a reason on engines and shards
 OLDEST_WIRE_VERSION = 1
 
@@ -109,6 +110,11 @@ class Hardware(Strict):
     gpus: Annotated[list[GPU], Field(max_length=1024)] = []
     gpu_problems: Texts = []  # discovery trouble that is not absence, e.g. an NVML/driver mismatch
     ib_adapters: Annotated[list[IBAdapter], Field(max_length=64)] = []
+
+    @property
+    def lacks_avx2(self) -> bool:
+        """An x86 CPU read without AVX2 (cores == 0: cpuinfo was not read, and unknown is not "lacks")."""
+        return self.arch.lower() in X86_ARCHES and self.cpu.cores > 0 and not self.cpu.avx2
 
 
 class EngineStatus(Strict):

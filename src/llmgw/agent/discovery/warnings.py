@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from llmgw.wire.messages import Hardware, Problem
 
-# Names the kernel and Python use for x86: AVX2 only means something there.
-X86_ARCHES = {"x86_64", "amd64", "i386", "i686"}
-
 NO_AVX2 = "no AVX2: inference will be several times slower (a VM CPU type such as kvm64 hides it)"
 NVLINK_UNKNOWN = "NVLink topology unknown: tensor groups use the lowest free indices"
 
 
 def hardware_warnings(hw: Hardware) -> list[Problem]:
     warnings: list[Problem] = []
-    # cores == 0 means cpuinfo was not read: unknown is not "lacks AVX2"
-    if hw.arch.lower() in X86_ARCHES and hw.cpu.cores > 0 and not hw.cpu.avx2:
+    if hw.lacks_avx2:
         warnings.append(Problem(code="NoAVX2", message=NO_AVX2, subject="cpu"))
     for gpu in hw.gpus:
         if gpu.faulty:
