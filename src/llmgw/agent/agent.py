@@ -13,15 +13,20 @@ from llmgw.agent.discovery import HostRoot, check_fabrics, discover, hardware_wa
 from llmgw.agent.discovery.infiniband import probe_adapters
 from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
 from llmgw.agent.identity import node_id, route_address
-from llmgw.agent.installs.probe import probe_engines
+from llmgw.agent.installs.installer import Installer
+from llmgw.agent.installs.packages import PackageTool
+from llmgw.agent.installs.probe import probe_named
+from llmgw.agent.installs.recipes import Context, Limits
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor.adopt import Running, discard, find_running
 from llmgw.agent.supervisor.process import state_name
+from llmgw.agent.supervisor.supervisor import RestartPolicy
 from llmgw.agent.weights.resolve import resolve_source, visible_weights
 from llmgw.config.agent import AgentConfig
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError, UpstreamError
 from llmgw.pki.tls import client_context
+from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec
 
 log = logging.getLogger(__name__)
@@ -38,6 +43,12 @@ class Agent:
         self.engines: list[EngineStatus] = []
         self.engines_probed = False
         self._engines_at = float("-inf")
+        self._named: list[EngineStatus] = []  # sim and the engines agent.yaml names, as last probed
+        self.installer = Installer(Context(
+            root=Path(cfg.engines_dir()), clock=clock, python=cfg.engine_python,
+            packages=PackageTool(apt_get=cfg.apt_get, dpkg_query=cfg.dpkg_query),
+            limits=Limits(download_bytes=cfg.max_download),
+        ))
         self.supervisor: Supervisor | None = None
         self.client: ControlPlaneClient | None = None
         self.interval = cfg.heartbeat_interval
@@ -79,7 +90,8 @@ class Agent:
             self.address = route_address(self.cfg.control_planes[0])
         Path(self.cfg.weights_dir).mkdir(parents=True, exist_ok=True)  # so disk is reported from the start
         logs = Path(self.cfg.state_dir) / "logs"
-        self.supervisor = Supervisor(self.clock, logs, self.address, self.resolve)
+        restart = RestartPolicy(self.cfg.restart_backoff, self.cfg.restart_backoff_max, self.cfg.max_restarts)
+        self.supervisor = Supervisor(self.clock, logs, self.address, self.resolve, restart)
         # engines a previous agent left running: adopted once this agent knows its engines (the first pass), kept
         # if still wanted, stopped at the first converge if not
         self._found = find_running(logs)
@@ -93,13 +105,30 @@ class Agent:
             log.error("%s (agent.yaml fabrics)", p.message)
 
     async def probe_engines(self) -> None:
+        """The engines this node has: sim and those agent.yaml names (probed each minute), and those the control
+        plane names, installed here and seen to run (or being installed, or why not)."""
         if self.clock.monotonic() - self._engines_at >= ENGINE_REPROBE_S:
             overrides = {k: v.path for k, v in self.cfg.engines.items()}
-            engines = await probe_engines(overrides, self.cfg.probe_engines)
-            if engines != self.engines:
-                log.info("engines: %s", ", ".join(f"{e.name} {e.version} runs={e.runs}" for e in engines))
-            self.engines, self.engines_probed = engines, True
+            self._named = await probe_named(overrides, self.cfg.probe_engines)
             self._engines_at = self.clock.monotonic()
+        if not self.installer.settled:
+            await self.converge_engines(self.installer.load_wanted())
+        named = {e.name for e in self._named}
+        engines = self._named + [e for e in self.installer.statuses() if e.name not in named]
+        if engines != self.engines:
+            log.info("engines: %s", ", ".join(f"{e.name} {e.version} runs={e.runs}" for e in engines))
+        self.engines, self.engines_probed = engines, True
+
+    async def converge_engines(self, sources: list[EngineSource]) -> None:
+        """Install what the control plane names and this node runs, except what agent.yaml names on purpose."""
+        mine = [s for s in sources if s.name in self.cfg.probe_engines and s.name not in self.cfg.engines
+                and s.name != "sim"]
+        in_use = set()
+        if self.supervisor is not None:
+            in_use = {Path(sp.launch.argv[0]).parent for sp in self.supervisor.shards.values()
+                      if sp.launch is not None and sp.launch.argv}
+        hw = self._hardware or (await self.discover())[0]  # the build chosen depends on the processor and driver
+        await self.installer.converge(mine, hw, in_use)
 
     async def discover(self) -> tuple[Hardware, list[Problem]]:
         """What the machine has now; when a probe fails (EACCES under /sys, an inventory edited into nonsense),
@@ -128,8 +157,8 @@ class Agent:
         return hw, []
 
     async def report(self) -> NodeReport:
-        await self.probe_engines()
         hw, problems = await self.discover()
+        await self.probe_engines()
         fabrics, fabric_problems = check_fabrics(self.cfg.fabrics, hw.ib_adapters)
         dirs = [*self.cfg.weights_dirs, self.cfg.weights_dir]
         weights = await asyncio.to_thread(visible_weights, dirs)
@@ -142,6 +171,7 @@ class Agent:
             hardware=hw,
             engines_probed=self.engines_probed,
             engines=self.engines,
+            install_progress=self.installer.progress()[:64],
             fabrics=fabrics,
             weights=weights,
             shards=self.supervisor.states(),
@@ -167,6 +197,8 @@ class Agent:
             return  # keep running what runs: a control plane outage is not a reason to stop serving
         self.last_error = ""
         self.interval = desired.heartbeat_interval
+        if desired.version >= 3:  # an older control plane names no sources: the node keeps what it has
+            await self.converge_engines(desired.engine_sources)
         await self.supervisor.converge(desired.shards)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -188,6 +220,7 @@ class Agent:
             await self.close()
 
     async def close(self) -> None:
+        await self.installer.close()
         if not self.hand_over:
             for run in self._found.values():  # found at start and never taken over: a stop leaves nothing behind
                 discard(run)

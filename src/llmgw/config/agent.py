@@ -6,7 +6,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from llmgw.config.types import ConfigPath, Duration
+from llmgw.config.types import ByteSize, ConfigPath, Duration
 
 
 class Strict(BaseModel):
@@ -39,9 +39,21 @@ class AgentConfig(Strict):
     weights_dir: ConfigPath = "/var/lib/llmgw-weights"  # where fetched weights land; always looked in
     state_dir: ConfigPath = "/var/lib/llmgw-agent"
     fabrics: list[FabricAttachment] = []
+    # engines named on purpose: used as they are (checked, never installed over); what is written wins
     engines: dict[str, EngineOverride] = {}
-    # which engines to look for; a simulated node says [sim] so it never claims this machine's llama.cpp
+    # which engines this node runs: those the control plane names and this list holds are installed here; a
+    # simulated node says [sim] so it never installs or claims a real engine
     probe_engines: list[str] = ["sim", "llamacpp", "vllm", "sglang"]
+    install_dir: ConfigPath | None = None  # where engines are installed; default: state_dir/engines
+    engine_python: str = "python3.11"  # what vLLM's and SGLang's environments are made from
+    max_download: ByteSize = 16 * 1024**3
+    apt_get: str = "apt-get"  # the OS package tools a build's packages are installed with
+    dpkg_query: str = "dpkg-query"
+    # a shard whose engine exits is started again after restart_backoff, doubling up to restart_backoff_max;
+    # after max_restarts it fails, with its exit code and last log lines, and its replica is placed again
+    restart_backoff: Duration = 10.0
+    restart_backoff_max: Duration = 300.0
+    max_restarts: int = Field(default=5, ge=0, le=1000)
     port_range: str = "20000-20999"
     heartbeat_interval: Duration = 3.0
     request_timeout: Duration = 5.0
@@ -61,6 +73,11 @@ class AgentConfig(Strict):
         if not m or not 1024 <= int(m.group(1)) <= int(m.group(2)) <= 65535:
             raise ValueError(f"{v!r}: must be LOW-HIGH within 1024-65535")
         return v
+
+    def engines_dir(self) -> str:
+        import os
+
+        return self.install_dir or os.path.join(self.state_dir, "engines")
 
     def ports(self) -> tuple[int, int]:
         lo, hi = self.port_range.split("-")

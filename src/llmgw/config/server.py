@@ -6,9 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from llmgw.config.engines import EngineConfig, EngineName, as_source
 from llmgw.config.types import ByteSize, ConfigPath, Duration, Listen
-
-EngineName = Literal["llamacpp", "vllm", "sglang", "sim"]
+from llmgw.wire.engines import EngineSource
 
 
 class Strict(BaseModel):
@@ -133,7 +133,8 @@ class ServerConfig(Strict):
     # API worker processes sharing api_listen (SO_REUSEPORT); beyond one, they are separate processes
     api_workers: int = Field(default=1, ge=1, le=64)
     eviction: EvictionConfig = EvictionConfig()
-    engines: list[EngineName] = ["llamacpp", "sim"]
+    # which engines every node has: a name (its default source, config/engines.py) or a whole source
+    engines: list[EngineName | EngineConfig] = ["llamacpp", "sim"]
     models: list[ModelSpec] = []
 
     @field_validator("node_networks")
@@ -158,6 +159,21 @@ class ServerConfig(Strict):
         import os
 
         return os.path.join(os.path.dirname(os.path.abspath(self.store.path)), name)
+
+    def engine_names(self) -> list[str]:
+        return [e if isinstance(e, str) else e.name for e in self.engines]
+
+    def engine_sources(self) -> list[EngineSource]:
+        return [s for s in (as_source(e) for e in self.engines) if s is not None]
+
+    @model_validator(mode="after")
+    def _unique_engines(self) -> ServerConfig:
+        names = self.engine_names()
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"engines: {dup[0]} named twice")
+        self.engine_sources()  # a requirements file that cannot be read is a config error now, not on every node
+        return self
 
     @model_validator(mode="after")
     def _unique_models(self) -> ServerConfig:

@@ -84,7 +84,9 @@ def agent_app(
         # answered in the node's own version: an agent older than this control plane (the upgrade order) must be
         # able to read what it is told
         desired = desired.model_copy(update={"version": min(report.version, WIRE_VERSION)})
-        return web.Response(text=desired.model_dump_json(), content_type="application/json")
+        # fields a version does not know are left out: the agent reads strictly and would refuse the whole answer
+        older = {"engine_sources"} if desired.version < 3 else None
+        return web.Response(text=desired.model_dump_json(exclude=older), content_type="application/json")
 
     app = web.Application(client_max_size=MAX_HEARTBEAT_BYTES)
     app.router.add_post("/v1/agent/heartbeat", heartbeat)

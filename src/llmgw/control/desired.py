@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.state import ReplicaRecord
+from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import DesiredState, ShardSpec
 
 
@@ -16,7 +17,8 @@ def engine_args(spec: ModelSpec) -> list[str]:
 
 
 def desired_for(
-    node_id: str, replicas: list[ReplicaRecord], models: dict[str, ModelSpec], engines: list[str], interval: float
+    node_id: str, replicas: list[ReplicaRecord], models: dict[str, ModelSpec], engines: list[str],
+    interval: float, sources: list[EngineSource] | None = None,
 ) -> DesiredState:
     shards: list[ShardSpec] = []
     for r in replicas:
@@ -27,6 +29,7 @@ def desired_for(
             continue
         leader = r.assignments[0]
         peers = [a.address for a in r.assignments]
+        peer_ports = [a.worker_port or 0 for a in r.assignments]
         for a in r.assignments:
             if a.node_id != node_id:
                 continue
@@ -44,8 +47,10 @@ def desired_for(
                     leader_address=leader.address,
                     rendezvous_port=leader.rendezvous_port,
                     peer_addresses=peers,
+                    peer_ports=peer_ports,
                     fabric_adapters=a.fabric_adapters,
                     api_key=r.secret,
                 )
             )
-    return DesiredState(node_id=node_id, shards=shards, engines=engines, heartbeat_interval=interval)
+    return DesiredState(node_id=node_id, shards=shards, engines=engines, engine_sources=sources or [],
+                        heartbeat_interval=interval)

@@ -44,6 +44,7 @@ class ControlPlane:
         writer: InlineWriter | StoreWriter | None = None,
     ) -> None:
         self.cfg = cfg
+        self._engine_names, self._engine_sources = cfg.engine_names(), cfg.engine_sources()
         self.store = store
         self.writer = writer or InlineWriter()  # the server passes a StoreWriter: no write on the event loop
         self.clock = clock
@@ -146,7 +147,8 @@ class ControlPlane:
         self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
         self._node_events(rec.id, events)
         return desired_for(
-            rec.id, list(self.replicas.values()), self.models, list(self.cfg.engines), self.cfg.heartbeat_interval
+            rec.id, list(self.replicas.values()), self.models, self._engine_names, self.cfg.heartbeat_interval,
+            self._engine_sources,
         )
 
     def _node_events(self, node_id: str, events: list[str]) -> None:

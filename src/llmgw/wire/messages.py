@@ -10,8 +10,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from llmgw.wire.engines import EngineSource
+
 X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and Python's names: AVX2 is x86's
-WIRE_VERSION = 2  # 2: problems with codes, a reason on engines and shards
+WIRE_VERSION = 3  # 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
@@ -189,6 +191,7 @@ class ShardSpec(Strict):
     serve_port: int | None = None  # only the rank that serves HTTP has one
     leader_address: str = ""
     peer_addresses: list[str] = []  # every rank's node address, by rank
+    peer_ports: list[int] = []  # the port each rank binds for its peers (0: none), by rank; reserved by placement
     rendezvous_port: int | None = None
     fabric_adapters: list[str] = []  # NCCL_IB_HCA for this node
     # the replica's engine secret: the engine answers only requests that carry it, and only the router has it.
@@ -201,4 +204,5 @@ class DesiredState(Strict):
     node_id: str
     shards: list[ShardSpec] = []
     engines: list[str] = []
+    engine_sources: list[EngineSource] = []  # version 3: what each engine is installed from
     heartbeat_interval: float = 3.0

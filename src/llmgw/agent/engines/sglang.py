@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, nccl_env
 from llmgw.wire.messages import ShardSpec
 
 # SGLang takes its key only as --api-key. Started through this shim, the key is added to sys.argv inside the process,
@@ -16,6 +16,12 @@ KEY_SHIM = (
 
 class SGLang:
     name = "sglang"
+    # launched as the environment's python -m sglang.launch_server; its --help printed 2,820 lines (0.5.23)
+    packaging = Packaging(
+        kind="pip", executable="bin/python",
+        version_args=("-c", "import sglang; print('version:', sglang.__version__)"),
+        help_args=("-m", "sglang.launch_server", "--help"), min_help_lines=1000,
+    )
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         env = nccl_env(spec)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, nccl_env
 from llmgw.wire.messages import ShardSpec
 
 
 class Sim:
     name = "sim"
+    packaging = Packaging(kind="builtin")
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         argv = [

