@@ -170,9 +170,10 @@ def prepare(plan: ClusterPlan) -> None:
                 agent["fabrics"] = [{"name": n.fabric, "adapters": declared}]
         else:
             # the llama.cpp this environment built, named on purpose (a node installs its own: docs/engines.md)
-            server = dev_llama_server()
-            agent.update(probe_engines=["llamacpp"], **({"engines": {"llamacpp": {"path": str(server)}}} if server
-                                                        else {}))
+            llama = dev_llama_server()
+            agent.update(probe_engines=["llamacpp"])
+            if llama is not None:
+                agent["engines"] = {"llamacpp": {"path": str(llama)}}
         agent.update(n.agent_extra)
         (nd / "agent.yaml").write_text(yaml.safe_dump(agent, sort_keys=False))
 
