@@ -10,7 +10,7 @@ from llmgw.agent.client import ControlPlaneClient
 from llmgw.core.errors import UpstreamError
 from llmgw.dev.cluster import NodePlan
 from llmgw.pki.tls import client_context
-from llmgw.wire.messages import Hardware, NodeReport
+from llmgw.wire.messages import WIRE_VERSION, Hardware, NodeReport
 from tests.harness import InProcessServer, free_port, plan
 
 
@@ -69,7 +69,7 @@ async def test_a_desired_state_of_another_wire_version_is_named_as_such(tmp_path
     from llmgw.pki.tls import server_context
 
     async def newer(_: web.Request) -> web.Response:
-        return web.json_response({"version": 3, "node_id": "node01", "shards": [], "a_new_field": True})
+        return web.json_response({"version": WIRE_VERSION + 1, "node_id": "node01", "shards": [], "a_new_field": True})
 
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11")], [])
     app = web.Application()
@@ -84,7 +84,8 @@ async def test_a_desired_state_of_another_wire_version_is_named_as_such(tmp_path
     try:
         with pytest.raises(UpstreamError) as e:
             await c.heartbeat(NodeReport(node_id="node01", address="127.0.0.11", hardware=Hardware()))
-        assert "desired state wire version 3 not understood by this agent (speaks 2)" in str(e.value)
+        assert (f"desired state wire version {WIRE_VERSION + 1} not understood by this agent (speaks {WIRE_VERSION})"
+                in str(e.value))
     finally:
         await c.close()
         await runner.cleanup()

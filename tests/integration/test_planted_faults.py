@@ -149,7 +149,7 @@ def metrics_view(p: ClusterPlan) -> Seen:
 
 # what each fault must look like: (node, condition type, status, reason, words the message must hold)
 NODE_FAULTS = [
-    ("n-nolib", "EnginesReady", "False", "EngineCannotRun", "missing libraries: libllama"),
+    ("n-nolib", "EnginesReady", "False", "MissingLibraries", "missing libraries: libllama"),
     ("n-noavx2", "CPUFeatures", "False", "NoAVX2", "no AVX2"),
     ("n-init", "FabricsReady", "False", "FabricPortNotActive", "mlx5_1 has no ACTIVE port (port 1: INIT)"),
     ("n-absent", "FabricsReady", "False", "FabricAdapterMissing", "adapter mlx5_3 is not on this node"),

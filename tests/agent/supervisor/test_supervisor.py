@@ -63,26 +63,36 @@ async def test_start_probe_ready_then_stop(tmp_path: Path) -> None:
 
 
 async def test_restart_with_backoff_then_give_up_with_the_processes_words(tmp_path: Path) -> None:
+    """10 s, doubling to 5 min, five restarts: a crash loop fails its replica (placed again elsewhere) with the
+    exit code and the last log lines, rather than restarting for ever or at once."""
     clock = FakeClock()
-    s = Supervisor(clock, tmp_path, "127.0.0.1", crashing_launch)
+    policy = sup.RestartPolicy()
+    assert (policy.base, policy.cap, policy.limit) == (10.0, 300.0, 5)
+    s = Supervisor(clock, tmp_path, "127.0.0.1", crashing_launch, policy)
     try:
         await s.converge([spec(free_port())])
         await await_until(lambda: _is(s, "exited"), 10, "first exit")
         st = s.states()[0]
         assert st.exit_code == 127 and "libgomp.so.1" in st.message
-        await s.tick()
-        assert s.states()[0].restarts == 0  # backoff: not restarted before its time
-        for n in range(sup.MAX_RESTARTS):
-            clock.advance(sup.BACKOFF_MAX)
+        for n, delay in enumerate([10.0, 20.0, 40.0, 80.0, 160.0]):
+            clock.advance(delay - 0.5)
+            await s.tick()
+            assert s.states()[0].restarts == n, f"restarted before its {delay:.0f} s were up"
+            clock.advance(0.5)
             await s.tick()
             assert s.states()[0].restarts == n + 1
             await await_until(lambda: _is(s, "exited", "failed"), 10, f"exit {n + 1}")
         await s.tick()
         final = s.states()[0]
         assert final.state == "failed"
-        assert f"gave up after {sup.MAX_RESTARTS} restarts" in final.message and "libgomp" in final.message
+        assert "gave up after 5 restarts" in final.message and "libgomp" in final.message
+        assert "exited with code 127" in final.message
     finally:
         await s.close()
+
+
+def test_the_backoff_stops_doubling_at_its_cap() -> None:
+    assert [sup.RestartPolicy().delay(n) for n in range(7)] == [10, 20, 40, 80, 160, 300, 300]
 
 
 async def test_unresolvable_shard_fails_with_the_reason(tmp_path: Path) -> None:
