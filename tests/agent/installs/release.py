@@ -29,7 +29,7 @@ def _handler(rel: Release) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             name = self.path.lstrip("/")
             rel.ranges.append((name, self.headers.get("Range", "")))
             body = rel.files.get(name)
