@@ -106,3 +106,22 @@ def test_impossible_profile_is_a_refusal_not_a_crash() -> None:
     res = _place([node("n1")], model(gpus_per_shard=16))
     assert isinstance(res, Refusal)
     assert res.explanation.filtered == {Reason.InsufficientGPUs: 1}
+
+
+def test_every_port_a_rank_binds_is_reserved_on_its_own_node() -> None:
+    """llama.cpp's RPC workers bind a port on their own node. Placement gives it from that node's range and holds
+    it; before, a worker bound the leader's rendezvous port plus its rank: a port from another node's range that
+    nothing reserved."""
+    from llmgw.core.state import ReplicaRecord
+
+    m = model(nodes=2, gpus_per_shard=4)
+    n3, n4 = node("node03", fabric="ib-b"), node("node04", fabric="ib-b")
+    n4.report = n4.report.model_copy(update={"port_low": 31000, "port_high": 31099})
+    first = _place([n3, n4], m)
+    assert isinstance(first, Placement)
+    leader, worker = first.assignments
+    assert worker.node_id == "node04" and worker.worker_port == 31000 and leader.worker_port is None
+    held = ReplicaRecord(id="r0", model=m.name, created_at=0.0, shards_expected=2, assignments=first.assignments)
+    snap = build_snapshot([n3, n4], [held], {m.name: m}, now=100.0)
+    view = snap.node("node04")
+    assert view is not None and 31000 in view.used_ports

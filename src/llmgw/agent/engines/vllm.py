@@ -15,7 +15,8 @@ class VLLM:
     # from PyPI and break `import vllm` (operator torchvision::nms does not exist): text serving needs none of them.
     packaging = Packaging(
         kind="pip", executable="bin/vllm", version_runner="python",
-        version_args=("-c", "import vllm; print('version:', vllm.__version__)"),
+        # a bare `import vllm` succeeds even with the CUDA torchvision that breaks serving: import the server
+        version_args=("-c", "import vllm, vllm.entrypoints.openai.api_server; print('version:', vllm.__version__)"),
         help_args=("serve", "--help=all"), min_help_lines=1000,
         probe_env=(("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("VLLM_NO_USAGE_STATS", "1"),
                    ("VLLM_TARGET_DEVICE", "cpu")),
@@ -52,6 +53,7 @@ class VLLM:
             argv += ["--headless"]
         argv += spec.args
         env = nccl_env(spec)
+        env["VLLM_HOST_IP"] = ctx.host  # the address it tells its peers; otherwise it picks one itself
         if spec.api_key:
             env["VLLM_API_KEY"] = spec.api_key  # vLLM reads it as --api-key; the environment is private, argv is not
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health")
