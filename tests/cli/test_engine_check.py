@@ -63,10 +63,12 @@ def test_the_stored_help_of_the_python_engines_accepts_every_flag(engine: str, s
     assert "flags accepted" in r.stdout and "warning" not in r.stdout
 
 
-@pytest.mark.parametrize("engine,snapshot,flag", [("vllm", "vllm-0.32.0-serve-help-all.txt", "--headless"),
-                                                  ("sglang", "sglang-0.5.23-launch-server-help.txt", "--dist-init-addr")])
+@pytest.mark.parametrize("engine,snapshot,flag", [
+    ("vllm", "vllm-0.32.0-serve-help-all.txt", "--headless"),
+    ("sglang", "sglang-0.5.23-launch-server-help.txt", "--dist-init-addr"),
+])
 def test_a_flag_gone_from_a_python_engines_help_fails(engine: str, snapshot: str, flag: str, tmp_path: Path) -> None:
-    text = (FIXTURES / snapshot).read_text().replace(flag, flag + "-renamed")
+    text = (FIXTURES / snapshot).read_text(encoding="utf-8").replace(flag, flag + "-renamed")
     (tmp_path / "help.txt").write_text(text)
     r = engine_check("--engine", engine, "--help-file", str(tmp_path / "help.txt"))
     assert r.returncode == 1 and flag in r.stdout and "missing" in r.stdout
