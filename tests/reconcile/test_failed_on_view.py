@@ -105,3 +105,27 @@ def test_the_summary_counts_no_card_of_a_released_replica() -> None:
     assert released
     (cap,) = summarize(list(sim.nodes.values()), released, [], {}, sim.now).capacity
     assert (cap.used, cap.free) == (0, 8)
+
+
+def test_a_crash_looping_replica_is_placed_again_elsewhere() -> None:
+    """The engine on n1 exits until the supervisor gives up: the replacement goes to n2, not back to n1, though
+    n1 is first by name and has the weights. With nowhere else to go it goes back to n1 (a preference)."""
+    sim = Sim([model("m", gpus_per_shard=8)], [node("n1", n_gpus=8, weights=("/models/m",)), node("n2", n_gpus=8)],
+              timings=TIMINGS)
+    sim.step()
+    (first,) = sim.live("m")
+    assert first.assignments[0].node_id == "n1"
+    _fail_on(sim, "n1", "EngineExited", "gave up after 5 restarts; exited with code 127: libgomp.so.1: cannot open")
+    sim.step()
+    assert sim.replicas[first.id].failed
+    (second,) = sim.live("m")
+    assert second.placed and second.assignments[0].node_id == "n2"
+    alone = Sim([model("m", gpus_per_shard=8)], [node("n1", n_gpus=8)], timings=TIMINGS)
+    alone.step()
+    _fail_on(alone, "n1", "EngineExited", "exited with code 1")
+    alone.step()
+    alone.advance(1)
+    alone.empty("n1")
+    alone.run(10)
+    (again,) = alone.live("m")
+    assert again.placed and again.assignments[0].node_id == "n1"

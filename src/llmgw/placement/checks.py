@@ -26,6 +26,9 @@ Test = Callable[[NodeView], bool]
 class Request:
     replica_id: str
     model: ModelSpec
+    # nodes where a replica of this model failed lately: placed elsewhere if anywhere else can take it (a crash
+    # loop on one node must not be rebuilt on that node for ever), there if nowhere else can
+    failed_on: frozenset[str] = frozenset()
 
     @property
     def multi_node(self) -> bool:

@@ -40,6 +40,8 @@ def _score(n: NodeView, r: Request) -> _Scored:
     p = r.model.profile
     gpus, nvlink = choose_gpus(n, p.gpu_class, p.gpus_per_shard)
     s = {"weights": scores.weights_present(n, r)}
+    if r.failed_on:
+        s["fresh"] = scores.fresh(n, r)
     if p.gpus_per_shard > 1:
         s["nvlink"] = nvlink
     if p.gpus_per_shard:
@@ -56,14 +58,16 @@ def _top(nodes: list[NodeView], r: Request, count: int, memo: dict[str, _Scored]
     total, and rounding is monotonic, so no total exceeds its bound and the answer is the same.
     """
     k = r.model.profile.gpus_per_shard
-    bounds: dict[tuple[float, int, int], float] = {}
+    bounds: dict[tuple[float, int, int, float], float] = {}
     buckets: dict[float, list[NodeView]] = {}
     for n in nodes:
         # everything weights_present and binpack read: the bound is shared by nodes alike in these
-        key = (scores.weights_present(n, r), len(n.used_gpus), len(n.gpus))
+        key = (scores.weights_present(n, r), len(n.used_gpus), len(n.gpus), scores.fresh(n, r))
         bound = bounds.get(key)
         if bound is None:
             s = {"weights": key[0]}
+            if r.failed_on:
+                s["fresh"] = key[3]
             if k > 1:
                 s["nvlink"] = 1.0
             if k:

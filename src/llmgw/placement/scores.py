@@ -5,7 +5,12 @@ from __future__ import annotations
 from llmgw.placement.checks import Request
 from llmgw.placement.snapshot import NodeView
 
-WEIGHTS = {"weights": 2.0, "nvlink": 1.0, "binpack": 0.5}
+WEIGHTS = {"fresh": 4.0, "weights": 2.0, "nvlink": 1.0, "binpack": 0.5}
+
+
+def fresh(n: NodeView, r: Request) -> float:
+    """Not a node this model's replica just failed on: outweighs every other preference, filters nothing."""
+    return 0.0 if n.id in r.failed_on else 1.0
 
 
 def weights_present(n: NodeView, r: Request) -> float:

@@ -189,10 +189,14 @@ def reconcile(w: World) -> list[Intent]:
     # a pass with nothing to place builds no snapshot: at 10,000 nodes that is most of a pass's cost
     snap = build_snapshot(nodes, list(current.values()), w.models, w.now) if pending else None
     evicting = any(r.stop is not None and r.stop.reason == Reason.Evicted for r in current.values())
+    failed_on: dict[str, frozenset[str]] = {}
+    for f in current.values():  # failed replicas stay on view a while (failed_kept_for): their nodes are avoided
+        if f.failed and pending:
+            failed_on[f.model] = failed_on.get(f.model, frozenset()) | {a.node_id for a in f.assignments}
     for r in pending:
         assert snap is not None
         spec = w.models[r.model]
-        req = Request(replica_id=r.id, model=spec)
+        req = Request(replica_id=r.id, model=spec, failed_on=failed_on.get(r.model, frozenset()))
         result = place(req, snap)
         if isinstance(result, Placement):
             conds = set_condition(r.conditions, ConditionType.Scheduled, Status.TRUE, Reason.Placed,
