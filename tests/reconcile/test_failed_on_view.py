@@ -109,8 +109,9 @@ def test_the_summary_counts_no_card_of_a_released_replica() -> None:
 
 def test_a_crash_looping_replica_is_placed_again_elsewhere() -> None:
     """The engine on n1 exits until the supervisor gives up: the replacement goes to n2, not back to n1, though
-    n1 is first by name and has the weights. With nowhere else to go it goes back to n1 (a preference)."""
-    sim = Sim([model("m", gpus_per_shard=8)], [node("n1", n_gpus=8, weights=("/models/m",)), node("n2", n_gpus=8)],
+    n1 is first by name, has the weights and still has eight free cards (a part-used node is preferred). With
+    nowhere else to go it goes back to n1: a preference, never a filter."""
+    sim = Sim([model("m", gpus_per_shard=8)], [node("n1", n_gpus=16, weights=("/models/m",)), node("n2", n_gpus=8)],
               timings=TIMINGS)
     sim.step()
     (first,) = sim.live("m")
