@@ -17,6 +17,7 @@ from typing import ClassVar
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
 from llmgw.placement.snapshot import NodeView
+from llmgw.wire.messages import EngineStatus
 
 Verdict = tuple[Reason, str] | None
 Test = Callable[[NodeView], bool]
@@ -95,19 +96,23 @@ class EngineInstalled(Check):
         return f"{r.model.engine} is not installed"
 
 
+def _engine_test(name: str, ok: Callable[[EngineStatus], bool]) -> Test:
+    """Passes a node that reports `name` in a state `ok` accepts, or does not report it (EngineInstalled's)."""
+
+    def test(n: NodeView) -> bool:
+        e = n.engines.get(name)
+        return e is None or ok(e)
+
+    return test
+
+
 class EngineBeingInstalled(Check):
     """Not a failure: the node is installing the engine, and says how far it has got."""
 
     reason = Reason.EngineInstalling
 
     def prepare(self, r: Request) -> Test:
-        name = r.model.engine
-
-        def test(n: NodeView) -> bool:
-            e = n.engines.get(name)
-            return e is None or e.reason != Reason.EngineInstalling
-
-        return test
+        return _engine_test(r.model.engine, lambda e: e.reason != Reason.EngineInstalling)
 
     def explain(self, n: NodeView, r: Request) -> str:
         return n.engines[r.model.engine].message
@@ -117,13 +122,7 @@ class EngineRuns(Check):
     reason = Reason.EngineCannotRun
 
     def prepare(self, r: Request) -> Test:
-        name = r.model.engine
-
-        def test(n: NodeView) -> bool:
-            e = n.engines.get(name)
-            return e is None or e.runs  # an engine that is not there is EngineInstalled's to report
-
-        return test
+        return _engine_test(r.model.engine, attrgetter("runs"))
 
     def explain(self, n: NodeView, r: Request) -> str:
         name = r.model.engine
