@@ -16,7 +16,9 @@ KEY_SHIM = (
 
 class SGLang:
     name = "sglang"
-    # launched as the environment's python -m sglang.launch_server; its --help printed 2,820 lines (0.5.23)
+    # launched as the environment's python -m sglang.launch_server. Every flag below is in its --help as of 0.5.23
+    # (2,793 lines; tests/fixtures/engines/sglang-0.5.23-launch-server-help.txt): --model-path, --served-model-name,
+    # --tp-size, --host, --port, --nnodes, --node-rank, --dist-init-addr, --api-key
     packaging = Packaging(
         kind="pip", executable="bin/python",
         version_args=("-c", "import sglang; print('version:', sglang.__version__)"),
