@@ -45,7 +45,8 @@ class Track:
     failure: tuple[str, str] | None = None  # (reason, words) of the last failed attempt
     failures: int = 0
     retry_at: float = float("-inf")
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
+    task: asyncio.Task[None] | None = field(default=None, repr=False)  # an install under way
+    check: asyncio.Task[None] | None = field(default=None, repr=False)  # a re-check under way (vLLM's takes 20 s)
 
 
 class Installer:
@@ -99,12 +100,11 @@ class Installer:
             if t.status is None:
                 t.status = await self._installed(s, t.variant)
                 t.checked_at = now
-            elif now - t.checked_at >= RECHECK_S:
-                t.status = await probe(s.name, t.status.path)
+            elif now - t.checked_at >= RECHECK_S and t.check is None:
                 t.checked_at = now
-                if not t.status.runs:
-                    log.error("%s %s no longer runs: %s", s.name, s.version, t.status.message)
-            if (t.status is None or not t.status.runs) and now >= t.retry_at:
+                t.check = asyncio.create_task(self._recheck(t, t.status.path))
+                continue  # the heartbeat goes on meanwhile; what it finds is acted on by a later pass
+            if t.check is None and (t.status is None or not t.status.runs) and now >= t.retry_at:
                 t.task = asyncio.create_task(self._attempt(t))
         self.settled = True
         self._remove_unused(in_use)
@@ -116,6 +116,16 @@ class Installer:
         if marker is None:
             return None
         return await probe(s.name, str(d / marker["executable"]))
+
+    async def _recheck(self, t: Track, path: str) -> None:
+        try:
+            status = await probe(t.source.name, path)
+            if t.task is None:  # an install that started meanwhile reports for itself
+                t.status = status
+            if not status.runs:
+                log.error("%s %s no longer runs: %s", t.source.name, t.source.version, status.message)
+        finally:
+            t.check = None
 
     async def _attempt(self, t: Track) -> None:
         assert t.variant is not None
@@ -148,8 +158,9 @@ class Installer:
         log.error("installing %s %s failed (next attempt in %.0fs): %s", t.source.name, t.source.version, delay, words)
 
     def _cancel(self, t: Track) -> None:
-        if t.task is not None:
-            t.task.cancel()
+        for task in (t.task, t.check):
+            if task is not None:
+                task.cancel()
 
     def _remove_unused(self, in_use: set[Path]) -> None:
         """Builds of a version no longer wanted, once no shard runs from them. Never one being installed."""
@@ -198,7 +209,7 @@ class Installer:
         return [t.progress for t in self.tracks.values() if t.task is not None and t.progress]
 
     async def close(self) -> None:
-        tasks = [t.task for t in self.tracks.values() if t.task is not None]
+        tasks = [task for t in self.tracks.values() for task in (t.task, t.check) if task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
