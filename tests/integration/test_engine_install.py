@@ -73,6 +73,12 @@ def test_a_bare_node_installs_llama_cpp_and_serves(tmp_path: Path, running: list
             assert placement["filtered"] == {"EngineInstalling": 1}, placement
             (verdict,) = placement["verdicts"]
             assert verdict["node_id"] == "bare01" and progress.match(verdict["message"]), verdict
+            words = subprocess.run([sys.executable, "-m", "llmgw.cli.main", "ctl", "explain", "smollm2", "--admin",
+                                    p.admin], capture_output=True, text=True, timeout=30,
+                                   env={**os.environ, "COLUMNS": "200", "LLMGW_ADMIN_TOKEN_FILE": str(p.token_file)})
+            print(words.stdout)
+            assert "EngineInstalling: 1 node excluded" in words.stdout
+            assert f"bare01: installing llamacpp {VERSION}: downloading {ARCHIVE}, " in words.stdout
             assert not (tmp_path / "nodes" / "bare01" / "state" / "engines" / "llamacpp").exists() or not list(
                 (tmp_path / "nodes" / "bare01" / "state" / "engines" / "llamacpp").glob("*/.llmgw-installed.json"))
 
