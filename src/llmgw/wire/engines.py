@@ -6,9 +6,11 @@ its processor and driver, which OS packages that build needs, and whether the re
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # a version becomes part of a directory name on every node: no separators, no dot-dot, bounded
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$"
@@ -17,6 +19,33 @@ VARIANT_PATTERN = r"^(cpu|cuda)-(x86_64|arm64)$"
 PACKAGE_PATTERN = r"^[a-z0-9][a-z0-9.+-]{0,127}$"  # a Debian package name: it reaches apt-get's command line
 
 Line = Annotated[str, Field(max_length=2048)]
+
+
+INDEX_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--trusted-host")
+_HASH = re.compile(r"^--hash=sha(256|384|512):[0-9a-f]+$")
+
+
+def _check_requirement(line: str) -> None:
+    if any(c in line for c in "\r\n\0"):
+        raise ValueError(f"{line[:60]!r}: one requirement per line")
+    words = line.split()
+    if not words:
+        raise ValueError("an empty requirement")
+    if words[0].startswith("-"):
+        option = words[0].split("=", 1)[0]
+        given = len(words) == 2 or (len(words) == 1 and "=" in words[0])
+        if option not in INDEX_OPTIONS or not given:
+            raise ValueError(f"{line[:80]!r}: only {', '.join(INDEX_OPTIONS)} (with one value) may be given as "
+                             "options; the rest are requirements, each with optional --hash=")
+        return
+    spec = [w for w in words if not w.startswith("--hash=")]
+    bad = [w for w in words if w.startswith("-") and not _HASH.match(w)]
+    if bad:
+        raise ValueError(f"{line[:80]!r}: {bad[0][:40]!r} is not --hash=sha256:HEX")
+    try:
+        Requirement(" ".join(spec))
+    except InvalidRequirement as e:
+        raise ValueError(f"{line[:80]!r} is not a requirement: {str(e).splitlines()[0]}") from None
 
 
 class Strict(BaseModel):
@@ -32,6 +61,15 @@ class EngineVariant(Strict):
     sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$")
     packages: Annotated[list[Annotated[str, Field(pattern=PACKAGE_PATTERN)]], Field(max_length=64)] = []
     requirements: Annotated[list[Line], Field(max_length=512)] = []
+
+    @field_validator("requirements")
+    @classmethod
+    def _requirements(cls, lines: list[str]) -> list[str]:
+        """Requirements, each with optional --hash options, and where to find packages: nothing else pip reads in
+        a requirements file (-r another file, -e a checkout, -c) reaches a node's pip."""
+        for line in lines:
+            _check_requirement(line)
+        return lines
 
     @model_validator(mode="after")
     def _one_kind(self) -> EngineVariant:

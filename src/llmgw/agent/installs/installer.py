@@ -9,16 +9,24 @@ attempt failed (retried after a minute, backing off to ten). A build is never re
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import TypeAdapter
+
 from llmgw.agent.engines import ADAPTERS
 from llmgw.agent.installs.probe import probe
-from llmgw.agent.installs.recipes import MARKER, Context, build_dir, install, read_marker
+from llmgw.agent.installs.recipes import (
+    Context,
+    archive_name,
+    current_build,
+    install,
+    read_marker,
+    stale_downloads,
+)
 from llmgw.core.errors import InstallRefused
 from llmgw.core.reasons import Reason
 from llmgw.wire.engines import EngineSource, EngineVariant, choose_variant
@@ -30,6 +38,7 @@ RECHECK_S = 600.0
 RETRY_FIRST_S = 60.0
 RETRY_MAX_S = 600.0
 WANTED_FILE = "wanted.json"
+_WANTED = TypeAdapter(list[EngineSource])
 
 
 @dataclass
@@ -61,18 +70,25 @@ class Installer:
         """What the last control plane asked for, so a restarted agent reports its engines from its first heartbeat
         rather than dropping out of placement until the control plane answers."""
         try:
-            data = json.loads((self.ctx.root / WANTED_FILE).read_text())
-            return [EngineSource.model_validate(d) for d in data]
-        except (OSError, ValueError):
+            return _WANTED.validate_json((self.ctx.root / WANTED_FILE).read_bytes())
+        except (OSError, ValueError):  # missing, or not what this agent wrote: the control plane will say again
             return []
 
     def _save_wanted(self, sources: list[EngineSource]) -> None:
         self.ctx.root.mkdir(parents=True, exist_ok=True)
         tmp = self.ctx.root / (WANTED_FILE + ".tmp")
-        tmp.write_text(json.dumps([s.model_dump(mode="json") for s in sources]))
+        tmp.write_bytes(_WANTED.dump_json(sources))
         os.replace(tmp, self.ctx.root / WANTED_FILE)
 
-    async def converge(self, sources: list[EngineSource], hw: Hardware, in_use: set[Path]) -> None:
+    async def converge(self, sources: list[EngineSource], hw: Hardware | None, in_use: set[Path]) -> None:
+        """`hw` None: this node has not read its hardware yet. Then nothing is chosen, started or removed: a build
+        chosen for an unknown processor would be none, and every build would look unwanted."""
+        if hw is not None and not hw.arch:
+            hw = None  # a processor nobody read is not "no build fits"
+        first: dict[str, EngineSource] = {}
+        for s in sources:  # one entry per engine (the first): two would cancel each other's install every pass
+            first.setdefault(s.name, s)
+        sources = list(first.values())
         if [t.source for t in self.tracks.values()] != sources:
             try:
                 self._save_wanted(sources)
@@ -89,11 +105,13 @@ class Installer:
                 if t is not None:
                     self._cancel(t)
                 t = self.tracks[s.name] = Track(source=s)
-            if t.task is not None:
-                continue  # an install is running; it reports its own progress
+            if t.task is not None or hw is None:
+                continue  # an install is running (it reports its own progress), or the hardware is not known
             if s.name not in ADAPTERS or ADAPTERS[s.name].packaging.kind == "builtin":
                 continue
-            t.variant, t.note = choose_variant(s, hw.arch, hw.nvidia_driver)
+            variant, t.note = choose_variant(s, hw.arch, hw.nvidia_driver)
+            if variant != t.variant:  # a driver came or went: what was checked is not what is wanted now
+                t.variant, t.status, t.failure, t.failures, t.retry_at = variant, None, None, 0, float("-inf")
             if t.variant is None:
                 t.failure = (Reason.NoBuildForNode, t.note)
                 continue
@@ -107,13 +125,14 @@ class Installer:
             if t.check is None and (t.status is None or not t.status.runs) and now >= t.retry_at:
                 t.task = asyncio.create_task(self._attempt(t))
         self.settled = True
-        self._remove_unused(in_use)
+        if hw is not None:
+            self._remove_unused(in_use)
 
     async def _installed(self, s: EngineSource, v: EngineVariant) -> EngineStatus | None:
         """This build as found on disk: marked installed, and seen to run now."""
-        d = build_dir(self.ctx.root, s, v)
-        marker = read_marker(d)
-        if marker is None:
+        d = current_build(self.ctx.root, s, v)
+        marker = read_marker(d) if d is not None else None
+        if d is None or marker is None:
             return None
         return await probe(s.name, str(d / marker["executable"]))
 
@@ -163,20 +182,33 @@ class Installer:
                 task.cancel()
 
     def _remove_unused(self, in_use: set[Path]) -> None:
-        """Builds of a version no longer wanted, once no shard runs from them. Never one being installed."""
-        for engine_dir in (self.ctx.root / n for n in ADAPTERS):
-            if not engine_dir.is_dir():
+        """Builds that are not the one in use for their engine, once no shard runs from them, and what attempts left
+        behind. Never anything of an engine whose install is running, nor a build a shard or agent.yaml uses."""
+        keep = set()
+        for t in self.tracks.values():
+            if t.status is not None and t.status.path:
+                keep |= {p for p in Path(t.status.path).parents if p.parent.parent == self.ctx.root}
+        busy = {name for name, t in self.tracks.items() if t.task is not None}
+
+        def used(d: Path) -> bool:
+            return d in keep or any(p == d or d in p.parents for p in in_use)
+
+        for engine in ADAPTERS:
+            if engine in busy:
                 continue
-            t = self.tracks.get(engine_dir.name)
-            keep = {build_dir(self.ctx.root, t.source, t.variant)} if t and t.variant else set()
-            busy = t is not None and t.task is not None
-            for d in engine_dir.iterdir():
-                if d in keep or busy or not d.is_dir() or not (d / MARKER).exists():
-                    continue
-                if any(p == d or d in p.parents for p in in_use):
-                    continue
-                log.info("removing %s: no longer wanted and no shard runs from it", d)
-                shutil.rmtree(d, ignore_errors=True)
+            engine_dir = self.ctx.root / engine
+            for d in sorted(engine_dir.iterdir()) if engine_dir.is_dir() else []:
+                if d.is_dir() and not d.is_symlink() and not used(d):
+                    log.info("removing %s: not the build in use, and no shard runs from it", d)
+                    shutil.rmtree(d, ignore_errors=True)
+        if not busy:
+            keep_files = {archive_name(t.source, t.variant) for t in self.tracks.values() if t.variant is not None}
+            for f in stale_downloads(self.ctx.root, keep_files):
+                log.info("removing %s: a download nothing wants", f)
+                if f.is_dir() and not f.is_symlink():
+                    shutil.rmtree(f, ignore_errors=True)
+                else:
+                    f.unlink(missing_ok=True)
 
     # -- what the node reports ----------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ lock, which is not a failure of ours: it is retried for up to ten minutes and re
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -59,7 +60,8 @@ async def apt_install(tool: PackageTool, packages: list[str], say: Say, clock: C
     updated = False
     while True:
         say(f"installing OS packages: {' '.join(packages)}")
-        r: RunResult = await run(["env", "DEBIAN_FRONTEND=noninteractive", *argv], timeout=900.0)
+        r: RunResult = await run(["env", "DEBIAN_FRONTEND=noninteractive", *argv], timeout=900.0,
+                                 stop=signal.SIGTERM)
         if r.code == 0:
             return
         if held_lock(r.output):
@@ -72,7 +74,8 @@ async def apt_install(tool: PackageTool, packages: list[str], say: Say, clock: C
             continue
         if not updated and "unable to locate package" in r.output.lower():
             updated = True  # a new machine's package lists may be empty: read them once, then try again
-            u = await run(["env", "DEBIAN_FRONTEND=noninteractive", tool.apt_get, "update", "-q"], timeout=900.0)
+            u = await run(["env", "DEBIAN_FRONTEND=noninteractive", tool.apt_get, "update", "-q"], timeout=900.0,
+                          stop=signal.SIGTERM)
             if u.code == 0 or held_lock(u.output):
                 continue
         raise InstallRefused(Reason.PackagesFailed,

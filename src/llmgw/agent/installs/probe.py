@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import sys
 
 from llmgw import __version__
@@ -26,22 +27,41 @@ class RunResult:
         self.code, self.output = code, output
 
 
-async def run(argv: list[str], timeout: float = 20.0, env: dict[str, str] | None = None) -> RunResult:
-    """Run to the end (or `timeout`), output and error together; never raises for the command's own failure."""
+async def run(argv: list[str], timeout: float = 20.0, env: dict[str, str] | None = None,
+              stop: signal.Signals = signal.SIGKILL) -> RunResult:
+    """Run to the end (or `timeout`), output and error together; never raises for the command's own failure.
+
+    The command runs in a session of its own, and whatever it started goes with it when it runs out of time or its
+    caller is cancelled (an install abandoned must not leave a pip writing into the next attempt's directory).
+    `stop` is the first signal sent (apt-get gets SIGTERM: killed outright it can leave dpkg half way)."""
     try:
         p = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-            env={**os.environ, **env} if env else None,
+            env={**os.environ, **env} if env else None, start_new_session=True,
         )
     except OSError as e:
         return RunResult(127, f"cannot execute {argv[0]}: {e.strerror}")
     try:
         out, _ = await asyncio.wait_for(p.communicate(), timeout)
-    except TimeoutError:
-        p.kill()
-        await p.wait()
+    except (TimeoutError, asyncio.CancelledError) as e:
+        await _end(p, stop)
+        if isinstance(e, asyncio.CancelledError):
+            raise
         return RunResult(124, f"{argv[0]} did not answer within {timeout:.0f}s")
     return RunResult(p.returncode or 0, out.decode(errors="replace"))
+
+
+async def _end(p: asyncio.subprocess.Process, first: signal.Signals, grace: float = 30.0) -> None:
+    for sig in ((first, signal.SIGKILL) if first != signal.SIGKILL else (signal.SIGKILL,)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            await asyncio.wait_for(asyncio.shield(p.wait()), grace if sig != signal.SIGKILL else 10.0)
+            break
+        except TimeoutError:
+            continue
 
 
 async def missing_libraries(binary: str) -> list[str]:

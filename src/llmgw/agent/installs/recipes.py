@@ -1,16 +1,24 @@
 """The two ways an engine build reaches a node: a release archive unpacked into a directory of its own, or a
 virtual environment of its own filled by pip. Each ends with the engine run and checked; only then is its
-directory marked installed. A failure leaves every other version's directory as it was."""
+directory marked installed.
+
+Every attempt builds a new directory: `<version>-<variant>` the first time, `<version>-<variant>.2` the next (a
+repair after a library went missing, say), and so on. Nothing an attempt does touches a directory another attempt
+made, so a failure, or a cancelled attempt, leaves every build that works as it was, and a shard running from one
+keeps running. Builds no longer current are removed by the installer once no shard runs from them.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from llmgw.agent.engines import ADAPTERS
 from llmgw.agent.installs.download import download, mb
@@ -24,27 +32,61 @@ from llmgw.wire.engines import EngineSource, EngineVariant
 from llmgw.wire.messages import EngineStatus
 
 MARKER = ".llmgw-installed.json"
+STAGING = ".staging-"
+DOWNLOADS = ".downloads"
 Say = Callable[[str], None]
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}$")
 
 
 @dataclass(frozen=True)
 class Limits:
     download_bytes: int = 16 << 30
+    download_seconds: float = 4 * 3600.0
     unpack_bytes: int = 32 << 30
     pip_timeout: float = 3600.0
 
 
 @dataclass
 class Context:
-    root: Path  # <root>/<engine>/<version>-<variant>/ per build; <root>/.downloads/ for archives in flight
+    root: Path  # <root>/<engine>/<version>-<variant>[.N]/ per build; <root>/.downloads/ for archives in flight
     clock: Clock
     packages: PackageTool
     python: str  # the interpreter virtual environments are made from
     limits: Limits
 
 
-def build_dir(root: Path, source: EngineSource, variant: EngineVariant) -> Path:
-    return root / source.name / f"{source.version}-{variant.variant}"
+def base_name(source: EngineSource, variant: EngineVariant) -> str:
+    return f"{source.version}-{variant.variant}"
+
+
+def _generation(d: Path, base: str) -> int:
+    """1 for `base`, N for `base.N`, 0 for anything else."""
+    if d.name == base:
+        return 1
+    head, _, n = d.name.rpartition(".")
+    return int(n) if head == base and n.isdigit() else 0
+
+
+def builds(root: Path, source: EngineSource, variant: EngineVariant) -> list[Path]:
+    """Every directory an attempt at this build made, oldest first."""
+    base, engine_dir = base_name(source, variant), root / source.name
+    if not engine_dir.is_dir():
+        return []
+    found = [(g, d) for d in engine_dir.iterdir() if (g := _generation(d, base)) and d.is_dir()]
+    return [d for _, d in sorted(found)]
+
+
+def current_build(root: Path, source: EngineSource, variant: EngineVariant) -> Path | None:
+    """The newest attempt that was marked installed."""
+    marked = [d for d in builds(root, source, variant) if read_marker(d) is not None]
+    return marked[-1] if marked else None
+
+
+def next_build(root: Path, source: EngineSource, variant: EngineVariant) -> Path:
+    made = builds(root, source, variant)
+    base = base_name(source, variant)
+    n = max((_generation(d, base) for d in made), default=0)
+    return root / source.name / (base if n == 0 else f"{base}.{n + 1}")
 
 
 def read_marker(d: Path) -> dict[str, str] | None:
@@ -61,9 +103,24 @@ def write_marker(d: Path, data: dict[str, str]) -> None:
     os.replace(tmp, d / MARKER)
 
 
-def _disk(e: OSError, what: str) -> InstallRefused:
-    return InstallRefused(Reason.DiskFull if e.errno == 28 else Reason.EngineInstallFailed,
-                          f"{what}: {e.strerror or e}")
+def archive_name(source: EngineSource, variant: EngineVariant) -> str:
+    """The file name the archive is kept under while it downloads: the URL's, when that is a plain name."""
+    name = os.path.basename(unquote(urlparse(variant.url).path))
+    return name if _SAFE_NAME.match(name) else f"{source.name}-{base_name(source, variant)}.tar.gz"
+
+
+@contextmanager
+def _removed_unless_done(d: Path, what: str) -> Iterator[None]:
+    """`d` is this attempt's own: it goes if the attempt does not finish, whatever stopped it."""
+    try:
+        yield
+    except OSError as e:
+        shutil.rmtree(d, ignore_errors=True)
+        raise InstallRefused(Reason.DiskFull if e.errno == 28 else Reason.EngineInstallFailed,
+                             f"{what}: {e.strerror or e}") from None
+    except BaseException:
+        shutil.rmtree(d, ignore_errors=True)
+        raise
 
 
 async def _os_packages(ctx: Context, variant: EngineVariant, say: Say) -> None:
@@ -83,43 +140,43 @@ async def _verified(engine: str, executable: Path) -> EngineStatus:
 
 
 async def install_archive(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say) -> EngineStatus:
-    name = os.path.basename(urlparse(variant.url).path) or f"{source.name}-{source.version}.tar.gz"
-    downloads = ctx.root / ".downloads"
-    final = build_dir(ctx.root, source, variant)
-    staging = final.with_name(f".staging-{final.name}")
+    name = archive_name(source, variant)
+    final = next_build(ctx.root, source, variant)
+    staging = final.with_name(STAGING + final.name)
     head = f"installing {source.name} {source.version}"
 
     def progress(done: int, total: int | None) -> None:
         say(f"{head}: downloading {name}, {mb(done)}" + (f" of {mb(total)}" if total else ""))
 
+    downloads = ctx.root / DOWNLOADS
     try:
         downloads.mkdir(parents=True, exist_ok=True)
-        archive = await download(variant.url, downloads / name, variant.sha256, progress, ctx.limits.download_bytes)
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
     except OSError as e:
-        raise _disk(e, f"cannot prepare {staging}") from None
-    try:
+        raise InstallRefused(Reason.DiskFull if e.errno == 28 else Reason.EngineInstallFailed,
+                             f"cannot make {downloads}: {e.strerror}") from None
+    archive = await download(variant.url, downloads / name, variant.sha256, progress, ctx.limits.download_bytes,
+                             deadline=ctx.limits.download_seconds)
+    shutil.rmtree(staging, ignore_errors=True)  # a cancelled attempt's, at this same name
+    with _removed_unless_done(staging, f"installing {name}"):
+        staging.mkdir(parents=True)
         say(f"{head}: unpacking {name}")
-        unpack(archive, staging, ctx.limits.unpack_bytes)
-        exe = find_executable(staging, ADAPTERS[source.name].packaging.executable)
+        try:
+            await unpack(archive, staging, ctx.limits.unpack_bytes)
+        except InstallRefused as e:
+            if e.reason == Reason.ArchiveUnsafe:
+                archive.unlink(missing_ok=True)  # it will not be better next time; fetched again if it is fixed
+            raise
+        wanted = ADAPTERS[source.name].packaging.executable
+        exe = find_executable(staging, wanted)
         if exe is None:
-            raise InstallRefused(Reason.EngineInstallFailed,
-                                 f"{name} holds no {ADAPTERS[source.name].packaging.executable}")
+            raise InstallRefused(Reason.EngineInstallFailed, f"{name} holds no {wanted}")
         await _os_packages(ctx, variant, lambda w: say(f"{head}: {w}"))
         say(f"{head}: checking that it runs")
         status = await _verified(source.name, exe)
         rel = exe.relative_to(staging)
         write_marker(staging, {"engine": source.name, "version": source.version, "variant": variant.variant,
                                "executable": str(rel), "sha256": variant.sha256})
-        shutil.rmtree(final, ignore_errors=True)  # an earlier attempt at this same build, never marked
-        os.replace(staging, final)
-    except OSError as e:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise _disk(e, f"installing {name}") from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        os.rename(staging, final)  # a new name: nothing there to replace
     archive.unlink(missing_ok=True)
     return status.model_copy(update={"path": str(final / rel)})
 
@@ -134,10 +191,9 @@ def _alias(env: Path, dist: str, version: str) -> None:
 
 async def install_pip(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say) -> EngineStatus:
     packaging = ADAPTERS[source.name].packaging
-    final = build_dir(ctx.root, source, variant)
+    final = next_build(ctx.root, source, variant)  # a new directory: a virtual environment cannot be moved
     head = f"installing {source.name} {source.version}"
-    try:
-        shutil.rmtree(final, ignore_errors=True)  # never marked: an earlier attempt that stopped part way
+    with _removed_unless_done(final, f"installing {source.name} {source.version}"):
         final.parent.mkdir(parents=True, exist_ok=True)
         await _os_packages(ctx, variant, lambda w: say(f"{head}: {w}"))
         say(f"{head}: creating its Python environment ({ctx.python})")
@@ -151,22 +207,18 @@ async def install_pip(ctx: Context, source: EngineSource, variant: EngineVariant
         if r.code != 0:
             lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
             raise InstallRefused(Reason.EngineInstallFailed, "pip install failed: " + " ".join(lines[-3:])[-600:])
-        if packaging.uninstall:
-            await run([str(final / "bin" / "pip"), "uninstall", "-y", "-q", *packaging.uninstall], timeout=300.0)
-        dist, suffix = packaging.dist_alias
-        if dist:
-            _alias(final, dist, source.version + suffix)
+        if variant.variant.startswith("cpu-"):  # the adapter's repairs are for its CPU build (a CUDA one is whole)
+            if packaging.uninstall:
+                await run([str(final / "bin" / "pip"), "uninstall", "-y", "-q", *packaging.uninstall],
+                          timeout=300.0)
+            dist, suffix = packaging.dist_alias
+            if dist and not any(final.glob(f"lib/python*/site-packages/{dist}-*.dist-info")):
+                _alias(final, dist, source.version + suffix)
         say(f"{head}: checking that it runs")
         exe = final / packaging.executable
         status = await _verified(source.name, exe)
         write_marker(final, {"engine": source.name, "version": source.version, "variant": variant.variant,
                              "executable": packaging.executable, "requirements": "\n".join(variant.requirements)})
-    except OSError as e:
-        shutil.rmtree(final, ignore_errors=True)
-        raise _disk(e, f"installing {source.name} {source.version}") from None
-    except BaseException:
-        shutil.rmtree(final, ignore_errors=True)
-        raise
     return status.model_copy(update={"path": str(exe)})
 
 
@@ -181,3 +233,11 @@ async def install(ctx: Context, source: EngineSource, variant: EngineVariant, sa
             raise InstallRefused(Reason.EngineInstallFailed, f"{variant.variant}: {source.name} needs requirements")
         return await install_pip(ctx, source, variant, say)
     raise InstallRefused(Reason.EngineInstallFailed, f"{source.name} is part of llmgw and is not installed")
+
+
+def stale_downloads(root: Path, keep: set[str]) -> list[Path]:
+    """Downloads, whole or partial, of archives no longer wanted: nothing will resume or read them."""
+    downloads = root / DOWNLOADS
+    if not downloads.is_dir():
+        return []
+    return [f for f in downloads.iterdir() if f.name.removesuffix(".part") not in keep]

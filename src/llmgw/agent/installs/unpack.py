@@ -1,17 +1,25 @@
 """Unpack a release archive into a directory of its own, refusing any member that would land outside it.
 
-Two passes. First every member is read and refused, in our words, if its name is absolute or climbs out with `..`,
-if it is a link whose target is absolute or climbs out, if it is a device, FIFO or other special file, or if it
-carries a setuid or setgid bit: an engine build has none of these, so one means the archive is not what it claims.
-Then the members are extracted through the standard library's `data` filter, which resolves every path against
-what is already on disk: a chain of links that each look harmless alone (a/b -> .., then a/b/c -> ..) is caught
-there, as it forms.
+Every member is read first, and the archive refused, in our words, if a name is absolute or climbs out with `..`,
+if a link's target is absolute or climbs out, if any path (a member's or a link's target) passes through a symlink
+the archive itself makes, if it is a device, FIFO or other special file, or if it carries a setuid or setgid bit.
+An engine build has none of these. With no path through a link of the archive's own, each path means on disk what
+it says as text, so the text check is the whole check: no chain of links (`d/s1 -> ..`, then `d/s1/s2 -> ..`),
+however long its names, can lead out. Extraction then also goes through the standard library's `data` filter.
+
+Reading an archive is done in a child process with a time and memory limit (`python -m ...unpack`): a hostile
+tar header can make the parser loop or allocate without end (CVE-2025-8194, CVE-2024-6232 in Pythons before their
+fixes), and the agent's heartbeat must not stop for it.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import posixpath
+import resource
 import stat
+import sys
 import tarfile
 from pathlib import Path
 
@@ -20,51 +28,83 @@ from llmgw.core.reasons import Reason
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar")
 MAX_MEMBERS = 100_000
+MAX_NAME = 1024  # bytes of a member name or link target: real builds use a few dozen
+MAX_DEPTH = 32
+CHILD_MEMORY = 1 << 30
+CHILD_SECONDS = 1800
 
 
 def _inside(path: str) -> bool:
-    """A relative path that stays below its root, read lexically."""
+    """A relative path that stays below its root, read as text."""
     norm = posixpath.normpath(path)
     return not norm.startswith("/") and norm != ".." and not norm.startswith("../")
 
 
-def _refusal(m: tarfile.TarInfo) -> str:
+def _prefixes(path: str) -> list[str]:
+    """The proper ancestors of a normalized relative path: a/b/c -> a, a/b."""
+    parts = posixpath.normpath(path).split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _refusal(m: tarfile.TarInfo, links: set[str]) -> str:
     name = m.name
+    if len(name.encode()) > MAX_NAME or len(m.linkname.encode()) > MAX_NAME:
+        return f"member {name[:80]!r}… has a name or link target longer than {MAX_NAME} bytes"
     if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
         return f"member {name!r} has an absolute path"
     if not _inside(name):
         return f"member {name!r} would land outside the install directory"
+    if posixpath.normpath(name).count("/") >= MAX_DEPTH:
+        return f"member {name!r} is nested deeper than {MAX_DEPTH} directories"
     if m.isdev() or m.isfifo() or not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
         return f"member {name!r} is a device or special file"
     if m.mode & (stat.S_ISUID | stat.S_ISGID):
         return f"member {name!r} is setuid or setgid"
-    if m.issym():
+    through = next((p for p in _prefixes(name) if p in links), None)
+    if through is not None:
+        return f"member {name!r} lies through the archive's own symlink {through!r}"
+    if m.issym() or m.islnk():
+        kind = "symlink" if m.issym() else "hardlink"
         if m.linkname.startswith("/"):
-            return f"symlink {name!r} points to an absolute path ({m.linkname})"
-        if not _inside(posixpath.join(posixpath.dirname(name), m.linkname)):
-            return f"symlink {name!r} points outside the install directory ({m.linkname})"
-    if m.islnk() and (m.linkname.startswith("/") or not _inside(m.linkname)):
-        return f"hardlink {name!r} points outside the install directory ({m.linkname})"
+            return f"{kind} {name!r} points to an absolute path ({m.linkname})"
+        target = posixpath.join(posixpath.dirname(name), m.linkname) if m.issym() else m.linkname
+        if not _inside(target):
+            return f"{kind} {name!r} points outside the install directory ({m.linkname})"
+        norm = posixpath.normpath(target)
+        via = next((p for p in [*_prefixes(norm), *([norm] if m.islnk() else [])] if p in links), None)
+        if via is not None:
+            return f"{kind} {name!r} points through the archive's own symlink {via!r} ({m.linkname})"
     return ""
 
 
 def check_members(members: list[tarfile.TarInfo]) -> None:
     if len(members) > MAX_MEMBERS:
-        raise InstallRefused(Reason.ArchiveUnsafe, f"archive has {len(members)} members, more than {MAX_MEMBERS}")
+        raise InstallRefused(Reason.ArchiveUnsafe, f"archive has more than {MAX_MEMBERS} members")
+    links = {posixpath.normpath(m.name) for m in members if m.issym()}
     for m in members:
-        why = _refusal(m)
+        why = _refusal(m, links)
         if why:
             raise InstallRefused(Reason.ArchiveUnsafe, f"archive refused: {why}")
 
 
-def unpack(archive: Path, dest: Path, max_bytes: int) -> None:
-    """Into `dest` (made empty first by the caller). Raises InstallRefused; the caller removes `dest` then."""
+def _read_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """One at a time, stopping at the limit: getmembers() would read a million-member archive whole first."""
+    out = []
+    for m in tar:
+        out.append(m)
+        if len(out) > MAX_MEMBERS:
+            break
+    return out
+
+
+def unpack_here(archive: Path, dest: Path, max_bytes: int) -> None:
+    """Into `dest` (made empty by the caller), in this process. Raises InstallRefused."""
     if not archive.name.endswith(ARCHIVE_SUFFIXES):
         raise InstallRefused(Reason.ArchiveUnsafe,
                              f"{archive.name}: not a tar archive (expected {', '.join(ARCHIVE_SUFFIXES)})")
     try:
         with tarfile.open(archive) as tar:
-            members = tar.getmembers()
+            members = _read_members(tar)
             check_members(members)
             size = sum(m.size for m in members if m.isfile())
             if size > max_bytes:
@@ -74,11 +114,31 @@ def unpack(archive: Path, dest: Path, max_bytes: int) -> None:
                 tar.extract(m, dest, filter="data")
     except tarfile.FilterError as e:
         raise InstallRefused(Reason.ArchiveUnsafe, f"archive refused: {e}") from None
-    except (tarfile.TarError, EOFError) as e:
+    except (tarfile.TarError, EOFError, ValueError) as e:
         raise InstallRefused(Reason.ArchiveUnsafe, f"{archive.name} is not a readable archive: {e}") from None
     except OSError as e:
-        code = Reason.DiskFull if e.errno == 28 else Reason.ArchiveUnsafe
+        code = Reason.DiskFull if e.errno == 28 else Reason.EngineInstallFailed
         raise InstallRefused(code, f"unpacking {archive.name} failed: {e.strerror or e}") from None
+
+
+async def unpack(archive: Path, dest: Path, max_bytes: int, seconds: float = CHILD_SECONDS) -> None:
+    """unpack_here in a child process bounded in time and memory; its refusal comes back as ours."""
+    from llmgw.agent.installs.probe import run
+
+    r = await run([sys.executable, "-m", "llmgw.agent.installs.unpack", str(archive), str(dest), str(max_bytes)],
+                  timeout=seconds)
+    if r.code == 0:
+        return
+    try:
+        verdict = json.loads(r.output.strip().splitlines()[-1])
+        raise InstallRefused(str(verdict["reason"]), str(verdict["message"])[:1800])
+    except (ValueError, KeyError, IndexError, TypeError):
+        pass
+    if r.code == 124:
+        words = f"reading {archive.name} took longer than {seconds:.0f} s"
+    else:
+        words = f"reading {archive.name} failed (exit {r.code}, past the {CHILD_MEMORY >> 20} MiB allowed?)"
+    raise InstallRefused(Reason.ArchiveUnsafe, words)
 
 
 def find_executable(root: Path, name: str) -> Path | None:
@@ -88,3 +148,22 @@ def find_executable(root: Path, name: str) -> Path | None:
         key=lambda p: (len(p.relative_to(root).parts), str(p)),
     )
     return found[0] if found else None
+
+
+def _main(argv: list[str]) -> int:
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY, CHILD_MEMORY))
+    os.nice(5)
+    try:
+        unpack_here(Path(argv[0]), Path(argv[1]), int(argv[2]))
+    except InstallRefused as e:
+        print(json.dumps({"reason": e.reason, "message": str(e)}))
+        return 1
+    except MemoryError:
+        print(json.dumps({"reason": Reason.ArchiveUnsafe, "message": "reading the archive needed more memory than "
+                          f"the {CHILD_MEMORY >> 20} MiB allowed"}))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

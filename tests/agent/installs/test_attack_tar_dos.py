@@ -1,0 +1,170 @@
+"""Found by attacking the engine installer (issue 10's review); each test failed before its fix.
+
+a small hostile archive freezes the whole agent or makes it allocate without bound.
+
+1. unpack() is synchronous and called straight from the async install (recipes.py:104): nothing else of the agent
+   runs meanwhile (heartbeats, supervision). A pax header of N ASCII digits makes Python 3.11.7's tarfile run a
+   quadratic regex (CVE-2024-6232, fixed 3.11.10); ~1 KB of gzip freezes the loop for seconds, 1 MB for hours.
+2. A pax header's body is read whole into memory (tarfile _proc_pax), before any check of ours: a 400 MB header is
+   ~400 kB of gzip.
+3. getmembers() reads every member before MAX_MEMBERS is compared (unpack.py:67-68): memory grows with the member
+   count of the archive, not with MAX_MEMBERS."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import tarfile
+import time
+from pathlib import Path
+
+from llmgw.agent.installs.recipes import install
+from llmgw.agent.installs.unpack import unpack
+from llmgw.core.errors import InstallRefused
+from tests.agent.installs.release import Release, release_server
+from tests.agent.installs.test_install import context, publish
+
+
+def pax_body_archive(body: bytes) -> bytes:
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.type, info.size = tarfile.XHDTYPE, len(body)
+    f = tarfile.TarInfo("llama-b9/x")
+    raw = (info.tobuf(format=tarfile.USTAR_FORMAT) + body + b"\0" * ((512 - len(body) % 512) % 512)
+           + f.tobuf(format=tarfile.USTAR_FORMAT) + b"\0" * 1024)
+    return gzip.compress(raw, 9)
+
+
+async def test_a_1kb_archive_freezes_the_agents_event_loop(tmp_path: Path) -> None:
+    data = pax_body_archive(b"1" * 96_000)
+    print(f"\narchive is {len(data)} bytes")
+    gaps: list[float] = []
+    stop = False
+
+    async def heartbeat() -> None:  # stands for the agent's own loop: heartbeats every 3 s, supervision
+        last = time.monotonic()
+        while not stop:
+            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    with release_server(Release()) as rel:
+        src = publish(rel, "b9", data)
+        hb = asyncio.create_task(heartbeat())
+        t0 = time.monotonic()
+        try:
+            await install(context(tmp_path / "engines"), src, src.variants[0], lambda w: None)
+        except Exception as e:
+            print("refused as:", getattr(e, "reason", type(e).__name__), str(e)[:120])
+        took = time.monotonic() - t0
+        stop = True
+        await hb
+    print(f"install took {took:.1f}s; longest the event loop was frozen: {max(gaps):.1f}s")
+    assert max(gaps) < 1.0, f"the agent's event loop was frozen for {max(gaps):.1f}s by a {len(data)}-byte archive"
+
+
+def _hwm() -> int:
+    """This process's own peak memory, bytes."""
+    return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) * 1024
+
+
+async def _unpack_refused(archive: bytes, tmp_path: Path, seconds: float = 60.0) -> tuple[int, str]:
+    """(how much the agent's own peak memory grew, the refusal's words) for unpacking `archive` as the agent does."""
+    a = tmp_path / "x.tar.gz"
+    a.write_bytes(archive)
+    (tmp_path / "dest").mkdir()
+    base = _hwm()
+    try:
+        await unpack(a, tmp_path / "dest", 1 << 30, seconds=seconds)
+        words = "unpacked"
+    except InstallRefused as e:
+        words = f"{e.reason}: {str(e)[:200]}"
+    return _hwm() - base, words
+
+
+async def test_a_pax_header_is_read_in_a_child_bounded_in_memory(tmp_path: Path) -> None:
+    data = pax_body_archive(b"\0" * (400 << 20))
+    grew, words = await _unpack_refused(data, tmp_path)
+    print(f"\n{len(data)} bytes of archive -> the agent grew by {grew >> 20} MB ({words})")
+    assert grew < 64 << 20, f"a {len(data) >> 10} kB archive made the agent allocate {grew >> 20} MB"
+    assert words.startswith("ArchiveUnsafe") or words == "unpacked"
+
+
+async def test_members_past_the_limit_are_never_read(tmp_path: Path) -> None:
+    n = 400_000  # MAX_MEMBERS is 100_000
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+        for i in range(n):
+            tar.addfile(tarfile.TarInfo(f"f{i}"))
+    data = buf.getvalue()
+    grew, words = await _unpack_refused(data, tmp_path)
+    print(f"\n{n} members, {len(data) >> 10} kB -> the agent grew by {grew >> 20} MB: {words}")
+    assert words == "ArchiveUnsafe: archive has more than 100000 members"
+    assert grew < 64 << 20
+
+
+def _pax_record(k: str, v: str) -> bytes:
+    s = f" {k}={v}\n"
+    n = len(s) + 1
+    while len(str(n)) + len(s) != n:
+        n = len(str(n)) + len(s)
+    return (str(n) + s).encode()
+
+
+def negative_size_archive() -> bytes:
+    """A pax `size=-1536` sends tarfile back to the pax header before it: getmembers() never returns and appends a
+    member per loop (CVE-2025-8194, fixed in 3.11.14 / 3.12.12 / 3.13.6)."""
+    body = _pax_record("size", "-1536")
+    d = tarfile.TarInfo("llama-b9")
+    d.type = tarfile.DIRTYPE
+    x = tarfile.TarInfo("././@PaxHeader")
+    x.type, x.size = tarfile.XHDTYPE, len(body)
+    f = tarfile.TarInfo("llama-b9/f")
+    raw = (d.tobuf(format=tarfile.USTAR_FORMAT) + x.tobuf(format=tarfile.USTAR_FORMAT) + body
+           + b"\0" * (512 - len(body)) + f.tobuf(format=tarfile.USTAR_FORMAT) + b"\0" * 1024)
+    return gzip.compress(raw)
+
+
+async def test_a_142_byte_archive_that_never_finishes_is_stopped_at_its_deadline(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    grew, words = await _unpack_refused(negative_size_archive(), tmp_path, seconds=5.0)
+    took = time.monotonic() - t0
+    print(f"\n142-byte archive: {words} after {took:.1f}s; the agent grew by {grew >> 20} MB")
+    # the parser loops adding members: it is stopped by the member limit, or else by the deadline
+    assert words in ("ArchiveUnsafe: archive has more than 100000 members",
+                     "ArchiveUnsafe: reading x.tar.gz took longer than 5 s") and took < 15, words
+    assert grew < 64 << 20
+
+
+async def test_an_ordinary_big_archive_also_freezes_the_loop_in_proportion(tmp_path: Path) -> None:
+    """No CPython bug needed: download()'s sha256 (_hash_of) and unpack() are synchronous in the event loop. 256 MB
+    here; the limits allow 16 GiB downloaded and 32 GiB unpacked (minutes; node_lost_after is 60 s)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+        info = tarfile.TarInfo("llama-b8/weights.bin")
+        info.size = 256 << 20
+        tar.addfile(info, io.BytesIO(b"\0" * info.size))
+    data = buf.getvalue()
+    gaps: list[float] = []
+    stop = False
+
+    async def heartbeat() -> None:
+        last = time.monotonic()
+        while not stop:
+            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    with release_server(Release()) as rel:
+        src = publish(rel, "b8", data)
+        hb = asyncio.create_task(heartbeat())
+        try:
+            await install(context(tmp_path / "engines"), src, src.variants[0], lambda w: None)
+        except Exception as e:
+            print("\nrefused as:", getattr(e, "reason", type(e).__name__), str(e)[:120])
+        stop = True
+        await hb
+    print(f"{len(data) >> 10} kB archive (256 MB inside): longest freeze {max(gaps):.2f}s")
+    assert max(gaps) < 0.25, f"the event loop was frozen for {max(gaps):.2f}s"
