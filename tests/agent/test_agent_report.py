@@ -78,3 +78,30 @@ async def test_an_adapter_in_init_is_not_advertised(tmp_path: Path) -> None:
     assert any(p.code == "FabricPortNotActive" and "mlx5_1" in p.message and "INIT" in p.message for p in r.problems)
     assert sum(g.faulty for g in r.hardware.gpus) == 1
     assert any(p.code == "GPUFaulty" and "Xid 79" in p.message for p in r.problems)
+
+
+async def test_a_build_an_engine_runs_from_counts_as_in_use_read_from_proc(tmp_path: Path) -> None:
+    """What keeps an old build on disk is what running engines really execute (their command lines), including
+    one found left running by the previous agent and not adopted yet, and any path agent.yaml names."""
+    import shutil
+    import subprocess
+
+    from llmgw.agent.supervisor.adopt import Running
+    from llmgw.wire.messages import ShardSpec
+
+    build = tmp_path / "state" / "engines" / "llamacpp" / "b1-cpu-x86_64" / "llama-b1"
+    build.mkdir(parents=True)
+    server = build / "llama-server"
+    shutil.copy2("/bin/sleep", server)
+    proc = subprocess.Popen([str(server), "30"])
+    try:
+        cfg = AgentConfig.model_validate({**config(tmp_path, "h100x8-ib2", []).model_dump(),
+                                          "engines": {"vllm": {"path": "/opt/vllm/bin/vllm"}}})
+        a = Agent(cfg, FakeClock())
+        spec = ShardSpec(replica_id="r", model="m", engine="llamacpp", source="/m", rank=0, world_size=1)
+        a._found = {("r", 0): Running(pid=proc.pid, spec=spec, pid_path=tmp_path / "pid")}
+        used = a._in_use()
+        assert server in used and Path("/opt/vllm/bin/vllm") in used, used
+    finally:
+        proc.kill()
+        proc.wait()
