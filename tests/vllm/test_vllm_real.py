@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +66,6 @@ def engine_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),  # its compile cache does not reload: nothing to keep
     }.items():
         monkeypatch.setenv(k, v)
-
-
-@pytest.fixture
-def running() -> Iterator[list[Cluster]]:
-    started: list[Cluster] = []
-    yield started
-    for c in started:
-        c.stop()
 
 
 def requirements() -> list[str]:
