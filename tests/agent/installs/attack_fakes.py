@@ -34,7 +34,7 @@ def fake_archive(version: str, script: bytes, pad: int = 0) -> bytes:
         tar.addfile(f, io.BytesIO(script))
         if pad:
             import os
-            p = tarfile.TarInfo(f"llama-{version}/pad.bin")
-            p.size = pad
-            tar.addfile(p, io.BytesIO(os.urandom(pad)))
+            filler = tarfile.TarInfo(f"llama-{version}/pad.bin")
+            filler.size = pad
+            tar.addfile(filler, io.BytesIO(os.urandom(pad)))
     return buf.getvalue()
