@@ -136,9 +136,12 @@ class Agent:
         every engine agent.yaml names: builds there are not to be removed. Read from /proc, so an engine adopted
         from the previous agent counts with the build it really runs from."""
         pids = [r.pid for r in self._found.values()]
+        out = {Path(e.path) for e in self.cfg.engines.values()}
         if self.supervisor is not None:
             pids += [sp.proc.pid for sp in self.supervisor.shards.values() if sp.proc is not None]
-        out = {Path(e.path) for e in self.cfg.engines.values()}
+            # a shard waiting to be restarted has no process, and is started again from its launch's executable
+            out |= {Path(a) for sp in self.supervisor.shards.values() if sp.launch is not None
+                    and sp.state != "failed" for a in sp.launch.argv if a.startswith("/")}
         for pid in pids:
             try:
                 args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -151,7 +154,9 @@ class Agent:
         """Install what the control plane names and this node runs, except what agent.yaml names on purpose."""
         mine = [s for s in sources if s.name in self.cfg.probe_engines and s.name not in self.cfg.engines
                 and s.name != "sim"]
-        # the build chosen depends on the processor and driver: until discovery has worked once, nothing is chosen
+        if self._hardware is None:
+            await self.discover()  # the build chosen depends on the processor and driver: read them first
+        # until discovery has worked once, nothing is chosen or removed (what is installed is still reported)
         await self.installer.converge(mine, self._hardware, self._in_use())
 
     async def discover(self) -> tuple[Hardware, list[Problem]]:

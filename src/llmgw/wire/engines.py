@@ -28,12 +28,16 @@ _HASH = re.compile(r"^--hash=sha(256|384|512):[0-9a-f]+$")
 def _check_requirement(line: str) -> None:
     if any(c in line for c in "\r\n\0"):
         raise ValueError(f"{line[:60]!r}: one requirement per line")
+    if "${" in line:  # pip fills ${VAR} from the agent's own environment: a way to send its secrets away
+        raise ValueError(f"{line[:60]!r}: no ${{...}} (pip would fill it from the node's environment)")
     words = line.split()
     if not words:
         raise ValueError("an empty requirement")
     if words[0].startswith("-"):
         option = words[0].split("=", 1)[0]
-        given = len(words) == 2 or (len(words) == 1 and "=" in words[0])
+        # `--opt=value` alone, or `--opt value`: one value, never another option after it
+        given = (len(words) == 1 and "=" in words[0]) or (len(words) == 2 and "=" not in words[0]
+                                                             and not words[1].startswith("-"))
         if option not in INDEX_OPTIONS or not given:
             raise ValueError(f"{line[:80]!r}: only {', '.join(INDEX_OPTIONS)} (with one value) may be given as "
                              "options; the rest are requirements, each with optional --hash=")

@@ -58,6 +58,11 @@ class Track:
     check: asyncio.Task[None] | None = field(default=None, repr=False)  # a re-check under way (vLLM's takes 20 s)
 
 
+def _built_for(status: EngineStatus, s: EngineSource, v: EngineVariant | None) -> bool:
+    """Whether a reported build is of this version and variant (its directory says so)."""
+    return v is not None and f"/{s.name}/{s.version}-{v.variant}" in status.path
+
+
 class Installer:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -105,13 +110,23 @@ class Installer:
                 if t is not None:
                     self._cancel(t)
                 t = self.tracks[s.name] = Track(source=s)
-            if t.task is not None or hw is None:
-                continue  # an install is running (it reports its own progress), or the hardware is not known
+            if t.task is not None:
+                continue  # an install is running; it reports its own progress
             if s.name not in ADAPTERS or ADAPTERS[s.name].packaging.kind == "builtin":
+                continue
+            if hw is None:  # what is installed is still reported (an engine to adopt needs it); nothing else
+                if t.status is None:
+                    t.status = await self._installed_any(s)
+                    t.checked_at = now
                 continue
             variant, t.note = choose_variant(s, hw.arch, hw.nvidia_driver)
             if variant != t.variant:  # a driver came or went: what was checked is not what is wanted now
-                t.variant, t.status, t.failure, t.failures, t.retry_at = variant, None, None, 0, float("-inf")
+                if t.check is not None:
+                    t.check.cancel()
+                    t.check = None
+                if t.variant is not None or t.status is None or not _built_for(t.status, s, variant):
+                    t.status = None
+                t.variant, t.failure, t.failures, t.retry_at = variant, None, 0, float("-inf")
             if t.variant is None:
                 t.failure = (Reason.NoBuildForNode, t.note)
                 continue
@@ -128,6 +143,15 @@ class Installer:
         if hw is not None:
             self._remove_unused(in_use)
 
+    async def _installed_any(self, s: EngineSource) -> EngineStatus | None:
+        """The newest build of this version marked installed, whichever variant: for a node that cannot yet say
+        which it wants. It is chosen again once the hardware is known."""
+        for v in s.variants:
+            st = await self._installed(s, v)
+            if st is not None:
+                return st
+        return None
+
     async def _installed(self, s: EngineSource, v: EngineVariant) -> EngineStatus | None:
         """This build as found on disk: marked installed, and seen to run now."""
         d = current_build(self.ctx.root, s, v)
@@ -137,9 +161,10 @@ class Installer:
         return await probe(s.name, str(d / marker["executable"]))
 
     async def _recheck(self, t: Track, path: str) -> None:
+        wanted = t.variant
         try:
             status = await probe(t.source.name, path)
-            if t.task is None:  # an install that started meanwhile reports for itself
+            if t.task is None and t.variant == wanted:  # else what it checked is no longer what is wanted
                 t.status = status
             if not status.runs:
                 log.error("%s %s no longer runs: %s", t.source.name, t.source.version, status.message)
@@ -188,6 +213,7 @@ class Installer:
         for t in self.tracks.values():
             if t.status is not None and t.status.path:
                 keep |= {p for p in Path(t.status.path).parents if p.parent.parent == self.ctx.root}
+        # a re-check reads the reported build, which is kept anyway; an install writes where nothing may be removed
         busy = {name for name, t in self.tracks.items() if t.task is not None}
 
         def used(d: Path) -> bool:

@@ -52,16 +52,22 @@ async def run(argv: list[str], timeout: float = 20.0, env: dict[str, str] | None
 
 
 async def _end(p: asyncio.subprocess.Process, first: signal.Signals, grace: float = 30.0) -> None:
-    for sig in ((first, signal.SIGKILL) if first != signal.SIGKILL else (signal.SIGKILL,)):
+    """SIGKILL to the whole session; or `first` to the command alone, then, after `grace`, SIGKILL to the session
+    (apt-get is asked to stop and stops dpkg itself: signalling dpkg too could leave it interrupted)."""
+    if first != signal.SIGKILL:
         try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            await asyncio.wait_for(asyncio.shield(p.wait()), grace if sig != signal.SIGKILL else 10.0)
-            break
-        except TimeoutError:
-            continue
+            os.kill(p.pid, first)
+            await asyncio.wait_for(asyncio.shield(p.wait()), grace)
+        except (ProcessLookupError, TimeoutError):
+            pass
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    try:
+        await asyncio.wait_for(asyncio.shield(p.wait()), 10.0)
+    except TimeoutError:
+        pass
 
 
 async def missing_libraries(binary: str) -> list[str]:

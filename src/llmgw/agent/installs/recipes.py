@@ -24,7 +24,7 @@ from llmgw.agent.engines import ADAPTERS
 from llmgw.agent.installs.download import download, mb
 from llmgw.agent.installs.packages import PackageTool, apt_install, missing_packages
 from llmgw.agent.installs.probe import probe, run
-from llmgw.agent.installs.unpack import find_executable, unpack
+from llmgw.agent.installs.unpack import ARCHIVE_SUFFIXES, find_executable, unpack
 from llmgw.core.clock import Clock
 from llmgw.core.errors import InstallRefused
 from llmgw.core.reasons import Reason
@@ -106,7 +106,9 @@ def write_marker(d: Path, data: dict[str, str]) -> None:
 def archive_name(source: EngineSource, variant: EngineVariant) -> str:
     """The file name the archive is kept under while it downloads: the URL's, when that is a plain name."""
     name = os.path.basename(unquote(urlparse(variant.url).path))
-    return name if _SAFE_NAME.match(name) else f"{source.name}-{base_name(source, variant)}.tar.gz"
+    if _SAFE_NAME.match(name) and name.endswith(ARCHIVE_SUFFIXES):
+        return name
+    return f"{source.name}-{base_name(source, variant)}.tar.gz"  # a tarball served under another name
 
 
 @contextmanager

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 import resource
 import stat
 import sys
@@ -34,57 +33,87 @@ CHILD_MEMORY = 1 << 30
 CHILD_SECONDS = 1800
 
 
-def _inside(path: str) -> bool:
-    """A relative path that stays below its root, read as text."""
-    norm = posixpath.normpath(path)
-    return not norm.startswith("/") and norm != ".." and not norm.startswith("../")
+def _parts(name: str) -> list[str] | None:
+    """A member name as its parts, `./` and `.` dropped; None if it is absolute or has a `..` anywhere (a real
+    build never has one, and a name through `..` is read differently by text and by the kernel)."""
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        return None
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    return None if ".." in parts else parts
 
 
-def _prefixes(path: str) -> list[str]:
-    """The proper ancestors of a normalized relative path: a/b/c -> a, a/b."""
-    parts = posixpath.normpath(path).split("/")
-    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+def _target(member: list[str], linkname: str) -> list[str] | None:
+    """Where a symlink at `member` points, as parts from the top; None if it leaves it. `..` only leading: a link
+    climbs first and then descends, so no step of it goes through a link and comes back."""
+    if linkname.startswith("/"):
+        return None
+    parts = [p for p in linkname.split("/") if p not in ("", ".")]
+    up = 0
+    while up < len(parts) and parts[up] == "..":
+        up += 1
+    rest = parts[up:]
+    here = member[:-1]
+    if ".." in rest or up > len(here) or not (here[: len(here) - up] + rest):
+        return None
+    return here[: len(here) - up] + rest
 
 
-def _refusal(m: tarfile.TarInfo, links: set[str]) -> str:
+def _through(parts: list[str], links: set[str]) -> str | None:
+    """The first proper ancestor of `parts` that is one of the archive's own symlinks."""
+    return next((p for i in range(1, len(parts)) if (p := "/".join(parts[:i])) in links), None)
+
+
+def _refusal(m: tarfile.TarInfo, links: set[str], files: set[str]) -> str:
     name = m.name
     if len(name.encode()) > MAX_NAME or len(m.linkname.encode()) > MAX_NAME:
         return f"member {name[:80]!r}… has a name or link target longer than {MAX_NAME} bytes"
-    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-        return f"member {name!r} has an absolute path"
-    if not _inside(name):
-        return f"member {name!r} would land outside the install directory"
-    if posixpath.normpath(name).count("/") >= MAX_DEPTH:
+    parts = _parts(name)
+    if parts is None or not parts:
+        why = "has an absolute path" if name.startswith("/") or name[1:2] == ":" else (
+            "would land outside the install directory" if parts is None else "has no name")
+        return f"member {name!r} {why}"
+    if len(parts) > MAX_DEPTH:
         return f"member {name!r} is nested deeper than {MAX_DEPTH} directories"
     if m.isdev() or m.isfifo() or not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
         return f"member {name!r} is a device or special file"
     if m.mode & (stat.S_ISUID | stat.S_ISGID):
         return f"member {name!r} is setuid or setgid"
-    through = next((p for p in _prefixes(name) if p in links), None)
-    if through is not None:
-        return f"member {name!r} lies through the archive's own symlink {through!r}"
-    if m.issym() or m.islnk():
-        kind = "symlink" if m.issym() else "hardlink"
+    via = _through(parts, links)
+    if via is not None:
+        return f"member {name!r} lies through the archive's own symlink {via!r}"
+    if m.issym():
         if m.linkname.startswith("/"):
-            return f"{kind} {name!r} points to an absolute path ({m.linkname})"
-        target = posixpath.join(posixpath.dirname(name), m.linkname) if m.issym() else m.linkname
-        if not _inside(target):
-            return f"{kind} {name!r} points outside the install directory ({m.linkname})"
-        norm = posixpath.normpath(target)
-        via = next((p for p in [*_prefixes(norm), *([norm] if m.islnk() else [])] if p in links), None)
+            return f"symlink {name!r} points to an absolute path ({m.linkname})"
+        target = _target(parts, m.linkname)
+        if target is None:
+            return f"symlink {name!r} points outside the install directory ({m.linkname})"
+        via = _through(target, links)
         if via is not None:
-            return f"{kind} {name!r} points through the archive's own symlink {via!r} ({m.linkname})"
+            return f"symlink {name!r} points through the archive's own symlink {via!r} ({m.linkname})"
+    if m.islnk():
+        target_parts = _parts(m.linkname)
+        if target_parts is None or "/".join(target_parts) not in files:
+            return f"hardlink {name!r} points outside the install directory, or not at a file before it ({m.linkname})"
     return ""
 
 
 def check_members(members: list[tarfile.TarInfo]) -> None:
+    """Raises InstallRefused for the first member that could write anywhere but where its name says."""
     if len(members) > MAX_MEMBERS:
         raise InstallRefused(Reason.ArchiveUnsafe, f"archive has more than {MAX_MEMBERS} members")
-    links = {posixpath.normpath(m.name) for m in members if m.issym()}
+    links = {"/".join(p) for m in members if m.issym() and (p := _parts(m.name))}
+    seen: set[str] = set()
+    files: set[str] = set()
     for m in members:
-        why = _refusal(m, links)
+        why = _refusal(m, links, files)
+        key = "/".join(_parts(m.name) or [m.name])
+        if not why and key in seen and not m.isdir():
+            why = f"member {m.name!r} comes twice (a later one would replace, or write through, the first)"
         if why:
             raise InstallRefused(Reason.ArchiveUnsafe, f"archive refused: {why}")
+        seen.add(key)
+        if m.isfile():
+            files.add(key)
 
 
 def _read_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
@@ -106,7 +135,9 @@ def unpack_here(archive: Path, dest: Path, max_bytes: int) -> None:
         with tarfile.open(archive) as tar:
             members = _read_members(tar)
             check_members(members)
-            size = sum(m.size for m in members if m.isfile())
+            by_name = {"/".join(_parts(m.name) or []): m.size for m in members if m.isfile()}
+            size = sum(m.size for m in members if m.isfile()) + sum(
+                by_name.get("/".join(_parts(m.linkname) or []), 0) for m in members if m.islnk())
             if size > max_bytes:
                 raise InstallRefused(Reason.ArchiveUnsafe,
                                      f"archive unpacks to {size} bytes, more than the {max_bytes} allowed")

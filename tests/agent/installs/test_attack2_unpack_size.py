@@ -1,0 +1,41 @@
+"""Second review: the unpacked-size limit (unpack.py:109-112) counts regular files only.
+
+A hardlink whose target, as the kernel reads it, does not exist (`nosuch/../big`: text and the data filter both
+say "big") is not linked by tarfile but extracted again from the archive member it names (tarfile makelink ->
+_find_link_target, normalized), so every such hardlink writes the whole file anew. One compressible member and N
+hardlinks write N times its size, past `unpack_bytes` (32 GiB by default), filling the node's disk before the
+staging directory is removed; the archive is kept (DiskFull, not ArchiveUnsafe) and tried again after the backoff."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+from llmgw.agent.installs.unpack import unpack
+
+
+async def test_hardlinks_to_a_missing_path_write_past_the_size_limit(tmp_path: Path) -> None:
+    big = 1 << 20
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        f = tarfile.TarInfo("big")
+        f.size = big
+        tar.addfile(f, io.BytesIO(b"\0" * big))
+        for i in range(40):
+            h = tarfile.TarInfo(f"h{i}")
+            h.type, h.linkname = tarfile.LNKTYPE, "nosuch/../big"
+            tar.addfile(h)
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(buf.getvalue())
+    dest = tmp_path / "staging"
+    dest.mkdir()
+    limit = 4 * big
+    try:
+        await unpack(archive, dest, limit)
+    except Exception as e:
+        print("\nrefused as:", getattr(e, "reason", type(e).__name__), str(e)[:150])
+    written = sum(p.stat().st_blocks * 512 for p in dest.iterdir() if p.is_file())
+    inodes = len({p.stat().st_ino for p in dest.iterdir()})
+    print(f"\n{len(buf.getvalue())} bytes of archive wrote {written} bytes in {inodes} files (limit {limit})")
+    assert written <= limit, f"wrote {written} bytes, limit {limit}"
