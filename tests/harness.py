@@ -146,3 +146,12 @@ async def wait_for(predicate: Callable[[], Any], timeout: float, interval: float
         if loop.time() >= deadline:
             raise TimeoutError(f"condition not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a killed child not yet reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False

@@ -11,7 +11,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from tests.harness import free_port, wait_until
+from tests.harness import alive, free_port, wait_until
 
 
 def test_llmgw_dev_serves_and_stops_everything(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_llmgw_dev_serves_and_stops_everything(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert "stopping every process llmgw dev started" in log.read_text()
     # nothing it started outlives it: not the engines, not any process with its workdir on the command line
-    assert [pid for pid in engine_pids if _alive(pid)] == []
+    assert [pid for pid in engine_pids if alive(pid)] == []
     leftovers: list[str] = []
     for pid_dir in Path("/proc").glob("[0-9]*"):
         try:
@@ -64,10 +64,3 @@ def test_llmgw_dev_serves_and_stops_everything(tmp_path: Path) -> None:
             leftovers.append(cmd.replace("\0", " "))
     assert leftovers == []
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return False

@@ -28,6 +28,7 @@ from tests.agent.installs.release import Release, release_server
 from tests.agent.installs.test_install import publish
 from tests.agent.installs.test_installer import X86
 from tests.agent.test_agent_report import config
+from tests.harness import alive
 
 
 class Unreachable:
@@ -36,14 +37,6 @@ class Unreachable:
 
     async def close(self) -> None:
         pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 async def test_a_restarted_agent_kills_the_installed_engine_it_should_adopt(tmp_path: Path) -> None:
@@ -73,7 +66,7 @@ async def test_a_restarted_agent_kills_the_installed_engine_it_should_adopt(tmp_
         await second.step()
         await asyncio.sleep(0.3)
         print(f"\nengines at adoption: {[e.name for e in second.engines]}; adopted: {list(second.supervisor.shards)}")
-        assert _alive(pid), "the engine handed over by the previous agent was killed by the new one"
+        assert alive(pid), "the engine handed over by the previous agent was killed by the new one"
         assert ("r", 0) in second.supervisor.shards
     finally:
         try:
