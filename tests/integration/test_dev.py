@@ -63,4 +63,3 @@ def test_llmgw_dev_serves_and_stops_everything(tmp_path: Path) -> None:
         if str(tmp_path / "w") in cmd:
             leftovers.append(cmd.replace("\0", " "))
     assert leftovers == []
-
