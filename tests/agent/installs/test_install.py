@@ -145,9 +145,9 @@ async def test_a_cut_download_is_reported_and_resumed_by_the_next_attempt(tmp_pa
     rel.cut_after[name_of("b1")] = 3_000_000
     err = await attempt(ctx, source)
     assert err.reason == "DownloadFailed" and "stopped at 3 MB" in str(err), err
-    part = tmp_path / "engines" / ".downloads" / (name_of("b1") + ".part")
+    (part,) = (tmp_path / "engines" / ".downloads").iterdir()
+    assert part.name == f"{sha256(data)[:16]}-{name_of('b1')}.part", "kept under its digest: no other version's"
     assert part.stat().st_size == 3_000_000, "what arrived is kept, under a name nothing else reads"
-    assert not (tmp_path / "engines" / ".downloads" / name_of("b1")).exists()
     status = await install(ctx, source, source.variants[0], lambda w: None)
     assert status.runs
     assert rel.ranges[-1] == (name_of("b1"), "bytes=3000000-"), "the second attempt asked only for the rest"
@@ -215,3 +215,28 @@ async def test_a_disk_that_fills_during_unpack_is_reported_and_cleaned_up(small_
     assert err.reason == "DiskFull" and "No space left on device" in str(err), err
     assert tree(previous) == before
     assert sorted(p.name for p in (root / "llamacpp").iterdir()) == ["b0-cpu-x86_64"], "the half unpack is gone"
+
+
+async def test_two_versions_served_under_one_file_name_never_resume_each_other(tmp_path: Path, rel: Release) -> None:
+    """b1's download is cut; b2's archive has the same file name (another folder of the release server): b2 must
+    not take b1's partial file for its own beginning."""
+    ctx = context(tmp_path / "engines")
+    sources = {}
+    for version in ("b1", "b2"):
+        data = good(version)
+        rel.files[f"{version}/llama.tar.gz"] = data
+        v = EngineVariant(variant="cpu-x86_64", url=rel.url(f"{version}/llama.tar.gz"), sha256=sha256(data))
+        sources[version] = EngineSource(name="llamacpp", version=version, variants=[v])
+    rel.cut_after["b1/llama.tar.gz"] = 2_000_000
+    err = await attempt(ctx, sources["b1"])
+    assert err.reason == "DownloadFailed"
+    status = await install(ctx, sources["b2"], sources["b2"].variants[0], lambda w: None)
+    assert status.runs and "/b2-cpu-x86_64/" in status.path
+    assert ("b2/llama.tar.gz", "") in rel.ranges, "b2 was fetched from its start"
+
+
+async def test_a_command_that_prints_without_end_is_kept_to_its_first_megabytes() -> None:
+    from llmgw.agent.installs.probe import OUTPUT_MAX, run
+
+    r = await run(["sh", "-c", "head -c 50000000 /dev/zero | tr '\\0' x; echo done"], timeout=60)
+    assert r.code == 0 and len(r.output) == OUTPUT_MAX and set(r.output) == {"x"}

@@ -21,8 +21,8 @@ from llmgw.agent.engines import ADAPTERS
 from llmgw.agent.installs.probe import probe
 from llmgw.agent.installs.recipes import (
     Context,
-    archive_name,
     current_build,
+    download_name,
     install,
     read_marker,
     stale_downloads,
@@ -228,7 +228,7 @@ class Installer:
                     log.info("removing %s: not the build in use, and no shard runs from it", d)
                     shutil.rmtree(d, ignore_errors=True)
         if not busy:
-            keep_files = {archive_name(t.source, t.variant) for t in self.tracks.values() if t.variant is not None}
+            keep_files = {download_name(t.source, t.variant) for t in self.tracks.values() if t.variant is not None}
             for f in stale_downloads(self.ctx.root, keep_files):
                 log.info("removing %s: a download nothing wants", f)
                 if f.is_dir() and not f.is_symlink():

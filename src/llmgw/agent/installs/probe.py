@@ -42,13 +42,28 @@ async def run(argv: list[str], timeout: float = 20.0, env: dict[str, str] | None
     except OSError as e:
         return RunResult(127, f"cannot execute {argv[0]}: {e.strerror}")
     try:
-        out, _ = await asyncio.wait_for(p.communicate(), timeout)
+        out = await asyncio.wait_for(_read_bounded(p), timeout)
     except (TimeoutError, asyncio.CancelledError) as e:
         await _end(p, stop)
         if isinstance(e, asyncio.CancelledError):
             raise
         return RunResult(124, f"{argv[0]} did not answer within {timeout:.0f}s")
     return RunResult(p.returncode or 0, out.decode(errors="replace"))
+
+
+OUTPUT_MAX = 4 << 20  # what is kept of a command's output: help texts are 200 kB; the rest is read and dropped
+
+
+async def _read_bounded(p: asyncio.subprocess.Process) -> bytes:
+    """The output up to OUTPUT_MAX, the rest drained (a command that prints without end must not fill memory),
+    then the exit."""
+    assert p.stdout is not None
+    kept = bytearray()
+    while chunk := await p.stdout.read(1 << 16):
+        if len(kept) < OUTPUT_MAX:
+            kept += chunk[: OUTPUT_MAX - len(kept)]
+    await p.wait()
+    return bytes(kept)
 
 
 async def _end(p: asyncio.subprocess.Process, first: signal.Signals, grace: float = 30.0) -> None:

@@ -111,6 +111,12 @@ def archive_name(source: EngineSource, variant: EngineVariant) -> str:
     return f"{source.name}-{base_name(source, variant)}.tar.gz"  # a tarball served under another name
 
 
+def download_name(source: EngineSource, variant: EngineVariant) -> str:
+    """Where its download is kept: under its digest too, so two versions served under one file name never resume
+    each other's partial file."""
+    return f"{variant.sha256[:16]}-{archive_name(source, variant)}"
+
+
 @contextmanager
 def _removed_unless_done(d: Path, what: str) -> Iterator[None]:
     """`d` is this attempt's own: it goes if the attempt does not finish, whatever stopped it."""
@@ -156,7 +162,8 @@ async def install_archive(ctx: Context, source: EngineSource, variant: EngineVar
     except OSError as e:
         raise InstallRefused(Reason.DiskFull if e.errno == 28 else Reason.EngineInstallFailed,
                              f"cannot make {downloads}: {e.strerror}") from None
-    archive = await download(variant.url, downloads / name, variant.sha256, progress, ctx.limits.download_bytes,
+    archive = await download(variant.url, downloads / download_name(source, variant), variant.sha256, progress,
+                             ctx.limits.download_bytes,
                              deadline=ctx.limits.download_seconds)
     shutil.rmtree(staging, ignore_errors=True)  # a cancelled attempt's, at this same name
     with _removed_unless_done(staging, f"installing {name}"):

@@ -165,11 +165,11 @@ async def unpack(archive: Path, dest: Path, max_bytes: int, seconds: float = CHI
         raise InstallRefused(str(verdict["reason"]), str(verdict["message"])[:1800])
     except (ValueError, KeyError, IndexError, TypeError):
         pass
-    if r.code == 124:
-        words = f"reading {archive.name} took longer than {seconds:.0f} s"
+    if r.code == 124:  # slow is not unsafe: the archive is kept for the next attempt
+        raise InstallRefused(Reason.EngineInstallFailed, f"reading {archive.name} took longer than {seconds:.0f} s")
     else:
         words = f"reading {archive.name} failed (exit {r.code}, past the {CHILD_MEMORY >> 20} MiB allowed?)"
-    raise InstallRefused(Reason.ArchiveUnsafe, words)
+        raise InstallRefused(Reason.ArchiveUnsafe, words)
 
 
 def find_executable(root: Path, name: str) -> Path | None:
