@@ -6,6 +6,7 @@ import hashlib
 import hmac
 
 from llmgw.config.server import ModelSpec
+from llmgw.core.backoff import doubling
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
@@ -99,7 +100,7 @@ def _backing_off(model: str, current: dict[str, ReplicaRecord], w: World) -> boo
     )
     if len(failures) < 2:
         return False
-    delay = min(w.timings.keep_failed, w.timings.retry_base * 2.0 ** (len(failures) - 2))
+    delay = doubling(w.timings.retry_base, w.timings.keep_failed, len(failures) - 2)
     return w.now - failures[0] < delay
 
 

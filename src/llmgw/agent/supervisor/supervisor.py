@@ -14,6 +14,7 @@ import aiohttp
 from llmgw.agent.engines.base import Launch
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
+from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
 from llmgw.wire.messages import Problem, ShardSpec, ShardState
 
@@ -29,7 +30,7 @@ class RestartPolicy:
     limit: int = 5
 
     def delay(self, restarts: int) -> float:
-        return min(self.cap, self.base * 2.0**restarts)
+        return doubling(self.base, self.cap, restarts)
 
 HEALTH_FAILURES_BEFORE_UNREADY = 3
 NO_MODEL = "no model loaded"
