@@ -267,12 +267,16 @@ def engine_check(
                                                        "(SGLang, which cannot run without its GPU build)")] = None,
 ) -> None:
     """Check every flag llmgw would ever pass the engine (multi-node included) against the engine's own --help."""
-    from llmgw.agent.installs.engine_check import engine_help, find_installed
-    from llmgw.agent.installs.engine_check import report_for as check
+    import asyncio
+
+    from llmgw.agent.installs.engine_check import check_flags
+    from llmgw.agent.installs.probe import engine_help, worker_problem
+    from llmgw.agent.installs.recipes import newest_installed
 
     if engine not in ("llamacpp", "vllm", "sglang"):
         console.print(f"[red]unknown engine {safe(engine)}[/red]: llamacpp, vllm or sglang")
         raise typer.Exit(2)
+    worker = None
     if help_file is not None:
         try:
             text = Path(help_file).read_text(errors="replace")
@@ -281,16 +285,18 @@ def engine_check(
             raise typer.Exit(1) from None
         where = help_file
     else:
-        binary = binary or find_installed(Path(install_dir), engine)
+        binary = binary or newest_installed(Path(install_dir), engine)
         if binary is None:
             console.print(f"[red]no {engine} installed under {safe(install_dir)}[/red]; pass --binary or --help-file")
             raise typer.Exit(1)
-        code, text, argv = engine_help(engine, binary)
-        where = " ".join(argv)
-        if code != 0:
+        result, argv = asyncio.run(engine_help(engine, binary))
+        text, where = result.output, " ".join(argv)
+        if result.code != 0:
             console.print(f"[red]{safe(where)} failed:[/red] {safe(text.strip()[-500:])}")
             raise typer.Exit(1)
-    report, worker = check(engine, text, binary if help_file is None else None)
+        if engine == "llamacpp":
+            worker = asyncio.run(worker_problem(binary))
+    report = check_flags(engine, text, multi_node=True)
     console.print(f"checked against: {safe(where)}")
     t = Table("flag", "in --help")
     for f in report.flags:

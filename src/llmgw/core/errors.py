@@ -18,6 +18,10 @@ Foreign exceptions (aiohttp, sqlite3, pydantic, OSError) are translated at modul
 
 from __future__ import annotations
 
+import errno
+
+from llmgw.core.reasons import Reason
+
 
 class LlmgwError(Exception):
     pass
@@ -53,6 +57,11 @@ class InstallRefused(EngineError):
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
         super().__init__(message)
+
+    @classmethod
+    def from_os(cls, e: OSError, what: str, otherwise: str = Reason.EngineInstallFailed) -> InstallRefused:
+        """A failed write in the words of the system: a full disk is DiskFull, anything else `otherwise`."""
+        return cls(Reason.DiskFull if e.errno == errno.ENOSPC else otherwise, f"{what}: {e.strerror or e}")
 
 
 class UpstreamError(LlmgwError):

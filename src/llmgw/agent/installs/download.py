@@ -100,8 +100,7 @@ async def download(
                              f"{dest.name}: the download stopped at {mb(have)} ({words}); the next attempt resumes it"
                              ) from None
     except OSError as e:
-        raise InstallRefused(Reason.DiskFull if e.errno == 28 else Reason.DownloadFailed,
-                             f"cannot write {part}: {e.strerror}") from None
+        raise InstallRefused.from_os(e, f"cannot write {part}", Reason.DownloadFailed) from None
     got = (await asyncio.to_thread(_hash_of, part)).hexdigest()
     if got != sha256:
         part.unlink(missing_ok=True)

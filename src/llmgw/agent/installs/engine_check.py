@@ -3,11 +3,8 @@ and the failure otherwise arrives minutes into a model load, on a node nobody is
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from llmgw.agent.engines import ADAPTERS, LaunchContext
 from llmgw.wire.messages import ShardSpec
@@ -62,42 +59,3 @@ def check_flags(engine: str, help_text: str, multi_node: bool = True) -> FlagRep
         report.warnings.append(f"help text has only {lines} lines: it may be truncated, and missing flags may be there")
     return report
 
-
-def find_installed(root: Path, engine: str) -> str | None:
-    """The executable of the most recently installed build of `engine` under an agent's install directory."""
-    from llmgw.agent.installs.recipes import read_marker
-
-    builds = []
-    for d in (root / engine).glob("*"):
-        marker = read_marker(d) if d.is_dir() else None
-        if marker is not None:
-            builds.append((d.stat().st_mtime, str(d / marker["executable"])))
-    return max(builds)[1] if builds else None
-
-
-def engine_help(engine: str, binary: str, timeout: float = 120.0) -> tuple[int, str, list[str]]:
-    """(exit code, output, argv) of the engine's own help command, as the adapter knows it."""
-    packaging = ADAPTERS[engine].packaging
-    argv = packaging.help_argv(binary)
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout,
-                           env={**os.environ, **dict(packaging.probe_env)}, stdin=subprocess.DEVNULL, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return 127, str(e), argv
-    return r.returncode, r.stdout + r.stderr, argv
-
-
-def report_for(engine: str, help_text: str, binary: str | None) -> tuple[FlagReport, tuple[str, str] | None]:
-    """The widest command's flags against `help_text`; for llama.cpp with a binary, whether the multi-node worker
-    beside it runs ((path, "" or its words))."""
-    report = check_flags(engine, help_text, multi_node=True)
-    if engine != "llamacpp" or binary is None:
-        return report, None
-    worker = os.path.join(os.path.dirname(binary), "ggml-rpc-server")
-    try:
-        r = subprocess.run([worker, "--help"], capture_output=True, text=True, errors="replace", timeout=30,
-                           stdin=subprocess.DEVNULL, check=False)
-        words = "" if r.returncode == 0 else (r.stdout + r.stderr).strip()[-200:] or f"exit {r.returncode}"
-    except (OSError, subprocess.TimeoutExpired) as e:
-        words = str(e)
-    return report, (worker, words)

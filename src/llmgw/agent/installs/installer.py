@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +23,10 @@ from llmgw.agent.installs.recipes import (
     current_build,
     download_name,
     install,
-    read_marker,
     stale_downloads,
 )
+from llmgw.agent.supervisor.process import write_private
+from llmgw.core.backoff import doubling
 from llmgw.core.errors import InstallRefused
 from llmgw.core.reasons import Reason
 from llmgw.wire.engines import EngineSource, EngineVariant, choose_variant
@@ -80,10 +80,7 @@ class Installer:
             return []
 
     def _save_wanted(self, sources: list[EngineSource]) -> None:
-        self.ctx.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.ctx.root / (WANTED_FILE + ".tmp")
-        tmp.write_bytes(_WANTED.dump_json(sources))
-        os.replace(tmp, self.ctx.root / WANTED_FILE)
+        write_private(self.ctx.root / WANTED_FILE, _WANTED.dump_json(sources).decode())
 
     async def converge(self, sources: list[EngineSource], hw: Hardware | None, in_use: set[Path]) -> None:
         """`hw` None: this node has not read its hardware yet. Then nothing is chosen, started or removed: a build
@@ -154,10 +151,10 @@ class Installer:
 
     async def _installed(self, s: EngineSource, v: EngineVariant) -> EngineStatus | None:
         """This build as found on disk: marked installed, and seen to run now."""
-        d = current_build(self.ctx.root, s, v)
-        marker = read_marker(d) if d is not None else None
-        if d is None or marker is None:
+        found = current_build(self.ctx.root, s, v)
+        if found is None:
             return None
+        d, marker = found
         return await probe(s.name, str(d / marker["executable"]))
 
     async def _recheck(self, t: Track, path: str) -> None:
@@ -196,7 +193,7 @@ class Installer:
 
     def _failed(self, t: Track, reason: str, words: str) -> None:
         t.failures += 1
-        delay = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (t.failures - 1))
+        delay = doubling(RETRY_FIRST_S, RETRY_MAX_S, t.failures - 1)
         t.retry_at = self.ctx.clock.monotonic() + delay
         t.failure = (reason, words[:1800])
         log.error("installing %s %s failed (next attempt in %.0fs): %s", t.source.name, t.source.version, delay, words)

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+from dataclasses import dataclass
 
 from llmgw import __version__
 from llmgw.agent.engines import ADAPTERS
@@ -20,11 +21,10 @@ from llmgw.wire.messages import EngineStatus
 _VERSION = re.compile(r"version:?\s*(\S+)")
 
 
+@dataclass(frozen=True)
 class RunResult:
-    __slots__ = ("code", "output")
-
-    def __init__(self, code: int, output: str) -> None:
-        self.code, self.output = code, output
+    code: int
+    output: str
 
 
 async def run(argv: list[str], timeout: float = 20.0, env: dict[str, str] | None = None,
@@ -113,13 +113,27 @@ async def probe(engine: str, binary: str) -> EngineStatus:
     if r.code != 0:
         words = _last_line(r.output) or f"exit {r.code}"
         return cannot.model_copy(update={"version": version, "message": words})
-    return await checked(engine, binary, version, packaging, env)
+    return await checked(engine, binary, version)
 
 
-async def checked(engine: str, binary: str, version: str, packaging: Packaging, env: dict[str, str]) -> EngineStatus:
+async def engine_help(engine: str, binary: str) -> tuple[RunResult, list[str]]:
+    """The engine's own help, run as its adapter says (vLLM: `serve --help=all`), and the command run."""
+    packaging = ADAPTERS[engine].packaging
+    argv = packaging.help_argv(binary)
+    return await run(argv, timeout=120.0, env=dict(packaging.probe_env)), argv
+
+
+async def worker_problem(binary: str) -> tuple[str, str]:
+    """llama.cpp's multi-node worker beside `binary`: (its path, "" if it runs, else its words)."""
+    worker = os.path.join(os.path.dirname(binary), "ggml-rpc-server")
+    r = await run([worker, "--help"], timeout=30.0)
+    return worker, "" if r.code == 0 else (r.output.strip()[-200:] or f"exit {r.code}")
+
+
+async def checked(engine: str, binary: str, version: str) -> EngineStatus:
     """An engine that starts, checked against the flags llmgw will pass it (its own --help): a renamed flag fails at
     the first model load otherwise, minutes in, on a node nobody is watching."""
-    help_run = await run(packaging.help_argv(binary), timeout=120.0, env=env)
+    help_run, _ = await engine_help(engine, binary)
     report = check_flags(engine, help_run.output, multi_node=False)
     ok = EngineStatus(name=engine, version=version, path=binary, runs=True)
     if report.ok:

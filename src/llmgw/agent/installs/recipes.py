@@ -25,6 +25,7 @@ from llmgw.agent.installs.download import download, mb
 from llmgw.agent.installs.packages import PackageTool, apt_install, missing_packages
 from llmgw.agent.installs.probe import probe, run
 from llmgw.agent.installs.unpack import ARCHIVE_SUFFIXES, find_executable, unpack
+from llmgw.agent.supervisor.process import write_private
 from llmgw.core.clock import Clock
 from llmgw.core.errors import InstallRefused
 from llmgw.core.reasons import Reason
@@ -76,10 +77,17 @@ def builds(root: Path, source: EngineSource, variant: EngineVariant) -> list[Pat
     return [d for _, d in sorted(found)]
 
 
-def current_build(root: Path, source: EngineSource, variant: EngineVariant) -> Path | None:
-    """The newest attempt that was marked installed."""
-    marked = [d for d in builds(root, source, variant) if read_marker(d) is not None]
+def current_build(root: Path, source: EngineSource, variant: EngineVariant) -> tuple[Path, dict[str, str]] | None:
+    """The newest attempt that was marked installed, with its marker."""
+    marked = [(d, m) for d in builds(root, source, variant) if (m := read_marker(d)) is not None]
     return marked[-1] if marked else None
+
+
+def newest_installed(root: Path, engine: str) -> str | None:
+    """The executable of the most recently installed build of `engine`, whatever its version."""
+    found = [(d.stat().st_mtime, str(d / m["executable"])) for d in (root / engine).glob("*")
+             if d.is_dir() and (m := read_marker(d)) is not None]
+    return max(found)[1] if found else None
 
 
 def next_build(root: Path, source: EngineSource, variant: EngineVariant) -> Path:
@@ -98,9 +106,7 @@ def read_marker(d: Path) -> dict[str, str] | None:
 
 
 def write_marker(d: Path, data: dict[str, str]) -> None:
-    tmp = d / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, d / MARKER)
+    write_private(d / MARKER, json.dumps(data, sort_keys=True))
 
 
 def archive_name(source: EngineSource, variant: EngineVariant) -> str:
@@ -124,8 +130,7 @@ def _removed_unless_done(d: Path, what: str) -> Iterator[None]:
         yield
     except OSError as e:
         shutil.rmtree(d, ignore_errors=True)
-        raise InstallRefused(Reason.DiskFull if e.errno == 28 else Reason.EngineInstallFailed,
-                             f"{what}: {e.strerror or e}") from None
+        raise InstallRefused.from_os(e, what) from None
     except BaseException:
         shutil.rmtree(d, ignore_errors=True)
         raise
@@ -160,8 +165,7 @@ async def install_archive(ctx: Context, source: EngineSource, variant: EngineVar
     try:
         downloads.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise InstallRefused(Reason.DiskFull if e.errno == 28 else Reason.EngineInstallFailed,
-                             f"cannot make {downloads}: {e.strerror}") from None
+        raise InstallRefused.from_os(e, f"cannot make {downloads}") from None
     archive = await download(variant.url, downloads / download_name(source, variant), variant.sha256, progress,
                              ctx.limits.download_bytes,
                              deadline=ctx.limits.download_seconds)

@@ -148,8 +148,7 @@ def unpack_here(archive: Path, dest: Path, max_bytes: int) -> None:
     except (tarfile.TarError, EOFError, ValueError) as e:
         raise InstallRefused(Reason.ArchiveUnsafe, f"{archive.name} is not a readable archive: {e}") from None
     except OSError as e:
-        code = Reason.DiskFull if e.errno == 28 else Reason.EngineInstallFailed
-        raise InstallRefused(code, f"unpacking {archive.name} failed: {e.strerror or e}") from None
+        raise InstallRefused.from_os(e, f"unpacking {archive.name} failed") from None
 
 
 async def unpack(archive: Path, dest: Path, max_bytes: int, seconds: float = CHILD_SECONDS) -> None:
