@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from llmgw.config.types import ConfigPath
-from llmgw.wire.engines import VARIANT_PATTERN, VERSION_PATTERN, EngineSource, EngineVariant
+from llmgw.wire.engines import VERSION_PATTERN, EngineSource, EngineVariant
 from llmgw.wire.engines import Strict as WireStrict
 
 EngineName = Literal["llamacpp", "vllm", "sglang", "sim"]
@@ -50,7 +50,7 @@ class VariantConfig(EngineVariant):
 
     @model_validator(mode="before")
     @classmethod
-    def _read_requirements(cls, data: Any) -> Any:
+    def _one_list_of_requirements(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("requirements_file") and data.get("requirements"):
             raise ValueError("either requirements or requirements_file, not both")
         return data
@@ -83,4 +83,4 @@ def as_source(entry: str | EngineConfig) -> EngineSource | None:
     return entry.source()
 
 
-__all__ = ["DEFAULTS", "VARIANT_PATTERN", "EngineConfig", "EngineName", "as_source"]
+__all__ = ["DEFAULTS", "EngineConfig", "EngineName", "as_source"]

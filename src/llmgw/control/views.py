@@ -40,9 +40,11 @@ def _engine_state(e: EngineStatus) -> str:
 
 def _engine_words(e: EngineStatus) -> str:
     """An engine's words as a warning: progress and install failures already say what they are about."""
-    if e.reason == Reason.EngineInstalling or e.message.startswith("install failed"):
-        return e.message if e.message.startswith("installing") else f"{e.name}: {e.message}"
-    return f"{e.name} cannot run: {e.message}" if not e.runs else f"{e.name}: {e.message}"
+    if e.reason == Reason.EngineInstalling:
+        return e.message
+    if e.runs or e.message.startswith("install failed"):
+        return f"{e.name}: {e.message}"
+    return f"{e.name} cannot run: {e.message}"
 
 
 def node_row(n: NodeRecord) -> NodeRow:

@@ -39,6 +39,10 @@ class ShardAssignment(BaseModel):
     fabric: str | None = None
     fabric_adapters: list[str] = []
 
+    def ports(self) -> tuple[int, ...]:
+        """Every port this shard binds on its node: what placement reserves there."""
+        return tuple(p for p in (self.serve_port, self.rendezvous_port, self.worker_port) if p)
+
 
 class StopRequest(BaseModel):
     """Why a replica's shards are no longer wanted. It is reaped once none of them runs."""

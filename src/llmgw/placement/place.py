@@ -209,7 +209,7 @@ def reservations(request: Request, assignments: list[ShardAssignment]) -> list[R
     return [
         Reservation(
             node_id=a.node_id, gpus=tuple(a.gpus), memory=request.model.profile.memory,
-            ports=tuple(p for p in (a.serve_port, a.rendezvous_port, a.worker_port) if p), whole=whole,
+            ports=a.ports(), whole=whole,
         )
         for a in assignments
     ]

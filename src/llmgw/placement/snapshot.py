@@ -152,9 +152,7 @@ def build_snapshot(
         for a in r.assignments:
             used.setdefault(a.node_id, set()).update(a.gpus)
             mem[a.node_id] = mem.get(a.node_id, 0) + memory
-            ports.setdefault(a.node_id, set()).update(
-                p for p in (a.serve_port, a.rendezvous_port, a.worker_port) if p
-            )
+            ports.setdefault(a.node_id, set()).update(a.ports())
             count[a.node_id] = count.get(a.node_id, 0) + 1
             if multi:
                 whole[a.node_id] = r.id
