@@ -11,7 +11,6 @@ busy, installer.py:434, counts installs, not re-checks.)"""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from llmgw.agent.installs.installer import Installer
@@ -49,7 +48,6 @@ async def test_a_recheck_in_flight_pins_the_old_variant_after_a_driver_appears(t
         for _ in range(3):
             await inst.converge([src], GPU, used)
             await settle(inst)
-            await asyncio.sleep(0)
         (st,) = inst.statuses()
         t = inst.tracks["llamacpp"]
         print(f"\nwanted {t.variant.variant if t.variant else None}; reported runs={st.runs} path={st.path}")

