@@ -202,7 +202,7 @@ async def test_a_newer_agent_is_told_its_wire_version_not_an_unknown_key(cluster
         status, text = await post(cluster, ctx(cluster, "node01"), json.dumps(newer))
         assert status == 422
         error = json.loads(text)["error"]
-        assert error.startswith("wire version 99 not understood by this control plane (speaks 1-3)"), error
+        assert error.startswith("wire version 99 not understood by this control plane (speaks 1-4)"), error
         assert "unknown" not in error and "extra" not in error
         assert await aget(cluster, "/api/nodes") == []
 
@@ -228,7 +228,7 @@ async def test_a_node_is_answered_in_its_own_wire_version(cluster) -> None:  # t
         status, text = await post(cluster, ctx(cluster, "node01"), json.dumps(old))
         assert status == 200 and json.loads(text)["version"] == 1
         status, text = await post(cluster, ctx(cluster, "node01"), report("node01").model_dump_json())
-        assert status == 200 and json.loads(text)["version"] == 3
+        assert status == 200 and json.loads(text)["version"] == 4
         assert json.loads(text)["engine_sources"], "version 3 is told where engines come from"
 
 
@@ -244,3 +244,21 @@ async def test_a_version_2_agent_is_not_sent_fields_it_would_refuse(cluster) -> 
         desired = json.loads(text)
         assert desired["version"] == 2 and "engine_sources" not in desired
         assert set(desired) <= {"version", "node_id", "shards", "engines", "heartbeat_interval"}
+
+
+def test_a_version_3_agent_is_not_sent_how_to_have_weights() -> None:
+    """Version 3 knows shards without `weights`: sent one, it would refuse the whole desired state."""
+    import json
+
+    from llmgw.control.agent_api import answer_in
+    from llmgw.wire.messages import DesiredState, ShardSpec, WeightsPlan
+
+    shard = ShardSpec(replica_id="m-1", model="m", engine="sim", source="http://o/m.gguf", rank=0, world_size=1,
+                      weights=WeightsPlan(sha256="ab" * 32, origin=False, wait_for="node02"))
+    desired = DesiredState(node_id="node01", shards=[shard])
+    v3 = json.loads(answer_in(desired, 3))
+    assert v3["version"] == 3 and "weights" not in v3["shards"][0] and "engine_sources" in v3
+    v4 = json.loads(answer_in(desired, 4))
+    assert v4["shards"][0]["weights"]["wait_for"] == "node02"
+    v2 = json.loads(answer_in(desired, 2))
+    assert "engine_sources" not in v2 and "weights" not in v2["shards"][0]

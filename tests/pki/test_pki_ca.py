@@ -53,7 +53,8 @@ def test_cn_and_san_are_the_node_id_and_a_node_certificate_is_a_client_with_the_
     assert cns == ["gpu-node-7"]
     assert san.get_values_for_type(x509.DNSName) == ["gpu-node-7"]
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["10.0.0.7"]
-    assert set(eku) == {ExtendedKeyUsageOID.CLIENT_AUTH, NODE_ROLE}
+    # it also serves: the weights it holds, to the nodes of its cluster
+    assert set(eku) == {ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH, NODE_ROLE}
     assert leaf.issuer.rfc4514_string() == "CN=test CA"
     assert isinstance(leaf.public_key(), ec.EllipticCurvePublicKey)
     assert leaf.not_valid_after_utc - leaf.not_valid_before_utc <= datetime.timedelta(days=NODE_DAYS, minutes=5)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import platform
+import ssl
 from pathlib import Path
 
 from llmgw import __version__
@@ -21,14 +22,19 @@ from llmgw.agent.installs.recipes import Context, Limits
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor.adopt import Running, discard, find_running
 from llmgw.agent.supervisor.process import state_name
-from llmgw.agent.supervisor.supervisor import RestartPolicy
-from llmgw.agent.weights.resolve import resolve_source, visible_weights
+from llmgw.agent.supervisor.supervisor import Pending, RestartPolicy
+from llmgw.agent.weights import local
+from llmgw.agent.weights.fetcher import Failed, Fetcher, Waiting
+from llmgw.agent.weights.resolve import resolve_source
+from llmgw.agent.weights.serve import start_peer_listener
 from llmgw.config.agent import AgentConfig
+from llmgw.control.listeners import Listener
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError, UpstreamError
-from llmgw.pki.tls import client_context
+from llmgw.core.reasons import Reason
+from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.engines import EngineSource
-from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec
+from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec, WeightsDir
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,27 @@ class Agent:
         self._found: dict[tuple[str, int], Running] = {}
         self._hardware: Hardware | None = None  # the last discovery that succeeded
         self._discovery_error = ""
+        self.weights_dir = Path(cfg.weights_dir)
+        self.fetcher = Fetcher(
+            self.weights_dir, clock, self._client_tls, self.node_id, cfg.weights_budget, cfg.max_weights_file,
+            network=self._weights_on_network, in_use=self._weights_in_use,
+        )
+        self._peer_listener: Listener | None = None
+        self.peer_port = 0
+        self._network_fs = False
+
+    def _client_tls(self) -> ssl.SSLContext:
+        return client_context(Path(self.cfg.tls.cert), Path(self.cfg.tls.key), Path(self.cfg.tls.ca))
+
+    def _weights_on_network(self) -> bool:
+        return self._network_fs
+
+    def _weights_in_use(self) -> set[Path]:
+        """Weights files a shard runs from (or will be started again from): never removed to make room."""
+        if self.supervisor is None:
+            return set()
+        return {Path(a) for sp in self.supervisor.shards.values() if sp.launch is not None
+                for a in sp.launch.argv if a.startswith(str(self.weights_dir))}
 
     def _engine_binary(self, name: str) -> str | None:
         for e in self.engines:
@@ -66,16 +93,25 @@ class Agent:
                 return e.path
         return None
 
-    def resolve(self, spec: ShardSpec) -> tuple[Launch | None, str | Problem]:
+    def resolve(self, spec: ShardSpec) -> tuple[Launch | None, str | Problem | Pending]:
         adapter = ADAPTERS.get(spec.engine)
         if adapter is None:
             return None, f"unknown engine {spec.engine}"
         binary = self._engine_binary(spec.engine)
         if binary is None:
             return None, f"engine {spec.engine} is not installed and running on {self.node_id}"
-        path, problem = resolve_source(spec.source)
-        if path is None:
-            return None, Problem(code="WeightsUnusable", message=problem, subject="weights")
+        if local.is_remote(spec.source):
+            got = self.fetcher.ensure(spec.source, spec.weights)
+            if isinstance(got, Waiting):
+                return None, Pending(got.message, Reason.WeightsFetching)
+            if isinstance(got, Failed):
+                return None, Problem(code=got.reason, message=got.message, subject="weights")
+            path = str(got.path)
+        else:
+            found, problem = resolve_source(spec.source)
+            if found is None:
+                return None, Problem(code="WeightsUnusable", message=problem, subject="weights")
+            path = found
         key_file = str(Path(self.cfg.state_dir) / "keys" / f"{state_name(spec.replica_id, spec.rank)}.key")
         ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file)
         return adapter.launch(spec, ctx), ""
@@ -90,7 +126,8 @@ class Agent:
         )
         if not self.address:
             self.address = route_address(self.cfg.control_planes[0])
-        Path(self.cfg.weights_dir).mkdir(parents=True, exist_ok=True)  # so disk is reported from the start
+        self.weights_dir.mkdir(parents=True, exist_ok=True)  # so disk is reported from the start
+        await self._serve_peers()
         logs = Path(self.cfg.state_dir) / "logs"
         restart = RestartPolicy(self.cfg.restart_backoff, self.cfg.restart_backoff_max, self.cfg.max_restarts)
         self.supervisor = Supervisor(self.clock, logs, self.address, self.resolve, restart)
@@ -105,6 +142,22 @@ class Agent:
         _, problems = check_fabrics(self.cfg.fabrics, adapters)
         for p in problems:
             log.error("%s (agent.yaml fabrics)", p.message)
+
+    async def _serve_peers(self) -> None:
+        """Serve the weights this node holds to its cluster's nodes, if its certificate may serve (one issued
+        before node certificates could is refused by every copier: say so, and copy from the origin instead)."""
+        if not self.cfg.peer_port:
+            return
+        try:
+            tls = server_context(Path(self.cfg.tls.cert), Path(self.cfg.tls.key), Path(self.cfg.tls.ca),
+                                 require_client=True)
+            self._peer_listener = await start_peer_listener(self.weights_dir, self.address, self.cfg.peer_port, tls)
+        except (OSError, LlmgwError) as e:
+            log.error("cannot serve weights to other nodes on %s:%d: %s (they fetch from the origin instead)",
+                      self.address, self.cfg.peer_port, e)
+            return
+        self.peer_port = self.cfg.peer_port
+        log.info("serving held weights to the cluster's nodes on %s:%d", self.address, self.peer_port)
 
     async def probe_engines(self) -> None:
         """The engines this node has: sim and those agent.yaml names (probed each minute: the first time before the
@@ -189,8 +242,7 @@ class Agent:
         hw, problems = await self.discover()
         await self.probe_engines()
         fabrics, fabric_problems = check_fabrics(self.cfg.fabrics, hw.ib_adapters)
-        dirs = [*self.cfg.weights_dirs, self.cfg.weights_dir]
-        weights = await asyncio.to_thread(visible_weights, dirs)
+        weights, dirs = await asyncio.to_thread(self._observe_weights)
         lo, hi = self.cfg.ports()
         assert self.supervisor is not None
         return NodeReport(
@@ -203,11 +255,29 @@ class Agent:
             install_progress=self.installer.progress()[:64],
             fabrics=fabrics,
             weights=weights,
+            weights_dirs=dirs,
+            fetches=self.fetcher.statuses(),
+            peer_port=self.peer_port,
             shards=self.supervisor.states(),
             problems=(problems + fabric_problems + hardware_warnings(hw))[:64],
             port_low=lo,
             port_high=hi,
         )
+
+    def _observe_weights(self) -> tuple[list[str], list[WeightsDir]]:
+        """What this node holds, and the directories it looks in with the file systems under them."""
+        dirs = [Path(d) for d in (*self.cfg.weights_dirs, self.cfg.weights_dir)]
+        try:
+            mountinfo = (Path(self.cfg.host_root) / "proc/self/mountinfo").read_text()
+        except OSError:
+            mountinfo = ""
+        described = []
+        for d in dirs[:64]:
+            mine = d == self.weights_dir
+            described.append(local.describe_dir(d, mountinfo, self.cfg.weights_budget if mine else None,
+                                                local.managed_bytes(d) if mine else 0))
+        self._network_fs = described[-1].network
+        return local.visible(dirs)[:1024], described
 
     async def step(self) -> None:
         assert self.client is not None and self.supervisor is not None
@@ -228,6 +298,7 @@ class Agent:
         self.interval = desired.heartbeat_interval
         if desired.version >= 3:  # an older control plane names no sources: the node keeps what it has
             await self.converge_engines(desired.engine_sources)
+        self.fetcher.keep({s.source for s in desired.shards})
         await self.supervisor.converge(desired.shards)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -252,6 +323,9 @@ class Agent:
         if self._named_probe is not None:
             self._named_probe.cancel()
         await self.installer.close()
+        await self.fetcher.close()
+        if self._peer_listener is not None:
+            await self._peer_listener.cleanup()
         if not self.hand_over:
             for run in self._found.values():  # found at start and never taken over: a stop leaves nothing behind
                 discard(run)

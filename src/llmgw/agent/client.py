@@ -12,6 +12,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from llmgw.core.errors import ControlPlaneUnreachable, UpstreamError
+from llmgw.pki.tls import speaks_as_node
 from llmgw.wire.messages import WIRE_VERSION, DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,11 @@ class ControlPlaneClient:
             url = self.urls[idx].rstrip("/") + HEARTBEAT_PATH
             try:
                 async with self._http().post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                    if r.connection is not None and r.connection.transport is not None and speaks_as_node(
+                            r.connection.transport.get_extra_info("ssl_object")):
+                        # node certificates can serve too (weights, to peers): one must never pass for a control
+                        # plane, whatever address its SANs name
+                        raise UpstreamError(f"{url}: answered with a node's certificate, not a control plane's")
                     text = await r.text()
                     if r.status != 200:
                         # An answer is an answer: a refusal is not a reason to try another control plane.

@@ -37,6 +37,12 @@ class AgentConfig(Strict):
     gpu_inventory: ConfigPath | None = None  # a simulated node's GPUs, standing in for NVML
     weights_dirs: list[ConfigPath] = []
     weights_dir: ConfigPath = "/var/lib/llmgw-weights"  # where fetched weights land; always looked in
+    # most bytes of fetched weights kept in weights_dir; room is made by removing the least recently used files no
+    # shard uses. Unset: the disk's free space is the only bound
+    weights_budget: ByteSize | None = None
+    max_weights_file: ByteSize = 2 * 1024**4  # no single weights file may be larger
+    # the port this node serves the weights it holds on, to the nodes of its cluster (mutual TLS); 0: it does not
+    peer_port: int = Field(default=7480, ge=0, le=65535)
     state_dir: ConfigPath = "/var/lib/llmgw-agent"
     fabrics: list[FabricAttachment] = []
     # engines named on purpose: used as they are (checked, never installed over); what is written wins

@@ -58,7 +58,12 @@ class ModelSpec(Strict):
     # what clients send as "model", and part of replica ids and of file names on nodes: letters, digits and . _ - :
     # with "/" between parts (org/model), at most 128 characters
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9._:-]+)*$")
-    source: str = Field(min_length=1)
+    # a path on the nodes, pypkg://package/file, an http(s):// URL the nodes fetch, or an id the engine resolves
+    source: str = Field(min_length=1, max_length=2048)
+    # for a URL: what the file must be. Its size lets a node check its disk before fetching; a digest is checked
+    # before the file is used (without one, only the size the server announced is)
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    size: ByteSize | None = None
     engine: EngineName
     profile: Profile = Profile()
     # No scaling stanza means configured and off: a request must never start a model nobody meant to run.

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -19,7 +20,7 @@ from llmgw.control.admission import IPNetwork, address_problem, ports_problem
 from llmgw.control.plane import ControlPlane
 from llmgw.core.buckets import Buckets
 from llmgw.pki.tls import peer_identity
-from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, NodeReport
+from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +84,18 @@ def agent_app(
         desired = plane.heartbeat(report, ident.serial, ident.not_after)
         # answered in the node's own version: an agent older than this control plane (the upgrade order) must be
         # able to read what it is told
-        desired = desired.model_copy(update={"version": min(report.version, WIRE_VERSION)})
-        # fields a version does not know are left out: the agent reads strictly and would refuse the whole answer
-        older = {"engine_sources"} if desired.version < 3 else None
-        return web.Response(text=desired.model_dump_json(exclude=older), content_type="application/json")
+        return web.Response(text=answer_in(desired, report.version), content_type="application/json")
 
     app = web.Application(client_max_size=MAX_HEARTBEAT_BYTES)
     app.router.add_post("/v1/agent/heartbeat", heartbeat)
     return app
+
+
+def answer_in(desired: DesiredState, version: int) -> str:
+    """The desired state in the node's own wire version: an agent older than this control plane (the upgrade order)
+    reads strictly and would refuse a whole answer with one field it does not know, so those are left out."""
+    desired = desired.model_copy(update={"version": min(version, WIRE_VERSION)})
+    older: dict[str, Any] = {"shards": {"__all__": {"weights"}}} if desired.version < 4 else {}
+    if desired.version < 3:
+        older["engine_sources"] = True
+    return desired.model_dump_json(exclude=older or None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from llmgw.config.server import ModelSpec
 from llmgw.core.state import ReplicaRecord
 from llmgw.wire.engines import EngineSource
-from llmgw.wire.messages import DesiredState, ShardSpec
+from llmgw.wire.messages import DesiredState, ShardSpec, WeightsPlan
 
 
 def engine_args(spec: ModelSpec) -> list[str]:
@@ -18,7 +18,7 @@ def engine_args(spec: ModelSpec) -> list[str]:
 
 def desired_for(
     node_id: str, replicas: list[ReplicaRecord], models: dict[str, ModelSpec], engines: list[str],
-    interval: float, sources: list[EngineSource] | None = None,
+    interval: float, sources: list[EngineSource] | None = None, weights: dict[str, WeightsPlan] | None = None,
 ) -> DesiredState:
     shards: list[ShardSpec] = []
     for r in replicas:
@@ -49,6 +49,7 @@ def desired_for(
                     peer_addresses=peers,
                     peer_ports=peer_ports,
                     fabric_adapters=a.fabric_adapters,
+                    weights=(weights or {}).get(spec.source),
                     api_key=r.secret,
                 )
             )

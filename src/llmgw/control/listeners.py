@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import ssl
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from llmgw.config.types import split_listen
 
 log = logging.getLogger(__name__)
 
@@ -168,3 +171,40 @@ class QuietErrors:
         self.last[kind] = now
         n, self.count[kind] = self.count[kind], 0
         log.error("%s (%d time(s) in the last minute)%s", kind, n, f": {exc}" if exc is not None else "")
+
+
+TLS_HANDSHAKE_TIMEOUT = 10.0  # a connection that never finishes its handshake holds a descriptor this long
+
+
+class Listener:
+    def __init__(self, runner: web.AppRunner, tls_server: asyncio.AbstractServer | None = None) -> None:
+        self.runner = runner
+        self.tls_server = tls_server
+
+    async def cleanup(self) -> None:
+        if self.tls_server is not None:
+            self.tls_server.close()
+        await self.runner.cleanup()
+
+
+async def start_listener(
+    app: web.Application,
+    listen: str,
+    limiter: Limiter,
+    header_timeout: float,
+    tls: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
+) -> Listener:
+    runner = web.AppRunner(app, **runner_options(header_timeout))
+    await runner.setup()
+    assert runner.server is not None
+    limiter.install(runner.server)
+    host, port = split_listen(listen)
+    if tls is None:
+        await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
+        return Listener(runner)
+    # aiohttp's sites cannot bound the TLS handshake, which happens before the limiter sees a connection
+    server = await asyncio.get_running_loop().create_server(
+        runner.server, host, port, ssl=tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT, reuse_address=True,
+    )
+    return Listener(runner, server)

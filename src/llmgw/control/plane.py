@@ -12,6 +12,7 @@ from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.desired import desired_for
 from llmgw.control.metrics import Gauges
 from llmgw.control.registry import merge_report
+from llmgw.control.weights import plans_for
 from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.buckets import Buckets
 from llmgw.core.clock import Clock
@@ -146,9 +147,10 @@ class ControlPlane:
         self.nodes[rec.id] = rec
         self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
         self._node_events(rec.id, events)
+        replicas = list(self.replicas.values())
         return desired_for(
-            rec.id, list(self.replicas.values()), self.models, self._engine_names, self.cfg.heartbeat_interval,
-            self._engine_sources,
+            rec.id, replicas, self.models, self._engine_names, self.cfg.heartbeat_interval,
+            self._engine_sources, plans_for(rec.id, self.nodes, replicas, self.models),
         )
 
     def _node_events(self, node_id: str, events: list[str]) -> None:

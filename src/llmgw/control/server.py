@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
 from pathlib import Path
 
 from aiohttp import web
@@ -24,7 +23,7 @@ from llmgw.control.listeners import (
     per_client,
     raise_fd_limit,
     refusal,
-    runner_options,
+    start_listener,
 )
 from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
@@ -40,43 +39,6 @@ from llmgw.store.sqlite import SqliteStore
 log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 3600.0
 AGENT_CONNECTIONS_PER_NODE = 4
-
-
-TLS_HANDSHAKE_TIMEOUT = 10.0  # a connection that never finishes its handshake holds a descriptor this long
-
-
-class Listener:
-    def __init__(self, runner: web.AppRunner, tls_server: asyncio.AbstractServer | None = None) -> None:
-        self.runner = runner
-        self.tls_server = tls_server
-
-    async def cleanup(self) -> None:
-        if self.tls_server is not None:
-            self.tls_server.close()
-        await self.runner.cleanup()
-
-
-async def start_listener(
-    app: web.Application,
-    listen: str,
-    limiter: Limiter,
-    header_timeout: float,
-    tls: ssl.SSLContext | None = None,
-    reuse_port: bool = False,
-) -> Listener:
-    runner = web.AppRunner(app, **runner_options(header_timeout))
-    await runner.setup()
-    assert runner.server is not None
-    limiter.install(runner.server)
-    host, port = split_listen(listen)
-    if tls is None:
-        await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
-        return Listener(runner)
-    # aiohttp's sites cannot bound the TLS handshake, which happens before the limiter sees a connection
-    server = await asyncio.get_running_loop().create_server(
-        runner.server, host, port, ssl=tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT, reuse_address=True,
-    )
-    return Listener(runner, server)
 
 
 def api_refusal() -> bytes:

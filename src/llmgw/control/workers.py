@@ -78,7 +78,8 @@ async def watch_parent(parent: int, stop: asyncio.Event) -> None:
 
 
 async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, parent: int | None = None) -> None:
-    from llmgw.control.server import api_refusal, start_listener  # the server imports this module
+    from llmgw.control.listeners import start_listener
+    from llmgw.control.server import api_refusal  # the server imports this module
 
     host, port = split_listen(cfg.admin_listen)
     token = read_token(Path(cfg.token_path()))

@@ -7,6 +7,8 @@ LlmgwError
 ├── DiscoveryError       a probe failed in a way that is not "absent hardware"
 ├── EngineError          an engine adapter cannot build or check a command
 │   └── InstallRefused   an engine build was not installed: a bad digest, an escaping archive, a missing library
+├── TransferFailed       a file did not arrive whole: a cut connection (resumable), a wrong size, a full disk
+│   └── WeightsRefused   a model's weights cannot be had on this node: a bad digest, no room, no source
 ├── RendezvousError      (sim) a multi-node group could not form or broke
 └── UpstreamError        a peer did not answer as it should: an engine (router), a control plane (agent)
     ├── ConnectFailed    never reached the engine: safe to retry elsewhere
@@ -62,6 +64,25 @@ class InstallRefused(EngineError):
     def from_os(cls, e: OSError, what: str, otherwise: str = Reason.EngineInstallFailed) -> InstallRefused:
         """A failed write in the words of the system: a full disk is DiskFull, anything else `otherwise`."""
         return cls(Reason.DiskFull if e.errno == errno.ENOSPC else otherwise, f"{what}: {e.strerror or e}")
+
+
+class TransferFailed(LlmgwError):
+    """`reason` a code (Reason), the message the node's words; `resumable`: what arrived is kept and the next
+    attempt continues from it."""
+
+    def __init__(self, reason: str, message: str, resumable: bool = False) -> None:
+        self.reason = reason
+        self.resumable = resumable
+        super().__init__(message)
+
+    @classmethod
+    def from_os(cls, e: OSError, what: str) -> TransferFailed:
+        return cls(Reason.DiskFull if e.errno == errno.ENOSPC else Reason.DownloadFailed,
+                   f"{what}: {e.strerror or e}")
+
+
+class WeightsRefused(TransferFailed):
+    pass
 
 
 class UpstreamError(LlmgwError):

@@ -51,6 +51,9 @@ class Reason(StrEnum):
     PackagesFailed = "PackagesFailed"  # the OS packages a build needs could not be installed
     NoBuildForNode = "NoBuildForNode"  # no variant of the engine fits this node's processor
     DiskFull = "DiskFull"
+    InsufficientDisk = "InsufficientDisk"  # a file would not fit: its size against the free space, in bytes
+    SizeMismatch = "SizeMismatch"  # a file's size is not the one the catalog (or the server) gave
+    WeightsFetching = "WeightsFetching"  # the shard waits for its weights: fetched, or copied from a peer node
     FabricsActive = "FabricsActive"
     NoFabricDeclared = "NoFabricDeclared"
     FabricPortNotActive = "FabricPortNotActive"

@@ -172,7 +172,9 @@ def issue(
         )
         .add_extension(
             x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH, NODE_ROLE]
+                [ExtendedKeyUsageOID.SERVER_AUTH] if server else [
+                    # a node also serves: the weights it holds, to the other nodes of its cluster (mutual TLS)
+                    ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH, NODE_ROLE]
             ),
             critical=False,
         )

@@ -79,6 +79,12 @@ def peer_identity(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> PeerIdent
     return _identity(der, node_id)
 
 
+def speaks_as_node(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> bool:
+    """The peer's verified certificate is a node's (it carries the node role)."""
+    ident = peer_identity(ssl_object)
+    return ident is not None and ident.node_role
+
+
 @functools.lru_cache(maxsize=4096)  # one parse per certificate, not per heartbeat
 def _identity(der: bytes, node_id: str) -> PeerIdentity:
     from llmgw.pki.ca import has_node_role

@@ -14,8 +14,11 @@ def fresh(n: NodeView, r: Request) -> float:
 
 
 def weights_present(n: NodeView, r: Request) -> float:
-    """Holding the weights saves a copy of tens of gigabytes; fetching is still a valid answer."""
-    return 1.0 if r.model.source in n.weights else 0.0
+    """Holding the weights saves a copy of tens of gigabytes; a node of its fabric holding them turns a download
+    from the origin into a copy from that peer; fetching is still a valid answer."""
+    if r.model.source in n.weights:
+        return 1.0
+    return 0.5 if r.model.source in n.fabric_weights else 0.0
 
 
 def binpack(n: NodeView, r: Request, gpus_after: int) -> float:

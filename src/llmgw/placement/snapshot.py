@@ -25,13 +25,14 @@ class NodeView:
     mem_total: int
     mem_reserved: int
     fabrics: dict[str, Fabric]
-    weights: frozenset[str]
+    weights: frozenset[str]  # sources this node holds whole
     used_ports: frozenset[int]
     port_low: int
     port_high: int
     shard_count: int = 0  # shards of any replica placed here
     held_whole_by: str = ""  # a multi-node replica holds this node whole
     not_live_reason: str = ""
+    fabric_weights: frozenset[str] = frozenset()  # sources a live node of one of its fabrics holds: a peer copy
     _free_cache: dict[str | None, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
     # Derived from the cards once per view, while they are being read anyway: placement asks every node for
     # its free cards on every request, and a replace()d view derives them again, so nothing goes stale.
@@ -156,6 +157,11 @@ def build_snapshot(
             count[a.node_id] = count.get(a.node_id, 0) + 1
             if multi:
                 whole[a.node_id] = r.id
+    held: dict[str, set[str]] = {}  # per fabric, the sources its live nodes hold
+    for rec in nodes:
+        if not rec.lost and rec.report.weights:
+            for f in rec.report.fabrics:
+                held.setdefault(f.name, set()).update(rec.report.weights)
     views = []
     for rec in nodes:
         rep = rec.report
@@ -185,6 +191,7 @@ def build_snapshot(
                 port_high=rep.port_high,
                 shard_count=count.get(rec.id, 0),
                 held_whole_by=whole.get(rec.id, ""),
+                fabric_weights=frozenset().union(*(held.get(f.name, ()) for f in rep.fabrics)),
             )
         )
     views.sort(key=lambda v: v.id)

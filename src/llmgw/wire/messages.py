@@ -13,7 +13,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from llmgw.wire.engines import EngineSource
 
 X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and Python's names: AVX2 is x86's
-WIRE_VERSION = 3  # 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state
+# 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state; 4: weights (the
+# directories and fetches a node reports, its peer port; how each shard's weights are to be had)
+WIRE_VERSION = 4
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
@@ -142,6 +144,32 @@ class ShardState(Strict):
     restarts: int = Field(default=0, ge=0, le=2**31)
 
 
+class WeightsDir(Strict):
+    """A directory the node looks for weights in, and the file system holding it."""
+
+    path: Text
+    fs_type: Name = ""  # as the kernel names it (ext4, xfs, nfs4, ...); "" when it could not be read
+    network: bool = False  # a file system other nodes may mount too: never cleaned, counted on every such node
+    total_bytes: Count = 0
+    free_bytes: Count = 0
+    managed_bytes: Count = 0  # what llmgw fetched there (the budget counts these)
+    budget_bytes: Count | None = None
+
+
+class FetchStatus(Strict):
+    """A file being had for a shard: from the origin, from a peer node, or waited for."""
+
+    source: Text
+    state: Literal["waiting", "fetching", "failed"]
+    via: Name = ""  # "origin", or the peer node copied from
+    done_bytes: Count = 0
+    total_bytes: Count | None = None
+    rate_bps: float = Field(default=0.0, ge=0, le=1e13)
+    eta_s: float | None = Field(default=None, ge=0, le=1e9)
+    message: Text = ""  # in the node's words: what it is doing, or why it failed
+    reason: Name = ""
+
+
 class NodeReport(Strict):
     version: int = WIRE_VERSION
     node_id: Name = Field(min_length=1)
@@ -152,7 +180,10 @@ class NodeReport(Strict):
     engines: Annotated[list[EngineStatus], Field(max_length=16)] = []
     install_progress: Texts = []
     fabrics: Annotated[list[Fabric], Field(max_length=16)] = []
-    weights: Annotated[list[Text], Field(max_length=1024)] = []  # sources this node can see on disk
+    weights: Annotated[list[Text], Field(max_length=1024)] = []  # sources this node holds whole on disk
+    weights_dirs: Annotated[list[WeightsDir], Field(max_length=64)] = []
+    fetches: Annotated[list[FetchStatus], Field(max_length=64)] = []
+    peer_port: int = Field(default=0, ge=0, le=65535)  # where it serves weights to its fabric's nodes; 0: not
     port_low: Port = 20000  # engines on this node may be given ports in [port_low, port_high]
     port_high: Port = 20999
     shards: Annotated[list[ShardState], Field(max_length=1024)] = []
@@ -178,6 +209,24 @@ class NodeReport(Strict):
         return self
 
 
+class WeightsPeer(Strict):
+    node_id: str  # the name its certificate must bear
+    address: str
+    port: int
+
+
+class WeightsPlan(Strict):
+    """How a shard's weights file is to be had, decided by the control plane for the whole fabric: copied from
+    peers that hold it (in this order), else fetched from the origin, or waited for while one node of the fabric
+    fetches it from the origin."""
+
+    sha256: str = ""
+    size: int | None = None
+    peers: list[WeightsPeer] = []
+    origin: bool = True
+    wait_for: str = ""
+
+
 class ShardSpec(Strict):
     replica_id: str
     model: str
@@ -194,6 +243,7 @@ class ShardSpec(Strict):
     peer_ports: list[int] = []  # the port each rank binds for its peers (0: none), by rank; reserved by placement
     rendezvous_port: int | None = None
     fabric_adapters: list[str] = []  # NCCL_IB_HCA for this node
+    weights: WeightsPlan | None = None  # version 4: for a source fetched over http(s)
     # the replica's engine secret: the engine answers only requests that carry it, and only the router has it.
     # Never on a command line (other users can read those) and never in a log (repr=False).
     api_key: str = Field(default="", repr=False)

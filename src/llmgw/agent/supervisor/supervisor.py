@@ -50,8 +50,17 @@ async def _read_capped(content: aiohttp.StreamReader, cap: int) -> bytes:
 def _words(body: bytes) -> str:
     return body[:300].decode(errors="replace").strip()
 
-# the launch, or why there is none: words, or a Problem when the resolver knows the code (WeightsUnusable)
-Resolver = Callable[[ShardSpec], tuple[Launch | None, "str | Problem"]]
+@dataclass(frozen=True)
+class Pending:
+    """Not startable yet, and on its way to being (its weights are arriving): asked again at every tick."""
+
+    message: str
+    reason: str
+
+
+# the launch, or why there is none: words, or a Problem when the resolver knows the code (WeightsUnusable), or
+# Pending when there will be one
+Resolver = Callable[[ShardSpec], tuple[Launch | None, "str | Problem | Pending"]]
 
 
 class Supervisor:
@@ -79,19 +88,28 @@ class Supervisor:
                 del self.shards[key]
         for key, spec in want.items():
             if key not in self.shards:
-                try:
-                    launch, why = self.resolve(spec)
-                except Exception as e:  # one shard's trouble fails that shard, never the agent and its engines
-                    launch, why = None, f"cannot prepare the shard: {type(e).__name__}: {e}"
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
-                sp = ShardProcess(spec=spec, launch=launch, log_path=log, host=self.host)
-                if launch is None:
-                    if isinstance(why, Problem):
-                        sp.state, sp.message, sp.reason = "failed", why.message, why.code
-                    else:
-                        sp.state, sp.message = "failed", why
+                sp = ShardProcess(spec=spec, launch=None, log_path=log, host=self.host)
+                self._prepare(sp)
                 self.shards[key] = sp
         await self.tick()
+
+    def _prepare(self, sp: ShardProcess) -> None:
+        """Resolve a shard's launch: found, on its way (pending, with what it waits for), or failed with why."""
+        try:
+            launch, why = self.resolve(sp.spec)
+        except Exception as e:  # one shard's trouble fails that shard, never the agent and its engines
+            launch, why = None, f"cannot prepare the shard: {type(e).__name__}: {e}"
+        sp.launch = launch
+        if launch is not None:
+            if sp.reason == "WeightsFetching":
+                sp.message, sp.reason = "", ""
+        elif isinstance(why, Pending):
+            sp.state, sp.message, sp.reason = "pending", why.message, why.reason
+        elif isinstance(why, Problem):
+            sp.state, sp.message, sp.reason = "failed", why.message, why.code
+        else:
+            sp.state, sp.message = "failed", why
 
     def adopt(self, found: dict[tuple[str, int], Running]) -> None:
         """Take over what a previous agent left running, as if this agent had started it: reported (its health
@@ -118,6 +136,8 @@ class Supervisor:
         now = self.clock.monotonic()
         probes = []
         for sp in self.shards.values():
+            if sp.launch is None and sp.state == "pending":
+                self._prepare(sp)
             if sp.launch is None or sp.state == "failed":
                 continue
             p = sp.proc

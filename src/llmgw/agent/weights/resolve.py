@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 PKG_SCHEME = "pypkg://"
@@ -40,22 +39,3 @@ def resolve_source(source: str) -> tuple[str | None, str]:
                 return None, f"weights file is not GGUF (starts {head!r}; an error page saved as weights?): {source}"
         return source, ""
     return source, ""  # e.g. "Qwen/Qwen2.5-7B-Instruct": vLLM and SGLang fetch it themselves
-
-
-def visible_weights(dirs: list[str]) -> list[str]:
-    """Non-empty files under the directories. An empty file looks like a download that never finished."""
-    out: list[str] = []
-    for d in dirs:
-        if not os.path.isdir(d):
-            continue
-        for root, _, files in os.walk(d):
-            for f in files:
-                p = os.path.join(root, f)
-                if f.endswith(".part"):
-                    continue
-                try:
-                    if os.path.getsize(p) > 0:
-                        out.append(p)
-                except OSError:
-                    continue
-    return sorted(out)

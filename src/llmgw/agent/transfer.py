@@ -1,0 +1,188 @@
+"""Move one file over HTTP(S) into `<name>.part`: resumed where an earlier attempt (or another source) stopped,
+started over when a server ignores the Range asked for, bounded in size and time, hashed as it arrives.
+
+Used for engine archives (installs) and for weights (from an origin or from a peer node). The caller decides what
+a whole file is and renames it; nothing here ever gives a partial file its final name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ssl
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from llmgw.core.errors import TransferFailed
+from llmgw.core.reasons import Reason
+
+CHUNK = 1 << 20
+Progress = Callable[[int, int | None], None]  # (bytes so far, total if known)
+
+
+def mb(n: int) -> str:
+    if n >= 1e9:
+        return f"{n / 1e9:.1f} GB"
+    if n >= 1e6:
+        return f"{n / 1e6:.0f} MB"
+    return f"{n / 1e3:.0f} kB" if n >= 1e3 else f"{n} bytes"
+
+
+def hash_of(path: Path, upto: int | None = None) -> hashlib._Hash:
+    h = hashlib.sha256()
+    left = upto
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK if left is None else min(CHUNK, left)):
+            h.update(chunk)
+            if left is not None:
+                left -= len(chunk)
+    return h
+
+
+def _resumed_at(content_range: str | None) -> int | None:
+    """The first byte a 206 answer starts at ("bytes 100-199/200"), or None if it does not say."""
+    if not content_range or not content_range.startswith("bytes "):
+        return None
+    first = content_range[6:].split("-", 1)[0]
+    return int(first) if first.isdigit() else None
+
+
+@dataclass
+class Source:
+    """Where bytes come from: a URL, with, for a peer node, the TLS context and the name its certificate bears."""
+
+    url: str
+    ssl: ssl.SSLContext | None = None
+    server_hostname: str | None = None
+    name: str = ""  # how progress and errors name it: "the origin", "peer node02"
+
+    def said(self) -> str:
+        return self.name or self.url
+
+
+@dataclass
+class Result:
+    size: int
+    sha256: str
+
+
+Room = Callable[[int], None]  # raises TransferFailed when `n` more bytes cannot be written here
+
+
+async def fetch_part(
+    src: Source,
+    part: Path,
+    *,
+    max_bytes: int,
+    progress: Progress,
+    expected_size: int | None = None,
+    room: Room | None = None,
+    timeout: float = 60.0,
+    deadline: float = 4 * 3600.0,
+) -> Result:
+    """Fill `part` with the whole body of `src`, continuing from what `part` already holds. On return `part` holds
+    exactly `Result.size` bytes whose digest is `Result.sha256`. An interrupted transfer raises with
+    `resumable=True` and keeps `part` for the next call (from this source or another). `expected_size` (the
+    catalog's) is held against what the server says; `room` is asked before a byte is written."""
+    have = part.stat().st_size if part.exists() else 0
+    if have > max_bytes or (expected_size is not None and have > expected_size):
+        part.unlink()
+        have = 0
+    hasher = await asyncio.to_thread(hash_of, part) if have else hashlib.sha256()
+    if expected_size is not None and have == expected_size:
+        return Result(have, hasher.hexdigest())
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    client_timeout = aiohttp.ClientTimeout(total=deadline, connect=timeout, sock_read=timeout)
+    name = part.name.removesuffix(".part")
+    try:
+        async with aiohttp.ClientSession(timeout=client_timeout) as session, session.get(
+            src.url, headers=headers, ssl=src.ssl if src.ssl is not None else True,
+            server_hostname=src.server_hostname,
+        ) as resp:
+            if resp.status == 416 and have:  # asked past the end: what we have is all there is
+                return Result(have, hasher.hexdigest())
+            if resp.status not in (200, 206):
+                raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered {resp.status} "
+                                     f"{resp.reason or ''}".strip(), resumable=resp.status >= 500)
+            if resp.status == 200 or _resumed_at(resp.headers.get("Content-Range")) != have:
+                if resp.status == 206:  # a range it was not asked for: ask again, whole, next time
+                    part.unlink(missing_ok=True)
+                    raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered a range it was not asked "
+                                         "for", resumable=True)
+                if have:  # the server does not resume: start over, from a clean file
+                    have, hasher = 0, hashlib.sha256()
+            length = resp.content_length
+            total = have + length if length is not None else expected_size
+            if length is not None and expected_size is not None and total != expected_size:
+                raise TransferFailed(Reason.SizeMismatch, f"{src.said()} serves {name} as {total} bytes; the "
+                                     f"catalog says {expected_size}")
+            if total is not None and total > max_bytes:
+                raise TransferFailed(Reason.DownloadFailed, f"{name} is {mb(total)}, more than the "
+                                     f"{mb(max_bytes)} allowed")
+            if room is not None and total is not None:
+                room(total - have)
+            have = await _receive(resp, part, have, hasher, max_bytes, progress, total, name)
+            if total is not None and have < total:
+                raise TransferFailed(Reason.DownloadFailed, f"{name}: the transfer from {src.said()} stopped at "
+                                     f"{mb(have)} of {mb(total)}", resumable=True)
+    except (aiohttp.ClientError, TimeoutError) as e:
+        words = str(e) or type(e).__name__
+        have = part.stat().st_size if part.exists() else 0
+        raise TransferFailed(Reason.DownloadFailed, f"{name}: the transfer from {src.said()} stopped at {mb(have)} "
+                             f"({words[:300]})", resumable=True) from None
+    except OSError as e:
+        raise TransferFailed.from_os(e, f"cannot write {part}") from None
+    return Result(have, hasher.hexdigest())
+
+
+async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The body in chunks; when the connection breaks, what had arrived before the break comes first (aiohttp
+    raises at once and would drop it, and those bytes are kept for the next attempt to resume after)."""
+    try:
+        async for chunk in content.iter_chunked(CHUNK):
+            yield chunk
+    except aiohttp.ClientPayloadError:
+        salvage: Callable[[int], bytes] | None = getattr(content, "_read_nowait", None)  # private: may go
+        if salvage is not None and (rest := salvage(-1)):
+            yield rest
+        raise
+
+
+async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: hashlib._Hash, max_bytes: int,
+                   progress: Progress, total: int | None, name: str) -> int:
+    """Write and hash the body in a thread while the next chunk arrives: the event loop (heartbeats, the other
+    transfers) is never held by a disk or a digest."""
+    with part.open("r+b" if have else "wb") as f:
+        f.truncate(have)
+        f.seek(have)
+        progress(have, total)
+
+        def sink(chunk: bytes) -> None:
+            f.write(chunk)
+            hasher.update(chunk)
+
+        pending: asyncio.Future[None] | None = None
+        try:
+            async for chunk in _chunks(resp.content):
+                have += len(chunk)
+                if have > max_bytes or (total is not None and have > total):
+                    if pending is not None:
+                        await pending
+                        pending = None
+                    f.close()
+                    part.unlink(missing_ok=True)  # resuming it would only grow it further
+                    limit = f"the {mb(total)} announced" if total is not None and total <= max_bytes else (
+                        f"the {mb(max_bytes)} allowed")
+                    raise TransferFailed(Reason.SizeMismatch, f"{name} grew past {limit}")
+                if pending is not None:
+                    await pending
+                pending = asyncio.ensure_future(asyncio.to_thread(sink, chunk))
+                progress(have, total)
+        finally:
+            if pending is not None:
+                await asyncio.shield(pending)  # a write in flight ends before the file is closed
+        f.flush()
+    return have

@@ -1,0 +1,250 @@
+"""Have a shard's remote weights file on this node: one transfer per file however many shards want it, from the
+peers the control plane names (a node of this fabric that holds it) and else from the origin, resumed across
+attempts and across sources, verified, and only then given its name. Progress is kept for the heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from llmgw.agent.transfer import Result, Source, fetch_part, mb
+from llmgw.agent.weights import local
+from llmgw.core.backoff import doubling
+from llmgw.core.clock import Clock
+from llmgw.core.errors import TransferFailed, WeightsRefused
+from llmgw.core.reasons import Reason
+from llmgw.wire.messages import FetchStatus, WeightsPlan
+
+log = logging.getLogger(__name__)
+
+RETRY_BASE, RETRY_CAP = 1.0, 60.0  # a cut transfer is resumed soon; a failed one is tried again after FAILED_RETRY
+FAILED_RETRY = 60.0
+
+
+@dataclass(frozen=True)
+class Ready:
+    path: Path
+
+
+@dataclass(frozen=True)
+class Waiting:
+    message: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    reason: str
+    message: str
+
+
+Outcome = Ready | Waiting | Failed
+
+
+@dataclass
+class _Job:
+    url: str
+    plan: WeightsPlan
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    status: FetchStatus | None = None
+    done: Path | None = None
+    failed_at: float = 0.0
+    started: tuple[float, int] = (0.0, 0)  # (when, bytes) the current transfer began at: for its rate
+
+
+class Fetcher:
+    def __init__(self, weights_dir: Path, clock: Clock, tls: Callable[[], ssl.SSLContext] | None, node_id: str,
+                 budget: int | None, max_bytes: int, network: Callable[[], bool], in_use: Callable[[], set[Path]],
+                 timeout: float = 60.0) -> None:
+        self.dir = weights_dir
+        self.clock = clock
+        self.tls = tls
+        self.node_id = node_id
+        self.budget = budget
+        self.max_bytes = max_bytes
+        self.network = network
+        self.in_use = in_use
+        self.timeout = timeout
+        self.jobs: dict[str, _Job] = {}
+        self.origin_requests = 0
+
+    def ensure(self, url: str, plan: WeightsPlan | None) -> Outcome:
+        """Where the file is, or what is being done to have it (started here, once, if nothing is)."""
+        plan = plan or WeightsPlan()
+        job = self.jobs.get(url)
+        if job is None:
+            job = self.jobs[url] = _Job(url, plan)
+        elif job.plan != plan:
+            job.plan = plan
+            job.changed.set()  # a waiting transfer reads its new plan now
+        if job.done is not None and job.done.exists():
+            local.touch(job.done.parent)
+            return Ready(job.done)
+        held = local.read_held(local.folder_for(self.dir, url))
+        if held is not None and (not plan.sha256 or held.sha256 == plan.sha256) and (
+                plan.size is None or held.size == plan.size):
+            job.done, job.status = held.path, None
+            local.touch(held.path.parent)
+            return Ready(held.path)
+        st = job.status
+        if job.task is None or job.task.done():
+            if st is not None and st.state == "failed" and self.clock.monotonic() - job.failed_at < FAILED_RETRY:
+                return Failed(st.reason, st.message)
+            job.task = asyncio.create_task(self._run(job))
+            job.status = st = FetchStatus(source=url, state="waiting", message="starting")
+        assert st is not None
+        if st.state == "failed":
+            return Failed(st.reason, st.message)
+        return Waiting(self.words(st))
+
+    @staticmethod
+    def words(st: FetchStatus) -> str:
+        if st.state != "fetching":
+            return st.message
+        of = f" of {mb(st.total_bytes)}" if st.total_bytes else ""
+        rate = f" at {mb(int(st.rate_bps))}/s" if st.rate_bps else ""
+        eta = f", about {st.eta_s:.0f} s left" if st.eta_s is not None else ""
+        return f"{st.message}: {mb(st.done_bytes)}{of}{rate}{eta}"
+
+    def keep(self, urls: set[str]) -> None:
+        """Stop transfers no shard wants any more (what arrived stays, for the next one to resume)."""
+        for url in list(self.jobs):
+            if url not in urls:
+                job = self.jobs.pop(url)
+                if job.task is not None:
+                    job.task.cancel()
+
+    def statuses(self) -> list[FetchStatus]:
+        return [j.status for j in self.jobs.values() if j.status is not None][:64]
+
+    async def close(self) -> None:
+        tasks = [j.task for j in self.jobs.values() if j.task is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run(self, job: _Job) -> None:
+        attempt = 0
+        while True:
+            try:
+                path = await self._attempt(job)
+            except TransferFailed as e:
+                if not e.resumable:
+                    job.status = FetchStatus(source=job.url, state="failed", message=str(e), reason=e.reason)
+                    job.failed_at = self.clock.monotonic()
+                    log.error("weights %s: %s", job.url, e)
+                    return
+                wait = doubling(RETRY_BASE, RETRY_CAP, attempt)
+                attempt += 1
+                job.status = FetchStatus(source=job.url, state="waiting", message=f"{e}; trying again in {wait:.0f} s",
+                                         reason=Reason.WeightsFetching)
+                log.warning("weights %s: %s; trying again in %.0f s", job.url, e, wait)
+                await asyncio.sleep(wait)
+                continue
+            except OSError as e:
+                err = TransferFailed.from_os(e, f"cannot write in {self.dir}")
+                job.status = FetchStatus(source=job.url, state="failed", message=str(err), reason=err.reason)
+                job.failed_at = self.clock.monotonic()
+                return
+            if path is None:
+                continue  # the plan changed while waiting
+            job.done, job.status = path, None
+            return
+
+    async def _attempt(self, job: _Job) -> Path | None:
+        plan = job.plan
+        folder = local.folder_for(self.dir, job.url)
+        target = folder / local.file_name(job.url)
+        part = target.with_name(target.name + local.PART)
+        sources = [self._peer(job.url, p.node_id, p.address, p.port) for p in plan.peers if p.node_id != self.node_id]
+        if plan.origin or sources:  # peers that fail fall back on the origin
+            sources.append(Source(job.url, name="the origin"))
+        if not sources:
+            job.status = FetchStatus(source=job.url, state="waiting", reason=Reason.WeightsFetching,
+                                     message=f"waiting for {plan.wait_for or 'a node of this fabric'} to fetch it "
+                                             "from the origin, to copy it from there")
+            job.changed.clear()
+            await job.changed.wait()
+            return None
+        await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+        last: TransferFailed | None = None
+        for src in sources:
+            try:
+                got = await self._from(job, src, part, plan.size)
+            except TransferFailed as e:
+                if not e.resumable:
+                    raise
+                last = e
+                if src.name != "the origin":
+                    log.warning("weights %s: %s; trying the next source", job.url, e)
+                continue
+            return await asyncio.to_thread(self._finish, job, plan, got, part, target, src)
+        assert last is not None
+        raise last
+
+    def _peer(self, url: str, node_id: str, address: str, port: int) -> Source:
+        host = f"[{address}]" if ":" in address else address
+        return Source(f"https://{host}:{port}/v1/weights?source={quote(url, safe='')}",
+                      ssl=self.tls() if self.tls is not None else None, server_hostname=node_id,
+                      name=f"peer {node_id}")
+
+    async def _from(self, job: _Job, src: Source, part: Path, size: int | None) -> Result:
+        via = "origin" if src.name == "the origin" else src.name.removeprefix("peer ")
+        what = "fetching from the origin" if via == "origin" else f"copying from {via}"
+        have = part.stat().st_size if part.exists() else 0
+        job.started = (self.clock.monotonic(), have)
+        job.status = FetchStatus(source=job.url, state="fetching", via=via, done_bytes=have, total_bytes=size,
+                                 message=what, reason=Reason.WeightsFetching)
+
+        def progress(done: int, total: int | None) -> None:
+            t0, b0 = job.started
+            dt = self.clock.monotonic() - t0
+            rate = (done - b0) / dt if dt > 0.5 and done > b0 else 0.0
+            eta = (total - done) / rate if rate and total else None
+            job.status = FetchStatus(source=job.url, state="fetching", via=via, done_bytes=done, total_bytes=total,
+                                     rate_bps=min(rate, 1e13), eta_s=min(eta, 1e9) if eta is not None else None,
+                                     message=what, reason=Reason.WeightsFetching)
+
+        def room(n: int) -> None:
+            removed = local.make_room(self.dir, n, self.budget, self.in_use(), self.network())
+            if removed:
+                log.info("weights: removed %s (least recently used, no shard uses them) to make room for %s",
+                         ", ".join(removed), job.url)
+
+        if via == "origin":
+            self.origin_requests += 1
+        log.info("weights %s: %s (from byte %d)", job.url, what, have)
+        return await fetch_part(src, part, max_bytes=self.max_bytes, progress=progress, expected_size=size,
+                                room=room, timeout=self.timeout)
+
+    def _finish(self, job: _Job, plan: WeightsPlan, got: Result, part: Path, target: Path, src: Source) -> Path:
+        if plan.sha256 and got.sha256 != plan.sha256:
+            part.unlink(missing_ok=True)
+            raise WeightsRefused(Reason.DigestMismatch, f"{target.name} from {src.said()}: sha256 is {got.sha256}, "
+                                 f"the catalog says {plan.sha256}; removed")
+        if plan.size is not None and got.size != plan.size:
+            part.unlink(missing_ok=True)
+            raise WeightsRefused(Reason.SizeMismatch, f"{target.name} from {src.said()} is {got.size} bytes, the "
+                                 f"catalog says {plan.size}; removed")
+        if got.size == 0:
+            part.unlink(missing_ok=True)
+            raise WeightsRefused(Reason.SizeMismatch, f"{target.name} from {src.said()} is empty; removed")
+        local.record(target.parent, job.url, got.size, got.sha256)
+        with part.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(part, target)
+        dfd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        log.info("weights %s: %s whole from %s (%d bytes, sha256 %s)", job.url, target, src.said(), got.size,
+                 got.sha256)
+        return target

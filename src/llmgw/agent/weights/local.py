@@ -1,0 +1,196 @@
+"""Weights on this node's disks: where a fetched file lives, what the node holds, the file systems under its
+weights directories, and room made within a budget.
+
+A fetched file lives in a folder of its own under `weights_dir/fetched/`, named after the URL it came from:
+the file under its own name, beside it `source.json` (the URL, size and sha256, written before the file is
+renamed into place) and, while it arrives, `<name>.part`. A file under its final name is whole and verified;
+nothing else ever has that name. `source.json`'s modification time is when a shard last used the file: the
+least recently used file nobody runs is the first removed when room is needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from llmgw.agent.supervisor.process import write_private
+from llmgw.agent.transfer import mb
+from llmgw.core.errors import WeightsRefused
+from llmgw.core.reasons import Reason
+from llmgw.wire.messages import WeightsDir
+
+FETCHED = "fetched"
+SOURCE = "source.json"
+PART = ".part"
+# file systems other machines mount too: never cleaned by one node, and a file there is held by every mounter
+NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs",
+                        "9p", "afs", "ocfs2", "gfs2", "virtiofs", "fuse.sshfs", "fuse.s3fs", "fuse.juicefs",
+                        "fuse.gcsfuse", "fuse.rclone", "fuse.glusterfs", "fuse.cephfs", "fuse.mountpoint-s3"})
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def is_remote(source: str) -> bool:
+    return source.startswith(("http://", "https://"))
+
+
+def folder_for(weights_dir: Path, url: str) -> Path:
+    """The folder a URL's file lives in: readable, and unique to the URL."""
+    base = file_name(url)
+    return weights_dir / FETCHED / f"{Path(base).stem[:60]}-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
+
+
+def file_name(url: str) -> str:
+    """The URL's last path segment as a safe file name ("model.gguf"); "weights" when it has none."""
+    last = unquote(urlparse(url).path).rsplit("/", 1)[-1]
+    name = _UNSAFE.sub("_", last)[:120].lstrip(".")
+    return name or "weights"
+
+
+def target_for(weights_dir: Path, url: str) -> Path:
+    return folder_for(weights_dir, url) / file_name(url)
+
+
+@dataclass(frozen=True)
+class Held:
+    url: str
+    path: Path
+    size: int
+    sha256: str
+    last_used: float
+
+
+def read_held(folder: Path) -> Held | None:
+    """The whole file a fetched folder holds, or None (still arriving, or never finished)."""
+    try:
+        meta = json.loads((folder / SOURCE).read_text())
+        url, size, digest = str(meta["url"]), int(meta["size"]), str(meta.get("sha256", ""))
+        path = folder / file_name(url)
+        st = path.stat()
+        used = (folder / SOURCE).stat().st_mtime
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if folder != folder_for(folder.parent.parent, url) or st.st_size != size or size == 0:
+        return None  # a file changed under it, or a folder not made for this URL
+    return Held(url, path, size, digest, used)
+
+
+def held_files(weights_dir: Path) -> list[Held]:
+    try:
+        folders = sorted((weights_dir / FETCHED).iterdir())
+    except OSError:
+        return []
+    return [h for f in folders if (h := read_held(f)) is not None]
+
+
+def record(folder: Path, url: str, size: int, sha256: str) -> None:
+    """What the file is, written (atomically) before the file takes its name."""
+    write_private(folder / SOURCE, json.dumps({"url": url, "size": size, "sha256": sha256}, indent=1) + "\n")
+
+
+def touch(folder: Path) -> None:
+    """A shard uses this file now."""
+    try:
+        os.utime(folder / SOURCE)
+    except OSError:
+        pass
+
+
+def visible(dirs: Iterable[Path]) -> list[str]:
+    """What this node holds: every non-empty file under the directories by its path (an empty one looks like a
+    download that never finished, a `.part` is one), and every fetched file by the URL it came from."""
+    out: set[str] = set()
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        out.update(h.url for h in held_files(d))
+        for root, subdirs, files in os.walk(d):
+            if Path(root) == d:
+                subdirs[:] = [s for s in subdirs if s != FETCHED]  # reported by URL, above
+            for f in files:
+                if f.endswith(PART):
+                    continue
+                p = os.path.join(root, f)
+                try:
+                    if os.path.getsize(p) > 0:
+                        out.add(p)
+                except OSError:
+                    continue
+    return sorted(out)
+
+
+def mount_of(path: Path, mountinfo: str) -> tuple[str, str]:
+    """(mount point, file system type) of the mount holding `path`, from /proc/self/mountinfo's text."""
+    real = str(path.resolve())
+    best, fs = "", ""
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if not sep or len(fields) < 5 or not rest:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fs = point, rest[0]
+    return best, fs
+
+
+def describe_dir(path: Path, mountinfo: str, budget: int | None, managed: int) -> WeightsDir:
+    _, fs = mount_of(path, mountinfo) if mountinfo else ("", "")
+    try:
+        usage = shutil.disk_usage(path)
+        total, free = usage.total, usage.free
+    except OSError:
+        total = free = 0
+    return WeightsDir(path=str(path), fs_type=fs, network=fs in NETWORK_FS, total_bytes=total, free_bytes=free,
+                      managed_bytes=managed, budget_bytes=budget)
+
+
+def managed_bytes(weights_dir: Path) -> int:
+    """Bytes llmgw fetched into the directory, whole or arriving."""
+    total = 0
+    for root, _, files in os.walk(weights_dir / FETCHED):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                continue
+    return total
+
+
+def make_room(weights_dir: Path, need: int, budget: int | None, in_use: set[Path], network: bool) -> list[str]:
+    """Remove least recently used fetched files no shard uses until `need` more bytes fit on the disk and within
+    the budget; the names removed. Raises InsufficientDisk, in the node's words, when they cannot be made to fit.
+    Nothing is removed from a network file system: other nodes may be using it."""
+    removed: list[str] = []
+
+    def short() -> tuple[int, int]:
+        free = shutil.disk_usage(weights_dir).free
+        over = managed_bytes(weights_dir) + need - budget if budget is not None else 0
+        return max(0, need - free), max(0, over)
+
+    lacking, over = short()
+    if (lacking or over) and not network:
+        for h in sorted(held_files(weights_dir), key=lambda h: h.last_used):
+            if h.path in in_use or h.path.parent in {p.parent for p in in_use}:
+                continue
+            shutil.rmtree(h.path.parent, ignore_errors=True)
+            removed.append(h.path.name)
+            lacking, over = short()
+            if not lacking and not over:
+                break
+    if lacking:
+        free = shutil.disk_usage(weights_dir).free
+        raise WeightsRefused(Reason.InsufficientDisk, f"needs {mb(need)}, {mb(free)} free on {weights_dir}")
+    if over:
+        assert budget is not None
+        raise WeightsRefused(Reason.InsufficientDisk, f"needs {mb(need)}; the weights budget of {mb(budget)} on "
+                             f"{weights_dir} has {mb(max(0, budget - managed_bytes(weights_dir)))} left and the "
+                             "files in it are in use")
+    return removed

@@ -1,0 +1,79 @@
+"""How each node is to have the remote weights of the shards it runs, decided for the whole fabric: one node of a
+fabric fetches a file from its origin, the others copy it from a node of their fabric that holds it. Pure, over
+the nodes' reports and the replicas.
+
+- Nodes of the node's fabrics that hold the file whole and serve weights are its peers (in an order that differs
+  per copier, so copies spread over the holders); the origin stays the fallback when every peer fails.
+- When no node of the fabric holds it, one of those that want it fetches it from the origin: the one already
+  doing so, else the first by name among those that serve weights and have not failed to fetch it. The others wait
+  for it, then copy. A node without a fabric, or whose fabric has no node that could serve, fetches for itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from llmgw.config.server import ModelSpec
+from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.wire.messages import NodeReport, WeightsPeer, WeightsPlan
+
+MAX_PEERS = 4
+
+
+def is_remote(source: str) -> bool:
+    return source.startswith(("http://", "https://"))
+
+
+def _fabrics(r: NodeReport) -> set[str]:
+    return {f.name for f in r.fabrics}
+
+
+def _fetching_from_origin(r: NodeReport, source: str) -> bool:
+    return any(f.source == source and f.state == "fetching" and f.via == "origin" for f in r.fetches)
+
+
+def _failed(r: NodeReport, source: str) -> bool:
+    return any(f.source == source and f.state == "failed" for f in r.fetches)
+
+
+def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[ReplicaRecord],
+              models: dict[str, ModelSpec]) -> dict[str, WeightsPlan]:
+    """The plan for every remote source this node's shards use."""
+    me = nodes.get(node_id)
+    if me is None:
+        return {}
+    live = [r for r in replicas if not r.failed and r.stop is None and r.assignments]
+    mine: dict[str, ModelSpec] = {}
+    wanting: dict[str, set[str]] = {}  # source -> nodes with a shard that uses it
+    for r in live:
+        spec = models.get(r.model)
+        if spec is None or not is_remote(spec.source):
+            continue
+        ids = {a.node_id for a in r.assignments}
+        wanting.setdefault(spec.source, set()).update(ids)
+        if node_id in ids:
+            mine[spec.source] = spec
+    fabrics = _fabrics(me.report)
+    group = [n for n in nodes.values() if n.id != node_id and not n.lost and fabrics & _fabrics(n.report)]
+    return {source: _plan(me, group, source, spec, wanting.get(source, set())) for source, spec in mine.items()}
+
+
+def _plan(me: NodeRecord, group: list[NodeRecord], source: str, spec: ModelSpec, wanting: set[str]) -> WeightsPlan:
+    base = WeightsPlan(sha256=spec.sha256 or "", size=spec.size)
+    holders = [n for n in group if source in n.report.weights and n.report.peer_port]
+    if holders:
+        holders.sort(key=lambda n: hashlib.sha256(f"{me.id}/{n.id}".encode()).digest())
+        peers = [WeightsPeer(node_id=n.id, address=n.report.address, port=n.report.peer_port)
+                 for n in holders[:MAX_PEERS]]
+        return base.model_copy(update={"peers": peers})
+    if _fetching_from_origin(me.report, source):
+        return base
+    fetching = sorted(n.id for n in group if n.id in wanting and _fetching_from_origin(n.report, source))
+    if fetching:
+        return base.model_copy(update={"origin": False, "wait_for": fetching[0]})
+    could = sorted(n.id for n in [me, *group] if n.id in wanting | {me.id} and n.report.peer_port
+                   and not _failed(n.report, source))
+    if not could or could[0] == me.id:
+        return base
+    return base.model_copy(update={"origin": False, "wait_for": could[0]})
