@@ -84,8 +84,8 @@ class Agent:
         """Weights files a shard runs from (or will be started again from): never removed to make room."""
         if self.supervisor is None:
             return set()
-        return {Path(a) for sp in self.supervisor.shards.values() if sp.launch is not None
-                for a in sp.launch.argv if a.startswith(str(self.weights_dir))}
+        return {local.target_for(self.weights_dir, sp.spec.source) for sp in self.supervisor.shards.values()
+                if local.is_remote(sp.spec.source) and sp.state != "failed"}
 
     def _engine_binary(self, name: str) -> str | None:
         for e in self.engines:

@@ -24,6 +24,8 @@ Progress = Callable[[int, int | None], None]  # (bytes so far, total if known)
 
 
 def mb(n: int) -> str:
+    if n >= 1e12:
+        return f"{n / 1e12:.1f} TB"
     if n >= 1e9:
         return f"{n / 1e9:.1f} GB"
     if n >= 1e6:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ class Release:
     cut_after: dict[str, int] = field(default_factory=dict)  # send this many bytes of the body, then hang up
     hold: dict[str, threading.Event] = field(default_factory=dict)  # send one chunk, then wait for the event
     ranges: list[tuple[str, str]] = field(default_factory=list)  # (name, Range header) of every request
+    ignore_range: set[str] = field(default_factory=set)  # answer these whole (200) whatever Range asks
     port: int = 0
 
     def url(self, name: str) -> str:
@@ -37,7 +39,7 @@ def _handler(rel: Release) -> type[BaseHTTPRequestHandler]:
                 self.send_error(404, "Not Found")
                 return
             start = 0
-            rng = self.headers.get("Range", "")
+            rng = "" if name in rel.ignore_range else self.headers.get("Range", "")
             if rng.startswith("bytes=") and rng.endswith("-"):
                 start = int(rng[6:-1])
                 if start >= len(body):
@@ -71,8 +73,11 @@ def _handler(rel: Release) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def release_server(rel: Release) -> Iterator[Release]:
+def release_server(rel: Release, tls: ssl.SSLContext | None = None) -> Iterator[Release]:
+    """Serve `rel` on loopback; with `tls`, over TLS (a peer node that misbehaves, say)."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(rel))
+    if tls is not None:
+        httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     httpd.daemon_threads = True
     rel.port = httpd.server_address[1]
     t = threading.Thread(target=httpd.serve_forever, daemon=True)

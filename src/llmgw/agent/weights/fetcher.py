@@ -73,7 +73,6 @@ class Fetcher:
         self.in_use = in_use
         self.timeout = timeout
         self.jobs: dict[str, _Job] = {}
-        self.origin_requests = 0
 
     def ensure(self, url: str, plan: WeightsPlan | None) -> Outcome:
         """Where the file is, or what is being done to have it (started here, once, if nothing is)."""
@@ -148,10 +147,12 @@ class Fetcher:
                 log.warning("weights %s: %s; trying again in %.0f s", job.url, e, wait)
                 await asyncio.sleep(wait)
                 continue
-            except OSError as e:
-                err = TransferFailed.from_os(e, f"cannot write in {self.dir}")
+            except Exception as e:  # a transfer's trouble fails that file, never the agent; and it is said
+                err = TransferFailed.from_os(e, f"cannot write in {self.dir}") if isinstance(e, OSError) else (
+                    TransferFailed(Reason.DownloadFailed, f"{type(e).__name__}: {str(e)[:500]}"))
                 job.status = FetchStatus(source=job.url, state="failed", message=str(err), reason=err.reason)
                 job.failed_at = self.clock.monotonic()
+                log.exception("weights %s: failed", job.url)
                 return
             if path is None:
                 continue  # the plan changed while waiting
@@ -218,8 +219,8 @@ class Fetcher:
                 log.info("weights: removed %s (least recently used, no shard uses them) to make room for %s",
                          ", ".join(removed), job.url)
 
-        if via == "origin":
-            self.origin_requests += 1
+        if size is not None:
+            await asyncio.to_thread(room, size - have)  # the disk is checked before anything is asked for
         log.info("weights %s: %s (from byte %d)", job.url, what, have)
         return await fetch_part(src, part, max_bytes=self.max_bytes, progress=progress, expected_size=size,
                                 room=room, timeout=self.timeout)
