@@ -29,6 +29,17 @@ def test_weights_are_a_preference_not_a_filter() -> None:
     assert isinstance(res, Placement) and res.assignments[0].node_id == "n1"
 
 
+def test_a_node_whose_fabric_holds_the_weights_comes_before_one_that_would_fetch_them() -> None:
+    """A peer copy beats a download from the origin; holding the file beats both. Never a filter."""
+    m = model()
+    holder = node("z-holder", fabric="ib-a", weights=(m.source,), n_gpus=4, faulty=(0, 1, 2, 3))  # cannot take it
+    res = _place([node("a-far", fabric="ib-b"), node("m-near", fabric="ib-a"), holder], m)
+    assert isinstance(res, Placement) and res.assignments[0].node_id == "m-near"
+    lost = node("z-holder", fabric="ib-a", weights=(m.source,), lost=True)
+    res = _place([node("a-far", fabric="ib-b"), node("m-near", fabric="ib-a"), lost], m)
+    assert isinstance(res, Placement) and res.assignments[0].node_id == "a-far", "a lost node holds nothing"
+
+
 def test_each_check_reports_its_reason_with_the_nodes_words() -> None:
     m = model(gpus_per_shard=4)
     nodes = [

@@ -32,7 +32,7 @@ def _handler(rel: Release) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:
-            name = self.path.lstrip("/")
+            name = self.path.lstrip("/").split("?", 1)[0]
             rel.ranges.append((name, self.headers.get("Range", "")))
             body = rel.files.get(name)
             if body is None:

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 RETRY_BASE, RETRY_CAP = 1.0, 60.0  # a cut transfer is resumed soon; a failed one is tried again after FAILED_RETRY
 FAILED_RETRY = 60.0
+LOCAL_TROUBLE = {Reason.InsufficientDisk, Reason.DiskFull}
 
 
 @dataclass(frozen=True)
@@ -180,10 +181,13 @@ class Fetcher:
             try:
                 got = await self._from(job, src, part, plan.size)
             except TransferFailed as e:
-                if not e.resumable:
+                # a peer may have dropped the file since it last reported, or be gone: the next source is asked,
+                # from where this one stopped. Only this node's own trouble (its disk) ends the attempt here.
+                peer = src.name != "the origin"
+                if not e.resumable and (not peer or e.reason in LOCAL_TROUBLE):
                     raise
                 last = e
-                if src.name != "the origin":
+                if peer:
                     log.warning("weights %s: %s; trying the next source", job.url, e)
                 continue
             return await asyncio.to_thread(self._finish, job, plan, got, part, target, src)
