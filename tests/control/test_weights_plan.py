@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
-from llmgw.control.weights import plans_for
+from llmgw.control.weights import Leaders, plans_for
 from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.wire.messages import FetchStatus, WeightsPlan
 from tests.clusters import model, node
@@ -29,11 +29,13 @@ def replicas(*node_ids: str) -> list[ReplicaRecord]:
         ShardAssignment(node_id=n, address="10.0.0.1", rank=0, gpus=[])]) for i, n in enumerate(node_ids)]
 
 
-def plans(nodes: list[NodeRecord], wanting: list[str]) -> dict[str, WeightsPlan]:
+def plans(nodes: list[NodeRecord], wanting: list[str], leaders: Leaders | None = None) -> dict[str, WeightsPlan]:
     by_id = {n.id: n for n in nodes}
     out = {}
     for n in wanting:
-        got = plans_for(n, by_id, replicas(*wanting), {"m": m()})
+        got, chosen = plans_for(n, by_id, replicas(*wanting), {"m": m()}, leaders)
+        if leaders is not None:
+            leaders.update(chosen)
         out[n] = got[URL]
     return out
 
@@ -76,4 +78,20 @@ def test_a_node_without_a_fabric_fetches_for_itself() -> None:
 
 def test_sources_that_are_not_urls_get_no_plan() -> None:
     local = model(source="/models/m", gpus_per_shard=0, cls=None)
-    assert plans_for("n1", {"n1": rec("n1")}, replicas("n1"), {"m": local}) == {}
+    assert plans_for("n1", {"n1": rec("n1")}, replicas("n1"), {"m": local}) == ({}, {})
+
+
+def test_the_node_chosen_to_fetch_stays_chosen_as_others_join() -> None:
+    """n2's replica is placed first and n2 is told to fetch; n1, placed later, sorts first by name but must wait
+    for n2 rather than download a second copy before n2 has reported that it is fetching."""
+    leaders: Leaders = {}
+    nodes = [rec("n1"), rec("n2"), rec("n3")]
+    assert plans(nodes, ["n2"], leaders)["n2"].origin and leaders == {("ib-a", URL): "n2"}
+    later = plans(nodes, ["n2", "n1", "n3"], leaders)
+    assert later["n1"].wait_for == "n2" and later["n3"].wait_for == "n2" and later["n2"].origin
+
+
+def test_a_chosen_node_that_fails_gives_the_role_to_another() -> None:
+    leaders: Leaders = {("ib-a", URL): "n2"}
+    p = plans([rec("n1"), rec("n2", fetching="failed"), rec("n3")], ["n1", "n2", "n3"], leaders)
+    assert p["n1"].origin and p["n3"].wait_for == "n1" and p["n2"].wait_for == "n1"

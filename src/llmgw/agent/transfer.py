@@ -18,19 +18,12 @@ import aiohttp
 
 from llmgw.core.errors import TransferFailed
 from llmgw.core.reasons import Reason
+from llmgw.core.units import mb
 
 CHUNK = 1 << 20
+__all__ = ["Progress", "Result", "Source", "fetch_part", "hash_of", "mb"]
+
 Progress = Callable[[int, int | None], None]  # (bytes so far, total if known)
-
-
-def mb(n: int) -> str:
-    if n >= 1e12:
-        return f"{n / 1e12:.1f} TB"
-    if n >= 1e9:
-        return f"{n / 1e9:.1f} GB"
-    if n >= 1e6:
-        return f"{n / 1e6:.0f} MB"
-    return f"{n / 1e3:.0f} kB" if n >= 1e3 else f"{n} bytes"
 
 
 def hash_of(path: Path, upto: int | None = None) -> hashlib._Hash:

@@ -130,9 +130,10 @@ def status(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     for c in s["capacity"]:
         t.add_row(safe(c["gpu_class"]), str(c["total"]), str(c["used"]), str(c["free"]), str(c["faulty"]))
     console.print(t)
-    t = Table("fabric", "nodes", "free whole nodes", title="fabrics")
+    t = Table("fabric", "nodes", "free whole nodes", "models held", title="fabrics")
     for f in s["fabrics"]:
-        t.add_row(safe(f["fabric"]), str(f["nodes"]), str(f["free_whole_nodes"]))
+        t.add_row(safe(f["fabric"]), str(f["nodes"]), str(f["free_whole_nodes"]),
+                  safe(", ".join(f.get("models_held", []))) or "-")
     console.print(t)
     t = Table("replica", "model", "state", "nodes", "endpoint", "why", title="replicas")
     for r in s["replicas"]:

@@ -11,6 +11,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from llmgw.config.server import ModelSpec
 from llmgw.control.admin_auth import guard
 from llmgw.control.metrics import registry
 from llmgw.control.openapi import openapi
@@ -33,7 +34,15 @@ async def summary_of(plane: ControlPlane) -> Summary:
         usage,
         plane.last_used,
         plane.clock.now(),
+        sources=sources_of(plane.models),
     )
+
+
+def sources_of(models: dict[str, ModelSpec]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, m in sorted(models.items()):
+        out.setdefault(m.source, []).append(name)
+    return out
 
 
 def metrics_routes(plane: ControlPlane) -> list[web.RouteDef]:

@@ -12,7 +12,7 @@ from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.desired import desired_for
 from llmgw.control.metrics import Gauges
 from llmgw.control.registry import merge_report
-from llmgw.control.weights import plans_for
+from llmgw.control.weights import Leaders, plans_for
 from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.buckets import Buckets
 from llmgw.core.clock import Clock
@@ -68,6 +68,9 @@ class ControlPlane:
         self.in_flight_by: dict[str, dict[str, int]] = {}
         self._heard_at: dict[str, float] = {}
         self.generation = 0  # bumped when replicas change, so readers can cache derived tables
+        # who fetches each remote file from its origin, per fabric (control/weights.py); soft state: after a
+        # restart it is read again from what the nodes report fetching
+        self.fetch_leaders: Leaders = {}
         self.keys_version = 0  # bumped when API keys change, so routers reload them
         self.revoked_nodes: dict[str, Revocation] = {}
         self.revoked_serials: dict[str, Revocation] = {}
@@ -148,9 +151,11 @@ class ControlPlane:
         self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
         self._node_events(rec.id, events)
         replicas = list(self.replicas.values())
+        plans, chosen = plans_for(rec.id, self.nodes, replicas, self.models, self.fetch_leaders)
+        self.fetch_leaders.update(chosen)
         return desired_for(
             rec.id, replicas, self.models, self._engine_names, self.cfg.heartbeat_interval,
-            self._engine_sources, plans_for(rec.id, self.nodes, replicas, self.models),
+            self._engine_sources, plans,
         )
 
     def _node_events(self, node_id: str, events: list[str]) -> None:

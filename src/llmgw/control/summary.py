@@ -22,6 +22,7 @@ class FabricCapacity(BaseModel):
     fabric: str
     nodes: int = 0
     free_whole_nodes: int = 0
+    models_held: list[str] = []  # models whose weights a live node of the fabric holds (a shared filer counts)
 
 
 class ReplicaLine(BaseModel):
@@ -59,6 +60,7 @@ def summarize(
     last_used: dict[str, float],
     now: float,
     idle_after: float = 300.0,
+    sources: dict[str, list[str]] | None = None,  # source -> models that use it
 ) -> Summary:
     used: dict[str, set[int]] = {}
     busy_nodes: set[str] = set()
@@ -87,6 +89,8 @@ def summarize(
             fc.nodes += 1
             if n.id not in busy_nodes:
                 fc.free_whole_nodes += 1
+            held = {m for w in n.report.weights for m in (sources or {}).get(w, ())}
+            fc.models_held = sorted(held.union(fc.models_held))
     lines = []
     idle = []
     for r in sorted(replicas, key=lambda r: (r.model, r.id)):

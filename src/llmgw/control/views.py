@@ -7,7 +7,7 @@ from pydantic import BaseModel
 from llmgw.core.conditions import Condition
 from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord
-from llmgw.wire.messages import EngineStatus
+from llmgw.wire.messages import EngineStatus, FetchStatus, WeightsDir
 
 
 class NodeRow(BaseModel):
@@ -23,6 +23,9 @@ class NodeRow(BaseModel):
     conditions: list[Condition] = []  # the record's own: the same codes /api/status and /metrics carry
     cert_serial: str = ""  # the certificate it last spoke with: `ctl nodes revoke NODE --serial` takes it
     cert_expires: float | None = None
+    weights: list[str] = []  # what it holds whole: paths, and URLs it fetched
+    weights_dirs: list[WeightsDir] = []
+    fetches: list[FetchStatus] = []  # weights arriving (bytes, rate, ETA), waited for, or failed
 
 
 CERT_WARN_S = 14 * 86400
@@ -65,6 +68,7 @@ def node_row(n: NodeRecord) -> NodeRow:
     warnings += [_engine_words(e) for e in r.engines if e.message]
     shown = {e.message for e in r.engines}
     warnings += [p for p in r.install_progress if p not in shown]
+    warnings += [f"weights {f.source}: {f.words()}" for f in r.fetches]
     if n.cert_not_after is not None and n.cert_not_after - n.last_seen < CERT_WARN_S:
         days = max(0.0, (n.cert_not_after - n.last_seen) / 86400)
         warnings.append(f"its certificate expires in {days:.0f} day(s): `llmgw ca renew` it and copy it to the node")
@@ -82,4 +86,7 @@ def node_row(n: NodeRecord) -> NodeRow:
         conditions=n.conditions,
         cert_serial=n.cert_serial,
         cert_expires=n.cert_not_after,
+        weights=r.weights,
+        weights_dirs=r.weights_dirs,
+        fetches=r.fetches,
     )

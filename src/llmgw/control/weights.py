@@ -37,12 +37,19 @@ def _failed(r: NodeReport, source: str) -> bool:
     return any(f.source == source and f.state == "failed" for f in r.fetches)
 
 
+Leaders = dict[tuple[str, str], str]  # (fabric, source) -> the node chosen to fetch it from the origin
+
+
 def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[ReplicaRecord],
-              models: dict[str, ModelSpec]) -> dict[str, WeightsPlan]:
-    """The plan for every remote source this node's shards use."""
+              models: dict[str, ModelSpec], leaders: Leaders | None = None) -> tuple[dict[str, WeightsPlan], Leaders]:
+    """The plan for every remote source this node's shards use, and the origin fetchers chosen while making it.
+
+    `leaders` are the choices made before: a choice stands while its node is live, wants the file and has not
+    failed to fetch it, so nodes that report at different moments (or whose replicas are placed one by one) never
+    see two different nodes told to fetch from the origin."""
     me = nodes.get(node_id)
     if me is None:
-        return {}
+        return {}, {}
     live = [r for r in replicas if not r.failed and r.stop is None and r.assignments]
     mine: dict[str, ModelSpec] = {}
     wanting: dict[str, set[str]] = {}  # source -> nodes with a shard that uses it
@@ -54,26 +61,41 @@ def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[Rep
         wanting.setdefault(spec.source, set()).update(ids)
         if node_id in ids:
             mine[spec.source] = spec
-    fabrics = _fabrics(me.report)
-    group = [n for n in nodes.values() if n.id != node_id and not n.lost and fabrics & _fabrics(n.report)]
-    return {source: _plan(me, group, source, spec, wanting.get(source, set())) for source, spec in mine.items()}
+    fabrics = sorted(_fabrics(me.report))
+    group = [n for n in nodes.values() if n.id != node_id and not n.lost and set(fabrics) & _fabrics(n.report)]
+    plans: dict[str, WeightsPlan] = {}
+    chosen: Leaders = {}
+    for source, spec in mine.items():
+        plans[source], leader = _plan(me, group, source, spec, wanting.get(source, set()), fabrics, leaders or {})
+        if leader:
+            chosen.update({(f, source): leader for f in fabrics})
+    return plans, chosen
 
 
-def _plan(me: NodeRecord, group: list[NodeRecord], source: str, spec: ModelSpec, wanting: set[str]) -> WeightsPlan:
+def _plan(me: NodeRecord, group: list[NodeRecord], source: str, spec: ModelSpec, wanting: set[str],
+          fabrics: list[str], leaders: Leaders) -> tuple[WeightsPlan, str]:
     base = WeightsPlan(sha256=spec.sha256 or "", size=spec.size)
     holders = [n for n in group if source in n.report.weights and n.report.peer_port]
     if holders:
         holders.sort(key=lambda n: hashlib.sha256(f"{me.id}/{n.id}".encode()).digest())
         peers = [WeightsPeer(node_id=n.id, address=n.report.address, port=n.report.peer_port)
                  for n in holders[:MAX_PEERS]]
-        return base.model_copy(update={"peers": peers})
+        return base.model_copy(update={"peers": peers}), ""
+    if not fabrics:
+        return base, ""
     if _fetching_from_origin(me.report, source):
-        return base
+        return base, me.id
+    members = {n.id: n for n in [me, *group]}
+
+    def eligible(node_id: str) -> bool:
+        n = members.get(node_id)
+        return n is not None and node_id in wanting | {me.id} and bool(n.report.peer_port) and not _failed(
+            n.report, source)
+
     fetching = sorted(n.id for n in group if n.id in wanting and _fetching_from_origin(n.report, source))
-    if fetching:
-        return base.model_copy(update={"origin": False, "wait_for": fetching[0]})
-    could = sorted(n.id for n in [me, *group] if n.id in wanting | {me.id} and n.report.peer_port
-                   and not _failed(n.report, source))
-    if not could or could[0] == me.id:
-        return base
-    return base.model_copy(update={"origin": False, "wait_for": could[0]})
+    before = [leaders[(f, source)] for f in fabrics if (f, source) in leaders]
+    leader = next(iter(fetching), None) or next((x for x in before if eligible(x)), None) or next(
+        (x for x in sorted(members) if eligible(x)), None)
+    if leader is None or leader == me.id:
+        return base, leader or ""
+    return base.model_copy(update={"origin": False, "wait_for": leader}), leader

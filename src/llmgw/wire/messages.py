@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from llmgw.core.units import mb
 from llmgw.wire.engines import EngineSource
 
 X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and Python's names: AVX2 is x86's
@@ -168,6 +169,15 @@ class FetchStatus(Strict):
     eta_s: float | None = Field(default=None, ge=0, le=1e9)
     message: Text = ""  # in the node's words: what it is doing, or why it failed
     reason: Name = ""
+
+    def words(self) -> str:
+        """"copying from node02: 1.2 GB of 4.0 GB at 80 MB/s, about 35 s left", or the message as it is."""
+        if self.state != "fetching":
+            return self.message
+        of = f" of {mb(self.total_bytes)}" if self.total_bytes else ""
+        rate = f" at {mb(self.rate_bps)}/s" if self.rate_bps else ""
+        eta = f", about {self.eta_s:.0f} s left" if self.eta_s is not None else ""
+        return f"{self.message}: {mb(self.done_bytes)}{of}{rate}{eta}"
 
 
 class NodeReport(Strict):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from llmgw.agent.transfer import Result, Source, fetch_part, mb
+from llmgw.agent.transfer import Result, Source, fetch_part
 from llmgw.agent.weights import local
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
@@ -102,16 +102,7 @@ class Fetcher:
         assert st is not None
         if st.state == "failed":
             return Failed(st.reason, st.message)
-        return Waiting(self.words(st))
-
-    @staticmethod
-    def words(st: FetchStatus) -> str:
-        if st.state != "fetching":
-            return st.message
-        of = f" of {mb(st.total_bytes)}" if st.total_bytes else ""
-        rate = f" at {mb(int(st.rate_bps))}/s" if st.rate_bps else ""
-        eta = f", about {st.eta_s:.0f} s left" if st.eta_s is not None else ""
-        return f"{st.message}: {mb(st.done_bytes)}{of}{rate}{eta}"
+        return Waiting(st.words())
 
     def keep(self, urls: set[str]) -> None:
         """Stop transfers no shard wants any more (what arrived stays, for the next one to resume)."""

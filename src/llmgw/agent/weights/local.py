@@ -21,9 +21,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from llmgw.agent.supervisor.process import write_private
-from llmgw.agent.transfer import mb
 from llmgw.core.errors import WeightsRefused
 from llmgw.core.reasons import Reason
+from llmgw.core.units import mb
 from llmgw.wire.messages import WeightsDir
 
 FETCHED = "fetched"
