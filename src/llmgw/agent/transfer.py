@@ -21,6 +21,7 @@ from llmgw.core.reasons import Reason
 from llmgw.core.units import mb
 
 CHUNK = 1 << 20
+BATCH = 8 << 20  # most bytes gathered while the writer thread is busy
 __all__ = ["Progress", "Result", "Source", "fetch_part", "hash_of", "mb"]
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total if known)
@@ -155,11 +156,16 @@ async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: 
         f.seek(have)
         progress(have, total)
 
-        def sink(chunk: bytes) -> None:
-            f.write(chunk)
-            hasher.update(chunk)
+        def sink(batch: list[bytes]) -> None:
+            f.writelines(batch)
+            for chunk in batch:
+                hasher.update(chunk)
 
+        # chunks arrive in tens of kilobytes: they are handed to the thread in batches, the next one gathered
+        # while the thread writes the last, so a thread hop is paid per batch and not per chunk
         pending: asyncio.Future[None] | None = None
+        batch: list[bytes] = []
+        batched = 0
         try:
             async for chunk in _chunks(resp.content):
                 have += len(chunk)
@@ -167,17 +173,26 @@ async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: 
                     if pending is not None:
                         await pending
                         pending = None
+                    batch = []
                     f.close()
                     part.unlink(missing_ok=True)  # resuming it would only grow it further
                     limit = f"the {mb(total)} announced" if total is not None and total <= max_bytes else (
                         f"the {mb(max_bytes)} allowed")
                     raise TransferFailed(Reason.SizeMismatch, f"{name} grew past {limit}")
-                if pending is not None:
+                batch.append(chunk)
+                batched += len(chunk)
+                if pending is not None and (pending.done() or batched >= BATCH):
                     await pending
-                pending = asyncio.ensure_future(asyncio.to_thread(sink, chunk))
-                progress(have, total)
+                    pending = None
+                if pending is None:
+                    pending = asyncio.ensure_future(asyncio.to_thread(sink, batch))
+                    batch, batched = [], 0
+                    progress(have, total)
         finally:
             if pending is not None:
                 await asyncio.shield(pending)  # a write in flight ends before the file is closed
+            if batch:  # what arrived before a break is kept, for the next attempt to resume after
+                sink(batch)
+        progress(have, total)
         f.flush()
     return have
