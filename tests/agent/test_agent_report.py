@@ -31,6 +31,8 @@ def config(tmp: Path, host: str, fabrics: list[dict[str, object]]) -> AgentConfi
             "state_dir": str(tmp / "state"),
             "fabrics": fabrics,
             "probe_engines": ["sim"],
+            "peer_port": 0,
+            "weights_budget": "1Gi",
         }
     )
 
@@ -48,6 +50,27 @@ async def test_report_describes_the_host(tmp_path: Path) -> None:
     assert r.engines_probed and [e.name for e in r.engines] == ["sim"]
     assert r.hardware.disk is not None  # the weights directory exists from the start
     assert r.problems == []
+    (d,) = r.weights_dirs
+    assert d.path == str(tmp_path / "weights") and d.fs_type and d.free_bytes > 0 and d.budget_bytes == 2**30
+    assert r.weights == [] and r.fetches == [] and r.peer_port == 0
+
+
+async def test_a_node_serves_held_weights_on_its_peer_port(tmp_path: Path) -> None:
+    """The peer listener starts with the agent, on the node's address, and is said in every report."""
+    from tests.harness import free_port
+
+    cfg = config(tmp_path, "h100x8-ib2", []).model_copy(update={"peer_port": free_port(), "address": "127.0.0.1"})
+    a = Agent(cfg, FakeClock())
+    await a.start()
+    try:
+        r = await a.report()
+        import socket
+
+        with socket.create_connection(("127.0.0.1", cfg.peer_port), timeout=5):
+            pass
+    finally:
+        await a.close()
+    assert r.peer_port == cfg.peer_port
 
 
 async def test_fabric_typo_is_reported_at_start_with_the_adapter(

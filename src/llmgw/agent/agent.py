@@ -267,10 +267,14 @@ class Agent:
     def _observe_weights(self) -> tuple[list[str], list[WeightsDir]]:
         """What this node holds, and the directories it looks in with the file systems under them."""
         dirs = [Path(d) for d in (*self.cfg.weights_dirs, self.cfg.weights_dir)]
-        try:
-            mountinfo = (Path(self.cfg.host_root) / "proc/self/mountinfo").read_text()
-        except OSError:
-            mountinfo = ""
+        mountinfo = ""
+        # the host root's (a test's or a simulated node's), else this process's own: the files are real either way
+        for table in (Path(self.cfg.host_root) / "proc/self/mountinfo", Path("/proc/self/mountinfo")):
+            try:
+                mountinfo = table.read_text()
+                break
+            except OSError:
+                continue
         described = []
         for d in dirs[:64]:
             mine = d == self.weights_dir

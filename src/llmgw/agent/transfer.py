@@ -54,6 +54,7 @@ class Source:
     ssl: ssl.SSLContext | None = None
     server_hostname: str | None = None
     name: str = ""  # how progress and errors name it: "the origin", "peer node02"
+    redirects: bool = True  # an origin may send us to its CDN; a peer may not send us anywhere
 
     def said(self) -> str:
         return self.name or self.url
@@ -96,7 +97,7 @@ async def fetch_part(
     try:
         async with aiohttp.ClientSession(timeout=client_timeout) as session, session.get(
             src.url, headers=headers, ssl=src.ssl if src.ssl is not None else True,
-            server_hostname=src.server_hostname,
+            server_hostname=src.server_hostname, allow_redirects=src.redirects,
         ) as resp:
             if resp.status == 416 and have:  # asked past the end: what we have is all there is
                 return Result(have, hasher.hexdigest())

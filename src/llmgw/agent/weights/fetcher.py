@@ -189,7 +189,7 @@ class Fetcher:
         host = f"[{address}]" if ":" in address else address
         return Source(f"https://{host}:{port}/v1/weights?source={quote(url, safe='')}",
                       ssl=self.tls() if self.tls is not None else None, server_hostname=node_id,
-                      name=f"peer {node_id}")
+                      name=f"peer {node_id}", redirects=False)
 
     async def _from(self, job: _Job, src: Source, part: Path, size: int | None) -> Result:
         via = "origin" if src.name == "the origin" else src.name.removeprefix("peer ")
