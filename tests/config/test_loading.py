@@ -14,12 +14,15 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 
 def test_shipped_examples_load() -> None:
     s = load(ServerConfig, EXAMPLES / "server.yaml")
-    assert [m.name for m in s.models] == ["llama-3.1-405b", "qwen2.5-7b", "smollm2", "archived-model"]
+    assert [m.name for m in s.models] == ["llama-3.1-405b", "qwen2.5-7b", "smollm2", "qwen2.5-7b-q4",
+                                           "archived-model"]
     assert s.models[1].on_demand and not s.models[0].on_demand
-    assert s.models[3].scaling.max == 0  # no stanza: off
+    assert s.models[4].scaling.max == 0  # no stanza: off
+    assert s.models[3].sha256 and s.models[3].size == 4683073952  # a fetched file: what it must be
     assert s.router.first_byte_timeout == 600.0
     a = load(AgentConfig, EXAMPLES / "agent.yaml")
     assert a.fabrics[0].name == "ib-a" and a.fabrics[0].adapters == ["mlx5_0", "mlx5_1"]
+    assert a.weights_budget == 800 * 2**30 and a.peer_port == 7480
 
 
 def _write(tmp: Path, name: str, text: str) -> Path:
