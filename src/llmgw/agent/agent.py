@@ -32,7 +32,7 @@ from llmgw.control.listeners import Listener
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError, UpstreamError
 from llmgw.core.reasons import Reason
-from llmgw.pki.tls import client_context, server_context
+from llmgw.pki.tls import PeerIdentity, client_context, server_context
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec, WeightsDir
 
@@ -71,8 +71,12 @@ class Agent:
             network=self._weights_on_network, in_use=self._weights_in_use,
         )
         self._peer_listener: Listener | None = None
+        self.revoked: frozenset[str] = frozenset()  # node ids and serials the control plane revoked
         self.peer_port = 0
         self._network_fs = False
+
+    def _revoked_peer(self, ident: PeerIdentity) -> bool:
+        return ident.node_id in self.revoked or ident.serial in self.revoked
 
     def _client_tls(self) -> ssl.SSLContext:
         return client_context(Path(self.cfg.tls.cert), Path(self.cfg.tls.key), Path(self.cfg.tls.ca))
@@ -151,7 +155,8 @@ class Agent:
         try:
             tls = server_context(Path(self.cfg.tls.cert), Path(self.cfg.tls.key), Path(self.cfg.tls.ca),
                                  require_client=True)
-            self._peer_listener = await start_peer_listener(self.weights_dir, self.address, self.cfg.peer_port, tls)
+            self._peer_listener = await start_peer_listener(self.weights_dir, self.address, self.cfg.peer_port, tls,
+                                                            self._revoked_peer)
         except (OSError, LlmgwError) as e:
             log.error("cannot serve weights to other nodes on %s:%d: %s (they fetch from the origin instead)",
                       self.address, self.cfg.peer_port, e)
@@ -300,6 +305,7 @@ class Agent:
             return  # keep running what runs: a control plane outage is not a reason to stop serving
         self.last_error = ""
         self.interval = desired.heartbeat_interval
+        self.revoked = frozenset(desired.revoked)
         if desired.version >= 3:  # an older control plane names no sources: the node keeps what it has
             await self.converge_engines(desired.engine_sources)
         self.fetcher.keep({s.source for s in desired.shards})

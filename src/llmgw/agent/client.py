@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import ssl
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 from pydantic import ValidationError
 
 from llmgw.core.errors import ControlPlaneUnreachable, UpstreamError
@@ -16,6 +19,20 @@ from llmgw.pki.tls import speaks_as_node
 from llmgw.wire.messages import WIRE_VERSION, DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
+
+
+class ControlPlaneConnector(aiohttp.TCPConnector):
+    """Connections whose server proved, in the handshake, to be a control plane: our CA's certificate for the
+    address dialled, and not a node's. Node certificates can serve too (the weights a node holds, to its peers),
+    so without this a node whose certificate names the control plane's address could pass for it, and be sent
+    the report and obeyed. Checked before a byte is sent."""
+
+    async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> tuple[asyncio.Transport, ResponseHandler]:
+        transport, proto = await super()._wrap_create_connection(*args, **kwargs)
+        if speaks_as_node(transport.get_extra_info("ssl_object")):
+            transport.close()
+            raise aiohttp.ClientConnectionError("the server presented a node's certificate, not a control plane's")
+        return transport, proto
 
 HEARTBEAT_PATH = "/v1/agent/heartbeat"
 
@@ -83,7 +100,7 @@ class ControlPlaneClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self._timeout),
-                connector=aiohttp.TCPConnector(ssl=self._ssl),
+                connector=ControlPlaneConnector(ssl=self._ssl),
             )
         return self._session
 
@@ -97,11 +114,6 @@ class ControlPlaneClient:
             url = self.urls[idx].rstrip("/") + HEARTBEAT_PATH
             try:
                 async with self._http().post(url, data=body, headers={"Content-Type": "application/json"}) as r:
-                    if r.connection is not None and r.connection.transport is not None and speaks_as_node(
-                            r.connection.transport.get_extra_info("ssl_object")):
-                        # node certificates can serve too (weights, to peers): one must never pass for a control
-                        # plane, whatever address its SANs name
-                        raise UpstreamError(f"{url}: answered with a node's certificate, not a control plane's")
                     text = await r.text()
                     if r.status != 200:
                         # An answer is an answer: a refusal is not a reason to try another control plane.

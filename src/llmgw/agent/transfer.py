@@ -8,6 +8,7 @@ a whole file is and renames it; nothing here ever gives a partial file its final
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -36,14 +37,6 @@ def hash_of(path: Path, upto: int | None = None) -> hashlib._Hash:
             if left is not None:
                 left -= len(chunk)
     return h
-
-
-def _resumed_at(content_range: str | None) -> int | None:
-    """The first byte a 206 answer starts at ("bytes 100-199/200"), or None if it does not say."""
-    if not content_range or not content_range.startswith("bytes "):
-        return None
-    first = content_range[6:].split("-", 1)[0]
-    return int(first) if first.isdigit() else None
 
 
 @dataclass
@@ -83,7 +76,8 @@ async def fetch_part(
     """Fill `part` with the whole body of `src`, continuing from what `part` already holds. On return `part` holds
     exactly `Result.size` bytes whose digest is `Result.sha256`. An interrupted transfer raises with
     `resumable=True` and keeps `part` for the next call (from this source or another). `expected_size` (the
-    catalog's) is held against what the server says; `room` is asked before a byte is written."""
+    catalog's) is held against what the server says; `room` is asked (in a thread) before bytes are written.
+    A server that answers an open range with less than the rest (a CDN capping ranges) is asked for the rest."""
     have = part.stat().st_size if part.exists() else 0
     if have > max_bytes or (expected_size is not None and have > expected_size):
         part.unlink()
@@ -91,40 +85,15 @@ async def fetch_part(
     hasher = await asyncio.to_thread(hash_of, part) if have else hashlib.sha256()
     if expected_size is not None and have == expected_size:
         return Result(have, hasher.hexdigest())
-    headers = {"Range": f"bytes={have}-"} if have else {}
     client_timeout = aiohttp.ClientTimeout(total=deadline, connect=timeout, sock_read=timeout)
     name = part.name.removesuffix(".part")
+    t = _Transfer(src, part, name, max_bytes, expected_size, room, progress, have, hasher)
     try:
-        async with aiohttp.ClientSession(timeout=client_timeout) as session, session.get(
-            src.url, headers=headers, ssl=src.ssl if src.ssl is not None else True,
-            server_hostname=src.server_hostname, allow_redirects=src.redirects,
-        ) as resp:
-            if resp.status == 416 and have:  # asked past the end: what we have is all there is
-                return Result(have, hasher.hexdigest())
-            if resp.status not in (200, 206):
-                raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered {resp.status} "
-                                     f"{resp.reason or ''}".strip(), resumable=resp.status >= 500)
-            if resp.status == 200 or _resumed_at(resp.headers.get("Content-Range")) != have:
-                if resp.status == 206:  # a range it was not asked for: ask again, whole, next time
-                    part.unlink(missing_ok=True)
-                    raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered a range it was not asked "
-                                         "for", resumable=True)
-                if have:  # the server does not resume: start over, from a clean file
-                    have, hasher = 0, hashlib.sha256()
-            length = resp.content_length
-            total = have + length if length is not None else expected_size
-            if length is not None and expected_size is not None and total != expected_size:
-                raise TransferFailed(Reason.SizeMismatch, f"{src.said()} serves {name} as {total} bytes; the "
-                                     f"catalog says {expected_size}")
-            if total is not None and total > max_bytes:
-                raise TransferFailed(Reason.DownloadFailed, f"{name} is {mb(total)}, more than the "
-                                     f"{mb(max_bytes)} allowed")
-            if room is not None and total is not None:
-                room(total - have)
-            have = await _receive(resp, part, have, hasher, max_bytes, progress, total, name)
-            if total is not None and have < total:
-                raise TransferFailed(Reason.DownloadFailed, f"{name}: the transfer from {src.said()} stopped at "
-                                     f"{mb(have)} of {mb(total)}", resumable=True)
+        # the bytes as they are: a body the server compressed would not be the file the catalog describes
+        async with aiohttp.ClientSession(timeout=client_timeout, auto_decompress=False) as session:
+            async with asyncio.timeout(deadline):
+                while not await t.request(session):
+                    pass
     except (aiohttp.ClientError, TimeoutError) as e:
         words = str(e) or type(e).__name__
         have = part.stat().st_size if part.exists() else 0
@@ -132,7 +101,94 @@ async def fetch_part(
                              f"({words[:300]})", resumable=True) from None
     except OSError as e:
         raise TransferFailed.from_os(e, f"cannot write {part}") from None
-    return Result(have, hasher.hexdigest())
+    return Result(t.have, t.hasher.hexdigest())
+
+
+def _content_range(value: str | None) -> tuple[int, int, int | None] | None:
+    """(first, last, total) of "bytes 100-199/200" ("*" total: None); None when it is not that."""
+    if not value or not value.startswith("bytes "):
+        return None
+    span, _, total = value[6:].partition("/")
+    first, _, last = span.partition("-")
+    if not (first.isdigit() and last.isdigit()) or int(last) < int(first):
+        return None
+    return int(first), int(last), int(total) if total.isdigit() else None
+
+
+@dataclass
+class _Transfer:
+    src: Source
+    part: Path
+    name: str
+    max_bytes: int
+    expected: int | None
+    room: Room | None
+    progress: Progress
+    have: int
+    hasher: hashlib._Hash
+    total: int | None = None  # the file's whole size, once a server has said it
+
+    async def request(self, session: aiohttp.ClientSession) -> bool:
+        """One request for what is missing; True once the part holds the whole file."""
+        src, have, name = self.src, self.have, self.name
+        headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
+        async with session.get(src.url, headers=headers, ssl=src.ssl if src.ssl is not None else True,
+                               server_hostname=src.server_hostname, allow_redirects=src.redirects) as resp:
+            if resp.status == 416 and have:
+                # asked past the end: what we have is all there is, if the server says the file is that long
+                told = resp.headers.get("Content-Range", "")
+                size = int(told[8:]) if told.startswith("bytes */") and told[8:].isdigit() else None
+                if size == have and self.expected in (None, have):
+                    return True
+                self.part.unlink(missing_ok=True)
+                raise TransferFailed(Reason.DownloadFailed, f"{src.said()} says {name} ends before the {mb(have)} "
+                                     f"already here ({told[:60] or 'no Content-Range'}): starting over",
+                                     resumable=True)
+            if resp.status not in (200, 206):
+                raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered {resp.status} "
+                                     f"{resp.reason or ''}".strip(), resumable=resp.status >= 500)
+            if resp.headers.get("Content-Encoding", "identity").lower() != "identity":
+                raise TransferFailed(Reason.DownloadFailed, f"{src.said()} sent {name} encoded "
+                                     f"({resp.headers['Content-Encoding'][:40]}), though asked for the bytes as they "
+                                     "are", resumable=True)
+            span = _content_range(resp.headers.get("Content-Range"))
+            if resp.status == 206 and (span is None or span[0] != have):
+                self.part.unlink(missing_ok=True)  # a range it was not asked for: ask again, whole, next time
+                raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered a range it was not asked for",
+                                     resumable=True)
+            if resp.status == 200 and have:  # the server does not resume: start over, from a clean file
+                have, self.hasher = 0, hashlib.sha256()
+            length = resp.content_length
+            total: int | None
+            end: int | None
+            if resp.status == 206 and span is not None:
+                if length is not None and length != span[1] - span[0] + 1:
+                    raise TransferFailed(Reason.DownloadFailed, f"{src.said()}'s Content-Length and Content-Range "
+                                         "disagree", resumable=True)
+                total, end = span[2], span[1] + 1
+            else:
+                total = have + length if length is not None else None
+                end = total
+            total = total if total is not None else self.expected
+            if self.total is not None and total is not None and total != self.total:
+                raise TransferFailed(Reason.SizeMismatch, f"{src.said()} said {name} was {self.total} bytes, now "
+                                     f"{total}")
+            self.total = total
+            if total is not None and self.expected is not None and total != self.expected:
+                raise TransferFailed(Reason.SizeMismatch, f"{src.said()} serves {name} as {total} bytes; the "
+                                     f"catalog says {self.expected}")
+            if total is not None and total > self.max_bytes:
+                raise TransferFailed(Reason.DownloadFailed, f"{name} is {mb(total)}, more than the "
+                                     f"{mb(self.max_bytes)} allowed")
+            if self.room is not None and total is not None:
+                await asyncio.to_thread(self.room, total - have)
+            room = self.room if total is None else None  # an unknown size: room asked as bytes arrive
+            self.have = have = await _receive(resp, self.part, have, self.hasher, self.max_bytes, self.progress,
+                                              total, end, name, room)
+            if end is not None and have < end:
+                raise TransferFailed(Reason.DownloadFailed, f"{name}: the transfer from {src.said()} stopped at "
+                                     f"{mb(have)} of {mb(total or end)}", resumable=True)
+            return total is None or have >= total
 
 
 async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
@@ -149,7 +205,7 @@ async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
 
 
 async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: hashlib._Hash, max_bytes: int,
-                   progress: Progress, total: int | None, name: str) -> int:
+                   progress: Progress, total: int | None, end: int | None, name: str, room: Room | None) -> int:
     """Write and hash the body in a thread while the next chunk arrives: the event loop (heartbeats, the other
     transfers) is never held by a disk or a digest."""
     with part.open("r+b" if have else "wb") as f:
@@ -158,6 +214,8 @@ async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: 
         progress(have, total)
 
         def sink(batch: list[bytes]) -> None:
+            if room is not None:
+                room(sum(len(c) for c in batch))
             f.writelines(batch)
             for chunk in batch:
                 hasher.update(chunk)
@@ -170,14 +228,14 @@ async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: 
         try:
             async for chunk in _chunks(resp.content):
                 have += len(chunk)
-                if have > max_bytes or (total is not None and have > total):
+                if have > max_bytes or (end is not None and have > end):
                     if pending is not None:
                         await pending
                         pending = None
                     batch = []
                     f.close()
                     part.unlink(missing_ok=True)  # resuming it would only grow it further
-                    limit = f"the {mb(total)} announced" if total is not None and total <= max_bytes else (
+                    limit = f"the {mb(end)} announced" if end is not None and end <= max_bytes else (
                         f"the {mb(max_bytes)} allowed")
                     raise TransferFailed(Reason.SizeMismatch, f"{name} grew past {limit}")
                 batch.append(chunk)
@@ -193,7 +251,8 @@ async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: 
             if pending is not None:
                 await asyncio.shield(pending)  # a write in flight ends before the file is closed
             if batch:  # what arrived before a break is kept, for the next attempt to resume after
-                sink(batch)
+                with contextlib.suppress(TransferFailed):  # unless there is no room for it
+                    sink(batch)
         progress(have, total)
         f.flush()
     return have

@@ -95,7 +95,7 @@ def answer_in(desired: DesiredState, version: int) -> str:
     """The desired state in the node's own wire version: an agent older than this control plane (the upgrade order)
     reads strictly and would refuse a whole answer with one field it does not know, so those are left out."""
     desired = desired.model_copy(update={"version": min(version, WIRE_VERSION)})
-    older: dict[str, Any] = {"shards": {"__all__": {"weights"}}} if desired.version < 4 else {}
+    older: dict[str, Any] = {"shards": {"__all__": {"weights"}}, "revoked": True} if desired.version < 4 else {}
     if desired.version < 3:
         older["engine_sources"] = True
     return desired.model_dump_json(exclude=older or None)

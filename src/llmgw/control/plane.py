@@ -153,10 +153,12 @@ class ControlPlane:
         replicas = list(self.replicas.values())
         plans, chosen = plans_for(rec.id, self.nodes, replicas, self.models, self.fetch_leaders)
         self.fetch_leaders.update(chosen)
-        return desired_for(
+        desired = desired_for(
             rec.id, replicas, self.models, self._engine_names, self.cfg.heartbeat_interval,
             self._engine_sources, plans,
         )
+        desired.revoked = sorted(self.revoked_nodes) + sorted(self.revoked_serials)
+        return desired
 
     def _node_events(self, node_id: str, events: list[str]) -> None:
         """A node's changes go to the log, but no node can fill it: a budget of NODE_EVENT_BURST, refilled by one

@@ -265,4 +265,6 @@ class DesiredState(Strict):
     shards: list[ShardSpec] = []
     engines: list[str] = []
     engine_sources: list[EngineSource] = []  # version 3: what each engine is installed from
+    # version 4: node ids and certificate serials the control plane has revoked: a node serves them no weights
+    revoked: list[str] = []
     heartbeat_interval: float = 3.0

@@ -145,8 +145,8 @@ async def test_room_is_made_by_removing_the_least_recently_used_file_no_shard_us
     f = fetcher(tmp_path, budget=2_500_000, in_use=in_use)
     a = await _fetch(f, origin, "a.gguf")
     b = await _fetch(f, origin, "b.gguf")
-    os.utime(a.parent / "source.json", (1, 1))  # a: used longest ago, but a shard runs from it
-    os.utime(b.parent / "source.json", (2, 2))
+    os.utime(a.parent / ".source.json", (1, 1))  # a: used longest ago, but a shard runs from it
+    os.utime(b.parent / ".source.json", (2, 2))
     in_use.add(a)
     c = await _fetch(f, origin, "c.gguf")
     assert a.exists() and c.exists() and not b.parent.exists(), "b went: the oldest file nobody uses"

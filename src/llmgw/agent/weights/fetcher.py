@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import ssl
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,6 @@ class _Job:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     status: FetchStatus | None = None
-    done: Path | None = None
     failed_at: float = 0.0
     started: tuple[float, int] = (0.0, 0)  # (when, bytes) the current transfer began at: for its rate
 
@@ -74,6 +74,7 @@ class Fetcher:
         self.in_use = in_use
         self.timeout = timeout
         self.jobs: dict[str, _Job] = {}
+        self._room_lock = threading.Lock()
 
     def ensure(self, url: str, plan: WeightsPlan | None) -> Outcome:
         """Where the file is, or what is being done to have it (started here, once, if nothing is)."""
@@ -84,13 +85,10 @@ class Fetcher:
         elif job.plan != plan:
             job.plan = plan
             job.changed.set()  # a waiting transfer reads its new plan now
-        if job.done is not None and job.done.exists():
-            local.touch(job.done.parent)
-            return Ready(job.done)
         held = local.read_held(local.folder_for(self.dir, url))
         if held is not None and (not plan.sha256 or held.sha256 == plan.sha256) and (
                 plan.size is None or held.size == plan.size):
-            job.done, job.status = held.path, None
+            job.status = None
             local.touch(held.path.parent)
             return Ready(held.path)
         st = job.status
@@ -148,7 +146,7 @@ class Fetcher:
                 return
             if path is None:
                 continue  # the plan changed while waiting
-            job.done, job.status = path, None
+            job.status = None
             return
 
     async def _attempt(self, job: _Job) -> Path | None:
@@ -171,6 +169,7 @@ class Fetcher:
         for src in sources:
             try:
                 got = await self._from(job, src, part, plan.size)
+                return await asyncio.to_thread(self._finish, job, plan, got, part, target, src)
             except TransferFailed as e:
                 # a peer may have dropped the file since it last reported, or be gone: the next source is asked,
                 # from where this one stopped. Only this node's own trouble (its disk) ends the attempt here.
@@ -180,8 +179,6 @@ class Fetcher:
                 last = e
                 if peer:
                     log.warning("weights %s: %s; trying the next source", job.url, e)
-                continue
-            return await asyncio.to_thread(self._finish, job, plan, got, part, target, src)
         assert last is not None
         raise last
 
@@ -209,7 +206,10 @@ class Fetcher:
                                      message=what, reason=Reason.WeightsFetching)
 
         def room(n: int) -> None:
-            removed = local.make_room(self.dir, n, self.budget, self.in_use(), self.network())
+            with self._room_lock:  # transfers make room one at a time, each counting what the others still need
+                others = sum(max(0, (j.status.total_bytes or 0) - j.status.done_bytes) for j in self.jobs.values()
+                             if j is not job and j.status is not None and j.status.state == "fetching")
+                removed = local.make_room(self.dir, n, self.budget, self.in_use(), self.network(), others)
             if removed:
                 log.info("weights: removed %s (least recently used, no shard uses them) to make room for %s",
                          ", ".join(removed), job.url)
@@ -232,6 +232,7 @@ class Fetcher:
         if got.size == 0:
             part.unlink(missing_ok=True)
             raise WeightsRefused(Reason.SizeMismatch, f"{target.name} from {src.said()} is empty; removed")
+        target.unlink(missing_ok=True)  # a file there before (another digest) is never vouched for by this one
         local.record(target.parent, job.url, got.size, got.sha256)
         with part.open("rb") as f:
             os.fsync(f.fileno())

@@ -2,10 +2,12 @@
 weights directories, and room made within a budget.
 
 A fetched file lives in a folder of its own under `weights_dir/fetched/`, named after the URL it came from:
-the file under its own name, beside it `source.json` (the URL, size and sha256, written before the file is
-renamed into place) and, while it arrives, `<name>.part`. A file under its final name is whole and verified;
-nothing else ever has that name. `source.json`'s modification time is when a shard last used the file: the
-least recently used file nobody runs is the first removed when room is needed.
+the file under its own name, beside it `.source.json` (the URL, size and sha256) and, while it arrives,
+`<name>.part`. A file under its final name is whole and verified; nothing else ever has that name. Replacing a
+file removes the old one before the new description is written, and the new file is renamed into place last: a
+crash anywhere in between leaves a description without its file (not held), never a file described as another.
+`.source.json`'s modification time is when a shard last used the file: the least recently used file nobody runs
+is the first removed when room is needed.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from llmgw.core.units import mb
 from llmgw.wire.messages import WeightsDir
 
 FETCHED = "fetched"
-SOURCE = "source.json"
+SOURCE = ".source.json"  # a leading dot: no URL's file name can be it (file_name strips leading dots)
 PART = ".part"
 # file systems other machines mount too: never cleaned by one node, and a file there is held by every mounter
 NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs",
@@ -50,6 +52,8 @@ def file_name(url: str) -> str:
     """The URL's last path segment as a safe file name ("model.gguf"); "weights" when it has none."""
     last = unquote(urlparse(url).path).rsplit("/", 1)[-1]
     name = _UNSAFE.sub("_", last)[:120].lstrip(".")
+    if name.endswith(PART):
+        name += "_"  # a whole file never looks like one arriving
     return name or "weights"
 
 
@@ -103,13 +107,15 @@ def touch(folder: Path) -> None:
 
 
 def visible(dirs: Iterable[Path]) -> list[str]:
-    """What this node holds: every non-empty file under the directories by its path (an empty one looks like a
-    download that never finished, a `.part` is one), and every fetched file by the URL it came from."""
+    """What this node holds: every fetched file by the URL it came from (first, so that a report cut to its
+    bound never drops them), then every non-empty file under the directories by its path (an empty one looks
+    like a download that never finished, a `.part` is one)."""
+    urls: set[str] = set()
     out: set[str] = set()
     for d in dirs:
         if not d.is_dir():
             continue
-        out.update(h.url for h in held_files(d))
+        urls.update(h.url for h in held_files(d))
         for root, subdirs, files in os.walk(d):
             if Path(root) == d:
                 subdirs[:] = [s for s in subdirs if s != FETCHED]  # reported by URL, above
@@ -122,7 +128,7 @@ def visible(dirs: Iterable[Path]) -> list[str]:
                         out.add(p)
                 except OSError:
                     continue
-    return sorted(out)
+    return sorted(urls) + sorted(out)
 
 
 def mount_of(path: Path, mountinfo: str) -> tuple[str, str]:
@@ -164,11 +170,14 @@ def managed_bytes(weights_dir: Path) -> int:
     return total
 
 
-def make_room(weights_dir: Path, need: int, budget: int | None, in_use: set[Path], network: bool) -> list[str]:
+def make_room(weights_dir: Path, need: int, budget: int | None, in_use: set[Path], network: bool,
+              reserved: int = 0) -> list[str]:
     """Remove least recently used fetched files no shard uses until `need` more bytes fit on the disk and within
-    the budget; the names removed. Raises InsufficientDisk, in the node's words, when they cannot be made to fit.
-    Nothing is removed from a network file system: other nodes may be using it."""
+    the budget, beside the `reserved` bytes other transfers still have to write; the names removed. Raises
+    InsufficientDisk, in the node's words, when they cannot be made to fit. Nothing is removed from a network file
+    system: other nodes may be using it."""
     removed: list[str] = []
+    need += reserved
 
     def short() -> tuple[int, int]:
         free = shutil.disk_usage(weights_dir).free
