@@ -255,9 +255,10 @@ def test_a_version_3_agent_is_not_sent_how_to_have_weights() -> None:
 
     shard = ShardSpec(replica_id="m-1", model="m", engine="sim", source="http://o/m.gguf", rank=0, world_size=1,
                       weights=WeightsPlan(sha256="ab" * 32, origin=False, wait_for="node02"))
-    desired = DesiredState(node_id="node01", shards=[shard])
+    desired = DesiredState(node_id="node01", shards=[shard], revoked=["node09"])
     v3 = json.loads(answer_in(desired, 3))
     assert v3["version"] == 3 and "weights" not in v3["shards"][0] and "engine_sources" in v3
+    assert "revoked" not in v3
     v4 = json.loads(answer_in(desired, 4))
     assert v4["shards"][0]["weights"]["wait_for"] == "node02"
     v2 = json.loads(answer_in(desired, 2))
