@@ -6,17 +6,16 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from llmgw.agent.weights import fetcher as fetcher_mod
 from llmgw.agent.weights import local
-from llmgw.agent.weights.fetcher import Fetcher, Outcome, Ready, Waiting
-from llmgw.core.clock import SystemClock
+from llmgw.agent.weights.fetcher import Ready
 from llmgw.wire.messages import WeightsPlan
-from tests.agent.installs.release import Release, release_server
+from tests.agent.installs.release import Release
+from tests.agent.weights.kit import fetcher, settled
 from tests.harness import await_true
 
 OLD = os.urandom(1_000_000)
@@ -25,25 +24,6 @@ NEW = os.urandom(1_000_000)  # the same size: a re-upload at the same URL, the c
 
 def sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
-
-
-@pytest.fixture
-def origin() -> Iterator[Release]:
-    with release_server(Release()) as r:
-        yield r
-
-
-def fetcher(d: Path, budget: int | None = None) -> Fetcher:
-    return Fetcher(d, SystemClock(), None, "node01", budget, 1 << 40, network=lambda: False, in_use=set,
-                   timeout=5.0)
-
-
-async def settled(f: Fetcher, url: str, plan: WeightsPlan) -> Outcome:
-    def ended() -> Outcome | None:
-        o = f.ensure(url, plan)
-        return None if isinstance(o, Waiting) else o
-
-    return await await_true(ended, 30, f"{url} fetched or refused")
 
 
 @pytest.mark.parametrize("name", ["source.json", ".source.json", "x.gguf.part"])

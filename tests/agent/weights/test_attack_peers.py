@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import ssl
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -15,66 +13,29 @@ from aiohttp import web
 
 from llmgw.agent.client import ControlPlaneClient
 from llmgw.agent.weights import local
-from llmgw.agent.weights.fetcher import Fetcher, Outcome, Ready, Waiting
+from llmgw.agent.weights.fetcher import Ready
 from llmgw.agent.weights.serve import start_peer_listener
-from llmgw.core.clock import SystemClock
 from llmgw.core.errors import UpstreamError
-from llmgw.pki.ca import init_ca, issue
-from llmgw.pki.tls import client_context, server_context
+from llmgw.pki.tls import server_context
 from llmgw.wire.messages import DesiredState, Hardware, NodeReport, WeightsPeer, WeightsPlan
 from tests.agent.installs.release import Release, release_server
-from tests.harness import await_true, free_port, plane_in
+from tests.agent.weights.kit import Pki, fetcher, hold, settled
+from tests.harness import free_port, plane_in
 
 DATA = os.urandom(3_000_000)
 DIGEST = hashlib.sha256(DATA).hexdigest()
-
-
-@dataclass
-class Pki:
-    dir: Path
-
-    def client(self, name: str) -> ssl.SSLContext:
-        return client_context(self.dir / f"{name}.crt", self.dir / f"{name}.key", self.dir / "ca.crt")
-
-    def server(self, name: str, require_client: bool = True) -> ssl.SSLContext:
-        return server_context(self.dir / f"{name}.crt", self.dir / f"{name}.key", self.dir / "ca.crt",
-                              require_client=require_client)
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    d = tmp_path / "pki"
-    init_ca(d)
-    for n in ("node01", "node02", "node03"):
-        issue(d, n, ips=["127.0.0.1"])
-    issue(d, "controlplane", ips=["127.0.0.1"], server=True)
-    return Pki(d)
-
-
-@pytest.fixture
-def origin() -> Iterator[Release]:
-    with release_server(Release(files={"model.gguf": DATA})) as r:
-        yield r
-
-
-async def settled(f: Fetcher, url: str, plan: WeightsPlan) -> Outcome:
-    def ended() -> Outcome | None:
-        o = f.ensure(url, plan)
-        return None if isinstance(o, Waiting) else o
-
-    return await await_true(ended, 30, "the copy ended")
 
 
 async def test_a_peer_with_a_bad_copy_falls_back_to_the_origin(tmp_path: Path, pki: Pki, origin: Release) -> None:
     """node03 serves the right size but wrong bytes (bit rot, a copy made before the catalog had a digest, a
     compromised node). The digest catches it, but the whole job then fails instead of trying the next source:
     one bad holder keeps the fabric from ever getting the file, though the origin is allowed and healthy."""
+    origin.files["model.gguf"] = DATA
     bad = bytearray(DATA)
     bad[-1] ^= 0xFF
     ctx = server_context(pki.dir / "node03.crt", pki.dir / "node03.key", pki.dir / "ca.crt", require_client=True)
     with release_server(Release(files={"v1/weights": bytes(bad)}), tls=ctx) as peer:
-        f = Fetcher(tmp_path / "node01", SystemClock(), lambda: pki.client("node01"), "node01", None, 1 << 40,
-                    network=lambda: False, in_use=set, timeout=5.0)
+        f = fetcher(tmp_path / "node01", tls=lambda: pki.client("node01"))
         plan = WeightsPlan(sha256=DIGEST, size=len(DATA), origin=True,
                            peers=[WeightsPeer(node_id="node03", address="127.0.0.1", port=peer.port)])
         got = await settled(f, origin.url("model.gguf"), plan)
@@ -100,10 +61,7 @@ async def test_a_revoked_node_gets_no_weights(tmp_path: Path, pki: Pki) -> None:
     listener must too, for the 90 days its certificate stays valid: the revocation list comes with the desired
     state, and the listener consults it."""
     url = "http://127.0.0.1:9/models/model.gguf"
-    target = local.target_for(tmp_path / "node02", url)
-    target.parent.mkdir(parents=True)
-    target.write_bytes(DATA)
-    local.record(target.parent, url, len(DATA), DIGEST)
+    hold(tmp_path / "node02", url, DATA)
     plane = plane_in(tmp_path / "plane")
     plane.revoke("node03", "", "stolen")
     desired = plane.heartbeat(NodeReport(node_id="node02", address="127.0.0.1", hardware=Hardware()))

@@ -11,10 +11,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from llmgw.agent.weights import local
-from llmgw.agent.weights.fetcher import Failed, Fetcher, Outcome, Ready, Waiting
-from llmgw.core.clock import SystemClock
+from llmgw.agent.weights.fetcher import Failed, Ready
 from llmgw.wire.messages import WeightsPlan
-from tests.harness import await_true
+from tests.agent.weights.kit import fetcher, settled
 
 DATA = os.urandom(2_000_000)
 DIGEST = hashlib.sha256(DATA).hexdigest()
@@ -48,19 +47,6 @@ async def raw_origin(answer: Answer) -> AsyncIterator[tuple[int, list[dict[str, 
     finally:
         server.close()
         await server.wait_closed()
-
-
-def fetcher(d: Path, budget: int | None = None) -> Fetcher:
-    return Fetcher(d, SystemClock(), None, "node01", budget, 1 << 40, network=lambda: False, in_use=set,
-                   timeout=5.0)
-
-
-async def settled(f: Fetcher, url: str, plan: WeightsPlan) -> Outcome:
-    def ended() -> Outcome | None:
-        o = f.ensure(url, plan)
-        return None if isinstance(o, Waiting) else o
-
-    return await await_true(ended, 30, f"{url} fetched or refused")
 
 
 def honest(headers: dict[str, str], data: bytes = DATA) -> bytes:

@@ -6,41 +6,24 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from llmgw.agent.weights import local
-from llmgw.agent.weights.fetcher import Failed, Fetcher, Outcome, Ready, Waiting
-from llmgw.core.clock import SystemClock
+from llmgw.agent.weights.fetcher import Failed, Fetcher, Ready, Waiting
 from llmgw.wire.messages import WeightsPlan
-from tests.agent.installs.release import Release, release_server
+from tests.agent.installs.release import Release
+from tests.agent.weights.kit import fetcher, settled
 from tests.harness import await_true
 
 DATA = os.urandom(5_000_000)
 DIGEST = hashlib.sha256(DATA).hexdigest()
 
 
-@pytest.fixture
-def origin() -> Iterator[Release]:
-    with release_server(Release(files={"model.gguf": DATA})) as r:
-        yield r
-
-
-def fetcher(d: Path, budget: int | None = None, network: bool = False,
-            in_use: set[Path] | None = None) -> Fetcher:
-    return Fetcher(d, SystemClock(), None, "node01", budget, 1 << 40, network=lambda: network,
-                   in_use=lambda: in_use or set(), timeout=5.0)
-
-
-async def settled(f: Fetcher, url: str, plan: WeightsPlan | None = None) -> Outcome:
-    """What ensure() says once the transfer has ended, either way."""
-    def ended() -> Outcome | None:
-        o = f.ensure(url, plan)
-        return None if isinstance(o, Waiting) else o
-
-    return await await_true(ended, 30, f"{url} fetched or refused")
+@pytest.fixture(autouse=True)
+def model(origin: Release) -> None:
+    origin.files["model.gguf"] = DATA
 
 
 async def test_a_cut_download_resumes_with_a_range_request(tmp_path: Path, origin: Release) -> None:

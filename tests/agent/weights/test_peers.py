@@ -8,56 +8,24 @@ import logging
 import os
 import ssl
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from llmgw.agent.weights import local
-from llmgw.agent.weights.fetcher import Fetcher, Outcome, Ready, Waiting
+from llmgw.agent.weights.fetcher import Fetcher, Ready
 from llmgw.agent.weights.serve import start_peer_listener
-from llmgw.core.clock import SystemClock
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.messages import WeightsPeer, WeightsPlan
 from tests.agent.installs.release import Release, release_server
+from tests.agent.weights.kit import Pki, fetcher, hold, settled
 from tests.harness import await_true, free_port
 
 DATA = os.urandom(6_000_000)
 DIGEST = hashlib.sha256(DATA).hexdigest()
 URL = "http://127.0.0.1:9/models/model.gguf"  # the origin: nothing listens there; peers are all there is
-
-
-@dataclass
-class Pki:
-    dir: Path
-
-    def client(self, name: str) -> ssl.SSLContext:
-        return client_context(self.dir / f"{name}.crt", self.dir / f"{name}.key", self.dir / "ca.crt")
-
-    def server(self, name: str) -> ssl.SSLContext:
-        return server_context(self.dir / f"{name}.crt", self.dir / f"{name}.key", self.dir / "ca.crt",
-                              require_client=True)
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    d = tmp_path / "pki"
-    init_ca(d)
-    for n in ("node01", "node02", "node03"):
-        issue(d, n, ips=["127.0.0.1"])
-    issue(d, "controlplane", ips=["127.0.0.1"], server=True)
-    return Pki(d)
-
-
-def hold(weights_dir: Path, url: str, data: bytes) -> Path:
-    """A file this node fetched earlier, whole."""
-    target = local.target_for(weights_dir, url)
-    target.parent.mkdir(parents=True)
-    target.write_bytes(data)
-    local.record(target.parent, url, len(data), hashlib.sha256(data).hexdigest())
-    return target
 
 
 @pytest.fixture
@@ -70,16 +38,7 @@ async def peer02(tmp_path: Path, pki: Pki) -> AsyncIterator[int]:
 
 
 def copier(d: Path, pki: Pki) -> Fetcher:
-    return Fetcher(d, SystemClock(), lambda: pki.client("node01"), "node01", None, 1 << 40, network=lambda: False,
-                   in_use=set, timeout=5.0)
-
-
-async def settled(f: Fetcher, plan: WeightsPlan) -> Outcome:
-    def ended() -> Outcome | None:
-        o = f.ensure(URL, plan)
-        return None if isinstance(o, Waiting) else o
-
-    return await await_true(ended, 30, "the copy ended")
+    return fetcher(d, tls=lambda: pki.client("node01"))
 
 
 async def test_a_node_copies_from_a_peer_of_its_fabric(tmp_path: Path, pki: Pki, peer02: int,
@@ -88,7 +47,7 @@ async def test_a_node_copies_from_a_peer_of_its_fabric(tmp_path: Path, pki: Pki,
     f = copier(tmp_path / "node01", pki)
     plan = WeightsPlan(sha256=DIGEST, size=len(DATA), peers=[WeightsPeer(node_id="node02", address="127.0.0.1",
                                                                           port=peer02)])
-    got = await settled(f, plan)
+    got = await settled(f, URL, plan)
     assert isinstance(got, Ready) and got.path.read_bytes() == DATA, got
     served = [r.getMessage() for r in caplog.records if r.getMessage().startswith("weights: serving")]
     assert served == ["weights: serving model.gguf to node node01 (whole)"]
@@ -113,7 +72,7 @@ async def test_a_peer_dying_mid_copy_hands_over_to_the_next_without_starting_ove
         WeightsPeer(node_id="node03", address="127.0.0.1", port=dying_peer.port),
         WeightsPeer(node_id="node02", address="127.0.0.1", port=peer02),
     ])
-    got = await settled(f, plan)
+    got = await settled(f, URL, plan)
     assert isinstance(got, Ready) and got.path.read_bytes() == DATA, got
     assert len(dying_peer.ranges) == 1
     served = [r.getMessage() for r in caplog.records if r.getMessage().startswith("weights: serving")]
