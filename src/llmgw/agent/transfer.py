@@ -23,7 +23,7 @@ from llmgw.core.units import mb
 
 CHUNK = 1 << 20
 BATCH = 8 << 20  # most bytes gathered while the writer thread is busy
-__all__ = ["Progress", "Result", "Source", "fetch_part", "hash_of", "mb"]
+__all__ = ["MinRate", "Progress", "Result", "Source", "fetch_part", "hash_of", "mb"]
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total if known)
 
@@ -62,6 +62,27 @@ class Result:
 Room = Callable[[int], None]  # raises TransferFailed when `n` more bytes cannot be written here
 
 
+@dataclass(frozen=True)
+class MinRate:
+    """The least a source must send: `bytes_per_s` on average over every `window` seconds of `now`'s clock."""
+
+    bytes_per_s: float
+    window: float
+    now: Callable[[], float]
+
+    def check(self, since: tuple[float, int], have: int, what: str) -> tuple[float, int]:
+        """The window to measure from next; raises (resumable) when the one that just ended was too slow."""
+        t0, b0 = since
+        t = self.now()
+        if t - t0 < self.window:
+            return since
+        rate = (have - b0) / (t - t0)
+        if rate < self.bytes_per_s:
+            raise TransferFailed(Reason.DownloadFailed, f"{what}: {mb(rate)}/s over the last {t - t0:.0f} s, under "
+                                 f"the {mb(self.bytes_per_s)}/s a transfer must keep", resumable=True)
+        return t, have
+
+
 async def fetch_part(
     src: Source,
     part: Path,
@@ -72,11 +93,14 @@ async def fetch_part(
     room: Room | None = None,
     timeout: float = 60.0,
     deadline: float = 4 * 3600.0,
+    min_rate: MinRate | None = None,
 ) -> Result:
     """Fill `part` with the whole body of `src`, continuing from what `part` already holds. On return `part` holds
     exactly `Result.size` bytes whose digest is `Result.sha256`. An interrupted transfer raises with
     `resumable=True` and keeps `part` for the next call (from this source or another). `expected_size` (the
     catalog's) is held against what the server says; `room` is asked (in a thread) before bytes are written.
+    `min_rate`: a source slower than it over its window is left (resumable), so a trickle cannot hold a transfer
+    for hours when another source could serve it.
     A server that answers an open range with less than the rest (a CDN capping ranges) is asked for the rest."""
     have = part.stat().st_size if part.exists() else 0
     if have > max_bytes or (expected_size is not None and have > expected_size):
@@ -87,7 +111,7 @@ async def fetch_part(
         return Result(have, hasher.hexdigest())
     client_timeout = aiohttp.ClientTimeout(total=deadline, connect=timeout, sock_read=timeout)
     name = part.name.removesuffix(".part")
-    t = _Transfer(src, part, name, max_bytes, expected_size, room, progress, have, hasher)
+    t = _Transfer(src, part, name, max_bytes, expected_size, room, progress, have, hasher, min_rate)
     try:
         # the bytes as they are: a body the server compressed would not be the file the catalog describes
         async with aiohttp.ClientSession(timeout=client_timeout, auto_decompress=False) as session:
@@ -126,6 +150,7 @@ class _Transfer:
     progress: Progress
     have: int
     hasher: hashlib._Hash
+    min_rate: MinRate | None
     total: int | None = None  # the file's whole size, once a server has said it
 
     async def request(self, session: aiohttp.ClientSession) -> bool:
@@ -184,7 +209,7 @@ class _Transfer:
                 await asyncio.to_thread(self.room, total - have)
             room = self.room if total is None else None  # an unknown size: room asked as bytes arrive
             self.have = have = await _receive(resp, self.part, have, self.hasher, self.max_bytes, self.progress,
-                                              total, end, name, room)
+                                              total, end, f"{name} from {src.said()}", room, self.min_rate)
             if end is not None and have < end:
                 raise TransferFailed(Reason.DownloadFailed, f"{name}: the transfer from {src.said()} stopped at "
                                      f"{mb(have)} of {mb(total or end)}", resumable=True)
@@ -205,7 +230,8 @@ async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
 
 
 async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: hashlib._Hash, max_bytes: int,
-                   progress: Progress, total: int | None, end: int | None, name: str, room: Room | None) -> int:
+                   progress: Progress, total: int | None, end: int | None, name: str, room: Room | None,
+                   min_rate: MinRate | None) -> int:
     """Write and hash the body in a thread while the next chunk arrives: the event loop (heartbeats, the other
     transfers) is never held by a disk or a digest."""
     with part.open("r+b" if have else "wb") as f:
@@ -225,9 +251,12 @@ async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: 
         pending: asyncio.Future[None] | None = None
         batch: list[bytes] = []
         batched = 0
+        window = (min_rate.now(), have) if min_rate is not None else (0.0, 0)
         try:
             async for chunk in _chunks(resp.content):
                 have += len(chunk)
+                if min_rate is not None:
+                    window = min_rate.check(window, have, name)
                 if have > max_bytes or (end is not None and have > end):
                     if pending is not None:
                         await pending

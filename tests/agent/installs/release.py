@@ -20,6 +20,7 @@ class Release:
     hold: dict[str, threading.Event] = field(default_factory=dict)  # send one chunk, then wait for the event
     ranges: list[tuple[str, str]] = field(default_factory=list)  # (name, Range header) of every request
     ignore_range: set[str] = field(default_factory=set)  # answer these whole (200) whatever Range asks
+    trickle: dict[str, float] = field(default_factory=dict)  # send 1 kB, then pause this long, and again
     port: int = 0
 
     def url(self, name: str) -> str:
@@ -59,6 +60,14 @@ def _handler(rel: Release) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(rest[:cut])
                 self.wfile.flush()
                 self.close_connection = True
+                return
+            pause = rel.trickle.get(name)
+            if pause is not None:
+                stop = threading.Event()
+                for i in range(0, len(rest), 1024):
+                    self.wfile.write(rest[i : i + 1024])
+                    self.wfile.flush()
+                    stop.wait(pause)  # the server's own pace: a trickle
                 return
             gate = rel.hold.get(name)
             if gate is not None:

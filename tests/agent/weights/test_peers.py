@@ -16,6 +16,7 @@ import pytest
 from llmgw.agent.weights import local
 from llmgw.agent.weights.fetcher import Fetcher, Ready
 from llmgw.agent.weights.serve import start_peer_listener
+from llmgw.core.clock import SystemClock
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.messages import WeightsPeer, WeightsPlan
@@ -78,6 +79,24 @@ async def test_a_peer_dying_mid_copy_hands_over_to_the_next_without_starting_ove
     served = [r.getMessage() for r in caplog.records if r.getMessage().startswith("weights: serving")]
     assert served == ["weights: serving model.gguf to node node01 (bytes=2500000-)"], "node02 sent only the rest"
     await f.close()
+
+
+async def test_a_trickling_peer_is_left_for_the_next(tmp_path: Path, pki: Pki, peer02: int,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """node03 sends a kilobyte now and then: under the rate a transfer must keep over its window, the copier
+    leaves it for node02, keeping what node03 did send, instead of being held for hours."""
+    name = "v1/weights"
+    rel = Release(files={name: DATA}, trickle={name: 0.05})
+    with release_server(rel, tls=pki.server("node03")) as slow:
+        f = Fetcher(tmp_path / "node01", SystemClock(), lambda: pki.client("node01"), "node01", None, 1 << 40,
+                    network=lambda: False, in_use=set, timeout=5.0, min_rate=1e6, rate_window=0.5)
+        plan = WeightsPlan(sha256=DIGEST, peers=[WeightsPeer(node_id="node03", address="127.0.0.1", port=slow.port),
+                                                 WeightsPeer(node_id="node02", address="127.0.0.1", port=peer02)])
+        got = await settled(f, URL, plan)
+        await f.close()
+    assert isinstance(got, Ready) and got.path.read_bytes() == DATA, got
+    left = [r.getMessage() for r in caplog.records if "a transfer must keep" in r.getMessage()]
+    assert left and "from peer node03" in left[0] and "trying the next source" in left[0], left
 
 
 async def test_a_peer_is_known_by_its_certificate_not_its_address(tmp_path: Path, pki: Pki, peer02: int) -> None:

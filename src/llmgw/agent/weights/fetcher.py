@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from llmgw.agent.transfer import Result, Source, fetch_part
+from llmgw.agent.transfer import MinRate, Result, Source, fetch_part
 from llmgw.agent.weights import local
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 RETRY_BASE, RETRY_CAP = 1.0, 60.0  # a cut transfer is resumed soon; a failed one is tried again after FAILED_RETRY
 FAILED_RETRY = 60.0
 LOCAL_TROUBLE = {Reason.InsufficientDisk, Reason.DiskFull}
+MIN_RATE, RATE_WINDOW = 64 * 1024.0, 60.0  # a source slower than 64 kB/s over a minute is left for the next
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class _Job:
 class Fetcher:
     def __init__(self, weights_dir: Path, clock: Clock, tls: Callable[[], ssl.SSLContext] | None, node_id: str,
                  budget: int | None, max_bytes: int, network: Callable[[], bool], in_use: Callable[[], set[Path]],
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, min_rate: float = MIN_RATE, rate_window: float = RATE_WINDOW) -> None:
         self.dir = weights_dir
         self.clock = clock
         self.tls = tls
@@ -73,6 +74,7 @@ class Fetcher:
         self.network = network
         self.in_use = in_use
         self.timeout = timeout
+        self.min_rate = MinRate(min_rate, rate_window, clock.monotonic)
         self.jobs: dict[str, _Job] = {}
         self._room_lock = threading.Lock()
 
@@ -218,7 +220,7 @@ class Fetcher:
             await asyncio.to_thread(room, size - have)  # the disk is checked before anything is asked for
         log.info("weights %s: %s (from byte %d)", job.url, what, have)
         return await fetch_part(src, part, max_bytes=self.max_bytes, progress=progress, expected_size=size,
-                                room=room, timeout=self.timeout)
+                                room=room, timeout=self.timeout, min_rate=self.min_rate)
 
     def _finish(self, job: _Job, plan: WeightsPlan, got: Result, part: Path, target: Path, src: Source) -> Path:
         if plan.sha256 and got.sha256 != plan.sha256:
