@@ -128,3 +128,25 @@ async def test_a_build_an_engine_runs_from_counts_as_in_use_read_from_proc(tmp_p
     finally:
         proc.kill()
         proc.wait()
+
+
+async def test_a_held_url_is_reported_however_many_local_files_there_are(tmp_path: Path) -> None:
+    """The report's weights are bounded (1024): a node whose weights_dirs hold more files (a shared model tree, an
+    HF cache) must still report the files it fetched, or the control plane never sees it as a holder and the nodes
+    of its fabric told to wait for it wait for good. (Found by review: local paths sorted before URLs.)"""
+    from tests.agent.weights.kit import hold
+
+    url = "https://origin.example/models/model.gguf"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for i in range(1100):
+        (shared / f"shard-{i:05d}.safetensors").write_bytes(b"x")
+    hold(tmp_path / "weights", url, b"GGUF" + bytes(100))
+    cfg = config(tmp_path, "h100x8-ib2", []).model_copy(update={"weights_dirs": [str(shared)]})
+    a = Agent(cfg, FakeClock())
+    await a.start()
+    try:
+        r = await a.report()
+    finally:
+        await a.close()
+    assert url in r.weights and len(r.weights) == 1024, f"the fetched file is missing from {len(r.weights)} entries"

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from llmgw.agent.client import ControlPlaneClient
 from llmgw.core.errors import UpstreamError
 from llmgw.dev.cluster import NodePlan
 from llmgw.pki.tls import client_context
-from llmgw.wire.messages import WIRE_VERSION, Hardware, NodeReport
+from llmgw.wire.messages import WIRE_VERSION, DesiredState, Hardware, NodeReport
+from tests.agent.weights.kit import Pki, make_pki
 from tests.harness import InProcessServer, free_port, plan
 
 
@@ -86,6 +88,44 @@ async def test_a_desired_state_of_another_wire_version_is_named_as_such(tmp_path
             await c.heartbeat(NodeReport(node_id="node01", address="127.0.0.11", hardware=Hardware()))
         assert (f"desired state wire version {WIRE_VERSION + 1} not understood by this agent (speaks {WIRE_VERSION})"
                 in str(e.value))
+    finally:
+        await c.close()
+        await runner.cleanup()
+
+
+@pytest.fixture
+def node_pki(tmp_path: Path) -> Pki:
+    return make_pki(tmp_path / "node-pki")
+
+
+async def _impostor(node_pki: Pki, pad: int) -> tuple[web.AppRunner, int]:
+    body = DesiredState(node_id="node01").model_dump_json()
+    body = body[:-1] + " " * pad + "}"
+
+    async def heartbeat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(text=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/agent/heartbeat", heartbeat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    # node02's own certificate: a node certificate now carries serverAuth, and an IP SAN of 127.0.0.1
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=node_pki.server("node02", require_client=False)).start()
+    return runner, port
+
+
+@pytest.mark.parametrize("pad", [0, 2_000_000], ids=["small-answer", "large-answer"])
+async def test_a_node_certificate_never_passes_for_the_control_plane(node_pki: Pki, pad: int) -> None:
+    """client.py checks the answering certificate through `r.connection`; aiohttp releases the connection (and
+    sets it to None) as soon as the whole body has arrived with the headers, so a small answer skips the check."""
+    runner, port = await _impostor(node_pki, pad)
+    c = ControlPlaneClient([f"https://127.0.0.1:{port}"], lambda: node_pki.client("node01"), 5.0)
+    try:
+        with pytest.raises(UpstreamError):
+            got = await c.heartbeat(NodeReport(node_id="node01", address="127.0.0.1", hardware=Hardware()))
+            print("accepted a desired state from node02:", got.node_id)
     finally:
         await c.close()
         await runner.cleanup()
