@@ -129,7 +129,7 @@ class ShardProcess:
             replica_id=self.spec.replica_id,
             rank=self.spec.rank,
             state=self.state,  # type: ignore[arg-type]
-            message=self.message,
+            message=self.message[:2000],  # bounded as the wire bounds it: a URL or a log line can be long
             reason=self.reason,
             pid=self.proc.pid if self.proc and self.proc.returncode is None else None,
             endpoint=self.endpoint,

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from llmgw.agent.transfer import MinRate, Result, Source, fetch_part
@@ -29,6 +30,11 @@ RETRY_BASE, RETRY_CAP = 1.0, 60.0  # a cut transfer is resumed soon; a failed on
 FAILED_RETRY = 60.0
 LOCAL_TROUBLE = {Reason.InsufficientDisk, Reason.DiskFull}
 MIN_RATE, RATE_WINDOW = 64 * 1024.0, 60.0  # a source slower than 64 kB/s over a minute is left for the next
+
+
+def _status(*, message: str = "", **kw: Any) -> FetchStatus:
+    """A status the heartbeat can carry: the words bounded as the wire bounds them (a URL can be long)."""
+    return FetchStatus(message=message[:2000], **kw)
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ class Fetcher:
             if st is not None and st.state == "failed" and self.clock.monotonic() - job.failed_at < FAILED_RETRY:
                 return Failed(st.reason, st.message)
             job.task = asyncio.create_task(self._run(job))
-            job.status = st = FetchStatus(source=url, state="waiting", message="starting")
+            job.status = st = _status(source=url, state="waiting", message="starting")
         assert st is not None
         if st.state == "failed":
             return Failed(st.reason, st.message)
@@ -128,13 +134,13 @@ class Fetcher:
                 path = await self._attempt(job)
             except TransferFailed as e:
                 if not e.resumable:
-                    job.status = FetchStatus(source=job.url, state="failed", message=str(e), reason=e.reason)
+                    job.status = _status(source=job.url, state="failed", message=str(e), reason=e.reason)
                     job.failed_at = self.clock.monotonic()
                     log.error("weights %s: %s", job.url, e)
                     return
                 wait = doubling(RETRY_BASE, RETRY_CAP, attempt)
                 attempt += 1
-                job.status = FetchStatus(source=job.url, state="waiting", message=f"{e}; trying again in {wait:.0f} s",
+                job.status = _status(source=job.url, state="waiting", message=f"{e}; trying again in {wait:.0f} s",
                                          reason=Reason.WeightsFetching)
                 log.warning("weights %s: %s; trying again in %.0f s", job.url, e, wait)
                 await asyncio.sleep(wait)
@@ -142,7 +148,7 @@ class Fetcher:
             except Exception as e:  # a transfer's trouble fails that file, never the agent; and it is said
                 err = TransferFailed.from_os(e, f"cannot write in {self.dir}") if isinstance(e, OSError) else (
                     TransferFailed(Reason.DownloadFailed, f"{type(e).__name__}: {str(e)[:500]}"))
-                job.status = FetchStatus(source=job.url, state="failed", message=str(err), reason=err.reason)
+                job.status = _status(source=job.url, state="failed", message=str(err), reason=err.reason)
                 job.failed_at = self.clock.monotonic()
                 log.exception("weights %s: failed", job.url)
                 return
@@ -160,7 +166,7 @@ class Fetcher:
         if plan.origin or sources:  # peers that fail fall back on the origin
             sources.append(Source(job.url, name="the origin"))
         if not sources:
-            job.status = FetchStatus(source=job.url, state="waiting", reason=Reason.WeightsFetching,
+            job.status = _status(source=job.url, state="waiting", reason=Reason.WeightsFetching,
                                      message=f"waiting for {plan.wait_for or 'a node of this fabric'} to fetch it "
                                              "from the origin, to copy it from there")
             job.changed.clear()
@@ -195,7 +201,7 @@ class Fetcher:
         what = "fetching from the origin" if via == "origin" else f"copying from {via}"
         have = part.stat().st_size if part.exists() else 0
         job.started = (self.clock.monotonic(), have)
-        job.status = FetchStatus(source=job.url, state="fetching", via=via, done_bytes=have, total_bytes=size,
+        job.status = _status(source=job.url, state="fetching", via=via, done_bytes=have, total_bytes=size,
                                  message=what, reason=Reason.WeightsFetching)
 
         def progress(done: int, total: int | None) -> None:
@@ -203,7 +209,7 @@ class Fetcher:
             dt = self.clock.monotonic() - t0
             rate = (done - b0) / dt if dt > 0.5 and done > b0 else 0.0
             eta = (total - done) / rate if rate and total else None
-            job.status = FetchStatus(source=job.url, state="fetching", via=via, done_bytes=done, total_bytes=total,
+            job.status = _status(source=job.url, state="fetching", via=via, done_bytes=done, total_bytes=total,
                                      rate_bps=min(rate, 1e13), eta_s=min(eta, 1e9) if eta is not None else None,
                                      message=what, reason=Reason.WeightsFetching)
 
