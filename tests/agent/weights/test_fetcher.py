@@ -175,15 +175,3 @@ def test_an_empty_file_and_a_part_file_are_not_weights(tmp_path: Path) -> None:
     local.record(folder, "http://o/m.gguf", 4, "")  # the size says another file: not whole
     assert local.visible([tmp_path, tmp_path / "absent"]) == [str(tmp_path / "whole.gguf")]
 
-
-async def test_a_long_url_still_makes_a_status_the_heartbeat_can_carry(tmp_path: Path, origin: Release) -> None:
-    """A URL near the catalog's 2048-character bound, refused: the words about it are cut to what the wire takes,
-    never an error inside the transfer that leaves it 'waiting' for good."""
-    name = "m" * 1900 + ".gguf"
-    origin.files[name] = DATA
-    f = fetcher(tmp_path)
-    got = await settled(f, origin.url(name), WeightsPlan(sha256="0" * 64))
-    assert isinstance(got, Failed) and got.reason == "DigestMismatch", got
-    (st,) = f.statuses()
-    assert st.state == "failed" and len(st.message) <= 2048
-    await f.close()
