@@ -33,9 +33,10 @@ def test_a_node_whose_fabric_holds_the_weights_comes_before_one_that_would_fetch
     """A peer copy beats a download from the origin; holding the file beats both. Never a filter."""
     m = model()
     holder = node("z-holder", fabric="ib-a", weights=(m.source,), n_gpus=4, faulty=(0, 1, 2, 3))  # cannot take it
+    holder = holder.model_copy(update={"report": holder.report.model_copy(update={"peer_port": 7480})})  # serves
     res = _place([node("a-far", fabric="ib-b"), node("m-near", fabric="ib-a"), holder], m)
     assert isinstance(res, Placement) and res.assignments[0].node_id == "m-near"
-    lost = node("z-holder", fabric="ib-a", weights=(m.source,), lost=True)
+    lost = holder.model_copy(update={"lost": True})
     res = _place([node("a-far", fabric="ib-b"), node("m-near", fabric="ib-a"), lost], m)
     assert isinstance(res, Placement) and res.assignments[0].node_id == "a-far", "a lost node holds nothing"
 

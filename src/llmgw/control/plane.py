@@ -12,7 +12,7 @@ from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.desired import desired_for
 from llmgw.control.metrics import Gauges
 from llmgw.control.registry import merge_report
-from llmgw.control.weights import Leaders, plans_for
+from llmgw.control.weights import Leaders, plans_for, prune
 from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.buckets import Buckets
 from llmgw.core.clock import Clock
@@ -151,8 +151,11 @@ class ControlPlane:
         self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
         self._node_events(rec.id, events)
         replicas = list(self.replicas.values())
-        plans, chosen = plans_for(rec.id, self.nodes, replicas, self.models, self.fetch_leaders)
-        self.fetch_leaders.update(chosen)
+        revoked = frozenset(self.revoked_nodes) | frozenset(self.revoked_serials)
+        plans, chosen = plans_for(rec.id, self.nodes, replicas, self.models, self.fetch_leaders, revoked)
+        if chosen:
+            self.fetch_leaders = prune({**self.fetch_leaders, **chosen}, self.nodes,
+                                       {m.source for m in self.models.values()})
         desired = desired_for(
             rec.id, replicas, self.models, self._engine_names, self.cfg.heartbeat_interval,
             self._engine_sources, plans,

@@ -41,12 +41,13 @@ Leaders = dict[tuple[str, str], str]  # (fabric, source) -> the node chosen to f
 
 
 def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[ReplicaRecord],
-              models: dict[str, ModelSpec], leaders: Leaders | None = None) -> tuple[dict[str, WeightsPlan], Leaders]:
+              models: dict[str, ModelSpec], leaders: Leaders | None = None,
+              revoked: frozenset[str] = frozenset()) -> tuple[dict[str, WeightsPlan], Leaders]:
     """The plan for every remote source this node's shards use, and the origin fetchers chosen while making it.
 
     `leaders` are the choices made before: a choice stands while its node is live, wants the file and has not
     failed to fetch it, so nodes that report at different moments (or whose replicas are placed one by one) never
-    see two different nodes told to fetch from the origin."""
+    see two different nodes told to fetch from the origin. A node or certificate in `revoked` is nobody's peer."""
     me = nodes.get(node_id)
     if me is None:
         return {}, {}
@@ -62,20 +63,27 @@ def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[Rep
         if node_id in ids:
             mine[spec.source] = spec
     fabrics = sorted(_fabrics(me.report))
-    group = [n for n in nodes.values() if n.id != node_id and not n.lost and set(fabrics) & _fabrics(n.report)]
+    group = [n for n in nodes.values() if n.id != node_id and not n.lost and set(fabrics) & _fabrics(n.report)
+             and n.id not in revoked and n.cert_serial not in revoked]
     plans: dict[str, WeightsPlan] = {}
     chosen: Leaders = {}
     for source, spec in mine.items():
         plans[source], leader = _plan(me, group, source, spec, wanting.get(source, set()), fabrics, leaders or {})
         if leader:
-            chosen.update({(f, source): leader for f in fabrics})
+            theirs = _fabrics((nodes[leader] if leader in nodes else me).report)
+            chosen.update({(f, source): leader for f in fabrics if f in theirs})  # only where it is a member
     return plans, chosen
+
+
+def serves(n: NodeRecord) -> bool:
+    """A node others can copy from: it listens for them."""
+    return bool(n.report.peer_port)
 
 
 def _plan(me: NodeRecord, group: list[NodeRecord], source: str, spec: ModelSpec, wanting: set[str],
           fabrics: list[str], leaders: Leaders) -> tuple[WeightsPlan, str]:
     base = WeightsPlan(sha256=spec.sha256 or "", size=spec.size)
-    holders = [n for n in group if source in n.report.weights and n.report.peer_port]
+    holders = [n for n in group if source in n.report.weights and serves(n)]
     if holders:
         holders.sort(key=lambda n: hashlib.sha256(f"{me.id}/{n.id}".encode()).digest())
         peers = [WeightsPeer(node_id=n.id, address=n.report.address, port=n.report.peer_port)
@@ -86,16 +94,26 @@ def _plan(me: NodeRecord, group: list[NodeRecord], source: str, spec: ModelSpec,
     if _fetching_from_origin(me.report, source):
         return base, me.id
     members = {n.id: n for n in [me, *group]}
+    wants = wanting | {me.id}
 
     def eligible(node_id: str) -> bool:
         n = members.get(node_id)
-        return n is not None and node_id in wanting | {me.id} and bool(n.report.peer_port) and not _failed(
-            n.report, source)
+        return n is not None and node_id in wants and serves(n) and not _failed(n.report, source)
 
-    fetching = sorted(n.id for n in group if n.id in wanting and _fetching_from_origin(n.report, source))
-    before = [leaders[(f, source)] for f in fabrics if (f, source) in leaders]
+    # one already fetching (and able to pass it on); else one chosen before (another node before this one: a node
+    # in two fabrics defers to either's choice); else the first eligible by name; when every node has failed once,
+    # the first that can serve tries again alone rather than all of them at once
+    fetching = sorted(n.id for n in group if n.id in wanting and serves(n) and _fetching_from_origin(n.report, source))
+    before = sorted({leaders[(f, source)] for f in fabrics if (f, source) in leaders}, key=lambda x: (x == me.id, x))
     leader = next(iter(fetching), None) or next((x for x in before if eligible(x)), None) or next(
-        (x for x in sorted(members) if eligible(x)), None)
+        (x for x in sorted(members) if eligible(x)), None) or next(
+        (x for x in sorted(members) if x in wants and serves(members[x])), None)
     if leader is None or leader == me.id:
         return base, leader or ""
     return base.model_copy(update={"origin": False, "wait_for": leader}), leader
+
+
+def prune(leaders: Leaders, nodes: dict[str, NodeRecord], sources: set[str]) -> Leaders:
+    """The choices still worth remembering: a live node, in that fabric, for a file the catalog still names."""
+    return {(f, src): n for (f, src), n in leaders.items() if src in sources and n in nodes and not nodes[n].lost
+            and f in _fabrics(nodes[n].report)}

@@ -159,7 +159,7 @@ def build_snapshot(
                 whole[a.node_id] = r.id
     held: dict[str, set[str]] = {}  # per fabric, the sources its live nodes hold
     for rec in nodes:
-        if not rec.lost and rec.report.weights:
+        if not rec.lost and rec.report.weights and rec.report.peer_port:  # a holder others can copy from
             for f in rec.report.fabrics:
                 held.setdefault(f.name, set()).update(rec.report.weights)
     views = []
