@@ -152,6 +152,8 @@ class _Transfer:
     hasher: hashlib._Hash
     min_rate: MinRate | None
     total: int | None = None  # the file's whole size, once a server has said it
+    open_ended: bool = False  # the last answer was a part of a file whose size the server did not say
+    window: tuple[float, int] | None = None  # where the rate is measured from: across requests, not per request
 
     async def request(self, session: aiohttp.ClientSession) -> bool:
         """One request for what is missing; True once the part holds the whole file."""
@@ -163,7 +165,8 @@ class _Transfer:
                 # asked past the end: what we have is all there is, if the server says the file is that long
                 told = resp.headers.get("Content-Range", "")
                 size = int(told[8:]) if told.startswith("bytes */") and told[8:].isdigit() else None
-                if size == have and self.expected in (None, have):
+                said_end = size == have or (size is None and self.open_ended)  # "*": the end is where 416 starts
+                if said_end and self.expected in (None, have):
                     return True
                 self.part.unlink(missing_ok=True)
                 raise TransferFailed(Reason.DownloadFailed, f"{src.said()} says {name} ends before the {mb(have)} "
@@ -182,7 +185,7 @@ class _Transfer:
                 raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered a range it was not asked for",
                                      resumable=True)
             if resp.status == 200 and have:  # the server does not resume: start over, from a clean file
-                have, self.hasher = 0, hashlib.sha256()
+                have, self.hasher, self.window = 0, hashlib.sha256(), None
             length = resp.content_length
             total: int | None
             end: int | None
@@ -208,12 +211,16 @@ class _Transfer:
             if self.room is not None and total is not None:
                 await asyncio.to_thread(self.room, total - have)
             room = self.room if total is None else None  # an unknown size: room asked as bytes arrive
+            if self.min_rate is not None and self.window is None:
+                self.window = (self.min_rate.now(), have)
             self.have = have = await _receive(resp, self.part, have, self.hasher, self.max_bytes, self.progress,
-                                              total, end, f"{name} from {src.said()}", room, self.min_rate)
+                                              total, end, f"{name} from {src.said()}", room, self)
             if end is not None and have < end:
                 raise TransferFailed(Reason.DownloadFailed, f"{name}: the transfer from {src.said()} stopped at "
                                      f"{mb(have)} of {mb(total or end)}", resumable=True)
-            return total is None or have >= total
+            # a part of a file of unsaid size: ask for what follows until the server says there is no more
+            self.open_ended = resp.status == 206 and total is None
+            return not self.open_ended and (total is None or have >= total)
 
 
 async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
@@ -231,7 +238,7 @@ async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
 
 async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: hashlib._Hash, max_bytes: int,
                    progress: Progress, total: int | None, end: int | None, name: str, room: Room | None,
-                   min_rate: MinRate | None) -> int:
+                   rate: _Transfer) -> int:
     """Write and hash the body in a thread while the next chunk arrives: the event loop (heartbeats, the other
     transfers) is never held by a disk or a digest."""
     with part.open("r+b" if have else "wb") as f:
@@ -251,12 +258,11 @@ async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: 
         pending: asyncio.Future[None] | None = None
         batch: list[bytes] = []
         batched = 0
-        window = (min_rate.now(), have) if min_rate is not None else (0.0, 0)
         try:
             async for chunk in _chunks(resp.content):
                 have += len(chunk)
-                if min_rate is not None:
-                    window = min_rate.check(window, have, name)
+                if rate.min_rate is not None and rate.window is not None:
+                    rate.window = rate.min_rate.check(rate.window, have, name)
                 if have > max_bytes or (end is not None and have > end):
                     if pending is not None:
                         await pending
