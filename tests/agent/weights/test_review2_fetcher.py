@@ -34,6 +34,7 @@ async def test_a_job_cancelled_during_finish_and_wanted_again_keeps_the_file(
     plan = WeightsPlan(sha256=DIGEST, size=len(DATA))
     target = local.target_for(tmp_path, url)
     first_record, release_first, renamed = threading.Event(), threading.Event(), threading.Event()
+    hashed = threading.Event()
     state = {"calls": 0, "second_job": False}
 
     real_record, real_hash_of = local.record, transfer.hash_of
@@ -50,11 +51,9 @@ async def test_a_job_cancelled_during_finish_and_wanted_again_keeps_the_file(
         renamed.set()
 
     def hash_of(path: Path, upto: int | None = None):  # type: ignore[no-untyped-def]
-        h = real_hash_of(path, upto)
-        if state["second_job"]:  # the second job has read the whole .part: now the first thread goes on
-            release_first.set()
-            assert renamed.wait(20)
-        return h
+        if state["second_job"]:
+            hashed.set()  # the second job read the .part: before the first rename ended, it would rename it again
+        return real_hash_of(path, upto)
 
     monkeypatch.setattr(local, "record", record)
     monkeypatch.setattr(transfer, "hash_of", hash_of)
@@ -67,7 +66,16 @@ async def test_a_job_cancelled_during_finish_and_wanted_again_keeps_the_file(
     await await_true(first_record.is_set, 20, "the first job in _finish")
     f.keep(set())  # no shard wants it for one heartbeat
     state["second_job"] = True
-    got = await settled(f, url, plan)  # wanted again
+    f.ensure(url, plan)  # wanted again at the next: a second job, while the first rename is held in its thread
+
+    def second_job_acted() -> bool:
+        st = f.jobs[url].status
+        return hashed.is_set() or (st is not None and st.message == "finishing the last transfer of this file")
+
+    await await_true(second_job_acted, 10, "the second job read the .part, or waits for the first rename")
+    release_first.set()  # the first thread goes on and renames the file into place
+    got = await settled(f, url, plan)
+    assert renamed.is_set() and not hashed.is_set(), "the second job waited for the first rename, read nothing"
     await f.close()
     assert isinstance(got, Ready) and target.exists(), f"{got}; file there: {target.exists()}"
 

@@ -82,6 +82,9 @@ class Fetcher:
         self.timeout = timeout
         self.min_rate = MinRate(min_rate, rate_window, clock.monotonic)
         self.jobs: dict[str, _Job] = {}
+        # the jobs as threads read them: a tuple swapped whole on the event loop, never a dict changing under them
+        self._job_list: tuple[_Job, ...] = ()
+        self._finishing: dict[str, asyncio.Future[Path]] = {}  # renames still running in a thread, by URL
         self._room_lock = threading.Lock()
 
     def ensure(self, url: str, plan: WeightsPlan | None) -> Outcome:
@@ -90,12 +93,12 @@ class Fetcher:
         job = self.jobs.get(url)
         if job is None:
             job = self.jobs[url] = _Job(url, plan)
+            self._job_list = tuple(self.jobs.values())
         elif job.plan != plan:
             job.plan = plan
             job.changed.set()  # a waiting transfer reads its new plan now
-        held = local.read_held(local.folder_for(self.dir, url))
-        if held is not None and (not plan.sha256 or held.sha256 == plan.sha256) and (
-                plan.size is None or held.size == plan.size):
+        held = self._held(url, plan)
+        if held is not None:
             job.status = None
             local.touch(held.path.parent)
             return Ready(held.path)
@@ -110,11 +113,20 @@ class Fetcher:
             return Failed(st.reason, st.message)
         return Waiting(st.words())
 
+    def _held(self, url: str, plan: WeightsPlan) -> local.Held | None:
+        """The whole file this node holds for `url`, if it is the one the plan describes."""
+        held = local.read_held(local.folder_for(self.dir, url))
+        if held is None or (plan.sha256 and held.sha256 != plan.sha256) or (
+                plan.size is not None and held.size != plan.size):
+            return None
+        return held
+
     def keep(self, urls: set[str]) -> None:
         """Stop transfers no shard wants any more (what arrived stays, for the next one to resume)."""
         for url in list(self.jobs):
             if url not in urls:
                 job = self.jobs.pop(url)
+                self._job_list = tuple(self.jobs.values())
                 if job.task is not None:
                     job.task.cancel()
 
@@ -128,6 +140,16 @@ class Fetcher:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self, job: _Job) -> None:
+        prior = self._finishing.pop(job.url, None)
+        if prior is not None:
+            job.status = _status(source=job.url, state="waiting", reason=Reason.WeightsFetching,
+                                 message="finishing the last transfer of this file")
+            await asyncio.wait({prior})  # an earlier job's rename, still running in its thread
+            if not prior.cancelled():
+                prior.exception()  # retrieved: that job's outcome was its own to report
+            if self._held(job.url, job.plan) is not None:
+                job.status = None
+                return
         attempt = 0
         while True:
             try:
@@ -177,7 +199,11 @@ class Fetcher:
         for src in sources:
             try:
                 got = await self._from(job, src, part, plan.size)
-                return await asyncio.to_thread(self._finish, job, plan, got, part, target, src)
+                # the rename runs to its end even if this job is cancelled meanwhile; a job started later for the
+                # same file waits for it (see _run) rather than finding the .part and renaming it a second time
+                done = self._finishing[job.url] = asyncio.ensure_future(
+                    asyncio.to_thread(self._finish, job, plan, got, part, target, src))
+                return await asyncio.shield(done)
             except TransferFailed as e:
                 # a peer may have dropped the file since it last reported, or be gone: the next source is asked,
                 # from where this one stopped. Only this node's own trouble (its disk) ends the attempt here.
@@ -215,8 +241,8 @@ class Fetcher:
 
         def room(n: int) -> None:
             with self._room_lock:  # transfers make room one at a time, each counting what the others still need
-                others = sum(max(0, (j.status.total_bytes or 0) - j.status.done_bytes) for j in self.jobs.values()
-                             if j is not job and j.status is not None and j.status.state == "fetching")
+                others = sum(max(0, (st.total_bytes or 0) - st.done_bytes) for j in self._job_list
+                             if j is not job and (st := j.status) is not None and st.state == "fetching")
                 removed = local.make_room(self.dir, n, self.budget, self.in_use(), self.network(), others)
             if removed:
                 log.info("weights: removed %s (least recently used, no shard uses them) to make room for %s",
