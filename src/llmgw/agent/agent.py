@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import platform
@@ -21,7 +22,7 @@ from llmgw.agent.installs.probe import probe_named
 from llmgw.agent.installs.recipes import Context, Limits
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor.adopt import Running, discard, find_running
-from llmgw.agent.supervisor.process import state_name
+from llmgw.agent.supervisor.process import state_name, write_private
 from llmgw.agent.supervisor.supervisor import Pending, RestartPolicy
 from llmgw.agent.weights import local
 from llmgw.agent.weights.fetcher import Failed, Fetcher, Waiting
@@ -71,9 +72,31 @@ class Agent:
             network=self._weights_on_network, in_use=self._weights_in_use,
         )
         self._peer_listener: Listener | None = None
-        self.revoked: frozenset[str] = frozenset()  # node ids and serials the control plane revoked
+        # node ids and serials the control plane revoked: kept on disk, so a restarted agent refuses them at once
+        self.revoked: frozenset[str] = self._load_revoked()
         self.peer_port = 0
         self._network_fs = False
+
+    def _revoked_path(self) -> Path:
+        return Path(self.cfg.state_dir) / "revoked.json"
+
+    def _load_revoked(self) -> frozenset[str]:
+        try:
+            items = json.loads(self._revoked_path().read_text())
+        except (OSError, ValueError):
+            return frozenset()
+        return frozenset(str(x) for x in items) if isinstance(items, list) else frozenset()
+
+    def learn_revoked(self, items: list[str]) -> None:
+        """The control plane's revocations, from its desired state: used, and kept for the next start."""
+        if frozenset(items) == self.revoked:
+            return
+        self.revoked = frozenset(items)
+        try:
+            self._revoked_path().parent.mkdir(parents=True, exist_ok=True)
+            write_private(self._revoked_path(), json.dumps(sorted(self.revoked)) + "\n")
+        except OSError as e:
+            log.error("cannot keep the revocation list in %s: %s", self._revoked_path(), e)
 
     def _revoked_peer(self, ident: PeerIdentity) -> bool:
         return ident.node_id in self.revoked or ident.serial in self.revoked
@@ -305,7 +328,8 @@ class Agent:
             return  # keep running what runs: a control plane outage is not a reason to stop serving
         self.last_error = ""
         self.interval = desired.heartbeat_interval
-        self.revoked = frozenset(desired.revoked)
+        if desired.version >= 4:  # an older control plane sends no list, which is not an empty one
+            self.learn_revoked(desired.revoked)
         if desired.version >= 3:  # an older control plane names no sources: the node keeps what it has
             await self.converge_engines(desired.engine_sources)
         self.fetcher.keep({s.source for s in desired.shards})

@@ -113,7 +113,8 @@ class ControlPlaneClient:
             idx = (self.current + i) % len(self.urls)
             url = self.urls[idx].rstrip("/") + HEARTBEAT_PATH
             try:
-                async with self._http().post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                async with self._http().post(url, data=body, headers={"Content-Type": "application/json"},
+                                             allow_redirects=False) as r:  # only the server the TLS check vouched for
                     text = await r.text()
                     if r.status != 200:
                         # An answer is an answer: a refusal is not a reason to try another control plane.

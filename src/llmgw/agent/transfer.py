@@ -48,6 +48,7 @@ class Source:
     server_hostname: str | None = None
     name: str = ""  # how progress and errors name it: "the origin", "peer node02"
     redirects: bool = True  # an origin may send us to its CDN; a peer may not send us anywhere
+    expect: tuple[str, str] | None = None  # (header, value) the answer must not contradict: a peer's digest
 
     def said(self) -> str:
         return self.name or self.url
@@ -175,6 +176,10 @@ class _Transfer:
             if resp.status not in (200, 206):
                 raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered {resp.status} "
                                      f"{resp.reason or ''}".strip(), resumable=resp.status >= 500)
+            told_digest = resp.headers.get(src.expect[0]) if src.expect else None
+            if src.expect and told_digest and told_digest != src.expect[1]:  # not a byte of another version
+                raise TransferFailed(Reason.DigestMismatch, f"{src.said()} holds another {name} (sha256 "
+                                     f"{told_digest[:64]}), not the one the catalog names")
             if resp.headers.get("Content-Encoding", "identity").lower() != "identity":
                 raise TransferFailed(Reason.DownloadFailed, f"{src.said()} sent {name} encoded "
                                      f"({resp.headers['Content-Encoding'][:40]}), though asked for the bytes as they "

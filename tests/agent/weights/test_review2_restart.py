@@ -26,7 +26,7 @@ async def test_a_restarted_agent_does_not_serve_a_node_it_was_told_is_revoked(tm
     hold(Path(cfg.weights_dir), url, os.urandom(100_000))
 
     before = Agent(cfg, FakeClock())
-    before.revoked = frozenset({"node03"})  # as the last desired state said
+    before.learn_revoked(["node03"])  # as the last desired state said
     await before.close()
 
     a = Agent(cfg, FakeClock())

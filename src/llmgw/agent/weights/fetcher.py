@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 from llmgw.agent.transfer import MinRate, Result, Source, fetch_part
 from llmgw.agent.weights import local
+from llmgw.agent.weights.serve import DIGEST_HEADER
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
 from llmgw.core.errors import TransferFailed, WeightsRefused
@@ -184,7 +185,8 @@ class Fetcher:
         folder = local.folder_for(self.dir, job.url)
         target = folder / local.file_name(job.url)
         part = target.with_name(target.name + local.PART)
-        sources = [self._peer(job.url, p.node_id, p.address, p.port) for p in plan.peers if p.node_id != self.node_id]
+        sources = [self._peer(job.url, p.node_id, p.address, p.port, plan.sha256) for p in plan.peers
+                   if p.node_id != self.node_id]
         if plan.origin or sources:  # peers that fail fall back on the origin
             sources.append(Source(job.url, name="the origin"))
         if not sources:
@@ -216,11 +218,11 @@ class Fetcher:
         assert last is not None
         raise last
 
-    def _peer(self, url: str, node_id: str, address: str, port: int) -> Source:
+    def _peer(self, url: str, node_id: str, address: str, port: int, sha256: str) -> Source:
         host = f"[{address}]" if ":" in address else address
         return Source(f"https://{host}:{port}/v1/weights?source={quote(url, safe='')}",
                       ssl=self.tls() if self.tls is not None else None, server_hostname=node_id,
-                      name=f"peer {node_id}", redirects=False)
+                      name=f"peer {node_id}", redirects=False, expect=(DIGEST_HEADER, sha256) if sha256 else None)
 
     async def _from(self, job: _Job, src: Source, part: Path, size: int | None) -> Result:
         via = "origin" if src.name == "the origin" else src.name.removeprefix("peer ")
