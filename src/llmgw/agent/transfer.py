@@ -23,6 +23,7 @@ from llmgw.core.units import mb
 
 CHUNK = 1 << 20
 BATCH = 8 << 20  # most bytes gathered while the writer thread is busy
+READ_BUFFER = 1 << 20  # what aiohttp reads ahead: larger reads cost fewer turns of the loop (TLS above all)
 __all__ = ["MinRate", "Progress", "Result", "Source", "fetch_part", "hash_of", "mb"]
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total if known)
@@ -115,7 +116,8 @@ async def fetch_part(
     t = _Transfer(src, part, name, max_bytes, expected_size, room, progress, have, hasher, min_rate)
     try:
         # the bytes as they are: a body the server compressed would not be the file the catalog describes
-        async with aiohttp.ClientSession(timeout=client_timeout, auto_decompress=False) as session:
+        async with aiohttp.ClientSession(timeout=client_timeout, auto_decompress=False,
+                                         read_bufsize=READ_BUFFER) as session:
             async with asyncio.timeout(deadline):
                 while not await t.request(session):
                     pass
