@@ -48,17 +48,16 @@ def test_no_node_waits_for_one_that_can_never_serve_it() -> None:
     assert not got[URL].wait_for, f"n2 waits for n1, which cannot serve: {got[URL]}"
 
 
-def plane(tmp_path: Path) -> ControlPlane:
+def plane(tmp_path: Path, *placed_on: str) -> ControlPlane:
+    """A control plane loaded from a store holding one replica of m on each node named."""
     cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[m()])
-    p = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), FakeClock())
-    p.load()
-    return p
-
-
-def place(p: ControlPlane, *node_ids: str) -> None:
-    for i, n in enumerate(node_ids):
-        p.replicas[f"m-{i}"] = ReplicaRecord(id=f"m-{i}", model="m", shards_expected=1, created_at=0.0, assignments=[
-            ShardAssignment(node_id=n, address="127.0.0.1", rank=0, gpus=[])])
+    store = SqliteStore(tmp_path / "s.db").open()
+    for i, n in enumerate(placed_on):
+        store.put_replica(ReplicaRecord(id=f"m-{i}", model="m", shards_expected=1, created_at=0.0, assignments=[
+            ShardAssignment(node_id=n, address="127.0.0.1", rank=0, gpus=[])]))
+    cp = ControlPlane(cfg, store, FakeClock())
+    cp.load()
+    return cp
 
 
 def report(node_id: str, fabrics: list[str], holds: bool = False) -> NodeReport:
@@ -70,8 +69,7 @@ def report(node_id: str, fabrics: list[str], holds: bool = False) -> NodeReport:
 def test_fetch_leaders_does_not_grow_with_every_fabric_name_ever_reported(tmp_path: Path) -> None:
     """Entries are added per (fabric, source) and never removed: a node whose fabric names change (an edited
     agent.yaml, a node that makes them up) grows the plane's memory at 16 entries per heartbeat, forever."""
-    p = plane(tmp_path)
-    place(p, "n1")
+    p = plane(tmp_path, "n1")
     for i in range(200):
         p.heartbeat(report("n1", [f"ib-{i}-{j}" for j in range(16)]))
     assert len(p.fetch_leaders) <= 16, f"{len(p.fetch_leaders)} leaders remembered for one node and one file"
@@ -81,8 +79,7 @@ def test_a_revoked_certificate_is_not_offered_as_a_peer(tmp_path: Path) -> None:
     """node03's certificate (serial abc123) is revoked: its heartbeats are refused from now on, but its record
     stays live until node_lost_after, and the plane keeps sending node01 to copy the file from it (the copier
     does not consult the revocation list for the server it copies from)."""
-    p = plane(tmp_path)
-    place(p, "node01")
+    p = plane(tmp_path, "node01")
     p.heartbeat(report("node03", ["ib-a"], holds=True), serial="abc123")
     p.revoke("node03", "abc123", "key leaked")
     desired = p.heartbeat(report("node01", ["ib-a"]), serial="def456")
