@@ -11,6 +11,7 @@ from llmgw.agent.agent import Agent
 from llmgw.config.agent import AgentConfig
 from llmgw.core.clock import FakeClock
 from llmgw.pki.ca import init_ca, issue
+from llmgw.wire.messages import NodeReport
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 
@@ -35,6 +36,16 @@ def config(tmp: Path, host: str, fabrics: list[dict[str, object]]) -> AgentConfi
             "weights_budget": "1Gi",
         }
     )
+
+
+async def reported(cfg: AgentConfig) -> NodeReport:
+    """What an agent started with `cfg` reports first; stopped again after."""
+    a = Agent(cfg, FakeClock())
+    await a.start()
+    try:
+        return await a.report()
+    finally:
+        await a.close()
 
 
 async def test_report_describes_the_host(tmp_path: Path) -> None:
@@ -91,12 +102,7 @@ async def test_fabric_typo_is_reported_at_start_with_the_adapter(
 
 async def test_an_adapter_in_init_is_not_advertised(tmp_path: Path) -> None:
     cfg = config(tmp_path, "h100x8-ib-init", [{"name": "ib-a", "adapters": ["mlx5_0", "mlx5_1"]}])
-    a = Agent(cfg, FakeClock())
-    await a.start()
-    try:
-        r = await a.report()
-    finally:
-        await a.close()
+    r = await reported(cfg)
     assert r.fabrics[0].adapters == ["mlx5_0"]
     assert any(p.code == "FabricPortNotActive" and "mlx5_1" in p.message and "INIT" in p.message for p in r.problems)
     assert sum(g.faulty for g in r.hardware.gpus) == 1
@@ -143,10 +149,5 @@ async def test_a_held_url_is_reported_however_many_local_files_there_are(tmp_pat
         (shared / f"shard-{i:05d}.safetensors").write_bytes(b"x")
     hold(tmp_path / "weights", url, b"GGUF" + bytes(100))
     cfg = config(tmp_path, "h100x8-ib2", []).model_copy(update={"weights_dirs": [str(shared)]})
-    a = Agent(cfg, FakeClock())
-    await a.start()
-    try:
-        r = await a.report()
-    finally:
-        await a.close()
+    r = await reported(cfg)
     assert url in r.weights and len(r.weights) == 1024, f"the fetched file is missing from {len(r.weights)} entries"
