@@ -33,6 +33,8 @@ REAL_WAIT_CAP = 20.0  # and never more than this many load_waits of real time, w
 ANONYMOUS = ApiKeyRecord(id="-", name="anonymous", prefix="", hash="", created_at=0.0)
 
 
+ENGINE_KEEPALIVE_S = 4.0  # under the 5 s after which the engines close an idle connection
+
 class Router:
     def __init__(
         self,
@@ -249,7 +251,11 @@ class Router:
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
             # a bounded pool per replica (per endpoint): beyond it requests queue in the router, not on the engine
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.cfg.connections_per_replica)
+            # idle connections are dropped before the engines drop them (llama-server's cpp-httplib and vLLM's
+            # uvicorn after 5 s): a request written into a connection the engine is closing fails with "Can not
+            # write request body", and is not retried since the engine may have had it
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.cfg.connections_per_replica,
+                                             keepalive_timeout=ENGINE_KEEPALIVE_S)
             self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         return self.session
 
