@@ -61,9 +61,13 @@ def test_four_nodes_of_a_fabric_download_a_new_model_once(tmp_path: Path, runnin
                        for w in rows[leader]["warnings"]), rows[leader]["warnings"]
             for n in set(NODES) - {leader}:
                 assert rows[n]["fetches"][0]["message"].startswith(f"waiting for {leader} to fetch it"), rows[n]
-            told = ctl_json(p, "explain", "fetched")
-            waits = [c for r in told["replicas"] for c in r["conditions"] if c["type"] == "Ready"]
-            assert len(waits) == 4 and all(c["reason"] == "WeightsFetching" for c in waits), waits
+
+            def explained() -> list[dict[str, Any]] | None:  # replica status follows the nodes' next reports
+                told = ctl_json(p, "explain", "fetched")
+                waits = [c for r in told["replicas"] for c in r["conditions"] if c["type"] == "Ready"]
+                return waits if len(waits) == 4 and all(c["reason"] == "WeightsFetching" for c in waits) else None
+
+            wait_until(explained, 30, "ctl explain: four replicas not ready, WeightsFetching")
 
             gate.set()
 
