@@ -45,3 +45,21 @@ def test_metrics_read_the_summary() -> None:
     assert 'llmgw_gpus{gpu_class="H100-80G",state="faulty"} 1.0' in text
     assert 'llmgw_nodes{state="lost"} 1.0' in text
     assert 'llmgw_fabric_free_whole_nodes{fabric="ib-a"} 1.0' in text
+
+
+def test_metrics_carry_weights_held_per_fabric_and_fetches_under_way() -> None:
+    from llmgw.wire.messages import FetchStatus
+
+    nodes, reps = cluster()
+    url = "https://models.example/m.gguf"
+    fetch = FetchStatus(source=url, state="fetching", via="n2", done_bytes=1_000_000, total_bytes=4_000_000)
+    nodes[0] = nodes[0].model_copy(update={"report": nodes[0].report.model_copy(update={"fetches": [fetch]})})
+    nodes[1] = nodes[1].model_copy(update={"report": nodes[1].report.model_copy(update={"weights": [url]})})
+    lost = nodes[3].model_copy(update={"report": nodes[3].report.model_copy(update={"fetches": [fetch]})})
+    nodes[3] = lost  # a lost node's last report is no transfer under way
+    text = generate_latest(registry(lambda: summarize(nodes, reps, [], {}, now=1.0, sources={url: ["m"]}))).decode()
+    assert 'llmgw_fabric_models_held{fabric="ib-a",model="m"} 1.0' in text
+    assert 'llmgw_fabric_models_held{fabric="ib-b"' not in text
+    assert f'llmgw_weights_fetch_bytes{{node="n1",source="{url}",state="fetching",via="n2"}} 1e+06' in text
+    assert f'llmgw_weights_fetch_total_bytes{{node="n1",source="{url}"}} 4e+06' in text
+    assert 'node="n4"' not in text.split("llmgw_weights_fetch_bytes", 1)[1]

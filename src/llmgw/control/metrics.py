@@ -61,6 +61,24 @@ class SummaryCollector(Collector):
         for r in s.replicas:
             phases.add_metric([r.id, r.model, r.state.value, r.reason.value if r.reason else ""], 1)
         yield phases
+        held = GaugeMetricFamily("llmgw_fabric_models_held", "1 for each model whose weights a live node of the "
+                                 "fabric holds", labels=["fabric", "model"])
+        for f in s.fabrics:
+            for model in f.models_held:
+                held.add_metric([f.fabric, model], 1)
+        yield held
+        done = GaugeMetricFamily("llmgw_weights_fetch_bytes", "Bytes of a weights file a node has so far, by where "
+                                 "they come from (origin or the peer node) and the transfer's state",
+                                 labels=["node", "source", "via", "state"])
+        total = GaugeMetricFamily("llmgw_weights_fetch_total_bytes", "The size of a weights file being fetched, "
+                                  "when known", labels=["node", "source"])
+        for n in s.nodes:
+            for fs in n.fetches:
+                done.add_metric([n.node, fs.source, fs.via, fs.state], fs.done_bytes)
+                if fs.total_bytes is not None:
+                    total.add_metric([n.node, fs.source], fs.total_bytes)
+        yield done
+        yield total
         idle = GaugeMetricFamily("llmgw_idle_replicas", "Ready replicas nobody has used recently")
         idle.add_metric([], len(s.idle_replicas))
         yield idle

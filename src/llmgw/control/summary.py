@@ -8,6 +8,7 @@ from llmgw.core.conditions import Condition
 from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
 from llmgw.store.base import UsageTotal
+from llmgw.wire.messages import FetchStatus
 
 
 class ClassCapacity(BaseModel):
@@ -40,6 +41,7 @@ class ReplicaLine(BaseModel):
 class NodeLine(BaseModel):
     node: str
     conditions: list[Condition]
+    fetches: list[FetchStatus] = []  # weights arriving, waited for or failed, as the node reported them
 
 
 class Summary(BaseModel):
@@ -115,7 +117,8 @@ def summarize(
     return Summary(
         nodes_total=len(nodes),
         nodes_live=sum(1 for n in nodes if not n.lost),
-        nodes=[NodeLine(node=n.id, conditions=n.conditions) for n in sorted(nodes, key=lambda n: n.id)],
+        nodes=[NodeLine(node=n.id, conditions=n.conditions, fetches=[] if n.lost else n.report.fetches)
+               for n in sorted(nodes, key=lambda n: n.id)],
         capacity=sorted(caps.values(), key=lambda c: c.gpu_class),
         fabrics=sorted(fabrics.values(), key=lambda f: f.fabric),
         replicas=lines,
