@@ -114,9 +114,12 @@ def _alive(pid: int | None) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # a zombie still answers kill(0); it is dead for our purposes
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
+    # a zombie still answers kill(0); it is dead for our purposes; and it may be reaped between the two looks
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.parametrize("rid", ["r1", "org/model-1a2b"])  # a model named org/model once hid its pid file
