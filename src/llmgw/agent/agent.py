@@ -35,7 +35,7 @@ from llmgw.core.errors import LlmgwError, UpstreamError
 from llmgw.core.reasons import Reason
 from llmgw.pki.tls import PeerIdentity, client_context, server_context
 from llmgw.wire.engines import EngineSource
-from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec, WeightsDir
+from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec, WeightsDir, is_remote
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Agent:
         if self.supervisor is None:
             return set()
         return {local.target_for(self.weights_dir, sp.spec.source) for sp in self.supervisor.shards.values()
-                if local.is_remote(sp.spec.source) and sp.state != "failed"}
+                if is_remote(sp.spec.source) and sp.state != "failed"}
 
     def _engine_binary(self, name: str) -> str | None:
         for e in self.engines:
@@ -127,7 +127,7 @@ class Agent:
         binary = self._engine_binary(spec.engine)
         if binary is None:
             return None, f"engine {spec.engine} is not installed and running on {self.node_id}"
-        if local.is_remote(spec.source):
+        if is_remote(spec.source):
             got = self.fetcher.ensure(spec.source, spec.weights)
             if isinstance(got, Waiting):
                 return None, Pending(got.message, Reason.WeightsFetching)

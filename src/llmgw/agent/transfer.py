@@ -24,8 +24,6 @@ from llmgw.core.units import mb
 CHUNK = 1 << 20
 BATCH = 8 << 20  # most bytes gathered while the writer thread is busy
 READ_BUFFER = 1 << 20  # what aiohttp reads ahead: larger reads cost fewer turns of the loop (TLS above all)
-__all__ = ["MinRate", "Progress", "Result", "Source", "fetch_part", "hash_of", "mb"]
-
 Progress = Callable[[int, int | None], None]  # (bytes so far, total if known)
 
 

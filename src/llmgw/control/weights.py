@@ -16,13 +16,9 @@ from collections.abc import Iterable
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.state import NodeRecord, ReplicaRecord
-from llmgw.wire.messages import NodeReport, WeightsPeer, WeightsPlan
+from llmgw.wire.messages import NodeReport, WeightsPeer, WeightsPlan, is_remote
 
 MAX_PEERS = 4
-
-
-def is_remote(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
 
 
 def _fabrics(r: NodeReport) -> set[str]:

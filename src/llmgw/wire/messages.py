@@ -219,6 +219,11 @@ class NodeReport(Strict):
         return self
 
 
+def is_remote(source: str) -> bool:
+    """A model source the nodes fetch themselves (and plan, per fabric, with the control plane)."""
+    return source.startswith(("http://", "https://"))
+
+
 class WeightsPeer(Strict):
     node_id: str  # the name its certificate must bear
     address: str

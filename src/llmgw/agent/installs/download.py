@@ -7,11 +7,9 @@ import asyncio
 import os
 from pathlib import Path
 
-from llmgw.agent.transfer import Progress, Source, fetch_part, hash_of, mb
+from llmgw.agent.transfer import Progress, Source, fetch_part, hash_of
 from llmgw.core.errors import InstallRefused, TransferFailed
 from llmgw.core.reasons import Reason
-
-__all__ = ["download", "mb"]
 
 
 async def download(

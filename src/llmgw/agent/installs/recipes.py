@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from llmgw.agent.engines import ADAPTERS
-from llmgw.agent.installs.download import download, mb
+from llmgw.agent.installs.download import download
 from llmgw.agent.installs.packages import PackageTool, apt_install, missing_packages
 from llmgw.agent.installs.probe import probe, run
 from llmgw.agent.installs.unpack import ARCHIVE_SUFFIXES, find_executable, unpack
@@ -29,6 +29,7 @@ from llmgw.agent.supervisor.process import write_private
 from llmgw.core.clock import Clock
 from llmgw.core.errors import InstallRefused
 from llmgw.core.reasons import Reason
+from llmgw.core.units import mb
 from llmgw.wire.engines import EngineSource, EngineVariant
 from llmgw.wire.messages import EngineStatus
 

@@ -38,10 +38,6 @@ NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "gluster
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def is_remote(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
-
-
 def folder_for(weights_dir: Path, url: str) -> Path:
     """The folder a URL's file lives in: readable, and unique to the URL."""
     base = file_name(url)

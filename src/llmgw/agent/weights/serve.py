@@ -20,6 +20,7 @@ from aiohttp import web
 from llmgw.agent.weights import local
 from llmgw.control.listeners import Limiter, Listener, refusal, start_listener
 from llmgw.pki.tls import PeerIdentity, peer_identity
+from llmgw.wire.messages import is_remote
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def peer_app(weights_dir: Path, refused: Refused) -> web.Application:
             log.warning("weights: refused node %s (certificate %s): revoked", ident.node_id, ident.serial)
             return web.json_response({"error": f"node {ident.node_id} is revoked"}, status=403)
         url = request.query.get("source", "")
-        if not local.is_remote(url) or len(url) > 2048:
+        if not is_remote(url) or len(url) > 2048:
             return web.json_response({"error": "source must be the http(s) URL the file was fetched from"},
                                      status=400)
         held = local.read_held(local.folder_for(weights_dir, url))
