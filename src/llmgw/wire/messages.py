@@ -15,8 +15,9 @@ from llmgw.wire.engines import EngineSource
 
 X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and Python's names: AVX2 is x86's
 # 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state; 4: weights (the
-# directories and fetches a node reports, its peer port; how each shard's weights are to be had)
-WIRE_VERSION = 4
+# directories and fetches a node reports, its peer port; how each shard's weights are to be had); 5: each shard's
+# engine load (the engine's own gauges under llmgw's names) and engine installs as numbers
+WIRE_VERSION = 5
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
@@ -131,6 +132,16 @@ class EngineStatus(Strict):
     reason: Name = ""  # a code for message: EngineCannotRun, EngineFlagsMissing, EngineCheckInconclusive
 
 
+class EngineLoad(Strict):
+    """An engine's own gauges, read by the agent from the shard's /metrics, under names every engine shares. None:
+    the engine does not expose that gauge (not zero)."""
+
+    running: float | None = Field(default=None, ge=0, le=1e9)  # requests being generated now
+    waiting: float | None = Field(default=None, ge=0, le=1e9)  # requests queued inside the engine
+    kv_cache_usage: float | None = Field(default=None, ge=0, le=1)  # fraction of the KV cache in use
+    at: float = Field(default=0.0, ge=0)  # when it was read (the node's clock)
+
+
 class ShardState(Strict):
     replica_id: Name
     rank: int = Field(ge=0, le=1023)
@@ -143,6 +154,7 @@ class ShardState(Strict):
     endpoint: Text = ""
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31)
     restarts: int = Field(default=0, ge=0, le=2**31)
+    load: EngineLoad | None = None  # the engine's gauges at its last scrape; None: not scraped (yet)
 
 
 class WeightsDir(Strict):
@@ -180,6 +192,16 @@ class FetchStatus(Strict):
         return f"{self.message}: {mb(self.done_bytes)}{of}{rate}{eta}"
 
 
+class InstallStatus(Strict):
+    """An engine install under way, as numbers (install_progress has it in words)."""
+
+    engine: Name
+    version: Name = ""
+    step: Literal["downloading", "unpacking", "installing", "checking"] = "installing"
+    done_bytes: Count = 0
+    total_bytes: Count | None = None
+
+
 class NodeReport(Strict):
     version: int = WIRE_VERSION
     node_id: Name = Field(min_length=1)
@@ -189,6 +211,7 @@ class NodeReport(Strict):
     engines_probed: bool = False  # False: "never probed", which is not "has none"
     engines: Annotated[list[EngineStatus], Field(max_length=16)] = []
     install_progress: Texts = []
+    installs: Annotated[list[InstallStatus], Field(max_length=16)] = []
     fabrics: Annotated[list[Fabric], Field(max_length=16)] = []
     weights: Annotated[list[Text], Field(max_length=1024)] = []  # sources this node holds whole on disk
     weights_dirs: Annotated[list[WeightsDir], Field(max_length=64)] = []
