@@ -11,7 +11,7 @@ import pytest
 from llmgw.dev.cluster import NodePlan
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context
-from llmgw.wire.messages import DesiredState, Hardware, NodeReport
+from llmgw.wire.messages import WIRE_VERSION, DesiredState, Hardware, NodeReport
 from tests.harness import InProcessServer, aget, plan
 
 
@@ -202,7 +202,7 @@ async def test_a_newer_agent_is_told_its_wire_version_not_an_unknown_key(cluster
         status, text = await post(cluster, ctx(cluster, "node01"), json.dumps(newer))
         assert status == 422
         error = json.loads(text)["error"]
-        assert error.startswith("wire version 99 not understood by this control plane (speaks 1-4)"), error
+        assert error.startswith(f"wire version 99 not understood by this control plane (speaks 1-{WIRE_VERSION})"), error
         assert "unknown" not in error and "extra" not in error
         assert await aget(cluster, "/api/nodes") == []
 
@@ -228,7 +228,7 @@ async def test_a_node_is_answered_in_its_own_wire_version(cluster) -> None:  # t
         status, text = await post(cluster, ctx(cluster, "node01"), json.dumps(old))
         assert status == 200 and json.loads(text)["version"] == 1
         status, text = await post(cluster, ctx(cluster, "node01"), report("node01").model_dump_json())
-        assert status == 200 and json.loads(text)["version"] == 4
+        assert status == 200 and json.loads(text)["version"] == WIRE_VERSION
         assert json.loads(text)["engine_sources"], "version 3 is told where engines come from"
 
 

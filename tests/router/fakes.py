@@ -7,6 +7,7 @@ import asyncio
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import FakeClock
+from llmgw.router.stats import Recorder
 from llmgw.store.base import UsageRecord
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.router import ModelExplanation, ReadyReplica, Wanted
@@ -66,3 +67,6 @@ class FakeState:
 
     async def flush(self) -> None:
         pass
+
+    def attach(self, recorder: Recorder) -> None:
+        self.recorder = recorder

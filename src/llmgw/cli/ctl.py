@@ -135,6 +135,10 @@ def status(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
         t.add_row(safe(f["fabric"]), str(f["nodes"]), str(f["free_whole_nodes"]),
                   safe(", ".join(f.get("models_held", []))) or "-")
     console.print(t)
+    t = Table("model", "wanted", "ready", "why not", title="models")
+    for m in s.get("models", []):
+        t.add_row(safe(m["model"]), str(m["wanted"]), str(m["ready"]), safe(" | ".join(m["why"])) or "-")
+    console.print(t)
     t = Table("replica", "model", "state", "nodes", "endpoint", "why", title="replicas")
     for r in s["replicas"]:
         t.add_row(
@@ -143,14 +147,17 @@ def status(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
             safe(r["state"]),
             safe(", ".join(r["nodes"])) or "-",
             safe(r["endpoint"]) or "-",
-            safe(f"{r['reason']}: {r['message']}" if r["message"] else (r["reason"] or "")),
+            safe("; ".join(r.get("placement") or [])
+                 or (f"{r['reason']}: {r['message']}" if r["message"] else (r["reason"] or ""))),
         )
     console.print(t)
     if s["usage"]:
-        t = Table("key", "model", "requests", "prompt tokens", "completion tokens", title="usage")
+        t = Table("key", "model", "in flight", "requests 24h", "requests", "prompt tokens", "completion tokens",
+                  title="usage")
         for u in s["usage"]:
             t.add_row(
-                safe(u["key_id"]), safe(u["model"]), str(u["requests"]), str(u["prompt_tokens"]),
+                safe(u.get("key_name") or u["key_id"]), safe(u["model"]), str(u.get("in_flight", 0)),
+                str(u.get("day_requests", 0)), str(u["requests"]), str(u["prompt_tokens"]),
                 str(u["completion_tokens"]),
             )
         console.print(t)

@@ -13,12 +13,14 @@ from pydantic import ValidationError
 
 from llmgw.config.server import ModelSpec
 from llmgw.control.admin_auth import guard
+from llmgw.control.dashboard import dashboard_routes
 from llmgw.control.metrics import registry
 from llmgw.control.openapi import openapi
 from llmgw.control.plane import ControlPlane
-from llmgw.control.summary import Summary, summarize
+from llmgw.control.summary import DAY, Demand, Summary, summarize
 from llmgw.control.views import node_row
 from llmgw.core.errors import StoreError
+from llmgw.store.base import Store, UsageTotal
 from llmgw.wire.router import Activity, RouterView
 
 log = logging.getLogger(__name__)
@@ -26,15 +28,28 @@ MAX_LIMIT = 1000
 MAX_BODY = 16 * 1024 * 1024  # activity reports from router workers carry usage batches
 
 
+def _usage_reads(store: Store, since: float) -> tuple[list[UsageTotal], list[UsageTotal], dict[str, str]]:
+    """The store's running aggregates (all time, and by the hour for the last day) and key names: no read here
+    grows with the number of requests ever served."""
+    return store.usage_totals(), store.usage_recent(since), {k.id: k.name for k in store.list_keys()}
+
+
 async def summary_of(plane: ControlPlane) -> Summary:
-    usage = await plane.read(plane.store.usage_totals)  # the store is read off the event loop
+    now = plane.clock.now()
+    usage, recent, names = await plane.read(_usage_reads, plane.store, now - DAY)  # off the event loop
     return summarize(
         list(plane.nodes.values()),
         list(plane.replicas.values()),
         usage,
         plane.last_used,
-        plane.clock.now(),
+        now,
         sources=sources_of(plane.models),
+        models=plane.models,
+        demand=Demand(wanted_at=dict(plane.demand), window=plane.timings.demand_window,
+                      in_flight=plane.outstanding()),
+        recent=recent,
+        key_names=names,
+        requests=plane.request_stats(),
     )
 
 
@@ -47,14 +62,17 @@ def sources_of(models: dict[str, ModelSpec]) -> dict[str, list[str]]:
 
 def metrics_routes(plane: ControlPlane) -> list[web.RouteDef]:
     latest: list[Summary] = []
-    reg = registry(lambda: latest[-1], plane.gauges)
+    reg = registry(lambda: latest[-1], plane.gauges, lambda: plane.replica_counts)
 
     async def metrics(_: web.Request) -> web.Response:
+        if not plane.passes:  # before the first pass, every number would be a guess: say so, never an empty page
+            return web.Response(status=503, text="metrics not ready: the control plane has not finished its first "
+                                "reconcile pass\n", headers={"Retry-After": "1"})
         latest[:] = [await summary_of(plane)]
         return web.Response(body=generate_latest(reg), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+        return web.Response(status=200)  # alive; says nothing else
 
     return [web.get("/metrics", metrics), web.get("/health", health)]
 
@@ -221,6 +239,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
 
     app = web.Application(client_max_size=MAX_BODY, middlewares=[guard(token, hosts, any_ip), bad_requests])
     app.add_routes(metrics_routes(plane))
+    app.add_routes(dashboard_routes(lambda: summary_of(plane)))
     app.add_routes(
         [
             web.get("/api/nodes", nodes),

@@ -25,7 +25,9 @@ from llmgw.core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-OPEN_PATHS = frozenset({"/health"})  # liveness only: says nothing and changes nothing
+# liveness, and the dashboard's empty shell and its script and style: they say nothing and change nothing (the
+# page's data comes from /admin/view, which needs the token like everything else)
+OPEN_PATHS = frozenset({"/health", "/admin", "/admin/app.js", "/admin/style.css"})
 
 
 def load_or_create_token(path: Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from llmgw.config.server import ModelSpec
 from llmgw.control.plane import LOCAL, ControlPlane
 from llmgw.core.clock import Clock
+from llmgw.router.stats import Recorder
 from llmgw.store.base import UsageRecord
 from llmgw.wire.router import ModelExplanation, ReadyReplica
 
@@ -37,6 +38,9 @@ class LocalState:
 
     async def explain(self, model: str) -> ModelExplanation | None:
         return self.plane.explain(model)
+
+    def attach(self, recorder: Recorder) -> None:
+        self.plane.attach_router(LOCAL, recorder.snapshot)
 
     async def flush(self) -> None:
         pass  # demand and use are already the control plane's: it is in this process

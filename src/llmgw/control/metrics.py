@@ -1,22 +1,71 @@
-"""Prometheus metrics, read from the same Summary the CLI and the dashboard use."""
+"""Prometheus metrics, read from the same Summary the CLI, the API and the dashboard use.
+
+Every family is rebuilt from the Summary at each scrape: nothing here keeps state of its own, so a metric can
+never say something the summary does not. Engine-neutral names throughout: an engine's own gauges arrive under
+llmgw's names (the agent maps them, agent/engines), so one dashboard and one alert serve every engine.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from llmgw.control.summary import Summary
+from llmgw.wire.stats import BUCKETS, Histogram
 
 # The control plane's own health, beside the cluster's: name -> (help, how to read it now)
 Gauges = dict[str, tuple[str, Callable[[], float]]]
+# replicas started and stopped, and why: (model, "start" | "stop", why) -> count since the server started
+ReplicaCounts = Callable[[], Counter[tuple[str, str, str]]]
+
+HISTOGRAMS = {
+    "ttft": ("llmgw_time_to_first_token_seconds", "From a request's arrival to the first token of its stream, "
+             "as the router saw it (load and queue waits included)"),
+    "tbt": ("llmgw_time_between_tokens_seconds", "A stream's time per output token after the first (one "
+            "observation per request: its mean)"),
+    "queue": ("llmgw_queue_wait_seconds", "Time a request waited for its model to load and for a connection to "
+              "a replica"),
+    "e2e": ("llmgw_request_duration_seconds", "From a request's arrival to its last byte, as the router saw it"),
+}
+
+# Every family this exporter can produce (the monitoring rules may name only these: tests/deploy checks).
+FAMILIES = frozenset({
+    "llmgw_nodes", "llmgw_gpus", "llmgw_fabric_free_whole_nodes", "llmgw_replicas", "llmgw_node_condition",
+    "llmgw_replica_phase", "llmgw_fabric_models_held", "llmgw_weights_fetch_bytes", "llmgw_weights_fetch_total_bytes",
+    "llmgw_idle_replicas", "llmgw_model_wanted_replicas", "llmgw_model_ready_replicas", "llmgw_gpu_nvlink_peers",
+    "llmgw_node_memory_bytes", "llmgw_node_disk_bytes", "llmgw_engine_install_bytes",
+    "llmgw_engine_install_total_bytes", "llmgw_engine_requests_running", "llmgw_engine_requests_waiting",
+    "llmgw_engine_kv_cache_usage_ratio", "llmgw_requests_total", "llmgw_prompt_tokens_total",
+    "llmgw_completion_tokens_total", "llmgw_requests_in_flight", "llmgw_model_loads_total", "llmgw_evictions_total",
+    "llmgw_scale_events_total", "llmgw_store_writes_queued", "llmgw_usage_unflushed",
+    *(name for name, _ in HISTOGRAMS.values()),
+})
+
+
+def _buckets(kind: str, h: Histogram) -> list[tuple[str, float]]:
+    bounds = BUCKETS[kind]
+    counts = h.counts or [0] * (len(bounds) + 1)
+    out, running = [], 0
+    for bound, c in zip((*(str(b) for b in bounds), "+Inf"), counts, strict=False):
+        running += c
+        out.append((bound, float(running)))
+    return out
 
 
 class SummaryCollector(Collector):
-    def __init__(self, summary: Callable[[], Summary], gauges: Gauges | None = None) -> None:
+    def __init__(self, summary: Callable[[], Summary], gauges: Gauges | None = None,
+                 replica_counts: ReplicaCounts | None = None) -> None:
         self.summary = summary
         self.gauges = gauges if gauges is not None else {}
+        self.replica_counts = replica_counts
 
     def collect(self) -> Iterator[Metric]:
         for name, (doc, read) in sorted(self.gauges.items()):
@@ -24,6 +73,14 @@ class SummaryCollector(Collector):
             g.add_metric([], read())
             yield g
         s = self.summary()
+        yield from self._cluster(s)
+        yield from self._nodes(s)
+        yield from self._models(s)
+        yield from self._requests(s)
+        if self.replica_counts is not None:
+            yield from _replica_events(self.replica_counts())
+
+    def _cluster(self, s: Summary) -> Iterable[Metric]:
         nodes = GaugeMetricFamily("llmgw_nodes", "Nodes known, by liveness", labels=["state"])
         nodes.add_metric(["live"], s.nodes_live)
         nodes.add_metric(["lost"], s.nodes_total - s.nodes_live)
@@ -36,9 +93,61 @@ class SummaryCollector(Collector):
                 gpus.add_metric([c.gpu_class, state], v)
         yield gpus
         fab = GaugeMetricFamily("llmgw_fabric_free_whole_nodes", "Whole nodes free per fabric", labels=["fabric"])
+        held = GaugeMetricFamily("llmgw_fabric_models_held", "1 for each model whose weights a live node of the "
+                                 "fabric holds", labels=["fabric", "model"])
         for f in s.fabrics:
             fab.add_metric([f.fabric], f.free_whole_nodes)
+            for model in f.models_held:
+                held.add_metric([f.fabric, model], 1)
         yield fab
+        yield held
+        idle = GaugeMetricFamily("llmgw_idle_replicas", "Ready replicas nobody has used recently")
+        idle.add_metric([], len(s.idle_replicas))
+        yield idle
+
+    def _nodes(self, s: Summary) -> Iterable[Metric]:
+        conds = GaugeMetricFamily(
+            "llmgw_node_condition", "A node's conditions: 1 for the status and reason each one has now",
+            labels=["node", "type", "status", "reason"],
+        )
+        nvlink = GaugeMetricFamily("llmgw_gpu_nvlink_peers", "GPUs each GPU reaches over NVLink (0 where the node "
+                                   "could not read its topology: a flat zero across a fleet means unknown)",
+                                   labels=["node", "gpu"])
+        mem = GaugeMetricFamily("llmgw_node_memory_bytes", "A live node's memory", labels=["node", "kind"])
+        disk = GaugeMetricFamily("llmgw_node_disk_bytes", "A live node's disk (its state directory's file system)",
+                                 labels=["node", "kind"])
+        done = GaugeMetricFamily("llmgw_weights_fetch_bytes", "Bytes of a weights file a node has so far, by where "
+                                 "they come from (origin or the peer node) and the transfer's state",
+                                 labels=["node", "source", "via", "state"])
+        total = GaugeMetricFamily("llmgw_weights_fetch_total_bytes", "The size of a weights file being fetched, "
+                                  "when known", labels=["node", "source"])
+        inst = GaugeMetricFamily("llmgw_engine_install_bytes", "Bytes of an engine install downloaded so far, by "
+                                 "step", labels=["node", "engine", "version", "step"])
+        inst_total = GaugeMetricFamily("llmgw_engine_install_total_bytes", "The size of an engine install's "
+                                       "download, when known", labels=["node", "engine", "version"])
+        for n in s.nodes:
+            for nc in n.conditions:
+                conds.add_metric([n.node, nc.type.value, nc.status.value, nc.reason.value], 1)
+            if not n.live:
+                continue
+            for gpu, peers in sorted(n.nvlink_peers.items()):
+                nvlink.add_metric([n.node, str(gpu)], peers)
+            mem.add_metric([n.node, "total"], n.mem_total_bytes)
+            mem.add_metric([n.node, "available"], n.mem_available_bytes)
+            if n.disk_total_bytes:
+                disk.add_metric([n.node, "total"], n.disk_total_bytes)
+                disk.add_metric([n.node, "free"], n.disk_free_bytes)
+            for fs in n.fetches:
+                done.add_metric([n.node, fs.source, fs.via, fs.state], fs.done_bytes)
+                if fs.total_bytes is not None:
+                    total.add_metric([n.node, fs.source], fs.total_bytes)
+            for i in n.installs:
+                inst.add_metric([n.node, i.engine, i.version, i.step], i.done_bytes)
+                if i.total_bytes is not None:
+                    inst_total.add_metric([n.node, i.engine, i.version], i.total_bytes)
+        yield from (conds, nvlink, mem, disk, done, total, inst, inst_total)
+
+    def _models(self, s: Summary) -> Iterable[Metric]:
         reps = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state", labels=["model", "state"])
         counts: dict[tuple[str, str], int] = {}
         for r in s.replicas:
@@ -46,45 +155,78 @@ class SummaryCollector(Collector):
         for (m, st), v in sorted(counts.items()):
             reps.add_metric([m, st], v)
         yield reps
-        conds = GaugeMetricFamily(
-            "llmgw_node_condition", "A node's conditions: 1 for the status and reason each one has now",
-            labels=["node", "type", "status", "reason"],
-        )
-        for n in s.nodes:
-            for nc in n.conditions:
-                conds.add_metric([n.node, nc.type.value, nc.status.value, nc.reason.value], 1)
-        yield conds
         phases = GaugeMetricFamily(
             "llmgw_replica_phase", "Each replica's phase and the reason code for it (its words: ctl explain)",
             labels=["replica", "model", "phase", "reason"],
         )
+        running = GaugeMetricFamily("llmgw_engine_requests_running", "Requests an engine is generating now (its "
+                                    "own gauge)", labels=["model", "replica", "node"])
+        waiting = GaugeMetricFamily("llmgw_engine_requests_waiting", "Requests queued inside an engine (its own "
+                                    "gauge)", labels=["model", "replica", "node"])
+        kv = GaugeMetricFamily("llmgw_engine_kv_cache_usage_ratio", "Fraction of an engine's KV cache in use, "
+                               "where the engine says", labels=["model", "replica", "node"])
         for r in s.replicas:
             phases.add_metric([r.id, r.model, r.state.value, r.reason.value if r.reason else ""], 1)
-        yield phases
-        held = GaugeMetricFamily("llmgw_fabric_models_held", "1 for each model whose weights a live node of the "
-                                 "fabric holds", labels=["fabric", "model"])
-        for f in s.fabrics:
-            for model in f.models_held:
-                held.add_metric([f.fabric, model], 1)
-        yield held
-        done = GaugeMetricFamily("llmgw_weights_fetch_bytes", "Bytes of a weights file a node has so far, by where "
-                                 "they come from (origin or the peer node) and the transfer's state",
-                                 labels=["node", "source", "via", "state"])
-        total = GaugeMetricFamily("llmgw_weights_fetch_total_bytes", "The size of a weights file being fetched, "
-                                  "when known", labels=["node", "source"])
-        for n in s.nodes:
-            for fs in n.fetches:
-                done.add_metric([n.node, fs.source, fs.via, fs.state], fs.done_bytes)
-                if fs.total_bytes is not None:
-                    total.add_metric([n.node, fs.source], fs.total_bytes)
-        yield done
-        yield total
-        idle = GaugeMetricFamily("llmgw_idle_replicas", "Ready replicas nobody has used recently")
-        idle.add_metric([], len(s.idle_replicas))
-        yield idle
+            if r.load is None:
+                continue
+            where = [r.model, r.id, r.nodes[0] if r.nodes else ""]
+            for fam, value in ((running, r.load.running), (waiting, r.load.waiting), (kv, r.load.kv_cache_usage)):
+                if value is not None:
+                    fam.add_metric(where, value)
+        yield from (phases, running, waiting, kv)
+        wanted = GaugeMetricFamily("llmgw_model_wanted_replicas", "Replicas the catalog and recent demand want "
+                                   "for a model now", labels=["model"])
+        ready = GaugeMetricFamily("llmgw_model_ready_replicas", "A model's replicas that serve", labels=["model"])
+        for line in s.models:
+            wanted.add_metric([line.model], line.wanted)
+            ready.add_metric([line.model], line.ready)
+        yield wanted
+        yield ready
+
+    def _requests(self, s: Summary) -> Iterable[Metric]:
+        reqs = CounterMetricFamily("llmgw_requests", "Requests answered, per model and the status they are "
+                                   "recorded with (model \"\": refused before naming one)", labels=["model", "status"])
+        prompt = CounterMetricFamily("llmgw_prompt_tokens", "Prompt tokens, as the engines counted them",
+                                     labels=["model"])
+        completion = CounterMetricFamily("llmgw_completion_tokens", "Completion tokens, as the engines counted them",
+                                         labels=["model"])
+        hists = {kind: HistogramMetricFamily(name, doc, labels=["model"]) for kind, (name, doc) in HISTOGRAMS.items()}
+        for model, ms in sorted(s.requests.models.items()):
+            for status, n in sorted(ms.requests.items()):
+                reqs.add_metric([model, status], n)
+            prompt.add_metric([model], ms.prompt_tokens)
+            completion.add_metric([model], ms.completion_tokens)
+            for kind, fam in hists.items():
+                h: Histogram = getattr(ms, kind)
+                fam.add_metric([model], _buckets(kind, h), h.sum)
+        flying = GaugeMetricFamily("llmgw_requests_in_flight", "Requests the routers have open now, per API key "
+                                   "(its id) and model", labels=["key", "model"])
+        for f in s.requests.in_flight:
+            flying.add_metric([f.key_id, f.model], f.n)
+        yield from (reqs, prompt, completion, *hists.values(), flying)
 
 
-def registry(summary: Callable[[], Summary], gauges: Gauges | None = None) -> CollectorRegistry:
+def _replica_events(counts: Counter[tuple[str, str, str]]) -> Iterable[Metric]:
+    loads = CounterMetricFamily("llmgw_model_loads", "Replicas started because a request asked for an on-demand "
+                                "model", labels=["model"])
+    evictions = CounterMetricFamily("llmgw_evictions", "Idle replicas stopped to make room for another model",
+                                    labels=["model"])
+    scale = CounterMetricFamily("llmgw_scale_events", "Replicas started (up) and stopped (down), and why",
+                                labels=["model", "direction", "reason"])
+    for (model, what, why), n in sorted(counts.items()):
+        if what == "start":
+            scale.add_metric([model, "up", why], n)
+            if why == "demand":
+                loads.add_metric([model], n)
+        else:
+            scale.add_metric([model, "down", why], n)
+            if why == "Evicted":
+                evictions.add_metric([model], n)
+    yield from (loads, evictions, scale)
+
+
+def registry(summary: Callable[[], Summary], gauges: Gauges | None = None,
+             replica_counts: ReplicaCounts | None = None) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(SummaryCollector(summary, gauges))
+    reg.register(SummaryCollector(summary, gauges, replica_counts))
     return reg

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ from llmgw.router.keys import new_key
 from llmgw.store.base import ApiKeyRecord, Revocation, Store, UsageRecord
 from llmgw.wire.messages import DesiredState, NodeReport
 from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
+from llmgw.wire.stats import RouterStats
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -79,8 +81,16 @@ class ControlPlane:
         self._event_budget = Buckets(clock, 1.0 / NODE_EVENT_EVERY, NODE_EVENT_BURST)
         self._events_dropped: dict[str, int] = {}
         self._last_pass: float | None = None
+        self.passes = 0  # reconcile passes done: until the first, the summary describes nothing yet
         self.resumed_at = 0.0
         self.holding = ""  # why node losses are held, while they are
+        # what router processes measured: this process's router read live, the others' last cumulative reports,
+        # and what silent reporters had counted (their counters stay; their requests in flight do not)
+        self._local_stats: Callable[[], RouterStats] | None = None
+        self._reported_stats: dict[str, RouterStats] = {}
+        self._retired_stats = RouterStats()
+        # replicas started and stopped, and why: the metrics' loads, evictions and scale events
+        self.replica_counts: Counter[tuple[str, str, str]] = Counter()  # (model, "start"|"stop", why)
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -195,6 +205,7 @@ class ControlPlane:
         intents = reconcile(self.world())
         self.apply(intents)
         self.persist_nodes()
+        self.passes += 1
         return intents
 
     def _notice_stall(self) -> None:
@@ -236,6 +247,7 @@ class ControlPlane:
                     self._set_node(n, lost=True, revoked=n.revoked)
                     self.event("node", n.id, i.message)
             elif isinstance(i, PutReplica):
+                self._count(self.replicas.get(i.replica.id), i.replica)
                 if i.replica.ready:
                     # the request that asked for a load has its replica: a later eviction must not re-load it
                     self.demand.pop(i.replica.model, None)
@@ -255,7 +267,35 @@ class ControlPlane:
         if changed:
             self.generation += 1
 
+    def _count(self, old: ReplicaRecord | None, new: ReplicaRecord) -> None:
+        if old is None:
+            spec = self.models.get(new.model)
+            why = "demand" if spec is not None and spec.on_demand and new.model in self.demand else "wanted"
+            self.replica_counts[(new.model, "start", why)] += 1
+        elif old.stop is None and new.stop is not None:
+            self.replica_counts[(new.model, "stop", new.stop.reason.value)] += 1
+
     # what the router tells us
+    def attach_router(self, reporter: str, stats: Callable[[], RouterStats]) -> None:
+        """A router in this process: its measurements are read when asked for, not reported."""
+        self._local_stats = stats
+
+    def request_stats(self) -> RouterStats:
+        """Every router process's measurements, summed; in flight only from those heard from lately."""
+        now = self.clock.monotonic()
+        total = RouterStats()
+        total.add(self._retired_stats)
+        if self._local_stats is not None:
+            total.add(self._local_stats())
+        for reporter, st in list(self._reported_stats.items()):
+            if now - self._heard_at.get(reporter, now) > REPORTER_SILENT_AFTER:
+                self._retired_stats.add(st.counters_only())  # a worker that died: kept counted, once
+                del self._reported_stats[reporter]
+                total.add(st.counters_only())
+                continue
+            total.add(st)
+        return total
+
     def want(self, model: str) -> None:
         self.demand[model] = self.clock.now()
 
@@ -295,6 +335,8 @@ class ControlPlane:
             self.used(rid, at)
         if act.reporter:
             self.in_flight(act.reporter, act.outstanding, whole=True)
+            if act.stats is not None and act.reporter != LOCAL:
+                self._reported_stats[act.reporter] = act.stats
 
     async def record_usage(self, batch: list[UsageRecord]) -> int:
         """Usage, in the store before this returns (one transaction); raises StoreError when it is not."""

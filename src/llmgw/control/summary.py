@@ -1,14 +1,26 @@
-"""One computation of what the cluster holds; ctl status, the dashboard and the metrics all read it."""
+"""One computation of what the cluster holds; ctl status, the dashboard, the API and the metrics all read it.
+
+Pure: records, the catalog and what the routers measured go in, a Summary comes out. Nothing here reads the store
+or the clock: the caller passes usage (from the store's running aggregates, never a scan of every request) and now.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from dataclasses import dataclass, field
 
+from pydantic import BaseModel, Field
+
+from llmgw.config.server import ModelSpec
+from llmgw.control.views import NodeRow, node_row
 from llmgw.core.conditions import Condition
+from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
 from llmgw.store.base import UsageTotal
-from llmgw.wire.messages import FetchStatus
+from llmgw.wire.messages import EngineLoad, InstallStatus
+from llmgw.wire.stats import RouterStats
+
+DAY = 86400.0
 
 
 class ClassCapacity(BaseModel):
@@ -36,23 +48,98 @@ class ReplicaLine(BaseModel):
     message: str
     idle_s: float | None
     conditions: list[Condition] = []
+    placement: list[str] = []  # why it is not placed, in words (the explanation's lines), while it is not
+    load: EngineLoad | None = None  # the engine's own gauges, from the leading shard's node
+    in_flight: int = 0  # requests the routers have on it now
 
 
-class NodeLine(BaseModel):
-    node: str
-    conditions: list[Condition]
-    fetches: list[FetchStatus] = []  # weights arriving, waited for or failed, as the node reported them
+class NodeLine(NodeRow):
+    """A node as ctl nodes shows it, with the numbers a page or a metric needs."""
+
+    live: bool = True
+    mem_total_bytes: int = 0
+    mem_available_bytes: int = 0
+    disk_total_bytes: int = 0
+    disk_free_bytes: int = 0
+    # GPU index -> NVLinked peers; 0 also where the topology is unknown (nvlink_known says which)
+    nvlink_peers: dict[int, int] = Field(default_factory=dict)
+    nvlink_known: bool = True
+    installs: list[InstallStatus] = Field(default_factory=list)
+
+
+class ModelLine(BaseModel):
+    model: str
+    engine: str
+    on_demand: bool
+    min: int
+    max: int
+    wanted: int  # replicas the catalog and recent demand want now
+    replicas: int
+    ready: int
+    why: list[str] = []  # when fewer are ready than wanted: what the replicas that are not say
+
+
+class UsageLine(UsageTotal):
+    key_name: str = ""
+    day_requests: int = 0  # the last 24 hours, at hour resolution (the store's hourly aggregate)
+    day_prompt_tokens: int = 0
+    day_completion_tokens: int = 0
+    in_flight: int = 0
 
 
 class Summary(BaseModel):
+    at: float = 0.0
     nodes_total: int
     nodes_live: int
     nodes: list[NodeLine] = []
     capacity: list[ClassCapacity]
     fabrics: list[FabricCapacity]
+    models: list[ModelLine] = []
     replicas: list[ReplicaLine]
     idle_replicas: list[str]
-    usage: list[UsageTotal]
+    usage: list[UsageLine]
+    requests: RouterStats = RouterStats()  # what the routers measured, per model (counts and histograms)
+
+
+@dataclass
+class Demand:
+    """What the routers asked for lately: models wanted (when), replicas used (when), requests in flight."""
+
+    wanted_at: dict[str, float] = field(default_factory=dict)
+    window: float = 60.0
+    in_flight: dict[str, int] = field(default_factory=dict)  # per replica
+
+
+def _wanted(spec: ModelSpec, active: int, demanded: bool) -> int:
+    """The reconciler's rule (reconcile.py, scaling per model), for display: min, at least one while asked for."""
+    want = spec.scaling.min
+    if spec.on_demand:
+        want = max(want, 1 if (demanded or active) else 0)
+    return min(want, spec.scaling.max)
+
+
+def _leader_load(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> EngineLoad | None:
+    lead = next((a for a in r.assignments if a.rank == 0), None)
+    n = by_id.get(lead.node_id) if lead is not None else None
+    if n is None or n.lost:
+        return None
+    return next((s.load for s in n.report.shards if s.replica_id == r.id and s.rank == 0), None)
+
+
+def _node_line(n: NodeRecord) -> NodeLine:
+    hw = n.report.hardware
+    disk = hw.disk
+    return NodeLine(
+        **node_row(n).__dict__,
+        live=not n.lost,
+        mem_total_bytes=hw.mem_total_bytes,
+        mem_available_bytes=hw.mem_available_bytes,
+        disk_total_bytes=disk.total_bytes if disk else 0,
+        disk_free_bytes=disk.free_bytes if disk else 0,
+        nvlink_peers={g.index: len(g.nvlink_peers or ()) for g in hw.gpus},
+        nvlink_known=all(g.nvlink_peers is not None for g in hw.gpus if not g.faulty),
+        installs=[] if n.lost else n.report.installs,
+    )
 
 
 def summarize(
@@ -63,7 +150,13 @@ def summarize(
     now: float,
     idle_after: float = 300.0,
     sources: dict[str, list[str]] | None = None,  # source -> models that use it
+    models: dict[str, ModelSpec] | None = None,
+    demand: Demand | None = None,
+    recent: list[UsageTotal] | None = None,  # usage of the last day
+    key_names: dict[str, str] | None = None,
+    requests: RouterStats | None = None,
 ) -> Summary:
+    demand = demand or Demand()
     used: dict[str, set[int]] = {}
     busy_nodes: set[str] = set()
     for r in replicas:
@@ -93,6 +186,7 @@ def summarize(
                 fc.free_whole_nodes += 1
             held = {m for w in n.report.weights for m in (sources or {}).get(w, ())}
             fc.models_held = sorted(held.union(fc.models_held))
+    by_id = {n.id: n for n in nodes}
     lines = []
     idle = []
     for r in sorted(replicas, key=lambda r: (r.model, r.id)):
@@ -112,16 +206,58 @@ def summarize(
                 message=cond.message if cond else "",
                 idle_s=idle_s,
                 conditions=r.conditions,
+                placement=explanation_lines(r.explanation)[1:] if r.explanation and not r.placed else [],
+                load=_leader_load(r, by_id),
+                in_flight=demand.in_flight.get(r.id, 0),
             )
         )
     return Summary(
+        at=now,
         nodes_total=len(nodes),
         nodes_live=sum(1 for n in nodes if not n.lost),
-        nodes=[NodeLine(node=n.id, conditions=n.conditions, fetches=[] if n.lost else n.report.fetches)
-               for n in sorted(nodes, key=lambda n: n.id)],
+        nodes=[_node_line(n) for n in sorted(nodes, key=lambda n: n.id)],
         capacity=sorted(caps.values(), key=lambda c: c.gpu_class),
         fabrics=sorted(fabrics.values(), key=lambda f: f.fabric),
+        models=_model_lines(models or {}, lines, demand, now),
         replicas=lines,
         idle_replicas=idle,
-        usage=usage,
+        usage=_usage_lines(usage, recent or [], key_names or {}, requests),
+        requests=requests or RouterStats(),
     )
+
+
+def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand: Demand,
+                 now: float) -> list[ModelLine]:
+    out = []
+    for name, spec in sorted(models.items()):
+        mine = [r for r in lines if r.model == name]
+        active = [r for r in mine if r.state in (Phase.Pending, Phase.Starting, Phase.Ready)]
+        demanded = now - demand.wanted_at.get(name, float("-inf")) <= demand.window
+        ready = sum(1 for r in mine if r.state == Phase.Ready)
+        wanted = _wanted(spec, len(active), demanded)
+        why = []
+        if ready < wanted:
+            why = [f"{r.id}: {'; '.join(r.placement) or r.message or r.state.value}" for r in active
+                   if r.state != Phase.Ready][:4] or ["no replica yet"]
+        out.append(ModelLine(model=name, engine=spec.engine, on_demand=spec.on_demand, min=spec.scaling.min,
+                             max=spec.scaling.max, wanted=wanted, replicas=len(active), ready=ready, why=why))
+    return out
+
+
+def _usage_lines(usage: list[UsageTotal], recent: list[UsageTotal], names: dict[str, str],
+                 requests: RouterStats | None) -> list[UsageLine]:
+    day = {(u.key_id, u.model): u for u in recent}
+    flying = {(f.key_id, f.model): f.n for f in (requests.in_flight if requests else [])}
+    out = []
+    for u in usage:
+        d = day.get((u.key_id, u.model))
+        out.append(UsageLine(
+            **u.__dict__, key_name=names.get(u.key_id, ""),
+            day_requests=d.requests if d else 0, day_prompt_tokens=d.prompt_tokens if d else 0,
+            day_completion_tokens=d.completion_tokens if d else 0,
+            in_flight=flying.pop((u.key_id, u.model), 0),
+        ))
+    for (k, m), n in sorted(flying.items()):  # in flight, nothing recorded yet: a key's first requests
+        out.append(UsageLine(key_id=k, model=m, requests=0, prompt_tokens=0, completion_tokens=0, last_at=0.0,
+                             key_name=names.get(k, ""), in_flight=n))
+    return out

@@ -8,6 +8,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import aiohttp
 from aiohttp import web
@@ -19,6 +20,7 @@ from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
 from llmgw.router.proxy import CLIENT_CLOSED, Outcome, Timeouts, broken, forward
 from llmgw.router.state import RouterState
+from llmgw.router.stats import OTHER, Measure, Recorder
 from llmgw.router.table import RoutingTable
 from llmgw.router.usage import StreamUsage
 from llmgw.store.base import ApiKeyRecord, UsageRecord
@@ -48,6 +50,8 @@ class Router:
     ) -> None:
         self.state = state
         self.ledger = UsageLedger(state.store_usage, journal_dir, adopt=adopt)
+        self.recorder = Recorder()
+        state.attach(self.recorder)
         self.keys = keys
         self.cfg = cfg
         self.load_wait = load_wait
@@ -126,6 +130,20 @@ class Router:
                 pass
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
+        """Serve one request, and count it: per model, by the status it is recorded with, with its timings."""
+        clock = self.state.clock
+        m = Measure(start=clock.monotonic())
+        status = CLIENT_CLOSED  # unless it ends with an answer: a cancelled handler is a client gone
+        try:
+            resp = await self._proxy(request, m)
+            status = resp.status
+            return resp
+        finally:
+            if m.key_id:
+                self.recorder.end(m.key_id, m.model)
+            self.recorder.finish(m, status, clock.monotonic())
+
+    async def _proxy(self, request: web.Request, m: Measure) -> web.StreamResponse:
         key = await self._auth(request)
         if isinstance(key, web.Response):
             return key
@@ -148,9 +166,11 @@ class Router:
             return openai_error(400, "'model' is required", "invalid_request_error", "missing_model", "model")
         spec = self.state.models.get(model)
         if spec is None:
+            m.model = OTHER
             return openai_error(
                 404, f"the model '{model}' does not exist", "invalid_request_error", "model_not_found", "model"
             )
+        m.model = model
         if key.models and model not in key.models:
             return openai_error(
                 403, f"this API key may not use '{model}'", "invalid_request_error", "model_not_allowed", "model"
@@ -162,10 +182,15 @@ class Router:
                 "service_unavailable",
                 "model_off",
             )
+        m.key_id = key.id
+        self.recorder.begin(key.id, model)
         if self.table.pick(model) is None:
             if spec.on_demand:
                 self.state.want(model)
-            if not await self._wait_ready(model):
+            waited_from = self.state.clock.monotonic()
+            ready = await self._wait_ready(model)
+            m.queue_s += self.state.clock.monotonic() - waited_from
+            if not ready:
                 why = "the model is loading" if spec.on_demand else "no replica of the model is ready"
                 told = await self.state.explain(model)
                 detail = "; ".join(model_explanation_lines(told)[:2]) if told is not None else ""
@@ -215,11 +240,11 @@ class Router:
                 route.outstanding += 1
                 # busy from now on, not from its end: a long generation must not look idle to eviction meanwhile
                 self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
-                watch = StreamUsage(strip=strip_usage)
+                watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic)
                 try:
                     outcome = await forward(
                         request, self._session(), route.endpoint + path, body, stream, self.timeouts, watch,
-                        route.secret,
+                        route.secret, m,
                     )
                 except ConnectFailed as e:
                     log.warning("replica %s not reached (%s); trying another", route.replica_id, e)
@@ -243,6 +268,9 @@ class Router:
                     status, p_tok, c_tok = outcome.status, outcome.prompt_tokens, outcome.completion_tokens
                 else:  # interrupted (the handler cancelled): what the stream showed so far
                     status, (p_tok, c_tok) = CLIENT_CLOSED, (watch.so_far() if watch is not None else (0, 0))
+                m.status, m.prompt_tokens, m.completion_tokens = status, p_tok, c_tok
+                if watch is not None:
+                    m.first_at, m.last_at = watch.first_at, watch.last_at
                 self.ledger.finish(rec.model_copy(update={
                     "replica_id": route.replica_id if route is not None else "", "prompt_tokens": p_tok,
                     "completion_tokens": c_tok, "duration_s": self.state.clock.monotonic() - t0, "status": status,
@@ -256,7 +284,8 @@ class Router:
             # write request body", and is not retried since the engine may have had it
             connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.cfg.connections_per_replica,
                                              keepalive_timeout=ENGINE_KEEPALIVE_S)
-            self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+            self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                                 trace_configs=[pool_wait_trace(self.state.clock.monotonic)])
         return self.session
 
     def _too_large(self) -> web.Response:
@@ -284,6 +313,23 @@ class Router:
         for p in PATHS:
             app.router.add_post(p, self.proxy)
         return app
+
+
+def pool_wait_trace(now: Callable[[], float]) -> aiohttp.TraceConfig:
+    """Time a request waits for a free connection to its replica (the pool is bounded), added to its Measure."""
+    tc = aiohttp.TraceConfig()
+
+    async def queued(_: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) -> None:
+        ctx.queued_at = now()
+
+    async def dequeued(_: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) -> None:
+        m = ctx.trace_request_ctx
+        if isinstance(m, Measure) and getattr(ctx, "queued_at", None) is not None:
+            m.queue_s += now() - ctx.queued_at
+
+    tc.on_connection_queued_start.append(queued)
+    tc.on_connection_queued_end.append(dequeued)
+    return tc
 
 
 @web.middleware

@@ -59,11 +59,13 @@ async def forward(
     t: Timeouts,
     watch: StreamUsage,
     secret: str = "",
+    trace: object = None,
 ) -> Outcome:
     """Raises ConnectFailed when nothing was sent to the engine (it could not be reached, or no connection to it
     came free in time): safe to try elsewhere, and nothing to record. Raises StreamBroken when the engine failed
     after it had the request: never retried, recorded with what was seen. `watch` follows a stream's usage, and
-    the caller can read it however this ends (a cancelled request included)."""
+    the caller can read it however this ends (a cancelled request included). `trace` goes to the session's trace
+    hooks (the router times the wait for a connection with them)."""
     # `connect` also bounds the wait for a free connection in the replica's pool: requests queue there first
     timeout = aiohttp.ClientTimeout(
         total=None, connect=t.queue + t.connect, sock_connect=t.connect, sock_read=t.first_byte
@@ -72,7 +74,8 @@ async def forward(
     if secret:
         headers["Authorization"] = f"Bearer {secret}"
     try:
-        resp = await session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False)
+        resp = await session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False,
+                                  trace_request_ctx=trace)
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
         raise ConnectFailed(f"{type(e).__name__}: {e}") from e
     except TimeoutError:

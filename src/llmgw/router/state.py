@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import Clock
+from llmgw.router.stats import Recorder
 from llmgw.store.base import UsageRecord
 from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, RouterView
 
@@ -39,6 +40,7 @@ class RouterState(Protocol):
     async def store_usage(self, batch: list[UsageRecord]) -> None: ...
     async def explain(self, model: str) -> ModelExplanation | None: ...
     async def flush(self) -> None: ...
+    def attach(self, recorder: Recorder) -> None: ...
 
 
 class RemoteState:
@@ -53,6 +55,11 @@ class RemoteState:
         self._activity = Activity()
         self._in_flight: dict[str, int] = {}  # sent whole with every report: the plane replaces ours with it
         self._session: aiohttp.ClientSession | None = None
+        self._recorder: Recorder | None = None
+        self._reported = -1  # the recorder's version at the last report that arrived
+
+    def attach(self, recorder: Recorder) -> None:
+        self._recorder = recorder
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -108,9 +115,13 @@ class RemoteState:
 
     async def flush(self) -> None:
         act, self._activity = self._activity, Activity()
-        if not (act.demand or act.used or self._in_flight):  # busy and quiet is still busy: say so
-            return
+        rec = self._recorder
+        version = rec.version if rec is not None else -1
+        if not (act.demand or act.used or self._in_flight or version != self._reported):
+            return  # busy and quiet is still busy: say so
         act.reporter, act.outstanding = f"worker-{os.getpid()}", dict(self._in_flight)
+        if rec is not None:
+            act.stats = rec.snapshot()
         try:
             async with self._http().post(
                 self.admin + "/api/router/activity",
@@ -118,6 +129,7 @@ class RemoteState:
                 headers={"Content-Type": "application/json"},
             ) as r:
                 r.raise_for_status()
+            self._reported = version
         except (aiohttp.ClientError, TimeoutError) as e:
             log.warning("could not report activity to the control plane: %s (kept for the next flush)", e)
             act.demand.update(self._activity.demand)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 _DECODER = json.JSONDecoder()
 _NULL_USAGE = (b'"usage":null', b'"usage": null')
@@ -49,8 +50,11 @@ class StreamUsage:
     With `strip`, the usage-only chunk (asked for by the router, not by the client) is kept from the client.
     """
 
-    def __init__(self, strip: bool) -> None:
+    def __init__(self, strip: bool, now: Callable[[], float] | None = None) -> None:
         self.strip = strip
+        self.now = now  # when given, first_at and last_at say when tokens arrived
+        self.first_at: float | None = None
+        self.last_at: float | None = None
         self.tail = b""
         self.usage: tuple[int, int] | None = None
         self.events = 0  # data events relayed: about one per generated token
@@ -66,7 +70,12 @@ class StreamUsage:
         data = self.tail + chunk if self.tail else chunk
         nl = data.rfind(b"\n")
         complete, self.tail = (data[: nl + 1], data[nl + 1 :]) if nl >= 0 else (b"", data)
-        self.events += complete.count(b"data: {")
+        events = complete.count(b"data: {")
+        if events and self.now is not None:
+            self.last_at = self.now()
+            if self.first_at is None:
+                self.first_at = self.last_at
+        self.events += events
         if b"data: [DONE]" in complete:
             self.done = True
         if b'"usage"' not in complete:

@@ -41,4 +41,16 @@ MIGRATIONS: list[str] = [
         SELECT key_id, model, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), MAX(started_at)
         FROM usage GROUP BY key_id, model;
     """,
+    # 5: usage per key, model and hour, kept beside the rows: "the last 24 hours" reads 24 rows per key and model
+    """
+    CREATE TABLE usage_hourly (
+        key_id TEXT NOT NULL, model TEXT NOT NULL, hour INTEGER NOT NULL, requests INTEGER NOT NULL,
+        prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, last_at REAL NOT NULL,
+        PRIMARY KEY (hour, key_id, model)
+    );
+    INSERT INTO usage_hourly
+        SELECT key_id, model, CAST(started_at / 3600 AS INTEGER), COUNT(*), SUM(prompt_tokens),
+            SUM(completion_tokens), MAX(started_at)
+        FROM usage GROUP BY key_id, model, CAST(started_at / 3600 AS INTEGER);
+    """,
 ]

@@ -34,6 +34,10 @@ def _private(path: str) -> None:
             pass
 
 
+def hour_of(t: float) -> int:
+    return int(t // 3600)
+
+
 class _SomeSeen(Exception):
     """Raised inside a usage transaction to roll it back: some records of the batch are recorded already."""
 
@@ -216,12 +220,22 @@ class SqliteStore:
                     raise _SomeSeen
                 fresh = records
             added: dict[tuple[str, str], list[float]] = {}
+            hourly: dict[tuple[str, str, int], list[float]] = {}
             for u in fresh:
-                t = added.setdefault((u.key_id, u.model), [0, 0, 0, 0.0])
-                t[0] += 1
-                t[1] += u.prompt_tokens
-                t[2] += u.completion_tokens
-                t[3] = max(t[3], u.started_at)
+                for t in (added.setdefault((u.key_id, u.model), [0, 0, 0, 0.0]),
+                          hourly.setdefault((u.key_id, u.model, hour_of(u.started_at)), [0, 0, 0, 0.0])):
+                    t[0] += 1
+                    t[1] += u.prompt_tokens
+                    t[2] += u.completion_tokens
+                    t[3] = max(t[3], u.started_at)
+            db.executemany(
+                "INSERT INTO usage_hourly (key_id, model, hour, requests, prompt_tokens, completion_tokens, last_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hour, key_id, model) DO UPDATE SET"
+                " requests = requests + excluded.requests, prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
+                " completion_tokens = completion_tokens + excluded.completion_tokens,"
+                " last_at = MAX(last_at, excluded.last_at)",
+                [(k, m, h, int(t[0]), int(t[1]), int(t[2]), t[3]) for (k, m, h), t in hourly.items()],
+            )
             db.executemany(
                 "INSERT INTO usage_totals (key_id, model, requests, prompt_tokens, completion_tokens, last_at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key_id, model) DO UPDATE SET"
@@ -257,6 +271,20 @@ class SqliteStore:
             for r in rows
         ]
 
+    def usage_recent(self, since: float) -> list[UsageTotal]:
+        """Totals from the hour holding `since` on, per key and model, read from the hourly aggregate: the cost
+        depends on keys, models and hours, never on how many requests there were."""
+        rows = self._rows(
+            "SELECT key_id, model, SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), MAX(last_at)"
+            " FROM usage_hourly WHERE hour >= ? GROUP BY key_id, model ORDER BY key_id, model",
+            (hour_of(since),),
+        )
+        return [
+            UsageTotal(key_id=str(r[0]), model=str(r[1]), requests=int(str(r[2])), prompt_tokens=int(str(r[3])),
+                       completion_tokens=int(str(r[4])), last_at=float(str(r[5])))
+            for r in rows
+        ]
+
     def usage_count(self) -> int:
         return int(str(self._rows("SELECT COUNT(*) FROM usage")[0][0]))
 
@@ -275,6 +303,7 @@ class SqliteStore:
                 done[i] += n
                 if n < PRUNE_BATCH:
                     break
+        self._exec("DELETE FROM usage_hourly WHERE hour < ?", (hour_of(usage_before),))  # a few rows per hour
         return done[0], done[1]
 
     # node revocations

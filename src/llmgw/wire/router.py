@@ -12,6 +12,7 @@ from llmgw.core.conditions import Condition, ConditionType
 from llmgw.core.explanation import Explanation, explanation_lines
 from llmgw.core.state import Phase, StopRequest
 from llmgw.store.base import UsageRecord
+from llmgw.wire.stats import RouterStats
 
 
 class ReadyReplica(BaseModel):
@@ -37,6 +38,7 @@ class Activity(BaseModel):
     used: dict[str, float] = {}
     outstanding: dict[str, int] = {}  # the process's whole in-flight table
     usage: list[UsageRecord] = []
+    stats: RouterStats | None = None  # the process's cumulative measurements (wire/stats.py)
 
 
 class Wanted(StrEnum):

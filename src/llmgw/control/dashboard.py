@@ -1,0 +1,143 @@
+"""The /admin page: the Summary rendered as HTML on the server, refreshed by a few lines of script.
+
+The page itself (/admin) is an empty shell anyone who reaches the listener may load; its contents come from
+/admin/view, which needs the operator token like the rest of the management API. The script takes the token from
+the address's fragment (`/admin#token=...`, which browsers never send to a server) or from a form, keeps it in
+the tab's session storage, and sends it as a bearer token: no cookie, so no other site can make the browser use
+it. Nothing is fetched from anywhere else (no CDN: nodes and operators may have no internet), and a
+Content-Security-Policy lets the page run only its own script.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from html import escape
+
+from aiohttp import web
+
+from llmgw.control.dashboard_assets import APP_JS, SHELL, STYLE
+from llmgw.control.summary import ClassCapacity, NodeLine, ReplicaLine, Summary
+from llmgw.core.units import mb
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+           "Cache-Control": "no-store", "X-Frame-Options": "DENY"}
+
+
+def e(v: object) -> str:
+    return escape(str(v), quote=True)
+
+
+def _bar(c: ClassCapacity) -> str:
+    """Used, faulty and free cards as one bar: an SVG's attributes, not inline style (the policy forbids it)."""
+    total = max(c.total, 1)
+    used, faulty = 100 * c.used / total, 100 * c.faulty / total
+    return (f'<svg class="bar" viewBox="0 0 100 6" preserveAspectRatio="none" role="img" '
+            f'aria-label="{c.used} used, {c.faulty} faulty, {c.free} free of {c.total}">'
+            f'<rect class="used" x="0" y="0" width="{used:.2f}" height="6"/>'
+            f'<rect class="faulty" x="{used:.2f}" y="0" width="{faulty:.2f}" height="6"/></svg>')
+
+
+def _table(cls: str, head: list[str], rows: list[str], empty: str) -> str:
+    if not rows:
+        return f'<p class="empty">{e(empty)}</p>'
+    th = "".join(f"<th>{e(h)}</th>" for h in head)
+    return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _capacity(s: Summary) -> str:
+    rows = [f'<tr data-class="{e(c.gpu_class)}"><td>{e(c.gpu_class)}</td><td>{_bar(c)}</td>'
+            f'<td class="n used">{c.used}</td><td class="n faulty">{c.faulty}</td><td class="n free">{c.free}</td>'
+            f'<td class="n total">{c.total}</td></tr>' for c in s.capacity]
+    return _table("capacity", ["GPU class", "", "used", "faulty", "free", "total"], rows, "no GPUs reported")
+
+
+def _fabrics(s: Summary) -> str:
+    rows = [f'<tr data-fabric="{e(f.fabric)}"><td>{e(f.fabric)}</td><td class="n nodes">{f.nodes}</td>'
+            f'<td class="n free-whole">{f.free_whole_nodes}</td><td>{e(", ".join(f.models_held) or "-")}</td></tr>'
+            for f in s.fabrics]
+    return _table("fabrics", ["fabric", "nodes", "free whole nodes", "models held"], rows, "no fabrics")
+
+
+def _node(n: NodeLine) -> str:
+    warn = "".join(f"<li>{e(w)}</li>" for w in n.warnings[:8])
+    more = f"<li>and {len(n.warnings) - 8} more</li>" if len(n.warnings) > 8 else ""
+    disk = f"{mb(n.disk_free_bytes)} free of {mb(n.disk_total_bytes)}" if n.disk_total_bytes else "-"
+    nvl = "" if n.nvlink_known else ' <span class="tag">NVLink unknown</span>'
+    cls = "live" if n.state == "live" else "down"
+    return (f'<tr class="{cls}" data-node="{e(n.node)}"><td>{e(n.node)}</td><td class="state">{e(n.state)}</td>'
+            f"<td>{e(n.gpus)}{nvl}</td><td>{e(n.ram)}</td><td>{e(disk)}</td><td>{e(n.engines)}</td>"
+            f"<td>{e(n.fabrics)}</td><td>{len(n.weights)}</td>"
+            f'<td class="warnings"><ul>{warn}{more}</ul></td></tr>')
+
+
+def _replica(r: ReplicaLine) -> str:
+    why = "; ".join(r.placement) if r.placement else (f"{r.reason.value}: {r.message}" if r.reason else r.message)
+    load = ""
+    if r.load is not None:
+        parts = [f"{k} {v:g}" for k, v in (("running", r.load.running), ("waiting", r.load.waiting)) if v is not None]
+        if r.load.kv_cache_usage is not None:
+            parts.append(f"KV {100 * r.load.kv_cache_usage:.0f}%")
+        load = ", ".join(parts)
+    return (f'<tr class="{e(r.state.value)}" data-replica="{e(r.id)}"><td>{e(r.model)}</td><td>{e(r.id)}</td>'
+            f'<td class="phase">{e(r.state.value)}</td><td>{e(", ".join(r.nodes) or "-")}</td>'
+            f'<td class="n">{r.in_flight}</td><td>{e(load or "-")}</td><td class="why">{e(why)}</td></tr>')
+
+
+def _models(s: Summary) -> str:
+    rows = [f'<tr data-model="{e(m.model)}"><td>{e(m.model)}</td><td>{e(m.engine)}</td>'
+            f'<td class="n wanted">{m.wanted}</td><td class="n ready">{m.ready}</td>'
+            f'<td class="why">{e(" | ".join(m.why))}</td></tr>' for m in s.models]
+    return _table("models", ["model", "engine", "wanted", "ready", "why not"], rows, "no models in the catalog")
+
+
+def _usage(s: Summary) -> str:
+    rows = [f'<tr data-key="{e(u.key_id)}" data-model="{e(u.model)}"><td>{e(u.key_name or u.key_id)}</td>'
+            f'<td>{e(u.model)}</td><td class="n in-flight">{u.in_flight}</td><td class="n">{u.day_requests}</td>'
+            f'<td class="n">{u.day_prompt_tokens + u.day_completion_tokens}</td>'
+            f'<td class="n requests">{u.requests}</td><td class="n">{u.prompt_tokens}</td>'
+            f'<td class="n">{u.completion_tokens}</td></tr>' for u in s.usage]
+    return _table("usage", ["key", "model", "in flight", "requests 24 h", "tokens 24 h", "requests", "prompt tokens",
+                            "completion tokens"], rows, "no usage recorded yet")
+
+
+def render_view(s: Summary) -> str:
+    """The page's contents: every number and word comes from the Summary, escaped."""
+    nodes = [_node(n) for n in s.nodes]
+    reps = [_replica(r) for r in s.replicas]
+    idle = ""
+    if s.idle_replicas:
+        names = e(", ".join(s.idle_replicas))
+        idle = f'<p class="idle">{len(s.idle_replicas)} ready replica(s) unused lately: {names}</p>'
+    return "".join([
+        f'<p class="counts">nodes: <b id="nodes-live">{s.nodes_live}</b> live of '
+        f'<b id="nodes-total">{s.nodes_total}</b> · replicas: <b id="replicas-total">{len(s.replicas)}</b></p>',
+        "<section><h2>GPUs</h2>", _capacity(s), "</section>",
+        "<section><h2>Fabrics</h2>", _fabrics(s), "</section>",
+        "<section><h2>Models</h2>", _models(s), "</section>",
+        "<section><h2>Replicas</h2>", idle,
+        _table("replicas", ["model", "replica", "phase", "nodes", "in flight", "engine load", "why"], reps,
+               "no replicas"), "</section>",
+        "<section><h2>Nodes</h2>",
+        _table("nodes", ["node", "state", "GPUs", "memory", "disk", "engines", "fabrics", "weights", "warnings"],
+               nodes, "no nodes have registered"), "</section>",
+        "<section><h2>Usage</h2>", _usage(s), "</section>",
+    ])
+
+
+def dashboard_routes(summary: Callable[[], Awaitable[Summary]]) -> list[web.RouteDef]:
+    async def shell(_: web.Request) -> web.Response:
+        return web.Response(text=SHELL, content_type="text/html", headers=HEADERS)
+
+    async def script(_: web.Request) -> web.Response:
+        return web.Response(text=APP_JS, content_type="text/javascript", headers=HEADERS)
+
+    async def style(_: web.Request) -> web.Response:
+        return web.Response(text=STYLE, content_type="text/css", headers=HEADERS)
+
+    async def view(_: web.Request) -> web.Response:
+        return web.Response(text=render_view(await summary()), content_type="text/html", headers=HEADERS)
+
+    return [web.get("/admin", shell), web.get("/admin/app.js", script), web.get("/admin/style.css", style),
+            web.get("/admin/view", view)]

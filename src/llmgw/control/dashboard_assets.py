@@ -1,0 +1,76 @@
+"""The dashboard's shell, script and style: small, served by the control plane itself, nothing from elsewhere."""
+
+from __future__ import annotations
+
+SHELL = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>llmgw</title><link rel="stylesheet" href="/admin/style.css"></head>
+<body>
+<header><h1>llmgw</h1><span id="status" role="status">loading…</span></header>
+<form id="login" hidden><label>Operator token (the server's admin_token_file)
+<input id="token" type="password" autocomplete="off" size="48"></label> <button type="submit">Show</button></form>
+<main id="view"></main>
+<script src="/admin/app.js"></script>
+</body></html>
+"""
+
+# The token comes from the address's fragment (never sent to a server) or the form, and stays in this tab's
+# session storage; the view is fetched with it every few seconds and replaced whole.
+APP_JS = r"""(function () {
+  "use strict";
+  var EVERY_MS = 5000;
+  var status = document.getElementById("status");
+  var view = document.getElementById("view");
+  var form = document.getElementById("login");
+  var m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem("llmgw-token", decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname);
+  }
+  form.addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    sessionStorage.setItem("llmgw-token", document.getElementById("token").value.trim());
+    form.hidden = true;
+    refresh();
+  });
+  function refresh() {
+    var token = sessionStorage.getItem("llmgw-token");
+    if (!token) { form.hidden = false; status.textContent = "the operator token is needed"; return; }
+    fetch("/admin/view", {headers: {"Authorization": "Bearer " + token}, cache: "no-store"})
+      .then(function (r) {
+        if (r.status === 401) {
+          sessionStorage.removeItem("llmgw-token");
+          form.hidden = false;
+          throw new Error("the token was refused");
+        }
+        if (!r.ok) { throw new Error("the control plane answered " + r.status); }
+        return r.text();
+      })
+      .then(function (html) {
+        view.innerHTML = html;
+        status.textContent = "updated " + new Date().toLocaleTimeString();
+        status.className = "ok";
+      })
+      .catch(function (err) { status.textContent = "not updated: " + err.message; status.className = "stale"; });
+  }
+  refresh();
+  setInterval(refresh, EVERY_MS);
+})();
+"""
+
+STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 0 1.5rem 2rem; color: #1d2330; background: #fafbfc; }
+header { display: flex; align-items: baseline; gap: 1rem; border-bottom: 1px solid #d8dde6; }
+h1 { font-size: 1.3rem; margin: .6rem 0; } h2 { font-size: 1.05rem; margin: 1.2rem 0 .4rem; }
+#status.stale { color: #b42318; font-weight: 600; } #status.ok { color: #4a5568; }
+table { border-collapse: collapse; width: 100%; background: #fff; }
+th, td { text-align: left; padding: .25rem .5rem; border-bottom: 1px solid #e6e9ef; vertical-align: top; }
+th { font-weight: 600; background: #f1f3f7; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
+svg.bar { width: 16rem; height: .8rem; background: #cde8d3; border-radius: 2px; }
+svg.bar rect.used { fill: #2f6fdb; } svg.bar rect.faulty { fill: #d92d20; }
+tr.down td, tr.failed td { color: #b42318; } tr.pending td.phase, tr.starting td.phase { color: #b54708; }
+td.warnings ul { margin: 0; padding-left: 1rem; color: #b54708; } td.why { max-width: 40rem; }
+.tag { font-size: .8em; background: #fef0c7; padding: 0 .3em; border-radius: 3px; }
+p.empty { color: #6b7280; } p.idle { color: #b54708; }
+"""

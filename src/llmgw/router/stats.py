@@ -1,0 +1,67 @@
+"""What this router process measures of the requests it serves: one Measure per request, summed per model.
+
+Only catalogued models get a label of their own: a client naming models that do not exist must not grow the
+metrics (they are counted under OTHER), and a request refused before its model was read counts under "".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from llmgw.wire.stats import InFlight, ModelStats, RouterStats
+
+OTHER = "(not in the catalog)"
+
+
+@dataclass
+class Measure:
+    start: float  # the injected clock's monotonic seconds at arrival
+    model: str = ""  # the catalog's name once the request named one it has
+    key_id: str = ""
+    queue_s: float = 0.0  # waiting for a load and for a connection to the replica
+    first_at: float | None = None  # the first token of a stream
+    last_at: float | None = None  # the last token seen
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    status: int = 0  # what the request is recorded as (a broken stream: not the 200 its headers said)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.stats = RouterStats()
+        self.in_flight: Counter[tuple[str, str]] = Counter()
+        self.version = 0  # bumped on every change: a worker with nothing new reports nothing
+
+    def begin(self, key_id: str, model: str) -> None:
+        self.in_flight[(key_id, model)] += 1
+        self.version += 1
+
+    def end(self, key_id: str, model: str) -> None:
+        k = (key_id, model)
+        self.in_flight[k] -= 1
+        if self.in_flight[k] <= 0:
+            del self.in_flight[k]
+        self.version += 1
+
+    def finish(self, m: Measure, status: int, now: float) -> None:
+        s = self.stats.models.get(m.model)
+        if s is None:
+            s = self.stats.models[m.model] = ModelStats()
+        code = str(m.status or status)
+        s.requests[code] = s.requests.get(code, 0) + 1
+        s.prompt_tokens += m.prompt_tokens
+        s.completion_tokens += m.completion_tokens
+        s.e2e.observe("e2e", now - m.start)
+        if m.model:
+            s.queue.observe("queue", m.queue_s)
+        if m.first_at is not None:
+            s.ttft.observe("ttft", m.first_at - m.start)
+            if m.last_at is not None and m.completion_tokens > 1:
+                s.tbt.observe("tbt", (m.last_at - m.first_at) / (m.completion_tokens - 1))
+        self.version += 1
+
+    def snapshot(self) -> RouterStats:
+        out = RouterStats(models={k: v.model_copy(deep=True) for k, v in self.stats.models.items()})
+        out.in_flight = [InFlight(key_id=k, model=m, n=n) for (k, m), n in sorted(self.in_flight.items())]
+        return out
