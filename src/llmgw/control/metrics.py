@@ -41,7 +41,7 @@ FAMILIES = frozenset({
     "llmgw_nodes", "llmgw_gpus", "llmgw_fabric_free_whole_nodes", "llmgw_replicas", "llmgw_node_condition",
     "llmgw_replica_phase", "llmgw_fabric_models_held", "llmgw_weights_fetch_bytes", "llmgw_weights_fetch_total_bytes",
     "llmgw_idle_replicas", "llmgw_model_wanted_replicas", "llmgw_model_ready_replicas", "llmgw_gpu_nvlink_peers",
-    "llmgw_node_memory_bytes", "llmgw_node_disk_bytes", "llmgw_engine_install_bytes",
+    "llmgw_engine_install_bytes",
     "llmgw_engine_install_total_bytes", "llmgw_engine_requests_running", "llmgw_engine_requests_waiting",
     "llmgw_engine_kv_cache_usage_ratio", "llmgw_requests_total", "llmgw_prompt_tokens_total",
     "llmgw_completion_tokens_total", "llmgw_requests_in_flight", "llmgw_model_loads_total", "llmgw_evictions_total",
@@ -110,12 +110,11 @@ class SummaryCollector(Collector):
             "llmgw_node_condition", "A node's conditions: 1 for the status and reason each one has now",
             labels=["node", "type", "status", "reason"],
         )
-        nvlink = GaugeMetricFamily("llmgw_gpu_nvlink_peers", "GPUs each GPU reaches over NVLink (0 where the node "
+        # one sample per node, not per card: at 1,000 nodes of 8 cards a scrape would otherwise be mostly this
+        nvlink = GaugeMetricFamily("llmgw_gpu_nvlink_peers", "The fewest GPUs any healthy GPU of a node reaches over "
+                                   "NVLink (7 on an 8-card NVSwitch node, 1 on bridged pairs; 0 also where the node "
                                    "could not read its topology: a flat zero across a fleet means unknown)",
-                                   labels=["node", "gpu"])
-        mem = GaugeMetricFamily("llmgw_node_memory_bytes", "A live node's memory", labels=["node", "kind"])
-        disk = GaugeMetricFamily("llmgw_node_disk_bytes", "A live node's disk (its state directory's file system)",
-                                 labels=["node", "kind"])
+                                   labels=["node"])
         done = GaugeMetricFamily("llmgw_weights_fetch_bytes", "Bytes of a weights file a node has so far, by where "
                                  "they come from (origin or the peer node) and the transfer's state",
                                  labels=["node", "source", "via", "state"])
@@ -130,13 +129,8 @@ class SummaryCollector(Collector):
                 conds.add_metric([n.node, nc.type.value, nc.status.value, nc.reason.value], 1)
             if not n.live:
                 continue
-            for gpu, peers in sorted(n.nvlink_peers.items()):
-                nvlink.add_metric([n.node, str(gpu)], peers)
-            mem.add_metric([n.node, "total"], n.mem_total_bytes)
-            mem.add_metric([n.node, "available"], n.mem_available_bytes)
-            if n.disk_total_bytes:
-                disk.add_metric([n.node, "total"], n.disk_total_bytes)
-                disk.add_metric([n.node, "free"], n.disk_free_bytes)
+            if n.nvlink_peers:
+                nvlink.add_metric([n.node], min(n.nvlink_peers.values()))
             for fs in n.fetches:
                 done.add_metric([n.node, fs.source, fs.via, fs.state], fs.done_bytes)
                 if fs.total_bytes is not None:
@@ -145,7 +139,7 @@ class SummaryCollector(Collector):
                 inst.add_metric([n.node, i.engine, i.version, i.step], i.done_bytes)
                 if i.total_bytes is not None:
                     inst_total.add_metric([n.node, i.engine, i.version], i.total_bytes)
-        yield from (conds, nvlink, mem, disk, done, total, inst, inst_total)
+        yield from (conds, nvlink, done, total, inst, inst_total)
 
     def _models(self, s: Summary) -> Iterable[Metric]:
         reps = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state", labels=["model", "state"])

@@ -129,14 +129,14 @@ def _leader_load(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> EngineLoad |
 def _node_line(n: NodeRecord) -> NodeLine:
     hw = n.report.hardware
     disk = hw.disk
-    return NodeLine(
+    return NodeLine.model_construct(  # from a validated record: no second validation
         **node_row(n).__dict__,
         live=not n.lost,
         mem_total_bytes=hw.mem_total_bytes,
         mem_available_bytes=hw.mem_available_bytes,
         disk_total_bytes=disk.total_bytes if disk else 0,
         disk_free_bytes=disk.free_bytes if disk else 0,
-        nvlink_peers={g.index: len(g.nvlink_peers or ()) for g in hw.gpus},
+        nvlink_peers={g.index: len(g.nvlink_peers or ()) for g in hw.gpus if not g.faulty},
         nvlink_known=all(g.nvlink_peers is not None for g in hw.gpus if not g.faulty),
         installs=[] if n.lost else n.report.installs,
     )
@@ -158,34 +158,36 @@ def summarize(
 ) -> Summary:
     demand = demand or Demand()
     used: dict[str, set[int]] = {}
-    busy_nodes: set[str] = set()
     for r in replicas:
         if r.released:
             continue  # failed and its shards gone: on view, holding nothing
         for a in r.assignments:
             used.setdefault(a.node_id, set()).update(a.gpus)
-            busy_nodes.add(a.node_id)
-    caps: dict[str, ClassCapacity] = {}
-    fabrics: dict[str, FabricCapacity] = {}
+    # counted in plain integers, made into records once: at 10,000 cards a model's attribute writes add up
+    caps: dict[str, list[int]] = {}  # class -> [total, used, free, faulty]
+    fabrics: dict[str, list[int]] = {}  # fabric -> [nodes, free whole nodes]
+    held: dict[str, set[str]] = {}
+    none: set[int] = set()
     for n in nodes:
         if n.lost:
             continue
+        mine = used.get(n.id, none)
         for g in n.report.hardware.gpus:
-            c = caps.setdefault(g.gpu_class, ClassCapacity(gpu_class=g.gpu_class))
-            c.total += 1
-            if g.faulty:
-                c.faulty += 1
-            elif g.index in used.get(n.id, set()):
-                c.used += 1
-            else:
-                c.free += 1
+            c = caps.get(g.gpu_class)
+            if c is None:
+                c = caps[g.gpu_class] = [0, 0, 0, 0]
+            c[0] += 1
+            c[3 if g.faulty else 1 if g.index in mine else 2] += 1
         for f in n.report.fabrics:
-            fc = fabrics.setdefault(f.name, FabricCapacity(fabric=f.name))
-            fc.nodes += 1
-            if n.id not in busy_nodes:
-                fc.free_whole_nodes += 1
-            held = {m for w in n.report.weights for m in (sources or {}).get(w, ())}
-            fc.models_held = sorted(held.union(fc.models_held))
+            fc = fabrics.get(f.name)
+            if fc is None:
+                fc = fabrics[f.name] = [0, 0]
+                held[f.name] = set()
+            fc[0] += 1
+            if n.id not in used:
+                fc[1] += 1
+            if sources and n.report.weights:
+                held[f.name].update(m for w in n.report.weights for m in sources.get(w, ()))
     by_id = {n.id: n for n in nodes}
     lines = []
     idle = []
@@ -196,7 +198,7 @@ def summarize(
         if r.ready and (idle_s is None or idle_s >= idle_after):
             idle.append(r.id)
         lines.append(
-            ReplicaLine(
+            ReplicaLine.model_construct(  # from validated records: no second validation
                 id=r.id,
                 model=r.model,
                 state=replica_phase(r),
@@ -216,8 +218,10 @@ def summarize(
         nodes_total=len(nodes),
         nodes_live=sum(1 for n in nodes if not n.lost),
         nodes=[_node_line(n) for n in sorted(nodes, key=lambda n: n.id)],
-        capacity=sorted(caps.values(), key=lambda c: c.gpu_class),
-        fabrics=sorted(fabrics.values(), key=lambda f: f.fabric),
+        capacity=[ClassCapacity(gpu_class=k, total=c[0], used=c[1], free=c[2], faulty=c[3])
+                  for k, c in sorted(caps.items())],
+        fabrics=[FabricCapacity(fabric=k, nodes=f[0], free_whole_nodes=f[1], models_held=sorted(held[k]))
+                 for k, f in sorted(fabrics.items())],
         models=_model_lines(models or {}, lines, demand, now),
         replicas=lines,
         idle_replicas=idle,
