@@ -325,6 +325,7 @@ llmgw dev is up (state and logs in {workdir})
   OpenAI API:      {plan.api}/v1
   management API:  {plan.admin}   (llmgw ctl nodes | status | models | explain MODEL)
                    ctl needs the operator token: {_admin_env(plan)}
+  dashboard:       {plan.admin}/admin   (paste the operator token from {plan.token_file})
   API key:         {key}
 
   nodes: {", ".join(n.id for n in plan.nodes)}; models: {", ".join(m["name"] for m in plan.models)}
