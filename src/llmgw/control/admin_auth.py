@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # liveness, and the dashboard's empty shell and its script and style: they say nothing and change nothing (the
 # page's data comes from /admin/view, which needs the token like everything else)
-OPEN_PATHS = frozenset({"/health", "/admin", "/admin/app.js", "/admin/style.css"})
+OPEN_PATHS = frozenset({"/health", "/admin", "/admin/app.js", "/admin/style.css", "/admin/icon.svg"})
 
 
 def load_or_create_token(path: Path) -> str:

@@ -15,7 +15,7 @@ from html import escape
 
 from aiohttp import web
 
-from llmgw.control.dashboard_assets import APP_JS, SHELL, STYLE
+from llmgw.control.dashboard_assets import APP_JS, ICON, SHELL, STYLE
 from llmgw.control.summary import ClassCapacity, NodeLine, ReplicaLine, Summary
 from llmgw.core.units import mb
 
@@ -73,7 +73,9 @@ def _node(n: NodeLine) -> str:
 
 
 def _replica(r: ReplicaLine) -> str:
-    why = "; ".join(r.placement) if r.placement else (f"{r.reason.value}: {r.message}" if r.reason else r.message)
+    why = "; ".join(r.placement) or (f"{r.reason.value}: {r.message}" if r.message else "")
+    if not why and r.reason is not None and r.state.value != "ready":
+        why = r.reason.value
     load = ""
     if r.load is not None:
         parts = [f"{k} {v:g}" for k, v in (("running", r.load.running), ("waiting", r.load.waiting)) if v is not None]
@@ -136,8 +138,12 @@ def dashboard_routes(summary: Callable[[], Awaitable[Summary]]) -> list[web.Rout
     async def style(_: web.Request) -> web.Response:
         return web.Response(text=STYLE, content_type="text/css", headers=HEADERS)
 
+    async def icon(_: web.Request) -> web.Response:
+        return web.Response(text=ICON, content_type="image/svg+xml", headers=HEADERS)
+
     async def view(_: web.Request) -> web.Response:
         return web.Response(text=render_view(await summary()), content_type="text/html", headers=HEADERS)
 
     return [web.get("/admin", shell), web.get("/admin/app.js", script), web.get("/admin/style.css", style),
+            web.get("/admin/icon.svg", icon),
             web.get("/admin/view", view)]

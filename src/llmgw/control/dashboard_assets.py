@@ -5,7 +5,7 @@ from __future__ import annotations
 SHELL = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>llmgw</title><link rel="stylesheet" href="/admin/style.css"></head>
+<title>llmgw</title><link rel="icon" href="/admin/icon.svg"><link rel="stylesheet" href="/admin/style.css"></head>
 <body>
 <header><h1>llmgw</h1><span id="status" role="status">loading…</span></header>
 <form id="login" hidden><label>Operator token (the server's admin_token_file)
@@ -73,4 +73,9 @@ tr.down td, tr.failed td { color: #b42318; } tr.pending td.phase, tr.starting td
 td.warnings ul { margin: 0; padding-left: 1rem; color: #b54708; } td.why { max-width: 40rem; }
 .tag { font-size: .8em; background: #fef0c7; padding: 0 .3em; border-radius: 3px; }
 p.empty { color: #6b7280; } p.idle { color: #b54708; }
+"""
+
+ICON = """<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#2f6fdb"/>
+<rect x="3" y="9" width="2" height="4" fill="#fff"/><rect x="7" y="6" width="2" height="7" fill="#fff"/>
+<rect x="11" y="3" width="2" height="10" fill="#fff"/></svg>
 """
