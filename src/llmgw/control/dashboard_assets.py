@@ -75,7 +75,8 @@ td.warnings ul { margin: 0; padding-left: 1rem; color: #b54708; } td.why { max-w
 p.empty { color: #6b7280; } p.idle { color: #b54708; }
 """
 
-ICON = """<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#2f6fdb"/>
+ICON = """<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">
+<rect width="16" height="16" rx="3" fill="#2f6fdb"/>
 <rect x="3" y="9" width="2" height="4" fill="#fff"/><rect x="7" y="6" width="2" height="7" fill="#fff"/>
 <rect x="11" y="3" width="2" height="10" fill="#fff"/></svg>
 """
