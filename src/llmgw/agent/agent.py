@@ -281,6 +281,7 @@ class Agent:
             engines_probed=self.engines_probed,
             engines=self.engines,
             install_progress=self.installer.progress()[:64],
+            installs=self.installer.installs()[:16],
             fabrics=fabrics,
             weights=weights,
             weights_dirs=dirs,

@@ -73,9 +73,10 @@ def _node(n: NodeLine) -> str:
 
 
 def _replica(r: ReplicaLine) -> str:
-    why = "; ".join(r.placement) or (f"{r.reason.value}: {r.message}" if r.message else "")
-    if not why and r.reason is not None and r.state.value != "ready":
-        why = r.reason.value
+    code = r.reason.value if r.reason is not None else ""
+    why = "; ".join(r.placement) or (f"{code}: {r.message}" if code and r.message else r.message)
+    if not why and r.state.value != "ready":
+        why = code
     load = ""
     if r.load is not None:
         parts = [f"{k} {v:g}" for k, v in (("running", r.load.running), ("waiting", r.load.waiting)) if v is not None]

@@ -11,7 +11,7 @@ import contextlib
 import hmac
 import json
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -34,7 +34,9 @@ def make_app(
     api_key: str = "",
     load_failure: str = "",
 ) -> web.Application:
-    """An aiohttp app serving `model`: /health, /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings.
+    """An aiohttp app serving `model`: /health, /metrics, /v1/models, /v1/chat/completions, /v1/completions,
+    /v1/embeddings. /metrics is Prometheus text with the engine's own gauges, as real engines have theirs:
+    sim:requests_running (completions being generated now) and sim:requests_waiting (always 0: sim queues nothing).
 
     With `api_key`, every path answers 401 unless the request carries `Authorization: Bearer <api_key>`.
     With `load_failure`, it plays an engine whose model failed to load while its HTTP server stays up: /health
@@ -50,6 +52,7 @@ def make_app(
         middlewares.append(_not_loaded(load_failure))
     app = web.Application(middlewares=middlewares)
     app.router.add_get("/health", handlers.health)
+    app.router.add_get("/metrics", handlers.metrics)
     app.router.add_get("/v1/models", handlers.models)
     app.router.add_post("/v1/chat/completions", handlers.chat)
     app.router.add_post("/v1/completions", handlers.completions)
@@ -74,15 +77,44 @@ class _Handlers:
         self.tokens = tokens
         self.tokens_per_second = tokens_per_second
         self.clock = clock
+        self.running = 0
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        text = (
+            "# HELP sim:requests_running Completions being generated now.\n"
+            "# TYPE sim:requests_running gauge\n"
+            f"sim:requests_running {self.running}\n"
+            "# HELP sim:requests_waiting Requests queued before generation.\n"
+            "# TYPE sim:requests_waiting gauge\n"
+            "sim:requests_waiting 0\n"
+        )
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    @contextlib.contextmanager
+    def _generating(self) -> Iterator[None]:
+        """Counted from the request's start to its response's end (a stream's last byte, or the client gone)."""
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
 
     async def models(self, request: web.Request) -> web.Response:
         entry = {"id": self.model, "object": "model", "created": self._created(), "owned_by": "llmgw-sim"}
         return web.json_response({"object": "list", "data": [entry]})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        with self._generating():
+            return await self._chat(request)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        with self._generating():
+            return await self._completions(request)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
             gen = fmt.parse_chat(await _json_body(request), self.model, self.tokens)
         except fmt.RequestError as e:
@@ -105,7 +137,7 @@ class _Handlers:
 
         return await _stream(request, events())
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:
             gen = fmt.parse_completion(await _json_body(request), self.model, self.tokens)
         except fmt.RequestError as e:

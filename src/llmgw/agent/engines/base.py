@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
 
@@ -35,6 +36,9 @@ class Launch:
     models_path: str = "/v1/models"
     # files the supervisor writes (mode 0600) before starting the process and removes after it stops: secrets
     files: dict[str, str] = field(default_factory=dict)
+    # where the engine serves its Prometheus metrics ("": it serves none), and which of them are its load
+    metrics_path: str = ""
+    gauges: Gauges = field(default_factory=Gauges)
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 
 from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
 DEFAULT_RPC_PORT = 50052
+# llama-server --metrics; its KV cache ratio is missing from some builds (then None)
+GAUGES = Gauges(running=("llamacpp:requests_processing",), waiting=("llamacpp:requests_deferred",),
+                kv_cache_usage=("llamacpp:kv_cache_usage_ratio",))
 
 
 def rpc_port(spec: ShardSpec, rank: int) -> int:
@@ -56,7 +60,8 @@ class LlamaCpp:
             argv += ["--api-key-file", ctx.key_file]
             files[ctx.key_file] = spec.api_key + "\n"
         argv += spec.args
-        return Launch(argv=argv, env=env, serves_http=True, health_path="/health", files=files)
+        return Launch(argv=argv, env=env, serves_http=True, health_path="/health", files=files,
+                      metrics_path="/metrics", gauges=GAUGES)
 
     def flags(self) -> list[str]:
         return ["-m", "--host", "--port", "--alias", "-t", "-np", "--metrics", "-ngl", "--rpc", "--api-key-file"]

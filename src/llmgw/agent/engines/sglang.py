@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
 # SGLang takes its key only as --api-key. Started through this shim, the key is added to sys.argv inside the process,
@@ -13,12 +14,16 @@ KEY_SHIM = (
     "runpy.run_module('sglang.launch_server', run_name='__main__', alter_sys=True)"
 )
 
+# /metrics, served only when started with --enable-metrics; token_usage is the fraction of KV cache tokens in use
+GAUGES = Gauges(running=("sglang:num_running_reqs",), waiting=("sglang:num_queue_reqs",),
+                kv_cache_usage=("sglang:token_usage",))
+
 
 class SGLang:
     name = "sglang"
     # launched as the environment's python -m sglang.launch_server. Every flag below is in its --help as of 0.5.23
     # (2,793 lines; tests/fixtures/engines/sglang-0.5.23-launch-server-help.txt): --model-path, --served-model-name,
-    # --tp-size, --host, --port, --nnodes, --node-rank, --dist-init-addr, --api-key
+    # --tp-size, --host, --port, --nnodes, --node-rank, --dist-init-addr, --api-key, --enable-metrics
     packaging = Packaging(
         kind="pip", executable="bin/python",
         version_args=("-c", "import sglang; print('version:', sglang.__version__)"),
@@ -44,6 +49,7 @@ class SGLang:
             ctx.host,
             "--port",
             str(spec.serve_port or 30000),
+            "--enable-metrics",
         ]
         if spec.world_size > 1:
             argv += [
@@ -55,7 +61,8 @@ class SGLang:
                 f"{spec.leader_address}:{spec.rendezvous_port}",
             ]
         argv += spec.args
-        return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health")
+        return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
+                      gauges=GAUGES)
 
     def flags(self) -> list[str]:
         return [
@@ -68,4 +75,5 @@ class SGLang:
             "--node-rank",
             "--dist-init-addr",
             "--api-key",
+            "--enable-metrics",
         ]

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
+
+# the names llmgw.sim.server exports (it has no KV cache)
+GAUGES = Gauges(running=("sim:requests_running",), waiting=("sim:requests_waiting",))
 
 
 class Sim:
@@ -32,7 +36,8 @@ class Sim:
         env = nccl_env(spec)
         if spec.api_key:
             env[KEY_ENV] = spec.api_key
-        return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health")
+        return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
+                      gauges=GAUGES)
 
     def flags(self) -> list[str]:
         return ["--model", "--rank", "--world-size", "--host", "--port", "--rendezvous-port", "--leader-address"]

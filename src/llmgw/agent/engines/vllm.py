@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
+
+# the API server's /metrics, one sample per model_name and engine (data-parallel rank). The KV cache gauge is a
+# fraction despite "perc"; builds before the V1 engine named it gpu_cache_usage_perc, and some export both.
+GAUGES = Gauges(running=("vllm:num_requests_running",), waiting=("vllm:num_requests_waiting",),
+                kv_cache_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"))
 
 
 class VLLM:
@@ -59,7 +65,8 @@ class VLLM:
         env["VLLM_HOST_IP"] = ctx.host  # the address it tells its peers; otherwise it picks one itself
         if spec.api_key:
             env["VLLM_API_KEY"] = spec.api_key  # vLLM reads it as --api-key; the environment is private, argv is not
-        return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health")
+        return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
+                      gauges=GAUGES)
 
     def flags(self) -> list[str]:
         return [

@@ -20,6 +20,7 @@ from llmgw.agent.engines import ADAPTERS
 from llmgw.agent.installs.probe import probe
 from llmgw.agent.installs.recipes import (
     Context,
+    Step,
     current_build,
     download_name,
     install,
@@ -30,7 +31,7 @@ from llmgw.core.backoff import doubling
 from llmgw.core.errors import InstallRefused
 from llmgw.core.reasons import Reason
 from llmgw.wire.engines import EngineSource, EngineVariant, choose_variant
-from llmgw.wire.messages import EngineStatus, Hardware
+from llmgw.wire.messages import EngineStatus, Hardware, InstallStatus
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ RETRY_FIRST_S = 60.0
 RETRY_MAX_S = 600.0
 WANTED_FILE = "wanted.json"
 _WANTED = TypeAdapter(list[EngineSource])
+COUNT_MAX = 2**53  # the wire's bound on a count: a server may claim any Content-Length
 
 
 @dataclass
@@ -51,6 +53,10 @@ class Track:
     status: EngineStatus | None = None  # the installed build as last checked
     checked_at: float = float("-inf")
     progress: str = ""
+    # the install under way as numbers: its step, and the bytes of that step done and in all (None: not known)
+    step: Step = "installing"
+    done_bytes: int = 0
+    total_bytes: int | None = None
     failure: tuple[str, str] | None = None  # (reason, words) of the last failed attempt
     failures: int = 0
     retry_at: float = float("-inf")
@@ -177,9 +183,13 @@ class Installer:
                 log.info("%s", words)
             t.progress = words[:2000]
 
+        def mark(step: Step, done: int, total: int | None) -> None:
+            t.step, t.done_bytes, t.total_bytes = step, done, total
+
+        mark("installing", 0, None)
         say(f"installing {s.name} {s.version} ({v.variant})")
         try:
-            t.status = await install(self.ctx, s, v, say)
+            t.status = await install(self.ctx, s, v, say, mark)
             t.checked_at = self.ctx.clock.monotonic()
             t.failure, t.failures = None, 0
             log.info("installed %s %s (%s) at %s", s.name, s.version, v.variant, t.status.path)
@@ -190,6 +200,7 @@ class Installer:
             self._failed(t, Reason.EngineInstallFailed, f"{type(e).__name__}: {e}")
         finally:
             t.progress, t.task = "", None
+            mark("installing", 0, None)
 
     def _failed(self, t: Track, reason: str, words: str) -> None:
         t.failures += 1
@@ -262,6 +273,15 @@ class Installer:
 
     def progress(self) -> list[str]:
         return [t.progress for t in self.tracks.values() if t.task is not None and t.progress]
+
+    def installs(self) -> list[InstallStatus]:
+        """The installs under way, as numbers."""
+        return [
+            InstallStatus(engine=name, version=t.source.version, step=t.step,
+                          done_bytes=min(max(t.done_bytes, 0), COUNT_MAX),
+                          total_bytes=None if t.total_bytes is None else min(max(t.total_bytes, 0), COUNT_MAX))
+            for name, t in sorted(self.tracks.items()) if t.task is not None
+        ]
 
     async def close(self) -> None:
         tasks = [task for t in self.tracks.values() for task in (t.task, t.check) if task is not None]

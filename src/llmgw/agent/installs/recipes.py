@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 from urllib.parse import unquote, urlparse
 
 from llmgw.agent.engines import ADAPTERS
@@ -37,6 +38,9 @@ MARKER = ".llmgw-installed.json"
 STAGING = ".staging-"
 DOWNLOADS = ".downloads"
 Say = Callable[[str], None]
+Step = Literal["downloading", "unpacking", "installing", "checking"]
+# where an attempt is, as numbers beside its words: (step, bytes done, bytes in all when known)
+Mark = Callable[[Step, int, int | None], None]
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}$")
 
 
@@ -137,6 +141,10 @@ def _removed_unless_done(d: Path, what: str) -> Iterator[None]:
         raise
 
 
+def unmarked(step: Step, done: int, total: int | None) -> None:
+    """For a caller that wants the words alone."""
+
+
 async def _os_packages(ctx: Context, variant: EngineVariant, say: Say) -> None:
     if not variant.packages:
         return
@@ -153,7 +161,8 @@ async def _verified(engine: str, executable: Path) -> EngineStatus:
     return status
 
 
-async def install_archive(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say) -> EngineStatus:
+async def install_archive(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say,
+                          mark: Mark = unmarked) -> EngineStatus:
     name = archive_name(source, variant)
     final = next_build(ctx.root, source, variant)
     staging = final.with_name(STAGING + final.name)
@@ -161,12 +170,14 @@ async def install_archive(ctx: Context, source: EngineSource, variant: EngineVar
 
     def progress(done: int, total: int | None) -> None:
         say(f"{head}: downloading {name}, {mb(done)}" + (f" of {mb(total)}" if total else ""))
+        mark("downloading", done, total)
 
     downloads = ctx.root / DOWNLOADS
     try:
         downloads.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InstallRefused.from_os(e, f"cannot make {downloads}") from None
+    mark("downloading", 0, None)
     archive = await download(variant.url, downloads / download_name(source, variant), variant.sha256, progress,
                              ctx.limits.download_bytes,
                              deadline=ctx.limits.download_seconds)
@@ -174,6 +185,7 @@ async def install_archive(ctx: Context, source: EngineSource, variant: EngineVar
     with _removed_unless_done(staging, f"installing {name}"):
         staging.mkdir(parents=True)
         say(f"{head}: unpacking {name}")
+        mark("unpacking", 0, None)
         try:
             await unpack(archive, staging, ctx.limits.unpack_bytes)
         except InstallRefused as e:
@@ -184,8 +196,10 @@ async def install_archive(ctx: Context, source: EngineSource, variant: EngineVar
         exe = find_executable(staging, wanted)
         if exe is None:
             raise InstallRefused(Reason.EngineInstallFailed, f"{name} holds no {wanted}")
+        mark("installing", 0, None)
         await _os_packages(ctx, variant, lambda w: say(f"{head}: {w}"))
         say(f"{head}: checking that it runs")
+        mark("checking", 0, None)
         status = await _verified(source.name, exe)
         rel = exe.relative_to(staging)
         write_marker(staging, {"engine": source.name, "version": source.version, "variant": variant.variant,
@@ -203,12 +217,14 @@ def _alias(env: Path, dist: str, version: str) -> None:
         (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
 
 
-async def install_pip(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say) -> EngineStatus:
+async def install_pip(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say,
+                      mark: Mark = unmarked) -> EngineStatus:
     packaging = ADAPTERS[source.name].packaging
     final = next_build(ctx.root, source, variant)  # a new directory: a virtual environment cannot be moved
     head = f"installing {source.name} {source.version}"
     with _removed_unless_done(final, f"installing {source.name} {source.version}"):
         final.parent.mkdir(parents=True, exist_ok=True)
+        mark("installing", 0, None)  # pip says nothing countable: its step is all there is
         await _os_packages(ctx, variant, lambda w: say(f"{head}: {w}"))
         say(f"{head}: creating its Python environment ({ctx.python})")
         r = await run([ctx.python, "-m", "venv", str(final)], timeout=300.0)
@@ -229,6 +245,7 @@ async def install_pip(ctx: Context, source: EngineSource, variant: EngineVariant
             if dist and not any(final.glob(f"lib/python*/site-packages/{dist}-*.dist-info")):
                 _alias(final, dist, source.version + suffix)
         say(f"{head}: checking that it runs")
+        mark("checking", 0, None)
         exe = final / packaging.executable
         status = await _verified(source.name, exe)
         write_marker(final, {"engine": source.name, "version": source.version, "variant": variant.variant,
@@ -236,16 +253,17 @@ async def install_pip(ctx: Context, source: EngineSource, variant: EngineVariant
     return status.model_copy(update={"path": str(exe)})
 
 
-async def install(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say) -> EngineStatus:
+async def install(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say,
+                  mark: Mark = unmarked) -> EngineStatus:
     kind = ADAPTERS[source.name].packaging.kind
     if kind == "archive":
         if not variant.url:
             raise InstallRefused(Reason.EngineInstallFailed, f"{variant.variant}: {source.name} needs an archive url")
-        return await install_archive(ctx, source, variant, say)
+        return await install_archive(ctx, source, variant, say, mark)
     if kind == "pip":
         if not variant.requirements:
             raise InstallRefused(Reason.EngineInstallFailed, f"{variant.variant}: {source.name} needs requirements")
-        return await install_pip(ctx, source, variant, say)
+        return await install_pip(ctx, source, variant, say, mark)
     raise InstallRefused(Reason.EngineInstallFailed, f"{source.name} is part of llmgw and is not installed")
 
 

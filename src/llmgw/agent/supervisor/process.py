@@ -12,7 +12,7 @@ from pathlib import Path
 
 from llmgw.agent.engines.base import Launch
 from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess, identity
-from llmgw.wire.messages import ShardSpec, ShardState
+from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState
 
 LOG_TAIL_BYTES = 4096
 
@@ -52,6 +52,8 @@ class ShardProcess:
     exit_code: int | None = None
     next_start: float = 0.0
     health_failures: int = 0
+    load: EngineLoad | None = None  # the engine's gauges at the last probe that found it ready
+    load_failure_logged: bool = False  # a scrape failed and was logged: later ones are not (they come every probe)
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -135,6 +137,7 @@ class ShardProcess:
             endpoint=self.endpoint,
             exit_code=self.exit_code,
             restarts=self.restarts,
+            load=self.load if self.state == "ready" else None,  # an engine not serving has no load to speak of
         )
 
 

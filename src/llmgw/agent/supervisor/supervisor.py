@@ -12,11 +12,12 @@ from pathlib import Path
 import aiohttp
 
 from llmgw.agent.engines.base import Launch
+from llmgw.agent.engines.gauges import read_load
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
-from llmgw.wire.messages import Problem, ShardSpec, ShardState
+from llmgw.wire.messages import EngineLoad, Problem, ShardSpec, ShardState
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class RestartPolicy:
 HEALTH_FAILURES_BEFORE_UNREADY = 3
 NO_MODEL = "no model loaded"
 MODELS_BODY_MAX = 256 * 1024
+METRICS_BODY_MAX = 1024 * 1024  # vLLM's page, histograms and all, is a few hundred kB
 
 
 async def _read_capped(content: aiohttp.StreamReader, cap: int) -> bytes:
@@ -181,7 +183,10 @@ class Supervisor:
             healthy, code, detail = await self._serves_a_model(sp, headers)
         if healthy:
             sp.state, sp.message, sp.reason, sp.health_failures = "ready", "", "", 0
-        elif sp.state == "ready":
+            sp.load = await self._scrape(sp, headers)
+            return
+        sp.load = None
+        if sp.state == "ready":
             sp.health_failures += 1
             if sp.health_failures >= HEALTH_FAILURES_BEFORE_UNREADY:
                 sp.state, sp.message = "starting", f"not healthy: {detail}"
@@ -214,6 +219,37 @@ class Supervisor:
             return False, "ModelNotLoaded", f"{NO_MODEL}: health answers 200 but {path} lists no model" + (
                 f" ({str(error)[:300]})" if error else "")
         return True, "", ""
+
+    async def _scrape(self, sp: ShardProcess, headers: dict[str, str]) -> EngineLoad | None:
+        """The engine's gauges from its metrics page, or None. Load is something to route by, never a verdict on
+        health: whatever the page says or fails to say, readiness is the health probe's alone."""
+        assert sp.launch is not None
+        if not sp.launch.metrics_path:
+            return None
+        load, words = await self._read_metrics(sp, headers)
+        if load is None and not sp.load_failure_logged:  # once: a failing scrape fails at every probe
+            log.warning("%s rank %d: no engine load: %s", sp.spec.replica_id, sp.spec.rank, words)
+            sp.load_failure_logged = True
+        return load
+
+    async def _read_metrics(self, sp: ShardProcess, headers: dict[str, str]) -> tuple[EngineLoad | None, str]:
+        """(the load, or None and why)."""
+        assert sp.launch is not None
+        path = sp.launch.metrics_path
+        # the classic text format: to a client that accepts OpenMetrics, prometheus_client answers in that syntax
+        asked = {**headers, "Accept": "text/plain;version=0.0.4"}
+        try:
+            async with self._http().get(sp.endpoint + path, headers=asked) as resp:
+                body = await _read_capped(resp.content, METRICS_BODY_MAX)
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError) as e:
+            return None, f"{path}: {type(e).__name__}"
+        if status != 200:
+            return None, f"{path} answered {status}: {_words(body)}"
+        if len(body) >= METRICS_BODY_MAX:  # cut off mid-line: its last line is not what the engine wrote
+            body = body[: body.rfind(b"\n") + 1]
+        load = read_load(body.decode(errors="replace"), sp.launch.gauges, self.clock.now())
+        return load, "" if load is not None else f"{path} holds none of the engine's gauges, or not as Prometheus text"
 
     def states(self) -> list[ShardState]:
         return [sp.report() for _, sp in sorted(self.shards.items())]
