@@ -112,6 +112,15 @@ def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Pa
         assert len(events) >= 3 and events[-1] == "data: [DONE]"
         assert json.loads(events[1][6:])["object"] == "chat.completion.chunk"
 
+        def llama_load() -> dict | None:  # type: ignore[type-arg]
+            line = next(r for r in admin_get(p, "/api/status")["replicas"] if r["model"] == "smollm2")
+            return line["load"]  # type: ignore[no-any-return]
+
+        # llama-server's own gauges (llamacpp:requests_processing/deferred), read by the agent, under llmgw's names
+        # (read at the agent's last probe: the requests above may still be in it; idle, it says so)
+        load = wait_until(lambda: (x := llama_load()) and x["running"] == 0 and x, 20, "llama-server's load, idle")
+        assert load["waiting"] == 0 and load["kv_cache_usage"] is None  # this build has no KV cache gauge
+
         before = {r["id"]: r for r in admin_get(p, "/api/replicas")}
         llama_pid = next(s["pid"] for s in admin_get(p, "/api/nodes/cpu01")["report"]["shards"])
 
