@@ -8,19 +8,19 @@ import re
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from llmgw.config.server import ModelSpec
 from llmgw.control.admin_auth import guard
 from llmgw.control.dashboard import dashboard_routes
+from llmgw.control.exposition import render
 from llmgw.control.metrics import registry
 from llmgw.control.openapi import openapi
 from llmgw.control.plane import ControlPlane
 from llmgw.control.summary import DAY, Demand, Summary, summarize
 from llmgw.control.views import node_row
 from llmgw.core.errors import StoreError
-from llmgw.store.base import Store, UsageTotal
 from llmgw.wire.router import Activity, RouterView
 
 log = logging.getLogger(__name__)
@@ -28,28 +28,25 @@ MAX_LIMIT = 1000
 MAX_BODY = 16 * 1024 * 1024  # activity reports from router workers carry usage batches
 
 
-def _usage_reads(store: Store, since: float) -> tuple[list[UsageTotal], list[UsageTotal], dict[str, str]]:
-    """The store's running aggregates (all time, and by the hour for the last day) and key names: no read here
-    grows with the number of requests ever served."""
-    return store.usage_totals(), store.usage_recent(since), {k.id: k.name for k in store.list_keys()}
-
-
 async def summary_of(plane: ControlPlane) -> Summary:
     now = plane.clock.now()
-    usage, recent, names = await plane.read(_usage_reads, plane.store, now - DAY)  # off the event loop
+    names = plane.key_names()
+    if names is None:
+        names = await plane.read(plane.refresh_key_names)  # keys changed: read once, off the event loop
     return summarize(
         list(plane.nodes.values()),
         list(plane.replicas.values()),
-        usage,
+        plane.usage.totals(),  # kept in memory as usage is recorded: no store read on a page view or a scrape
         plane.last_used,
         now,
         sources=sources_of(plane.models),
         models=plane.models,
         demand=Demand(wanted_at=dict(plane.demand), window=plane.timings.demand_window,
                       in_flight=plane.outstanding()),
-        recent=recent,
+        recent=plane.usage.recent(now - DAY),
         key_names=names,
         requests=plane.request_stats(),
+        facts=plane.node_facts,
     )
 
 
@@ -69,7 +66,7 @@ def metrics_routes(plane: ControlPlane) -> list[web.RouteDef]:
             return web.Response(status=503, text="metrics not ready: the control plane has not finished its first "
                                 "reconcile pass\n", headers={"Retry-After": "1"})
         latest[:] = [await summary_of(plane)]
-        return web.Response(body=generate_latest(reg), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=render(reg), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(_: web.Request) -> web.Response:
         return web.Response(status=200)  # alive; says nothing else

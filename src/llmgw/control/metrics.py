@@ -19,6 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from llmgw.control.summary import Summary
+from llmgw.core.conditions import ConditionType, Status
 from llmgw.wire.stats import BUCKETS, Histogram
 
 # The control plane's own health, beside the cluster's: name -> (help, how to read it now)
@@ -106,8 +107,11 @@ class SummaryCollector(Collector):
         yield idle
 
     def _nodes(self, s: Summary) -> Iterable[Metric]:
+        # Ready for every node; the others only while not True (their good state): six series per node would be
+        # most of a 1,000-node scrape, and an alert asks "which nodes are not ...", which an absent series answers
         conds = GaugeMetricFamily(
-            "llmgw_node_condition", "A node's conditions: 1 for the status and reason each one has now",
+            "llmgw_node_condition", "A node's conditions: 1 for the status and reason each has now (Ready always; "
+            "the others only while not True, so an absent series means True)",
             labels=["node", "type", "status", "reason"],
         )
         # one sample per node, not per card: at 1,000 nodes of 8 cards a scrape would otherwise be mostly this
@@ -124,13 +128,15 @@ class SummaryCollector(Collector):
                                  "step", labels=["node", "engine", "version", "step"])
         inst_total = GaugeMetricFamily("llmgw_engine_install_total_bytes", "The size of an engine install's "
                                        "download, when known", labels=["node", "engine", "version"])
+        ready, true = ConditionType.Ready, Status.TRUE
         for n in s.nodes:
             for nc in n.conditions:
-                conds.add_metric([n.node, nc.type.value, nc.status.value, nc.reason.value], 1)
+                if nc.type is ready or nc.status is not true:
+                    conds.add_metric([n.node, nc.type, nc.status, nc.reason], 1)  # str enums: their values
             if not n.live:
                 continue
-            if n.nvlink_peers:
-                nvlink.add_metric([n.node], min(n.nvlink_peers.values()))
+            if n.nvlink_min is not None:
+                nvlink.add_metric([n.node], n.nvlink_min)
             for fs in n.fetches:
                 done.add_metric([n.node, fs.source, fs.via, fs.state], fs.done_bytes)
                 if fs.total_bytes is not None:

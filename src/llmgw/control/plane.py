@@ -13,6 +13,8 @@ from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.desired import desired_for
 from llmgw.control.metrics import Gauges
 from llmgw.control.registry import merge_report
+from llmgw.control.summary import DAY, NodeFacts, node_facts
+from llmgw.control.usage_book import HOUR, UsageBook
 from llmgw.control.weights import Leaders, plans_for, prune
 from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.buckets import Buckets
@@ -86,11 +88,14 @@ class ControlPlane:
         self.holding = ""  # why node losses are held, while they are
         # what router processes measured: this process's router read live, the others' last cumulative reports,
         # and what silent reporters had counted (their counters stay; their requests in flight do not)
+        self._facts: dict[str, tuple[NodeRecord, NodeFacts]] = {}  # what the summary derives of each node record
         self._local_stats: Callable[[], RouterStats] | None = None
         self._reported_stats: dict[str, RouterStats] = {}
         self._retired_stats = RouterStats()
         # replicas started and stopped, and why: the metrics' loads, evictions and scale events
         self.replica_counts: Counter[tuple[str, str, str]] = Counter()  # (model, "start"|"stop", why)
+        self.usage = UsageBook()  # totals per key and model, all-time and by the hour: the summary's usage
+        self._key_names: tuple[int, dict[str, str]] = (-1, {})
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -106,6 +111,7 @@ class ControlPlane:
             (self.revoked_serials if rv.serial else self.revoked_nodes)[rv.serial or rv.node_id] = rv
         for n in self.store.list_nodes():
             self.nodes[n.id] = n.model_copy(update={"last_seen": now})
+        self.usage.load(self.store.usage_totals(), self.store.usage_by_hour(now - DAY - HOUR))
         for r in self.store.list_replicas():
             spec = self.models.get(r.model)
             if spec is not None:
@@ -158,6 +164,7 @@ class ControlPlane:
         rec, events = merge_report(self.nodes.get(report.node_id), report, self.models, now)
         rec = rec.model_copy(update={"cert_serial": serial, "cert_not_after": not_after})
         self.nodes[rec.id] = rec
+        self.node_facts(rec)  # derived now, once per report, not at every page view and scrape
         self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
         self._node_events(rec.id, events)
         replicas = list(self.replicas.values())
@@ -184,6 +191,16 @@ class ControlPlane:
             if dropped:
                 e += f" ({dropped} earlier change(s) of this node not logged: too many)"
             self.event("node", node_id, e)
+
+    def node_facts(self, rec: NodeRecord) -> NodeFacts:
+        """The summary's facts of a node record, derived once per record (a node's record changes when it reports
+        or is lost): at 1,000 nodes deriving them costs more than the rest of a page view."""
+        held = self._facts.get(rec.id)
+        if held is not None and held[0] is rec:
+            return held[1]
+        f = node_facts(rec)
+        self._facts[rec.id] = (rec, f)
+        return f
 
     def world(self) -> World:
         return World(
@@ -339,8 +356,23 @@ class ControlPlane:
                 self._reported_stats[act.reporter] = act.stats
 
     async def record_usage(self, batch: list[UsageRecord]) -> int:
-        """Usage, in the store before this returns (one transaction); raises StoreError when it is not."""
-        return await self.writer.run(self.store.add_usage, batch)
+        """Usage, in the store before this returns (one transaction); raises StoreError when it is not. What was
+        new is added to the in-memory totals the summary reads."""
+        fresh = await self.writer.run(self.store.add_usage_new, batch)
+        self.usage.add(fresh)
+        return len(fresh)
+
+    def key_names(self) -> dict[str, str] | None:
+        """Key id -> name as last read; None when keys changed since (refresh_key_names reads them again)."""
+        version, names = self._key_names
+        return names if version == self.keys_version else None
+
+    def refresh_key_names(self) -> dict[str, str]:
+        """A store read: call it off the event loop (plane.read)."""
+        version = self.keys_version
+        names = {k.id: k.name for k in self.store.list_keys()}
+        self._key_names = (version, names)
+        return names
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """A store read off the event loop. Not through the writer: a read must not wait behind a failing write."""

@@ -6,6 +6,7 @@ or the clock: the caller passes usage (from the store's running aggregates, neve
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
@@ -63,6 +64,7 @@ class NodeLine(NodeRow):
     disk_free_bytes: int = 0
     # GPU index -> NVLinked peers; 0 also where the topology is unknown (nvlink_known says which)
     nvlink_peers: dict[int, int] = Field(default_factory=dict)
+    nvlink_min: int | None = None  # the fewest of any healthy card; None: no healthy card
     nvlink_known: bool = True
     installs: list[InstallStatus] = Field(default_factory=list)
 
@@ -126,9 +128,32 @@ def _leader_load(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> EngineLoad |
     return next((s.load for s in n.report.shards if s.replica_id == r.id and s.rank == 0), None)
 
 
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the summary needs of one node record alone: its line, and its cards per class (healthy indices, faulty
+    count). Derived from the record only, so a caller may keep it for as long as it holds the same record."""
+
+    line: NodeLine
+    cards: tuple[tuple[str, frozenset[int], int], ...]
+
+
+def node_facts(n: NodeRecord) -> NodeFacts:
+    healthy: dict[str, set[int]] = {}
+    faulty: dict[str, int] = {}
+    for g in n.report.hardware.gpus:
+        healthy.setdefault(g.gpu_class, set())
+        if g.faulty:
+            faulty[g.gpu_class] = faulty.get(g.gpu_class, 0) + 1
+        else:
+            healthy[g.gpu_class].add(g.index)
+    cards = tuple((k, frozenset(v), faulty.get(k, 0)) for k, v in healthy.items())
+    return NodeFacts(_node_line(n), cards)
+
+
 def _node_line(n: NodeRecord) -> NodeLine:
     hw = n.report.hardware
     disk = hw.disk
+    peers = {g.index: len(g.nvlink_peers or ()) for g in hw.gpus if not g.faulty}
     return NodeLine.model_construct(  # from a validated record: no second validation
         **node_row(n).__dict__,
         live=not n.lost,
@@ -136,7 +161,8 @@ def _node_line(n: NodeRecord) -> NodeLine:
         mem_available_bytes=hw.mem_available_bytes,
         disk_total_bytes=disk.total_bytes if disk else 0,
         disk_free_bytes=disk.free_bytes if disk else 0,
-        nvlink_peers={g.index: len(g.nvlink_peers or ()) for g in hw.gpus if not g.faulty},
+        nvlink_peers=peers,
+        nvlink_min=min(peers.values()) if peers else None,
         nvlink_known=all(g.nvlink_peers is not None for g in hw.gpus if not g.faulty),
         installs=[] if n.lost else n.report.installs,
     )
@@ -155,6 +181,7 @@ def summarize(
     recent: list[UsageTotal] | None = None,  # usage of the last day
     key_names: dict[str, str] | None = None,
     requests: RouterStats | None = None,
+    facts: Callable[[NodeRecord], NodeFacts] = node_facts,  # the plane passes its memo (one per record)
 ) -> Summary:
     demand = demand or Demand()
     used: dict[str, set[int]] = {}
@@ -168,16 +195,20 @@ def summarize(
     fabrics: dict[str, list[int]] = {}  # fabric -> [nodes, free whole nodes]
     held: dict[str, set[str]] = {}
     none: set[int] = set()
+    of = {n.id: facts(n) for n in nodes}
     for n in nodes:
         if n.lost:
             continue
         mine = used.get(n.id, none)
-        for g in n.report.hardware.gpus:
-            c = caps.get(g.gpu_class)
+        for cls, healthy, faulty in of[n.id].cards:
+            c = caps.get(cls)
             if c is None:
-                c = caps[g.gpu_class] = [0, 0, 0, 0]
-            c[0] += 1
-            c[3 if g.faulty else 1 if g.index in mine else 2] += 1
+                c = caps[cls] = [0, 0, 0, 0]
+            busy = len(healthy & mine) if mine else 0
+            c[0] += len(healthy) + faulty
+            c[1] += busy
+            c[2] += len(healthy) - busy
+            c[3] += faulty
         for f in n.report.fabrics:
             fc = fabrics.get(f.name)
             if fc is None:
@@ -217,7 +248,7 @@ def summarize(
         at=now,
         nodes_total=len(nodes),
         nodes_live=sum(1 for n in nodes if not n.lost),
-        nodes=[_node_line(n) for n in sorted(nodes, key=lambda n: n.id)],
+        nodes=[of[n.id].line for n in sorted(nodes, key=lambda n: n.id)],
         capacity=[ClassCapacity(gpu_class=k, total=c[0], used=c[1], free=c[2], faulty=c[3])
                   for k, c in sorted(caps.items())],
         fabrics=[FabricCapacity(fabric=k, nodes=f[0], free_whole_nodes=f[1], models_held=sorted(held[k]))

@@ -198,14 +198,18 @@ class SqliteStore:
     def add_usage(self, records: list[UsageRecord]) -> int:
         """Record a batch in one transaction, each record at most once (by its id, so a batch sent twice counts
         once), and keep the totals per key and model in the same transaction. Returns how many were new."""
+        return len(self.add_usage_new(records))
+
+    def add_usage_new(self, records: list[UsageRecord]) -> list[UsageRecord]:
+        """add_usage, returning the records that were new (those anything counting usage elsewhere must add)."""
         if not records:
-            return 0
+            return []
         try:
             return self._add_usage(records, each=False)
         except _SomeSeen:  # a retried or replayed batch: find out row by row which records are new
             return self._add_usage(records, each=True)
 
-    def _add_usage(self, records: list[UsageRecord], each: bool) -> int:
+    def _add_usage(self, records: list[UsageRecord], each: bool) -> list[UsageRecord]:
         rows = [(u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens, u.started_at,
                  u.duration_s, u.status) for u in records]
         insert = ("INSERT OR IGNORE INTO usage (id, key_id, model, replica_id, prompt_tokens, completion_tokens,"
@@ -244,7 +248,7 @@ class SqliteStore:
                 " last_at = MAX(last_at, excluded.last_at)",
                 [(k, m, int(t[0]), int(t[1]), int(t[2]), t[3]) for (k, m), t in added.items()],
             )
-        return len(fresh)
+        return fresh
 
     def usage_totals(self, since: float = 0.0) -> list[UsageTotal]:
         """All-time totals come from the running aggregate (no scan); totals since a time scan that window."""
@@ -282,6 +286,20 @@ class SqliteStore:
         return [
             UsageTotal(key_id=str(r[0]), model=str(r[1]), requests=int(str(r[2])), prompt_tokens=int(str(r[3])),
                        completion_tokens=int(str(r[4])), last_at=float(str(r[5])))
+            for r in rows
+        ]
+
+    def usage_by_hour(self, since: float) -> list[tuple[int, UsageTotal]]:
+        """The hourly aggregate's rows from the hour holding `since` on: (hour, totals of that hour)."""
+        rows = self._rows(
+            "SELECT hour, key_id, model, requests, prompt_tokens, completion_tokens, last_at FROM usage_hourly"
+            " WHERE hour >= ? ORDER BY hour, key_id, model",
+            (hour_of(since),),
+        )
+        return [
+            (int(str(r[0])), UsageTotal(key_id=str(r[1]), model=str(r[2]), requests=int(str(r[3])),
+                                        prompt_tokens=int(str(r[4])), completion_tokens=int(str(r[5])),
+                                        last_at=float(str(r[6]))))
             for r in rows
         ]
 
