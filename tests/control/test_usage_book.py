@@ -53,3 +53,17 @@ async def test_key_names_are_read_again_only_when_keys_change(tmp_path: Path) ->
     assert p.key_names() is None
     await summary_of(p)  # reads them again
     assert p.key_names() == {rec.id: "alice"}
+
+
+def test_the_days_window_follows_new_records_and_rolls_by_the_hour() -> None:
+    from llmgw.control.usage_book import UsageBook
+
+    book = UsageBook()
+    t0 = 1000 * H
+    book.add(recs("k", [t0 - 30 * H, t0 - 2 * H]))
+    assert [u.requests for u in book.recent(t0 - DAY)] == [1]
+    book.add(recs("k", [t0 - 10, t0 - 5]))  # arrive after the window was summed: counted in it
+    assert [u.requests for u in book.recent(t0 - DAY)] == [3]
+    assert [u.requests for u in book.recent(t0 - H)] == [2]  # a window from the last hour: t0 - 2h is not in it
+    assert [u.requests for u in book.recent(t0 - 31 * H)] == [4]  # a wider window: summed again from the hours
+    assert [u.requests for u in book.totals()] == [4]

@@ -34,9 +34,13 @@ class UsageBook:
         self.keep_hours = keep_hours
         self._all: dict[Pair, list[float]] = {}
         self._hours: dict[int, dict[Pair, list[float]]] = {}
+        # the window recent() was last asked for, summed: kept up to date as records arrive, summed again from the
+        # hours only when the window's first hour moves (once an hour), so a page view costs the pairs, not the hours
+        self._first = -1
+        self._window: dict[Pair, list[float]] = {}
 
     def load(self, totals: list[UsageTotal], hours: list[tuple[int, UsageTotal]]) -> None:
-        self._all, self._hours = {}, {}
+        self._all, self._hours, self._first, self._window = {}, {}, -1, {}
         for u in totals:
             _add(self._all, (u.key_id, u.model), u.requests, u.prompt_tokens, u.completion_tokens, u.last_at)
         for hour, u in hours:
@@ -48,8 +52,10 @@ class UsageBook:
         for u in fresh:
             pair = (u.key_id, u.model)
             _add(self._all, pair, 1, u.prompt_tokens, u.completion_tokens, u.started_at)
-            _add(self._hours.setdefault(int(u.started_at // HOUR), {}), pair, 1, u.prompt_tokens,
-                 u.completion_tokens, u.started_at)
+            hour = int(u.started_at // HOUR)
+            _add(self._hours.setdefault(hour, {}), pair, 1, u.prompt_tokens, u.completion_tokens, u.started_at)
+            if self._first >= 0 and hour >= self._first:
+                _add(self._window, pair, 1, u.prompt_tokens, u.completion_tokens, u.started_at)
         if len(self._hours) > self.keep_hours:
             for h in sorted(self._hours)[: len(self._hours) - self.keep_hours]:
                 del self._hours[h]
@@ -60,9 +66,11 @@ class UsageBook:
     def recent(self, since: float) -> list[UsageTotal]:
         """From the hour holding `since` on, as the store's usage_recent counts it."""
         first = int(since // HOUR)
-        rows: dict[Pair, list[float]] = {}
-        for h, per in self._hours.items():
-            if h >= first:
-                for pair, t in per.items():
-                    _add(rows, pair, int(t[0]), int(t[1]), int(t[2]), t[3])
-        return _totals(rows)
+        if first != self._first:
+            rows: dict[Pair, list[float]] = {}
+            for h, per in self._hours.items():
+                if h >= first:
+                    for pair, t in per.items():
+                        _add(rows, pair, int(t[0]), int(t[1]), int(t[2]), t[3])
+            self._first, self._window = first, rows
+        return _totals(self._window)
