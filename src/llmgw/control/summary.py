@@ -286,7 +286,7 @@ def _usage_lines(usage: list[UsageTotal], recent: list[UsageTotal], names: dict[
     out = []
     for u in usage:
         d = day.get((u.key_id, u.model))
-        out.append(UsageLine(
+        out.append(UsageLine.model_construct(  # from validated totals: no second validation
             **u.__dict__, key_name=names.get(u.key_id, ""),
             day_requests=d.requests if d else 0, day_prompt_tokens=d.prompt_tokens if d else 0,
             day_completion_tokens=d.completion_tokens if d else 0,

@@ -25,8 +25,9 @@ def _add(into: dict[Pair, list[float]], pair: Pair, requests: int, prompt: int, 
 
 
 def _totals(rows: dict[Pair, list[float]]) -> list[UsageTotal]:
-    return [UsageTotal(key_id=k, model=m, requests=int(t[0]), prompt_tokens=int(t[1]),
-                       completion_tokens=int(t[2]), last_at=t[3]) for (k, m), t in sorted(rows.items())]
+    return [UsageTotal.model_construct(key_id=k, model=m, requests=int(t[0]), prompt_tokens=int(t[1]),
+                                       completion_tokens=int(t[2]), last_at=float(t[3]))
+            for (k, m), t in sorted(rows.items())]  # our own sums of validated records: no second validation
 
 
 class UsageBook:
