@@ -63,3 +63,18 @@ async def test_metrics_answer_503_until_the_first_pass(tmp_path: Path) -> None:
                 assert r.status == 200 and "llmgw_nodes" in await r.text()
     finally:
         await runner.cleanup()
+
+
+def test_loads_and_stops_are_counted_with_their_reason(tmp_path: Path) -> None:
+    """A request for an on-demand model starts a replica (a load); once unused past its idle timeout it stops, and
+    the stop is counted with the reason the reconciler gave (the metrics' scale events and evictions)."""
+    p = plane_in(tmp_path)
+    assert isinstance(p.clock, FakeClock)
+    p.want("m")
+    p.reconcile_once()
+    assert p.replica_counts == {("m", "start", "demand"): 1}
+    p.reconcile_once()  # the same replica, updated: not a second start
+    assert p.replica_counts == {("m", "start", "demand"): 1}
+    p.clock.advance(p.timings.demand_window + p.models["m"].scaling.idle_timeout + 1)
+    p.reconcile_once()
+    assert p.replica_counts[("m", "stop", "Idle")] == 1
