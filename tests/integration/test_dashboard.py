@@ -35,8 +35,9 @@ STREAMS = 3
 
 def _models() -> list[dict[str, Any]]:
     return [
+        # on node03's L40S cards: placed wherever it fits first, it could take a node sim-405b needs whole
         {"name": "sim-8b", "source": "org/sim-8b", "engine": "sim",
-         "profile": {"gpus_per_shard": 2, "gpu_class": "H100-80G", "sim": {"tokens": 8, "tokens_per_second": 400}},
+         "profile": {"gpus_per_shard": 2, "gpu_class": "L40S-45G", "sim": {"tokens": 8, "tokens_per_second": 400}},
          "scaling": {"min": 1, "max": 1}},
         {"name": "sim-405b", "source": "org/sim-405b", "engine": "sim",
          "profile": {"gpus_per_shard": 4, "nodes": 2, "gpu_class": "H100-80G"}, "scaling": {"min": 1, "max": 1}},
@@ -53,7 +54,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterP
         NodePlan(id="node01", address="127.0.0.11", fabric="ib-a", adapters=adapters, port_range="21000-21099"),
         NodePlan(id="node02", address="127.0.0.12", fabric="ib-a", adapters=adapters, port_range="21100-21199"),
         NodePlan(id="node03", address="127.0.0.13", fabric="ib-b", adapters=adapters, port_range="21200-21299",
-                 faulty={3: XID}),
+                 faulty={3: XID}, gpu_name="NVIDIA L40S"),
     ]
     metrics_port = free_port()
     p = plan(tmp, nodes, _models(), heartbeat_interval="1s",
@@ -146,11 +147,12 @@ def test_metrics_carry_the_known_clusters_values(cluster: tuple[ClusterPlan, int
     assert v("llmgw_request_duration_seconds_count", model="sim-8b") == ttft0 + STREAMS
     assert v("llmgw_queue_wait_seconds_count", model="sim-8b") == ttft0 + STREAMS
     assert (v("llmgw_completion_tokens_total", model="sim-8b") or 0) >= 8 * STREAMS
-    # the cluster: 3 live nodes, 24 H100s of which one is faulty and 2 + 8 hold replicas
+    # the cluster: 3 live nodes; 16 H100s, 8 held by sim-405b (4 on each node); 8 L40S, one faulty, 2 held by sim-8b
     assert v("llmgw_nodes", state="live") == 3
-    assert v("llmgw_gpus", gpu_class="H100-80G", state="faulty") == 1
-    assert v("llmgw_gpus", gpu_class="H100-80G", state="used") == 10
-    assert v("llmgw_gpus", gpu_class="H100-80G", state="free") == 13
+    assert (v("llmgw_gpus", gpu_class="H100-80G", state="used"), v("llmgw_gpus", gpu_class="H100-80G", state="free"),
+            v("llmgw_gpus", gpu_class="H100-80G", state="faulty")) == (8, 8, 0)
+    assert (v("llmgw_gpus", gpu_class="L40S-45G", state="used"), v("llmgw_gpus", gpu_class="L40S-45G", state="free"),
+            v("llmgw_gpus", gpu_class="L40S-45G", state="faulty")) == (2, 5, 1)
     assert v("llmgw_replicas", model="sim-405b", state="ready") == 1
     assert v("llmgw_model_wanted_replicas", model="m-nowhere") == 1
     assert v("llmgw_model_ready_replicas", model="m-nowhere") == 0

@@ -25,7 +25,7 @@ APP_JS = r"""(function () {
   var form = document.getElementById("login");
   var m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
   if (m) {
-    sessionStorage.setItem("llmgw-token", decodeURIComponent(m[1]));
+    try { sessionStorage.setItem("llmgw-token", decodeURIComponent(m[1])); } catch (e) { /* not a token: ask */ }
     history.replaceState(null, "", location.pathname);
   }
   form.addEventListener("submit", function (ev) {

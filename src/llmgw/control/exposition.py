@@ -18,8 +18,8 @@ from prometheus_client.registry import Collector
 
 go_float = cast(Callable[[float], str], utils.floatToGoString)  # the library's own number format (untyped there)
 
-NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")  # used with fullmatch: "$" would let a final newline through
+LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram", "summary": "summary",
          "unknown": "untyped"}
 
@@ -40,14 +40,14 @@ def render(registry: Collector) -> bytes:
         if mtype is None:
             raise ValueError(f"{metric.name}: metric type {metric.type} is not one llmgw writes")
         name = metric.name + "_total" if metric.type == "counter" else metric.name
-        if not NAME.match(name):
+        if not NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not a Prometheus metric name")
         out.append(f"# HELP {name} {_doc(metric.documentation)}\n# TYPE {name} {mtype}\n")
         orders: dict[tuple[str, ...], tuple[str, ...]] = {}  # a sample's label names, in the order written
         names: set[str] = set()
         for s in metric.samples:
             if s.name not in names:
-                if s.name.endswith(("_created", "_gsum", "_gcount")) or not NAME.match(s.name):
+                if s.name.endswith(("_created", "_gsum", "_gcount")) or not NAME.fullmatch(s.name):
                     raise ValueError(f"{s.name!r}: not a metric name written here")
                 names.add(s.name)
             if s.timestamp is not None:
@@ -59,7 +59,7 @@ def render(registry: Collector) -> bytes:
             keys = tuple(labels)
             order = orders.get(keys)
             if order is None:
-                bad = [k for k in keys if not LABEL.match(k)]
+                bad = [k for k in keys if not LABEL.fullmatch(k)]
                 if bad:
                     raise ValueError(f"{bad[0]!r} is not a Prometheus label name")
                 order = orders[keys] = tuple(sorted(keys))

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 LOCAL = "local"  # the router in the control plane's own process
 REPORTER_SILENT_AFTER = 30.0  # a worker whose last report is older is gone: its in-flight counts no longer count
+MAX_REPORTERS = 1024  # router processes whose measurements are kept one by one (a few per server in practice)
 STALL_AFTER = 5.0  # seconds between passes beyond which the control plane counts itself as having stalled
 NODE_EVENT_BURST = 30.0
 NODE_EVENT_EVERY = 10.0
@@ -298,20 +299,25 @@ class ControlPlane:
         self._local_stats = stats
 
     def request_stats(self) -> RouterStats:
-        """Every router process's measurements, summed; in flight only from those heard from lately."""
+        """Every router process's measurements, summed. A process's counts are cumulative and stay counted after it
+        falls silent (a worker idle for a while sends nothing, and may speak again: its next report replaces its
+        last, never adds to it); its requests in flight count only while it is heard from."""
         now = self.clock.monotonic()
         total = RouterStats()
         total.add(self._retired_stats)
         if self._local_stats is not None:
             total.add(self._local_stats())
-        for reporter, st in list(self._reported_stats.items()):
-            if now - self._heard_at.get(reporter, now) > REPORTER_SILENT_AFTER:
-                self._retired_stats.add(st.counters_only())  # a worker that died: kept counted, once
-                del self._reported_stats[reporter]
-                total.add(st.counters_only())
-                continue
-            total.add(st)
+        for reporter, st in self._reported_stats.items():
+            silent = now - self._heard_at.get(reporter, now) > REPORTER_SILENT_AFTER
+            total.add(st.counters_only() if silent else st)
         return total
+
+    def _keep_stats(self, reporter: str, stats: RouterStats) -> None:
+        if reporter not in self._reported_stats and len(self._reported_stats) >= MAX_REPORTERS:
+            # bounded: the longest-silent process is taken as gone for good and its counts kept in one sum
+            gone = min(self._reported_stats, key=lambda r: self._heard_at.get(r, 0.0))
+            self._retired_stats.add(self._reported_stats.pop(gone).counters_only())
+        self._reported_stats[reporter] = stats
 
     def want(self, model: str) -> None:
         self.demand[model] = self.clock.now()
@@ -353,7 +359,7 @@ class ControlPlane:
         if act.reporter:
             self.in_flight(act.reporter, act.outstanding, whole=True)
             if act.stats is not None and act.reporter != LOCAL:
-                self._reported_stats[act.reporter] = act.stats
+                self._keep_stats(act.reporter, act.stats)
 
     async def record_usage(self, batch: list[UsageRecord]) -> int:
         """Usage, in the store before this returns (one transaction); raises StoreError when it is not. What was

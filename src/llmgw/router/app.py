@@ -133,11 +133,14 @@ class Router:
         """Serve one request, and count it: per model, by the status it is recorded with, with its timings."""
         clock = self.state.clock
         m = Measure(start=clock.monotonic())
-        status = CLIENT_CLOSED  # unless it ends with an answer: a cancelled handler is a client gone
+        status = 500  # an exception: openai_envelope answers it 500
         try:
             resp = await self._proxy(request, m)
             status = resp.status
             return resp
+        except asyncio.CancelledError:  # the handler cancelled: the client went away
+            status = CLIENT_CLOSED
+            raise
         finally:
             if m.key_id:
                 self.recorder.end(m.key_id, m.model)

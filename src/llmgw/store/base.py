@@ -33,8 +33,8 @@ class UsageRecord(BaseModel):
     replica_id: str
     prompt_tokens: int = Field(ge=0, le=2**31)  # bounded: SQLite's integers end at 2^63, and a count is no larger
     completion_tokens: int = Field(ge=0, le=2**31)
-    started_at: float
-    duration_s: float = Field(ge=0)
+    started_at: float = Field(ge=0, le=1e11, allow_inf_nan=False)  # seconds since 1970, before the year 5000
+    duration_s: float = Field(ge=0, le=1e9, allow_inf_nan=False)
     status: int = Field(ge=0, le=999)
 
 

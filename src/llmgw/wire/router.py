@@ -4,8 +4,9 @@ has no replica. Neither side's module: both import this one, so neither imports 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.conditions import Condition, ConditionType
@@ -33,7 +34,8 @@ class RouterView(BaseModel):
 class Activity(BaseModel):
     """What a router process tells the control plane: demand and use keep models alive; usage is recorded."""
 
-    reporter: str = ""  # which process: its in-flight table replaces its previous one, and adds to the others'
+    # which process: its in-flight table replaces its previous one, and adds to the others'
+    reporter: Annotated[str, Field(max_length=128)] = ""
     demand: dict[str, float] = {}
     used: dict[str, float] = {}
     outstanding: dict[str, int] = {}  # the process's whole in-flight table

@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 # Upper bounds in seconds. Time to first token and queue wait span a warm engine (tens of ms) to a model loaded on
 # demand (a minute); time between tokens is per output token; end to end spans an embedding to a long generation.
@@ -48,13 +48,24 @@ class Histogram(BaseModel):
 
 
 class ModelStats(BaseModel):
-    requests: dict[Annotated[str, Field(max_length=3)], Count] = {}  # by HTTP status ("499": the client left)
+    # by HTTP status ("499": the client left)
+    requests: Annotated[dict[Annotated[str, Field(max_length=3)], Count], Field(max_length=1000)] = {}
     prompt_tokens: Count = 0
     completion_tokens: Count = 0
     ttft: Histogram = Histogram()  # request arrival to the first token of a stream
     tbt: Histogram = Histogram()  # a stream's time per output token after the first
     queue: Histogram = Histogram()  # waiting for a replica to load and for a connection to it
     e2e: Histogram = Histogram()  # request arrival to its last byte
+
+    @model_validator(mode="after")
+    def _buckets_fit(self) -> ModelStats:
+        """A histogram has no counts (nothing observed) or one per bucket and one for +Inf: any other length would
+        export a histogram without its +Inf bucket, or drop observations from its count."""
+        for kind, bounds in BUCKETS.items():
+            n = len(getattr(self, kind).counts)
+            if n not in (0, len(bounds) + 1):
+                raise ValueError(f"{kind}: {n} bucket counts, not {len(bounds) + 1}")
+        return self
 
     def add(self, other: ModelStats) -> None:
         for status, n in other.requests.items():

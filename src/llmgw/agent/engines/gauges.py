@@ -21,6 +21,9 @@ COUNT_MAX = 1e9  # the wire's bound on running and waiting
 # more lines of the declared metrics than any engine writes (vLLM: one per data-parallel engine and model): a page
 # with more is not an engine's, and parsing it all would cost the agent's loop
 LINES_MAX = 4096
+# a line of a gauge is a name, a few labels and a number: one longer is not an engine's, and the parser's cost grows
+# with the square of a line's labels and escapes (a 1 MiB line of 100,000 labels held the agent's loop for 9 s)
+LINE_MAX = 2048
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ def _samples(text: str, wanted: frozenset[str]) -> dict[str, list[float]] | None
     lines = [ln for ln in text.splitlines() if _metric_name(ln) in wanted]
     if not lines:
         return {}
-    if len(lines) > LINES_MAX:
+    if len(lines) > LINES_MAX or any(len(ln) > LINE_MAX for ln in lines):
         return None
     out: dict[str, list[float]] = {}
     try:
@@ -69,7 +72,8 @@ def _samples(text: str, wanted: frozenset[str]) -> dict[str, list[float]] | None
             for s in family.samples:
                 if s.name in wanted:
                     out.setdefault(s.name, []).append(float(s.value))
-    except (ValueError, TypeError, IndexError, KeyError):  # the parser's ways of saying "not Prometheus text"
+    # the parser's ways of saying "not Prometheus text", and a number too large for a float (an integer of 400 digits)
+    except (ValueError, TypeError, IndexError, KeyError, ArithmeticError):
         return None
     return out
 

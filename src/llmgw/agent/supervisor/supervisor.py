@@ -248,7 +248,12 @@ class Supervisor:
             return None, f"{path} answered {status}: {_words(body)}"
         if len(body) >= METRICS_BODY_MAX:  # cut off mid-line: its last line is not what the engine wrote
             body = body[: body.rfind(b"\n") + 1]
-        load = read_load(body.decode(errors="replace"), sp.launch.gauges, self.clock.now())
+        text, now = body.decode(errors="replace"), self.clock.now()
+        try:  # in a thread: a page is up to a megabyte of the engine's text, and the loop has heartbeats to send
+            load = await asyncio.to_thread(read_load, text, sp.launch.gauges, now)
+        except Exception as e:  # read_load refuses bad text with None; anything else is a bug, never a stopped agent
+            log.exception("%s rank %d: reading the engine's metrics failed", sp.spec.replica_id, sp.spec.rank)
+            return None, f"{path}: {type(e).__name__}: {e}"
         return load, "" if load is not None else f"{path} holds none of the engine's gauges, or not as Prometheus text"
 
     def states(self) -> list[ShardState]:
