@@ -30,6 +30,10 @@ class Hostile(Collector):
         g.add_metric(["ünï", ""], float("nan"))
         g.add_metric(["big", "x"], 12345678.5)
         g.add_metric(["inf", "x"], float("-inf"))
+        g.add_metric(["zero", "x"], 0.0)
+        g.add_metric(["minus-zero", "x"], -0.0)  # equal to 0.0, written differently
+        g.add_metric(["one", "x"], 1)
+        g.add_metric(["one-float", "x"], 1.0)
         yield g
 
 

@@ -9,6 +9,7 @@ no llmgw family has one.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import cast
@@ -35,6 +36,8 @@ def _doc(d: str) -> str:
 def render(registry: Collector) -> bytes:
     out: list[str] = []
     escaped: dict[str, str] = {}  # label values repeat across families (node, model, replica names)
+    # and so do values (1 for every condition, 0, 7 NVLink peers...); keyed with the sign too: -0.0 == 0.0
+    numbers: dict[tuple[float, float], str] = {}
     for metric in registry.collect():
         mtype = TYPES.get(metric.type)
         if mtype is None:
@@ -53,8 +56,12 @@ def render(registry: Collector) -> bytes:
             if s.timestamp is not None:
                 raise ValueError(f"{s.name}: timestamps are not written here")
             labels = s.labels
+            key = (s.value, math.copysign(1.0, s.value))
+            value = numbers.get(key)
+            if value is None:
+                value = numbers[key] = go_float(s.value)
             if not labels:
-                out.append(f"{s.name} {go_float(s.value)}\n")
+                out.append(f"{s.name} {value}\n")
                 continue
             keys = tuple(labels)
             order = orders.get(keys)
@@ -70,5 +77,5 @@ def render(registry: Collector) -> bytes:
                 if e is None:
                     e = escaped[v] = _value(v)
                 parts.append(f'{k}="{e}"')
-            out.append(f"{s.name}{{{','.join(parts)}}} {go_float(s.value)}\n")
+            out.append(f"{s.name}{{{','.join(parts)}}} {value}\n")
     return "".join(out).encode()
