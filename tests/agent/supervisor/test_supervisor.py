@@ -114,11 +114,12 @@ def _alive(pid: int | None) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # a zombie still answers kill(0); it is dead for our purposes; and it may be reaped between the two looks
+    # a zombie still answers kill(0); it is dead for our purposes; and it may be reaped between the two looks, or
+    # between opening its stat file and reading it (ESRCH on the read: a clean-clone run hit that)
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split()[2] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 
