@@ -10,6 +10,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.router.stats import Recorder
 from llmgw.store.base import UsageRecord
 from llmgw.store.sqlite import SqliteStore
+from llmgw.wire.messages import EngineLoad
 from llmgw.wire.router import ModelExplanation, ReadyReplica, Wanted
 
 
@@ -23,6 +24,7 @@ class FakeState:
         self.demand: dict[str, float] = {}
         self.last_used: dict[str, float] = {}
         self.outstanding: dict[str, int] = {}  # what the router last said it has in flight, per replica
+        self.engine_loads: dict[str, EngineLoad] = {}  # what a test says the engines report
 
     # what a test arranges
     def put_ready(self, rid: str, model: str, endpoint: str, secret: str = "") -> None:
@@ -44,6 +46,9 @@ class FakeState:
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return {m: list(reps) for m, reps in self._ready.items() if reps}
+
+    def loads(self) -> dict[str, EngineLoad]:
+        return self.engine_loads
 
     def want(self, model: str) -> None:
         self.demand[model] = self.clock.now()

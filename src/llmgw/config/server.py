@@ -65,6 +65,9 @@ class ModelSpec(Strict):
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     size: ByteSize | None = None
     engine: EngineName
+    # how the router picks among ready replicas: the least loaded, or the one that was last sent the most of the
+    # request's prompt prefix (its KV cache likely holds it) unless that one is much busier (router.prefix_margin)
+    routing: Literal["least_loaded", "prefix"] = "least_loaded"
     profile: Profile = Profile()
     # No scaling stanza means configured and off: a request must never start a model nobody meant to run.
     scaling: Scaling = Scaling(min=0, max=0)
@@ -85,6 +88,13 @@ class RouterConfig(Strict):
     # connections the router keeps open to one replica's engine; further requests wait up to queue_timeout for one
     connections_per_replica: int = Field(default=64, ge=1, le=4096)
     queue_timeout: Duration = 60.0
+    # prefix-aware routing (models with routing: prefix): prompt blocks of this many characters (about a quarter as
+    # many tokens), read up to prefix_max_chars, remembered for the last prefix_entries prefixes; a replica holding
+    # a longer prefix wins unless it has more than prefix_margin requests beyond the least loaded one
+    prefix_block_chars: int = Field(default=256, ge=16, le=65536)
+    prefix_max_chars: int = Field(default=32768, ge=16, le=1 << 22)
+    prefix_entries: int = Field(default=200_000, ge=16, le=10_000_000)
+    prefix_margin: float = Field(default=4.0, ge=0, le=1e6)
 
 
 class Limits(Strict):

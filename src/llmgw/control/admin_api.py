@@ -219,6 +219,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
             keys_version=plane.keys_version,
             models=list(plane.models.values()),
             ready=plane.ready_table(),
+            loads=plane.engine_loads,
         )
         return web.Response(text=view.model_dump_json(), content_type="application/json")
 

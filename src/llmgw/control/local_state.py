@@ -7,6 +7,7 @@ from llmgw.control.plane import LOCAL, ControlPlane
 from llmgw.core.clock import Clock
 from llmgw.router.stats import Recorder
 from llmgw.store.base import UsageRecord
+from llmgw.wire.messages import EngineLoad
 from llmgw.wire.router import ModelExplanation, ReadyReplica
 
 
@@ -24,6 +25,9 @@ class LocalState:
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return self.plane.ready_table()
+
+    def loads(self) -> dict[str, EngineLoad]:
+        return self.plane.engine_loads
 
     def want(self, model: str) -> None:
         self.plane.want(model)

@@ -26,7 +26,7 @@ from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.world import Timings, World
 from llmgw.router.keys import new_key
 from llmgw.store.base import ApiKeyRecord, Revocation, Store, UsageRecord
-from llmgw.wire.messages import DesiredState, NodeReport
+from llmgw.wire.messages import DesiredState, EngineLoad, NodeReport
 from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
 from llmgw.wire.stats import RouterStats
 
@@ -90,6 +90,7 @@ class ControlPlane:
         # what router processes measured: this process's router read live, the others' last cumulative reports,
         # and what silent reporters had counted (their counters stay; their requests in flight do not)
         self._facts: dict[str, tuple[NodeRecord, NodeFacts]] = {}  # what the summary derives of each node record
+        self.engine_loads: dict[str, EngineLoad] = {}  # replica id -> its leading shard's gauges, last reported
         self._local_stats: Callable[[], RouterStats] | None = None
         self._reported_stats: dict[str, RouterStats] = {}
         self._retired_stats = RouterStats()
@@ -166,6 +167,12 @@ class ControlPlane:
         rec = rec.model_copy(update={"cert_serial": serial, "cert_not_after": not_after})
         self.nodes[rec.id] = rec
         self.node_facts(rec)  # derived now, once per report, not at every page view and scrape
+        for sh in report.shards:  # what routers weigh replicas by: the leading shard's engine gauges
+            if sh.rank == 0 and sh.replica_id in self.replicas:
+                if sh.load is not None:
+                    self.engine_loads[sh.replica_id] = sh.load
+                else:
+                    self.engine_loads.pop(sh.replica_id, None)
         self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
         self._node_events(rec.id, events)
         replicas = list(self.replicas.values())
@@ -278,6 +285,7 @@ class ControlPlane:
                 self.replicas.pop(i.replica_id, None)
                 self.writer.submit(self.store.delete_replica, i.replica_id)
                 self.last_used.pop(i.replica_id, None)
+                self.engine_loads.pop(i.replica_id, None)
                 for counts in self.in_flight_by.values():
                     counts.pop(i.replica_id, None)
                 changed = True

@@ -18,10 +18,12 @@ from llmgw.core.errors import ConnectFailed, StreamBroken
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
+from llmgw.router.prefix import PrefixIndex, chain, prompt_text
 from llmgw.router.proxy import CLIENT_CLOSED, Outcome, Timeouts, broken, forward
+from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, Decision, Weights, choose
 from llmgw.router.state import RouterState
 from llmgw.router.stats import OTHER, Measure, Recorder
-from llmgw.router.table import RoutingTable
+from llmgw.router.table import Route, RoutingTable
 from llmgw.router.usage import StreamUsage
 from llmgw.store.base import ApiKeyRecord, UsageRecord
 from llmgw.wire.router import model_explanation_lines
@@ -52,6 +54,7 @@ class Router:
         self.ledger = UsageLedger(state.store_usage, journal_dir, adopt=adopt)
         self.recorder = Recorder()
         state.attach(self.recorder)
+        self.prefixes = PrefixIndex(cfg.prefix_entries)
         self.keys = keys
         self.cfg = cfg
         self.load_wait = load_wait
@@ -216,6 +219,9 @@ class Router:
                 strip_usage = True
         path = request.path
         tried: set[str] = set()
+        # hashed only when the model's policy looks at it: it costs CPU on every request
+        keys = chain(model, prompt_text(payload, self.cfg.prefix_max_chars), self.cfg.prefix_block_chars) \
+            if spec.routing == "prefix" else []
         t0 = self.state.clock.monotonic()
         begun = UsageRecord(
             key_id=key.id, model=model, replica_id="", prompt_tokens=0, completion_tokens=0,
@@ -228,7 +234,7 @@ class Router:
         watch: StreamUsage | None = None
         try:
             while True:
-                route = self.table.pick(model, tried)
+                route, decision = self._choose(model, tried, keys, spec.routing)
                 if route is None:
                     self.ledger.unsent(begun)
                     rec = None
@@ -245,9 +251,11 @@ class Router:
                 self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
                 watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic)
                 try:
+                    said = {"X-Llmgw-Route": f"{decision.reason}; replica={route.replica_id}; "
+                                             f"matched={decision.matched_blocks}/{len(keys)}"}
                     outcome = await forward(
                         request, self._session(), route.endpoint + path, body, stream, self.timeouts, watch,
-                        route.secret, m,
+                        route.secret, m, said,
                     )
                 except ConnectFailed as e:
                     log.warning("replica %s not reached (%s); trying another", route.replica_id, e)
@@ -278,6 +286,24 @@ class Router:
                     "replica_id": route.replica_id if route is not None else "", "prompt_tokens": p_tok,
                     "completion_tokens": c_tok, "duration_s": self.state.clock.monotonic() - t0, "status": status,
                 }))
+
+    def _choose(self, model: str, tried: set[str], keys: list[bytes], policy: str) -> tuple[Route | None, Decision]:
+        """Score the model's ready replicas not tried yet (scoring.py) and remember the prefix for the chosen."""
+        routes = [r for r in self.table.routes.get(model, ()) if r.replica_id not in tried]
+        loads = self.state.loads()
+        matched = self.prefixes.matches(keys) if keys else {}
+        cands = []
+        for r in routes:
+            load = loads.get(r.replica_id)
+            cands.append(Candidate(r.replica_id, r.outstanding, load.running if load else None,
+                                   load.waiting if load else None, matched.get(r.replica_id, 0)))
+        weights = Weights(load=1.0, prefix=PREFIX.prefix, margin=self.cfg.prefix_margin) \
+            if policy == "prefix" else LEAST_LOADED
+        decision = choose(cands, len(keys), weights)
+        route = next((r for r in routes if r.replica_id == decision.replica_id), None)
+        if route is not None and keys:
+            self.prefixes.record(keys, route.replica_id)
+        return route, decision
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:

@@ -60,12 +60,14 @@ async def forward(
     watch: StreamUsage,
     secret: str = "",
     trace: object = None,
+    said: dict[str, str] | None = None,
 ) -> Outcome:
     """Raises ConnectFailed when nothing was sent to the engine (it could not be reached, or no connection to it
     came free in time): safe to try elsewhere, and nothing to record. Raises StreamBroken when the engine failed
     after it had the request: never retried, recorded with what was seen. `watch` follows a stream's usage, and
     the caller can read it however this ends (a cancelled request included). `trace` goes to the session's trace
-    hooks (the router times the wait for a connection with them)."""
+    hooks (the router times the wait for a connection with them). `said`: headers the answer carries (how it was
+    routed)."""
     # `connect` also bounds the wait for a free connection in the replica's pool: requests queue there first
     timeout = aiohttp.ClientTimeout(
         total=None, connect=t.queue + t.connect, sock_connect=t.connect, sock_read=t.first_byte
@@ -103,9 +105,10 @@ async def forward(
             except (aiohttp.ClientError, TimeoutError) as e:
                 raise StreamBroken(f"the engine broke off: {type(e).__name__}") from e
             p, c = usage_from_body(data) if resp.status == 200 else (0, 0)
-            out = web.Response(status=resp.status, body=data, headers={"Content-Type": ctype})
+            out = web.Response(status=resp.status, body=data, headers={"Content-Type": ctype, **(said or {})})
             return Outcome(resp.status, p, c, out)
-        sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
+        sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache",
+                                                             **(said or {})})
         try:
             await sr.prepare(request)
             return await _relay(sr, resp, watch, t.idle)

@@ -21,6 +21,7 @@ from llmgw.config.server import ModelSpec
 from llmgw.core.clock import Clock
 from llmgw.router.stats import Recorder
 from llmgw.store.base import UsageRecord
+from llmgw.wire.messages import EngineLoad
 from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, RouterView
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class RouterState(Protocol):
     def generation(self) -> int: ...
     def keys_version(self) -> int: ...
     def ready(self) -> dict[str, list[ReadyReplica]]: ...
+    def loads(self) -> dict[str, EngineLoad]: ...  # replica id -> its engine's own gauges
     def want(self, model: str) -> None: ...
     def used(self, replica_id: str, at: float, outstanding: int) -> None: ...
     async def store_usage(self, batch: list[UsageRecord]) -> None: ...
@@ -83,6 +85,9 @@ class RemoteState:
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return self._view.ready
+
+    def loads(self) -> dict[str, EngineLoad]:
+        return self._view.loads
 
     def want(self, model: str) -> None:
         self._activity.demand[model] = self.clock.now()

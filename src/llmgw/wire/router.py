@@ -13,6 +13,7 @@ from llmgw.core.conditions import Condition, ConditionType
 from llmgw.core.explanation import Explanation, explanation_lines
 from llmgw.core.state import Phase, StopRequest
 from llmgw.store.base import UsageRecord
+from llmgw.wire.messages import EngineLoad
 from llmgw.wire.stats import RouterStats
 
 
@@ -29,6 +30,7 @@ class RouterView(BaseModel):
     keys_version: int
     models: list[ModelSpec]
     ready: dict[str, list[ReadyReplica]]
+    loads: dict[str, EngineLoad] = {}  # replica id -> its engine's own gauges, as last reported
 
 
 class Activity(BaseModel):
