@@ -22,6 +22,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from llmgw.agent.engines.base import KEY_ENV
+from llmgw.sim.behaviour import Behaviour
 from llmgw.sim.rendezvous import Leader, RendezvousError, Worker
 from llmgw.sim.server import DEFAULT_TOKENS, make_app
 
@@ -44,6 +45,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--leader-address", help="host of rank 0 (required for workers)")
     p.add_argument("--tokens-per-second", type=float, default=0.0, help="generation pace; 0 = as fast as possible")
     p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help="tokens per completion (max_tokens caps it)")
+    p.add_argument("--prefill-tokens-per-second", type=float, default=0.0,
+                   help="prompt tokens computed per second before the first token (cached ones are free); 0 = instant")
+    p.add_argument("--cache-blocks", type=int, default=0, help="prefix cache size, in 64-character blocks; 0 = none")
+    p.add_argument("--max-running", type=int, default=0, help="requests generating at once; the rest wait; 0 = any")
+    p.add_argument("--fault", choices=["", "hang", "slow", "error"], default="",
+                   help="a planted fault: hang (accept, never answer), slow (10x), error (503)")
     p.add_argument("--fail-load", default="", metavar="WORDS",
                    help="play a model that failed to load: /health answers, nothing else does (a planted fault)")
     p.add_argument(
@@ -59,8 +66,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error(f"--rank must be in 0..{args.world_size - 1}")
     if args.rank > 0 and not args.leader_address:
         p.error("workers (--rank > 0) need --leader-address")
-    if args.tokens < 0 or args.tokens_per_second < 0 or args.join_timeout < 0:
-        p.error("--tokens, --tokens-per-second and --join-timeout must not be negative")
+    if min(args.tokens, args.tokens_per_second, args.join_timeout, args.prefill_tokens_per_second,
+           args.cache_blocks, args.max_running) < 0:
+        p.error("--tokens, --tokens-per-second, --join-timeout, --prefill-tokens-per-second, --cache-blocks and "
+                "--max-running must not be negative")
     return args
 
 
@@ -114,8 +123,10 @@ async def _lead(args: argparse.Namespace, stop: asyncio.Event) -> int:
 
         # the replica's secret comes through the environment (never argv) and leaves it at once
         key = os.environ.pop(KEY_ENV, "")
+        behaviour = Behaviour(prefill_tokens_per_second=args.prefill_tokens_per_second,
+                              cache_blocks=args.cache_blocks, max_running=args.max_running, fault=args.fault)
         app = make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second, api_key=key,
-                       load_failure=args.fail_load)
+                       load_failure=args.fail_load, behaviour=behaviour)
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE, access_log=None)
         await runner.setup()
         try:

@@ -11,7 +11,7 @@ import contextlib
 import hmac
 import json
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -19,6 +19,7 @@ from aiohttp.typedefs import Middleware
 
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.sim import openai_format as fmt
+from llmgw.sim.behaviour import Behaviour, PrefixCache, Slots, prefill_seconds
 
 DEFAULT_TOKENS = 16
 
@@ -33,10 +34,13 @@ def make_app(
     clock: Clock | None = None,
     api_key: str = "",
     load_failure: str = "",
+    behaviour: Behaviour | None = None,
 ) -> web.Application:
     """An aiohttp app serving `model`: /health, /metrics, /v1/models, /v1/chat/completions, /v1/completions,
     /v1/embeddings. /metrics is Prometheus text with the engine's own gauges, as real engines have theirs:
-    sim:requests_running (completions being generated now) and sim:requests_waiting (always 0: sim queues nothing).
+    sim:requests_running (completions being generated now), sim:requests_waiting (queued behind the concurrency
+    limit) and, with a prefix cache, sim:kv_cache_usage_ratio. `behaviour` (sim/behaviour.py): prefix cache, prefill
+    time, concurrency limit, faults.
 
     With `api_key`, every path answers 401 unless the request carries `Authorization: Bearer <api_key>`.
     With `load_failure`, it plays an engine whose model failed to load while its HTTP server stays up: /health
@@ -46,7 +50,7 @@ def make_app(
         raise ValueError(f"tokens must be >= 0, got {tokens}")
     if tokens_per_second < 0:
         raise ValueError(f"tokens_per_second must be >= 0, got {tokens_per_second}")
-    handlers = _Handlers(model, tokens, tokens_per_second, clock or SystemClock())
+    handlers = _Handlers(model, tokens, tokens_per_second, clock or SystemClock(), behaviour or Behaviour())
     middlewares = [_require_key(api_key)] if api_key else []
     if load_failure:
         middlewares.append(_not_loaded(load_failure))
@@ -72,12 +76,14 @@ def _not_loaded(words: str) -> Any:
 
 
 class _Handlers:
-    def __init__(self, model: str, tokens: int, tokens_per_second: float, clock: Clock) -> None:
+    def __init__(self, model: str, tokens: int, tokens_per_second: float, clock: Clock, b: Behaviour) -> None:
         self.model = model
         self.tokens = tokens
-        self.tokens_per_second = tokens_per_second
+        self.tokens_per_second = tokens_per_second * (0.1 if b.fault == "slow" else 1.0)
         self.clock = clock
-        self.running = 0
+        self.b = b
+        self.cache = PrefixCache(b.cache_blocks)
+        self.slots = Slots(b.max_running)
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -86,42 +92,53 @@ class _Handlers:
         text = (
             "# HELP sim:requests_running Completions being generated now.\n"
             "# TYPE sim:requests_running gauge\n"
-            f"sim:requests_running {self.running}\n"
+            f"sim:requests_running {self.slots.running}\n"
             "# HELP sim:requests_waiting Requests queued before generation.\n"
             "# TYPE sim:requests_waiting gauge\n"
-            "sim:requests_waiting 0\n"
+            f"sim:requests_waiting {self.slots.waiting}\n"
         )
+        if self.b.cache_blocks:
+            text += ("# HELP sim:kv_cache_usage_ratio Share of the prefix cache's blocks in use.\n"
+                     "# TYPE sim:kv_cache_usage_ratio gauge\n"
+                     f"sim:kv_cache_usage_ratio {self.cache.usage}\n")
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
-    @contextlib.contextmanager
-    def _generating(self) -> Iterator[None]:
-        """Counted from the request's start to its response's end (a stream's last byte, or the client gone)."""
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
+    async def _faulty(self) -> web.Response | None:
+        """What a faulty engine does instead of answering: never answers (hang), or fails (error)."""
+        if self.b.fault == "hang":
+            await asyncio.Event().wait()  # accepted, and nothing ever comes back
+        if self.b.fault == "error":
+            return web.json_response(fmt.RequestError(503, "sim: planted engine error").body(), status=503)
+        return None
 
     async def models(self, request: web.Request) -> web.Response:
         entry = {"id": self.model, "object": "model", "created": self._created(), "owned_by": "llmgw-sim"}
         return web.json_response({"object": "list", "data": [entry]})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        with self._generating():
+        failed = await self._faulty()
+        if failed is not None:
+            return failed
+        async with self.slots:  # running from here to the last byte (or the client gone); waiting before
             return await self._chat(request)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        with self._generating():
+        failed = await self._faulty()
+        if failed is not None:
+            return failed
+        async with self.slots:
             return await self._completions(request)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
-            gen = fmt.parse_chat(await _json_body(request), self.model, self.tokens)
+            body = await _json_body(request)
+            gen = fmt.parse_chat(body, self.model, self.tokens)
         except fmt.RequestError as e:
             return _error(e)
+        prefill = prefill_seconds(self.b, gen.prompt_tokens, self.cache.admit(_prompt(body)))
         id, created = f"chatcmpl-{uuid.uuid4().hex}", self._created()
         if not gen.stream:
-            text = "".join([t async for t in self._generate(gen)])
+            text = "".join([t async for t in self._generate(gen, prefill)])
             return web.json_response(fmt.chat_completion(id, created, self.model, text, gen))
 
         def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
@@ -129,7 +146,7 @@ class _Handlers:
 
         async def events() -> AsyncGenerator[dict[str, Any], None]:
             yield chunk({"role": "assistant", "content": ""}, None)
-            async for token in self._generate(gen):
+            async for token in self._generate(gen, prefill):
                 yield chunk({"content": token}, None)
             yield chunk({}, gen.finish_reason)
             if gen.include_usage:
@@ -139,19 +156,21 @@ class _Handlers:
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:
-            gen = fmt.parse_completion(await _json_body(request), self.model, self.tokens)
+            body = await _json_body(request)
+            gen = fmt.parse_completion(body, self.model, self.tokens)
         except fmt.RequestError as e:
             return _error(e)
+        prefill = prefill_seconds(self.b, gen.prompt_tokens, self.cache.admit(_prompt(body)))
         id, created = f"cmpl-{uuid.uuid4().hex}", self._created()
         if not gen.stream:
-            text = "".join([t async for t in self._generate(gen)])
+            text = "".join([t async for t in self._generate(gen, prefill)])
             return web.json_response(fmt.text_completion(id, created, self.model, text, gen))
 
         def chunk(text: str, finish: str | None) -> dict[str, Any]:
             return fmt.text_chunk(id, created, self.model, text, finish, gen)
 
         async def events() -> AsyncGenerator[dict[str, Any], None]:
-            async for token in self._generate(gen):
+            async for token in self._generate(gen, prefill):
                 yield chunk(token, None)
             yield chunk("", gen.finish_reason)
             if gen.include_usage:
@@ -165,8 +184,10 @@ class _Handlers:
         except fmt.RequestError as e:
             return _error(e)
 
-    async def _generate(self, gen: fmt.Generation) -> AsyncIterator[str]:
+    async def _generate(self, gen: fmt.Generation, prefill: float = 0.0) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
+        if prefill > 0:  # the prompt's uncached part, computed before the first token
+            await asyncio.sleep(prefill)
         start = loop.time()
         for i, token in enumerate(fmt.canned_tokens(gen.completion_tokens)):
             if self.tokens_per_second > 0:
@@ -178,6 +199,15 @@ class _Handlers:
 
     def _created(self) -> int:
         return int(self.clock.now())
+
+
+def _prompt(body: fmt.JSON) -> str:
+    """The prompt as the engine would lay it out first in its context: roles and text in order."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return "".join(f"<{m.get('role')}>{m.get('content')}" for m in messages if isinstance(m, dict))
+    prompt = body.get("prompt")
+    return prompt if isinstance(prompt, str) else ""
 
 
 async def _json_body(request: web.Request) -> fmt.JSON:

@@ -6,8 +6,9 @@ from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, 
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
-# the names llmgw.sim.server exports (it has no KV cache)
-GAUGES = Gauges(running=("sim:requests_running",), waiting=("sim:requests_waiting",))
+# the names llmgw.sim.server exports (the KV gauge only with a prefix cache: --cache-blocks)
+GAUGES = Gauges(running=("sim:requests_running",), waiting=("sim:requests_waiting",),
+                kv_cache_usage=("sim:kv_cache_usage_ratio",))
 
 
 class Sim:
