@@ -1,0 +1,199 @@
+"""Prefix-aware routing against least-loaded and round-robin, on sim replicas with prefix caches.
+
+    .venv/bin/python -m bench.routing                  # both workloads, about a minute each
+    .venv/bin/python -m bench.routing --requests 300   # quicker
+
+Four sim replicas (llmgw.sim.server, in this process) each with a prefix cache that holds about half of the shared
+prompts, prefill at --prefill tokens/s (cached blocks are free), at most --slots requests generating at once and a
+queue behind them. The real router (llmgw.router.app) serves them over loopback HTTP, with the model's routing
+policy set to least_loaded or prefix; round-robin is the client sending to the engines directly in turn (no router:
+a baseline with no router cost at all). Requests arrive at fixed, seeded, exponentially spaced times at --rate per
+second (an open loop: a slow answer does not slow the arrivals), each a stream; time to first token is measured
+at the client, to the first content event.
+
+Workloads: "shared": 16 system prompts of about 2,000 words (sim counts a word as a token) and a short random
+user turn; "unique": every request its own system prompt of the same size. Aim (issue 13): prefix-aware mean TTFT
+at most 0.5x least-loaded on "shared", and within 10% of it on "unique".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from llmgw.config.server import ModelSpec, RouterConfig
+from llmgw.core.clock import SystemClock
+from llmgw.router.app import Router
+from llmgw.router.keys import KeyRing
+from llmgw.router.stats import Recorder
+from llmgw.sim.behaviour import Behaviour
+from llmgw.sim.server import make_app
+from llmgw.store.base import UsageRecord
+from llmgw.store.sqlite import SqliteStore
+from llmgw.wire.messages import EngineLoad
+from llmgw.wire.router import ModelExplanation, ReadyReplica, Wanted
+
+REPLICAS = 4
+PROMPTS = 16
+WORDS = 2000
+
+
+class BenchState:
+    """The router's view of a control plane that holds four ready replicas of one model (RouterState)."""
+
+    def __init__(self, spec: ModelSpec, urls: list[str]) -> None:
+        self.clock = SystemClock()
+        self.models = {spec.name: spec}
+        self._ready = {spec.name: [ReadyReplica(id=f"r{i}", endpoint=u, secret="") for i, u in enumerate(urls)]}
+
+    def generation(self) -> int:
+        return 1
+
+    def keys_version(self) -> int:
+        return 0
+
+    def ready(self) -> dict[str, list[ReadyReplica]]:
+        return self._ready
+
+    def loads(self) -> dict[str, EngineLoad]:
+        return {}  # the router's own in-flight counts only: no heartbeats here
+
+    def want(self, model: str) -> None:
+        pass
+
+    def used(self, replica_id: str, at: float, outstanding: int) -> None:
+        pass
+
+    async def store_usage(self, batch: list[UsageRecord]) -> None:
+        pass
+
+    async def explain(self, model: str) -> ModelExplanation | None:
+        return ModelExplanation(model=model, wanted=Wanted.Replicas)
+
+    async def flush(self) -> None:
+        pass
+
+    def attach(self, recorder: Recorder) -> None:
+        pass
+
+
+@dataclass
+class Result:
+    ttft: list[float]
+    elapsed: float
+    failed: int
+
+
+def prompts(rng: random.Random, workload: str, n: int) -> list[str]:
+    shared = [" ".join(f"w{p}x{rng.randrange(1000)}" for _ in range(WORDS)) for p in range(PROMPTS)]
+    if workload == "shared":
+        return [rng.choice(shared) for _ in range(n)]
+    return [" ".join(f"u{i}x{rng.randrange(1000)}" for _ in range(WORDS)) for i in range(n)]
+
+
+async def one(session: aiohttp.ClientSession, url: str, system: str, user: str, headers: dict[str, str]) -> float:
+    body = {"model": "m", "stream": True,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+    t0 = time.perf_counter()
+    async with session.post(url + "/v1/chat/completions", data=json.dumps(body), headers=headers) as r:
+        if r.status != 200:
+            raise RuntimeError(f"{r.status}: {(await r.read())[:200]!r}")
+        first = None
+        async for line in r.content:
+            if first is None and line.startswith(b"data: {") and b'"content":"' in line and b'"content":""' not in line:
+                first = time.perf_counter() - t0
+        if first is None:
+            raise RuntimeError("no token")
+        return first
+
+
+async def run(policy: str, workload: str, args: argparse.Namespace, tmp: Path) -> Result:
+    b = Behaviour(prefill_tokens_per_second=args.prefill, cache_blocks=args.cache_blocks, max_running=args.slots)
+    runners, urls = [], []
+    for _ in range(REPLICAS):
+        runner = web.AppRunner(make_app("m", tokens=8, tokens_per_second=400, behaviour=b), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        urls.append(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}")  # type: ignore[union-attr]
+    spec = ModelSpec(name="m", source="org/m", engine="sim",
+                     routing="prefix" if policy == "prefix" else "least_loaded",
+                     scaling={"min": REPLICAS, "max": REPLICAS})  # type: ignore[arg-type]
+    store = SqliteStore(tmp / f"{policy}-{workload}.db").open()
+    router = Router(BenchState(spec, urls), KeyRing(store), RouterConfig(auth=False), 5.0, 8 << 20)
+    rrunner = web.AppRunner(router.app(), access_log=None)
+    await rrunner.setup()
+    rsite = web.TCPSite(rrunner, "127.0.0.1", 0)
+    await rsite.start()
+    router_url = f"http://127.0.0.1:{rsite._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    rng = random.Random(args.seed)
+    systems = prompts(rng, workload, args.requests)
+    gaps = [rng.expovariate(args.rate) for _ in range(args.requests)]
+    ttft: list[float] = []
+    failed = 0
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+            async def send(i: int) -> None:
+                nonlocal failed
+                url = urls[i % REPLICAS] if policy == "round_robin" else router_url
+                try:
+                    ttft.append(await one(s, url, systems[i], f"question {i} {rng.random()}", {}))
+                except (RuntimeError, aiohttp.ClientError):
+                    failed += 1
+
+            tasks = []
+            t0 = time.perf_counter()
+            start = asyncio.get_running_loop().time()
+            at = 0.0
+            for i in range(args.requests):
+                at += gaps[i]
+                await asyncio.sleep(max(0.0, start + at - asyncio.get_running_loop().time()))
+                tasks.append(asyncio.create_task(send(i)))
+            await asyncio.gather(*tasks)
+            elapsed = time.perf_counter() - t0
+    finally:
+        await rrunner.cleanup()
+        await router.close()
+        for r in runners:
+            await r.cleanup()
+        store.close()
+    return Result(ttft, elapsed, failed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=600)
+    ap.add_argument("--rate", type=float, default=30.0, help="arrivals per second")
+    ap.add_argument("--prefill", type=float, default=10_000.0, help="prompt tokens per second per replica")
+    ap.add_argument("--slots", type=int, default=2, help="requests generating at once per replica")
+    ap.add_argument("--cache-blocks", type=int, default=1_750, help="prefix cache per replica, 64-char blocks")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        for workload in ("shared", "unique"):
+            print(f"workload {workload}: {args.requests} requests at {args.rate}/s, 4 replicas, prefill "
+                  f"{args.prefill:.0f} tok/s, {args.slots} slots, cache {args.cache_blocks} blocks each")
+            print(f"{'policy':<14}{'mean TTFT':>11}{'p90 TTFT':>10}{'req/s':>8}{'failed':>8}{'vs least':>10}")
+            results = {p: asyncio.run(run(p, workload, args, Path(d))) for p in ("round_robin", "least_loaded",
+                                                                                   "prefix")}
+            base = statistics.mean(results["least_loaded"].ttft)
+            for p, r in results.items():
+                mean = statistics.mean(r.ttft)
+                p90 = sorted(r.ttft)[int(0.9 * (len(r.ttft) - 1))]
+                print(f"{p:<14}{mean * 1000:>9.0f}ms{p90 * 1000:>8.0f}ms{len(r.ttft) / r.elapsed:>8.1f}"
+                      f"{r.failed:>8}{mean / base:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
