@@ -13,8 +13,9 @@ from llmgw.config.server import ModelSpec
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import ConditionType, get_condition
 from llmgw.core.state import NodeRecord, ReplicaRecord
-from llmgw.reconcile.intents import Intent, MarkLost, PutReplica, Reap
+from llmgw.reconcile.intents import Intent, MarkLost, PutReplica, Reap, SetScaleTimer
 from llmgw.reconcile.reconcile import reconcile
+from llmgw.reconcile.scaling import Timer
 from llmgw.reconcile.world import Timings, World
 from llmgw.wire.messages import ShardState
 
@@ -34,6 +35,7 @@ class Sim:
         self.demand: dict[str, float] = {}
         self.last_used: dict[str, float] = {}
         self.outstanding: dict[str, int] = {}
+        self.scale_timers: dict[str, Timer] = {}
         self.timings = timings or Timings()
         self.intents: list[Intent] = []  # every intent so far, in order
         self.events: list[str] = []
@@ -50,6 +52,7 @@ class Sim:
             now=self.now, started_at=self.started_at, models=dict(self.models), nodes=list(self.nodes.values()),
             replicas=list(self.replicas.values()), demand=dict(self.demand), last_used=dict(self.last_used),
             outstanding=dict(self.outstanding), timings=self.timings, entropy=self._entropy(),
+            scale_timers=dict(self.scale_timers),
         )
 
     def _entropy(self) -> bytes:
@@ -68,6 +71,8 @@ class Sim:
                 self.replicas[i.replica.id] = i.replica
                 if i.event:
                     self.events.append(i.event)
+            elif isinstance(i, SetScaleTimer):
+                self.scale_timers[i.model] = i.timer
             elif isinstance(i, Reap):
                 self.replicas.pop(i.replica_id)
                 self.last_used.pop(i.replica_id, None)

@@ -44,6 +44,11 @@ class Scaling(Strict):
     min: int = Field(default=0, ge=0)
     max: int = Field(default=0, ge=0)
     idle_timeout: Duration = 600.0
+    # scaling on load (reconcile/scaling.py): requests in flight per ready replica above this for scale_up_after
+    # adds one (up to max); below half of it for scale_down_after removes one (never below min). None: off
+    target_in_flight: float | None = Field(default=None, gt=0)
+    scale_up_after: Duration = 30.0
+    scale_down_after: Duration = 300.0
 
     @field_validator("max")
     @classmethod

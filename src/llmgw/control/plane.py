@@ -20,9 +20,10 @@ from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.buckets import Buckets
 from llmgw.core.clock import Clock
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord, replica_phase
-from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap
+from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap, SetScaleTimer
 from llmgw.reconcile.node_status import node_conditions
 from llmgw.reconcile.reconcile import reconcile
+from llmgw.reconcile.scaling import Timer
 from llmgw.reconcile.world import Timings, World
 from llmgw.router.keys import new_key
 from llmgw.store.base import ApiKeyRecord, Revocation, Store, UsageRecord
@@ -96,6 +97,7 @@ class ControlPlane:
         self._retired_stats = RouterStats()
         # replicas started and stopped, and why: the metrics' loads, evictions and scale events
         self.replica_counts: Counter[tuple[str, str, str]] = Counter()  # (model, "start"|"stop", why)
+        self.scale_timers: dict[str, Timer] = {}  # scaling on load: soft state, restarted with the process
         self.usage = UsageBook()  # totals per key and model, all-time and by the hour: the summary's usage
         self._key_names: tuple[int, dict[str, str]] = (-1, {})
         self.gauges: Gauges = {
@@ -223,6 +225,7 @@ class ControlPlane:
             timings=self.timings,
             entropy=secrets.token_bytes(32),
             resumed_at=self.resumed_at,
+            scale_timers=dict(self.scale_timers),
         )
 
     def reconcile_once(self) -> list[Intent]:
@@ -271,8 +274,10 @@ class ControlPlane:
                 if n is not None:
                     self._set_node(n, lost=True, revoked=n.revoked)
                     self.event("node", n.id, i.message)
+            elif isinstance(i, SetScaleTimer):
+                self.scale_timers[i.model] = i.timer
             elif isinstance(i, PutReplica):
-                self._count(self.replicas.get(i.replica.id), i.replica)
+                self._count(self.replicas.get(i.replica.id), i.replica, i.why)
                 if i.replica.ready:
                     # the request that asked for a load has its replica: a later eviction must not re-load it
                     self.demand.pop(i.replica.model, None)
@@ -293,10 +298,11 @@ class ControlPlane:
         if changed:
             self.generation += 1
 
-    def _count(self, old: ReplicaRecord | None, new: ReplicaRecord) -> None:
+    def _count(self, old: ReplicaRecord | None, new: ReplicaRecord, why: str = "") -> None:
         if old is None:
             spec = self.models.get(new.model)
-            why = "demand" if spec is not None and spec.on_demand and new.model in self.demand else "wanted"
+            if not why:
+                why = "demand" if spec is not None and spec.on_demand and new.model in self.demand else "wanted"
             self.replica_counts[(new.model, "start", why)] += 1
         elif old.stop is None and new.stop is not None:
             self.replica_counts[(new.model, "stop", new.stop.reason.value)] += 1

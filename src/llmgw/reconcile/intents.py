@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmgw.core.state import ReplicaRecord
+from llmgw.reconcile.scaling import Timer
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class PutReplica:
 
     replica: ReplicaRecord
     event: str = ""  # written to the log when not empty
+    why: str = ""  # a new replica: why it was added (LoadAboveTarget), for the metrics' scale events
 
 
 @dataclass(frozen=True)
@@ -34,4 +36,12 @@ class HoldLosses:
     message: str
 
 
-Intent = MarkLost | PutReplica | Reap | HoldLosses
+@dataclass(frozen=True)
+class SetScaleTimer:
+    """Scaling on load: how long the model's load has been above or below its target, for the next pass."""
+
+    model: str
+    timer: Timer
+
+
+Intent = MarkLost | PutReplica | Reap | HoldLosses | SetScaleTimer

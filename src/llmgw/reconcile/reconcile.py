@@ -14,7 +14,8 @@ from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place, reservations
 from llmgw.placement.snapshot import Snapshot, build_snapshot
-from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap
+from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap, SetScaleTimer
+from llmgw.reconcile.scaling import Step, Timer, decide
 from llmgw.reconcile.status import derive, stopped
 from llmgw.reconcile.world import World
 
@@ -152,6 +153,7 @@ def reconcile(w: World) -> list[Intent]:
 
     # 2. scaling per model
     taken = {r.id for r in w.replicas}
+    added: dict[str, str] = {}  # new replica -> why, when scaling on load added it
     for name, spec in w.models.items():
         active = sorted(
             (r for r in current.values() if r.model == name and not r.failed and r.stop is None),
@@ -170,17 +172,24 @@ def reconcile(w: World) -> list[Intent]:
             active = [r for r in active if current[r.id].stop is None]
             want = max(want, 1 if (demanded or active) else 0)
         want = min(want, spec.scaling.max)
+        added_why, added_event, down_why = "", "", ""
+        if spec.scaling.target_in_flight is not None:
+            want, added_why, added_event, down_why = _on_load(name, spec, active, want, w, intents)
         if want > len(active) and _backing_off(name, current, w):
             want = len(active)  # failing again and again: the next try waits (CrashLoopBackOff, in small)
         for r in active[want:][::-1]:
-            current[r.id] = stopped(r, Reason.ScaledDown, f"{len(active)} running, max {spec.scaling.max}", w.now)
-            events[r.id] = f"replica {r.id} of {name} stopping: scaled down"
+            why = down_why or f"{len(active)} running, max {spec.scaling.max}"
+            current[r.id] = stopped(r, Reason.ScaledDown, why, w.now)
+            events[r.id] = f"replica {r.id} of {name} stopping: scaled down ({why})"
         for _ in range(want - len(active)):
             rid = _new_id(name, w.entropy, taken)
             current[rid] = ReplicaRecord(
                 id=rid, model=name, created_at=w.now, shards_expected=spec.profile.nodes,
                 secret=_derive(w.entropy, f"secret:{rid}"),
             )
+            if added_why:
+                added[rid] = added_why
+                events[rid] = f"replica {rid} of {name} added: {added_event}"
 
     # 3. placement of everything still pending, oldest first, on a snapshot updated as we go
     pending = sorted(
@@ -208,7 +217,8 @@ def reconcile(w: World) -> list[Intent]:
                 "shards_expected": spec.profile.nodes,
             })
             where = ", ".join(a.node_id for a in result.assignments)
-            events[r.id] = f"replica {r.id} of {spec.name} placed on {where}"
+            placed = f"replica {r.id} of {spec.name} placed on {where}"
+            events[r.id] = f"{events[r.id]}; {placed}" if r.id in events else placed  # after why it was added
             snap = snap.with_reservation(r.id, reservations(req, result.assignments))
             continue
         expl = result.explanation
@@ -231,13 +241,34 @@ def reconcile(w: World) -> list[Intent]:
         conds = set_condition(r.conditions, ConditionType.Scheduled, Status.FALSE, Reason.Unschedulable, why, w.now)
         current[r.id] = r.model_copy(update={"explanation": expl, "conditions": conds})
         if first:
-            events[r.id] = f"replica {r.id} of {spec.name} cannot be placed: " + " | ".join(explanation_lines(expl)[1:])
+            nowhere = f"replica {r.id} of {spec.name} cannot be placed: " + " | ".join(explanation_lines(expl)[1:])
+            events[r.id] = f"{events[r.id]}; {nowhere}" if r.id in events else nowhere
 
     for r in current.values():
         old = next((o for o in w.replicas if o.id == r.id), None)
         if old is None or old != r:
-            intents.append(PutReplica(r, events.get(r.id, "")))
+            intents.append(PutReplica(r, events.get(r.id, ""), added.get(r.id, "")))
     return intents
+
+
+def _on_load(name: str, spec: ModelSpec, active: list[ReplicaRecord], floor: int, w: World,
+             intents: list[Intent]) -> tuple[int, str, str, str]:
+    """How many replicas scaling on load wants (scaling.py decides; replicas it added stay until it removes them):
+    (want, the reason code and words for a replica it adds, the words for one it removes)."""
+    sc = spec.scaling
+    assert sc.target_in_flight is not None
+    ready = [r for r in active if r.ready]
+    timer = w.scale_timers.get(name, Timer())
+    d = decide(target=sc.target_in_flight, up_after=sc.scale_up_after, down_after=sc.scale_down_after,
+               lo=max(floor, sc.min), hi=sc.max, ready=len(ready),
+               in_flight=float(sum(w.outstanding.get(r.id, 0) for r in ready)), timer=timer, now=w.now)
+    if d.timer != timer:
+        intents.append(SetScaleTimer(name, d.timer))
+    if d.step is Step.Up:
+        return min(sc.max, max(floor, len(ready) + 1)), d.step.value, d.message, ""
+    if d.step is Step.Down:
+        return max(floor, len(active) - 1), "", "", d.message
+    return min(sc.max, max(floor, len(active))), "", "", ""
 
 
 def _eviction_victim(

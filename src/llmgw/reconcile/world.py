@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.reconcile.scaling import Timer
 
 
 @dataclass(frozen=True)
@@ -41,3 +42,5 @@ class World:
     # fresh random bytes per pass (fixed in tests): new replicas' ids and engine secrets come from them, so neither
     # can be guessed from the model's name and the time
     entropy: bytes = b"\0" * 32
+    # per model, how long its load has been above or below its target (scaling on load), as the last pass left it
+    scale_timers: dict[str, Timer] = field(default_factory=dict)
