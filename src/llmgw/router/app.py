@@ -19,7 +19,7 @@ from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
 from llmgw.router.prefix import PrefixIndex, chain, prompt_text
-from llmgw.router.proxy import CLIENT_CLOSED, Outcome, Timeouts, broken, forward
+from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Outcome, Timeouts, broken, forward
 from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, Decision, Weights, choose
 from llmgw.router.state import RouterState
 from llmgw.router.stats import OTHER, Measure, Recorder
@@ -30,7 +30,8 @@ from llmgw.wire.router import model_explanation_lines
 
 log = logging.getLogger(__name__)
 
-PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")  # proxied to the engine as they are
+# proxied to the engine as they are, routed by their "model" field: OpenAI's, its Responses API, Anthropic's Messages
+PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
 RETRY_AFTER_S = 10
 WAIT_POLL_S = 0.5  # real seconds between looks at the table while a load is awaited
 REAL_WAIT_CAP = 20.0  # and never more than this many load_waits of real time, whatever the injected clock says
@@ -113,6 +114,19 @@ class Router:
             if m.scaling.max > 0 and (not key.models or m.name in key.models)
         ]
         return web.json_response({"object": "list", "data": data})
+
+    async def model(self, request: web.Request) -> web.Response:
+        """GET /v1/models/{id}: the official clients' models.retrieve. A model this key may not use, or one that is
+        switched off, is not found, as in the list."""
+        key = await self._auth(request)
+        if isinstance(key, web.Response):
+            return key
+        name = request.match_info["id"]
+        m = self.state.models.get(name)
+        if m is None or m.scaling.max == 0 or (key.models and name not in key.models):
+            return openai_error(404, f"the model '{name}' does not exist", "invalid_request_error",
+                                "model_not_found", "model")
+        return web.json_response({"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"})
 
     async def _wait_ready(self, model: str) -> bool:
         """Up to load_wait by the injected clock (a test drives it); the table is looked at again whenever the
@@ -197,14 +211,17 @@ class Router:
             ready = await self._wait_ready(model)
             m.queue_s += self.state.clock.monotonic() - waited_from
             if not ready:
-                why = "the model is loading" if spec.on_demand else "no replica of the model is ready"
+                # model_loading only for a load on demand; a model that should be serving and has no ready replica
+                # (a dead worker, a failed placement) says so, with the control plane's explanation
+                why, code = ("the model is loading", "model_loading") if spec.on_demand else (
+                    "no replica of the model is ready", "no_ready_replica")
                 told = await self.state.explain(model)
                 detail = "; ".join(model_explanation_lines(told)[:2]) if told is not None else ""
                 return openai_error(
                     503,
                     f"{why}: {detail}",
                     "service_unavailable",
-                    "model_loading",
+                    code,
                     headers={"Retry-After": str(RETRY_AFTER_S)},
                 )
         stream = bool(payload.get("stream"))
@@ -268,6 +285,12 @@ class Router:
                     route.outstanding -= 1
                     self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
                 assert outcome.response is not None
+                if outcome.status in NOT_SERVED and not outcome.response.prepared:
+                    # the engine has no such endpoint: the client's mistake for this model (4xx, which the official
+                    # clients do not retry), not the engine's 5xx
+                    outcome.response = openai_error(
+                        404, f"the model '{model}' does not serve {path} (its engine answered {outcome.status})",
+                        "invalid_request_error", "unsupported_endpoint", "model")
                 if not outcome.response.prepared:
                     outcome.response.headers["X-Llmgw-Worker"] = self._worker
                 return outcome.response
@@ -339,6 +362,7 @@ class Router:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body, middlewares=[openai_envelope])
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{id:.+}", self.model)
         for p in PATHS:
             app.router.add_post(p, self.proxy)
         return app

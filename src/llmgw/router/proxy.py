@@ -34,6 +34,7 @@ class Timeouts:
 # router's secret is the operator's problem rather than the client's, and a body of another type is not an answer.
 RELAYED_TYPES = ("application/json", "text/event-stream")
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+NOT_SERVED = (404, 405, 501)  # an engine's ways of saying it has no such endpoint
 CLIENT_CLOSED = 499  # nginx's word for it: the client closed the connection before the answer ended
 
 
@@ -90,6 +91,10 @@ async def forward(
             return _unexpected(f"answered {resp.status} (a redirect is never followed)")
         if resp.status in (401, 403):
             return _unexpected(f"refused the router's credentials ({resp.status}): is the replica's secret in place?")
+        if resp.status in NOT_SERVED:  # whatever its body says: the caller names the path and the model
+            return Outcome(resp.status, response=openai_error(
+                404, f"the engine does not serve this path (it answered {resp.status})", "invalid_request_error",
+                "unsupported_endpoint"))
         if not ctype.startswith(RELAYED_TYPES):
             return _unexpected(f"answered {resp.status} with content of type {ctype[:60]!r}")
         if resp.content_length is not None and resp.content_length > MAX_RESPONSE_BYTES:
