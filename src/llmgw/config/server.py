@@ -148,6 +148,9 @@ class ServerConfig(Strict):
     heartbeat_interval: Duration = 3.0
     reconcile_interval: Duration = 1.0
     load_wait: Duration = 15.0
+    # a replica told to stop (idle, evicted, scaled down, removed) leaves the routing table at once; its engine runs
+    # on while routers have requests on it, up to this long, so they finish
+    drain_timeout: Duration = 60.0
     max_body: ByteSize = 8 * 1024 * 1024
     router: RouterConfig = RouterConfig()
     # API worker processes sharing api_listen (SO_REUSEPORT); beyond one, they are separate processes

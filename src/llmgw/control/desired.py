@@ -16,13 +16,22 @@ def engine_args(spec: ModelSpec) -> list[str]:
     return args
 
 
+def draining(replicas: list[ReplicaRecord], in_flight: dict[str, int], now: float, timeout: float) -> set[str]:
+    """Replicas told to stop whose requests may still finish: out of the routing table already (a stopping replica
+    is not ready), their shards kept running while routers have requests on them, up to `timeout` after the stop.
+    A failed replica drains nothing: it is not serving."""
+    return {r.id for r in replicas
+            if r.stop is not None and not r.failed and in_flight.get(r.id, 0) > 0 and now - r.stop.at < timeout}
+
+
 def desired_for(
     node_id: str, replicas: list[ReplicaRecord], models: dict[str, ModelSpec], engines: list[str],
     interval: float, sources: list[EngineSource] | None = None, weights: dict[str, WeightsPlan] | None = None,
+    drain: set[str] | None = None,
 ) -> DesiredState:
     shards: list[ShardSpec] = []
     for r in replicas:
-        if r.failed or r.stop is not None or not r.assignments:
+        if r.failed or (r.stop is not None and r.id not in (drain or ())) or not r.assignments:
             continue
         spec = models.get(r.model)
         if spec is None:

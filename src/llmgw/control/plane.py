@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from llmgw.config.server import ModelSpec, ServerConfig
-from llmgw.control.desired import desired_for
+from llmgw.control.desired import desired_for, draining
 from llmgw.control.metrics import Gauges
 from llmgw.control.registry import merge_report
 from llmgw.control.summary import DAY, NodeFacts, node_facts
@@ -183,9 +183,10 @@ class ControlPlane:
         if chosen:
             self.fetch_leaders = prune({**self.fetch_leaders, **chosen}, self.nodes,
                                        {m.source for m in self.models.values()})
+        drain = draining(replicas, self.outstanding(), self.clock.now(), self.cfg.drain_timeout)
         desired = desired_for(
             rec.id, replicas, self.models, self._engine_names, self.cfg.heartbeat_interval,
-            self._engine_sources, plans,
+            self._engine_sources, plans, drain,
         )
         desired.revoked = sorted(self.revoked_nodes) + sorted(self.revoked_serials)
         return desired

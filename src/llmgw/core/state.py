@@ -50,6 +50,7 @@ class StopRequest(BaseModel):
     reason: Reason
     message: str = ""
     for_model: str = ""  # Evicted: the model it makes room for
+    at: float = 0.0  # when it was decided: requests in flight may finish until drain_timeout after it (0: unknown)
 
 
 class ReplicaRecord(BaseModel):

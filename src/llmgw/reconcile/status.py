@@ -98,5 +98,5 @@ def _fail(r: ReplicaRecord, reason: Reason, message: str, now: float) -> Replica
 
 def stopped(r: ReplicaRecord, reason: Reason, message: str, now: float, for_model: str = "") -> ReplicaRecord:
     conds = set_condition(r.conditions, ConditionType.Ready, Status.FALSE, reason, message, now)
-    stop = StopRequest(reason=reason, message=message, for_model=for_model)
+    stop = StopRequest(reason=reason, message=message, for_model=for_model, at=now)
     return r.model_copy(update={"stop": stop, "conditions": conds, "endpoint": ""})

@@ -1,0 +1,59 @@
+"""Drain: a replica told to stop leaves the routing table at once, and its shards stay in its node's desired state
+while routers have requests on it, up to drain_timeout after the stop; then the agent is told to stop them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmgw.config.server import ServerConfig, TLSFiles
+from llmgw.control.desired import draining
+from llmgw.control.plane import LOCAL, ControlPlane
+from llmgw.core.clock import FakeClock
+from llmgw.core.conditions import ConditionType, Status, set_condition
+from llmgw.core.reasons import Reason
+from llmgw.core.state import ReplicaRecord, ShardAssignment
+from llmgw.reconcile.status import stopped
+from llmgw.store.sqlite import SqliteStore
+from tests.clusters import model, node
+
+T0 = 1_800_000_000.0
+
+
+def replica(stop_at: float | None) -> ReplicaRecord:
+    ready = set_condition([], ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", T0)
+    r = ReplicaRecord(id="m-1", model="m", created_at=T0, shards_expected=1, conditions=ready,
+                      endpoint="http://10.0.0.1:20000", secret="s" * 64,
+                      assignments=[ShardAssignment(rank=0, node_id="n1", address="10.0.0.1", gpus=[0, 1, 2, 3],
+                                                   serve_port=20000)])
+    return stopped(r, Reason.Idle, "unused for 700s", stop_at) if stop_at is not None else r
+
+
+def test_the_rule() -> None:
+    r = replica(stop_at=T0)
+    assert draining([r], {"m-1": 1}, T0 + 59, 60.0) == {"m-1"}
+    assert draining([r], {"m-1": 1}, T0 + 60, 60.0) == set()  # past the timeout
+    assert draining([r], {}, T0 + 1, 60.0) == set()  # nothing in flight: stopped at once
+    assert draining([replica(stop_at=None)], {"m-1": 1}, T0, 60.0) == set()  # not stopping: not draining
+    failed = r.model_copy(update={"failed": True})
+    assert draining([failed], {"m-1": 1}, T0, 60.0) == set()
+
+
+def test_a_stopping_replica_keeps_its_shards_while_requests_finish(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db").open()
+    store.put_replica(replica(stop_at=T0))
+    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[model("m", min_=0, max_=1)],
+                       drain_timeout=60.0)
+    clock = FakeClock(T0)
+    p = ControlPlane(cfg, store, clock)
+    p.load()
+    report = node("n1", address="10.0.0.1").report
+    assert p.ready_table().get("m", []) == []  # out of the routing table: no new request reaches it
+    p.in_flight(LOCAL, {"m-1": 1}, whole=False)  # a long stream still on it
+    assert [s.replica_id for s in p.heartbeat(report).shards] == ["m-1"]
+    clock.advance(30)
+    assert [s.replica_id for s in p.heartbeat(report).shards] == ["m-1"]
+    p.in_flight(LOCAL, {"m-1": 0}, whole=False)  # it finished
+    assert p.heartbeat(report).shards == []
+    p.in_flight(LOCAL, {"m-1": 1}, whole=False)
+    clock.advance(31)  # 61 s after the stop: whatever is left is cut
+    assert p.heartbeat(report).shards == []
