@@ -70,7 +70,10 @@ def test_an_idle_on_demand_replica_makes_room_and_then_the_request_is_placed() -
     assert not b.placed
     assert _evicted(sim) == [ids["a"]]
     victim = sim.replicas[ids["a"]]
-    assert victim.stop == StopRequest(reason=Reason.Evicted, message="idle, to make room for b", for_model="b")
+    assert victim.stop is not None
+    assert victim.stop.model_copy(update={"at": 0.0}) == StopRequest(
+        reason=Reason.Evicted, message="idle, to make room for b", for_model="b")
+    assert sim.started_at <= victim.stop.at <= sim.now  # when it was decided: the drain runs from there
     assert sim.ready_reason(victim) == Reason.Evicted and not victim.ready
     assert any(e == f"replica {ids['a']} of a evicted: idle, to make room for b" for e in sim.events)
     # its cards are held until its shard is gone; then the request lands where it was
