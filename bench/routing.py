@@ -86,6 +86,9 @@ class BenchState:
     def attach(self, recorder: Recorder) -> None:
         pass
 
+    def ejected(self, replica_id: str, words: str) -> None:
+        pass
+
 
 @dataclass
 class Result:

@@ -25,6 +25,7 @@ class FakeState:
         self.last_used: dict[str, float] = {}
         self.outstanding: dict[str, int] = {}  # what the router last said it has in flight, per replica
         self.engine_loads: dict[str, EngineLoad] = {}  # what a test says the engines report
+        self.ejections: list[tuple[str, str]] = []
 
     # what a test arranges
     def put_ready(self, rid: str, model: str, endpoint: str, secret: str = "") -> None:
@@ -75,3 +76,6 @@ class FakeState:
 
     def attach(self, recorder: Recorder) -> None:
         self.recorder = recorder
+
+    def ejected(self, replica_id: str, words: str) -> None:
+        self.ejections.append((replica_id, words))

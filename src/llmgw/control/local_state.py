@@ -43,6 +43,9 @@ class LocalState:
     async def explain(self, model: str) -> ModelExplanation | None:
         return self.plane.explain(model)
 
+    def ejected(self, replica_id: str, words: str) -> None:
+        self.plane.event("replica", replica_id, f"replica {replica_id} {words}")
+
     def attach(self, recorder: Recorder) -> None:
         self.plane.attach_router(LOCAL, recorder.snapshot)
 

@@ -23,7 +23,7 @@ from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Outcome, Timeouts, bro
 from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, Decision, Weights, choose
 from llmgw.router.state import RouterState
 from llmgw.router.stats import OTHER, Measure, Recorder
-from llmgw.router.table import Route, RoutingTable
+from llmgw.router.table import EJECT_AFTER, Route, RoutingTable
 from llmgw.router.usage import StreamUsage
 from llmgw.store.base import ApiKeyRecord, UsageRecord
 from llmgw.wire.router import model_explanation_lines
@@ -285,6 +285,7 @@ class Router:
                     route.outstanding -= 1
                     self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
                 assert outcome.response is not None
+                self._judge(route, outcome.status)
                 if outcome.status in NOT_SERVED and not outcome.response.prepared:
                     # the engine has no such endpoint: the client's mistake for this model (4xx, which the official
                     # clients do not retry), not the engine's 5xx
@@ -293,6 +294,7 @@ class Router:
                         "invalid_request_error", "unsupported_endpoint", "model")
                 if not outcome.response.prepared:
                     outcome.response.headers["X-Llmgw-Worker"] = self._worker
+                    outcome.response.headers.update(said)  # an error envelope says where it was routed too
                 return outcome.response
         finally:
             # every request that reached an engine is recorded once, however it ended: a client that went away
@@ -310,9 +312,21 @@ class Router:
                     "completion_tokens": c_tok, "duration_s": self.state.clock.monotonic() - t0, "status": status,
                 }))
 
+    def _judge(self, route: Route, status: int) -> None:
+        """Outlier ejection (table.py): the engine's own failures count, a client's mistakes and leaving do not."""
+        if status >= 500:
+            length = route.failed(self.state.clock.monotonic())
+            if length:
+                words = (f"ejected from routing for {length:.0f}s after {EJECT_AFTER} failed requests in a row "
+                         f"(the last: {status})")
+                log.warning("replica %s %s", route.replica_id, words)
+                self.state.ejected(route.replica_id, words)
+        elif status != CLIENT_CLOSED:
+            route.served()
+
     def _choose(self, model: str, tried: set[str], keys: list[bytes], policy: str) -> tuple[Route | None, Decision]:
         """Score the model's ready replicas not tried yet (scoring.py) and remember the prefix for the chosen."""
-        routes = [r for r in self.table.routes.get(model, ()) if r.replica_id not in tried]
+        routes = self.table.in_rotation(model, tried, self.state.clock.monotonic())
         loads = self.state.loads()
         matched = self.prefixes.matches(keys) if keys else {}
         cands = []

@@ -43,6 +43,7 @@ class RouterState(Protocol):
     async def explain(self, model: str) -> ModelExplanation | None: ...
     async def flush(self) -> None: ...
     def attach(self, recorder: Recorder) -> None: ...
+    def ejected(self, replica_id: str, words: str) -> None: ...  # a replica left out of routing, and why
 
 
 class RemoteState:
@@ -62,6 +63,9 @@ class RemoteState:
 
     def attach(self, recorder: Recorder) -> None:
         self._recorder = recorder
+
+    def ejected(self, replica_id: str, words: str) -> None:
+        pass  # this worker's own routing; its log says it (the control plane's router records an event)
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -1,10 +1,20 @@
-"""Least outstanding requests among ready replicas of a model."""
+"""The ready replicas of each model as the router routes to them: in-flight counts, and outlier ejection.
+
+A replica whose engine fails EJECT_AFTER requests in a row (a 5xx of its own, an answer that is not an answer, no
+first byte in time: an engine can answer /health and be wedged) is left out of routing for a while, doubling from
+EJECT_BASE_S to EJECT_MAX_S while it keeps failing after each return (Envoy's outlier ejection, in small). Only
+while another replica of the model is in rotation: with every replica ejected, they are all tried.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from llmgw.wire.router import ReadyReplica
+
+EJECT_AFTER = 3
+EJECT_BASE_S = 30.0
+EJECT_MAX_S = 300.0
 
 
 @dataclass
@@ -13,6 +23,23 @@ class Route:
     endpoint: str
     secret: str = ""
     outstanding: int = 0
+    failures: int = 0  # in a row
+    ejections: int = 0  # in a row: each one longer
+    ejected_until: float = 0.0  # monotonic seconds
+
+    def failed(self, now: float) -> float:
+        """One more failure; the ejection's length when this one ejects it, else 0."""
+        self.failures += 1
+        if self.failures < EJECT_AFTER:
+            return 0.0
+        length: float = min(EJECT_MAX_S, EJECT_BASE_S * 2.0 ** self.ejections)
+        self.failures, self.ejections, self.ejected_until = 0, self.ejections + 1, now + length
+        return length
+
+    def served(self) -> None:
+        self.failures = 0
+        if self.ejected_until:
+            self.ejections, self.ejected_until = 0, 0.0
 
 
 class RoutingTable:
@@ -33,6 +60,12 @@ class RoutingTable:
             fresh[model] = routes
         self.routes = fresh
         self.generation = generation
+
+    def in_rotation(self, model: str, exclude: set[str], now: float) -> list[Route]:
+        """The model's routes not excluded, less the ejected ones while any other is left."""
+        routes = [r for r in self.routes.get(model, ()) if r.replica_id not in exclude]
+        live = [r for r in routes if r.ejected_until <= now]
+        return live or routes
 
     def pick(self, model: str, exclude: set[str] | None = None) -> Route | None:
         best: Route | None = None
