@@ -38,6 +38,7 @@ from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec, WeightsDir, is_remote
 
 log = logging.getLogger(__name__)
+FAST_MIN_S = 0.1
 
 ENGINE_REPROBE_S = 60.0
 
@@ -348,11 +349,19 @@ class Agent:
                         log.exception("agent pass failed; engines keep running, retrying")
                     self.last_error = str(e)
                 try:
-                    await asyncio.wait_for(stop.wait(), self.interval)
+                    await asyncio.wait_for(stop.wait(), self._next_wait())
                 except TimeoutError:
                     pass
         finally:
             await self.close()
+
+    def _next_wait(self) -> float:
+        """The heartbeat interval; a quarter of it while an engine is starting, so that the moment it serves is
+        reported within that (a cold start waits on it). A quarter keeps within the control plane's heartbeat
+        budget (a burst, then four per interval)."""
+        if self.supervisor is not None and self.supervisor.settling():
+            return max(FAST_MIN_S, self.interval / 4)
+        return self.interval
 
     async def close(self) -> None:
         if self._named_probe is not None:

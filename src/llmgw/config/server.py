@@ -93,6 +93,8 @@ class RouterConfig(Strict):
     # connections the router keeps open to one replica's engine; further requests wait up to queue_timeout for one
     connections_per_replica: int = Field(default=64, ge=1, le=4096)
     queue_timeout: Duration = 60.0
+    # requests waiting for one model to load (or for any replica of it to be ready); beyond, 429 at once
+    max_waiting: int = Field(default=256, ge=1, le=1_000_000)
     # prefix-aware routing (models with routing: prefix): prompt blocks of this many characters (about a quarter as
     # many tokens), read up to prefix_max_chars, remembered for the last prefix_entries prefixes; a replica holding
     # a longer prefix wins unless it has more than prefix_margin requests beyond the least loaded one

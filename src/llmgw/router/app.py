@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -56,6 +57,7 @@ class Router:
         self.recorder = Recorder()
         state.attach(self.recorder)
         self.prefixes = PrefixIndex(cfg.prefix_entries)
+        self.waiting: Counter[str] = Counter()  # per model, requests waiting for a replica to become ready
         self.keys = keys
         self.cfg = cfg
         self.load_wait = load_wait
@@ -128,9 +130,10 @@ class Router:
                                 "model_not_found", "model")
         return web.json_response({"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"})
 
-    async def _wait_ready(self, model: str) -> bool:
+    async def _wait_ready(self, model: str, request: web.Request) -> bool | None:
         """Up to load_wait by the injected clock (a test drives it); the table is looked at again whenever the
-        control plane says something changed, and at least every WAIT_POLL_S of real time."""
+        control plane says something changed, and at least every WAIT_POLL_S of real time. None: the client went
+        away meanwhile (it stops waiting, and asks for nothing more)."""
         clock = self.state.clock
         loop = asyncio.get_running_loop()
         deadline, real_deadline = clock.monotonic() + self.load_wait, loop.time() + self.load_wait * REAL_WAIT_CAP
@@ -138,6 +141,8 @@ class Router:
             self.refresh()
             if self.table.pick(model) is not None:
                 return True
+            if request.transport is None or request.transport.is_closing():
+                return None
             left = deadline - clock.monotonic()
             if left <= 0 or loop.time() >= real_deadline:  # a clock nobody moves must not hold a request forever
                 return False
@@ -207,9 +212,19 @@ class Router:
         if self.table.pick(model) is None:
             if spec.on_demand:
                 self.state.want(model)
+            if self.waiting[model] >= self.cfg.max_waiting:
+                return openai_error(
+                    429, f"too many requests waiting for {model} to load ({self.waiting[model]}): try again shortly",
+                    "rate_limit_exceeded", "too_many_waiting", headers={"Retry-After": str(RETRY_AFTER_S)})
             waited_from = self.state.clock.monotonic()
-            ready = await self._wait_ready(model)
+            self.waiting[model] += 1
+            try:
+                ready = await self._wait_ready(model, request)
+            finally:
+                self.waiting[model] -= 1
             m.queue_s += self.state.clock.monotonic() - waited_from
+            if ready is None:  # nobody to answer: recorded as the client's leaving
+                return web.Response(status=CLIENT_CLOSED)
             if not ready:
                 # model_loading only for a load on demand; a model that should be serving and has no ready replica
                 # (a dead worker, a failed placement) says so, with the control plane's explanation

@@ -256,6 +256,10 @@ class Supervisor:
             return None, f"{path}: {type(e).__name__}: {e}"
         return load, "" if load is not None else f"{path} holds none of the engine's gauges, or not as Prometheus text"
 
+    def settling(self) -> bool:
+        """An engine is up and not yet serving: its readiness is worth noticing (and reporting) at once."""
+        return any(sp.state == "starting" for sp in self.shards.values())  # ("running": a worker's steady state)
+
     def states(self) -> list[ShardState]:
         return [sp.report() for _, sp in sorted(self.shards.items())]
 
