@@ -74,6 +74,11 @@ async def forward(
         total=None, connect=t.queue + t.connect, sock_connect=t.connect, sock_read=t.first_byte
     )
     headers = {"Content-Type": "application/json"}
+    if stream:
+        # one connection per stream: llama-server closes its connection after a streamed answer without saying so,
+        # and aiohttp returns a connection to its pool the moment the answer's last byte arrives, so the next
+        # request sent on it failed ("Can not write request body", "Server disconnected"), unretried
+        headers["Connection"] = "close"
     if secret:
         headers["Authorization"] = f"Bearer {secret}"
     try:
