@@ -58,6 +58,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
 
     from bench.standin import serve
     from llmgw.config.server import ModelSpec, Scaling, ServerConfig, StoreConfig, TLSFiles
+    from llmgw.control.local_state import LocalState
     from llmgw.control.plane import ControlPlane
     from llmgw.control.writer import StoreWriter
     from llmgw.core.clock import SystemClock
@@ -67,7 +68,6 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     from llmgw.reconcile.intents import PutReplica
     from llmgw.router.app import Router
     from llmgw.router.keys import KeyRing, new_key
-    from llmgw.router.state import LocalState
     from llmgw.store.sqlite import SqliteStore
 
     clock = SystemClock()

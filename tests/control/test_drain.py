@@ -57,3 +57,19 @@ def test_a_stopping_replica_keeps_its_shards_while_requests_finish(tmp_path: Pat
     p.in_flight(LOCAL, {"m-1": 1}, whole=False)
     clock.advance(31)  # 61 s after the stop: whatever is left is cut
     assert p.heartbeat(report).shards == []
+
+
+def test_the_ready_table_says_what_the_leading_shard_says_of_its_engines_connections(tmp_path: Path) -> None:
+    from llmgw.wire.messages import ShardState
+
+    store = SqliteStore(tmp_path / "s.db").open()
+    store.put_replica(replica(stop_at=None))
+    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[model("m", min_=0, max_=1)])
+    p = ControlPlane(cfg, store, FakeClock(T0))
+    p.load()
+    (ready,) = p.ready_table()["m"]
+    assert not ready.closes_after_stream  # nothing reported yet
+    shard = ShardState(replica_id="m-1", rank=0, state="ready", closes_after_stream=True)
+    p.heartbeat(node("n1", address="10.0.0.1", shards=[shard]).report)
+    (ready,) = p.ready_table()["m"]
+    assert ready.closes_after_stream

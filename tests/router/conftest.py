@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from llmgw.agent.engines.base import LaunchContext
 from llmgw.config.server import ModelSpec, RouterConfig, ServerConfig, TLSFiles
 from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
@@ -20,6 +21,7 @@ from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing, new_key
 from llmgw.router.state import RouterState
 from llmgw.store.sqlite import SqliteStore
+from llmgw.wire.messages import ShardSpec
 from tests.harness import await_until, free_port
 from tests.router.engines import Engine, llama_server, sim
 from tests.router.fakes import FakeState
@@ -122,7 +124,13 @@ async def rut(request: pytest.FixtureRequest, tmp_path: Path, engines: dict[str,
     for name in ("sim-a", "sim-b"):
         state.put_ready(f"{name}-1", name, engines[name].url)
     if "llama" in request.fixturenames:
-        state.put_ready("smollm2-1", "smollm2", request.getfixturevalue("llama").url)
+        # what the control plane says of it: its agent reports what the llama.cpp adapter declares
+        from llmgw.agent.engines.llamacpp import LlamaCpp
+
+        closes = LlamaCpp().launch(ShardSpec(replica_id="r", model="smollm2", engine="llamacpp", source=SMOLLM2,
+                                             rank=0, world_size=1, serve_port=1),
+                                   LaunchContext(binary="llama-server", model_path="m", host="h")).closes_after_stream
+        state.put_ready("smollm2-1", "smollm2", request.getfixturevalue("llama").url, closes_after_stream=closes)
     try:
         async with serving(state, store, cfg, "tester") as (url, router, raw):
             yield RouterUnderTest(url, router, state, store, clock, raw, db)

@@ -28,9 +28,11 @@ class FakeState:
         self.ejections: list[tuple[str, str]] = []
 
     # what a test arranges
-    def put_ready(self, rid: str, model: str, endpoint: str, secret: str = "") -> None:
+    def put_ready(self, rid: str, model: str, endpoint: str, secret: str = "",
+                  closes_after_stream: bool = False) -> None:
         self.remove(rid)
-        self._ready.setdefault(model, []).append(ReadyReplica(id=rid, endpoint=endpoint, secret=secret))
+        self._ready.setdefault(model, []).append(ReadyReplica(id=rid, endpoint=endpoint, secret=secret,
+                                                              closes_after_stream=closes_after_stream))
         self._generation += 1
 
     def remove(self, rid: str) -> None:

@@ -32,8 +32,8 @@ HISTOGRAMS = {
              "as the router saw it (load and queue waits included)"),
     "tbt": ("llmgw_time_between_tokens_seconds", "A stream's time per output token after the first (one "
             "observation per request: its mean)"),
-    "queue": ("llmgw_queue_wait_seconds", "Time a request waited for its model to load and for a connection to "
-              "a replica"),
+    "queue": ("llmgw_queue_wait_seconds", "Time a request waited for its model to load (or for any replica of it "
+              "to be ready)"),
     "e2e": ("llmgw_request_duration_seconds", "From a request's arrival to its last byte, as the router saw it"),
 }
 

@@ -421,8 +421,16 @@ class ControlPlane:
         ready: dict[str, list[ReadyReplica]] = {}
         for r in self.replicas.values():
             if r.ready and r.endpoint:
-                ready.setdefault(r.model, []).append(ReadyReplica(id=r.id, endpoint=r.endpoint, secret=r.secret))
+                ready.setdefault(r.model, []).append(ReadyReplica(id=r.id, endpoint=r.endpoint, secret=r.secret,
+                                                                  closes_after_stream=self._closes(r)))
         return ready
+
+    def _closes(self, r: ReplicaRecord) -> bool:
+        """What the replica's leading shard says of its engine's connections after a stream."""
+        lead = next((a for a in r.assignments if a.rank == 0), None)
+        n = self.nodes.get(lead.node_id) if lead is not None else None
+        return n is not None and any(s.closes_after_stream for s in n.report.shards
+                                     if s.replica_id == r.id and s.rank == 0)
 
     def ready_replicas(self, model: str) -> list[ReplicaRecord]:
         return [r for r in self.replicas.values() if r.model == model and r.ready and r.endpoint]

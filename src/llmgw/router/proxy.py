@@ -62,6 +62,7 @@ async def forward(
     secret: str = "",
     trace: object = None,
     said: dict[str, str] | None = None,
+    fresh_for_stream: bool = False,
 ) -> Outcome:
     """Raises ConnectFailed when nothing was sent to the engine (it could not be reached, or no connection to it
     came free in time): safe to try elsewhere, and nothing to record. Raises StreamBroken when the engine failed
@@ -74,9 +75,9 @@ async def forward(
         total=None, connect=t.queue + t.connect, sock_connect=t.connect, sock_read=t.first_byte
     )
     headers = {"Content-Type": "application/json"}
-    if stream:
-        # one connection per stream: llama-server closes its connection after a streamed answer without saying so,
-        # and aiohttp returns a connection to its pool the moment the answer's last byte arrives, so the next
+    if stream and fresh_for_stream:
+        # one connection for this stream: the engine (llama-server) drops its connection after a streamed answer
+        # without saying so, and aiohttp pools a connection the moment an answer's last byte arrives, so the next
         # request sent on it failed ("Can not write request body", "Server disconnected"), unretried
         headers["Connection"] = "close"
     if secret:

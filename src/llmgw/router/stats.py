@@ -19,7 +19,7 @@ class Measure:
     start: float  # the injected clock's monotonic seconds at arrival
     model: str = ""  # the catalog's name once the request named one it has
     key_id: str = ""
-    queue_s: float = 0.0  # waiting for a load and for a connection to the replica
+    queue_s: float = 0.0  # waiting for the model to load (a wait for a pooled connection is not timed: see app.py)
     first_at: float | None = None  # the first token of a stream
     last_at: float | None = None  # the last token seen
     completion_tokens: int = 0

@@ -155,6 +155,7 @@ class ShardState(Strict):
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31)
     restarts: int = Field(default=0, ge=0, le=2**31)
     load: EngineLoad | None = None  # the engine's gauges at its last scrape; None: not scraped (yet)
+    closes_after_stream: bool = False  # its engine drops the connection after a streamed answer (engine knowledge)
 
 
 class WeightsDir(Strict):

@@ -21,6 +21,7 @@ class ReadyReplica(BaseModel):
     id: str
     endpoint: str
     secret: str  # the replica's engine secret: routers send it, nobody else has it
+    closes_after_stream: bool = False  # open a fresh connection for each stream to it (its leading shard says)
 
 
 class RouterView(BaseModel):

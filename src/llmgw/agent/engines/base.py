@@ -38,6 +38,9 @@ class Launch:
     files: dict[str, str] = field(default_factory=dict)
     # where the engine serves its Prometheus metrics ("": it serves none), and which of them are its load
     metrics_path: str = ""
+    # the engine drops its connection after a streamed answer without saying so (llama-server): routers open a
+    # fresh one for each stream to it, since a request sent on the dropped one fails and cannot be retried
+    closes_after_stream: bool = False
     gauges: Gauges = field(default_factory=Gauges)
 
 

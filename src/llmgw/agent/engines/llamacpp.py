@@ -60,8 +60,9 @@ class LlamaCpp:
             argv += ["--api-key-file", ctx.key_file]
             files[ctx.key_file] = spec.api_key + "\n"
         argv += spec.args
+        # llama-server drops its connection after a streamed answer without saying so (checked on this build)
         return Launch(argv=argv, env=env, serves_http=True, health_path="/health", files=files,
-                      metrics_path="/metrics", gauges=GAUGES)
+                      metrics_path="/metrics", gauges=GAUGES, closes_after_stream=True)
 
     def flags(self) -> list[str]:
         return ["-m", "--host", "--port", "--alias", "-t", "-np", "--metrics", "-ngl", "--rpc", "--api-key-file"]
