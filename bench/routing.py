@@ -90,6 +90,23 @@ class BenchState:
         pass
 
 
+async def on_loopback(app: web.Application) -> tuple[web.AppRunner, str]:
+    """An app served on a free loopback port: its runner (to clean up) and its URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+
+
+def router_for(policy: str, spec_kw: dict[str, object], urls: list[str], db: Path) -> tuple[Router, SqliteStore]:
+    """The real router over BenchState, with the model's routing policy set to `policy`."""
+    spec = ModelSpec(name="m", routing="prefix" if policy == "prefix" else "least_loaded",  # type: ignore[arg-type]
+                     **spec_kw)  # type: ignore[arg-type]
+    store = SqliteStore(db).open()
+    return Router(BenchState(spec, urls), KeyRing(store), RouterConfig(auth=False), 5.0, 8 << 20), store
+
+
 @dataclass
 class Result:
     ttft: list[float]
@@ -130,16 +147,10 @@ async def run(policy: str, workload: str, args: argparse.Namespace, tmp: Path) -
         await site.start()
         runners.append(runner)
         urls.append(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}")  # type: ignore[union-attr]
-    spec = ModelSpec(name="m", source="org/m", engine="sim",
-                     routing="prefix" if policy == "prefix" else "least_loaded",
-                     scaling={"min": REPLICAS, "max": REPLICAS})  # type: ignore[arg-type]
-    store = SqliteStore(tmp / f"{policy}-{workload}.db").open()
-    router = Router(BenchState(spec, urls), KeyRing(store), RouterConfig(auth=False), 5.0, 8 << 20)
-    rrunner = web.AppRunner(router.app(), access_log=None)
-    await rrunner.setup()
-    rsite = web.TCPSite(rrunner, "127.0.0.1", 0)
-    await rsite.start()
-    router_url = f"http://127.0.0.1:{rsite._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    router, store = router_for(policy, {"source": "org/m", "engine": "sim",
+                                        "scaling": {"min": REPLICAS, "max": REPLICAS}},
+                               urls, tmp / f"{policy}-{workload}.db")
+    rrunner, router_url = await on_loopback(router.app())
     rng = random.Random(args.seed)
     systems = prompts(rng, workload, args.requests)
     gaps = [rng.expovariate(args.rate) for _ in range(args.requests)]

