@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmgw.control.plane import LOCAL, REPORTER_SILENT_AFTER
+from llmgw.control.plane import REPORTER_SILENT_AFTER
 from llmgw.core.clock import FakeClock
 from llmgw.router.stats import Measure, Recorder
 from llmgw.wire.router import Activity
@@ -21,7 +21,7 @@ def worker_stats(n: int) -> RouterStats:
 def test_the_plane_sums_its_own_router_and_every_worker(tmp_path: Path) -> None:
     p = plane_in(tmp_path)
     local = Recorder()
-    p.attach_router(LOCAL, local.snapshot)
+    p.attach_router(local.snapshot)
     local.finish(Measure(start=0.0, model="m", key_id="k"), 200, 1.0)
     p.record_activity(Activity(reporter="worker-1", stats=worker_stats(3)))
     p.record_activity(Activity(reporter="worker-2", stats=worker_stats(2)))

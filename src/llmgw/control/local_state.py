@@ -47,7 +47,7 @@ class LocalState:
         self.plane.event("replica", replica_id, f"replica {replica_id} {words}")
 
     def attach(self, recorder: Recorder) -> None:
-        self.plane.attach_router(LOCAL, recorder.snapshot)
+        self.plane.attach_router(recorder.snapshot)
 
     async def flush(self) -> None:
         pass  # demand and use are already the control plane's: it is in this process

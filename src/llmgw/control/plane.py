@@ -13,7 +13,7 @@ from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.desired import desired_for, draining
 from llmgw.control.metrics import Gauges
 from llmgw.control.registry import merge_report
-from llmgw.control.summary import DAY, NodeFacts, node_facts
+from llmgw.control.summary import DAY, NodeFacts, leader_shard, node_facts
 from llmgw.control.usage_book import HOUR, UsageBook
 from llmgw.control.weights import Leaders, plans_for, prune
 from llmgw.control.writer import InlineWriter, StoreWriter
@@ -309,7 +309,7 @@ class ControlPlane:
             self.replica_counts[(new.model, "stop", new.stop.reason.value)] += 1
 
     # what the router tells us
-    def attach_router(self, reporter: str, stats: Callable[[], RouterStats]) -> None:
+    def attach_router(self, stats: Callable[[], RouterStats]) -> None:
         """A router in this process: its measurements are read when asked for, not reported."""
         self._local_stats = stats
 
@@ -427,10 +427,8 @@ class ControlPlane:
 
     def _closes(self, r: ReplicaRecord) -> bool:
         """What the replica's leading shard says of its engine's connections after a stream."""
-        lead = next((a for a in r.assignments if a.rank == 0), None)
-        n = self.nodes.get(lead.node_id) if lead is not None else None
-        return n is not None and any(s.closes_after_stream for s in n.report.shards
-                                     if s.replica_id == r.id and s.rank == 0)
+        held = leader_shard(r, self.nodes)
+        return held is not None and held[1].closes_after_stream
 
     def ready_replicas(self, model: str) -> list[ReplicaRecord]:
         return [r for r in self.replicas.values() if r.model == model and r.ready and r.endpoint]

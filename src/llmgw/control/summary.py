@@ -18,7 +18,7 @@ from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
 from llmgw.store.base import UsageTotal
-from llmgw.wire.messages import EngineLoad, InstallStatus
+from llmgw.wire.messages import EngineLoad, InstallStatus, ShardState
 from llmgw.wire.stats import RouterStats
 
 DAY = 86400.0
@@ -120,12 +120,19 @@ def _wanted(spec: ModelSpec, active: int, demanded: bool) -> int:
     return min(want, spec.scaling.max)
 
 
-def _leader_load(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> EngineLoad | None:
+def leader_shard(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> tuple[NodeRecord, ShardState] | None:
+    """The replica's leading shard as its node last reported it, with that node; None when not reported."""
     lead = next((a for a in r.assignments if a.rank == 0), None)
     n = by_id.get(lead.node_id) if lead is not None else None
-    if n is None or n.lost:
+    if n is None:
         return None
-    return next((s.load for s in n.report.shards if s.replica_id == r.id and s.rank == 0), None)
+    shard = next((s for s in n.report.shards if s.replica_id == r.id and s.rank == 0), None)
+    return (n, shard) if shard is not None else None
+
+
+def _leader_load(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> EngineLoad | None:
+    held = leader_shard(r, by_id)
+    return held[1].load if held is not None and not held[0].lost else None
 
 
 @dataclass(frozen=True)
