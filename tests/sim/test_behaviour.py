@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from llmgw.core.clock import FakeClock
 from llmgw.sim.behaviour import BLOCK_CHARS, Behaviour, PrefixCache
 from llmgw.sim.server import make_app
 from tests.harness import await_until, free_port
@@ -87,3 +88,22 @@ async def test_planted_faults() -> None:
             await chat(url, "x", timeout=0.5)
         async with aiohttp.ClientSession() as s, s.get(url + "/health") as r:
             assert r.status == 200  # healthy to a probe that only asks /health: the wedged engine case
+
+
+async def test_a_model_still_loading_answers_503_on_every_path_until_it_has_loaded() -> None:
+    clock = FakeClock()
+    runner = web.AppRunner(make_app("m", tokens=2, clock=clock, behaviour=Behaviour(load_seconds=5)))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            for path in ("/health", "/v1/models"):
+                async with s.get(f"http://127.0.0.1:{port}{path}") as r:
+                    assert r.status == 503 and "Loading model" in await r.text()
+            clock.advance(5)
+            for path in ("/health", "/v1/models"):
+                async with s.get(f"http://127.0.0.1:{port}{path}") as r:
+                    assert r.status == 200
+    finally:
+        await runner.cleanup()

@@ -38,7 +38,8 @@ from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec, WeightsDir, is_remote
 
 log = logging.getLogger(__name__)
-FAST_MIN_S = 0.1
+FAST_PROBE_S = 0.1  # how often an engine that is starting is probed, between heartbeats
+WATCH_RETRY_S = 600.0
 
 ENGINE_REPROBE_S = 60.0
 
@@ -63,6 +64,7 @@ class Agent:
         self.client: ControlPlaneClient | None = None
         self.interval = cfg.heartbeat_interval
         self.last_error = ""
+        self.wake = asyncio.Event()  # the next heartbeat is due now (the control plane said this node's shards changed)
         self.hand_over = False  # set by SIGUSR2: exit leaving engines to the next agent (an upgrade)
         self._found: dict[tuple[str, int], Running] = {}
         self._hardware: Hardware | None = None  # the last discovery that succeeded
@@ -340,6 +342,7 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         await self.start()
         log.info("agent %s at %s reporting to %s", self.node_id, self.address, ", ".join(self.cfg.control_planes))
+        watcher = asyncio.create_task(self._watch(stop))
         try:
             while not stop.is_set():
                 try:
@@ -348,20 +351,59 @@ class Agent:
                     if str(e) != self.last_error:
                         log.exception("agent pass failed; engines keep running, retrying")
                     self.last_error = str(e)
-                try:
-                    await asyncio.wait_for(stop.wait(), self._next_wait())
-                except TimeoutError:
-                    pass
+                await self._pause(stop)
         finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
             await self.close()
 
-    def _next_wait(self) -> float:
-        """The heartbeat interval; a quarter of it while an engine is starting, so that the moment it serves is
-        reported within that (a cold start waits on it). A quarter keeps within the control plane's heartbeat
-        budget (a burst, then four per interval)."""
-        if self.supervisor is not None and self.supervisor.settling():
-            return max(FAST_MIN_S, self.interval / 4)
-        return self.interval
+    async def _pause(self, stop: asyncio.Event) -> None:
+        """Until the next heartbeat: the interval, or sooner when the control plane says this node's shards changed
+        (the watch) or a starting engine's state changes (probed every FAST_PROBE_S meanwhile, so the moment it
+        serves is reported at once: a cold start waits on it). Timed by the event loop, like the I/O it spaces."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.interval
+        before = self._shard_states()
+        while not stop.is_set():
+            if self.wake.is_set():
+                self.wake.clear()
+                return
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            settling = self.supervisor is not None and self.supervisor.settling()
+            await _either(stop, self.wake, min(left, FAST_PROBE_S) if settling else left)
+            if settling and self.supervisor is not None and not stop.is_set():
+                await self.supervisor.tick(starting_only=True)
+                if self._shard_states() != before:
+                    return
+
+    def _shard_states(self) -> list[tuple[tuple[str, int], str]]:
+        return [] if self.supervisor is None else [(k, sp.state) for k, sp in self.supervisor.shards.items()]
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        """Wait at the control plane for the shards this node is to run to change, and wake the loop when they do
+        (one early heartbeat, which brings the new desired state). Errors wait an interval; a control plane that
+        does not serve watches is asked again every WATCH_RETRY_S."""
+        seen = ""
+        while not stop.is_set():
+            assert self.client is not None
+            pause = self.interval
+            try:
+                got = await self.client.watch(seen)
+            except UpstreamError as e:
+                log.debug("watch: %s", e)
+            else:
+                if got is not None:
+                    if got != seen:
+                        seen = got
+                        self.wake.set()
+                    continue
+                pause = WATCH_RETRY_S
+            try:
+                await asyncio.wait_for(stop.wait(), pause)
+            except TimeoutError:
+                pass
 
     async def close(self) -> None:
         if self._named_probe is not None:
@@ -380,3 +422,13 @@ class Agent:
             await self.supervisor.close(keep_engines=self.hand_over)
         if self.client is not None:
             await self.client.close()
+
+
+async def _either(a: asyncio.Event, b: asyncio.Event, timeout: float) -> None:
+    """Until either event is set, or `timeout` passes."""
+    waits = [asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()

@@ -35,6 +35,9 @@ class ControlPlaneConnector(aiohttp.TCPConnector):
         return transport, proto
 
 HEARTBEAT_PATH = "/v1/agent/heartbeat"
+WATCH_PATH = "/v1/agent/watch"
+WATCH_TIMEOUT_S = 40.0  # the control plane answers a watch within 25 s (agent_api.WATCH_HOLD_S)
+MAX_WATCH_BYTES = 4096
 
 
 def _desired(url: str, text: str) -> DesiredState:
@@ -128,6 +131,30 @@ class ControlPlaneClient:
             self.current = idx
             return desired
         raise ControlPlaneUnreachable("no control plane answered: " + "; ".join(errors))
+
+    async def watch(self, seen: str) -> str | None:
+        """Wait, at the control plane that last answered a heartbeat, until the digest of the shards this node is to
+        run differs from `seen` (or the control plane's hold ends); the digest it answers. None: that control plane
+        does not serve watches (an older release): heartbeats alone keep the node right."""
+        await self._reload_if_renewed()
+        url = self.urls[self.current].rstrip("/") + WATCH_PATH
+        try:
+            async with self._http().get(url, params={"seen": seen}, allow_redirects=False,
+                                        timeout=aiohttp.ClientTimeout(total=WATCH_TIMEOUT_S)) as r:
+                text = (await r.content.read(MAX_WATCH_BYTES)).decode("utf-8", "replace")
+                if r.status == 404:
+                    return None
+                if r.status != 200:
+                    raise UpstreamError(f"{url}: {r.status} {text.strip()[:300]}")
+        except (aiohttp.ClientError, TimeoutError, ssl.SSLError) as e:
+            raise ControlPlaneUnreachable(f"{url}: {type(e).__name__}: {e}") from None
+        try:
+            digest = json.loads(text)["digest"]
+        except (ValueError, TypeError, KeyError, RecursionError):
+            raise UpstreamError(f"{url}: unreadable watch answer") from None
+        if not isinstance(digest, str) or len(digest) > 64:
+            raise UpstreamError(f"{url}: unreadable watch answer")
+        return digest
 
     async def close(self) -> None:
         if self._session is not None:

@@ -29,6 +29,7 @@ class StoreConfig(Strict):
 class SimSpeed(Strict):
     tokens_per_second: float = Field(default=200.0, gt=0)
     tokens: int = Field(default=16, ge=1)
+    load_seconds: Duration = Field(default=0.0, ge=0)  # how long the sim engine takes to load its model
 
 
 class Profile(Strict):

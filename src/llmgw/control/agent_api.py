@@ -19,7 +19,7 @@ from llmgw.config.loader import describe
 from llmgw.control.admission import IPNetwork, address_problem, ports_problem
 from llmgw.control.plane import ControlPlane
 from llmgw.core.buckets import Buckets
-from llmgw.pki.tls import peer_identity
+from llmgw.pki.tls import PeerIdentity, peer_identity
 from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ MAX_HEARTBEAT_BYTES = 1024 * 1024
 BODY_TIMEOUT = 10.0  # a body trickled in a byte at a time holds a connection no longer than this
 BURST = 20  # heartbeats a node may send at once (a restart, a failover); then HEARTBEATS_PER_INTERVAL per interval
 HEARTBEATS_PER_INTERVAL = 4
+WATCH_HOLD_S = 25.0  # a watch answers at the latest after this: below the agent's timeout for it, and proxies'
 
 
 def _refuse(status: int, error: str, **extra: object) -> web.Response:
@@ -39,7 +40,9 @@ def agent_app(
 ) -> web.Application:
     buckets = Buckets(plane.clock, HEARTBEATS_PER_INTERVAL / plane.cfg.heartbeat_interval, BURST)
 
-    async def heartbeat(request: web.Request) -> web.Response:
+    watches = Buckets(plane.clock, HEARTBEATS_PER_INTERVAL / plane.cfg.heartbeat_interval, BURST)
+
+    def node_of(request: web.Request) -> PeerIdentity | web.Response:
         ident = peer_identity(request.transport.get_extra_info("ssl_object") if request.transport else None)
         if ident is None:
             return _refuse(401, "no verified client certificate")
@@ -49,6 +52,33 @@ def agent_app(
         refused = plane.refusal(ident.node_id, ident.serial)
         if refused:
             return _refuse(403, refused)
+        return ident
+
+    async def watch(request: web.Request) -> web.Response:
+        """GET /v1/agent/watch?seen=DIGEST: answers the digest of the shards this node is to run as soon as it
+        differs from `seen`, or after WATCH_HOLD_S with it unchanged (control/watch.py)."""
+        ident = node_of(request)
+        if isinstance(ident, web.Response):
+            return ident
+        if not watches.take(ident.node_id):
+            return _refuse(429, f"node {ident.node_id}: watches too frequent (at most {HEARTBEATS_PER_INTERVAL} "
+                                f"per heartbeat interval)")
+        seen = request.query.get("seen", "")[:64]
+        # a hold on a connection, timed like a socket timeout (the event loop's time), not by the plane's clock
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WATCH_HOLD_S
+        digest = plane.node_digest(ident.node_id)
+        while digest == seen and not plane.watch.closed and (left := deadline - loop.time()) > 0:
+            await plane.watch.wait(ident.node_id, left)
+            if plane.refusal(ident.node_id, ident.serial):  # revoked while it waited: it hears so from a heartbeat
+                break
+            digest = plane.node_digest(ident.node_id)
+        return web.json_response({"digest": digest})
+
+    async def heartbeat(request: web.Request) -> web.Response:
+        ident = node_of(request)
+        if isinstance(ident, web.Response):
+            return ident
         if not buckets.take(ident.node_id):
             return _refuse(429, f"node {ident.node_id}: heartbeats too frequent (at most {HEARTBEATS_PER_INTERVAL} "
                                 f"per heartbeat interval)")
@@ -88,6 +118,7 @@ def agent_app(
 
     app = web.Application(client_max_size=MAX_HEARTBEAT_BYTES)
     app.router.add_post("/v1/agent/heartbeat", heartbeat)
+    app.router.add_get("/v1/agent/watch", watch)
     return app
 
 

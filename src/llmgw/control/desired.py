@@ -13,6 +13,8 @@ def engine_args(spec: ModelSpec) -> list[str]:
     if spec.engine == "sim":
         s = spec.profile.sim
         args += ["--tokens-per-second", str(s.tokens_per_second), "--tokens", str(s.tokens)]
+        if s.load_seconds:
+            args += ["--load-seconds", str(s.load_seconds)]
     return args
 
 

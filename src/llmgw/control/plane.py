@@ -15,6 +15,7 @@ from llmgw.control.metrics import Gauges
 from llmgw.control.registry import merge_report
 from llmgw.control.summary import DAY, NodeFacts, leader_shard, node_facts
 from llmgw.control.usage_book import HOUR, UsageBook
+from llmgw.control.watch import Watch
 from llmgw.control.weights import Leaders, plans_for, prune
 from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.buckets import Buckets
@@ -74,6 +75,10 @@ class ControlPlane:
         self.in_flight_by: dict[str, dict[str, int]] = {}
         self._heard_at: dict[str, float] = {}
         self.generation = 0  # bumped when replicas change, so readers can cache derived tables
+        self.watch = Watch()  # agents waiting to hear that the shards they are to run changed
+        # set when a pass is worth running before the next interval: a request asks for a model not loaded, or a
+        # node reports a shard ready or gone (a cold start waits on both)
+        self.kick = asyncio.Event()
         # who fetches each remote file from its origin, per fabric (control/weights.py); soft state: after a
         # restart it is read again from what the nodes report fetching
         self.fetch_leaders: Leaders = {}
@@ -125,6 +130,7 @@ class ControlPlane:
                 self.writer.submit(self.store.put_replica, r)
             self.replicas[r.id] = r
         self.generation += 1
+        self.watch.changed()
         self.event(
             "control",
             "plane",
@@ -165,7 +171,10 @@ class ControlPlane:
 
     def heartbeat(self, report: NodeReport, serial: str = "", not_after: float | None = None) -> DesiredState:
         now = self.clock.now()
-        rec, events = merge_report(self.nodes.get(report.node_id), report, self.models, now)
+        old = self.nodes.get(report.node_id)
+        if old is None or _shard_states(old.report) != _shard_states(report):
+            self.kick.set()  # a shard became ready (a cold start waits on it), failed or went: act on it now
+        rec, events = merge_report(old, report, self.models, now)
         rec = rec.model_copy(update={"cert_serial": serial, "cert_not_after": not_after})
         self.nodes[rec.id] = rec
         self.node_facts(rec)  # derived now, once per report, not at every page view and scrape
@@ -298,6 +307,7 @@ class ControlPlane:
                 self.event("replica", i.replica_id, i.message)
         if changed:
             self.generation += 1
+            self.watch.changed()
 
     def _count(self, old: ReplicaRecord | None, new: ReplicaRecord, why: str = "") -> None:
         if old is None:
@@ -335,7 +345,13 @@ class ControlPlane:
         self._reported_stats[reporter] = stats
 
     def want(self, model: str) -> None:
+        if model not in self.demand:
+            self.kick.set()  # a load asked for now is placed now, not at the next pass
         self.demand[model] = self.clock.now()
+
+    def node_digest(self, node_id: str) -> str:
+        """What the shards this node is to run look like now (control/watch.py)."""
+        return self.watch.digest(node_id, self.generation, self.replicas.values())
 
     def used(self, replica_id: str, at: float) -> None:
         self.last_used[replica_id] = max(at, self.last_used.get(replica_id, 0.0))
@@ -445,3 +461,7 @@ class ControlPlane:
             replicas=[ReplicaExplanation(id=r.id, phase=replica_phase(r), nodes=r.node_ids(), conditions=r.conditions,
                                          stop=r.stop, placement=r.explanation) for r in reps],
         )
+
+
+def _shard_states(report: NodeReport) -> list[tuple[str, int, str]]:
+    return [(s.replica_id, s.rank, s.state) for s in report.shards]

@@ -39,6 +39,7 @@ from llmgw.store.sqlite import SqliteStore
 log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 3600.0
 AGENT_CONNECTIONS_PER_NODE = 4
+KICKED_PASS_GAP_S = 0.05
 
 
 def api_refusal() -> bytes:
@@ -116,12 +117,19 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
 
     async def reconcile_loop() -> None:
         while True:
+            plane.kick.clear()
             try:
                 plane.reconcile_once()
                 router.refresh()
             except Exception:  # a failed pass is logged and retried on the next tick, never swallowed silently
                 log.exception("reconcile pass failed")
-            await asyncio.sleep(cfg.reconcile_interval)
+            # every interval, or sooner when kicked (a load asked for, a shard's state reported changed); kicked
+            # passes are spaced by KICKED_PASS_GAP_S at least, so a burst of reports is one pass, not one each
+            try:
+                await asyncio.wait_for(plane.kick.wait(), cfg.reconcile_interval)
+                await asyncio.sleep(min(KICKED_PASS_GAP_S, cfg.reconcile_interval))
+            except TimeoutError:
+                pass
 
     async def retention_loop() -> None:
         while True:  # usage rows and events past their retention go; totals stay
@@ -138,6 +146,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
     try:
         await stop.wait()
     finally:
+        plane.watch.close()  # agents waiting on their shards are answered now, not after their hold
         await stop_workers(workers)
         for t in tasks:
             t.cancel()

@@ -27,6 +27,7 @@ class Behaviour:
     cache_blocks: int = 0
     max_running: int = 0
     fault: Fault = ""
+    load_seconds: float = 0.0  # the model "loads" this long after the server starts: every path answers 503 meanwhile
 
 
 class PrefixCache:

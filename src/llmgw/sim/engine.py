@@ -51,6 +51,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-running", type=int, default=0, help="requests generating at once; the rest wait; 0 = any")
     p.add_argument("--fault", choices=["", "hang", "slow", "error"], default="",
                    help="a planted fault: hang (accept, never answer), slow (10x), error (503)")
+    p.add_argument("--load-seconds", type=float, default=0.0,
+                   help="the model takes this long to load after the server starts: 503 'Loading model' meanwhile")
     p.add_argument("--fail-load", default="", metavar="WORDS",
                    help="play a model that failed to load: /health answers, nothing else does (a planted fault)")
     p.add_argument(
@@ -67,9 +69,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.rank > 0 and not args.leader_address:
         p.error("workers (--rank > 0) need --leader-address")
     if min(args.tokens, args.tokens_per_second, args.join_timeout, args.prefill_tokens_per_second,
-           args.cache_blocks, args.max_running) < 0:
-        p.error("--tokens, --tokens-per-second, --join-timeout, --prefill-tokens-per-second, --cache-blocks and "
-                "--max-running must not be negative")
+           args.cache_blocks, args.max_running, args.load_seconds) < 0:
+        p.error("--tokens, --tokens-per-second, --join-timeout, --prefill-tokens-per-second, --cache-blocks, "
+                "--max-running and --load-seconds must not be negative")
     return args
 
 
@@ -124,7 +126,8 @@ async def _lead(args: argparse.Namespace, stop: asyncio.Event) -> int:
         # the replica's secret comes through the environment (never argv) and leaves it at once
         key = os.environ.pop(KEY_ENV, "")
         behaviour = Behaviour(prefill_tokens_per_second=args.prefill_tokens_per_second,
-                              cache_blocks=args.cache_blocks, max_running=args.max_running, fault=args.fault)
+                              cache_blocks=args.cache_blocks, max_running=args.max_running, fault=args.fault,
+                              load_seconds=args.load_seconds)
         app = make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second, api_key=key,
                        load_failure=args.fail_load, behaviour=behaviour)
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE, access_log=None)

@@ -40,7 +40,7 @@ def make_app(
     /v1/embeddings. /metrics is Prometheus text with the engine's own gauges, as real engines have theirs:
     sim:requests_running (completions being generated now), sim:requests_waiting (queued behind the concurrency
     limit) and, with a prefix cache, sim:kv_cache_usage_ratio. `behaviour` (sim/behaviour.py): prefix cache, prefill
-    time, concurrency limit, faults.
+    time, concurrency limit, faults, and a model that takes a while to load.
 
     With `api_key`, every path answers 401 unless the request carries `Authorization: Bearer <api_key>`.
     With `load_failure`, it plays an engine whose model failed to load while its HTTP server stays up: /health
@@ -54,6 +54,8 @@ def make_app(
     middlewares = [_require_key(api_key)] if api_key else []
     if load_failure:
         middlewares.append(_not_loaded(load_failure))
+    if handlers.b.load_seconds > 0:
+        middlewares.insert(0, _loading(handlers.clock, handlers.clock.monotonic() + handlers.b.load_seconds))
     app = web.Application(middlewares=middlewares)
     app.router.add_get("/health", handlers.health)
     app.router.add_get("/metrics", handlers.metrics)
@@ -71,6 +73,18 @@ def _not_loaded(words: str) -> Any:
             return await handler(request)  # type: ignore[no-any-return]
         body = {"error": {"message": f"model failed to load: {words}", "type": "server_error", "code": 503}}
         return web.json_response(body, status=503)
+
+    return mw
+
+
+def _loading(clock: Clock, ready_at: float) -> Any:
+    """Until `ready_at`, every path answers 503 as llama-server does while its model loads (health included)."""
+    @web.middleware
+    async def mw(request: web.Request, handler: Any) -> web.StreamResponse:
+        if clock.monotonic() < ready_at:
+            body = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
+            return web.json_response(body, status=503)
+        return await handler(request)  # type: ignore[no-any-return]
 
     return mw
 

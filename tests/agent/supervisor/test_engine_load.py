@@ -133,8 +133,8 @@ async def test_a_shard_that_is_not_ready_reports_no_load(tmp_path: Path) -> None
 
 
 async def test_the_supervisor_says_when_an_engine_is_starting_so_the_agent_reports_sooner(tmp_path: Path) -> None:
-    """While a shard's engine is up and not yet serving, the agent beats at a quarter of its interval (agent.py
-    _next_wait): its readiness reaches the control plane within that, not a whole interval later."""
+    """While a shard's engine is up and not yet serving, the agent probes it between heartbeats (agent.py _pause)
+    and reports the moment it serves, not a whole interval later."""
     s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim)
     assert not s.settling()
     await s.converge([spec(free_port())])

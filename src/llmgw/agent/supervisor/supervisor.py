@@ -134,7 +134,9 @@ class Supervisor:
             log.info("adopted %s rank %d (pid %d) from the previous agent", run.spec.replica_id, run.spec.rank,
                      run.pid)
 
-    async def tick(self) -> None:
+    async def tick(self, starting_only: bool = False) -> None:
+        """Start what is due, notice what exited, probe engines' health. `starting_only`: probe only engines not yet
+        serving (between heartbeats, to see the moment one serves)."""
         now = self.clock.monotonic()
         probes = []
         for sp in self.shards.values():
@@ -160,7 +162,7 @@ class Supervisor:
                 if sp.state == "exited":
                     sp.restarts += 1
                 await sp.start()
-            if sp.state in ("starting", "ready") and sp.launch.serves_http:
+            if (sp.state == "starting" or (sp.state == "ready" and not starting_only)) and sp.launch.serves_http:
                 probes.append(self._probe(sp))
         if probes:
             await asyncio.gather(*probes)
