@@ -101,6 +101,25 @@ def test_a_busy_model_is_never_stopped_for_idleness() -> None:
     assert sim.replicas[rid].ready
 
 
+def test_a_replica_with_a_request_in_flight_is_not_idle_however_long_the_request() -> None:
+    """A generation longer than idle_timeout (a long stream, a slow client): the replica serving it is in use, and
+    is not stopped as "unused" under it (drain would let the stream finish, and the next request load again)."""
+    sim = _sim(model("od", min_=0, max_=1, idle=IDLE))
+    rid = _load(sim, "od")
+    sim.last_used[rid] = sim.now  # the request began
+    sim.outstanding[rid] = 1
+    sim.advance(IDLE + 60)
+    sim.heartbeat()
+    sim.step()
+    assert sim.replicas[rid].stop is None, "a replica serving a request is not idle"
+    sim.outstanding[rid] = 0  # it ended now: the idle timer runs from here
+    sim.last_used[rid] = sim.now
+    sim.advance(IDLE)
+    sim.heartbeat()
+    sim.step()
+    assert idle_stopped(sim.replicas[rid])
+
+
 def test_with_no_use_reported_the_timer_runs_from_readiness_not_creation() -> None:
     sim = _sim(model("od", min_=0, max_=1, idle=IDLE))
     sim.demand["od"] = sim.now

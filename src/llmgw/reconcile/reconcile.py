@@ -162,7 +162,9 @@ def reconcile(w: World) -> list[Intent]:
         want = spec.scaling.min
         if spec.on_demand:
             demanded = w.now - w.demand.get(name, float("-inf")) <= w.timings.demand_window
-            keep = [r for r in active if w.now - _last_activity(r, w) < spec.scaling.idle_timeout]
+            # a replica with a request in flight is in use, however long ago that request began
+            keep = [r for r in active if w.outstanding.get(r.id, 0) > 0
+                    or w.now - _last_activity(r, w) < spec.scaling.idle_timeout]
             for r in active:
                 # a replica still loading (placed or not) while requests keep asking is wanted, not idle
                 if r not in keep and not (demanded and not r.ready):
