@@ -34,6 +34,7 @@ class Reason(StrEnum):
     WeightsUnusable = "WeightsUnusable"  # a shard's weights are missing, empty or unreadable on its node
     ModelNotLoaded = "ModelNotLoaded"  # the engine's health answers, but it serves no model
     EngineExited = "EngineExited"  # a shard's process ended (it is restarted, up to a limit)
+    EngineUnresponsive = "EngineUnresponsive"  # its health answers, a one-token completion does not
     # node conditions
     NodeReady = "NodeReady"
     NodeRevoked = "NodeRevoked"

@@ -42,6 +42,8 @@ class Launch:
     # fresh one for each stream to it, since a request sent on the dropped one fails and cannot be retried
     closes_after_stream: bool = False
     gauges: Gauges = field(default_factory=Gauges)
+    # where a one-token completion proves the engine answers requests, not just its health check ("": not asked)
+    completion_path: str = "/v1/completions"
 
 
 @dataclass(frozen=True)

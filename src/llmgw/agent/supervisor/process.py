@@ -12,6 +12,7 @@ from pathlib import Path
 
 from llmgw.agent.engines.base import Launch
 from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess, identity
+from llmgw.agent.supervisor.liveness import Liveness
 from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState
 
 LOG_TAIL_BYTES = 4096
@@ -56,6 +57,7 @@ class ShardProcess:
     load_failure_logged: bool = False  # a scrape failed and was logged: later ones are not (they come every probe)
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    liveness: Liveness = field(default_factory=Liveness)  # whether it answers a completion (liveness.py)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -111,6 +113,8 @@ class ShardProcess:
 
     async def stop(self, grace: float = 10.0) -> None:
         self.stopping = True
+        if self.liveness.task is not None:
+            self.liveness.task.cancel()
         p = self.proc
         if p is None or p.returncode is not None:
             return

@@ -13,6 +13,7 @@ import aiohttp
 
 from llmgw.agent.engines.base import Launch
 from llmgw.agent.engines.gauges import read_load
+from llmgw.agent.supervisor import liveness
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
 from llmgw.core.backoff import doubling
@@ -67,8 +68,9 @@ Resolver = Callable[[ShardSpec], tuple[Launch | None, "str | Problem | Pending"]
 
 class Supervisor:
     def __init__(self, clock: Clock, log_dir: Path, host: str, resolve: Resolver,
-                 restart: RestartPolicy | None = None) -> None:
+                 restart: RestartPolicy | None = None, answer_within: float = liveness.TIMEOUT_S) -> None:
         self.clock = clock
+        self.answer_within = answer_within  # a one-token completion to an idle engine (liveness.py)
         self.restart = restart or RestartPolicy()
         self.log_dir = log_dir
         self.host = host
@@ -166,6 +168,42 @@ class Supervisor:
                 probes.append(self._probe(sp))
         if probes:
             await asyncio.gather(*probes)
+        for sp in self.shards.values():
+            self._liveness(sp, now)
+
+    def _liveness(self, sp: ShardProcess, now: float) -> None:
+        """Take a finished completion probe's verdict, and start the next one when it is due (liveness.py). Runs
+        beside the loop: a hung engine holds its probe, never the heartbeat."""
+        lv = sp.liveness
+        if sp.launch is None or not sp.launch.completion_path or not sp.launch.serves_http or sp.proc is None:
+            return
+        if lv.task is not None and lv.task.done():
+            try:
+                words = lv.task.result()
+            except asyncio.CancelledError:
+                words = lv.wedged
+            except Exception as e:  # the probe's own failure says nothing of the engine
+                log.warning("%s rank %d: completion probe failed: %s", sp.spec.replica_id, sp.spec.rank, e)
+                words = lv.wedged
+            lv.task = None
+            if words and not lv.wedged:
+                log.warning("%s rank %d: not ready: %s", sp.spec.replica_id, sp.spec.rank, words)
+            elif lv.wedged and not words:
+                log.info("%s rank %d: answers completions again", sp.spec.replica_id, sp.spec.rank)
+            lv.wedged = words
+            lv.due_at = now + (liveness.WEDGED_EVERY_S if words else liveness.IDLE_EVERY_S)
+            if words and sp.state == "ready":
+                sp.state, sp.message, sp.reason = "starting", words, "EngineUnresponsive"
+            elif not words and sp.reason == "EngineUnresponsive":
+                sp.state, sp.message, sp.reason = "ready", "", ""
+        if lv.task is not None or not (sp.state == "ready" or lv.wedged):
+            return
+        if lv.due_at is None:
+            lv.due_at = now + liveness.IDLE_EVERY_S  # from its first ready: it just proved it loads
+        elif now >= lv.due_at and (lv.wedged or liveness.idle(sp.load)):
+            headers = {"Authorization": f"Bearer {sp.spec.api_key}"} if sp.spec.api_key else {}
+            lv.task = asyncio.create_task(liveness.one_token(
+                self._http(), sp.endpoint + sp.launch.completion_path, sp.spec.model, headers, self.answer_within))
 
     async def _probe(self, sp: ShardProcess) -> None:
         assert sp.launch is not None
@@ -184,7 +222,11 @@ class Supervisor:
         if healthy and sp.launch.models_path:
             healthy, code, detail = await self._serves_a_model(sp, headers)
         if healthy:
-            sp.state, sp.message, sp.reason, sp.health_failures = "ready", "", "", 0
+            sp.health_failures = 0
+            if sp.liveness.wedged:  # its health answers; completions do not (liveness.py)
+                sp.state, sp.message, sp.reason = "starting", sp.liveness.wedged, "EngineUnresponsive"
+            else:
+                sp.state, sp.message, sp.reason = "ready", "", ""
             sp.load = await self._scrape(sp, headers)
             return
         sp.load = None
@@ -224,7 +266,7 @@ class Supervisor:
 
     async def _scrape(self, sp: ShardProcess, headers: dict[str, str]) -> EngineLoad | None:
         """The engine's gauges from its metrics page, or None. Load is something to route by, never a verdict on
-        health: whatever the page says or fails to say, readiness is the health probe's alone."""
+        health: whatever the page says or fails to say, readiness is the health and completion probes' alone."""
         assert sp.launch is not None
         if not sp.launch.metrics_path:
             return None
@@ -260,7 +302,8 @@ class Supervisor:
 
     def settling(self) -> bool:
         """An engine is up and not yet serving: its readiness is worth noticing (and reporting) at once."""
-        return any(sp.state == "starting" for sp in self.shards.values())  # ("running": a worker's steady state)
+        # ("running": a worker's steady state; a hung engine is probed at its own pace, not every moment)
+        return any(sp.state == "starting" and not sp.liveness.wedged for sp in self.shards.values())
 
     def states(self) -> list[ShardState]:
         return [sp.report() for _, sp in sorted(self.shards.items())]
@@ -268,6 +311,9 @@ class Supervisor:
     async def close(self, keep_engines: bool = False) -> None:
         """Stop every engine, or with `keep_engines` (a hand-over to the next agent) leave them, and their pid and
         spec files, for it to adopt."""
+        for sp in self.shards.values():
+            if sp.liveness.task is not None:
+                sp.liveness.task.cancel()
         if not keep_engines:
             await asyncio.gather(*(sp.stop(grace=5.0) for sp in self.shards.values()))
         self.shards.clear()

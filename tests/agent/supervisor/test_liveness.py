@@ -1,0 +1,89 @@
+"""An engine whose health answers while its completions hang is not ready: the supervisor asks an idle engine for
+one token now and then (liveness.py), and says why when no answer comes. Real sim engines; the clock is fake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.supervisor.liveness import IDLE_EVERY_S, WEDGED_EVERY_S, idle
+from llmgw.core.clock import FakeClock
+from llmgw.wire.messages import EngineLoad, ShardState
+from tests.agent.supervisor.test_engine_load import reported, sim, spec
+from tests.harness import await_until, free_port
+
+
+async def state(s: Supervisor, want: str, reason: str = "") -> ShardState:
+    async def check() -> ShardState | None:
+        st = await reported(s)
+        return st if st.state == want and st.reason == reason else None
+
+    return await await_until(check, 20, f"the shard {want} {reason}")
+
+
+async def probed(s: Supervisor) -> None:
+    """Until the completion probe started by the last tick has finished and been taken in."""
+    async def done() -> bool:
+        await s.tick()
+        (sp,) = s.shards.values()
+        return sp.liveness.task is None
+
+    await await_until(done, 20, "the completion probe answered or timed out")
+
+
+async def test_an_idle_engine_whose_completions_hang_is_reported_not_ready_with_why(tmp_path: Path) -> None:
+    clock = FakeClock()
+    s = Supervisor(clock, tmp_path, "127.0.0.1", sim, answer_within=1.0)
+    await s.converge([spec(free_port(), "--fault", "hang")])
+    try:
+        await state(s, "ready")  # its health answers
+        clock.advance(IDLE_EVERY_S)
+        await s.tick()  # the probe is due: it starts, beside the loop
+        st = await state(s, "starting", "EngineUnresponsive")
+        assert "a one-token completion got no answer within 1s" in st.message, st.message
+        assert not s.settling(), "a hung engine is probed at its own pace, not every tenth of a second"
+        await s.tick()  # its health still answers: it stays out of ready
+        assert s.states()[0].reason == "EngineUnresponsive"
+    finally:
+        await s.close()
+
+
+async def test_an_engine_found_unresponsive_is_ready_again_once_it_answers(tmp_path: Path) -> None:
+    clock = FakeClock()
+    s = Supervisor(clock, tmp_path, "127.0.0.1", sim, answer_within=0.0001)  # no engine answers that fast
+    await s.converge([spec(free_port())])
+    try:
+        await state(s, "ready")
+        clock.advance(IDLE_EVERY_S)
+        await s.tick()
+        await state(s, "starting", "EngineUnresponsive")
+        s.answer_within = 20.0
+        clock.advance(WEDGED_EVERY_S)  # asked again sooner while it is out
+        await s.tick()
+        await probed(s)
+        assert s.states()[0].state == "ready" and s.states()[0].message == ""
+    finally:
+        await s.close()
+
+
+async def test_an_engine_that_answers_stays_ready_and_is_asked_again_a_minute_later(tmp_path: Path) -> None:
+    clock = FakeClock()
+    s = Supervisor(clock, tmp_path, "127.0.0.1", sim)
+    await s.converge([spec(free_port())])
+    try:
+        await state(s, "ready")
+        (sp,) = s.shards.values()
+        assert sp.liveness.due_at == clock.monotonic() + IDLE_EVERY_S  # not at once: it just proved it loads
+        clock.advance(IDLE_EVERY_S)
+        await s.tick()
+        assert sp.liveness.task is not None
+        await probed(s)
+        assert s.states()[0].state == "ready"
+        assert sp.liveness.due_at == clock.monotonic() + IDLE_EVERY_S
+    finally:
+        await s.close()
+
+
+def test_only_an_idle_engine_is_asked() -> None:
+    assert idle(None) and idle(EngineLoad(running=0, waiting=0)) and idle(EngineLoad())
+    assert not idle(EngineLoad(running=1, waiting=0)) and not idle(EngineLoad(running=0, waiting=2))
