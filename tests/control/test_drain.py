@@ -68,8 +68,8 @@ def test_the_ready_table_says_what_the_leading_shard_says_of_its_engines_connect
     p = ControlPlane(cfg, store, FakeClock(T0))
     p.load()
     (ready,) = p.ready_table()["m"]
-    assert not ready.closes_after_stream  # nothing reported yet
-    shard = ShardState(replica_id="m-1", rank=0, state="ready", closes_after_stream=True)
+    assert not ready.closes_after_stream and ready.slots is None  # nothing reported yet
+    shard = ShardState(replica_id="m-1", rank=0, state="ready", closes_after_stream=True, slots=1)
     p.heartbeat(node("n1", address="10.0.0.1", shards=[shard]).report)
     (ready,) = p.ready_table()["m"]
-    assert ready.closes_after_stream
+    assert ready.closes_after_stream and ready.slots == 1

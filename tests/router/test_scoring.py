@@ -35,6 +35,35 @@ def test_a_prefix_is_not_worth_a_queue_past_the_margin() -> None:
     assert choose(within, 10, w).replica_id == "b"
 
 
+def test_prompts_no_replica_holds_spread_over_equally_loaded_replicas_each_to_its_own_home() -> None:
+    idle = [Candidate(r) for r in "abcd"]
+    homes = [chain("m", f"system prompt number {i} " * 10, 64)[0] for i in range(200)]
+    chosen = [choose(idle, 4, PREFIX, h).replica_id for h in homes]
+    counts = {r: chosen.count(r) for r in "abcd"}
+    assert all(30 <= n <= 70 for n in counts.values()), counts  # 50 each on average, not 200 on "a"
+    assert [choose(idle, 4, PREFIX, h).replica_id for h in homes] == chosen  # the same prompt, the same home
+    assert [choose(idle[::-1], 4, PREFIX, h).replica_id for h in homes] == chosen  # whatever the order listed
+    home = chosen[0]
+    busier = [Candidate(r, in_flight=1 if r == home else 0) for r in "abcd"]
+    assert choose(busier, 4, PREFIX, homes[0]).replica_id != home  # only a tie-break: load comes first
+    assert choose(idle, 4, LEAST_LOADED, homes[0]).replica_id == "a"  # least_loaded: first listed, as before
+
+
+def test_a_prefix_holder_with_every_slot_busy_loses_to_a_free_replica() -> None:
+    """llama-server runs as many requests as it has slots and queues the rest: behind a 1.4 s prefill, a cache hit
+    is worth less than a free slot elsewhere (bench/routing_llama.py measured 1.16x least-loaded's time to first
+    token before this rule, with two clients on two one-slot replicas)."""
+    full = [Candidate("a", in_flight=0, slots=1), Candidate("b", in_flight=1, matched_blocks=10, slots=1)]
+    d = choose(full, 10, PREFIX)
+    assert (d.replica_id, d.reason) == ("a", RouteReason.PrefixOverloaded)
+    free = [Candidate("a", in_flight=0, slots=4), Candidate("b", in_flight=1, matched_blocks=10, slots=4)]
+    assert choose(free, 10, PREFIX).replica_id == "b"  # a slot left: the hit wins, within the margin
+    batched = [Candidate("a", in_flight=0), Candidate("b", in_flight=1, matched_blocks=10)]
+    assert choose(batched, 10, PREFIX).replica_id == "b"  # no fixed slots (vLLM): the margin alone
+    all_full = [Candidate("a", in_flight=1, slots=1), Candidate("b", in_flight=1, matched_blocks=10, slots=1)]
+    assert choose(all_full, 10, PREFIX).replica_id == "b"  # every one queues: then the hit is worth it
+
+
 def test_no_match_anywhere_is_least_loaded_and_no_replica_is_said() -> None:
     d = choose([Candidate("a", in_flight=2), Candidate("b", in_flight=1)], 6, PREFIX)
     assert (d.replica_id, d.reason) == ("b", RouteReason.LeastLoaded)

@@ -437,14 +437,12 @@ class ControlPlane:
         ready: dict[str, list[ReadyReplica]] = {}
         for r in self.replicas.values():
             if r.ready and r.endpoint:
-                ready.setdefault(r.model, []).append(ReadyReplica(id=r.id, endpoint=r.endpoint, secret=r.secret,
-                                                                  closes_after_stream=self._closes(r)))
+                held = leader_shard(r, self.nodes)  # what it says of its engine: connections, slots
+                ready.setdefault(r.model, []).append(ReadyReplica(
+                    id=r.id, endpoint=r.endpoint, secret=r.secret,
+                    closes_after_stream=held is not None and held[1].closes_after_stream,
+                    slots=held[1].slots if held is not None else None))
         return ready
-
-    def _closes(self, r: ReplicaRecord) -> bool:
-        """What the replica's leading shard says of its engine's connections after a stream."""
-        held = leader_shard(r, self.nodes)
-        return held is not None and held[1].closes_after_stream
 
     def ready_replicas(self, model: str) -> list[ReplicaRecord]:
         return [r for r in self.replicas.values() if r.model == model and r.ready and r.endpoint]

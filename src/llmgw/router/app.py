@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 # proxied to the engine as they are, routed by their "model" field: OpenAI's, its Responses API, Anthropic's Messages
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
 RETRY_AFTER_S = 10
+HOME_BLOCKS = 16  # leading blocks that name a prompt's home replica, for ties
 WAIT_POLL_S = 0.5  # real seconds between looks at the table while a load is awaited
 REAL_WAIT_CAP = 20.0  # and never more than this many load_waits of real time, whatever the injected clock says
 ANONYMOUS = ApiKeyRecord(id="-", name="anonymous", prefix="", hash="", created_at=0.0)
@@ -347,10 +348,11 @@ class Router:
         for r in routes:
             load = loads.get(r.replica_id)
             cands.append(Candidate(r.replica_id, r.outstanding, load.running if load else None,
-                                   load.waiting if load else None, matched.get(r.replica_id, 0)))
+                                   load.waiting if load else None, matched.get(r.replica_id, 0), r.slots))
         weights = Weights(load=1.0, prefix=PREFIX.prefix, margin=self.cfg.prefix_margin) \
             if policy == "prefix" else LEAST_LOADED
-        decision = choose(cands, len(keys), weights)
+        # the prompt's first kilobyte or so names its home replica among equals (scoring.py)
+        decision = choose(cands, len(keys), weights, keys[min(len(keys), HOME_BLOCKS) - 1] if keys else b"")
         route = next((r for r in routes if r.replica_id == decision.replica_id), None)
         if route is not None and keys:
             self.prefixes.record(keys, route.replica_id)

@@ -10,12 +10,17 @@ routing decision can be explained without prose (the router sends it back in a h
   engine's running gauge (other router processes send to it too), plus what waits in the engine's queue.
   Scored 1 for the least loaded, falling by one per request above it.
 - prefix: the fraction of the request's leading blocks the replica was last given (its KV cache likely still holds
-  them). Only replicas whose load is within `margin` of the least loaded may win on a prefix: a cache hit is not
-  worth a queue.
+  them). Only replicas whose load is within `margin` of the least loaded, and whose engine has a free slot when it
+  has a fixed number of them (llama-server), may win on a prefix: a cache hit is not worth a queue.
+- ties (equal scores: most often a prompt no replica was sent, on replicas equally idle) go, under the prefix
+  policy, to the replica the prompt's leading text hashes to (rendezvous hashing of `home` with each replica id):
+  different prompts spread over the replicas instead of all landing on the first listed, and a prompt the index
+  has forgotten goes back where it went before. Otherwise, and under least_loaded, to the first listed.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -34,6 +39,7 @@ class Candidate:
     running: float | None = None  # the engine's own gauges, as last reported (None: not exposed or not known)
     waiting: float | None = None
     matched_blocks: int = 0  # leading blocks of this request it was last sent
+    slots: int | None = None  # requests its engine runs at once, when a fixed number (llama-server's slots)
 
     @property
     def load(self) -> float:
@@ -69,20 +75,28 @@ class Decision:
     scores: tuple[Score, ...]
 
 
-def choose(candidates: list[Candidate], blocks: int, w: Weights) -> Decision:
+def _rendezvous(home: bytes, replica_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(home + replica_id.encode(), digest_size=8).digest())
+
+
+def choose(candidates: list[Candidate], blocks: int, w: Weights, home: bytes = b"") -> Decision:
     """The best candidate for a request of `blocks` leading blocks (0: its prefix is not looked at). Ties go to
-    the candidate listed first (the caller lists them in a stable order)."""
+    the replica `home` hashes to, under a policy that weighs prefixes; else to the candidate listed first (the
+    caller lists them in a stable order)."""
     if not candidates:
         return Decision(None, RouteReason.NoReplica, 0, ())
     least = min(c.load for c in candidates)
     scores = []
     for c in candidates:
         load_score = 1.0 / (1.0 + c.load - least)
-        eligible = c.load <= least + w.margin
+        # within the margin, and with a free slot unless none has one: a full engine queues the request
+        eligible = c.load <= least + w.margin and (c.slots is None or c.load < c.slots or c.load <= least)
         prefix_score = c.matched_blocks / blocks if blocks and w.prefix and eligible else 0.0
         total = w.load * load_score + w.prefix * prefix_score
         scores.append(Score(c.replica_id, c.load, load_score, prefix_score, total, eligible))
-    best = max(range(len(scores)), key=lambda i: (scores[i].total, -i))
+    spread = bool(home and w.prefix and blocks)
+    best = max(range(len(scores)), key=lambda i: (
+        scores[i].total, _rendezvous(home, candidates[i].replica_id) if spread else 0, -i))
     chosen = candidates[best]
     longest = max(c.matched_blocks for c in candidates) if blocks and w.prefix else 0
     if longest and chosen.matched_blocks == longest:

@@ -24,6 +24,7 @@ class Route:
     secret: str = ""
     outstanding: int = 0
     closes_after_stream: bool = False
+    slots: int | None = None
     failures: int = 0  # in a row
     ejections: int = 0  # in a row: each one longer
     ejected_until: float = 0.0  # monotonic seconds
@@ -57,7 +58,7 @@ class RoutingTable:
             for rep in sorted(replicas, key=lambda x: x.id):
                 route = old.get(rep.id) or Route(rep.id, rep.endpoint, rep.secret)
                 route.endpoint, route.secret = rep.endpoint, rep.secret
-                route.closes_after_stream = rep.closes_after_stream
+                route.closes_after_stream, route.slots = rep.closes_after_stream, rep.slots
                 routes.append(route)
             fresh[model] = routes
         self.routes = fresh

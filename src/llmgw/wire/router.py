@@ -22,6 +22,7 @@ class ReadyReplica(BaseModel):
     endpoint: str
     secret: str  # the replica's engine secret: routers send it, nobody else has it
     closes_after_stream: bool = False  # open a fresh connection for each stream to it (its leading shard says)
+    slots: int | None = None  # requests its engine runs at once (its leading shard says); None: not a fixed number
 
 
 class RouterView(BaseModel):

@@ -84,3 +84,12 @@ def test_launch_is_deterministic() -> None:
     for name, adapter in ADAPTERS.items():
         s = spec(engine=name, world_size=2, peer_addresses=["a", "b"], leader_address="a", rendezvous_port=1)
         assert adapter.launch(s, CTX) == adapter.launch(s, CTX)
+
+
+def test_engines_with_a_fixed_number_of_slots_say_how_many() -> None:
+    assert LlamaCpp().launch(spec(), CTX).slots == 1
+    assert LlamaCpp().launch(spec(args=["--parallel", "4"]), CTX).slots == 4  # a model's own args win
+    sim = spec(engine="sim", args=["--max-running", "2"])
+    assert Sim().launch(sim, LaunchContext(binary="python", model_path="m", host="h")).slots == 2
+    assert Sim().launch(spec(engine="sim"), LaunchContext(binary="python", model_path="m", host="h")).slots is None
+    assert ADAPTERS["vllm"].launch(spec(engine="vllm"), CTX).slots is None  # batches: no fixed number

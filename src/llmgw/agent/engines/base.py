@@ -42,6 +42,9 @@ class Launch:
     # fresh one for each stream to it, since a request sent on the dropped one fails and cannot be retried
     closes_after_stream: bool = False
     gauges: Gauges = field(default_factory=Gauges)
+    # requests the engine generates at once, when that is a fixed number (llama-server's slots); beyond it they
+    # queue, which routers weigh against a cached prefix. None: many, batched (vLLM, SGLang)
+    slots: int | None = None
     # where a one-token completion proves the engine answers requests, not just its health check ("": not asked)
     completion_path: str = "/v1/completions"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, nccl_env
@@ -62,7 +63,16 @@ class LlamaCpp:
         argv += spec.args
         # llama-server drops its connection after a streamed answer without saying so (checked on this build)
         return Launch(argv=argv, env=env, serves_http=True, health_path="/health", files=files,
-                      metrics_path="/metrics", gauges=GAUGES, closes_after_stream=True)
+                      metrics_path="/metrics", gauges=GAUGES, closes_after_stream=True, slots=_slots(argv))
 
     def flags(self) -> list[str]:
         return ["-m", "--host", "--port", "--alias", "-t", "-np", "--metrics", "-ngl", "--rpc", "--api-key-file"]
+
+
+def _slots(argv: list[str]) -> int:
+    """llama-server's slots: its last -np/--parallel (a model's own args come after ours and win), 1 if unreadable."""
+    n = 1
+    for flag, value in itertools.pairwise(argv):
+        if flag in ("-np", "--parallel") and value.isdigit() and int(value) > 0:
+            n = int(value)
+    return n

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
@@ -37,7 +39,9 @@ class Sim:
         env = nccl_env(spec)
         if spec.api_key:
             env[KEY_ENV] = spec.api_key
+        running = [int(v) for f, v in itertools.pairwise(argv) if f == "--max-running" and v.isdigit()]
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
+                      slots=running[-1] if running and running[-1] > 0 else None,
                       gauges=GAUGES)
 
     def flags(self) -> list[str]:

@@ -143,6 +143,7 @@ class ShardProcess:
             restarts=self.restarts,
             load=self.load if self.state == "ready" else None,  # an engine not serving has no load to speak of
             closes_after_stream=self.launch.closes_after_stream if self.launch is not None else False,
+            slots=self.launch.slots if self.launch is not None else None,
         )
 
 
