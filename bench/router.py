@@ -4,6 +4,7 @@ One run measures, at concurrency 1, 16 and 64, non-streaming and streaming (32 c
   (a) the engine stand-in called directly: the ceiling;
   (b) a bare aiohttp proxy (bench/bare_proxy.py): no auth, routing or usage, i.e. what Python itself allows;
   (c) llmgw's router with API keys, routing and usage on;
+  (p) the same with the model's routing policy `prefix` (the prompt hashed in blocks on every request);
   (d) LiteLLM's proxy, from its own virtual environment (skipped, with a message, when that is absent).
 Each server runs in its own process (started here with sys.executable, bound to 127.0.0.1 on a free port, killed by
 PID at the end); this process is only the load generator. (b) and (c) run on uvloop and on asyncio's own loop.
@@ -52,7 +53,8 @@ AIMS = {"c_over_b_at_64": 0.70, "c_over_d_at_64": 20.0, "added_p50_c_minus_b_at_
 # ---------------------------------------------------------------- (c): llmgw's router, served in its own process
 
 
-def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop: bool) -> None:
+def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop: bool,
+                 routing: str = "least_loaded") -> None:
     """Build the router the way `llmgw server` does, with one key and one ready replica, and serve only its API."""
     from aiohttp import web
 
@@ -76,7 +78,8 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
         tls=TLSFiles(ca="unused", cert="unused", key="unused"),
         store=StoreConfig(path=str(db)),
         api_listen=f"127.0.0.1:{port}",
-        models=[ModelSpec(name=MODEL, source="bench", engine="sim", scaling=Scaling(min=1, max=1))],
+        models=[ModelSpec(name=MODEL, source="bench", engine="sim", scaling=Scaling(min=1, max=1),
+                          routing="prefix" if routing == "prefix" else "least_loaded")],
     )
     store = SqliteStore(cfg.store.path).open()
     writer = StoreWriter()  # as `llmgw server`: store writes off the loop, usage journaled per request
@@ -217,10 +220,15 @@ def litellm_config(tmp: Path, upstream: str) -> Path:
 # ---------------------------------------------------------------- load generator
 
 
+SYSTEM = {"chars": 0}  # --system-chars: a system prompt of this many characters in every request (0: none)
+
+
 def request_body(stream: bool) -> bytes:
+    system = [{"role": "system", "content": ("You are a careful assistant. " * 1000)[:SYSTEM["chars"]]}] \
+        if SYSTEM["chars"] else []
     body: dict[str, object] = {
         "model": MODEL,
-        "messages": [{"role": "user", "content": "Say something short."}],
+        "messages": [*system, {"role": "user", "content": "Say something short."}],
         "max_tokens": 30,
     }
     if stream:
@@ -504,9 +512,9 @@ def ratios(cells: list[Cell], loops: list[str]) -> tuple[str, list[str]]:
     by = {(x.target, x.loop, x.stream, x.concurrency): x for x in cells}
     d_loop = next((x.loop for x in cells if x.target == "d"), "")
     rows = [
-        "| (b),(c) loop | mode | conc | (c)/(b) req/s | (c)/(b) by CPU | (c)/(d) req/s | added p50 (c)-(b) ms "
-        "| added p99 (c)-(b) ms | server CPU us/req (c) vs (b) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| (b),(c) loop | mode | conc | (c)/(b) req/s | (c)/(b) by CPU | (p)/(b) req/s | (c)/(d) req/s "
+        "| added p50 (c)-(b) ms | added p99 (c)-(b) ms | server CPU us/req (c) vs (b) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     verdicts: list[str] = []
     for loop in loops:
@@ -514,6 +522,8 @@ def ratios(cells: list[Cell], loops: list[str]) -> tuple[str, list[str]]:
             for c in sorted({x.concurrency for x in cells}):
                 rc, rb = by.get(("c", loop, stream, c)), by.get(("b", loop, stream, c))
                 rd = by.get(("d", d_loop, stream, c))
+                rp = by.get(("p", loop, stream, c))
+                pb = rp.rps / rb.rps if rp and rb else None
                 if rc is None:
                     continue
                 cb = rc.rps / rb.rps if rb else None
@@ -524,7 +534,8 @@ def ratios(cells: list[Cell], loops: list[str]) -> tuple[str, list[str]]:
                 cpu = f"{fmt(rc.server_cpu_us, '.0f')} vs {fmt(rb.server_cpu_us, '.0f')}" if rb else "-"
                 mode = "stream" if stream else "whole"
                 rows.append(
-                    f"| {loop} | {mode} | {c} | {fmt(cb, '.2f')} | {fmt(cb_cpu, '.2f')} | {fmt(cd, '.1f')} | "
+                    f"| {loop} | {mode} | {c} | {fmt(cb, '.2f')} | {fmt(cb_cpu, '.2f')} | {fmt(pb, '.2f')} | "
+                    f"{fmt(cd, '.1f')} | "
                     f"{fmt(p50, '.3f')} | {fmt(p99, '.3f')} | {cpu} |"
                 )
                 if c == 64 and cb is not None:
@@ -601,10 +612,13 @@ async def run(args: argparse.Namespace) -> list[Cell]:
                     f"bare-{loop}", [py, "-m", "bench.bare_proxy", "--port", "{port}", "--upstream", "{standin}", *flag]
                 )
                 targets.append(Target("b", "bare aiohttp proxy", loop, bare, args.seconds))
-            if "c" in args.only:
-                key_file = ss.tmp / f"key-{loop}"
+            for key, policy, label in (("c", "least_loaded", "llmgw router"),
+                                       ("p", "prefix", "llmgw router, prefix policy")):
+                if key not in args.only:
+                    continue
+                key_file = ss.tmp / f"key-{key}-{loop}"
                 router, _ = ss.start(
-                    f"router-{loop}",
+                    f"router-{key}-{loop}",
                     [
                         py,
                         "-m",
@@ -616,16 +630,18 @@ async def run(args: argparse.Namespace) -> list[Cell]:
                         "--key-file",
                         str(key_file),
                         "--db",
-                        str(ss.tmp / f"router-{loop}.db"),
+                        str(ss.tmp / f"router-{key}-{loop}.db"),
+                        "--serve-routing",
+                        policy,
                         *flag,
                     ],
                 )
-                targets.append(Target("c", "llmgw router", loop, router, args.seconds))
+                targets.append(Target(key, label, loop, router, args.seconds))
         await wait_up(standin, "/health", 30)
         for t in targets:
             await wait_up(t.srv, "/v1/models", 30)
-            if t.key == "c":
-                t.srv.headers = {"Authorization": f"Bearer {(ss.tmp / f'key-{t.loop}').read_text()}"}
+            if t.key in ("c", "p"):
+                t.srv.headers = {"Authorization": f"Bearer {(ss.tmp / f'key-{t.key}-{t.loop}').read_text()}"}
         for i in range(args.repeat):
             if args.repeat > 1:
                 print(f"round {i + 1} of {args.repeat}", flush=True)
@@ -673,7 +689,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=200, help="warm-up requests per cell, not measured (default 200)")
     ap.add_argument("--warmup-seconds", type=float, default=1.0, help="warm-up seconds per cell, at most (default 1)")
     ap.add_argument("--concurrency", default="1,16,64", help="comma-separated (default 1,16,64)")
-    ap.add_argument("--only", default="a,b,c,d", help="which of a,b,c,d to run (default all)")
+    ap.add_argument("--only", default="a,b,c,p,d", help="which of a,b,c,p,d to run (default all)")
     ap.add_argument("--loops", default="uvloop,asyncio", help="event loops for (b) and (c): uvloop,asyncio")
     ap.add_argument("--litellm-venv", default=str(REPO / ".bench-venv"), help="venv holding litellm[proxy]")
     ap.add_argument("--repeat", type=int, default=1, help="rounds over the (a)-(c) grid; the best of each cell counts")
@@ -681,15 +697,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--retry-budget", type=float, default=60.0, help="seconds that re-measuring may add, in all")
     ap.add_argument("--quick", action="store_true", help="500 requests or 0.5 s per cell, no retries: a smoke run")
     ap.add_argument("--json", help="also write the cells here")
+    ap.add_argument("--system-chars", type=int, default=0, help="a system prompt this long in every request")
     # internal: the process that serves (c)
     ap.add_argument("--serve-router", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--upstream", help=argparse.SUPPRESS)
     ap.add_argument("--key-file", help=argparse.SUPPRESS)
     ap.add_argument("--db", help=argparse.SUPPRESS)
+    ap.add_argument("--serve-routing", default="least_loaded", help=argparse.SUPPRESS)
     ap.add_argument("--no-uvloop", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     args.only = set(args.only.split(","))
+    SYSTEM["chars"] = args.system_chars
     args.loops = [x for x in args.loops.split(",") if x]
     if "uvloop" in args.loops:
         try:
@@ -706,7 +725,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.serve_router is not None:
-        serve_router(args.serve_router, args.upstream, Path(args.key_file), Path(args.db), not args.no_uvloop)
+        serve_router(args.serve_router, args.upstream, Path(args.key_file), Path(args.db), not args.no_uvloop,
+                     args.serve_routing)
         return
     try:
         import uvloop
