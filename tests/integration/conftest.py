@@ -22,3 +22,16 @@ def dump_logs(p: ClusterPlan) -> str:
     for f in sorted((Path(p.workdir) / "logs").glob("*.log")):
         out.append(f"==== {f.name}\n" + f.read_text(errors="replace")[-3000:])
     return "\n".join(out)
+
+
+def start_cluster(p: ClusterPlan, running: list[Cluster]) -> Cluster:
+    """Start the planned cluster's processes (stopped at the test's end by `running`) and wait for its control
+    plane to answer."""
+    from llmgw.dev.cluster import admin_up
+    from tests.harness import wait_until
+
+    c = Cluster(p)
+    running.append(c)
+    c.start()
+    wait_until(lambda: admin_up(p), 20, "control plane up")
+    return c

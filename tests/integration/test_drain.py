@@ -9,9 +9,9 @@ import json
 import threading
 from pathlib import Path
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import NodePlan, admin_get, admin_post
 from tests.harness import plan, wait_until
-from tests.integration.conftest import dump_logs
+from tests.integration.conftest import dump_logs, start_cluster
 
 
 class Stream(threading.Thread):
@@ -60,11 +60,8 @@ def test_a_stream_on_a_replica_scaled_down_under_it_finishes_and_new_requests_go
                          "scale_down_after": "1s"}}
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.53", port_range="25300-25399")], [model],
              heartbeat_interval="0.3s", reconcile_interval="0.2s")
-    c = Cluster(p)
-    running.append(c)
-    c.start()
+    start_cluster(p, running)
     try:
-        wait_until(lambda: admin_up(p), 20, "control plane up")
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
 
         def ready() -> list[str]:

@@ -8,9 +8,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import NodePlan, admin_get, admin_post
 from tests.harness import plan, wait_until
-from tests.integration.conftest import dump_logs
+from tests.integration.conftest import dump_logs, start_cluster
 
 
 def od(name: str, idle: str) -> dict:  # type: ignore[type-arg]
@@ -35,11 +35,8 @@ def test_load_on_demand_evict_idle_and_stop_when_unused(tmp_path: Path, running)
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.50", port_range="25000-25099")],
              [od("od-a", "10m"), od("od-b", "4s")], heartbeat_interval="0.3s", reconcile_interval="0.2s",
              load_wait="12s", extra_server={"eviction": {"idle_after": "1s", "protect_after_ready": "2s"}})
-    c = Cluster(p)
-    running.append(c)
-    c.start()
+    start_cluster(p, running)
     try:
-        wait_until(lambda: admin_up(p), 20, "control plane up")
         wait_until(lambda: admin_get(p, "/api/nodes"), 20, "node registered")
         assert admin_get(p, "/api/replicas") == []  # min 0: nothing runs until asked
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
@@ -73,11 +70,8 @@ def test_a_model_that_cannot_load_answers_503_loading_after_load_wait(tmp_path: 
     big["profile"]["gpus_per_shard"] = 16
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.51", port_range="25100-25199")], [big],
              heartbeat_interval="0.3s", reconcile_interval="0.2s", load_wait="1s")
-    c = Cluster(p)
-    running.append(c)
-    c.start()
+    start_cluster(p, running)
     try:
-        wait_until(lambda: admin_up(p), 20, "control plane up")
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
         status, body, took = chat(p, key, "od-huge")
         assert status == 503
@@ -99,11 +93,8 @@ def test_a_cold_start_does_not_wait_for_heartbeats(tmp_path: Path, running) -> N
     m["profile"]["sim"]["load_seconds"] = "1s"
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.52", port_range="25200-25299")], [m],
              heartbeat_interval="20s", reconcile_interval="5s", load_wait="30s")
-    c = Cluster(p)
-    running.append(c)
-    c.start()
+    start_cluster(p, running)
     try:
-        wait_until(lambda: admin_up(p), 20, "control plane up")
         wait_until(lambda: admin_get(p, "/api/nodes"), 20, "node registered")
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
         status, body, took = chat(p, key, "od-cold")

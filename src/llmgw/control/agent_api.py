@@ -42,6 +42,10 @@ def agent_app(
 
     watches = Buckets(plane.clock, HEARTBEATS_PER_INTERVAL / plane.cfg.heartbeat_interval, BURST)
 
+    def too_often(ident: PeerIdentity, what: str) -> web.Response:
+        return _refuse(429, f"node {ident.node_id}: {what} too frequent (at most {HEARTBEATS_PER_INTERVAL} per "
+                            f"heartbeat interval)")
+
     def node_of(request: web.Request) -> PeerIdentity | web.Response:
         ident = peer_identity(request.transport.get_extra_info("ssl_object") if request.transport else None)
         if ident is None:
@@ -61,8 +65,7 @@ def agent_app(
         if isinstance(ident, web.Response):
             return ident
         if not watches.take(ident.node_id):
-            return _refuse(429, f"node {ident.node_id}: watches too frequent (at most {HEARTBEATS_PER_INTERVAL} "
-                                f"per heartbeat interval)")
+            return too_often(ident, "watches")
         seen = request.query.get("seen", "")[:64]
         # a hold on a connection, timed like a socket timeout (the event loop's time), not by the plane's clock
         loop = asyncio.get_running_loop()
@@ -80,8 +83,7 @@ def agent_app(
         if isinstance(ident, web.Response):
             return ident
         if not buckets.take(ident.node_id):
-            return _refuse(429, f"node {ident.node_id}: heartbeats too frequent (at most {HEARTBEATS_PER_INTERVAL} "
-                                f"per heartbeat interval)")
+            return too_often(ident, "heartbeats")
         try:
             async with asyncio.timeout(BODY_TIMEOUT):
                 raw = await request.read()
