@@ -61,13 +61,14 @@ def _token() -> str:
         raise typer.Exit(1) from None
 
 
-def call(admin: str, method: str, path: str, body: object | None = None) -> Any:
+def call(admin: str, method: str, path: str, body: object | None = None, raw: bool = False) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {_token()}"}
     req = urllib.request.Request(admin.rstrip("/") + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read())
+            data = r.read()
+            return data.decode() if raw else json.loads(data)
     except urllib.error.HTTPError as e:
         detail = e.read().decode(errors="replace")[:2000]
         console.print(f"[red]error:[/red] {safe(method)} {safe(path)}: {e.code} {safe(detail)}")
@@ -218,32 +219,6 @@ def events(admin: AdminOpt = DEFAULT_ADMIN, limit: int = 50) -> None:
         console.print(f"{when} {safe(e['message'])}", highlight=False)
 
 
-@keys_cli.command("create")
-def keys_create(
-    name: Annotated[str, typer.Option("--name", help="who or what the key is for")],
-    model: Annotated[list[str] | None, typer.Option("--model", help="allow only these models (repeatable)")] = None,
-    admin: AdminOpt = DEFAULT_ADMIN,
-) -> None:
-    """Create a key. It is shown once; only its hash is kept."""
-    out = call(admin, "POST", "/api/keys", {"name": name, "models": model or []})
-    console.print(f"key {safe(out['id'])} ({safe(out['name'])}), shown once:")
-    print(out["key"])
-
-
-@keys_cli.command("list")
-def keys_list(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
-    rows = call(admin, "GET", "/api/keys")
-    if json_out(rows, as_json):
-        return
-    t = Table("id", "name", "prefix", "models", "revoked")
-    for k in rows:
-        t.add_row(
-            safe(k["id"]), safe(k["name"]), safe(k["prefix"]) + "…", safe(", ".join(k["models"])) or "all",
-            "yes" if k["revoked_at"] else "no",
-        )
-    console.print(t)
-
-
 @keys_cli.command("revoke")
 def keys_revoke(
     key_id: Annotated[str | None, typer.Argument(help="the key's id (`ctl keys list`)")] = None,
@@ -321,3 +296,7 @@ def engine_check(
         console.print(f"[red]{len(report.missing)} flag(s) llmgw uses are not accepted by this {engine}[/red]")
         raise typer.Exit(1)
     console.print(f"all {len(report.flags)} flags accepted")
+
+
+# keys with limits, and usage (cli/tenants.py): imported last, since they build on what is defined above
+from llmgw.cli import tenants  # noqa: E402, F401

@@ -19,9 +19,10 @@ from llmgw.control.metrics import registry
 from llmgw.control.openapi import openapi
 from llmgw.control.plane import ControlPlane
 from llmgw.control.summary import DAY, Demand, Summary, summarize
+from llmgw.control.tenants_api import BadRequest, json_body, tenant_routes
 from llmgw.control.views import node_row
 from llmgw.core.errors import StoreError
-from llmgw.wire.router import Activity, RouterView
+from llmgw.wire.router import Activity, Admission, AdmitRequest, RouterView
 
 log = logging.getLogger(__name__)
 MAX_LIMIT = 1000
@@ -83,17 +84,6 @@ def normal_serial(text: str) -> str | None:
     if len(t) > 64 or not re.fullmatch(r"[0-9a-f]+", t):
         return None
     return f"{int(t, 16):x}"
-
-
-class BadRequest(Exception):
-    pass
-
-
-async def json_body(request: web.Request) -> Any:
-    try:
-        return json.loads(await request.read())
-    except (ValueError, RecursionError):
-        raise BadRequest("the body is not valid JSON") from None
 
 
 def limit_of(request: web.Request, default: int = 100) -> int:
@@ -161,25 +151,6 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
     async def events(request: web.Request) -> web.Response:
         return js([e.model_dump() for e in await plane.read(plane.store.list_events, limit_of(request))])
 
-    async def list_keys(_: web.Request) -> web.Response:
-        return js([k.model_dump(exclude={"hash"}) for k in await plane.read(plane.store.list_keys)])
-
-    async def create_key(request: web.Request) -> web.Response:
-        body = await json_body(request)
-        try:
-            name = body["name"]
-            allowed = body.get("models", [])
-        except (KeyError, TypeError, AttributeError):
-            return js({"error": 'body must be {"name": ..., "models": [...]}'}, 400)
-        if not isinstance(name, str) or not 1 <= len(name) <= 128 or not isinstance(allowed, list):
-            return js({"error": 'body must be {"name": "1-128 characters", "models": [...]}'}, 400)
-        allowed = [str(m) for m in allowed]
-        unknown = [m for m in allowed if m not in plane.models]
-        if unknown:
-            return js({"error": f"unknown model(s): {', '.join(unknown)}"}, 400)
-        raw, rec = await plane.create_key(name, allowed)
-        return js({"key": raw, **rec.model_dump(exclude={"hash"})}, 201)
-
     async def revoke_key(request: web.Request) -> web.Response:
         """By id only: a name can stand for several keys (a rotation leaves two), and guessing which is how the
         wrong one stays live."""
@@ -223,6 +194,19 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         )
         return web.Response(text=view.model_dump_json(), content_type="application/json")
 
+    async def router_admit(request: web.Request) -> web.Response:
+        """A router worker's request to admit one request of a key against its limits (control/quotas.py)."""
+        try:
+            ask = AdmitRequest.model_validate_json(await request.read())
+        except (ValidationError, RecursionError) as e:
+            raise BadRequest(f"admission: {str(e).splitlines()[0]}") from None
+        key = await plane.key_record(ask.key_id)
+        if key is None or key.revoked_at is not None:
+            answer = Admission(admitted=False, refusal="invalid_api_key", message="invalid or revoked API key")
+        else:
+            answer = plane.quotas.admission(key, ask.cost)
+        return web.Response(text=answer.model_dump_json(), content_type="application/json")
+
     async def router_activity(request: web.Request) -> web.Response:
         try:
             act = Activity.model_validate_json(await request.read())
@@ -238,6 +222,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
     app = web.Application(client_max_size=MAX_BODY, middlewares=[guard(token, hosts, any_ip), bad_requests])
     app.add_routes(metrics_routes(plane))
     app.add_routes(dashboard_routes(lambda: summary_of(plane)))
+    app.add_routes(tenant_routes(plane))
     app.add_routes(
         [
             web.get("/api/nodes", nodes),
@@ -250,8 +235,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
             web.get("/api/events", events),
             web.get("/api/router/view", router_view),
             web.post("/api/router/activity", router_activity),
-            web.get("/api/keys", list_keys),
-            web.post("/api/keys", create_key),
+            web.post("/api/router/admit", router_admit),
             web.delete("/api/keys/{id}", revoke_key),
             web.post("/api/keys/revoke", revoke_by_name),
             web.post("/api/nodes/{id}/revoke", revoke_node),

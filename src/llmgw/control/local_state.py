@@ -6,9 +6,9 @@ from llmgw.config.server import ModelSpec
 from llmgw.control.plane import LOCAL, ControlPlane
 from llmgw.core.clock import Clock
 from llmgw.router.stats import Recorder
-from llmgw.store.base import UsageRecord
+from llmgw.store.base import ApiKeyRecord, UsageRecord
 from llmgw.wire.messages import EngineLoad
-from llmgw.wire.router import ModelExplanation, ReadyReplica
+from llmgw.wire.router import Admission, ModelExplanation, ReadyReplica
 
 
 class LocalState:
@@ -51,3 +51,9 @@ class LocalState:
 
     async def flush(self) -> None:
         pass  # demand and use are already the control plane's: it is in this process
+
+    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
+        return self.plane.quotas.admission(key, cost)
+
+    def settle(self, ticket: str, used: int) -> None:
+        self.plane.quotas.settle(ticket, used)

@@ -12,12 +12,14 @@ from typing import Any, TypeVar
 from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.desired import desired_for, draining
 from llmgw.control.metrics import Gauges
+from llmgw.control.quotas import Quotas
 from llmgw.control.registry import merge_report
 from llmgw.control.summary import DAY, NodeFacts, leader_shard, node_facts
 from llmgw.control.usage_book import HOUR, UsageBook
 from llmgw.control.watch import Watch
 from llmgw.control.weights import Leaders, plans_for, prune
 from llmgw.control.writer import InlineWriter, StoreWriter
+from llmgw.core import quota
 from llmgw.core.buckets import Buckets
 from llmgw.core.clock import Clock
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord, replica_phase
@@ -104,7 +106,8 @@ class ControlPlane:
         self.replica_counts: Counter[tuple[str, str, str]] = Counter()  # (model, "start"|"stop", why)
         self.scale_timers: dict[str, Timer] = {}  # scaling on load: soft state, restarted with the process
         self.usage = UsageBook()  # totals per key and model, all-time and by the hour: the summary's usage
-        self._key_names: tuple[int, dict[str, str]] = (-1, {})
+        self._keys: tuple[int, dict[str, ApiKeyRecord], dict[str, str]] = (-1, {}, {})
+        self.quotas = Quotas(clock, cfg.router.default_limits)  # every key's counters against its limits
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -120,7 +123,13 @@ class ControlPlane:
             (self.revoked_serials if rv.serial else self.revoked_nodes)[rv.serial or rv.node_id] = rv
         for n in self.store.list_nodes():
             self.nodes[n.id] = n.model_copy(update={"last_seen": now})
-        self.usage.load(self.store.usage_totals(), self.store.usage_by_hour(now - DAY - HOUR))
+        totals = self.store.usage_totals()
+        self.usage.load(totals, self.store.usage_by_hour(now - DAY - HOUR))
+        # what keys spent before this start, for their budgets: this day, this month (hourly aggregates), in all
+        for period in ("day", "month"):
+            start = quota.period_start(period, now)
+            self.quotas.seed(start, self.store.usage_recent(start))
+        self.quotas.seed(0.0, totals)
         for r in self.store.list_replicas():
             spec = self.models.get(r.model)
             if spec is not None:
@@ -387,6 +396,8 @@ class ControlPlane:
                 self.demand[model] = max(at, self.demand.get(model, 0.0))
         for rid, at in act.used.items():
             self.used(rid, at)
+        for ticket, used in act.settled:
+            self.quotas.settle(ticket, used)
         if act.reporter:
             self.in_flight(act.reporter, act.outstanding, whole=True)
             if act.stats is not None and act.reporter != LOCAL:
@@ -401,25 +412,39 @@ class ControlPlane:
 
     def key_names(self) -> dict[str, str] | None:
         """Key id -> name as last read; None when keys changed since (refresh_key_names reads them again)."""
-        version, names = self._key_names
+        version, _, names = self._keys
         return names if version == self.keys_version else None
 
     def refresh_key_names(self) -> dict[str, str]:
         """A store read: call it off the event loop (plane.read)."""
         version = self.keys_version
-        names = {k.id: k.name for k in self.store.list_keys()}
-        self._key_names = (version, names)
+        keys = {k.id: k for k in self.store.list_keys()}
+        names = {k: r.name for k, r in keys.items()}
+        self._keys = (version, keys, names)
         return names
+
+    async def key_record(self, key_id: str) -> ApiKeyRecord | None:
+        """The key with this id as the store has it now (read again, off the loop, when keys changed)."""
+        if self._keys[0] != self.keys_version:
+            await self.read(self.refresh_key_names)
+        return self._keys[1].get(key_id)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """A store read off the event loop. Not through the writer: a read must not wait behind a failing write."""
         return await asyncio.to_thread(fn, *args)
 
-    async def create_key(self, name: str, models: list[str]) -> tuple[str, ApiKeyRecord]:
+    async def create_key(self, name: str, models: list[str],
+                         limits: quota.KeyLimits | None = None) -> tuple[str, ApiKeyRecord]:
         raw, rec = new_key(name, models, self.clock)
+        rec.limits = limits
         await self.writer.run(self.store.put_key, rec)
         self.keys_version += 1
         return raw, rec
+
+    async def update_key(self, key: ApiKeyRecord) -> None:
+        """A key's new limits or models, from now on (routers reload keys when keys_version moves)."""
+        await self.writer.run(self.store.put_key, key)
+        self.keys_version += 1
 
     async def revoke_keys(self, match: Callable[[ApiKeyRecord], bool]) -> list[str]:
         """Revoke every live key that matches; their ids."""

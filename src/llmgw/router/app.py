@@ -9,12 +9,14 @@ import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from llmgw.config.server import RouterConfig
+from llmgw.config.server import ModelSpec, RouterConfig
 from llmgw.core.errors import ConnectFailed, StreamBroken
+from llmgw.router.admission import refused, reserve, used_of
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
@@ -208,6 +210,26 @@ class Router:
                 "model_off",
             )
         m.key_id = key.id
+        lim = key.limits if key.limits is not None else self.cfg.default_limits
+        if not lim.any():
+            return await self._serve(request, m, key, spec, payload, body, {}, [])
+        body, cost = reserve(request.path, payload, body, self.cfg.reserve_max_tokens)
+        admitted = await self.state.admit(key, cost)
+        if not admitted.admitted:  # refused here: it reaches no engine and costs nothing
+            return refused(admitted)
+        reached: list[bool] = []
+        try:
+            return await self._serve(request, m, key, spec, payload, body, dict(admitted.headers), reached)
+        finally:
+            if admitted.ticket:
+                self.state.settle(admitted.ticket, used_of(m, bool(reached), cost))
+
+    async def _serve(self, request: web.Request, m: Measure, key: ApiKeyRecord, spec: ModelSpec,
+                     payload: dict[str, Any], body: bytes, rate: dict[str, str],
+                     reached: list[bool]) -> web.StreamResponse:
+        """Wait for a replica if need be, and forward. `rate`: the key's x-ratelimit-* headers, answered with it;
+        `reached` gets an entry once the request is sent to an engine."""
+        model = spec.name
         self.recorder.begin(key.id, model)
         if self.table.pick(model) is None:
             if spec.on_demand:
@@ -260,6 +282,7 @@ class Router:
             started_at=self.state.clock.now(), duration_s=0.0, status=UNKNOWN,
         )
         self.ledger.begin(begun)  # journaled before anything is sent: a crash from here on still records it
+        reached.append(True)
         rec: UsageRecord | None = begun
         outcome: Outcome | None = None
         route = None
@@ -283,7 +306,7 @@ class Router:
                 self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
                 watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic)
                 try:
-                    said = {"X-Llmgw-Route": f"{decision.reason}; replica={route.replica_id}; "
+                    said = {**rate, "X-Llmgw-Route": f"{decision.reason}; replica={route.replica_id}; "
                                              f"matched={decision.matched_blocks}/{len(keys)}"}
                     outcome = await forward(
                         request, self._session(), route.endpoint + path, body, stream, self.timeouts, watch,

@@ -20,9 +20,9 @@ from pydantic import ValidationError
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import Clock
 from llmgw.router.stats import Recorder
-from llmgw.store.base import UsageRecord
+from llmgw.store.base import ApiKeyRecord, UsageRecord
 from llmgw.wire.messages import EngineLoad
-from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, RouterView
+from llmgw.wire.router import Activity, Admission, AdmitRequest, ModelExplanation, ReadyReplica, RouterView
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,9 @@ class RouterState(Protocol):
     async def store_usage(self, batch: list[UsageRecord]) -> None: ...
     async def explain(self, model: str) -> ModelExplanation | None: ...
     async def flush(self) -> None: ...
+    # tenant limits, kept in the control plane's process for every router process (control/quotas.py)
+    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission: ...
+    def settle(self, ticket: str, used: int) -> None: ...
     def attach(self, recorder: Recorder) -> None: ...
     def ejected(self, replica_id: str, words: str) -> None: ...  # a replica left out of routing, and why
 
@@ -60,6 +63,7 @@ class RemoteState:
         self._session: aiohttp.ClientSession | None = None
         self._recorder: Recorder | None = None
         self._reported = -1  # the recorder's version at the last report that arrived
+        self._settled: list[tuple[str, int]] = []
 
     def attach(self, recorder: Recorder) -> None:
         self._recorder = recorder
@@ -104,6 +108,24 @@ class RemoteState:
         else:
             self._in_flight.pop(replica_id, None)
 
+    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
+        """Asked of the control plane, which keeps every process's counters; refused when it cannot be asked (a
+        limit that cannot be checked is not one to wave through)."""
+        try:
+            async with self._http().post(
+                self.admin + "/api/router/admit", data=AdmitRequest(key_id=key.id, cost=cost).model_dump_json(),
+                headers={"Content-Type": "application/json"},
+            ) as r:
+                r.raise_for_status()
+                return Admission.model_validate_json(await r.read())
+        except (aiohttp.ClientError, TimeoutError, ValidationError) as e:
+            return Admission(admitted=False, refusal="limits_unavailable", retry_after=1.0,
+                             message=f"this key's limits cannot be checked now (the control plane: {e})")
+
+    def settle(self, ticket: str, used: int) -> None:
+        self._settled.append((ticket, used))
+        asyncio.get_running_loop().create_task(self.flush())  # a freed slot should be free now
+
     async def store_usage(self, batch: list[UsageRecord]) -> None:
         """Raises unless the control plane recorded the batch (it answers 2xx only once it is in the store)."""
         async with self._http().post(
@@ -126,7 +148,8 @@ class RemoteState:
         act, self._activity = self._activity, Activity()
         rec = self._recorder
         version = rec.version if rec is not None else -1
-        if not (act.demand or act.used or self._in_flight or version != self._reported):
+        act.settled, self._settled = self._settled, []
+        if not (act.demand or act.used or self._in_flight or act.settled or version != self._reported):
             return  # busy and quiet is still busy: say so
         act.reporter, act.outstanding = f"worker-{os.getpid()}", dict(self._in_flight)
         if rec is not None:
@@ -143,6 +166,7 @@ class RemoteState:
             log.warning("could not report activity to the control plane: %s (kept for the next flush)", e)
             act.demand.update(self._activity.demand)
             act.used.update(self._activity.used)
+            self._settled = act.settled + self._settled
             self._activity = act
 
     async def close(self) -> None:

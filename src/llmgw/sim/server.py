@@ -98,6 +98,7 @@ class _Handlers:
         self.b = b
         self.cache = PrefixCache(b.cache_blocks)
         self.slots = Slots(b.max_running)
+        self.requests = 0  # completions, chats and embeddings asked for, answered or not
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -110,6 +111,9 @@ class _Handlers:
             "# HELP sim:requests_waiting Requests queued before generation.\n"
             "# TYPE sim:requests_waiting gauge\n"
             f"sim:requests_waiting {self.slots.waiting}\n"
+            "# HELP sim:requests_total Completions, chats and embeddings asked for, answered or not.\n"
+            "# TYPE sim:requests_total counter\n"
+            f"sim:requests_total {self.requests}\n"
         )
         if self.b.cache_blocks:
             text += ("# HELP sim:kv_cache_usage_ratio Share of the prefix cache's blocks in use.\n"
@@ -130,6 +134,7 @@ class _Handlers:
         return web.json_response({"object": "list", "data": [entry]})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
         failed = await self._faulty()
         if failed is not None:
             return failed
@@ -137,6 +142,7 @@ class _Handlers:
             return await self._chat(request)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
         failed = await self._faulty()
         if failed is not None:
             return failed
@@ -193,6 +199,7 @@ class _Handlers:
         return await _stream(request, events())
 
     async def embeddings(self, request: web.Request) -> web.Response:
+        self.requests += 1
         try:
             return web.json_response(fmt.embeddings(await _json_body(request), self.model))
         except fmt.RequestError as e:

@@ -8,6 +8,7 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from llmgw.config.server import ModelSpec
+from llmgw.core.quota import KeyLimits
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
 
 
@@ -19,6 +20,7 @@ class ApiKeyRecord(BaseModel):
     created_at: float
     revoked_at: float | None = None
     models: list[str] = []  # allow-list; empty = every model
+    limits: KeyLimits | None = None  # rates, concurrency, budget (core/quota.py); None: the router's default_limits
 
 
 def _usage_id() -> str:

@@ -45,6 +45,26 @@ class Activity(BaseModel):
     outstanding: dict[str, int] = {}  # the process's whole in-flight table
     usage: list[UsageRecord] = []
     stats: RouterStats | None = None  # the process's cumulative measurements (wire/stats.py)
+    # admitted requests that ended: (ticket, tokens used), settled against their key's limits (control/quotas.py)
+    settled: list[tuple[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0, le=10**15)]]] = []
+
+
+class AdmitRequest(BaseModel):
+    """A router worker asks the control plane to admit one request of a key against the key's limits."""
+
+    key_id: Annotated[str, Field(max_length=64)]
+    cost: Annotated[int, Field(ge=0, le=10**15)]  # the tokens it reserves (core/quota.py reservation)
+
+
+class Admission(BaseModel):
+    """The answer: admitted with a ticket to settle, or refused and why (core/quota.py)."""
+
+    admitted: bool
+    refusal: str = ""  # rate_limit_exceeded | request_too_large | insufficient_quota
+    message: str = ""
+    retry_after: float | None = None
+    headers: list[tuple[str, str]] = []  # x-ratelimit-*
+    ticket: str = ""
 
 
 class Wanted(StrEnum):

@@ -1,0 +1,153 @@
+"""The management API's keys and usage: keys with their limits and their use against them, a key's limits changed,
+usage by key or model since a time, and an hourly CSV of it for billing."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from llmgw.config.loader import describe
+from llmgw.control.plane import ControlPlane
+from llmgw.core.quota import KeyLimits
+from llmgw.store.base import ApiKeyRecord
+
+DAY = 86400.0
+MAX_SINCE = 400 * DAY
+
+
+class BadRequest(Exception):
+    """The client's mistake: answered 400 with these words, nothing changed (admin_api's middleware)."""
+
+
+async def json_body(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read())
+    except (ValueError, RecursionError):
+        raise BadRequest("the body is not valid JSON") from None
+
+
+def js(data: object, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(data, default=str), status=status, content_type="application/json")
+
+
+def limits_of(body: dict[str, Any]) -> KeyLimits | None:
+    raw = body.get("limits")
+    if raw is None:
+        return None
+    try:
+        return KeyLimits.model_validate(raw)
+    except ValidationError as e:
+        raise BadRequest("limits: " + "; ".join(describe(e)[:5])) from None
+
+
+def since_of(request: web.Request, now: float) -> float:
+    raw = request.query.get("since", str(int(DAY)))
+    if not re.fullmatch(r"[0-9]{1,9}", raw):
+        raise BadRequest(f"since must be a whole number of seconds back, not {raw[:20]!r}")
+    return now - min(float(raw), MAX_SINCE)
+
+
+async def key_names(plane: ControlPlane) -> dict[str, str]:
+    names = plane.key_names()
+    return names if names is not None else await plane.read(plane.refresh_key_names)
+
+
+def key_row(plane: ControlPlane, k: ApiKeyRecord) -> dict[str, Any]:
+    return {**k.model_dump(exclude={"hash"}), "use": plane.quotas.use_of(k)}
+
+
+def tenant_routes(plane: ControlPlane) -> list[web.RouteDef]:
+    async def list_keys(_: web.Request) -> web.Response:
+        return js([key_row(plane, k) for k in await plane.read(plane.store.list_keys)])
+
+    async def create_key(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        if not isinstance(body, dict):
+            raise BadRequest('body must be {"name": ..., "models": [...], "limits": {...}}')
+        name, allowed = body.get("name"), body.get("models", [])
+        if not isinstance(name, str) or not 1 <= len(name) <= 128 or not isinstance(allowed, list):
+            return js({"error": 'body must be {"name": "1-128 characters", "models": [...]}'}, 400)
+        allowed = [str(m) for m in allowed]
+        unknown = [m for m in allowed if m not in plane.models]
+        if unknown:
+            return js({"error": f"unknown model(s): {', '.join(unknown)}"}, 400)
+        raw, rec = await plane.create_key(name, allowed, limits_of(body))
+        return js({"key": raw, **rec.model_dump(exclude={"hash"})}, 201)
+
+    async def update_key(request: web.Request) -> web.Response:
+        """PATCH a key's limits ({"limits": {...}}, or null for the router's default) and/or its models."""
+        kid = request.match_info["id"]
+        body = await json_body(request)
+        if not isinstance(body, dict) or not set(body) <= {"limits", "models"} or not body:
+            raise BadRequest('body must be {"limits": {...} or null, "models": [...]}, either or both')
+        key = next((k for k in await plane.read(plane.store.list_keys) if k.id == kid), None)
+        if key is None:
+            return js({"error": f"no key with id {kid}"}, 404)
+        if key.revoked_at is not None:
+            return js({"error": f"key {kid} is revoked"}, 409)
+        update: dict[str, Any] = {}
+        if "limits" in body:
+            update["limits"] = limits_of(body)
+        if "models" in body:
+            models = body["models"]
+            if not isinstance(models, list) or any(m not in plane.models for m in models):
+                raise BadRequest("models must be a list of the catalog's models")
+            update["models"] = [str(m) for m in models]
+        new = key.model_copy(update=update)
+        await plane.update_key(new)
+        return js(key_row(plane, new))
+
+    async def usage(request: web.Request) -> web.Response:
+        """Usage since `since` seconds ago (from the hour holding it: the hourly aggregate), by key or model."""
+        by = request.query.get("by", "key")
+        if by not in ("key", "model"):
+            raise BadRequest("by must be key or model")
+        since = since_of(request, plane.clock.now())
+        names = await key_names(plane)
+        rows: dict[str, dict[str, Any]] = {}
+        for t in await plane.read(plane.store.usage_recent, since):
+            k = t.key_id if by == "key" else t.model
+            row = rows.setdefault(k, {by: k, **({"name": names.get(k, "")} if by == "key" else {}),
+                                      "requests": 0, "prompt_tokens": 0, "completion_tokens": 0})
+            row["requests"] += t.requests
+            row["prompt_tokens"] += t.prompt_tokens
+            row["completion_tokens"] += t.completion_tokens
+        return js({"since": since, "by": by, "rows": sorted(rows.values(), key=lambda r: str(r[by]))})
+
+    async def usage_csv(request: web.Request) -> web.Response:
+        """Usage per hour, key and model since `since` seconds ago: what an invoice is made from."""
+        since = since_of(request, plane.clock.now())
+        names = await key_names(plane)
+        out = io.StringIO()
+        w = csv.writer(out)
+        w.writerow(["hour_utc", "key_id", "key_name", "model", "requests", "prompt_tokens", "completion_tokens"])
+        for hour, t in await plane.read(plane.store.usage_by_hour, since):
+            w.writerow([_iso(hour), t.key_id, _cell(names.get(t.key_id, "")), _cell(t.model), t.requests,
+                        t.prompt_tokens, t.completion_tokens])
+        return web.Response(text=out.getvalue(), content_type="text/csv",
+                            headers={"Content-Disposition": 'attachment; filename="llmgw-usage.csv"'})
+
+    return [
+        web.get("/api/keys", list_keys),
+        web.post("/api/keys", create_key),
+        web.patch("/api/keys/{id}", update_key),
+        web.get("/api/usage", usage),
+        web.get("/api/usage.csv", usage_csv),
+    ]
+
+
+def _iso(hour: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(hour * 3600, tz=dt.UTC).strftime("%Y-%m-%dT%H:00:00Z")
+
+
+def _cell(text: str) -> str:
+    """A cell a spreadsheet will not run as a formula (a key named "=HYPERLINK(...)")."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

@@ -1,0 +1,209 @@
+"""Tenant limits: what a key may use, and the decision to admit one request against it. Pure: the counters and
+the time are handed in; control/quotas.py keeps the counters, in one place for every router process.
+
+A request reserves, before it is forwarded, an upper bound of what it can cost: its prompt (at most one token per
+byte of the request body: every token covers at least one byte) plus its `max_tokens` (or the router's default).
+The reservation is taken from the per-minute buckets and held against the budget; when the request ends it is
+settled to the tokens the engine reported (the unused part given back). Since nothing admitted can cost more than
+it reserved, concurrent requests never overspend a budget.
+
+Rates are token buckets: `rpm` requests (or `tpm` tokens) a minute, refilled continuously, a minute's worth at
+most. Budgets count tokens per period: a UTC day, a UTC month, or in total.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Period = Literal["day", "month", "total"]
+
+
+class KeyLimits(BaseModel):
+    """What one key may use; each limit optional (None: none)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rpm: int | None = Field(default=None, ge=1, le=10**9)  # requests per minute
+    tpm: int | None = Field(default=None, ge=1, le=10**12)  # tokens (prompt + completion) per minute
+    concurrency: int | None = Field(default=None, ge=1, le=10**6)  # requests in flight at once
+    budget: int | None = Field(default=None, ge=1, le=10**15)  # tokens per budget_period
+    budget_period: Period = "month"
+
+    def any(self) -> bool:
+        return any(v is not None for v in (self.rpm, self.tpm, self.concurrency, self.budget))
+
+
+class Refusal(StrEnum):
+    Rate = "rate_limit_exceeded"  # requests or tokens per minute, or concurrency: retry later
+    TooLarge = "request_too_large"  # one request larger than a minute's tokens: never admissible
+    Quota = "insufficient_quota"  # the budget is spent until the period ends
+
+
+@dataclass
+class Bucket:
+    """A token bucket of `capacity`, refilled at capacity per minute."""
+
+    capacity: float
+    level: float
+    at: float  # monotonic seconds of `level`
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.at) * self.capacity / 60.0)
+        self.at = now
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until `amount` is there (0: now)."""
+        return max(0.0, (amount - self.level) * 60.0 / self.capacity)
+
+    def full_in(self) -> float:
+        return self.wait_for(self.capacity)
+
+
+@dataclass
+class KeyCounters:
+    """One key's counters (control/quotas.py keeps one per key)."""
+
+    requests: Bucket | None = None
+    tokens: Bucket | None = None
+    in_flight: int = 0
+    period_start: float = 0.0  # wall-clock start of the budget period `spent` belongs to
+    spent: int = 0  # tokens settled in the period
+    reserved: int = 0  # tokens held by requests in flight
+
+
+@dataclass(frozen=True)
+class Decision:
+    admitted: bool
+    refusal: Refusal | None = None
+    message: str = ""
+    retry_after: float | None = None  # seconds; None: retrying will not help
+    headers: tuple[tuple[str, str], ...] = ()  # x-ratelimit-*
+
+
+DAY_S = 86400
+
+
+def _year_month(now: float) -> tuple[int, int]:
+    """The UTC year and month holding `now` (the civil-from-days algorithm: no clock or time zone is read)."""
+    z = int(now // DAY_S) + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (1 if month <= 2 else 0), month
+
+
+def period_start(period: Period, now: float) -> float:
+    """Wall-clock start of the budget period holding `now` (UTC)."""
+    if period == "total":
+        return 0.0
+    if period == "day":
+        return float(now // DAY_S * DAY_S)
+    year, month = _year_month(now)
+    return float(calendar.timegm((year, month, 1, 0, 0, 0)))
+
+
+def period_end(period: Period, now: float) -> float | None:
+    if period == "total":
+        return None
+    if period == "day":
+        return period_start("day", now) + DAY_S
+    year, month = _year_month(now)
+    year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+    return float(calendar.timegm((year, month, 1, 0, 0, 0)))
+
+
+def reservation(body_bytes: int, max_tokens: int) -> int:
+    """The most a request can cost: a token per byte of its body, and what it may generate."""
+    return max(1, body_bytes) + max(0, max_tokens)
+
+
+def duration(seconds: float) -> str:
+    """OpenAI's way of writing a reset time: 1s, 6m0s, 1h2m3s; under a second in ms."""
+    if seconds < 1:
+        return f"{max(0, math.ceil(seconds * 1000))}ms"
+    s = math.ceil(seconds)
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return (f"{h}h" if h else "") + (f"{m}m" if h or m else "") + f"{sec}s"
+
+
+def _buckets(c: KeyCounters, lim: KeyLimits, mono: float) -> None:
+    """Make or resize the buckets for the key's current limits (a limit changed: the bucket follows, full)."""
+    if lim.rpm is None:
+        c.requests = None
+    elif c.requests is None or c.requests.capacity != lim.rpm:
+        c.requests = Bucket(lim.rpm, lim.rpm, mono)
+    if lim.tpm is None:
+        c.tokens = None
+    elif c.tokens is None or c.tokens.capacity != lim.tpm:
+        c.tokens = Bucket(lim.tpm, lim.tpm, mono)
+    for b in (c.requests, c.tokens):
+        if b is not None:
+            b.refill(mono)
+
+
+def rate_headers(c: KeyCounters) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for name, b in (("requests", c.requests), ("tokens", c.tokens)):
+        if b is not None:
+            out += [(f"x-ratelimit-limit-{name}", str(int(b.capacity))),
+                    (f"x-ratelimit-remaining-{name}", str(max(0, math.floor(b.level)))),
+                    (f"x-ratelimit-reset-{name}", duration(b.full_in()))]
+    return tuple(out)
+
+
+def admit(c: KeyCounters, lim: KeyLimits, cost: int, now: float, mono: float) -> Decision:
+    """Admit a request reserving `cost` tokens, taking from the counters, or say why not (changing nothing)."""
+    _buckets(c, lim, mono)
+    if lim.budget is not None:
+        start = period_start(lim.budget_period, now)
+        if start != c.period_start:
+            c.period_start, c.spent = start, 0  # a new period: what was spent before it does not count
+        if c.spent + c.reserved + cost > lim.budget:
+            left = max(0, lim.budget - c.spent - c.reserved)
+            end = period_end(lim.budget_period, now)
+            when = f"; it renews in {duration(end - now)}" if end is not None else ""
+            return Decision(False, Refusal.Quota, f"token budget spent: {c.spent + c.reserved} of {lim.budget} "
+                            f"tokens this {lim.budget_period} are used or held by requests in flight, {left} left, "
+                            f"and this request may cost up to {cost}{when}", None, rate_headers(c))
+    if lim.concurrency is not None and c.in_flight >= lim.concurrency:
+        return Decision(False, Refusal.Rate, f"{c.in_flight} requests in flight, the limit is {lim.concurrency}",
+                        1.0, rate_headers(c))
+    if c.requests is not None and c.requests.level < 1:
+        return Decision(False, Refusal.Rate, f"requests per minute: limit {lim.rpm}",
+                        c.requests.wait_for(1), rate_headers(c))
+    if c.tokens is not None:
+        if cost > c.tokens.capacity:
+            return Decision(False, Refusal.TooLarge, f"this request may cost up to {cost} tokens, more than the "
+                            f"{int(c.tokens.capacity)} tokens per minute allowed: send less or a lower max_tokens",
+                            None, rate_headers(c))
+        if c.tokens.level < cost:
+            return Decision(False, Refusal.Rate, f"tokens per minute: limit {lim.tpm}, this request may cost up "
+                            f"to {cost}", c.tokens.wait_for(cost), rate_headers(c))
+    if c.requests is not None:
+        c.requests.level -= 1
+    if c.tokens is not None:
+        c.tokens.level -= cost
+    c.in_flight += 1
+    c.reserved += cost
+    return Decision(True, headers=rate_headers(c))
+
+
+def settle(c: KeyCounters, cost: int, used: int, mono: float) -> None:
+    """A request that reserved `cost` ended having used `used` tokens: what it did not use is given back."""
+    used = max(0, used)
+    c.in_flight = max(0, c.in_flight - 1)
+    c.reserved = max(0, c.reserved - cost)
+    c.spent += used
+    if c.tokens is not None:
+        c.tokens.refill(mono)
+        c.tokens.level = min(c.tokens.capacity, c.tokens.level + max(0, cost - used))

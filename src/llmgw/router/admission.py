@@ -1,0 +1,68 @@
+"""Admitting a request against its key's limits (core/quota.py, counted by control/quotas.py): what it reserves,
+how a refusal is answered, and what it is settled at when it ends."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.core import quota
+from llmgw.router.errors import openai_error
+from llmgw.router.proxy import CLIENT_CLOSED
+from llmgw.router.stats import Measure
+from llmgw.wire.router import Admission
+
+# the body field bounding what a request generates, per endpoint (None: it generates nothing)
+MAX_FIELDS: dict[str, tuple[str, ...] | None] = {
+    "/v1/embeddings": None,
+    "/v1/responses": ("max_output_tokens",),
+}
+DEFAULT_FIELDS = ("max_completion_tokens", "max_tokens")
+
+
+def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int) -> tuple[bytes, int]:
+    """(the body to forward, the tokens the request reserves). A request that does not bound what it generates is
+    given `default_max` (in the body the engine sees): nothing admitted may cost more than it reserved."""
+    fields = MAX_FIELDS.get(path, DEFAULT_FIELDS)
+    if fields is None:
+        return body, quota.reservation(len(body), 0)
+    for f in fields:
+        v = payload.get(f)
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            return body, quota.reservation(len(body), v)
+    payload[fields[-1]] = default_max
+    body = json.dumps(payload).encode()
+    return body, quota.reservation(len(body), default_max)
+
+
+def refused(a: Admission) -> web.Response:
+    """A refusal in OpenAI's shape: 429 rate_limit_exceeded with Retry-After for what passes with time,
+    insufficient_quota (and request_too_large) without it, and an instruction to the official clients not to retry
+    those (`x-should-retry: false`)."""
+    headers = dict(a.headers)
+    if a.retry_after is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(a.retry_after)))
+        headers["retry-after-ms"] = str(max(1, math.ceil(a.retry_after * 1000)))
+    else:
+        headers["x-should-retry"] = "false"
+    if a.refusal == "invalid_api_key":
+        return openai_error(401, a.message, "invalid_request_error", "invalid_api_key")
+    if a.refusal == "limits_unavailable":
+        return openai_error(503, a.message, "service_unavailable", "limits_unavailable", headers=headers)
+    kind = "insufficient_quota" if a.refusal == quota.Refusal.Quota else "requests"
+    code = a.refusal or quota.Refusal.Rate.value
+    return openai_error(429, a.message, kind, code, headers=headers)
+
+
+def used_of(m: Measure, reached: bool, cost: int) -> int:
+    """What an admitted request is settled at: nothing if it reached no engine; what the engine reported when the
+    answer was whole; its whole reservation when the client left or the handler was cut short (the engine may
+    have generated more than was seen)."""
+    if not reached:
+        return 0
+    if m.status in (0, CLIENT_CLOSED):
+        return cost
+    return m.prompt_tokens + m.completion_tokens

@@ -1,0 +1,182 @@
+"""Tenant limits through the real router over a real control plane, seen by the official openai client: 429s with
+OpenAI's codes and headers, the client's own retry after Retry-After, a budget that concurrent requests cannot
+overspend, and refused requests that reach no engine (the sim engine counts what it is asked)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx2 as httpx
+import openai
+import pytest
+from aiohttp import web
+
+from llmgw.config.server import ModelSpec, RouterConfig, ServerConfig, TLSFiles
+from llmgw.control.local_state import LocalState
+from llmgw.control.plane import ControlPlane
+from llmgw.core.clock import Clock, FakeClock, SystemClock
+from llmgw.core.conditions import ConditionType, Status, set_condition
+from llmgw.core.quota import KeyLimits
+from llmgw.core.reasons import Reason
+from llmgw.core.state import ReplicaRecord
+from llmgw.router.app import Router
+from llmgw.router.keys import KeyRing
+from llmgw.sim.behaviour import Behaviour
+from llmgw.sim.server import make_app
+from llmgw.store.sqlite import SqliteStore
+from tests.harness import await_until, free_port
+
+
+@dataclass
+class Limited:
+    url: str
+    plane: ControlPlane
+    router: Router
+    store: SqliteStore
+    statuses: list[int] = field(default_factory=list)  # every HTTP answer the clients saw, retries included
+
+    async def key(self, limits: KeyLimits) -> str:
+        raw, _ = await self.plane.create_key("tenant", [], limits)
+        return raw
+
+    def client(self, key: str, retries: int = 0) -> openai.AsyncOpenAI:
+        async def seen(r: httpx.Response) -> None:
+            self.statuses.append(r.status_code)
+
+        http = openai.DefaultAsyncHttpxClient(event_hooks={"response": [seen]})
+        return openai.AsyncOpenAI(base_url=self.url + "/v1", api_key=key, max_retries=retries, http_client=http)
+
+    engine_url: str = ""
+
+    async def engine_requests(self) -> int:
+        """What the engine says it was asked (its own counter, on its metrics page)."""
+        async with httpx.AsyncClient() as h:
+            text = (await h.get(self.engine_url + "/metrics")).text
+        return int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("sim:requests_total ")))
+
+
+@contextlib.asynccontextmanager
+async def limited(tmp_path: Path, clock: Clock, tokens_per_second: float = 0.0) -> AsyncIterator[Limited]:
+    engine = make_app("m", tokens=4, tokens_per_second=tokens_per_second, behaviour=Behaviour())
+    erun = web.AppRunner(engine)
+    await erun.setup()
+    eport = free_port()
+    await web.TCPSite(erun, "127.0.0.1", eport).start()
+    spec = ModelSpec.model_validate({"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 1, "max": 1}})
+    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec], router=RouterConfig())
+    store = SqliteStore(tmp_path / "llmgw.db").open()
+    now = clock.now()
+    ready = set_condition([], ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", now)
+    store.put_replica(ReplicaRecord(id="m-1", model="m", created_at=now, shards_expected=1, conditions=ready,
+                                    endpoint=f"http://127.0.0.1:{eport}"))
+    plane = ControlPlane(cfg, store, clock)
+    plane.load()
+    router = Router(LocalState(plane), KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body)
+    runner = web.AppRunner(router.app())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield Limited(f"http://127.0.0.1:{port}", plane, router, store, engine_url=f"http://127.0.0.1:{eport}")
+    finally:
+        await runner.cleanup()
+        await router.close()
+        await erun.cleanup()
+        store.close()
+
+
+async def ask(c: openai.AsyncOpenAI, max_tokens: int = 4) -> openai.types.chat.ChatCompletion:
+    return await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=max_tokens)
+
+
+async def test_requests_per_minute_answer_429_with_openais_code_and_headers(tmp_path: Path) -> None:
+    async with limited(tmp_path, FakeClock()) as env:
+        c = env.client(await env.key(KeyLimits(rpm=2)))
+        first = await c.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        assert first.headers["x-ratelimit-limit-requests"] == "2"
+        assert first.headers["x-ratelimit-remaining-requests"] == "1"
+        await ask(c)
+        with pytest.raises(openai.RateLimitError) as e:
+            await ask(c)
+        r = e.value.response
+        assert e.value.code == "rate_limit_exceeded" and r.status_code == 429
+        assert r.headers["Retry-After"] == "30" and r.headers["x-ratelimit-remaining-requests"] == "0"
+        assert r.headers["x-ratelimit-reset-requests"] == "1m0s"
+        assert await env.engine_requests() == 2  # the refused one reached no engine
+
+
+async def test_the_official_client_retries_after_retry_after_and_gets_through(tmp_path: Path) -> None:
+    """One request at a time: a second, sent while a slow first streams, is told to retry in a second; the client
+    waits that out on its own and is answered."""
+    async with limited(tmp_path, SystemClock(), tokens_per_second=8) as env:  # 4 tokens: half a second
+        key = await env.key(KeyLimits(concurrency=1))
+        slow = asyncio.create_task(ask(env.client(key)))
+        await await_until(lambda: asyncio.sleep(0, env.router.ledger.inflight), 10, "the first request in flight")
+        t0 = time.monotonic()
+        second = await ask(env.client(key, retries=2))
+        assert second.choices[0].message.content
+        assert (await slow).choices[0].message.content
+        assert env.statuses.count(429) == 1 and env.statuses.count(200) == 2, env.statuses
+        assert time.monotonic() - t0 >= 1.0  # it waited as told (Retry-After: 1)
+        assert await env.engine_requests() == 2
+
+
+async def test_tokens_per_minute_and_a_request_larger_than_a_minutes_tokens(tmp_path: Path) -> None:
+    async with limited(tmp_path, FakeClock()) as env:
+        c = env.client(await env.key(KeyLimits(tpm=300)), retries=2)
+        with pytest.raises(openai.RateLimitError) as e:
+            await ask(c, max_tokens=400)  # may cost more than 300 tokens: never admissible
+        assert e.value.code == "request_too_large"
+        assert e.value.response.headers["x-should-retry"] == "false" and "Retry-After" not in e.value.response.headers
+        assert env.statuses == [429], "told not to retry, the client did not"
+        await ask(c, max_tokens=100)  # reserves ~180; uses a few: the rest comes back
+        await ask(c, max_tokens=100)
+        assert await env.engine_requests() == 2
+
+
+async def test_a_spent_budget_is_insufficient_quota_and_the_client_does_not_retry(tmp_path: Path) -> None:
+    async with limited(tmp_path, FakeClock()) as env:
+        c = env.client(await env.key(KeyLimits(budget=150, budget_period="day")), retries=2)
+        await ask(c)  # reserves ~90 tokens, spends ~10
+        with pytest.raises(openai.RateLimitError) as e:
+            await ask(c, max_tokens=100)
+        assert e.value.code == "insufficient_quota" and e.value.type == "insufficient_quota"
+        assert "Retry-After" not in e.value.response.headers
+        assert "tokens this day" in e.value.message
+        assert env.statuses == [200, 429]
+        assert await env.engine_requests() == 1
+
+
+async def test_a_budget_hammered_by_64_concurrent_requests_is_not_overspent(tmp_path: Path) -> None:
+    async with limited(tmp_path, FakeClock(), tokens_per_second=20) as env:  # each holds its reservation 0.2 s
+        budget = 2000
+        c = env.client(await env.key(KeyLimits(budget=budget)))
+
+        async def one() -> bool:
+            try:
+                await ask(c)
+                return True
+            except openai.RateLimitError as e:
+                assert e.code == "insufficient_quota"
+                return False
+
+        results = await asyncio.gather(*(one() for _ in range(64)))
+        admitted = sum(results)
+        assert 0 < admitted < 64, admitted  # the budget bit, and not before it had to
+        await await_until(lambda: asyncio.sleep(0, not env.router.ledger.inflight), 10, "every request finished")
+        assert await env.router.ledger.flush()
+        rows = env.store.usage_recent(0.0)
+        spent = sum(r.prompt_tokens + r.completion_tokens for r in rows)
+        requests = sum(r.requests for r in rows)
+        assert requests == admitted == await env.engine_requests()  # the refused reached no engine and cost nothing
+        assert spent <= budget
+        counters = env.plane.quotas.counters
+        (key_counters,) = counters.values()
+        assert key_counters.spent == spent and key_counters.reserved == 0 and key_counters.in_flight == 0
