@@ -57,6 +57,18 @@ def test_two_api_workers_share_the_port(tmp_path: Path, running) -> None:  # typ
         assert status == 200
         wait_until(lambda: sum(u["requests"] for u in admin_get(p, "/api/status")["usage"]) >= 3, 10,
                    "usage from every worker recorded")
+
+        # a key's limits are counted in one place for every worker: 2 a minute is 2, not 2 per process
+        limited = admin_post(p, "/api/keys", {"name": "two-a-minute", "limits": {"rpm": 2}})["key"]
+        wait_until(lambda: chat(p, limited)[0] == 200, 10, "the new key known to a worker")
+        answers: list[tuple[int, str]] = []
+
+        def both_refuse() -> bool:  # connections land on either process at random: until each has answered
+            answers.append(chat(p, limited))
+            return {w for s, w in answers if s == 429} == served_by
+
+        wait_until(both_refuse, 20, "refusals from both processes", interval=0.01)
+        assert sorted(s for s, _ in answers) == [200] + [429] * (len(answers) - 1), answers
     except BaseException:
         print(dump_logs(p))
         raise

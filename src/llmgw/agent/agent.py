@@ -393,6 +393,8 @@ class Agent:
                 got = await self.client.watch(seen)
             except UpstreamError as e:
                 log.debug("watch: %s", e)
+            except Exception:  # never the end of watching: heartbeats alone would be an interval late from then on
+                log.exception("watch failed; watching again in %.0fs", pause)
             else:
                 if got is not None:
                     if got != seen:

@@ -157,6 +157,7 @@ class ControlPlaneClient:
         return digest
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        # forgotten before it is closed: a request begun meanwhile opens a new session instead of using a closing one
+        old, self._session = self._session, None
+        if old is not None:
+            await old.close()

@@ -72,7 +72,8 @@ def agent_app(
         deadline = loop.time() + WATCH_HOLD_S
         digest = plane.node_digest(ident.node_id)
         while digest == seen and not plane.watch.closed and (left := deadline - loop.time()) > 0:
-            await plane.watch.wait(ident.node_id, left)
+            if not await plane.watch.wait(ident.node_id, left):
+                break  # the node watches again on another request: this one is answered now
             if plane.refusal(ident.node_id, ident.serial):  # revoked while it waited: it hears so from a heartbeat
                 break
             digest = plane.node_digest(ident.node_id)

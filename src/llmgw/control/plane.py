@@ -176,13 +176,14 @@ class ControlPlane:
             if n is not None:
                 self._set_node(n, lost=True, revoked=reason or "revoked")
         self.event("node", node_id, msg)
+        self.watch.changed()  # a watch it holds is let go now, not at the end of its hold
         return msg
 
     def heartbeat(self, report: NodeReport, serial: str = "", not_after: float | None = None) -> DesiredState:
         now = self.clock.now()
         old = self.nodes.get(report.node_id)
-        if old is None or _shard_states(old.report) != _shard_states(report):
-            self.kick.set()  # a shard became ready (a cold start waits on it), failed or went: act on it now
+        if old is None or self._own_states(old.report) != self._own_states(report):
+            self.kick.set()  # a shard of its own became ready (a cold start waits on it), failed or went: act now
         rec, events = merge_report(old, report, self.models, now)
         rec = rec.model_copy(update={"cert_serial": serial, "cert_not_after": not_after})
         self.nodes[rec.id] = rec
@@ -358,6 +359,16 @@ class ControlPlane:
             self.kick.set()  # a load asked for now is placed now, not at the next pass
         self.demand[model] = self.clock.now()
 
+    def _own_states(self, report: NodeReport) -> list[tuple[str, int, str]]:
+        """The states of the shards this node reports that are placed on it: a node may not set the pace of passes
+        by reporting shards that are not its own."""
+        out = []
+        for s in report.shards:
+            r = self.replicas.get(s.replica_id)
+            if r is not None and any(a.node_id == report.node_id and a.rank == s.rank for a in r.assignments):
+                out.append((s.replica_id, s.rank, s.state))
+        return out
+
     def node_digest(self, node_id: str) -> str:
         """What the shards this node is to run look like now (control/watch.py)."""
         return self.watch.digest(node_id, self.generation, self.replicas.values())
@@ -485,6 +496,3 @@ class ControlPlane:
                                          stop=r.stop, placement=r.explanation) for r in reps],
         )
 
-
-def _shard_states(report: NodeReport) -> list[tuple[str, int, str]]:
-    return [(s.replica_id, s.rank, s.state) for s in report.shards]

@@ -35,7 +35,7 @@ class Watch:
     def __init__(self) -> None:
         self._generation = -1
         self._digests: dict[str, str] = {}
-        self._waiting: dict[str, asyncio.Future[None]] = {}
+        self._waiting: dict[str, asyncio.Future[bool]] = {}
         self.closed = False  # the control plane is stopping: no one waits any more
 
     def digest(self, node_id: str, generation: int, replicas: Iterable[ReplicaRecord]) -> str:
@@ -48,25 +48,26 @@ class Watch:
         waiting, self._waiting = self._waiting, {}
         for f in waiting.values():
             if not f.done():
-                f.set_result(None)
+                f.set_result(True)
 
     def close(self) -> None:
         self.closed = True
         self.changed()
 
-    async def wait(self, node_id: str, timeout: float) -> None:
-        """Until the replicas change, this node waits again, or `timeout` passes."""
+    async def wait(self, node_id: str, timeout: float) -> bool:
+        """Until the replicas change or `timeout` passes (True), or this node waits again (False: the older wait is
+        over, and its request is to be answered at once, not wait again and end the newer one in turn)."""
         if self.closed:
-            return
+            return True
         old = self._waiting.pop(node_id, None)
         if old is not None and not old.done():
-            old.set_result(None)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            old.set_result(False)
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting[node_id] = fut
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except TimeoutError:
-            pass
+            return True
         finally:
             if self._waiting.get(node_id) is fut:
                 del self._waiting[node_id]

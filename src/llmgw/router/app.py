@@ -216,7 +216,9 @@ class Router:
         body, cost = reserve(request.path, payload, body, self.cfg.reserve_max_tokens)
         admitted = await self.state.admit(key, cost)
         if not admitted.admitted:  # refused here: it reaches no engine and costs nothing
-            return refused(admitted)
+            resp = refused(admitted)
+            resp.headers["X-Llmgw-Worker"] = self._worker
+            return resp
         reached: list[bool] = []
         try:
             return await self._serve(request, m, key, spec, payload, body, dict(admitted.headers), reached)

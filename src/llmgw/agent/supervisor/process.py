@@ -75,6 +75,9 @@ class ShardProcess:
 
     async def start(self) -> None:
         assert self.launch is not None
+        if self.liveness.task is not None:  # a new process: nothing the last one was found to be holds for it
+            self.liveness.task.cancel()
+        self.liveness = Liveness()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             for path, content in self.launch.files.items():

@@ -168,8 +168,9 @@ class Supervisor:
                 probes.append(self._probe(sp))
         if probes:
             await asyncio.gather(*probes)
-        for sp in self.shards.values():
-            self._liveness(sp, now)
+        if not starting_only:  # a ready engine's gauges were read just now: whether it is idle is known
+            for sp in self.shards.values():
+                self._liveness(sp, now)
 
     def _liveness(self, sp: ShardProcess, now: float) -> None:
         """Take a finished completion probe's verdict, and start the next one when it is due (liveness.py). Runs

@@ -1,0 +1,52 @@
+"""Found by an attack review: a node's second watch did not end its first (the two handlers woke each other in a
+loop at full CPU; an agent that restarts mid-watch does this by itself), and a revoked node's watch was held."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from llmgw.control.watch import EMPTY
+from tests.control.test_watch import agent_door, as_node, watch
+from tests.harness import await_true
+
+
+async def test_a_nodes_second_watch_ends_its_first_without_a_busy_loop(tmp_path: Path) -> None:
+    async with agent_door(tmp_path) as (plane, url, pki):
+        calls = [0]
+        real_wait = plane.watch.wait
+
+        async def counted(node_id: str, timeout: float) -> None:
+            calls[0] += 1
+            await real_wait(node_id, timeout)
+
+        plane.watch.wait = counted  # type: ignore[method-assign]
+        tls = as_node(pki, "node01")
+        first = asyncio.create_task(watch(url, tls, EMPTY))
+        await await_true(lambda: plane.watch.waiting() == 1 and calls[0] == 1, 10, "node01's first watch held")
+        second = asyncio.create_task(watch(url, tls, EMPTY))
+        await await_true(lambda: calls[0] >= 2, 10, "node01's second watch held")
+        # the promise (watch.py): "a node's newer wait ends its older one (it cannot hold connections by waiting
+        # twice)". The first request should be answered now, and the handlers should not spin.
+        try:
+            status, _ = await asyncio.wait_for(asyncio.shield(first), 5)
+        except TimeoutError:
+            status = None
+        spins = calls[0]
+        plane.watch.close()
+        await asyncio.gather(first, second, return_exceptions=True)
+        assert spins < 100, f"the two held watches woke each other {spins} times in ~5 s (a busy loop)"
+        assert status == 200, "the superseded watch was not answered: it still holds its connection"
+
+
+async def test_a_node_revoked_while_it_watches_is_let_go_at_once(tmp_path: Path) -> None:
+    """agent_api.watch checks `refusal` after each wake ("revoked while it waited"), but plane.revoke() wakes no one:
+    a revoked node (no replicas on it, or a revoked serial) keeps its held request for the whole 25 s hold."""
+    async with agent_door(tmp_path) as (plane, url, pki):
+        held = asyncio.create_task(watch(url, as_node(pki, "node02"), EMPTY))
+        await await_true(lambda: plane.watch.waiting() == 1, 10, "node02 watching")
+        plane.revoke("node02", "", "stolen")
+        done, _ = await asyncio.wait({held}, timeout=3)
+        plane.watch.close()
+        await asyncio.gather(held, return_exceptions=True)
+        assert done, "the revoked node's watch was still held 3 s after its revocation"
