@@ -362,7 +362,7 @@ class ControlPlane:
     def _own_states(self, report: NodeReport) -> list[tuple[str, int, str]]:
         """The states of the shards this node reports that are placed on it: a node may not set the pace of passes
         by reporting shards that are not its own."""
-        out = []
+        out: list[tuple[str, int, str]] = []
         for s in report.shards:
             r = self.replicas.get(s.replica_id)
             if r is not None and any(a.node_id == report.node_id and a.rank == s.rank for a in r.assignments):
