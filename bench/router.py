@@ -5,6 +5,8 @@ One run measures, at concurrency 1, 16 and 64, non-streaming and streaming (32 c
   (b) a bare aiohttp proxy (bench/bare_proxy.py): no auth, routing or usage, i.e. what Python itself allows;
   (c) llmgw's router with API keys, routing and usage on;
   (p) the same with the model's routing policy `prefix` (the prompt hashed in blocks on every request);
+  (l) the same with a key that has every limit (rates, concurrency, budget), set high enough to refuse nothing:
+      every request reserved at admission and settled at its end;
   (d) LiteLLM's proxy, from its own virtual environment (skipped, with a message, when that is absent).
 Each server runs in its own process (started here with sys.executable, bound to 127.0.0.1 on a free port, killed by
 PID at the end); this process is only the load generator. (b) and (c) run on uvloop and on asyncio's own loop.
@@ -54,7 +56,7 @@ AIMS = {"c_over_b_at_64": 0.70, "c_over_d_at_64": 20.0, "added_p50_c_minus_b_at_
 
 
 def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop: bool,
-                 routing: str = "least_loaded") -> None:
+                 routing: str = "least_loaded", limited: bool = False) -> None:
     """Build the router the way `llmgw server` does, with one key and one ready replica, and serve only its API."""
     from aiohttp import web
 
@@ -86,6 +88,10 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     plane = ControlPlane(cfg, store, clock, writer=writer)
     plane.load()
     raw, rec = new_key("bench", [], clock)
+    if limited:
+        from llmgw.core.quota import KeyLimits
+
+        rec.limits = KeyLimits(rpm=10**9, tpm=10**12, concurrency=10**6, budget=10**15)
     store.put_key(rec)
     keys = KeyRing(store)
     keys.reload()
@@ -512,9 +518,9 @@ def ratios(cells: list[Cell], loops: list[str]) -> tuple[str, list[str]]:
     by = {(x.target, x.loop, x.stream, x.concurrency): x for x in cells}
     d_loop = next((x.loop for x in cells if x.target == "d"), "")
     rows = [
-        "| (b),(c) loop | mode | conc | (c)/(b) req/s | (c)/(b) by CPU | (p)/(b) req/s | (c)/(d) req/s "
-        "| added p50 (c)-(b) ms | added p99 (c)-(b) ms | server CPU us/req (c) vs (b) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| (b),(c) loop | mode | conc | (c)/(b) req/s | (c)/(b) by CPU | (p)/(b) req/s | (l)/(b) req/s "
+        "| (c)/(d) req/s | added p50 (c)-(b) ms | added p99 (c)-(b) ms | server CPU us/req (c) vs (b) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     verdicts: list[str] = []
     for loop in loops:
@@ -524,6 +530,8 @@ def ratios(cells: list[Cell], loops: list[str]) -> tuple[str, list[str]]:
                 rd = by.get(("d", d_loop, stream, c))
                 rp = by.get(("p", loop, stream, c))
                 pb = rp.rps / rb.rps if rp and rb else None
+                rl = by.get(("l", loop, stream, c))
+                lb = rl.rps / rb.rps if rl and rb else None
                 if rc is None:
                     continue
                 cb = rc.rps / rb.rps if rb else None
@@ -535,6 +543,7 @@ def ratios(cells: list[Cell], loops: list[str]) -> tuple[str, list[str]]:
                 mode = "stream" if stream else "whole"
                 rows.append(
                     f"| {loop} | {mode} | {c} | {fmt(cb, '.2f')} | {fmt(cb_cpu, '.2f')} | {fmt(pb, '.2f')} | "
+                    f"{fmt(lb, '.2f')} | "
                     f"{fmt(cd, '.1f')} | "
                     f"{fmt(p50, '.3f')} | {fmt(p99, '.3f')} | {cpu} |"
                 )
@@ -613,7 +622,8 @@ async def run(args: argparse.Namespace) -> list[Cell]:
                 )
                 targets.append(Target("b", "bare aiohttp proxy", loop, bare, args.seconds))
             for key, policy, label in (("c", "least_loaded", "llmgw router"),
-                                       ("p", "prefix", "llmgw router, prefix policy")):
+                                       ("p", "prefix", "llmgw router, prefix policy"),
+                                       ("l", "least_loaded", "llmgw router, key with limits")):
                 if key not in args.only:
                     continue
                 key_file = ss.tmp / f"key-{key}-{loop}"
@@ -633,6 +643,7 @@ async def run(args: argparse.Namespace) -> list[Cell]:
                         str(ss.tmp / f"router-{key}-{loop}.db"),
                         "--serve-routing",
                         policy,
+                        *(["--serve-limited"] if key == "l" else []),
                         *flag,
                     ],
                 )
@@ -640,7 +651,7 @@ async def run(args: argparse.Namespace) -> list[Cell]:
         await wait_up(standin, "/health", 30)
         for t in targets:
             await wait_up(t.srv, "/v1/models", 30)
-            if t.key in ("c", "p"):
+            if t.key in ("c", "p", "l"):
                 t.srv.headers = {"Authorization": f"Bearer {(ss.tmp / f'key-{t.key}-{t.loop}').read_text()}"}
         for i in range(args.repeat):
             if args.repeat > 1:
@@ -689,7 +700,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=200, help="warm-up requests per cell, not measured (default 200)")
     ap.add_argument("--warmup-seconds", type=float, default=1.0, help="warm-up seconds per cell, at most (default 1)")
     ap.add_argument("--concurrency", default="1,16,64", help="comma-separated (default 1,16,64)")
-    ap.add_argument("--only", default="a,b,c,p,d", help="which of a,b,c,p,d to run (default all)")
+    ap.add_argument("--only", default="a,b,c,p,l,d", help="which of a,b,c,p,l,d to run (default all)")
     ap.add_argument("--loops", default="uvloop,asyncio", help="event loops for (b) and (c): uvloop,asyncio")
     ap.add_argument("--litellm-venv", default=str(REPO / ".bench-venv"), help="venv holding litellm[proxy]")
     ap.add_argument("--repeat", type=int, default=1, help="rounds over the (a)-(c) grid; the best of each cell counts")
@@ -704,6 +715,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--key-file", help=argparse.SUPPRESS)
     ap.add_argument("--db", help=argparse.SUPPRESS)
     ap.add_argument("--serve-routing", default="least_loaded", help=argparse.SUPPRESS)
+    ap.add_argument("--serve-limited", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-uvloop", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
@@ -726,7 +738,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.serve_router is not None:
         serve_router(args.serve_router, args.upstream, Path(args.key_file), Path(args.db), not args.no_uvloop,
-                     args.serve_routing)
+                     args.serve_routing, args.serve_limited)
         return
     try:
         import uvloop

@@ -5,6 +5,7 @@ whole reservation after TICKET_TTL_S."""
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ class Quotas:
         self.default = default
         self.counters: dict[str, KeyCounters] = {}
         self.tickets: dict[str, Ticket] = {}
+        self._prefix, self._serial = secrets.token_hex(4) + "-", itertools.count()  # tickets unique per process
         # tokens each key spent before this process started, by budget period start: read from the store at load
         self._spent_before: dict[tuple[str, float], int] = {}
 
@@ -65,15 +67,17 @@ class Quotas:
         d = quota.admit(c, lim, cost, now, mono)
         if not d.admitted:
             return d, ""
-        ticket = secrets.token_hex(12)
+        ticket = f"{self._prefix}{next(self._serial)}"
         self.tickets[ticket] = Ticket(key.id, cost, mono)
         return d, ticket
 
     def admission(self, key: ApiKeyRecord, cost: int) -> Admission:
         """admit(), as the wire says it (for any router process)."""
         d, ticket = self.admit(key, cost)
-        return Admission(admitted=d.admitted, refusal=d.refusal.value if d.refusal else "", message=d.message,
-                         retry_after=d.retry_after, headers=list(d.headers), ticket=ticket)
+        # made from our own values: not validated again (this is on every limited request's path)
+        return Admission.model_construct(admitted=d.admitted, refusal=d.refusal.value if d.refusal else "",
+                                         message=d.message, retry_after=d.retry_after, headers=list(d.headers),
+                                         ticket=ticket)
 
     def settle(self, ticket: str, used: int) -> bool:
         """The request holding `ticket` ended having used `used` tokens. False: no such ticket (settled already)."""
