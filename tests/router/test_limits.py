@@ -128,6 +128,30 @@ async def test_the_official_client_retries_after_retry_after_and_gets_through(tm
         assert await env.engine_requests() == 2
 
 
+async def test_concurrency_and_tokens_per_minute_answer_429_with_retry_after(tmp_path: Path) -> None:
+    async with limited(tmp_path, FakeClock(), tokens_per_second=8) as env:  # each answer takes half a second
+        one_at_a_time = env.client(await env.key(KeyLimits(concurrency=1)))
+        slow = asyncio.create_task(ask(one_at_a_time))
+        await await_until(lambda: asyncio.sleep(0, env.router.ledger.inflight), 10, "the first request in flight")
+        with pytest.raises(openai.RateLimitError) as e:
+            await ask(one_at_a_time)
+        assert e.value.code == "rate_limit_exceeded" and e.value.response.headers["Retry-After"] == "1"
+        assert "1 requests in flight, the limit is 1" in e.value.message
+        await slow
+
+        few_tokens = env.client(await env.key(KeyLimits(tpm=300)))
+        slow = asyncio.create_task(ask(few_tokens, max_tokens=100))  # reserves about 180 of the minute's 300
+        await await_until(lambda: asyncio.sleep(0, env.router.ledger.inflight), 10, "the first request in flight")
+        with pytest.raises(openai.RateLimitError) as e:
+            await ask(few_tokens, max_tokens=100)
+        r = e.value.response
+        assert e.value.code == "rate_limit_exceeded" and "tokens per minute" in e.value.message
+        assert r.headers["x-ratelimit-limit-tokens"] == "300" and int(r.headers["x-ratelimit-remaining-tokens"]) < 180
+        assert int(r.headers["Retry-After"]) >= 1 and r.headers["x-ratelimit-reset-tokens"].endswith("s")
+        await slow
+        assert await env.engine_requests() == 2
+
+
 async def test_tokens_per_minute_and_a_request_larger_than_a_minutes_tokens(tmp_path: Path) -> None:
     async with limited(tmp_path, FakeClock()) as env:
         c = env.client(await env.key(KeyLimits(tpm=300)), retries=2)
