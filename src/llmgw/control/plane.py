@@ -359,6 +359,12 @@ class ControlPlane:
             self.kick.set()  # a load asked for now is placed now, not at the next pass
         self.demand[model] = self.clock.now()
 
+    def take_kick(self) -> bool:
+        """Whether a pass was asked for since the last time this was asked (the reconcile loop's question)."""
+        kicked = self.kick.is_set()
+        self.kick.clear()
+        return kicked
+
     def _own_states(self, report: NodeReport) -> list[tuple[str, int, str]]:
         """The states of the shards this node reports that are placed on it: a node may not set the pace of passes
         by reporting shards that are not its own."""

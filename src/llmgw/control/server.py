@@ -117,7 +117,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
 
     async def reconcile_loop() -> None:
         while True:
-            plane.kick.clear()
+            plane.take_kick()
             try:
                 plane.reconcile_once()
                 router.refresh()
