@@ -3,6 +3,8 @@ one token now and then (liveness.py), and says why when no answer comes. Real si
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from llmgw.agent.supervisor import Supervisor
@@ -48,9 +50,11 @@ async def test_an_idle_engine_whose_completions_hang_is_reported_not_ready_with_
         await s.close()
 
 
-async def test_an_engine_found_unresponsive_is_ready_again_once_it_answers(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def found_unresponsive(tmp_path: Path) -> AsyncIterator[tuple[Supervisor, FakeClock]]:
+    """A healthy sim engine taken for hung by a probe no engine answers in time; the next probes wait 20 s."""
     clock = FakeClock()
-    s = Supervisor(clock, tmp_path, "127.0.0.1", sim, answer_within=0.0001)  # no engine answers that fast
+    s = Supervisor(clock, tmp_path, "127.0.0.1", sim, answer_within=0.0001)
     await s.converge([spec(free_port())])
     try:
         await state(s, "ready")
@@ -58,12 +62,17 @@ async def test_an_engine_found_unresponsive_is_ready_again_once_it_answers(tmp_p
         await s.tick()
         await state(s, "starting", "EngineUnresponsive")
         s.answer_within = 20.0
+        yield s, clock
+    finally:
+        await s.close()
+
+
+async def test_an_engine_found_unresponsive_is_ready_again_once_it_answers(tmp_path: Path) -> None:
+    async with found_unresponsive(tmp_path) as (s, clock):
         clock.advance(WEDGED_EVERY_S)  # asked again sooner while it is out
         await s.tick()
         await probed(s)
         assert s.states()[0].state == "ready" and s.states()[0].message == ""
-    finally:
-        await s.close()
 
 
 async def test_an_engine_that_answers_stays_ready_and_is_asked_again_a_minute_later(tmp_path: Path) -> None:

@@ -54,24 +54,16 @@ async def test_a_busy_one_slot_engine_is_not_probed_on_stale_gauges(tmp_path: Pa
 
 
 async def test_a_restarted_engine_does_not_inherit_its_predecessors_verdict(tmp_path: Path) -> None:
-    """ShardProcess.start() leaves `liveness` as it was: an engine that exits while taken for hung is started again
-    still "wedged", so once its health answers it is held out of ready with the dead process's words, and
-    settling() is False for it (the fast probing of a starting engine is off)."""
+    """ShardProcess.start() left `liveness` as it was: an engine that exited while taken for hung was started again
+    still "wedged", so once its health answered it was held out of ready with the dead process's words, and
+    settling() was False for it (the fast probing of a starting engine was off)."""
     import os
     import signal
 
     from llmgw.agent.supervisor.liveness import WEDGED_EVERY_S
-    from tests.agent.supervisor.test_liveness import state
+    from tests.agent.supervisor.test_liveness import found_unresponsive
 
-    clock = FakeClock()
-    s = Supervisor(clock, tmp_path, "127.0.0.1", sim, answer_within=0.0001)  # no engine answers that fast
-    await s.converge([spec(free_port())])
-    try:
-        await state(s, "ready")
-        clock.advance(IDLE_EVERY_S)
-        await s.tick()
-        await state(s, "starting", "EngineUnresponsive")
-        s.answer_within = 20.0
+    async with found_unresponsive(tmp_path) as (s, clock):
         (sp,) = s.shards.values()
         old_pid = sp.proc.pid
         os.killpg(old_pid, signal.SIGKILL)  # the engine dies (OOM, a crash); the supervisor restarts it
@@ -82,5 +74,3 @@ async def test_a_restarted_engine_does_not_inherit_its_predecessors_verdict(tmp_
             return sp.proc is not None and sp.proc.pid != old_pid and sp.state == "starting"
         await await_until(restarted, 20, "the engine restarted")
         assert s.settling(), "a freshly started engine is not probed every 0.1 s: it is still taken for hung"
-    finally:
-        await s.close()
