@@ -23,8 +23,25 @@ class TLSFiles(Strict):
 
 
 class StoreConfig(Strict):
-    kind: Literal["sqlite"] = "sqlite"
+    """sqlite: a file (one server). postgres: a database several servers share; `dsn` names where and who
+    ("host=db.internal port=5432 dbname=llmgw user=llmgw"), the password comes from password_file or the
+    environment variable password_env, never from the DSN (so it is in no config dump and no message). With
+    postgres, `path` only anchors the defaults of admin_token_file and usage_journal_dir."""
+
+    kind: Literal["sqlite", "postgres"] = "sqlite"
     path: ConfigPath = "llmgw.db"
+    dsn: str = Field(default="", max_length=1024)
+    password_file: ConfigPath | None = None
+    password_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @model_validator(mode="after")
+    def _postgres_needs_a_dsn_without_a_password(self) -> StoreConfig:
+        if self.kind == "postgres" and not self.dsn:
+            raise ValueError("store.kind postgres needs store.dsn (host=... dbname=... user=...)")
+        if "password" in self.dsn.lower():
+            raise ValueError("store.dsn must not hold the password: put it in store.password_file or the "
+                             "environment variable store.password_env names")
+        return self
 
 
 class SimSpeed(Strict):

@@ -34,7 +34,7 @@ from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
-from llmgw.store.sqlite import SqliteStore
+from llmgw.store.opening import hold_sqlite, open_store
 
 log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 3600.0
@@ -52,7 +52,8 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
     # Everything that can fail on bad input fails here, before anything listens.
     tls = server_context(Path(cfg.tls.cert), Path(cfg.tls.key), Path(cfg.tls.ca), require_client=True)
     token = load_or_create_token(Path(cfg.token_path()))
-    store = SqliteStore(cfg.store.path).open()
+    held = hold_sqlite(cfg.store)  # a second server on the same SQLite file is refused, not run
+    store = open_store(cfg.store)
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(QuietErrors(loop))
     writer = StoreWriter()
@@ -157,3 +158,5 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         plane.persist_nodes()
         await asyncio.to_thread(writer.close)
         store.close()
+        if held is not None:
+            held.close()

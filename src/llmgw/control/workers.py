@@ -20,7 +20,7 @@ from llmgw.core.clock import Clock
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
 from llmgw.router.state import RemoteState
-from llmgw.store.sqlite import SqliteStore
+from llmgw.store.opening import open_store
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, par
     host, port = split_listen(cfg.admin_listen)
     token = read_token(Path(cfg.token_path()))
     state = RemoteState(f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}", clock, token)
-    store = SqliteStore(cfg.store.path).open()  # read for API keys; the control plane is the writer
+    store = open_store(cfg.store)  # read for API keys; the control plane is the writer
     router = Router(state, KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()))
     await state.poll()
     lim = cfg.limits

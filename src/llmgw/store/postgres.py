@@ -1,0 +1,175 @@
+"""PostgreSQL implementation of the store (its operations: store/sql.py), through psycopg 3 and a small pool.
+
+The password comes apart from the DSN (a file or an environment variable, store config), so it is in no message.
+Migrations are versioned in `llmgw_schema` and run under a transaction-scoped advisory lock: several servers
+starting at once migrate once, the others wait and find the work done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from llmgw.core.errors import StoreError
+from llmgw.store.base import UsageRecord
+from llmgw.store.sql import Row, SqlStore, split
+
+MIGRATE_LOCK = 7_331_001  # the advisory lock key migrations hold
+CONNECT_TIMEOUT_S = 10
+
+MIGRATIONS: list[str] = [
+    # 1: the schema SQLite reached in its fifth migration, in PostgreSQL's types (times as double precision)
+    """
+    CREATE TABLE nodes (id TEXT PRIMARY KEY, body TEXT NOT NULL);
+    CREATE TABLE models (name TEXT PRIMARY KEY, position INTEGER NOT NULL, body TEXT NOT NULL);
+    CREATE TABLE replicas (id TEXT PRIMARY KEY, model TEXT NOT NULL, body TEXT NOT NULL);
+    CREATE TABLE events (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at DOUBLE PRECISION NOT NULL, body TEXT NOT NULL
+    );
+    CREATE INDEX events_at ON events (at);
+    CREATE TABLE api_keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
+    CREATE TABLE usage (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id TEXT UNIQUE,
+        key_id TEXT NOT NULL, model TEXT NOT NULL, replica_id TEXT NOT NULL,
+        prompt_tokens BIGINT NOT NULL, completion_tokens BIGINT NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL, duration_s DOUBLE PRECISION NOT NULL, status INTEGER NOT NULL
+    );
+    CREATE INDEX usage_started ON usage (started_at);
+    CREATE TABLE revocations (
+        node_id TEXT NOT NULL, serial TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, reason TEXT NOT NULL,
+        PRIMARY KEY (node_id, serial)
+    );
+    CREATE TABLE usage_totals (
+        key_id TEXT NOT NULL, model TEXT NOT NULL, requests BIGINT NOT NULL, prompt_tokens BIGINT NOT NULL,
+        completion_tokens BIGINT NOT NULL, last_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (key_id, model)
+    );
+    CREATE TABLE usage_hourly (
+        key_id TEXT NOT NULL, model TEXT NOT NULL, hour BIGINT NOT NULL, requests BIGINT NOT NULL,
+        prompt_tokens BIGINT NOT NULL, completion_tokens BIGINT NOT NULL, last_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (hour, key_id, model)
+    );
+    """,
+]
+
+INSERT_NEW_USAGE = (
+    "INSERT INTO usage (id, key_id, model, replica_id, prompt_tokens, completion_tokens, started_at, duration_s,"
+    " status) SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[],"
+    " %s::float8[], %s::float8[], %s::int[]) ON CONFLICT (id) DO NOTHING RETURNING id"
+)
+
+
+def _pg(sql: str) -> str:
+    """The shared statements' `?` parameters as psycopg's `%s` (they hold no literal `?` or `%`)."""
+    return sql.replace("?", "%s")
+
+
+class _Tx:
+    def __init__(self, cur: psycopg.Cursor[Row]) -> None:
+        self.cur = cur
+
+    def run(self, sql: str, args: Sequence[object] = ()) -> int:
+        self.cur.execute(_pg(sql), tuple(args))
+        return self.cur.rowcount
+
+    def run_many(self, sql: str, rows: list[Sequence[object]]) -> None:
+        if rows:
+            self.cur.executemany(_pg(sql), rows)
+
+
+class PostgresStore(SqlStore):
+    def __init__(self, dsn: str, password: str = "", pool_size: int = 4) -> None:
+        self.dsn = dsn
+        self._password = password
+        self._size = pool_size
+        self._pool: ConnectionPool | None = None
+        self.where = _where(dsn)
+
+    def open(self) -> PostgresStore:
+        kwargs: dict[str, object] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        if self._password:
+            kwargs["password"] = self._password
+        try:
+            # one connection first: its failure says why (a pool retries and says only that it timed out)
+            psycopg.connect(self.dsn, **kwargs).close()  # type: ignore[arg-type]
+            self._pool = ConnectionPool(self.dsn, kwargs=kwargs, min_size=1, max_size=self._size,
+                                        timeout=CONNECT_TIMEOUT_S, open=False)
+            self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+            self._migrate()
+        except (psycopg.Error, PoolTimeout) as e:
+            self.close()
+            raise StoreError(f"{self.where}: {_words(e)}") from None
+        return self
+
+    @property
+    def pool(self) -> ConnectionPool:
+        if self._pool is None:
+            raise StoreError("store used before open()")
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    @contextmanager
+    def _tx(self) -> Iterator[_Tx]:
+        """One transaction: committed whole, or rolled back on anything raised (then re-raised, as StoreError when
+        it came from the database)."""
+        try:
+            with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                yield _Tx(cur)
+        except (psycopg.Error, PoolTimeout) as e:
+            raise StoreError(f"{self.where}: {_words(e)}") from None
+
+    def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Row]:
+        try:
+            with self.pool.connection() as conn:
+                return list(conn.execute(_pg(sql), tuple(args)).fetchall())
+        except (psycopg.Error, PoolTimeout) as e:
+            raise StoreError(f"{self.where}: {_words(e)}") from None
+
+    def _insert_usage(self, tx: _Tx, records: list[UsageRecord], each: bool) -> list[UsageRecord]:  # type: ignore[override]
+        """One statement for the batch; the ids it returns are those that were new (a batch sent twice counts
+        once), so PostgreSQL never needs the row-by-row path."""
+        cols: list[list[object]] = [[] for _ in range(9)]
+        for u in records:
+            for i, v in enumerate((u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens,
+                                   u.started_at, u.duration_s, u.status)):
+                cols[i].append(v)
+        tx.cur.execute(INSERT_NEW_USAGE, cols)
+        new = {str(r[0]) for r in tx.cur.fetchall()}
+        return [u for u in records if u.id in new]
+
+    def schema_version(self) -> int:
+        return int(self._rows("SELECT COALESCE(MAX(version), 0) FROM llmgw_schema")[0][0])
+
+    def _migrate(self) -> None:
+        with self._tx() as tx:
+            tx.cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+            tx.cur.execute("CREATE TABLE IF NOT EXISTS llmgw_schema (version INTEGER PRIMARY KEY, at TIMESTAMPTZ"
+                           " NOT NULL DEFAULT now())")
+            tx.cur.execute("SELECT COALESCE(MAX(version), 0) FROM llmgw_schema")
+            row = tx.cur.fetchone()
+            current = int(row[0]) if row else 0
+            for version, sql in enumerate(MIGRATIONS, start=1):
+                if version <= current:
+                    continue
+                for stmt in split(sql):
+                    tx.cur.execute(stmt)
+                tx.cur.execute("INSERT INTO llmgw_schema (version) VALUES (%s)", (version,))
+
+
+def _where(dsn: str) -> str:
+    """Where the database is, for messages: host, port and database, never the rest of the DSN."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "postgres (an unreadable DSN)"
+    return f"postgres {info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+
+
+def _words(e: Exception) -> str:
+    return " ".join(str(e).split())[:500] or type(e).__name__

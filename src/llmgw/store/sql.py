@@ -1,0 +1,232 @@
+"""The store over SQL, once for every database: records kept whole as JSON, usage rows with running totals per key
+and model and per hour. The statements are written in the SQL both SQLite (3.24 on) and PostgreSQL speak, with `?`
+for parameters; a subclass supplies the connection, its transactions, and how to insert only the new usage rows.
+Every transaction commits whole or rolls back whole, whatever is raised inside it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from llmgw.config.server import ModelSpec
+from llmgw.core.state import Event, NodeRecord, ReplicaRecord
+from llmgw.store.base import ApiKeyRecord, Revocation, UsageRecord, UsageTotal
+
+PRUNE_BATCH = 5000  # rows per delete transaction: retention never holds the write lock for long
+Row = tuple[Any, ...]
+
+
+def hour_of(t: float) -> int:
+    return int(t // 3600)
+
+
+class SomeSeen(Exception):
+    """Raised inside a usage transaction to roll it back: some records of the batch are recorded already, and the
+    fast path cannot tell which (the batch is then inserted row by row)."""
+
+
+class Tx(Protocol):
+    """What a transaction offers the shared statements."""
+
+    def run(self, sql: str, args: Sequence[object] = ()) -> int: ...  # rows affected
+    def run_many(self, sql: str, rows: list[Sequence[object]]) -> None: ...
+
+
+def upsert(table: str, columns: tuple[str, ...], key: tuple[str, ...]) -> str:
+    """INSERT, or on a key already there replace its other columns."""
+    rest = [c for c in columns if c not in key]
+    return (f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+            f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in rest))
+
+
+def _add_to(table: str, key: str) -> str:
+    """Add a batch's sums to a running total row (made if new)."""
+    cols = "key_id, model, hour, " if key == "hour" else "key_id, model, "
+    n = 7 if key == "hour" else 6
+    conflict = "hour, key_id, model" if key == "hour" else "key_id, model"
+    return (f"INSERT INTO {table} ({cols}requests, prompt_tokens, completion_tokens, last_at)"
+            f" VALUES ({', '.join('?' for _ in range(n))}) ON CONFLICT ({conflict}) DO UPDATE SET"
+            f" requests = {table}.requests + excluded.requests,"
+            f" prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens,"
+            f" completion_tokens = {table}.completion_tokens + excluded.completion_tokens,"
+            f" last_at = CASE WHEN excluded.last_at > {table}.last_at THEN excluded.last_at ELSE {table}.last_at END")
+
+
+ADD_HOURLY = _add_to("usage_hourly", "hour")
+ADD_TOTALS = _add_to("usage_totals", "key")
+
+
+def _total(r: Row, at: int = 0) -> UsageTotal:
+    return UsageTotal(key_id=str(r[at]), model=str(r[at + 1]), requests=int(r[at + 2]),
+                      prompt_tokens=int(r[at + 3]), completion_tokens=int(r[at + 4]), last_at=float(r[at + 5]))
+
+
+class SqlStore:
+    """The Store operations over a subclass's `_tx`, `_rows` and `_insert_usage`."""
+
+    def _tx(self) -> AbstractContextManager[Tx]:
+        raise NotImplementedError
+
+    def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Row]:
+        raise NotImplementedError
+
+    def _insert_usage(self, tx: Tx, records: list[UsageRecord], each: bool) -> list[UsageRecord]:
+        """Insert the records whose id is new; those that were (`each`: found one by one)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def schema_version(self) -> int:
+        raise NotImplementedError
+
+    def _exec(self, sql: str, args: Sequence[object] = ()) -> None:
+        with self._tx() as tx:
+            tx.run(sql, args)
+
+    # nodes
+    def put_node(self, node: NodeRecord) -> None:
+        self._exec(upsert("nodes", ("id", "body"), ("id",)), (node.id, node.model_dump_json()))
+
+    def put_nodes(self, nodes: list[NodeRecord]) -> None:
+        with self._tx() as tx:
+            tx.run_many(upsert("nodes", ("id", "body"), ("id",)), [(n.id, n.model_dump_json()) for n in nodes])
+
+    def get_node(self, node_id: str) -> NodeRecord | None:
+        rows = self._rows("SELECT body FROM nodes WHERE id = ?", (node_id,))
+        return NodeRecord.model_validate_json(str(rows[0][0])) if rows else None
+
+    def list_nodes(self) -> list[NodeRecord]:
+        return [NodeRecord.model_validate_json(str(r[0])) for r in self._rows("SELECT body FROM nodes ORDER BY id")]
+
+    # catalog
+    def put_models(self, models: list[ModelSpec]) -> None:
+        with self._tx() as tx:
+            tx.run("DELETE FROM models")
+            tx.run_many("INSERT INTO models (name, position, body) VALUES (?, ?, ?)",
+                        [(m.name, i, m.model_dump_json()) for i, m in enumerate(models)])
+
+    def list_models(self) -> list[ModelSpec]:
+        rows = self._rows("SELECT body FROM models ORDER BY position")
+        return [ModelSpec.model_validate_json(str(r[0])) for r in rows]
+
+    # replicas
+    def put_replica(self, replica: ReplicaRecord) -> None:
+        self._exec(upsert("replicas", ("id", "model", "body"), ("id",)),
+                   (replica.id, replica.model, replica.model_dump_json()))
+
+    def delete_replica(self, replica_id: str) -> None:
+        self._exec("DELETE FROM replicas WHERE id = ?", (replica_id,))
+
+    def list_replicas(self) -> list[ReplicaRecord]:
+        rows = self._rows("SELECT body FROM replicas ORDER BY id")
+        return [ReplicaRecord.model_validate_json(str(r[0])) for r in rows]
+
+    # events
+    def add_event(self, event: Event) -> None:
+        self._exec("INSERT INTO events (at, body) VALUES (?, ?)", (event.at, event.model_dump_json()))
+
+    def list_events(self, limit: int = 100) -> list[Event]:
+        rows = self._rows("SELECT body FROM events ORDER BY seq DESC LIMIT ?", (limit,))
+        return [Event.model_validate_json(str(r[0])) for r in reversed(rows)]
+
+    # keys and usage
+    def put_key(self, key: ApiKeyRecord) -> None:
+        self._exec(upsert("api_keys", ("id", "hash", "body"), ("id",)), (key.id, key.hash, key.model_dump_json()))
+
+    def list_keys(self) -> list[ApiKeyRecord]:
+        rows = self._rows("SELECT body FROM api_keys ORDER BY id")
+        return [ApiKeyRecord.model_validate_json(str(r[0])) for r in rows]
+
+    def add_usage(self, records: list[UsageRecord]) -> int:
+        """Record a batch in one transaction, each record at most once (by its id, so a batch sent twice counts
+        once), and keep the totals per key and model in the same transaction. Returns how many were new."""
+        return len(self.add_usage_new(records))
+
+    def add_usage_new(self, records: list[UsageRecord]) -> list[UsageRecord]:
+        """add_usage, returning the records that were new (those anything counting usage elsewhere must add)."""
+        if not records:
+            return []
+        try:
+            return self._add_usage(records, each=False)
+        except SomeSeen:  # a retried or replayed batch: find out row by row which records are new
+            return self._add_usage(records, each=True)
+
+    def _add_usage(self, records: list[UsageRecord], each: bool) -> list[UsageRecord]:
+        with self._tx() as tx:
+            fresh = self._insert_usage(tx, records, each)
+            added: dict[tuple[str, str], list[float]] = {}
+            hourly: dict[tuple[str, str, int], list[float]] = {}
+            for u in fresh:
+                for t in (added.setdefault((u.key_id, u.model), [0, 0, 0, 0.0]),
+                          hourly.setdefault((u.key_id, u.model, hour_of(u.started_at)), [0, 0, 0, 0.0])):
+                    t[0] += 1
+                    t[1] += u.prompt_tokens
+                    t[2] += u.completion_tokens
+                    t[3] = max(t[3], u.started_at)
+            tx.run_many(ADD_HOURLY, [(k, m, h, int(t[0]), int(t[1]), int(t[2]), t[3])
+                                     for (k, m, h), t in sorted(hourly.items())])
+            tx.run_many(ADD_TOTALS, [(k, m, int(t[0]), int(t[1]), int(t[2]), t[3])
+                                     for (k, m), t in sorted(added.items())])
+        return fresh
+
+    def usage_totals(self, since: float = 0.0) -> list[UsageTotal]:
+        """All-time totals come from the running aggregate (no scan); totals since a time scan that window."""
+        if since <= 0:
+            rows = self._rows("SELECT key_id, model, requests, prompt_tokens, completion_tokens, last_at"
+                              " FROM usage_totals ORDER BY key_id, model")
+        else:
+            rows = self._rows(
+                "SELECT key_id, model, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), MAX(started_at)"
+                " FROM usage WHERE started_at >= ? GROUP BY key_id, model ORDER BY key_id, model", (since,))
+        return [_total(r) for r in rows]
+
+    def usage_recent(self, since: float) -> list[UsageTotal]:
+        """Totals from the hour holding `since` on, per key and model, read from the hourly aggregate: the cost
+        depends on keys, models and hours, never on how many requests there were."""
+        rows = self._rows(
+            "SELECT key_id, model, SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), MAX(last_at)"
+            " FROM usage_hourly WHERE hour >= ? GROUP BY key_id, model ORDER BY key_id, model", (hour_of(since),))
+        return [_total(r) for r in rows]
+
+    def usage_by_hour(self, since: float) -> list[tuple[int, UsageTotal]]:
+        """The hourly aggregate's rows from the hour holding `since` on: (hour, totals of that hour)."""
+        rows = self._rows(
+            "SELECT hour, key_id, model, requests, prompt_tokens, completion_tokens, last_at FROM usage_hourly"
+            " WHERE hour >= ? ORDER BY hour, key_id, model", (hour_of(since),))
+        return [(int(r[0]), _total(r, 1)) for r in rows]
+
+    def usage_count(self) -> int:
+        return int(self._rows("SELECT COUNT(*) FROM usage")[0][0])
+
+    def prune(self, usage_before: float, events_before: float) -> tuple[int, int]:
+        """Delete usage rows and events older than the given times, a batch per transaction. Totals are kept."""
+        done = [0, 0]
+        for i, (table, column, before) in enumerate(
+            (("usage", "started_at", usage_before), ("events", "at", events_before))
+        ):
+            while True:
+                with self._tx() as tx:
+                    n = tx.run(f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM {table} WHERE {column} < ?"
+                               f" LIMIT ?)", (before, PRUNE_BATCH))
+                done[i] += n
+                if n < PRUNE_BATCH:
+                    break
+        self._exec("DELETE FROM usage_hourly WHERE hour < ?", (hour_of(usage_before),))  # a few rows per hour
+        return done[0], done[1]
+
+    # node revocations
+    def put_revocation(self, revocation: Revocation) -> None:
+        r = revocation
+        self._exec(upsert("revocations", ("node_id", "serial", "at", "reason"), ("node_id", "serial")),
+                   (r.node_id, r.serial, r.at, r.reason))
+
+    def list_revocations(self) -> list[Revocation]:
+        rows = self._rows("SELECT node_id, serial, at, reason FROM revocations ORDER BY at")
+        return [Revocation(node_id=str(a), serial=str(b), at=float(c), reason=str(d)) for a, b, c, d in rows]
+
+
+def split(sql: str) -> Iterator[str]:
+    """A migration's statements."""
+    return (s for s in sql.split(";") if s.strip())

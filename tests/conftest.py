@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.pg import Postgres
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """One real PostgreSQL for the session (tests/pg.py); each test takes a fresh database of it."""
+    pg = Postgres().start()
+    try:
+        yield pg
+    finally:
+        pg.stop()

@@ -1,0 +1,70 @@
+"""The whole cluster on PostgreSQL: a server whose store is a real PostgreSQL database reached with a password from
+a file, a node, a replica placed and serving, a key, a request, and its usage in the database; and one server per
+SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from llmgw.config.loader import load
+from llmgw.config.server import ServerConfig
+from llmgw.control.server import serve
+from llmgw.core.clock import SystemClock
+from llmgw.core.errors import StoreError
+from llmgw.dev.cluster import NodePlan, admin_get, admin_post
+from llmgw.store.postgres import PostgresStore
+from tests.harness import InProcessServer, aget, plan, wait_until
+from tests.integration.conftest import dump_logs, start_cluster
+from tests.pg import PASSWORD, Postgres
+
+MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_shard": 1, "sim": {"tokens": 3}},
+         "scaling": {"min": 1, "max": 1}}
+
+
+def test_a_cluster_serves_and_bills_on_postgres(tmp_path: Path, running, postgres: Postgres) -> None:  # type: ignore[no-untyped-def]
+    dsn = postgres.fresh_db()
+    (tmp_path / "pg.password").write_text(PASSWORD + "\n")
+    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.61", port_range="26100-26199")], [MODEL],
+             heartbeat_interval="0.3s", reconcile_interval="0.2s",
+             extra_server={"store": {"kind": "postgres", "dsn": dsn, "password_file": "pg.password",
+                                     "path": "state/llmgw.db"}})
+    start_cluster(p, running)
+    try:
+        wait_until(lambda: any(r["state"] == "ready" for r in admin_get(p, "/api/status")["replicas"]), 30,
+                   "model m ready")
+        key = admin_post(p, "/api/keys", {"name": "t"})["key"]
+        req = urllib.request.Request(p.api + "/v1/chat/completions", headers={
+            "Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            data=json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode())
+        with urllib.request.urlopen(req, timeout=20) as r:
+            assert json.loads(r.read())["usage"]["completion_tokens"] == 3
+        db = PostgresStore(dsn, PASSWORD).open()
+        try:
+            wait_until(lambda: db.usage_count() == 1, 10, "the request's usage in PostgreSQL")
+            assert [n.id for n in db.list_nodes()] == ["node01"]
+            assert [r.model for r in db.list_replicas()] == ["m"]
+            assert [k.name for k in db.list_keys()] == ["t"]
+            assert db.usage_totals()[0].completion_tokens == 3
+        finally:
+            db.close()
+        assert not (tmp_path / "state" / "llmgw.db").exists(), "nothing went to a SQLite file"
+        logs = "".join(f.read_text(errors="replace") for f in (tmp_path / "logs").glob("*.log"))
+        assert PASSWORD not in logs
+    except BaseException:
+        print(dump_logs(p))
+        raise
+
+
+async def test_a_second_server_on_the_same_sqlite_file_is_refused(tmp_path: Path) -> None:
+    p = plan(tmp_path, [], [])
+    async with InProcessServer(p):
+        cfg = load(ServerConfig, p.workdir / "server.yaml")
+        with pytest.raises(StoreError) as e:
+            await asyncio.wait_for(serve(cfg, SystemClock(), asyncio.Event()), 20)
+        assert "already uses the SQLite store" in str(e.value) and "store.kind postgres" in str(e.value)
+        assert await aget(p, "/api/nodes") == []  # the first one serves on, untouched
