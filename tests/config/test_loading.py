@@ -125,3 +125,20 @@ def test_model_names_are_bounded_and_safe() -> None:
     for bad in ("x" * 129, "../etc", "a b", "a\nb", "/abs", "a//b", "a/", ".hidden"):
         with pytest.raises(pydantic.ValidationError):
             ModelSpec(name=bad, source="x", engine="sim")
+
+
+@pytest.mark.parametrize(("store", "words"), [
+    ({"kind": "postgres"}, "store.kind postgres needs store.dsn"),
+    ({"kind": "postgres", "dsn": "host=db user=llmgw password=hunter2"}, "must not hold the password"),
+    ({"kind": "postgres", "dsn": "host=db", "password_env": "1BAD"}, "password_env"),
+])
+def test_a_postgres_store_needs_a_dsn_and_keeps_the_password_out_of_it(tmp_path: Path, store: dict[str, str],
+                                                                        words: str) -> None:
+    import yaml
+
+    f = tmp_path / "server.yaml"
+    f.write_text(yaml.safe_dump({"tls": {"ca": "ca", "cert": "c", "key": "k"}, "store": store}))
+    with pytest.raises(ConfigError) as e:
+        load(ServerConfig, f)
+    assert words in str(e.value)
+    assert "hunter2" not in str(e.value)
