@@ -51,6 +51,19 @@ class Postgres:
             argv = ["runuser", "-u", "postgres", "--", *argv]
         return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
+    def _ctl_start(self) -> list[str]:
+        return [self.pg_ctl, "-D", str(self.data), "-w", "-t", "60", "-l", str(self.dir / "log"), "-o",
+                f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off", "start"]
+
+    def outage(self) -> None:
+        """Stop the server (fast: its connections are cut), keeping its data, until back()."""
+        out = self._as_owner([self.pg_ctl, "-D", str(self.data), "-w", "-m", "fast", "stop"])
+        assert out.returncode == 0, out.stdout + out.stderr
+
+    def back(self) -> None:
+        out = self._as_owner(self._ctl_start())
+        assert out.returncode == 0, out.stdout + out.stderr
+
     def start(self) -> Postgres:
         pw = self.dir / "pw"
         pw.write_text(PASSWORD + "\n")
@@ -61,8 +74,7 @@ class Postgres:
         for argv in (
             [self.initdb, "-D", str(self.data), "-U", "llmgw", f"--pwfile={pw}", "--auth-local=trust",
              "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync"],
-            [self.pg_ctl, "-D", str(self.data), "-w", "-t", "60", "-l", str(self.dir / "log"), "-o",
-             f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
+            self._ctl_start(),
         ):
             out = self._as_owner(argv)
             if out.returncode != 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -26,23 +27,53 @@ MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_
          "scaling": {"min": 1, "max": 1}}
 
 
-def test_a_cluster_serves_and_bills_on_postgres(tmp_path: Path, running, postgres: Postgres) -> None:  # type: ignore[no-untyped-def]
+def on_postgres(tmp_path: Path, running, postgres: Postgres, address: str, ports: str):  # type: ignore[no-untyped-def]
+    """A cluster of one node whose server's store is a fresh PostgreSQL database (the password in a file), with
+    model m ready and a key: (plan, key, DSN)."""
     dsn = postgres.fresh_db()
     (tmp_path / "pg.password").write_text(PASSWORD + "\n")
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.61", port_range="26100-26199")], [MODEL],
+    p = plan(tmp_path, [NodePlan(id="node01", address=address, port_range=ports)], [MODEL],
              heartbeat_interval="0.3s", reconcile_interval="0.2s",
              extra_server={"store": {"kind": "postgres", "dsn": dsn, "password_file": "pg.password",
                                      "path": "state/llmgw.db"}})
     start_cluster(p, running)
+    wait_until(lambda: any(r["state"] == "ready" for r in admin_get(p, "/api/status")["replicas"]), 30,
+               "model m ready")
+    return p, admin_post(p, "/api/keys", {"name": "t"})["key"], dsn
+
+
+def chat(p, key: str) -> int:  # type: ignore[no-untyped-def]
+    req = urllib.request.Request(p.api + "/v1/chat/completions", headers={
+        "Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        data=json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode())
     try:
-        wait_until(lambda: any(r["state"] == "ready" for r in admin_get(p, "/api/status")["replicas"]), 30,
-                   "model m ready")
-        key = admin_post(p, "/api/keys", {"name": "t"})["key"]
-        req = urllib.request.Request(p.api + "/v1/chat/completions", headers={
-            "Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-            data=json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode())
         with urllib.request.urlopen(req, timeout=20) as r:
             assert json.loads(r.read())["usage"]["completion_tokens"] == 3
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def usage_in(dsn: str) -> int:
+    db = PostgresStore(dsn, PASSWORD).open()
+    try:
+        return db.usage_count()
+    finally:
+        db.close()
+
+
+def store_unreachable(p) -> float:  # type: ignore[no-untyped-def]
+    req = urllib.request.Request(p.admin + "/metrics", headers={
+        "Authorization": f"Bearer {p.token_file.read_text().strip()}"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        text = r.read().decode()
+    return float(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("llmgw_store_unreachable_seconds")))
+
+
+def test_a_cluster_serves_and_bills_on_postgres(tmp_path: Path, running, postgres: Postgres) -> None:  # type: ignore[no-untyped-def]
+    p, key, dsn = on_postgres(tmp_path, running, postgres, "127.0.0.61", "26100-26199")
+    try:
+        assert chat(p, key) == 200
         db = PostgresStore(dsn, PASSWORD).open()
         try:
             wait_until(lambda: db.usage_count() == 1, 10, "the request's usage in PostgreSQL")
@@ -55,6 +86,30 @@ def test_a_cluster_serves_and_bills_on_postgres(tmp_path: Path, running, postgre
         assert not (tmp_path / "state" / "llmgw.db").exists(), "nothing went to a SQLite file"
         logs = "".join(f.read_text(errors="replace") for f in (tmp_path / "logs").glob("*.log"))
         assert PASSWORD not in logs
+    except BaseException:
+        print(dump_logs(p))
+        raise
+
+
+def test_serving_outlives_a_postgres_outage_and_no_usage_is_lost(tmp_path: Path, running, postgres: Postgres) -> None:  # type: ignore[no-untyped-def]
+    """The database stops under traffic: requests to the ready replica keep being answered, the metrics say the
+    store is unreachable, and when it is back every request's usage lands, once."""
+    p, key, dsn = on_postgres(tmp_path, running, postgres, "127.0.0.62", "26200-26299")
+    try:
+        assert chat(p, key) == 200
+        postgres.outage()
+        try:
+            answers = [chat(p, key)]
+            # requests all along, until the metrics say the store has failed every write for 8 s
+            wait_until(lambda: answers.append(chat(p, key)) or store_unreachable(p) >= 8, 30,
+                       "the metrics saying the store has been unreachable for 8 s", interval=0.2)
+            assert answers == [200] * len(answers), answers  # serving outlived the store
+        finally:
+            postgres.back()
+        wait_until(lambda: usage_in(dsn) == 1 + len(answers), 30, "every request's usage in PostgreSQL")
+        wait_until(lambda: store_unreachable(p) == 0, 30, "the store reachable again in the metrics")
+        assert chat(p, key) == 200
+        wait_until(lambda: usage_in(dsn) == 2 + len(answers), 30, "a request after the outage recorded")
     except BaseException:
         print(dump_logs(p))
         raise

@@ -33,7 +33,10 @@ async def summary_of(plane: ControlPlane) -> Summary:
     now = plane.clock.now()
     names = plane.key_names()
     if names is None:
-        names = await plane.read(plane.refresh_key_names)  # keys changed: read once, off the event loop
+        try:
+            names = await plane.read(plane.refresh_key_names)  # keys changed: read once, off the event loop
+        except StoreError:  # the store is out: the names known before do (the view and the scrape go on)
+            names = plane.known_key_names()
     return summarize(
         list(plane.nodes.values()),
         list(plane.replicas.values()),

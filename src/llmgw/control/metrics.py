@@ -46,7 +46,8 @@ FAMILIES = frozenset({
     "llmgw_engine_install_total_bytes", "llmgw_engine_requests_running", "llmgw_engine_requests_waiting",
     "llmgw_engine_kv_cache_usage_ratio", "llmgw_requests_total", "llmgw_prompt_tokens_total",
     "llmgw_completion_tokens_total", "llmgw_requests_in_flight", "llmgw_model_loads_total", "llmgw_evictions_total",
-    "llmgw_scale_events_total", "llmgw_store_writes_queued", "llmgw_usage_unflushed",
+    "llmgw_scale_events_total", "llmgw_store_writes_queued", "llmgw_store_unreachable_seconds",
+    "llmgw_usage_unflushed",
     *(name for name, _ in HISTOGRAMS.values()),
 })
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -111,7 +112,14 @@ class ControlPlane:
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
+            "llmgw_store_unreachable_seconds": ("How long the store has failed every write (0: writes land); "
+                                                "serving goes on meanwhile", self.store_failing_for),
         }
+
+    def store_failing_for(self) -> float:
+        """Seconds since the store began failing writes, 0 while they land (the writer's own, real-time account)."""
+        since = getattr(self.writer, "failing_since", None)
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
     def load(self) -> None:
         """Adopt what the store holds. Timers for silent nodes restart now, not from stale timestamps."""
@@ -455,13 +463,26 @@ class ControlPlane:
         raw, rec = new_key(name, models, self.clock)
         rec.limits = limits
         await self.writer.run(self.store.put_key, rec)
-        self.keys_version += 1
+        self._key_written(rec)
         return raw, rec
 
     async def update_key(self, key: ApiKeyRecord) -> None:
         """A key's new limits or models, from now on (routers reload keys when keys_version moves)."""
         await self.writer.run(self.store.put_key, key)
+        self._key_written(key)
+
+    def _key_written(self, rec: ApiKeyRecord) -> None:
+        """Keys changed (routers read them again); what this process knows of them follows without a store read,
+        so a page view or a scrape never waits on the store for a name (a store outage would hold it)."""
+        version, keys, names = self._keys
+        fresh = version == self.keys_version
         self.keys_version += 1
+        if fresh:
+            self._keys = (self.keys_version, {**keys, rec.id: rec}, {**names, rec.id: rec.name})
+
+    def known_key_names(self) -> dict[str, str]:
+        """The key names last known, however old: for a view that must not wait on the store."""
+        return self._keys[2]
 
     async def revoke_keys(self, match: Callable[[ApiKeyRecord], bool]) -> list[str]:
         """Revoke every live key that matches; their ids."""
