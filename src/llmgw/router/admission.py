@@ -21,21 +21,46 @@ MAX_FIELDS: dict[str, tuple[str, ...] | None] = {
     "/v1/responses": ("max_output_tokens",),
 }
 DEFAULT_FIELDS = ("max_completion_tokens", "max_tokens")
+CHOICE_FIELDS = ("n", "best_of")  # each choice generated is generated in full: the bound is per choice
+MAX_COST = 10**15
+
+
+class Unreservable(ValueError):
+    """The request's own bounds cannot be read (answered 400: the engine could read them otherwise)."""
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int) -> tuple[bytes, int]:
-    """(the body to forward, the tokens the request reserves). A request that does not bound what it generates is
-    given `default_max` (in the body the engine sees): nothing admitted may cost more than it reserved."""
+    """(the body to forward, the tokens the request reserves): its body's bytes, plus the most it may generate,
+    times the choices it asks for. A request that does not bound what it generates is given `default_max` (in the
+    body the engine sees); a bound that is not a whole number is refused (an engine might read 1e9 or "5000"):
+    nothing admitted may cost more than it reserved."""
     fields = MAX_FIELDS.get(path, DEFAULT_FIELDS)
     if fields is None:
         return body, quota.reservation(len(body), 0)
+    given = []
     for f in fields:
         v = payload.get(f)
-        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-            return body, quota.reservation(len(body), v)
-    payload[fields[-1]] = default_max
-    body = json.dumps(payload).encode()
-    return body, quota.reservation(len(body), default_max)
+        if v is not None:
+            if not _whole(v) or v < 0:
+                raise Unreservable(f"'{f}' must be a whole number of tokens, 0 or more")
+            given.append(v)
+    choices = 1
+    for f in CHOICE_FIELDS:
+        v = payload.get(f)
+        if v is not None:
+            if not _whole(v) or v < 1:
+                raise Unreservable(f"'{f}' must be a whole number, 1 or more")
+            choices = max(choices, v)
+    if given:
+        most = max(given)  # both given: an engine may honour either
+    else:
+        payload[fields[-1]] = most = default_max
+        body = json.dumps(payload).encode()
+    return body, min(MAX_COST, quota.reservation(len(body), most * choices))
 
 
 def refused(a: Admission) -> web.Response:

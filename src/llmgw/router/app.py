@@ -16,7 +16,7 @@ from aiohttp import web
 
 from llmgw.config.server import ModelSpec, RouterConfig
 from llmgw.core.errors import ConnectFailed, StreamBroken
-from llmgw.router.admission import refused, reserve, used_of
+from llmgw.router.admission import Unreservable, refused, reserve, used_of
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
@@ -213,7 +213,10 @@ class Router:
         lim = key.limits if key.limits is not None else self.cfg.default_limits
         if not lim.any():
             return await self._serve(request, m, key, spec, payload, body, {}, [])
-        body, cost = reserve(request.path, payload, body, self.cfg.reserve_max_tokens)
+        try:
+            body, cost = reserve(request.path, payload, body, self.cfg.reserve_max_tokens)
+        except Unreservable as e:
+            return openai_error(400, str(e), "invalid_request_error", "invalid_value")
         admitted = await self.state.admit(key, cost)
         if not admitted.admitted:  # refused here: it reaches no engine and costs nothing
             resp = refused(admitted)
