@@ -67,12 +67,17 @@ def test_a_bare_node_installs_llama_cpp_and_serves(tmp_path: Path, running: list
 
             row = wait_until(installing, 60, "the node reports its download in progress, in ctl nodes")
             assert "llamacpp b7 (installing)" in row["engines"], row
-            told = ctl_json(p, "explain", "smollm2")
-            (replica,) = told["replicas"]
-            placement = replica["placement"]
+
+            def explained() -> dict[str, Any] | None:  # placement's words follow the node's report at the next pass
+                (replica,) = ctl_json(p, "explain", "smollm2")["replicas"]
+                placement: dict[str, Any] = replica["placement"]
+                verdicts = placement["verdicts"]
+                return placement if verdicts and progress.match(verdicts[0]["message"]) else None
+
+            placement = wait_until(explained, 30, "explain saying the download in progress")
             assert placement["filtered"] == {"EngineInstalling": 1}, placement
             (verdict,) = placement["verdicts"]
-            assert verdict["node_id"] == "bare01" and progress.match(verdict["message"]), verdict
+            assert verdict["node_id"] == "bare01", verdict
             words = subprocess.run([sys.executable, "-m", "llmgw.cli.main", "ctl", "explain", "smollm2", "--admin",
                                     p.admin], capture_output=True, text=True, timeout=30,
                                    env={**os.environ, "COLUMNS": "200", "LLMGW_ADMIN_TOKEN_FILE": str(p.token_file)})
