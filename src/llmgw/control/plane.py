@@ -109,6 +109,7 @@ class ControlPlane:
         self.usage = UsageBook()  # totals per key and model, all-time and by the hour: the summary's usage
         self._keys: tuple[int, dict[str, ApiKeyRecord], dict[str, str]] = (-1, {}, {})
         self.quotas = Quotas(clock, cfg.router.default_limits)  # every key's counters against its limits
+        self._keys_lock = asyncio.Lock()  # a key's read-modify-write (update, revoke) is never interleaved
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -466,10 +467,19 @@ class ControlPlane:
         self._key_written(rec)
         return raw, rec
 
-    async def update_key(self, key: ApiKeyRecord) -> None:
-        """A key's new limits or models, from now on (routers reload keys when keys_version moves)."""
-        await self.writer.run(self.store.put_key, key)
-        self._key_written(key)
+    async def update_key(self, key_id: str, update: dict[str, Any]) -> ApiKeyRecord | str:
+        """A key's new limits or models, from now on (routers reload keys when keys_version moves); or why not.
+        Read and written under the keys' lock, so a revocation landing meanwhile is never written over."""
+        async with self._keys_lock:
+            key = next((k for k in await self.read(self.store.list_keys) if k.id == key_id), None)
+            if key is None:
+                return f"no key with id {key_id}"
+            if key.revoked_at is not None:
+                return f"key {key_id} is revoked"
+            new = key.model_copy(update=update)
+            await self.writer.run(self.store.put_key, new)
+            self._key_written(new)
+            return new
 
     def _key_written(self, rec: ApiKeyRecord) -> None:
         """Keys changed (routers read them again); what this process knows of them follows without a store read,
@@ -486,6 +496,10 @@ class ControlPlane:
 
     async def revoke_keys(self, match: Callable[[ApiKeyRecord], bool]) -> list[str]:
         """Revoke every live key that matches; their ids."""
+        async with self._keys_lock:
+            return await self._revoke_keys(match)
+
+    async def _revoke_keys(self, match: Callable[[ApiKeyRecord], bool]) -> list[str]:
         now = self.clock.now()
         done = []
         for k in await self.read(self.store.list_keys):

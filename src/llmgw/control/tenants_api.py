@@ -86,21 +86,17 @@ def tenant_routes(plane: ControlPlane) -> list[web.RouteDef]:
         body = await json_body(request)
         if not isinstance(body, dict) or not set(body) <= {"limits", "models"} or not body:
             raise BadRequest('body must be {"limits": {...} or null, "models": [...]}, either or both')
-        key = next((k for k in await plane.read(plane.store.list_keys) if k.id == kid), None)
-        if key is None:
-            return js({"error": f"no key with id {kid}"}, 404)
-        if key.revoked_at is not None:
-            return js({"error": f"key {kid} is revoked"}, 409)
         update: dict[str, Any] = {}
         if "limits" in body:
             update["limits"] = limits_of(body)
         if "models" in body:
             models = body["models"]
-            if not isinstance(models, list) or any(m not in plane.models for m in models):
-                raise BadRequest("models must be a list of the catalog's models")
+            if not isinstance(models, list) or any(not isinstance(m, str) or m not in plane.models for m in models):
+                return js({"error": "models must be a list of the catalog's models"}, 400)
             update["models"] = [str(m) for m in models]
-        new = key.model_copy(update=update)
-        await plane.update_key(new)
+        new = await plane.update_key(kid, update)
+        if isinstance(new, str):
+            return js({"error": new}, 404 if new.startswith("no key") else 409)
         return js(key_row(plane, new))
 
     async def usage(request: web.Request) -> web.Response:
@@ -125,7 +121,7 @@ def tenant_routes(plane: ControlPlane) -> list[web.RouteDef]:
         since = since_of(request, plane.clock.now())
         names = await key_names(plane)
         out = io.StringIO()
-        w = csv.writer(out)
+        w = csv.writer(out, quoting=csv.QUOTE_ALL)  # a ";" cannot split a cell where ";" separates
         w.writerow(["hour_utc", "key_id", "key_name", "model", "requests", "prompt_tokens", "completion_tokens"])
         for hour, t in await plane.read(plane.store.usage_by_hour, since):
             w.writerow([_iso(hour), t.key_id, _cell(names.get(t.key_id, "")), _cell(t.model), t.requests,

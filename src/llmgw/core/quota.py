@@ -72,7 +72,7 @@ class KeyCounters:
     requests: Bucket | None = None
     tokens: Bucket | None = None
     in_flight: int = 0
-    period_start: float = 0.0  # wall-clock start of the budget period `spent` belongs to
+    period_start: float | None = None  # wall-clock start of the budget period `spent` belongs to (None: none yet)
     spent: int = 0  # tokens settled in the period
     reserved: int = 0  # tokens held by requests in flight
 

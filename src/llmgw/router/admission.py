@@ -19,6 +19,7 @@ from llmgw.wire.router import Admission
 MAX_FIELDS: dict[str, tuple[str, ...] | None] = {
     "/v1/embeddings": None,
     "/v1/responses": ("max_output_tokens",),
+    "/v1/completions": ("max_tokens",),  # completions have no max_completion_tokens: an engine ignores it there
 }
 DEFAULT_FIELDS = ("max_completion_tokens", "max_tokens")
 CHOICE_FIELDS = ("n", "best_of")  # each choice generated is generated in full: the bound is per choice
@@ -55,10 +56,15 @@ def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int) -
             if not _whole(v) or v < 1:
                 raise Unreservable(f"'{f}' must be a whole number, 1 or more")
             choices = max(choices, v)
-    if given:
-        most = max(given)  # both given: an engine may honour either
-    else:
-        payload[fields[-1]] = most = default_max
+    prompt = payload.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        choices *= len(prompt)  # a batch of prompts: each is answered in full
+    # the engine is told the bound reserved, in every field it might read: 0 reads as "none" to some (vLLM's
+    # `max_completion_tokens or max_tokens`), and with two fields given an engine may honour either
+    most = max(1, *given) if given else default_max
+    told = {f: most for f in fields if f in payload} or {fields[-1]: most}
+    if any(payload.get(f) != v for f, v in told.items()):
+        payload.update(told)
         body = json.dumps(payload).encode()
     return body, min(MAX_COST, quota.reservation(len(body), most * choices))
 
@@ -84,10 +90,12 @@ def refused(a: Admission) -> web.Response:
 
 def used_of(m: Measure, reached: bool, cost: int) -> int:
     """What an admitted request is settled at: nothing if it reached no engine; what the engine reported when the
-    answer was whole; its whole reservation when the client left or the handler was cut short (the engine may
-    have generated more than was seen)."""
+    answer was whole; its whole reservation otherwise (see below)."""
     if not reached:
         return 0
-    if m.status in (0, CLIENT_CLOSED):
+    used = m.prompt_tokens + m.completion_tokens
+    if m.status in (0, CLIENT_CLOSED) or m.status >= 500 or (m.status == 200 and used == 0):
+        # the client left, the engine failed or timed out after it had the request, or an answer whose usage the
+        # router cannot read (the Responses and Messages APIs report theirs otherwise): what it may have cost
         return cost
-    return m.prompt_tokens + m.completion_tokens
+    return used

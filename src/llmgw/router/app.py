@@ -209,7 +209,6 @@ class Router:
                 "service_unavailable",
                 "model_off",
             )
-        m.key_id = key.id
         lim = key.limits if key.limits is not None else self.cfg.default_limits
         if not lim.any():
             return await self._serve(request, m, key, spec, payload, body, {}, [])
@@ -235,6 +234,7 @@ class Router:
         """Wait for a replica if need be, and forward. `rate`: the key's x-ratelimit-* headers, answered with it;
         `reached` gets an entry once the request is sent to an engine."""
         model = spec.name
+        m.key_id = key.id  # with recorder.begin: the end is counted only for a request begun
         self.recorder.begin(key.id, model)
         if self.table.pick(model) is None:
             if spec.on_demand:
@@ -270,7 +270,7 @@ class Router:
         strip_usage = False
         if stream:
             options = payload.get("stream_options")
-            if not (isinstance(options, dict) and options.get("include_usage")):
+            if not (isinstance(options, dict) and options.get("include_usage") is True):  # "false" is false there
                 # usage is recorded for every request: ask the engine for it, and keep that chunk from a client
                 # that did not ask
                 payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
@@ -287,7 +287,6 @@ class Router:
             started_at=self.state.clock.now(), duration_s=0.0, status=UNKNOWN,
         )
         self.ledger.begin(begun)  # journaled before anything is sent: a crash from here on still records it
-        reached.append(True)
         rec: UsageRecord | None = begun
         outcome: Outcome | None = None
         route = None
@@ -309,6 +308,7 @@ class Router:
                 route.outstanding += 1
                 # busy from now on, not from its end: a long generation must not look idle to eviction meanwhile
                 self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
+                reached[:] = [True]  # it may reach the engine from here on (a connection refused takes it back)
                 watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic)
                 try:
                     said = {**rate, "X-Llmgw-Route": f"{decision.reason}; replica={route.replica_id}; "
@@ -318,6 +318,7 @@ class Router:
                         route.secret, m, said, route.closes_after_stream,
                     )
                 except ConnectFailed as e:
+                    reached.clear()  # nothing was sent
                     log.warning("replica %s not reached (%s); trying another", route.replica_id, e)
                     watch = None
                     continue  # nothing was sent: safe to try elsewhere
