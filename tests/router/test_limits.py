@@ -61,14 +61,17 @@ class Limited:
 
 
 @contextlib.asynccontextmanager
-async def limited(tmp_path: Path, clock: Clock, tokens_per_second: float = 0.0) -> AsyncIterator[Limited]:
-    engine = make_app("m", tokens=4, tokens_per_second=tokens_per_second, behaviour=Behaviour())
-    erun = web.AppRunner(engine)
+async def limited(tmp_path: Path, clock: Clock, tokens_per_second: float = 0.0, engine: web.Application | None = None,
+                  engine_up: bool = True, router_cfg: RouterConfig | None = None) -> AsyncIterator[Limited]:
+    """The real router over a real control plane (SQLite in tmp_path) with one ready replica of model "m": a sim
+    engine by default, or `engine` (not listening at all unless `engine_up`)."""
+    erun = web.AppRunner(engine or make_app("m", tokens=4, tokens_per_second=tokens_per_second, behaviour=Behaviour()))
     await erun.setup()
     eport = free_port()
-    await web.TCPSite(erun, "127.0.0.1", eport).start()
+    if engine_up:
+        await web.TCPSite(erun, "127.0.0.1", eport).start()
     spec = ModelSpec.model_validate({"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 1, "max": 1}})
-    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec], router=RouterConfig())
+    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec], router=router_cfg or RouterConfig())
     store = SqliteStore(tmp_path / "llmgw.db").open()
     now = clock.now()
     ready = set_condition([], ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", now)

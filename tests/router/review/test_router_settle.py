@@ -13,18 +13,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from llmgw.config.server import ModelSpec, RouterConfig, ServerConfig, TLSFiles
-from llmgw.control.local_state import LocalState
+from llmgw.config.server import RouterConfig
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.quota import KeyLimits
-from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord
 from llmgw.router.app import Router
-from llmgw.router.keys import KeyRing
-from llmgw.store.sqlite import SqliteStore
-from tests.harness import free_port
+from tests.router.test_limits import limited
 
 PROMPT_TOKENS = 20
 
@@ -57,32 +51,9 @@ def vllm_like() -> web.Application:
 @contextlib.asynccontextmanager
 async def env(tmp_path: Path, engine_up: bool = True,
               **router: Any) -> AsyncIterator[tuple[str, ControlPlane, Router]]:
-    eport = free_port()
-    erun = web.AppRunner(vllm_like())
-    await erun.setup()
-    if engine_up:
-        await web.TCPSite(erun, "127.0.0.1", eport).start()
-    clock = FakeClock()
-    spec = ModelSpec.model_validate({"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 1, "max": 1}})
-    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec], router=RouterConfig(**router))
-    store = SqliteStore(tmp_path / "llmgw.db").open()
-    ready = set_condition([], ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", clock.now())
-    store.put_replica(ReplicaRecord(id="m-1", model="m", created_at=clock.now(), shards_expected=1,
-                                    conditions=ready, endpoint=f"http://127.0.0.1:{eport}"))
-    plane = ControlPlane(cfg, store, clock)
-    plane.load()
-    router = Router(LocalState(plane), KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body)
-    runner = web.AppRunner(router.app())
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}", plane, router
-    finally:
-        await runner.cleanup()
-        await router.close()
-        await erun.cleanup()
-        store.close()
+    async with limited(tmp_path, FakeClock(), engine=vllm_like(), engine_up=engine_up,
+                       router_cfg=RouterConfig(**router)) as lim:
+        yield lim.url, lim.plane, lim.router
 
 
 async def post(url: str, key: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
