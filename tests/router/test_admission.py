@@ -12,7 +12,7 @@ from llmgw.router.admission import MAX_COST, Unreservable, reserve
 
 def res(payload: dict[str, object], path: str = "/v1/chat/completions") -> tuple[dict[str, object], int, int]:
     body = json.dumps(payload).encode()
-    out, cost = reserve(path, payload, body, 1024)
+    out, cost = reserve(path, payload, body, 1024, media_tokens=0)
     return json.loads(out), cost, len(out)
 
 
@@ -45,3 +45,22 @@ def test_a_bound_that_is_not_a_whole_number_is_refused_not_replaced(bad: dict[st
 
 def test_a_huge_bound_is_reserved_at_the_most_the_wire_carries() -> None:
     assert res({"model": "m", "max_tokens": 10**14, "n": 100})[1] == MAX_COST
+
+
+def test_each_image_audio_or_file_part_reserves_what_one_may_cost() -> None:
+    """A URL of a few bytes can stand for thousands of prompt tokens: the body's bytes do not bound it."""
+    image = {"type": "image_url", "image_url": {"url": "https://example.invalid/a.png"}}
+    chat = {"model": "m", "max_tokens": 10, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "what is this"}, image, image]},
+        {"role": "user", "content": "plain words are counted by their bytes"}]}
+    body = json.dumps(chat).encode()
+    _, cost = reserve("/v1/chat/completions", chat, body, 1024, media_tokens=5000)
+    assert cost == len(body) + 10 + 2 * 5000
+    responses = {"model": "m", "max_output_tokens": 10, "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "data:..."}, {"type": "input_file", "file_id": "f"}]}]}
+    body = json.dumps(responses).encode()
+    _, cost = reserve("/v1/responses", responses, body, 1024, media_tokens=5000)
+    assert cost == len(body) + 10 + 2 * 5000
+    nested = {"model": "m", "max_tokens": 1, "messages": [[[[[[image]]]]]]}  # deeper than any API nests: not walked
+    body = json.dumps(nested).encode()
+    assert reserve("/v1/chat/completions", nested, body, 1, media_tokens=5000)[1] == len(body) + 1

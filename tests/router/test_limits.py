@@ -206,4 +206,18 @@ async def test_a_budget_hammered_by_64_concurrent_requests_is_not_overspent(tmp_
         assert spent <= budget
         counters = env.plane.quotas.counters
         (key_counters,) = counters.values()
-        assert key_counters.spent == spent and key_counters.reserved == 0 and key_counters.in_flight == 0
+        assert env.plane.quotas.spent_in(next(iter(counters)), "total") == spent
+        assert key_counters.reserved == 0 and key_counters.in_flight == 0
+
+
+async def test_an_image_reserves_what_it_may_cost_against_the_budget(tmp_path: Path) -> None:
+    """An image part costs its model thousands of prompt tokens for a few bytes of URL: the reservation counts
+    router.reserve_media_tokens for it, so a budget that cannot pay for it refuses it before any engine sees it."""
+    async with limited(tmp_path, FakeClock()) as env:
+        c = env.client(await env.key(KeyLimits(budget=10_000, budget_period="day")))
+        with pytest.raises(openai.RateLimitError) as e:
+            await c.chat.completions.create(model="m", max_tokens=4, messages=[{"role": "user", "content": [
+                {"type": "text", "text": "what is this"},
+                {"type": "image_url", "image_url": {"url": "https://example.invalid/a.png"}}]}])
+        assert e.value.code == "insufficient_quota" and "may cost up to" in str(e.value)
+        assert await env.engine_requests() == 0

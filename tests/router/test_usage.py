@@ -45,3 +45,27 @@ def test_the_usage_chunk_the_router_asked_for_is_kept_from_the_client() -> None:
     out = w.feed(TOKEN) + w.feed(USAGE + DONE)
     assert out == TOKEN + DONE
     assert w.usage == (7, 3)
+
+
+def test_the_responses_and_messages_apis_usage_is_read() -> None:
+    """They say input and output tokens, and put them in the object their last (or first) event carries: unread,
+    a limited key's request is settled at its reservation and its usage recorded as nothing."""
+    responses = {"object": "response", "output": [{"type": "message", "content": [{"text": "x"}]}],
+                 "usage": {"input_tokens": 12, "output_tokens": 30, "total_tokens": 42,
+                           "input_tokens_details": {"cached_tokens": 4}}}
+    assert usage_from_body(json.dumps(responses).encode()) == (12, 30)
+    messages = {"type": "message", "content": [{"type": "text", "text": "x"}],
+                "usage": {"input_tokens": 5, "cache_read_input_tokens": 100, "output_tokens": 9}}
+    assert usage_from_body(json.dumps(messages).encode()) == (105, 9)
+    w = StreamUsage(strip=False)
+    stream = (sse({"type": "response.created", "response": {"id": "r", "usage": None}})
+              + sse({"type": "response.output_text.delta", "delta": "x"})
+              + sse({"type": "response.completed", "response": {"id": "r", "usage": responses["usage"]}}))
+    assert w.feed(stream) == stream and w.usage == (12, 30)
+    w = StreamUsage(strip=False)
+    stream = (b"event: message_start\n" + sse({"type": "message_start", "message": {
+                  "id": "m", "usage": {"input_tokens": 25, "output_tokens": 1}}})
+              + b"event: content_block_delta\n" + sse({"type": "content_block_delta", "delta": {"text": "x"}})
+              + b"event: message_delta\n" + sse({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                                 "usage": {"output_tokens": 15}}))
+    assert w.feed(stream) == stream and w.usage == (25, 15)

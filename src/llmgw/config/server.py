@@ -125,6 +125,9 @@ class RouterConfig(Strict):
     # (the router sets it: a request reserves it at admission, and may not cost more than it reserved)
     default_limits: KeyLimits = KeyLimits()
     reserve_max_tokens: int = Field(default=1024, ge=1, le=10_000_000)
+    # what one image, audio, video or file part of a request may cost as prompt tokens: a URL of a few bytes can
+    # stand for thousands of tokens, so the body's bytes do not bound it (set it to your models' most per part)
+    reserve_media_tokens: int = Field(default=16384, ge=0, le=10_000_000)
 
 
 class Limits(Strict):

@@ -207,7 +207,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         if key is None or key.revoked_at is not None:
             answer = Admission(admitted=False, refusal="invalid_api_key", message="invalid or revoked API key")
         else:
-            answer = plane.quotas.admission(key, ask.cost)
+            answer = plane.quotas.admission(key, ask.cost, ask.ticket)
         return web.Response(text=answer.model_dump_json(), content_type="application/json")
 
     async def router_activity(request: web.Request) -> web.Response:

@@ -30,7 +30,7 @@ from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.scaling import Timer
 from llmgw.reconcile.world import Timings, World
 from llmgw.router.keys import new_key
-from llmgw.store.base import ApiKeyRecord, Revocation, Store, UsageRecord
+from llmgw.store.base import ApiKeyRecord, Revocation, Store, UsageRecord, UsageTotal
 from llmgw.wire.messages import DesiredState, EngineLoad, NodeReport
 from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
 from llmgw.wire.stats import RouterStats
@@ -134,11 +134,8 @@ class ControlPlane:
             self.nodes[n.id] = n.model_copy(update={"last_seen": now})
         totals = self.store.usage_totals()
         self.usage.load(totals, self.store.usage_by_hour(now - DAY - HOUR))
-        # what keys spent before this start, for their budgets: this day, this month (hourly aggregates), in all
-        for period in ("day", "month"):
-            start = quota.period_start(period, now)
-            self.quotas.seed(start, self.store.usage_recent(start))
-        self.quotas.seed(0.0, totals)
+        for period, start, spent in self._spent_by_period(now, totals):  # what keys spent before, for budgets
+            self.quotas.seed(period, start, spent)
         for r in self.store.list_replicas():
             spec = self.models.get(r.model)
             if spec is not None:
@@ -479,7 +476,20 @@ class ControlPlane:
             new = key.model_copy(update=update)
             await self.writer.run(self.store.put_key, new)
             self._key_written(new)
-            return new
+        if "limits" in update:  # a budget added or moved to another period counts what was spent before the change
+            for period, start, spent in await self.read(self._spent_by_period, self.clock.now(), None):
+                self.quotas.seed(period, start, [t for t in spent if t.key_id == key_id])
+        return new
+
+    def _spent_by_period(self, now: float, totals: list[UsageTotal] | None) -> list[
+            tuple[quota.Period, float, list[UsageTotal]]]:
+        """What keys spent, as the store's aggregates say: this day and this month (hourly), and in all."""
+        out: list[tuple[quota.Period, float, list[UsageTotal]]] = []
+        for period in ("day", "month"):
+            start = quota.period_start(period, now)
+            out.append((period, start, self.store.usage_recent(start)))
+        out.append(("total", 0.0, self.store.usage_totals() if totals is None else totals))
+        return out
 
     def _key_written(self, rec: ApiKeyRecord) -> None:
         """Keys changed (routers read them again); what this process knows of them follows without a store read,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import calendar
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
@@ -29,10 +29,10 @@ class KeyLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rpm: int | None = Field(default=None, ge=1, le=10**9)  # requests per minute
-    tpm: int | None = Field(default=None, ge=1, le=10**12)  # tokens (prompt + completion) per minute
-    concurrency: int | None = Field(default=None, ge=1, le=10**6)  # requests in flight at once
-    budget: int | None = Field(default=None, ge=1, le=10**15)  # tokens per budget_period
+    rpm: int | None = Field(default=None, strict=True, ge=1, le=10**9)  # requests per minute
+    tpm: int | None = Field(default=None, strict=True, ge=1, le=10**12)  # tokens (prompt + completion) per minute
+    concurrency: int | None = Field(default=None, strict=True, ge=1, le=10**6)  # requests in flight at once
+    budget: int | None = Field(default=None, strict=True, ge=1, le=10**15)  # tokens per budget_period
     budget_period: Period = "month"
 
     def any(self) -> bool:
@@ -72,9 +72,46 @@ class KeyCounters:
     requests: Bucket | None = None
     tokens: Bucket | None = None
     in_flight: int = 0
-    period_start: float | None = None  # wall-clock start of the budget period `spent` belongs to (None: none yet)
-    spent: int = 0  # tokens settled in the period
     reserved: int = 0  # tokens held by requests in flight
+
+
+PERIODS: tuple[Period, ...] = ("day", "month", "total")
+
+
+@dataclass
+class Spent:
+    """Tokens one key was charged, in each kind of period: the UTC day and month starting at `since[period]`, and
+    in all. Kept for every period whatever the key's budget says now, so a budget added or changed to another
+    period counts what was spent before the change."""
+
+    since: dict[str, float] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)
+
+    def add(self, period: Period, start: float, n: int) -> None:
+        """Charge `n` tokens to the period starting at `start` (one already past is not counted any more)."""
+        at = self.since.get(period)
+        if at is not None and start < at:
+            return
+        self.tokens[period] = (self.tokens.get(period, 0) if at == start else 0) + n
+        self.since[period] = start
+
+    def charge(self, n: int, at: float) -> None:
+        """`n` tokens used by a request admitted at `at` (wall clock): they count in the periods holding `at`, so a
+        request that ends after midnight is charged to the day that admitted it."""
+        for period in PERIODS:
+            self.add(period, period_start(period, at), n)
+
+    def at_least(self, period: Period, start: float, n: int) -> None:
+        """What the store says was spent in the period starting at `start`: kept where more than counted here."""
+        at = self.since.get(period)
+        if at is None or at < start:
+            self.since[period], self.tokens[period] = start, n
+        elif at == start:
+            self.tokens[period] = max(self.tokens.get(period, 0), n)
+
+    def of(self, period: Period, now: float) -> int:
+        """Tokens spent in the period holding `now`."""
+        return self.tokens.get(period, 0) if self.since.get(period) == period_start(period, now) else 0
 
 
 @dataclass(frozen=True)
@@ -161,18 +198,16 @@ def rate_headers(c: KeyCounters) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def admit(c: KeyCounters, lim: KeyLimits, cost: int, now: float, mono: float) -> Decision:
-    """Admit a request reserving `cost` tokens, taking from the counters, or say why not (changing nothing)."""
+def admit(c: KeyCounters, lim: KeyLimits, cost: int, spent: int, now: float, mono: float) -> Decision:
+    """Admit a request reserving `cost` tokens, taking from the counters, or say why not (changing nothing).
+    `spent`: the tokens the key was charged in its budget's period holding `now`."""
     _buckets(c, lim, mono)
     if lim.budget is not None:
-        start = period_start(lim.budget_period, now)
-        if start != c.period_start:
-            c.period_start, c.spent = start, 0  # a new period: what was spent before it does not count
-        if c.spent + c.reserved + cost > lim.budget:
-            left = max(0, lim.budget - c.spent - c.reserved)
+        if spent + c.reserved + cost > lim.budget:
+            left = max(0, lim.budget - spent - c.reserved)
             end = period_end(lim.budget_period, now)
             when = f"; it renews in {duration(end - now)}" if end is not None else ""
-            return Decision(False, Refusal.Quota, f"token budget spent: {c.spent + c.reserved} of {lim.budget} "
+            return Decision(False, Refusal.Quota, f"token budget spent: {spent + c.reserved} of {lim.budget} "
                             f"tokens this {lim.budget_period} are used or held by requests in flight, {left} left, "
                             f"and this request may cost up to {cost}{when}", None, rate_headers(c))
     if lim.concurrency is not None and c.in_flight >= lim.concurrency:
@@ -199,11 +234,11 @@ def admit(c: KeyCounters, lim: KeyLimits, cost: int, now: float, mono: float) ->
 
 
 def settle(c: KeyCounters, cost: int, used: int, mono: float) -> None:
-    """A request that reserved `cost` ended having used `used` tokens: what it did not use is given back."""
+    """A request that reserved `cost` ended having used `used` tokens: what it did not use is given back (the
+    tokens used are charged to the key's Spent by its keeper)."""
     used = max(0, used)
     c.in_flight = max(0, c.in_flight - 1)
     c.reserved = max(0, c.reserved - cost)
-    c.spent += used
     if c.tokens is not None:
         c.tokens.refill(mono)
         c.tokens.level = min(c.tokens.capacity, c.tokens.level + max(0, cost - used))

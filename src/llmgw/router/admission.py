@@ -24,6 +24,10 @@ MAX_FIELDS: dict[str, tuple[str, ...] | None] = {
 DEFAULT_FIELDS = ("max_completion_tokens", "max_tokens")
 CHOICE_FIELDS = ("n", "best_of")  # each choice generated is generated in full: the bound is per choice
 MAX_COST = 10**15
+# content parts whose tokens the body's bytes do not bound (OpenAI's chat and Responses, Anthropic's Messages)
+MEDIA_TYPES = frozenset({"image_url", "input_image", "image", "input_audio", "audio_url", "video_url", "input_file",
+                         "file", "document"})
+MEDIA_DEPTH = 4  # messages/input -> item -> content -> part
 
 
 class Unreservable(ValueError):
@@ -34,14 +38,29 @@ def _whole(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int) -> tuple[bytes, int]:
-    """(the body to forward, the tokens the request reserves): its body's bytes, plus the most it may generate,
-    times the choices it asks for. A request that does not bound what it generates is given `default_max` (in the
-    body the engine sees); a bound that is not a whole number is refused (an engine might read 1e9 or "5000"):
-    nothing admitted may cost more than it reserved."""
+def media_parts(v: object, depth: int = MEDIA_DEPTH) -> int:
+    """How many image, audio, video or file parts `v` (a request's messages or input) holds."""
+    if depth < 0:
+        return 0
+    if isinstance(v, list):
+        return sum(media_parts(x, depth - 1) for x in v)
+    if isinstance(v, dict):
+        if v.get("type") in MEDIA_TYPES:
+            return 1
+        return media_parts(v.get("content"), depth - 1)
+    return 0
+
+
+def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int, *,
+            media_tokens: int) -> tuple[bytes, int]:
+    """(the body to forward, the tokens the request reserves): its body's bytes and `media_tokens` for each image,
+    audio, video or file part, plus the most it may generate, times the choices it asks for. A request that does
+    not bound what it generates is given `default_max` (in the body the engine sees); a bound that is not a whole
+    number is refused (an engine might read 1e9 or "5000"): nothing admitted may cost more than it reserved."""
     fields = MAX_FIELDS.get(path, DEFAULT_FIELDS)
+    media = media_tokens * (media_parts(payload.get("messages")) + media_parts(payload.get("input")))
     if fields is None:
-        return body, quota.reservation(len(body), 0)
+        return body, min(MAX_COST, quota.reservation(len(body), 0) + media)
     given = []
     for f in fields:
         v = payload.get(f)
@@ -66,7 +85,7 @@ def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int) -
     if any(payload.get(f) != v for f, v in told.items()):
         payload.update(told)
         body = json.dumps(payload).encode()
-    return body, min(MAX_COST, quota.reservation(len(body), most * choices))
+    return body, min(MAX_COST, quota.reservation(len(body), most * choices) + media)
 
 
 def refused(a: Admission) -> web.Response:

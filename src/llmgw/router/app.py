@@ -213,7 +213,8 @@ class Router:
         if not lim.any():
             return await self._serve(request, m, key, spec, payload, body, {}, [])
         try:
-            body, cost = reserve(request.path, payload, body, self.cfg.reserve_max_tokens)
+            body, cost = reserve(request.path, payload, body, self.cfg.reserve_max_tokens,
+                                 media_tokens=self.cfg.reserve_media_tokens)
         except Unreservable as e:
             return openai_error(400, str(e), "invalid_request_error", "invalid_value")
         admitted = await self.state.admit(key, cost)

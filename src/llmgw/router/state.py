@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 from typing import Protocol
 from urllib.parse import quote
 
@@ -110,15 +111,19 @@ class RemoteState:
 
     async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
         """Asked of the control plane, which keeps every process's counters; refused when it cannot be asked (a
-        limit that cannot be checked is not one to wave through)."""
+        limit that cannot be checked is not one to wave through). The ticket is chosen here, so an admission whose
+        answer is lost is released (settled at 0) rather than holding the key's slot until it expires."""
+        ticket = secrets.token_hex(16)
         try:
             async with self._http().post(
-                self.admin + "/api/router/admit", data=AdmitRequest(key_id=key.id, cost=cost).model_dump_json(),
+                self.admin + "/api/router/admit",
+                data=AdmitRequest(key_id=key.id, cost=cost, ticket=ticket).model_dump_json(),
                 headers={"Content-Type": "application/json"},
             ) as r:
                 r.raise_for_status()
                 return Admission.model_validate_json(await r.read())
         except (aiohttp.ClientError, TimeoutError, ValidationError) as e:
+            self.settle(ticket, 0)  # if it was admitted, that ends; if it arrives later, it is refused
             return Admission(admitted=False, refusal="limits_unavailable", retry_after=1.0,
                              message=f"this key's limits cannot be checked now (the control plane: {e})")
 

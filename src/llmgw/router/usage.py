@@ -17,9 +17,27 @@ def _count(v: object) -> int:
 
 
 def _counts(u: object) -> tuple[int, int]:
+    """(prompt, completion) from a usage object: OpenAI's chat and completions name them so; the Responses and
+    Messages APIs say input and output, and the Messages API counts cached input apart from `input_tokens`."""
     if not isinstance(u, dict):
         return 0, 0
-    return _count(u.get("prompt_tokens")), _count(u.get("completion_tokens"))
+    if "prompt_tokens" in u or "completion_tokens" in u:
+        return _count(u.get("prompt_tokens")), _count(u.get("completion_tokens"))
+    given = sum(_count(u.get(k)) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+    return min(given, MAX_TOKENS), _count(u.get("output_tokens"))
+
+
+def _event_usage(event: object) -> object:
+    """A stream event's usage: at its top (chat, completions; the Messages API's message_delta), or in the object
+    it carries (the Responses API's response.completed, the Messages API's message_start)."""
+    if not isinstance(event, dict):
+        return None
+    if event.get("usage"):
+        return event["usage"]
+    for inner in (event.get("response"), event.get("message")):
+        if isinstance(inner, dict) and inner.get("usage"):
+            return inner["usage"]
+    return None
 
 
 def usage_from_body(body: bytes) -> tuple[int, int]:
@@ -90,9 +108,13 @@ class StreamUsage:
                 event = json.loads(line[6:])
             except (ValueError, RecursionError):
                 continue
-            if isinstance(event, dict) and event.get("usage"):
-                self.usage = _counts(event["usage"])
-                if self.strip and not event.get("choices"):
+            u = _event_usage(event)
+            if u:
+                # counts only grow: some engines repeat them with every chunk, and the Messages API sends the input
+                # at the start and the output at the end
+                p, c = _counts(u)
+                self.usage = (p, c) if self.usage is None else (max(p, self.usage[0]), max(c, self.usage[1]))
+                if self.strip and isinstance(event, dict) and not event.get("choices"):
                     drop = line
         if drop is not None and drop + b"\n" in chunk:
             chunk = chunk.replace(drop + b"\n\n", b"", 1).replace(drop + b"\n", b"", 1)

@@ -54,6 +54,8 @@ class AdmitRequest(BaseModel):
 
     key_id: Annotated[str, Field(max_length=64)]
     cost: Annotated[int, Field(ge=0, le=10**15)]  # the tokens it reserves (core/quota.py reservation)
+    # the ticket the worker chose, so it can release it when the answer is lost ("": the control plane chooses)
+    ticket: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9_.-]*$")] = ""
 
 
 class Admission(BaseModel):

@@ -70,7 +70,7 @@ def test_the_reservation_bounds_what_the_engine_may_generate(name: str) -> None:
     path, payload = CASES[name]
     body = json.dumps(payload).encode()
     try:
-        sent, cost = reserve(path, dict(payload), body, DEFAULT_MAX)
+        sent, cost = reserve(path, dict(payload), body, DEFAULT_MAX, media_tokens=0)
     except Unreservable:
         return  # refused (400): it reaches no engine
     may = engine_may_generate(path, sent)

@@ -73,7 +73,8 @@ async def test_a_request_that_reached_no_engine_costs_nothing(tmp_path: Path) ->
         assert status == 503 and out["error"]["code"] == "no_reachable_replica"
         c = plane.quotas.counters[rec.id]
         assert (c.reserved, c.in_flight) == (0, 0)
-        assert c.spent == 0, f"a 503 that reached no engine was charged {c.spent} tokens of the budget"
+        spent = plane.quotas.spent_in(rec.id, "total")
+        assert spent == 0, f"a 503 that reached no engine was charged {spent} tokens of the budget"
 
 
 async def test_responses_api_usage_is_settled(tmp_path: Path) -> None:
@@ -86,8 +87,9 @@ async def test_responses_api_usage_is_settled(tmp_path: Path) -> None:
             status, _out = await post(url, raw, "/v1/responses",
                                       {"model": "m", "input": "hi", "max_output_tokens": 1000})
             ok += status == 200
-        c = plane.quotas.counters[rec.id]
-        assert ok <= 2, f"{ok} requests of 1,020 tokens admitted on a 3,000-token budget (spent: {c.spent})"
+        spent = plane.quotas.spent_in(rec.id, "total")
+        assert ok <= 2, f"{ok} requests of 1,020 tokens admitted on a 3,000-token budget (spent: {spent})"
+        assert spent == ok * (PROMPT_TOKENS + 1000), f"{ok} answers of 1,020 tokens each, the budget charged {spent}"
 
 
 async def test_n_choices_cannot_overspend_a_budget(tmp_path: Path) -> None:
@@ -98,8 +100,8 @@ async def test_n_choices_cannot_overspend_a_budget(tmp_path: Path) -> None:
         status, _out = await post(url, raw, "/v1/chat/completions",
                                  {"model": "m", "messages": [{"role": "user", "content": "hi"}],
                                   "max_tokens": 200, "n": 8})
-        c = plane.quotas.counters[rec.id]
-        assert status == 429 or c.spent <= 1_000, f"budget 1000, spent {c.spent} (answered {status})"
+        spent = plane.quotas.spent_in(rec.id, "total")
+        assert status == 429 or spent <= 1_000, f"budget 1000, spent {spent} (answered {status})"
 
 
 GATE: dict[str, Any] = {}
@@ -169,7 +171,7 @@ async def test_a_client_that_leaves_mid_request_is_settled_once(tmp_path: Path) 
             assert c.in_flight == 1  # the engine is still working for it (handlers are not cancelled)
             GATE["open"].set()
             await await_until(lambda: asyncio.sleep(0, c.in_flight == 0), 10, "the ticket settled")
-            assert c.reserved == 0 and c.spent == 7 and not plane.quotas.tickets
+            assert c.reserved == 0 and plane.quotas.spent_in(rec.id, "total") == 7 and not plane.quotas.tickets
     finally:
         globals()["vllm_like"] = _VLLM_LIKE
 
@@ -196,7 +198,8 @@ async def test_an_engine_timeout_after_the_request_was_sent_is_not_free(tmp_path
             GATE["open"].set()
             c = plane.quotas.counters[rec.id]
             assert status == 504 and GATE["asked"] == 1 and c.in_flight == 0
-            assert c.spent > 0, f"the engine had it for {0.5}s of generation; the budget was charged {c.spent}"
+            spent = plane.quotas.spent_in(rec.id, "total")
+            assert spent > 0, f"the engine had it for {0.5}s of generation; the budget was charged {spent}"
     finally:
         globals()["vllm_like"] = _VLLM_LIKE
 
@@ -239,13 +242,13 @@ async def test_a_stream_cannot_hide_its_usage_from_the_router(tmp_path: Path) ->
         async with env(tmp_path) as (url, plane, _):
             raw, rec = await plane.create_key("t", [], KeyLimits(budget=1_000_000))
             for opts in ({"include_usage": True}, {"include_usage": "false"}):
-                before = plane.quotas.counters[rec.id].spent if rec.id in plane.quotas.counters else 0
+                before = plane.quotas.spent_in(rec.id, "total")
                 async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", headers={
                         "Authorization": f"Bearer {raw}"}, json={"model": "m", "stream": True, "max_tokens": 3,
                         "stream_options": opts, "messages": [{"role": "user", "content": "hi"}]}) as r:
                     assert r.status == 200
                     await r.read()
-                charged = plane.quotas.counters[rec.id].spent - before
+                charged = plane.quotas.spent_in(rec.id, "total") - before
                 assert charged == 5003, f"stream_options {opts}: charged {charged} of 5,003 tokens"
     finally:
         globals()["vllm_like"] = _VLLM_LIKE
