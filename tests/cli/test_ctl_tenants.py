@@ -76,3 +76,21 @@ async def test_usage_by_key_and_model_and_as_csv(tmp_path: Path) -> None:
                            "completion_tokens"]
         assert [r[1:] for r in rows[1:]] == [[k["id"], "'=HYPERLINK(1)", "m", "2", "20", "7"]]  # not a formula
         assert (await ctl(p, "usage", "--since", "forever")).returncode == 2
+
+
+async def test_a_name_with_separators_and_quotes_stays_one_cell(tmp_path: Path) -> None:
+    """RFC 4180: a key named `team;a,"b"` is one cell, and every number after it stays in its column."""
+    p = cluster(tmp_path)
+    async with InProcessServer(p):
+        assert (await ctl(p, "keys", "create", "--name", 'team;a,"b"')).returncode == 0
+        (k,) = json.loads((await ctl(p, "keys", "list", "--json")).stdout)
+        usage = [UsageRecord(key_id=k["id"], model="m", replica_id="m-1", prompt_tokens=10, completion_tokens=1,
+                             started_at=time.time() - 60, duration_s=0.5, status=200)]
+        token = (p.workdir / "state" / "admin.token").read_text().strip()
+        async with aiohttp.ClientSession() as s, s.post(
+                p.admin + "/api/router/activity", data=Activity(usage=usage).model_dump_json(),
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}) as r:
+            assert r.status == 200, await r.text()
+        out = (await ctl(p, "usage", "--csv", "--since", "2h")).stdout
+        rows = list(csv.reader(io.StringIO(out)))
+        assert [r[1:] for r in rows[1:]] == [[k["id"], 'team;a,"b"', "m", "1", "10", "1"]], out

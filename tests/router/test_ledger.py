@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from llmgw.control.writer import StoreWriter
+from llmgw.core.clock import SystemClock
 from llmgw.router.ledger import CHUNK, UNKNOWN, Journal, UsageLedger
 from llmgw.store.base import UsageRecord
 
@@ -34,7 +35,7 @@ class Store:
 
 
 async def test_a_cancelled_wait_does_not_kill_the_writer() -> None:
-    w = StoreWriter()
+    w = StoreWriter(SystemClock())
     gate, started = threading.Event(), threading.Event()
 
     def busy() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -118,9 +117,9 @@ class ControlPlane:
         }
 
     def store_failing_for(self) -> float:
-        """Seconds since the store began failing writes, 0 while they land (the writer's own, real-time account)."""
+        """Seconds since the store began failing writes, 0 while they land (the writer says when it began)."""
         since = getattr(self.writer, "failing_since", None)
-        return 0.0 if since is None else max(0.0, time.monotonic() - since)
+        return 0.0 if since is None else max(0.0, self.clock.monotonic() - since)
 
     def load(self) -> None:
         """Adopt what the store holds. Timers for silent nodes restart now, not from stale timestamps."""

@@ -56,7 +56,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
     store = open_store(cfg.store)
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(QuietErrors(loop))
-    writer = StoreWriter()
+    writer = StoreWriter(clock)
     plane = ControlPlane(cfg, store, clock, writer=writer)
     plane.load()
     keys = KeyRing(store)

@@ -121,7 +121,7 @@ def tenant_routes(plane: ControlPlane) -> list[web.RouteDef]:
         since = since_of(request, plane.clock.now())
         names = await key_names(plane)
         out = io.StringIO()
-        w = csv.writer(out, quoting=csv.QUOTE_ALL)  # a ";" cannot split a cell where ";" separates
+        w = csv.writer(out, quoting=csv.QUOTE_ALL)  # RFC 4180: separators and quotes inside a cell stay in it
         w.writerow(["hour_utc", "key_id", "key_name", "model", "requests", "prompt_tokens", "completion_tokens"])
         for hour, t in await plane.read(plane.store.usage_by_hour, since):
             w.writerow([_iso(hour), t.key_id, _cell(names.get(t.key_id, "")), _cell(t.model), t.requests,

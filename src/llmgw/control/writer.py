@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from llmgw.core.clock import Clock
 from llmgw.core.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,8 @@ class InlineWriter:
 
 
 class StoreWriter:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock  # when an outage began (time.sleep only paces the retries)
         self._q: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...], Future[Any] | None] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="store-writer", daemon=True)
         self._thread.start()
@@ -97,7 +99,7 @@ class StoreWriter:
                 fn(*args)
             except StoreError as e:
                 if self.failing_since is None:
-                    self.failing_since = time.monotonic()
+                    self.failing_since = self.clock.monotonic()
                     log.error("store write failing (%s); retrying in order until it lands", e)
                 time.sleep(delay)
                 delay = min(BACKOFF_MAX, delay * 2)
@@ -105,6 +107,6 @@ class StoreWriter:
             except Exception:  # not the store's trouble but the write's: keeping it would block every later one
                 log.exception("store write %s dropped", getattr(fn, "__name__", fn))
             if self.failing_since is not None:
-                log.warning("store writes land again after %.1fs", time.monotonic() - self.failing_since)
+                log.warning("store writes land again after %.1fs", self.clock.monotonic() - self.failing_since)
                 self.failing_since = None
             return
