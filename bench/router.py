@@ -84,7 +84,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
                           routing="prefix" if routing == "prefix" else "least_loaded")],
     )
     store = SqliteStore(cfg.store.path).open()
-    writer = StoreWriter()  # as `llmgw server`: store writes off the loop, usage journaled per request
+    writer = StoreWriter(clock)  # as `llmgw server`: store writes off the loop, usage journaled per request
     plane = ControlPlane(cfg, store, clock, writer=writer)
     plane.load()
     raw, rec = new_key("bench", [], clock)
