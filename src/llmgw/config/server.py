@@ -175,6 +175,9 @@ class ServerConfig(Strict):
     failed_kept_for: Duration = 300.0  # failed replicas stay on view (holding nothing) this long after they stop
     heartbeat_interval: Duration = 3.0
     reconcile_interval: Duration = 1.0
+    # how long the lease of the control plane that reconciles lasts unless renewed (renewed every third of it):
+    # with several servers on one PostgreSQL, a new leader takes over within this long of the old one's end
+    leader_lease: Duration = 15.0
     load_wait: Duration = 15.0
     # a replica told to stop (idle, evicted, scaled down, removed) leaves the routing table at once; its engine runs
     # on while routers have requests on it, up to this long, so they finish

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.desired import desired_for, draining
+from llmgw.control.leadership import Leadership, Turn, holder_id
 from llmgw.control.metrics import Gauges
 from llmgw.control.quotas import Quotas
 from llmgw.control.registry import merge_report
@@ -22,6 +23,7 @@ from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core import quota
 from llmgw.core.buckets import Buckets
 from llmgw.core.clock import Clock
+from llmgw.core.errors import StoreError
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord, replica_phase
 from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap, SetScaleTimer
 from llmgw.reconcile.node_status import node_conditions
@@ -29,7 +31,7 @@ from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.scaling import Timer
 from llmgw.reconcile.world import Timings, World
 from llmgw.router.keys import new_key
-from llmgw.store.base import ApiKeyRecord, Revocation, Store, UsageRecord, UsageTotal
+from llmgw.store.base import ApiKeyRecord, Lease, Revocation, Store, UsageRecord, UsageTotal
 from llmgw.wire.messages import DesiredState, EngineLoad, NodeReport
 from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
 from llmgw.wire.stats import RouterStats
@@ -109,12 +111,67 @@ class ControlPlane:
         self._keys: tuple[int, dict[str, ApiKeyRecord], dict[str, str]] = (-1, {}, {})
         self.quotas = Quotas(clock, cfg.router.default_limits)  # every key's counters against its limits
         self._keys_lock = asyncio.Lock()  # a key's read-modify-write (update, revoke) is never interleaved
+        # whether this server reconciles: the lease in the store (control/leadership.py); every server serves
+        self.leadership = Leadership(holder_id(), cfg.leader_lease)
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
             "llmgw_store_unreachable_seconds": ("How long the store has failed every write (0: writes land); "
                                                 "serving goes on meanwhile", self.store_failing_for),
         }
+
+    def _adopt_replicas(self, records: list[ReplicaRecord]) -> None:
+        """The replicas as the store has them: at start, and when this server begins to lead (the last leader's)."""
+        self.replicas = {}
+        for r in records:
+            spec = self.models.get(r.model)
+            if spec is not None:
+                r = r.model_copy(update={"shards_expected": spec.profile.nodes})
+            if not r.secret and self.leading:  # made before engines had secrets: its shards restart once, with one
+                r = r.model_copy(update={"secret": secrets.token_hex(32)})
+                self.writer.submit(self.store.put_replica, r, self.leadership.epoch)
+            self.replicas[r.id] = r
+
+    @property
+    def leading(self) -> bool:
+        return self.leadership.leading
+
+    async def hold_lease(self) -> None:
+        """Renew the lease, or take it once it has expired (the server calls this every third of a lease). Taking
+        it over, this server adopts the replicas the last leader wrote, and node silence counts from now: no node
+        is declared lost because the leader changed."""
+        try:
+            lease = await self.read(self.store.lead, self.leadership.holder, self.leadership.epoch,
+                                    self.clock.now(), self.leadership.ttl)
+        except StoreError as e:
+            if self.leadership.unreachable(self.clock.now()) == Turn.Lost:
+                self.event("control", "plane", f"this server stops reconciling: its lease ran out while the store "
+                           f"was unreachable ({e})")
+            return
+        if self._lease_seen(lease) == Turn.Gained:
+            replicas, nodes = await self.read(self.store.list_replicas), await self.read(self.store.list_nodes)
+            now = self.clock.now()
+            self.resumed_at = now
+            for n in nodes:
+                if n.id not in self.nodes:
+                    self.nodes[n.id] = n.model_copy(update={"last_seen": now})
+            self._adopt_replicas(replicas)
+            self.generation += 1
+            self.watch.changed()
+            self.kick.set()
+
+    def release_lease(self) -> None:
+        """A server stopping gives its lease up (after its last writes), so another leads at once."""
+        if self.leadership.epoch is not None:
+            self.store.release(self.leadership.holder, self.leadership.epoch)
+
+    def _lease_seen(self, lease: Lease) -> Turn:
+        turn = self.leadership.seen(lease)
+        if turn == Turn.Gained:
+            self.event("control", "plane", f"this server leads: it reconciles (epoch {lease.epoch})")
+        elif turn == Turn.Lost:
+            self.event("control", "plane", f"this server no longer leads: {lease.holder} does (epoch {lease.epoch})")
+        return turn
 
     def store_failing_for(self) -> float:
         """Seconds since the store began failing writes, 0 while they land (the writer says when it began)."""
@@ -135,14 +192,11 @@ class ControlPlane:
         self.usage.load(totals, self.store.usage_by_hour(now - DAY - HOUR))
         for period, start, spent in self._spent_by_period(now, totals):  # what keys spent before, for budgets
             self.quotas.seed(period, start, spent)
-        for r in self.store.list_replicas():
-            spec = self.models.get(r.model)
-            if spec is not None:
-                r = r.model_copy(update={"shards_expected": spec.profile.nodes})
-            if not r.secret:  # made before engines had secrets: its shards restart once, with one
-                r = r.model_copy(update={"secret": secrets.token_hex(32)})
-                self.writer.submit(self.store.put_replica, r)
-            self.replicas[r.id] = r
+        # a SQLite store is one server's (its file is locked: store/opening.py), so its lease is taken at once, even
+        # one a crashed previous life left unexpired; on PostgreSQL another server may hold it
+        sole = self.cfg.store.kind == "sqlite"
+        self._lease_seen(self.store.lead(self.leadership.holder, None, now, self.leadership.ttl, force=sole))
+        self._adopt_replicas(self.store.list_replicas())
         self.generation += 1
         self.watch.changed()
         self.event(
@@ -254,6 +308,11 @@ class ControlPlane:
         )
 
     def reconcile_once(self) -> list[Intent]:
+        """One pass, by the leader only (a follower's would be writes the store refuses)."""
+        if not self.leading:
+            self._last_pass = None  # a gap while following is not a stall
+            self.passes += 1  # what it shows is what it knows
+            return []
         self._notice_stall()
         intents = reconcile(self.world())
         self.apply(intents)
@@ -307,13 +366,13 @@ class ControlPlane:
                     # the request that asked for a load has its replica: a later eviction must not re-load it
                     self.demand.pop(i.replica.model, None)
                 self.replicas[i.replica.id] = i.replica
-                self.writer.submit(self.store.put_replica, i.replica)
+                self.writer.submit(self.store.put_replica, i.replica, self.leadership.epoch)
                 changed = True
                 if i.event:
                     self.event("replica", i.replica.id, i.event)
             elif isinstance(i, Reap):
                 self.replicas.pop(i.replica_id, None)
-                self.writer.submit(self.store.delete_replica, i.replica_id)
+                self.writer.submit(self.store.delete_replica, i.replica_id, self.leadership.epoch)
                 self.last_used.pop(i.replica_id, None)
                 self.engine_loads.pop(i.replica_id, None)
                 for counts in self.in_flight_by.values():

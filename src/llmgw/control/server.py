@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -30,6 +31,7 @@ from llmgw.control.plane import ControlPlane
 from llmgw.control.workers import spawn_workers, stop_workers
 from llmgw.control.writer import StoreWriter
 from llmgw.core.clock import Clock
+from llmgw.core.errors import StoreError
 from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
 from llmgw.router.errors import openai_error
@@ -132,6 +134,11 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
             except TimeoutError:
                 pass
 
+    async def lease_loop() -> None:
+        while True:  # renew the lease, or take it when its holder is gone (control/leadership.py)
+            await asyncio.sleep(cfg.leader_lease / 3)
+            await plane.hold_lease()
+
     async def retention_loop() -> None:
         while True:  # usage rows and events past their retention go; totals stay
             now = clock.now()
@@ -142,6 +149,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         asyncio.create_task(reconcile_loop()),
         asyncio.create_task(router.flush_usage()),
         asyncio.create_task(retention_loop()),
+        asyncio.create_task(lease_loop()),
     ]
     workers = spawn_workers(config_path, cfg.api_workers - 1) if config_path else []
     try:
@@ -157,6 +165,8 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         await router.close()
         plane.persist_nodes()
         await asyncio.to_thread(writer.close)
+        with contextlib.suppress(StoreError):
+            plane.release_lease()
         store.close()
         if held is not None:
             held.close()

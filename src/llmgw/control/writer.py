@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from llmgw.core.clock import Clock
-from llmgw.core.errors import StoreError
+from llmgw.core.errors import Deposed, StoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,7 +39,10 @@ class InlineWriter:
     """Writes in the caller's thread: for tools and tests that have no event loop to protect."""
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        fn(*args)
+        try:
+            fn(*args)
+        except Deposed as e:  # as StoreWriter: a write this process may no longer make is refused, not raised
+            log.warning("store write %s refused: %s", getattr(fn, "__name__", fn), e)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
@@ -104,6 +107,8 @@ class StoreWriter:
                 time.sleep(delay)
                 delay = min(BACKOFF_MAX, delay * 2)
                 continue
+            except Deposed as e:  # this process no longer leads: the write is not its to make (it steps down)
+                log.warning("store write %s refused: %s", getattr(fn, "__name__", fn), e)
             except Exception:  # not the store's trouble but the write's: keeping it would block every later one
                 log.exception("store write %s dropped", getattr(fn, "__name__", fn))
             if self.failing_since is not None:

@@ -40,6 +40,11 @@ class StoreError(LlmgwError):
     pass
 
 
+class Deposed(LlmgwError):
+    """A write only the leading control plane may make, by one that no longer leads: the store refused it (its
+    fencing epoch is not the lease's). Not a store failure: retrying it can never land."""
+
+
 class PKIError(LlmgwError):
     pass
 

@@ -53,4 +53,11 @@ MIGRATIONS: list[str] = [
             SUM(completion_tokens), MAX(started_at)
         FROM usage GROUP BY key_id, model, CAST(started_at / 3600 AS INTEGER);
     """,
+    # 6: the lease one control plane holds to reconcile, and the fencing epoch its writes carry (store/sql.py)
+    """
+    CREATE TABLE leader (
+        id INTEGER PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires_at DOUBLE PRECISION NOT NULL
+    );
+    INSERT INTO leader (id, holder, epoch, expires_at) VALUES (1, '', 0, 0);
+    """,
 ]

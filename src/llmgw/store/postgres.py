@@ -52,6 +52,13 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (hour, key_id, model)
     );
     """,
+    # 2: the lease one control plane holds to reconcile, and the fencing epoch its writes carry (store/sql.py)
+    """
+    CREATE TABLE leader (
+        id INTEGER PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires_at DOUBLE PRECISION NOT NULL
+    );
+    INSERT INTO leader (id, holder, epoch, expires_at) VALUES (1, '', 0, 0);
+    """,
 ]
 
 INSERT_NEW_USAGE = (

@@ -5,13 +5,15 @@ Every transaction commits whole or rolls back whole, whatever is raised inside i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from llmgw.config.server import ModelSpec
+from llmgw.core.errors import Deposed
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
-from llmgw.store.base import ApiKeyRecord, Revocation, UsageRecord, UsageTotal
+from llmgw.store.base import ApiKeyRecord, Lease, Revocation, UsageRecord, UsageTotal
 
 PRUNE_BATCH = 5000  # rows per delete transaction: retention never holds the write lock for long
 Row = tuple[Any, ...]
@@ -112,12 +114,32 @@ class SqlStore:
         return [ModelSpec.model_validate_json(str(r[0])) for r in rows]
 
     # replicas
-    def put_replica(self, replica: ReplicaRecord) -> None:
-        self._exec(upsert("replicas", ("id", "model", "body"), ("id",)),
+    def put_replica(self, replica: ReplicaRecord, epoch: int | None = None) -> None:
+        with self._tx() as tx:
+            _fence(tx, epoch)
+            tx.run(upsert("replicas", ("id", "model", "body"), ("id",)),
                    (replica.id, replica.model, replica.model_dump_json()))
 
-    def delete_replica(self, replica_id: str) -> None:
-        self._exec("DELETE FROM replicas WHERE id = ?", (replica_id,))
+    def delete_replica(self, replica_id: str, epoch: int | None = None) -> None:
+        with self._tx() as tx:
+            _fence(tx, epoch)
+            tx.run("DELETE FROM replicas WHERE id = ?", (replica_id,))
+
+    # leadership
+    def lead(self, holder: str, epoch: int | None, now: float, ttl: float, force: bool = False) -> Lease:
+        """Hold the lease: renewed when `holder` has it at `epoch` (even past its expiry: nobody took it, so nobody
+        wrote meanwhile), taken with the next epoch when it has expired (or `force`: the caller knows no other
+        server can run, as a SQLite file's lock proves), else left to its holder. Each is one conditional UPDATE, so
+        two servers trying at once cannot both succeed. Returns the lease as it now is."""
+        with self._tx() as tx:
+            if epoch is None or not tx.run(RENEW, (now + ttl, holder, epoch)):
+                tx.run(TAKE, (holder, now + ttl, math.inf if force else now))
+        r = self._rows("SELECT holder, epoch, expires_at FROM leader WHERE id = 1")[0]
+        return Lease(holder=str(r[0]), epoch=int(r[1]), expires_at=float(r[2]))
+
+    def release(self, holder: str, epoch: int) -> None:
+        """Give the lease up (a server stopping): another may take it at once instead of after it expires."""
+        self._exec("UPDATE leader SET expires_at = 0 WHERE id = 1 AND holder = ? AND epoch = ?", (holder, epoch))
 
     def list_replicas(self) -> list[ReplicaRecord]:
         rows = self._rows("SELECT body FROM replicas ORDER BY id")
@@ -225,6 +247,18 @@ class SqlStore:
     def list_revocations(self) -> list[Revocation]:
         rows = self._rows("SELECT node_id, serial, at, reason FROM revocations ORDER BY at")
         return [Revocation(node_id=str(a), serial=str(b), at=float(c), reason=str(d)) for a, b, c, d in rows]
+
+
+RENEW = "UPDATE leader SET expires_at = ? WHERE id = 1 AND holder = ? AND epoch = ?"
+TAKE = "UPDATE leader SET holder = ?, epoch = epoch + 1, expires_at = ? WHERE id = 1 AND expires_at < ?"
+
+
+def _fence(tx: Tx, epoch: int | None) -> None:
+    """Within a leader's write: go on only if `epoch` is still the lease's. The row is updated (to itself), not just
+    read, so it stays locked to this transaction: a new leader's takeover waits for this write to commit, and this
+    write cannot commit after a takeover it did not see."""
+    if epoch is not None and not tx.run("UPDATE leader SET epoch = epoch WHERE id = 1 AND epoch = ?", (epoch,)):
+        raise Deposed(f"refused a write fenced at epoch {epoch}: another control plane has led since")
 
 
 def split(sql: str) -> Iterator[str]:

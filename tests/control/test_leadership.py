@@ -1,0 +1,71 @@
+"""Two control planes on one PostgreSQL database (each its own pool, one fake clock): one leads and reconciles, the
+other follows; a leader paused past its lease is deposed, its writes are refused by the store, and the new leader
+adopts what the old one wrote without counting the change as node silence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmgw.config.server import ModelSpec, ServerConfig, StoreConfig, TLSFiles
+from llmgw.control.plane import ControlPlane
+from llmgw.core.clock import FakeClock
+from llmgw.core.state import ReplicaRecord
+from llmgw.reconcile.intents import PutReplica
+from llmgw.store.postgres import PostgresStore
+from tests.pg import PASSWORD, Postgres
+
+LEASE = 5.0
+
+
+@pytest.fixture
+def two(postgres: Postgres, tmp_path: Path) -> Iterator[tuple[ControlPlane, ControlPlane, FakeClock]]:
+    dsn = postgres.fresh_db()
+    spec = ModelSpec.model_validate({"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 0, "max": 1}})
+    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec], leader_lease=LEASE,
+                       store=StoreConfig(kind="postgres", dsn=dsn, path=str(tmp_path / "x.db")))
+    clock = FakeClock()
+    planes = [ControlPlane(cfg, PostgresStore(dsn, PASSWORD).open(), clock) for _ in range(2)]
+    for p in planes:
+        p.load()
+    yield planes[0], planes[1], clock
+    for p in planes:
+        p.store.close()
+
+
+def replica(rid: str, at: float) -> ReplicaRecord:
+    return ReplicaRecord(id=rid, model="m", created_at=at, shards_expected=1)
+
+
+async def test_one_leads_and_the_other_follows_until_the_lease_runs_out(
+        two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
+    a, b, clock = two
+    assert a.leading and not b.leading
+    a.apply([PutReplica(replica("r1", clock.now()))])
+    assert b.reconcile_once() == [] and b.passes == 1  # a follower's pass writes nothing
+    clock.advance(LEASE / 3)
+    await a.hold_lease()
+    await b.hold_lease()
+    assert a.leading and not b.leading  # renewed in time: nothing changes hands
+    clock.advance(LEASE + 1)  # a is paused past its lease; b tries
+    await b.hold_lease()
+    assert b.leading and b.leadership.epoch == 2
+    assert set(b.replicas) == {"r1"}, "the new leader adopts the replicas the last one wrote"
+    assert b.resumed_at == clock.now(), "node silence must count from the change, not from before it"
+
+
+async def test_a_paused_leader_that_wakes_up_cannot_write(two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
+    a, b, clock = two
+    a.apply([PutReplica(replica("r1", clock.now()))])
+    clock.advance(LEASE + 1)
+    await b.hold_lease()  # a slept through its lease (SIGSTOP); b took over
+    assert b.leading and a.leading  # a has not noticed yet: it still believes it leads
+    a.apply([PutReplica(replica("r2", clock.now())), PutReplica(replica("r1", clock.now()).model_copy(
+        update={"model": "overwritten-by-a-deposed-leader"}))])
+    stored = {r.id: r.model for r in b.store.list_replicas()}
+    assert stored == {"r1": "m"}, f"the store took a deposed leader's writes: {stored}"
+    await a.hold_lease()
+    assert not a.leading and a.reconcile_once() == []
+    assert any("no longer leads" in e.message for e in a.store.list_events())
