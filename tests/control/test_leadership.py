@@ -69,3 +69,26 @@ async def test_a_paused_leader_that_wakes_up_cannot_write(two: tuple[ControlPlan
     await a.hold_lease()
     assert not a.leading and a.reconcile_once() == []
     assert any("no longer leads" in e.message for e in a.store.list_events())
+
+
+async def test_each_server_learns_what_the_others_wrote(two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
+    """A node reporting to the follower is in the leader's view after the follower's pass and the leader's next
+    read; the leader's replicas reach the follower (its agents and its router read them there); a key made through
+    one server is read again by the other's router."""
+    from tests.clusters import node
+
+    a, b, clock = two
+    clock.advance(1)
+    b.heartbeat(node("n1").report)
+    b.reconcile_once()  # a follower's pass writes the reports it received
+    await a.follow_store()
+    assert "n1" in a.nodes and a.nodes["n1"].last_seen == clock.now()
+    a.apply([PutReplica(replica("r1", clock.now()))])
+    versions = b.keys_version
+    await a.create_key("team", [])
+    await b.follow_store()
+    assert set(b.replicas) == {"r1"} and b.keys_version > versions
+    clock.advance(1)
+    a.heartbeat(node("n1").report)  # the node moved to the leader: its newer report wins over the older row
+    await a.follow_store()
+    assert a.nodes["n1"].last_seen == clock.now()

@@ -113,6 +113,8 @@ class ControlPlane:
         self._keys_lock = asyncio.Lock()  # a key's read-modify-write (update, revoke) is never interleaved
         # whether this server reconciles: the lease in the store (control/leadership.py); every server serves
         self.leadership = Leadership(holder_id(), cfg.leader_lease)
+        self.shared = cfg.store.kind == "postgres"  # other servers may write the store: follow what they write
+        self._revs: dict[str, int] = {}  # the store's revisions as last followed
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -160,6 +162,27 @@ class ControlPlane:
             self.watch.changed()
             self.kick.set()
 
+    async def follow_store(self) -> None:
+        """What the other servers sharing the store wrote (the server calls this before each pass): the reports of
+        nodes that talk to them, the leader's replicas (a follower's), and keys. Nothing when alone on the store."""
+        if not self.shared:
+            return
+        revs = await self.read(self.store.revs)
+        seen = self._revs
+        if revs.get("nodes", 0) > seen.get("nodes", 0):
+            for n, _ in await self.read(self.store.nodes_since, seen.get("nodes", 0)):
+                mine = self.nodes.get(n.id)
+                if mine is None or mine.last_seen <= n.last_seen:  # unless this server heard it later itself
+                    self.nodes[n.id] = n
+                    self._dirty.discard(n.id)
+        if not self.leading and revs.get("replicas", 0) != seen.get("replicas", 0):
+            self._adopt_replicas(await self.read(self.store.list_replicas))
+            self.generation += 1
+            self.watch.changed()  # agents waiting on their shards hear of the leader's change from this server too
+        if revs.get("keys", 0) != seen.get("keys", 0):
+            self.keys_version += 1  # routers read keys again: one was made, changed or revoked through another server
+        self._revs = revs
+
     def release_lease(self) -> None:
         """A server stopping gives its lease up (after its last writes), so another leads at once."""
         if self.leadership.epoch is not None:
@@ -197,6 +220,7 @@ class ControlPlane:
         sole = self.cfg.store.kind == "sqlite"
         self._lease_seen(self.store.lead(self.leadership.holder, None, now, self.leadership.ttl, force=sole))
         self._adopt_replicas(self.store.list_replicas())
+        self._revs = self.store.revs()
         self.generation += 1
         self.watch.changed()
         self.event(
@@ -311,6 +335,7 @@ class ControlPlane:
         """One pass, by the leader only (a follower's would be writes the store refuses)."""
         if not self.leading:
             self._last_pass = None  # a gap while following is not a stall
+            self.persist_nodes()  # the reports this server received: every server writes the nodes it hears
             self.passes += 1  # what it shows is what it knows
             return []
         self._notice_stall()

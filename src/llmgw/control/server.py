@@ -122,6 +122,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         while True:
             plane.take_kick()
             try:
+                await plane.follow_store()
                 plane.reconcile_once()
                 router.refresh()
             except Exception:  # a failed pass is logged and retried on the next tick, never swallowed silently

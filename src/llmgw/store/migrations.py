@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+# revisions: each write of nodes, replicas and keys bumps its counter in the same transaction (the counter's row
+# locked until commit, so revisions are committed in order), and node and replica rows carry the revision that
+# wrote them: a server sharing the database reads the nodes changed since the revision it has seen
+REVISIONS = """
+    ALTER TABLE nodes ADD COLUMN rev BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE replicas ADD COLUMN rev BIGINT NOT NULL DEFAULT 0;
+    CREATE INDEX nodes_rev ON nodes (rev);
+    CREATE TABLE revs (name TEXT PRIMARY KEY, n BIGINT NOT NULL);
+    INSERT INTO revs (name, n) VALUES ('nodes', 0), ('replicas', 0), ('keys', 0);
+    """
+
 MIGRATIONS: list[str] = [
     # 1: records kept whole as JSON, keyed by id
     """
@@ -60,4 +71,6 @@ MIGRATIONS: list[str] = [
     );
     INSERT INTO leader (id, holder, epoch, expires_at) VALUES (1, '', 0, 0);
     """,
+    # 7: revisions (above), as PostgreSQL's third
+    REVISIONS,
 ]

@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from llmgw.core.errors import StoreError
 from llmgw.store.base import UsageRecord
+from llmgw.store.migrations import REVISIONS
 from llmgw.store.sql import Row, SqlStore, split
 
 MIGRATE_LOCK = 7_331_001  # the advisory lock key migrations hold
@@ -59,6 +60,8 @@ MIGRATIONS: list[str] = [
     );
     INSERT INTO leader (id, holder, epoch, expires_at) VALUES (1, '', 0, 0);
     """,
+    # 3: revisions, so servers sharing the database read what the others changed, not everything
+    REVISIONS,
 ]
 
 INSERT_NEW_USAGE = (
@@ -84,6 +87,10 @@ class _Tx:
     def run_many(self, sql: str, rows: list[Sequence[object]]) -> None:
         if rows:
             self.cur.executemany(_pg(sql), rows)
+
+    def one(self, sql: str, args: Sequence[object] = ()) -> Row | None:
+        self.cur.execute(_pg(sql), tuple(args))
+        return self.cur.fetchone()
 
 
 class PostgresStore(SqlStore):

@@ -1,7 +1,7 @@
 """The store over SQL, once for every database: records kept whole as JSON, usage rows with running totals per key
-and model and per hour. The statements are written in the SQL both SQLite (3.24 on) and PostgreSQL speak, with `?`
-for parameters; a subclass supplies the connection, its transactions, and how to insert only the new usage rows.
-Every transaction commits whole or rolls back whole, whatever is raised inside it."""
+and model and per hour. The statements are written in the SQL both SQLite (3.35 on: RETURNING) and PostgreSQL
+speak, with `?` for parameters; a subclass supplies the connection, its transactions, and how to insert only the
+new usage rows. Every transaction commits whole or rolls back whole, whatever is raised inside it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from llmgw.config.server import ModelSpec
-from llmgw.core.errors import Deposed
+from llmgw.core.errors import Deposed, StoreError
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
 from llmgw.store.base import ApiKeyRecord, Lease, Revocation, UsageRecord, UsageTotal
 
@@ -33,6 +33,7 @@ class Tx(Protocol):
 
     def run(self, sql: str, args: Sequence[object] = ()) -> int: ...  # rows affected
     def run_many(self, sql: str, rows: list[Sequence[object]]) -> None: ...
+    def one(self, sql: str, args: Sequence[object] = ()) -> Row | None: ...
 
 
 def upsert(table: str, columns: tuple[str, ...], key: tuple[str, ...]) -> str:
@@ -89,11 +90,22 @@ class SqlStore:
 
     # nodes
     def put_node(self, node: NodeRecord) -> None:
-        self._exec(upsert("nodes", ("id", "body"), ("id",)), (node.id, node.model_dump_json()))
+        self.put_nodes([node])
 
     def put_nodes(self, nodes: list[NodeRecord]) -> None:
         with self._tx() as tx:
-            tx.run_many(upsert("nodes", ("id", "body"), ("id",)), [(n.id, n.model_dump_json()) for n in nodes])
+            rev = _bump(tx, "nodes")
+            tx.run_many(upsert("nodes", ("id", "body", "rev"), ("id",)),
+                        [(n.id, n.model_dump_json(), rev) for n in nodes])
+
+    def nodes_since(self, rev: int) -> list[tuple[NodeRecord, int]]:
+        """Node records written after revision `rev`, with the revision of each."""
+        rows = self._rows("SELECT body, rev FROM nodes WHERE rev > ? ORDER BY rev", (rev,))
+        return [(NodeRecord.model_validate_json(str(r[0])), int(r[1])) for r in rows]
+
+    def revs(self) -> dict[str, int]:
+        """The revision of nodes, replicas and keys: what changed since a reader last looked, in one small read."""
+        return {str(r[0]): int(r[1]) for r in self._rows("SELECT name, n FROM revs")}
 
     def get_node(self, node_id: str) -> NodeRecord | None:
         rows = self._rows("SELECT body FROM nodes WHERE id = ?", (node_id,))
@@ -117,13 +129,14 @@ class SqlStore:
     def put_replica(self, replica: ReplicaRecord, epoch: int | None = None) -> None:
         with self._tx() as tx:
             _fence(tx, epoch)
-            tx.run(upsert("replicas", ("id", "model", "body"), ("id",)),
-                   (replica.id, replica.model, replica.model_dump_json()))
+            tx.run(upsert("replicas", ("id", "model", "body", "rev"), ("id",)),
+                   (replica.id, replica.model, replica.model_dump_json(), _bump(tx, "replicas")))
 
     def delete_replica(self, replica_id: str, epoch: int | None = None) -> None:
         with self._tx() as tx:
             _fence(tx, epoch)
-            tx.run("DELETE FROM replicas WHERE id = ?", (replica_id,))
+            if tx.run("DELETE FROM replicas WHERE id = ?", (replica_id,)):
+                _bump(tx, "replicas")
 
     # leadership
     def lead(self, holder: str, epoch: int | None, now: float, ttl: float, force: bool = False) -> Lease:
@@ -155,7 +168,9 @@ class SqlStore:
 
     # keys and usage
     def put_key(self, key: ApiKeyRecord) -> None:
-        self._exec(upsert("api_keys", ("id", "hash", "body"), ("id",)), (key.id, key.hash, key.model_dump_json()))
+        with self._tx() as tx:
+            tx.run(upsert("api_keys", ("id", "hash", "body"), ("id",)), (key.id, key.hash, key.model_dump_json()))
+            _bump(tx, "keys")
 
     def list_keys(self) -> list[ApiKeyRecord]:
         rows = self._rows("SELECT body FROM api_keys ORDER BY id")
@@ -251,6 +266,14 @@ class SqlStore:
 
 RENEW = "UPDATE leader SET expires_at = ? WHERE id = 1 AND holder = ? AND epoch = ?"
 TAKE = "UPDATE leader SET holder = ?, epoch = epoch + 1, expires_at = ? WHERE id = 1 AND expires_at < ?"
+
+
+def _bump(tx: Tx, name: str) -> int:
+    """The next revision of `name`, its counter's row locked until this transaction ends."""
+    row = tx.one("UPDATE revs SET n = n + 1 WHERE name = ? RETURNING n", (name,))
+    if row is None:
+        raise StoreError(f"the store has no revision counter {name!r}: its schema is not this version's")
+    return int(row[0])
 
 
 def _fence(tx: Tx, epoch: int | None) -> None:

@@ -141,3 +141,7 @@ class _Tx:
 
     def run_many(self, sql: str, rows: list[Sequence[object]]) -> None:
         self.db.executemany(sql, rows)
+
+    def one(self, sql: str, args: Sequence[object] = ()) -> Row | None:
+        row: Row | None = self.db.execute(sql, tuple(args)).fetchone()
+        return row
