@@ -92,3 +92,31 @@ async def test_each_server_learns_what_the_others_wrote(two: tuple[ControlPlane,
     a.heartbeat(node("n1").report)  # the node moved to the leader: its newer report wins over the older row
     await a.follow_store()
     assert a.nodes["n1"].last_seen == clock.now()
+
+
+async def test_the_leader_counts_what_the_followers_routers_saw(
+        two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
+    """A request for a model through a follower is demand the leader loads for; a replica busy through a follower
+    is busy (never idle-evicted); its requests in flight count until that server stops saying so."""
+    from llmgw.control.plane import REPORTER_SILENT_AFTER
+    from llmgw.wire.router import Activity
+
+    a, b, clock = two
+    a.apply([PutReplica(replica("r1", clock.now()))])
+    await b.follow_store()
+    clock.advance(1)
+    b.record_activity(Activity(reporter="local", demand={"m": clock.now()}, used={"r1": clock.now()},
+                               outstanding={"r1": 2}))
+    await b.share_activity()
+    await a.share_activity()
+    assert a.demand.get("m") == clock.now() and a.last_used.get("r1") == clock.now()
+    assert a.outstanding().get("r1") == 2
+    b.record_activity(Activity(reporter="local", outstanding={}))
+    await b.share_activity()
+    await a.share_activity()
+    assert a.outstanding().get("r1", 0) == 0
+    b.record_activity(Activity(reporter="local", outstanding={"r1": 1}))
+    await b.share_activity()
+    clock.advance(REPORTER_SILENT_AFTER + 1)  # b stops writing (it died): its count stops counting
+    await a.share_activity()
+    assert a.outstanding().get("r1", 0) == 0

@@ -15,6 +15,7 @@ from llmgw.control.leadership import Leadership, Turn, holder_id
 from llmgw.control.metrics import Gauges
 from llmgw.control.quotas import Quotas
 from llmgw.control.registry import merge_report
+from llmgw.control.sharing import SERVER, Sharing
 from llmgw.control.summary import DAY, NodeFacts, leader_shard, node_facts
 from llmgw.control.usage_book import HOUR, UsageBook
 from llmgw.control.watch import Watch
@@ -115,6 +116,7 @@ class ControlPlane:
         self.leadership = Leadership(holder_id(), cfg.leader_lease)
         self.shared = cfg.store.kind == "postgres"  # other servers may write the store: follow what they write
         self._revs: dict[str, int] = {}  # the store's revisions as last followed
+        self._sharing = Sharing()  # what this server's routers saw, written for the leader (control/sharing.py)
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -182,6 +184,27 @@ class ControlPlane:
         if revs.get("keys", 0) != seen.get("keys", 0):
             self.keys_version += 1  # routers read keys again: one was made, changed or revoked through another server
         self._revs = revs
+
+    async def share_activity(self) -> None:
+        """On a shared store, write what this server's routers saw (demand, use, requests in flight) for the leader,
+        and, leading, take in what the other servers' routers saw (the server calls this before each pass)."""
+        if not self.shared:
+            return
+        now = self.clock.now()
+        rows = self._sharing.rows(self.demand, self.last_used, self.outstanding(own=True), now)
+        if rows:
+            self.writer.submit(self.store.put_activity, self.leadership.holder, rows)
+        if not self.leading:
+            return
+        seen = self._sharing.others(await self.read(self.store.activity, now - DAY), self.leadership.holder, now,
+                                    REPORTER_SILENT_AFTER)
+        for model, at in seen.demand.items():
+            if model in self.models and at > self.demand.get(model, 0.0):
+                self.demand[model] = at
+        for rid, at in seen.used.items():
+            self.used(rid, at)
+        for reporter, counts in seen.in_flight.items():
+            self.in_flight(reporter, counts, whole=True)
 
     def release_lease(self) -> None:
         """A server stopping gives its lease up (after its last writes), so another leads at once."""
@@ -484,12 +507,15 @@ class ControlPlane:
                     mine.pop(r, None)
         self._heard_at[reporter] = self.clock.monotonic()
 
-    def outstanding(self) -> dict[str, int]:
-        """Requests in flight per replica, over every reporter heard from lately (a worker that died says no more)."""
+    def outstanding(self, own: bool = False) -> dict[str, int]:
+        """Requests in flight per replica, over every reporter heard from lately (a worker that died says no more);
+        `own`: this server's routers only, not those of other servers sharing the store."""
         now = self.clock.monotonic()
         total: dict[str, int] = {}
         for reporter, counts in self.in_flight_by.items():
             if reporter != LOCAL and now - self._heard_at.get(reporter, now) > REPORTER_SILENT_AFTER:
+                continue
+            if own and reporter.startswith(SERVER):
                 continue
             for r, n in counts.items():
                 total[r] = total.get(r, 0) + n

@@ -123,6 +123,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
             plane.take_kick()
             try:
                 await plane.follow_store()
+                await plane.share_activity()
                 plane.reconcile_once()
                 router.refresh()
             except Exception:  # a failed pass is logged and retried on the next tick, never swallowed silently

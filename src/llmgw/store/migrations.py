@@ -13,6 +13,15 @@ REVISIONS = """
     INSERT INTO revs (name, n) VALUES ('nodes', 0), ('replicas', 0), ('keys', 0);
     """
 
+# what each server's routers saw, for the leader: demand for models, replicas used, requests in flight
+ACTIVITY = """
+    CREATE TABLE activity (
+        server TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, n BIGINT NOT NULL,
+        PRIMARY KEY (server, kind, name)
+    );
+    CREATE INDEX activity_at ON activity (at);
+    """
+
 MIGRATIONS: list[str] = [
     # 1: records kept whole as JSON, keyed by id
     """
@@ -73,4 +82,6 @@ MIGRATIONS: list[str] = [
     """,
     # 7: revisions (above), as PostgreSQL's third
     REVISIONS,
+    # 8: activity (above), as PostgreSQL's fourth
+    ACTIVITY,
 ]

@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from llmgw.core.errors import StoreError
 from llmgw.store.base import UsageRecord
-from llmgw.store.migrations import REVISIONS
+from llmgw.store.migrations import ACTIVITY, REVISIONS
 from llmgw.store.sql import Row, SqlStore, split
 
 MIGRATE_LOCK = 7_331_001  # the advisory lock key migrations hold
@@ -62,6 +62,8 @@ MIGRATIONS: list[str] = [
     """,
     # 3: revisions, so servers sharing the database read what the others changed, not everything
     REVISIONS,
+    # 4: what each server's routers saw, for the leader
+    ACTIVITY,
 ]
 
 INSERT_NEW_USAGE = (

@@ -251,7 +251,20 @@ class SqlStore:
                 if n < PRUNE_BATCH:
                     break
         self._exec("DELETE FROM usage_hourly WHERE hour < ?", (hour_of(usage_before),))  # a few rows per hour
+        self._exec("DELETE FROM activity WHERE at < ?", (events_before,))
         return done[0], done[1]
+
+    # what each server's routers saw (several servers on one store): (kind, name, at, n) per server
+    def put_activity(self, server: str, rows: list[tuple[str, str, float, int]]) -> None:
+        with self._tx() as tx:
+            tx.run_many(upsert("activity", ("server", "kind", "name", "at", "n"), ("server", "kind", "name")),
+                        [(server, k, name, at, n) for k, name, at, n in rows])
+
+    def activity(self, since: float) -> list[tuple[str, str, str, float, int]]:
+        """(server, kind, name, at, n) of every row written at or after `since`."""
+        rows = self._rows("SELECT server, kind, name, at, n FROM activity WHERE at >= ? ORDER BY server, kind, name",
+                          (since,))
+        return [(str(a), str(b), str(c), float(d), int(e)) for a, b, c, d, e in rows]
 
     # node revocations
     def put_revocation(self, revocation: Revocation) -> None:
