@@ -92,8 +92,9 @@ def test_a_cluster_serves_and_bills_on_postgres(tmp_path: Path, running, postgre
 
 
 def test_serving_outlives_a_postgres_outage_and_no_usage_is_lost(tmp_path: Path, running, postgres: Postgres) -> None:  # type: ignore[no-untyped-def]
-    """The database stops under traffic: requests to the ready replica keep being answered, the metrics say the
-    store is unreachable, and when it is back every request's usage lands, once."""
+    """The database stops for 20 s under traffic: requests to the ready replica keep being answered, the metrics
+    and /health say the store is unreachable, and when it is back every request's usage lands, once, and the
+    server leads again (its lease ran out meanwhile: no placement happened without the store)."""
     p, key, dsn = on_postgres(tmp_path, running, postgres, "127.0.0.62", "26200-26299")
     try:
         assert chat(p, key) == 200
@@ -101,15 +102,22 @@ def test_serving_outlives_a_postgres_outage_and_no_usage_is_lost(tmp_path: Path,
         try:
             answers = [chat(p, key)]
             # requests all along, until the metrics say the store has failed every write for 8 s
-            wait_until(lambda: answers.append(chat(p, key)) or store_unreachable(p) >= 8, 30,
-                       "the metrics saying the store has been unreachable for 8 s", interval=0.2)
+            wait_until(lambda: answers.append(chat(p, key)) or store_unreachable(p) >= 20, 45,
+                       "the metrics saying the store has been unreachable for 20 s", interval=0.2)
             assert answers == [200] * len(answers), answers  # serving outlived the store
+            with urllib.request.urlopen(p.admin + "/health", timeout=5) as r:
+                health = json.loads(r.read())
+            assert r.status == 200 and health["status"] == "degraded", health
+            assert health["store"]["reachable"] is False and health["store"]["unreachable_seconds"] >= 20
+            assert health["leader"]["leading"] is False  # its 15 s lease ran out: it does not place blind
         finally:
             postgres.back()
         wait_until(lambda: usage_in(dsn) == 1 + len(answers), 30, "every request's usage in PostgreSQL")
         wait_until(lambda: store_unreachable(p) == 0, 30, "the store reachable again in the metrics")
         assert chat(p, key) == 200
         wait_until(lambda: usage_in(dsn) == 2 + len(answers), 30, "a request after the outage recorded")
+        wait_until(lambda: json.loads(urllib.request.urlopen(p.admin + "/health", timeout=5).read())["leader"][
+            "leading"], 30, "the server leading again")
     except BaseException:
         print(dump_logs(p))
         raise

@@ -73,7 +73,8 @@ def metrics_routes(plane: ControlPlane) -> list[web.RouteDef]:
         return web.Response(body=render(reg), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(_: web.Request) -> web.Response:
-        return web.Response(status=200)  # alive; says nothing else
+        # alive (200) whatever else it says: serving outlives the store; the body says what is degraded and who leads
+        return web.json_response(plane.health())
 
     return [web.get("/metrics", metrics), web.get("/health", health)]
 

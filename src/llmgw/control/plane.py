@@ -117,6 +117,7 @@ class ControlPlane:
         self.shared = cfg.store.kind == "postgres"  # other servers may write the store: follow what they write
         self._revs: dict[str, int] = {}  # the store's revisions as last followed
         self._sharing = Sharing()  # what this server's routers saw, written for the leader (control/sharing.py)
+        self._reads_failing_since: float | None = None  # monotonic time store reads began to fail
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -220,9 +221,25 @@ class ControlPlane:
         return turn
 
     def store_failing_for(self) -> float:
-        """Seconds since the store began failing writes, 0 while they land (the writer says when it began)."""
-        since = getattr(self.writer, "failing_since", None)
-        return 0.0 if since is None else max(0.0, self.clock.monotonic() - since)
+        """Seconds since the store began failing writes (the writer says when) or reads; 0 while they work."""
+        starts = [t for t in (getattr(self.writer, "failing_since", None), self._reads_failing_since) if t is not None]
+        return 0.0 if not starts else max(0.0, self.clock.monotonic() - min(starts))
+
+    def health(self) -> dict[str, object]:
+        """What /health says: whether the store answers, who leads. Serving goes on while the store is away, so a
+        server whose store is unreachable is degraded, not down."""
+        down = self.store_failing_for()
+        lease = self.leadership.lease
+        return {
+            "status": "ok" if down == 0 else "degraded",
+            "store": {"kind": self.cfg.store.kind, "reachable": down == 0, "unreachable_seconds": round(down, 1),
+                      **({"words": f"the store has failed for {down:.0f}s: serving goes on from what this server "
+                                   "knows; no placement happens until it is back"} if down else {})},
+            # no holder names: /health answers anyone (a load balancer's probe), and names say host and pid
+            "leader": {"leading": self.leading, "epoch": lease.epoch if lease else 0,
+                       "elsewhere": bool(lease and lease.holder and not self.leading and lease.expires_at
+                                         >= self.clock.now())},
+        }
 
     def load(self) -> None:
         """Adopt what the store holds. Timers for silent nodes restart now, not from stale timestamps."""
@@ -562,8 +579,16 @@ class ControlPlane:
         return self._keys[1].get(key_id)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        """A store read off the event loop. Not through the writer: a read must not wait behind a failing write."""
-        return await asyncio.to_thread(fn, *args)
+        """A store read off the event loop. Not through the writer: a read must not wait behind a failing write.
+        Whether reads fail is kept, beside the writer's account of writes (store_failing_for)."""
+        try:
+            got = await asyncio.to_thread(fn, *args)
+        except StoreError:
+            if self._reads_failing_since is None:
+                self._reads_failing_since = self.clock.monotonic()
+            raise
+        self._reads_failing_since = None
+        return got
 
     async def create_key(self, name: str, models: list[str],
                          limits: quota.KeyLimits | None = None) -> tuple[str, ApiKeyRecord]:

@@ -122,8 +122,9 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         while True:
             plane.take_kick()
             try:
-                await plane.follow_store()
-                await plane.share_activity()
+                with contextlib.suppress(StoreError):  # unreachable: the pass goes on with what this server knows
+                    await plane.follow_store()
+                    await plane.share_activity()
                 plane.reconcile_once()
                 router.refresh()
             except Exception:  # a failed pass is logged and retried on the next tick, never swallowed silently

@@ -201,8 +201,9 @@ class Cluster:
         self.procs[name] = p
         return p
 
-    def start_server(self) -> subprocess.Popen[bytes]:
-        return self._spawn("server", ["server", "-c", str(self.plan.workdir / "server.yaml")])
+    def start_server(self, config: Path | None = None, name: str = "server") -> subprocess.Popen[bytes]:
+        """The control plane: server.yaml's, or another's (several servers sharing one PostgreSQL store)."""
+        return self._spawn(name, ["server", "-c", str(config or self.plan.workdir / "server.yaml")])
 
     def start_agent(self, node_id: str) -> subprocess.Popen[bytes]:
         netns = next((n.netns for n in self.plan.nodes if n.id == node_id), None)
