@@ -40,6 +40,7 @@ from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, Sha
 log = logging.getLogger(__name__)
 FAST_PROBE_S = 0.1  # how often an engine that is starting is probed, between heartbeats
 WATCH_RETRY_S = 600.0
+WATCH_ERROR_RETRY_S = 1.0  # the first retry after a failed watch; doubled per failure, up to an interval
 
 ENGINE_REPROBE_S = 60.0
 
@@ -383,19 +384,24 @@ class Agent:
 
     async def _watch(self, stop: asyncio.Event) -> None:
         """Wait at the control plane for the shards this node is to run to change, and wake the loop when they do
-        (one early heartbeat, which brings the new desired state). Errors wait an interval; a control plane that
+        (one early heartbeat, which brings the new desired state). An error is retried after a second, doubling up to
+        an interval (a transient one must not cost a cold start a whole heartbeat interval); a control plane that
         does not serve watches is asked again every WATCH_RETRY_S."""
         seen = ""
+        failures = 0
         while not stop.is_set():
             assert self.client is not None
-            pause = self.interval
+            pause = min(self.interval, WATCH_ERROR_RETRY_S * 2**min(failures, 16))
             try:
                 got = await self.client.watch(seen)
             except UpstreamError as e:
                 log.debug("watch: %s", e)
+                failures += 1
             except Exception:  # never the end of watching: heartbeats alone would be an interval late from then on
                 log.exception("watch failed; watching again in %.0fs", pause)
+                failures += 1
             else:
+                failures = 0
                 if got is not None:
                     if got != seen:
                         seen = got
