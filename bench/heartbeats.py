@@ -7,13 +7,14 @@
 
 A simulated agent is a client certificate of its own (issued by the bench's CA, kept in --workdir between runs:
 issuing 10,000 takes a while the first time) and one kept-alive TLS connection; it posts the report a node with 8
-GPUs, two InfiniBand adapters and a weights directory sends, every --interval seconds, the nodes spread evenly
-over the interval, node i to server i mod --servers (with the others after it, as agents list them). The load is
+GPUs, two InfiniBand adapters and the sim engine sends, every --interval seconds, the nodes spread evenly over
+the interval, node i to server i mod --servers (no failover: a heartbeat not answered is an error). The load is
 open-loop: a heartbeat goes at its time whether or not the last was answered; how late they went says whether the
-load generator kept up. Measured over --seconds after one whole interval of warm-up (every connection made):
-heartbeats answered per second, latency p50/p99, errors, the servers' CPU per heartbeat (from /proc), and the load
-generator's own CPU. The reconcile pass: the control plane in process over SQLite, N nodes reporting their shards
-ready, 1,000 replicas of them ready, median of several passes (steady state: nothing to place).
+load generator kept up. Measured over --seconds after two intervals of warm-up (connected, registered): heartbeats
+answered per second, latency p50/p99 (and p99 per 5 s), errors, the servers' CPU per heartbeat and memory (from
+/proc), and the load generator's own CPU. The reconcile pass: the control plane in process over SQLite, N nodes
+reporting their shards ready, 1,000 replicas of them ready, median of several passes (steady state: nothing to
+place).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def server_configs(workdir: Path, servers: int, store: dict[str, Any], interval:
             "tls": {"ca": "pki/ca.crt", "cert": "pki/controlplane.crt", "key": "pki/controlplane.key"},
             "store": store, "admin_token_file": "state/admin.token", "usage_journal_dir": f"state/journal-{k}",
             "heartbeat_interval": f"{interval}s", "node_lost_after": f"{6 * interval}s", "reconcile_interval": "1s",
+            "node_networks": ["10.0.0.0/8"],  # the addresses the simulated nodes claim (they all dial from loopback)
             "models": [{"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 0, "max": 1}}],
         }
         path = workdir / f"server-{k}.yaml"
@@ -127,9 +129,10 @@ async def _generate(nodes: list[int], pki: Path, urls: list[str], interval: floa
 
     n_all = max(nodes) + 1 if nodes else 1
     lat: list[float] = []
+    when: list[float] = []  # seconds into the measurement each answered heartbeat was sent
     late: list[float] = []
     errors: dict[str, int] = {}
-    measure_from = start_at + interval  # one whole interval of warm-up: every connection made
+    measure_from = start_at + 2 * interval  # two intervals of warm-up: connected, registered, then steady
     end = measure_from + seconds
 
     async def agent(i: int) -> None:
@@ -156,11 +159,12 @@ async def _generate(nodes: list[int], pki: Path, urls: list[str], interval: floa
                     late.append(t0 - due)
                     if ok:
                         lat.append(time.time() - t0)
+                        when.append(t0 - measure_from)
                 due += interval
 
     cpu0 = time.process_time()
     await asyncio.gather(*(agent(i) for i in nodes))
-    out.send((lat, errors, late, time.process_time() - cpu0))
+    out.send((lat, errors, late, time.process_time() - cpu0, when))
     out.close()
 
 
@@ -187,8 +191,9 @@ def run_heartbeats(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for k, (path, _, admin) in enumerate(configs):
             with (workdir / f"server-{k}.log").open("wb") as log:
-                procs.append(subprocess.Popen([sys.executable, "-m", "llmgw.cli.main", "server", "-c", str(path)],
-                                              cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
+                prof = ["-m", "cProfile", "-o", str(workdir / f"server-{k}.prof")] if args.profile else []
+                argv = [sys.executable, *prof, "-m", "llmgw.cli.main", "server", "-c", str(path)]
+                procs.append(subprocess.Popen(argv, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
                                               start_new_session=True))
             deadline = time.monotonic() + 60
             while not up(admin):
@@ -205,17 +210,22 @@ def run_heartbeats(args: argparse.Namespace) -> dict[str, Any]:
             gp.start()
             pipes.append(recv)
             gens.append(gp)
-        measure_from = start_at + args.interval
+        measure_from = start_at + 2 * args.interval
         time.sleep(max(0.0, measure_from - time.time()))
         cpu0 = sum(cpu_seconds(p.pid) for p in procs)
         time.sleep(args.seconds)
         cpu1 = sum(cpu_seconds(p.pid) for p in procs)
+        rss = [int(next(ln.split()[1] for ln in Path(f"/proc/{p.pid}/status").read_text().splitlines()
+                        if ln.startswith("VmRSS:"))) // 1024 for p in procs]
         lat: list[float] = []
         late: list[float] = []
         errors: dict[str, int] = {}
         gen_cpu = 0.0
+        windows: dict[int, list[float]] = {}
         for recv in pipes:
-            got_lat, got_err, got_late, got_cpu = recv.recv()
+            got_lat, got_err, got_late, got_cpu, got_when = recv.recv()
+            for w, x in zip(got_when, got_lat, strict=True):
+                windows.setdefault(int(w // 5), []).append(x)
             lat += got_lat
             late += got_late
             gen_cpu += got_cpu
@@ -234,6 +244,12 @@ def run_heartbeats(args: argparse.Namespace) -> dict[str, Any]:
                 os.killpg(p.pid, signal.SIGKILL)
         if pg is not None:
             pg.stop()
+    if args.profile:
+        import pstats
+
+        for k in range(args.servers):
+            print(f"== server {k}, its main thread by cumulative time")
+            pstats.Stats(str(workdir / f"server-{k}.prof")).sort_stats("cumulative").print_stats(40)
     lat.sort()
     late.sort()
     rate = len(lat) / args.seconds
@@ -245,8 +261,10 @@ def run_heartbeats(args: argparse.Namespace) -> dict[str, Any]:
         "errors": errors,
         "server_cpu_us_per_heartbeat": round(1e6 * (cpu1 - cpu0) / max(1, len(lat))),
         "server_cores": round((cpu1 - cpu0) / args.seconds, 2),
-        "generator_cores": round(gen_cpu / (args.seconds + args.interval + 2), 2),
+        "generator_cores": round(gen_cpu / (args.seconds + 2 * args.interval + 2), 2),
+        "server_rss_mib": rss,
         "late_p99_ms": round(1000 * late[int(0.99 * (len(late) - 1))], 1) if late else None,
+        "p99_ms_by_5s": [round(1000 * sorted(v)[int(0.99 * (len(v) - 1))], 1) for _, v in sorted(windows.items())],
     }
 
 
@@ -310,6 +328,7 @@ def main() -> None:
     ap.add_argument("--generators", type=int, default=2, help="load-generating processes")
     ap.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "llmgw-bench-heartbeats"))
     ap.add_argument("--reconcile", action="store_true", help="only the reconcile pass times")
+    ap.add_argument("--profile", action="store_true", help="run the servers under cProfile and print the top")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     results: dict[str, Any] = {}

@@ -58,6 +58,8 @@ def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[Rep
         wanting.setdefault(spec.source, set()).update(ids)
         if node_id in ids:
             mine[spec.source] = spec
+    if not mine:
+        return {}, {}  # most reports: nothing of this node's is fetched, and the fabric need not be looked at
     fabrics = sorted(_fabrics(me.report))
     group = [n for n in nodes.values() if n.id != node_id and not n.lost and set(fabrics) & _fabrics(n.report)
              and n.id not in revoked and n.cert_serial not in revoked]
