@@ -175,8 +175,26 @@ def test_killing_the_leader_under_traffic(tmp_path: Path, running: list[Cluster]
         db = PostgresStore(t.dsn, PASSWORD).open()
         try:
             assert len([r for r in db.list_replicas() if r.ready]) == 2
+            engines = [(r.endpoint, r.secret) for r in db.list_replicas()]
         finally:
             db.close()
+        # then every control plane goes: the agents keep their engines running, and a server started again finds
+        # them as they were
+        for i in (1, 2):
+            t.c.stop_process(t.name(i), signal.SIGKILL)
+        t.alive = []
+        for n in ("node01", "node02"):
+            wait_until(lambda n=n: "no control plane answered" in t.c.log(f"agent-{n}"), 20,
+                       f"{n}'s agent finding no control plane")
+        for url, secret in engines:  # asked directly, with the replica's engine secret, as routers ask
+            req = urllib.request.Request(url + "/v1/models", headers={"Authorization": f"Bearer {secret}"})
+            with urllib.request.urlopen(req, timeout=5) as r:
+                assert r.status == 200, f"an engine stopped while no control plane answered: {url}"
+        t.c.start_server(tmp_path / "server1.yaml", t.name(1))
+        t.alive = [1]
+        wait_until(lambda: sum(r["state"] == "ready" for r in t.get(1, "/api/status")["replicas"]) == 2, 30,
+                   "both replicas ready again")
+        assert placement(t, 1) == before_placed and shards(t, 1) == before_shards, "engines restarted or moved"
     except BaseException:
         print(dump_logs(t.p))
         raise

@@ -54,6 +54,18 @@ def chat(p, key: str) -> int:  # type: ignore[no-untyped-def]
         return e.code
 
 
+def refusal(p, key: str) -> str:  # type: ignore[no-untyped-def]
+    """The error code of a chat request's answer ("" when it was answered)."""
+    req = urllib.request.Request(p.api + "/v1/chat/completions", headers={
+        "Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        data=json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=20):
+            return ""
+    except urllib.error.HTTPError as e:
+        return str(json.loads(e.read())["error"]["code"])
+
+
 def usage_in(dsn: str) -> int:
     db = PostgresStore(dsn, PASSWORD).open()
     try:
@@ -131,3 +143,36 @@ async def test_a_second_server_on_the_same_sqlite_file_is_refused(tmp_path: Path
             await asyncio.wait_for(serve(cfg, SystemClock(), asyncio.Event()), 20)
         assert "already uses the SQLite store" in str(e.value) and "store.kind postgres" in str(e.value)
         assert await aget(p, "/api/nodes") == []  # the first one serves on, untouched
+
+
+def test_a_router_serves_from_what_it_knew_for_the_configured_time_only(tmp_path: Path, running,  # type: ignore[no-untyped-def]
+                                                                          postgres: Postgres) -> None:
+    """router.serve_stale_for 3s: with the shared store unreachable, requests to the ready replica are answered at
+    first, then refused 503 routing_table_stale (engines may have moved meanwhile), /health saying so; answered
+    again once the store is back."""
+    dsn = postgres.fresh_db()
+    (tmp_path / "pg.password").write_text(PASSWORD + "\n")
+    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.63", port_range="26300-26399")], [MODEL],
+             heartbeat_interval="0.3s", reconcile_interval="0.2s",
+             extra_server={"store": {"kind": "postgres", "dsn": dsn, "password_file": "pg.password",
+                                     "path": "state/llmgw.db"}, "router": {"serve_stale_for": "3s"}})
+    start_cluster(p, running)
+    try:
+        wait_until(lambda: any(r["state"] == "ready" for r in admin_get(p, "/api/status")["replicas"]), 30,
+                   "model m ready")
+        key = admin_post(p, "/api/keys", {"name": "t"})["key"]
+        assert chat(p, key) == 200
+        postgres.outage()
+        try:
+            assert chat(p, key) == 200  # at first, from what it knows
+            wait_until(lambda: refusal(p, key) == "routing_table_stale", 20,
+                       "requests refused once the table is 3 s unconfirmed")
+            with urllib.request.urlopen(p.admin + "/health", timeout=5) as r:
+                health = json.loads(r.read())
+            assert health["routing"]["refusing"] is True and health["routing"]["stale_seconds"] > 3, health
+        finally:
+            postgres.back()
+        wait_until(lambda: chat(p, key) == 200, 30, "requests answered again with the store back")
+    except BaseException:
+        print(dump_logs(p))
+        raise

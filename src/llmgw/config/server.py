@@ -128,6 +128,10 @@ class RouterConfig(Strict):
     # what one image, audio, video or file part of a request may cost as prompt tokens: a URL of a few bytes can
     # stand for thousands of tokens, so the body's bytes do not bound it (set it to your models' most per part)
     reserve_media_tokens: int = Field(default=16384, ge=0, le=10_000_000)
+    # how long a router serves from a routing table it cannot confirm (the shared store unreachable, or, for an API
+    # worker, its control plane): requests to ready replicas go on meanwhile; past it they are refused (503
+    # routing_table_stale), since engines may have moved without its knowing
+    serve_stale_for: Duration = 3600.0
 
 
 class Limits(Strict):

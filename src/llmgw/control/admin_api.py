@@ -195,6 +195,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
             models=list(plane.models.values()),
             ready=plane.ready_table(),
             loads=plane.engine_loads,
+            stale_for=plane.table_stale_for(),
         )
         return web.Response(text=view.model_dump_json(), content_type="application/json")
 

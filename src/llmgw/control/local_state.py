@@ -20,6 +20,9 @@ class LocalState:
     def generation(self) -> int:
         return self.plane.generation
 
+    def stale_for(self) -> float:
+        return self.plane.table_stale_for()
+
     def keys_version(self) -> int:
         return self.plane.keys_version
 

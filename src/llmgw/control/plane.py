@@ -225,6 +225,11 @@ class ControlPlane:
         starts = [t for t in (getattr(self.writer, "failing_since", None), self._reads_failing_since) if t is not None]
         return 0.0 if not starts else max(0.0, self.clock.monotonic() - min(starts))
 
+    def table_stale_for(self) -> float:
+        """Seconds this server's view of replicas has gone unconfirmed: the shared store unreachable (alone on its
+        store, a server's memory is the truth, whatever its disk does)."""
+        return self.store_failing_for() if self.shared else 0.0
+
     def health(self) -> dict[str, object]:
         """What /health says: whether the store answers, who leads. Serving goes on while the store is away, so a
         server whose store is unreachable is degraded, not down."""
@@ -236,6 +241,9 @@ class ControlPlane:
                       **({"words": f"the store has failed for {down:.0f}s: serving goes on from what this server "
                                    "knows; no placement happens until it is back"} if down else {})},
             # no holder names: /health answers anyone (a load balancer's probe), and names say host and pid
+            "routing": {"stale_seconds": round(self.table_stale_for(), 1),
+                        "serves_stale_for": self.cfg.router.serve_stale_for,
+                        "refusing": self.table_stale_for() > self.cfg.router.serve_stale_for},
             "leader": {"leading": self.leading, "epoch": lease.epoch if lease else 0,
                        "elsewhere": bool(lease and lease.holder and not self.leading and lease.expires_at
                                          >= self.clock.now())},

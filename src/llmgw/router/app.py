@@ -237,6 +237,12 @@ class Router:
         model = spec.name
         m.key_id = key.id  # with recorder.begin: the end is counted only for a request begun
         self.recorder.begin(key.id, model)
+        stale = self.state.stale_for()
+        if stale > self.cfg.serve_stale_for:
+            return openai_error(503, f"this server has not been able to confirm where models run for {stale:.0f}s "
+                                f"(its store or control plane unreachable; it serves from what it knew for "
+                                f"{self.cfg.serve_stale_for:.0f}s at most)", "service_unavailable",
+                                "routing_table_stale")
         if self.table.pick(model) is None:
             if spec.on_demand:
                 self.state.want(model)

@@ -28,6 +28,7 @@ from llmgw.wire.router import Activity, Admission, AdmitRequest, ModelExplanatio
 log = logging.getLogger(__name__)
 
 USAGE_POST_TIMEOUT = 60.0
+POLL_SLACK_S = 5.0  # polls come every fraction of a second: a view younger than this is current
 
 
 class RouterState(Protocol):
@@ -36,6 +37,7 @@ class RouterState(Protocol):
 
     def generation(self) -> int: ...
     def keys_version(self) -> int: ...
+    def stale_for(self) -> float: ...  # seconds the routing table has gone unconfirmed
     def ready(self) -> dict[str, list[ReadyReplica]]: ...
     def loads(self) -> dict[str, EngineLoad]: ...  # replica id -> its engine's own gauges
     def want(self, model: str) -> None: ...
@@ -65,6 +67,7 @@ class RemoteState:
         self._recorder: Recorder | None = None
         self._reported = -1  # the recorder's version at the last report that arrived
         self._settled: list[tuple[str, int]] = []
+        self._polled_at: float | None = None  # monotonic time of the last view it got
 
     def attach(self, recorder: Recorder) -> None:
         self._recorder = recorder
@@ -77,10 +80,16 @@ class RemoteState:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5), headers=self._auth)
         return self._session
 
+    def stale_for(self) -> float:
+        """Its control plane's own doubt at the last poll, and the time since (a worker that cannot poll doubts)."""
+        since = self.clock.monotonic() - self._polled_at if self._polled_at is not None else 0.0
+        return self._view.stale_for + since if self._view.stale_for else max(0.0, since - POLL_SLACK_S)
+
     async def poll(self) -> None:
         async with self._http().get(self.admin + "/api/router/view") as r:
             r.raise_for_status()
             view = RouterView.model_validate_json(await r.read())
+        self._polled_at = self.clock.monotonic()
         if view.generation != self._view.generation or view.models != list(self.models.values()):
             self.models.clear()
             self.models.update({m.name: m for m in view.models})
