@@ -41,6 +41,9 @@ class FakeState:
         self._generation += 1
 
     # RouterState
+    def stale_for(self) -> float:
+        return 0.0  # its table is whatever the test set: never in doubt
+
     def generation(self) -> int:
         return self._generation
 
