@@ -120,3 +120,31 @@ async def test_the_leader_counts_what_the_followers_routers_saw(
     clock.advance(REPORTER_SILENT_AFTER + 1)  # b stops writing (it died): its count stops counting
     await a.share_activity()
     assert a.outstanding().get("r1", 0) == 0
+
+
+async def test_a_keys_limits_hold_across_servers(two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
+    """A key's requests per minute and requests in flight are counted across the servers sharing the store, late by
+    one read of each other's counts: requests spread over two servers get no more than the key's limits."""
+    from llmgw.core.quota import KeyLimits, Refusal
+
+    a, b, clock = two
+    _, key = await a.create_key("t", [], KeyLimits(rpm=4, concurrency=3))
+    for p in (a, b):
+        await p.share_activity()  # each has read the other's (nothing yet)
+    tickets = [a.quotas.admit(key, 10)[1] for _ in range(2)]  # two in flight through a
+    assert all(tickets)
+    await a.share_activity()
+    await b.share_activity()
+    d, t3 = b.quotas.admit(key, 10)  # a third through b: within both limits
+    assert d.admitted
+    d, _ = b.quotas.admit(key, 10)
+    assert d.refusal == Refusal.Rate and "3 requests in flight" in d.message, d.message
+    for t in tickets:
+        assert a.quotas.settle(t, 5)
+    assert b.quotas.settle(t3, 5)
+    await a.share_activity()
+    await b.share_activity()
+    d, _ = b.quotas.admit(key, 10)  # nothing in flight now; 3 of 4 requests this minute were taken (2 through a)
+    assert d.admitted
+    d, _ = b.quotas.admit(key, 10)
+    assert d.refusal == Refusal.Rate and "requests per minute" in d.message, d.message

@@ -42,6 +42,8 @@ T = TypeVar("T")
 LOCAL = "local"  # the router in the control plane's own process
 REPORTER_SILENT_AFTER = 30.0  # a worker whose last report is older is gone: its in-flight counts no longer count
 MAX_REPORTERS = 1024  # router processes whose measurements are kept one by one (a few per server in practice)
+BUDGETS_REREAD_S = 10.0  # on a shared store, what keys spent is read again this often (others' usage, as recorded)
+ACTIVITY_SLACK_S = 10.0  # others' activity is read from this long before the last read (their clocks, their commits)
 STALL_AFTER = 5.0  # seconds between passes beyond which the control plane counts itself as having stalled
 NODE_EVENT_BURST = 30.0
 NODE_EVENT_EVERY = 10.0
@@ -118,6 +120,8 @@ class ControlPlane:
         self._revs: dict[str, int] = {}  # the store's revisions as last followed
         self._sharing = Sharing()  # what this server's routers saw, written for the leader (control/sharing.py)
         self._reads_failing_since: float | None = None  # monotonic time store reads began to fail
+        self._activity_read_at: float | None = None  # when the others' activity was last read (None: read a day's)
+        self._budgets_read_at = 0.0  # monotonic time keys' spending was last read from the store (shared stores)
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -154,6 +158,7 @@ class ControlPlane:
                            f"was unreachable ({e})")
             return
         if self._lease_seen(lease) == Turn.Gained:
+            self._activity_read_at = None  # the others' demand and use since long before, as a leader needs them
             replicas, nodes = await self.read(self.store.list_replicas), await self.read(self.store.list_nodes)
             now = self.clock.now()
             self.resumed_at = now
@@ -185,20 +190,30 @@ class ControlPlane:
         if revs.get("keys", 0) != seen.get("keys", 0):
             self.keys_version += 1  # routers read keys again: one was made, changed or revoked through another server
         self._revs = revs
+        mono = self.clock.monotonic()
+        if mono - self._budgets_read_at >= BUDGETS_REREAD_S:  # what every server's requests spent, as recorded
+            self._budgets_read_at = mono
+            for period, start, spent in await self.read(self._spent_by_period, self.clock.now(), None):
+                self.quotas.seed(period, start, spent)
 
     async def share_activity(self) -> None:
-        """On a shared store, write what this server's routers saw (demand, use, requests in flight) for the leader,
-        and, leading, take in what the other servers' routers saw (the server calls this before each pass)."""
+        """On a shared store, write what this server's routers saw (demand, use, requests in flight) and its keys'
+        use against their limits; take in the others' keys' use, and, leading, what their routers saw (the server
+        calls this before each pass). Rows are read from a little before the last read on (a full day's after
+        taking the lead: replicas used long ago count for idle eviction)."""
         if not self.shared:
             return
         now = self.clock.now()
-        rows = self._sharing.rows(self.demand, self.last_used, self.outstanding(own=True), now)
+        rows = self._sharing.rows(self.demand, self.last_used, self.outstanding(own=True), now, self.quotas.shared())
         if rows:
             self.writer.submit(self.store.put_activity, self.leadership.holder, rows)
+        since = now - DAY if self._activity_read_at is None else self._activity_read_at - ACTIVITY_SLACK_S
+        seen = self._sharing.others(await self.read(self.store.activity, since), self.leadership.holder, now,
+                                    REPORTER_SILENT_AFTER)
+        self.quotas.absorb(seen.keys, now, REPORTER_SILENT_AFTER, first=self._activity_read_at is None)
+        self._activity_read_at = now
         if not self.leading:
             return
-        seen = self._sharing.others(await self.read(self.store.activity, now - DAY), self.leadership.holder, now,
-                                    REPORTER_SILENT_AFTER)
         for model, at in seen.demand.items():
             if model in self.models and at > self.demand.get(model, 0.0):
                 self.demand[model] = at

@@ -41,6 +41,13 @@ class Quotas:
         # chose): the admission, should it still arrive, is refused rather than holding a slot nobody will settle
         self.released: dict[str, float] = {}
         self._prefix, self._serial = secrets.token_hex(4) + "-", itertools.count()  # tickets unique per process
+        # several servers on one store (control/sharing.py): what this one admitted per key, cumulative (requests,
+        # tokens taken net of what settling gave back), and what the others say of theirs
+        self.taken: dict[str, list[int]] = {}
+        self._seen: dict[tuple[str, str, str], int] = {}  # (server, kind, key) -> its cumulative count last read
+        self._elsewhere: dict[str, dict[str, tuple[float, int, int]]] = {}  # key -> server -> (at, in flight, held)
+        self._pending: dict[str, tuple[float, int, int]] = {}  # key -> (monotonic, requests, tokens) taken elsewhere
+        self._fresh = 30.0  # how old a row of in-flight counts may be and still count (absorb says)
 
     def limits_of(self, key: ApiKeyRecord) -> KeyLimits:
         return key.limits if key.limits is not None else self.default
@@ -74,12 +81,17 @@ class Quotas:
         c = self.counters.get(key.id)
         if c is None:
             c = self.counters[key.id] = KeyCounters()
+        if self._elsewhere or self._pending:
+            self._from_elsewhere(key.id, c, lim, now, mono)
         spent = self.spent_in(key.id, lim.budget_period) if lim.budget is not None else 0
         d = quota.admit(c, lim, cost, spent, now, mono)
         if not d.admitted:
             return d, ""
         ticket = ticket or f"{self._prefix}{next(self._serial)}"
         self.tickets[ticket] = Ticket(key.id, cost, mono, now)
+        taken = self.taken.setdefault(key.id, [0, 0])
+        taken[0] += 1
+        taken[1] += cost
         return d, ticket
 
     def admission(self, key: ApiKeyRecord, cost: int, ticket: str = "") -> Admission:
@@ -100,8 +112,58 @@ class Quotas:
         c = self.counters.get(t.key_id)
         if c is not None:
             quota.settle(c, t.cost, used, self.clock.monotonic())
+        taken = self.taken.get(t.key_id)
+        if taken is not None:
+            taken[1] -= max(0, t.cost - max(0, used))  # given back to the bucket here: the others' too
         self.spent.setdefault(t.key_id, Spent()).charge(max(0, used), t.wall)
         return True
+
+    def shared(self) -> dict[tuple[str, str], int]:
+        """This server's counts per key for the others sharing the store: (kind, key id) -> n (sharing.KEY_KINDS)."""
+        out: dict[tuple[str, str], int] = {}
+        for key_id, (requests, tokens) in self.taken.items():
+            c = self.counters.get(key_id)
+            out.update({("kreq", key_id): requests, ("ktok", key_id): tokens,
+                        ("kinf", key_id): c.in_flight if c else 0, ("kres", key_id): c.reserved if c else 0})
+        return out
+
+    def absorb(self, rows: list[tuple[str, str, str, float, int]], now: float, fresh: float,
+               first: bool = False) -> None:
+        """What the other servers say of their keys' use (`rows`: (server, kind, key, at, n)). Requests and tokens
+        admitted there since last read are taken from this server's buckets at its next admission of the key: all
+        of a count first seen after this server's `first` read (it began meanwhile), none of one seen at that read
+        (what it counted before). In flight and held count from rows at most `fresh` seconds old (a server that
+        stops saying so has stopped)."""
+        mono = self.clock.monotonic()
+        for server, kind, key_id, at, n in rows:
+            if kind in ("kreq", "ktok"):
+                before = self._seen.get((server, kind, key_id), None if first else 0)
+                self._seen[(server, kind, key_id)] = n
+                if before is not None and n > before:
+                    _, req, tok = self._pending.get(key_id, (mono, 0, 0))
+                    self._pending[key_id] = (mono, req + (n - before if kind == "kreq" else 0),
+                                             tok + (n - before if kind == "ktok" else 0))
+            elif kind in ("kinf", "kres"):
+                had = self._elsewhere.setdefault(key_id, {}).get(server, (at, 0, 0))
+                self._elsewhere[key_id][server] = (max(at, had[0]), n if kind == "kinf" else had[1],
+                                                   n if kind == "kres" else had[2])
+        self._fresh = fresh
+        for key_id, servers in list(self._elsewhere.items()):
+            live = {s: v for s, v in servers.items() if now - v[0] <= fresh}
+            if live:
+                self._elsewhere[key_id] = live
+            else:
+                del self._elsewhere[key_id]
+
+    def _from_elsewhere(self, key_id: str, c: KeyCounters, lim: KeyLimits, now: float, mono: float) -> None:
+        """Before an admission: what the other servers took since (from this server's buckets) and hold now."""
+        pending = self._pending.pop(key_id, None)
+        if pending is not None and mono - pending[0] < 60.0:  # older: a minute's refill has covered it
+            quota.prepare(c, lim, mono)
+            quota.taken_elsewhere(c, pending[1], pending[2], mono)
+        live = [v for v in self._elsewhere.get(key_id, {}).values() if now - v[0] <= self._fresh]
+        c.in_flight_elsewhere = sum(v[1] for v in live)
+        c.reserved_elsewhere = sum(v[2] for v in live)
 
     def _release(self, ticket: str) -> None:
         mono = self.clock.monotonic()

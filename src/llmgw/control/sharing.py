@@ -11,11 +11,16 @@ SERVER = "server "  # the reporter name, in the leader's in-flight table, of ano
 Row = tuple[str, str, float, int]  # (kind, name, at, n)
 
 
+KEY_KINDS = ("kreq", "ktok", "kinf", "kres")  # a key's requests and tokens admitted (cumulative), in flight, held
+SHARED = ("kinf", "kres", "inflight")  # counts of now: written every pass while not 0 (their time says they are now)
+
+
 @dataclass
 class Others:
     demand: dict[str, float] = field(default_factory=dict)
     used: dict[str, float] = field(default_factory=dict)
     in_flight: dict[str, dict[str, int]] = field(default_factory=dict)  # reporter name -> replica -> requests
+    keys: list[tuple[str, str, str, float, int]] = field(default_factory=list)  # (server, kind, key, at, n)
 
 
 @dataclass
@@ -23,19 +28,24 @@ class Sharing:
     written: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)  # what this server last wrote
     merged: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (server, kind, name) -> at merged
 
-    def rows(self, demand: dict[str, float], used: dict[str, float], own: dict[str, int], now: float) -> list[Row]:
-        """This server's rows that changed since it last wrote them; requests in flight every time (their time says
-        they are current: a server that stops writing them stops counting)."""
+    def rows(self, demand: dict[str, float], used: dict[str, float], own: dict[str, int], now: float,
+             keys: dict[tuple[str, str], int] | None = None) -> list[Row]:
+        """This server's rows that changed since it last wrote them; counts of now (requests in flight, a key's
+        requests in flight and tokens held) every time while not 0 (their time says they are current: a server that
+        stops writing them stops counting). `keys`: (kind, key id) -> n, of KEY_KINDS."""
         out: list[Row] = []
         for kind, table in (("demand", demand), ("used", used)):
             for name, at in table.items():
                 if self.written.get((kind, name)) != (at, 0):
                     out.append((kind, name, at, 0))
-        for name, n in own.items():
-            out.append(("inflight", name, now, n))
+        counts: dict[tuple[str, str], int] = {("inflight", name): n for name, n in own.items()}
+        counts.update(keys or {})
+        for (kind, name), n in counts.items():
+            if (kind in SHARED and n) or self.written.get((kind, name), (0.0, 0))[1] != n:
+                out.append((kind, name, now, n))
         for (kind, name), (_, n) in self.written.items():
-            if kind == "inflight" and n and name not in own:
-                out.append(("inflight", name, now, 0))
+            if kind in SHARED and n and (kind, name) not in counts:
+                out.append((kind, name, now, 0))
         for kind, name, at, n in out:
             self.written[(kind, name)] = (at, n)
         return out
@@ -45,6 +55,9 @@ class Sharing:
         got = Others()
         for server, kind, name, at, n in rows:
             if server == me:
+                continue
+            if kind in KEY_KINDS:
+                got.keys.append((server, kind, name, at, n))
                 continue
             if kind == "inflight":
                 if now - at <= fresh:

@@ -73,6 +73,9 @@ class KeyCounters:
     tokens: Bucket | None = None
     in_flight: int = 0
     reserved: int = 0  # tokens held by requests in flight
+    # the same key's requests in flight and tokens they hold at the other servers sharing the store, as last read
+    in_flight_elsewhere: int = 0
+    reserved_elsewhere: int = 0
 
 
 PERIODS: tuple[Period, ...] = ("day", "month", "total")
@@ -203,16 +206,17 @@ def admit(c: KeyCounters, lim: KeyLimits, cost: int, spent: int, now: float, mon
     `spent`: the tokens the key was charged in its budget's period holding `now`."""
     _buckets(c, lim, mono)
     if lim.budget is not None:
-        if spent + c.reserved + cost > lim.budget:
-            left = max(0, lim.budget - spent - c.reserved)
+        held = c.reserved + c.reserved_elsewhere
+        if spent + held + cost > lim.budget:
+            left = max(0, lim.budget - spent - held)
             end = period_end(lim.budget_period, now)
             when = f"; it renews in {duration(end - now)}" if end is not None else ""
-            return Decision(False, Refusal.Quota, f"token budget spent: {spent + c.reserved} of {lim.budget} "
+            return Decision(False, Refusal.Quota, f"token budget spent: {spent + held} of {lim.budget} "
                             f"tokens this {lim.budget_period} are used or held by requests in flight, {left} left, "
                             f"and this request may cost up to {cost}{when}", None, rate_headers(c))
-    if lim.concurrency is not None and c.in_flight >= lim.concurrency:
-        return Decision(False, Refusal.Rate, f"{c.in_flight} requests in flight, the limit is {lim.concurrency}",
-                        1.0, rate_headers(c))
+    if lim.concurrency is not None and c.in_flight + c.in_flight_elsewhere >= lim.concurrency:
+        return Decision(False, Refusal.Rate, f"{c.in_flight + c.in_flight_elsewhere} requests in flight, the limit "
+                        f"is {lim.concurrency}", 1.0, rate_headers(c))
     if c.requests is not None and c.requests.level < 1:
         return Decision(False, Refusal.Rate, f"requests per minute: limit {lim.rpm}",
                         c.requests.wait_for(1), rate_headers(c))
@@ -231,6 +235,20 @@ def admit(c: KeyCounters, lim: KeyLimits, cost: int, spent: int, now: float, mon
     c.in_flight += 1
     c.reserved += cost
     return Decision(True, headers=rate_headers(c))
+
+
+def prepare(c: KeyCounters, lim: KeyLimits, mono: float) -> None:
+    """The key's buckets made (or resized) for its limits, refilled to `mono`."""
+    _buckets(c, lim, mono)
+
+
+def taken_elsewhere(c: KeyCounters, requests: int, tokens: int, mono: float) -> None:
+    """What other servers admitted for this key since last read comes out of this server's buckets too (below
+    empty, they take longer to refill), so a per-minute limit holds across servers, late by one read."""
+    for b, n in ((c.requests, requests), (c.tokens, tokens)):
+        if b is not None and n:
+            b.refill(mono)
+            b.level = max(-b.capacity, b.level - n)
 
 
 def settle(c: KeyCounters, cost: int, used: int, mono: float) -> None:
