@@ -19,13 +19,13 @@ from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_up, prepare
 from llmgw.store.sqlite import SqliteStore
 
 
-def plane_in(tmp_path: Path) -> ControlPlane:
+def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
     """A real control plane over a SQLite store in `tmp_path` (loaded from whatever is there), one on-demand model
-    "m", a fake clock and no listeners: for what the plane decides, not how it is reached."""
+    "m", a fake clock (`clock`, or a new one) and no listeners: for what the plane decides, not how it is reached."""
     from tests.clusters import model
 
     cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[model("m", min_=0, max_=1)])
-    p = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), FakeClock())
+    p = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), clock or FakeClock())
     p.load()
     return p
 

@@ -127,7 +127,7 @@ async def test_a_keys_limits_hold_across_servers(two: tuple[ControlPlane, Contro
     one read of each other's counts: requests spread over two servers get no more than the key's limits."""
     from llmgw.core.quota import KeyLimits, Refusal
 
-    a, b, clock = two
+    a, b, _clock = two
     _, key = await a.create_key("t", [], KeyLimits(rpm=4, concurrency=3))
     for p in (a, b):
         await p.share_activity()  # each has read the other's (nothing yet)

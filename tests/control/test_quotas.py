@@ -6,23 +6,18 @@ from __future__ import annotations
 import calendar
 from pathlib import Path
 
-from llmgw.config.server import ModelSpec, ServerConfig, TLSFiles
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.quota import KeyLimits, Refusal
 from llmgw.store.base import ApiKeyRecord, UsageRecord
-from llmgw.store.sqlite import SqliteStore
+from tests.harness import plane_in
 
 NOON = float(calendar.timegm((2026, 12, 15, 12, 0, 0)))
 BEFORE_MIDNIGHT = float(calendar.timegm((2026, 12, 15, 23, 59, 50)))
 
 
 def plane(tmp_path: Path, clock: FakeClock) -> ControlPlane:
-    spec = ModelSpec.model_validate({"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 0, "max": 1}})
-    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec])
-    p = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), clock)
-    p.load()
-    return p
+    return plane_in(tmp_path, clock)
 
 
 def spend(p: ControlPlane, key: ApiKeyRecord, cost: int, used: int) -> None:

@@ -6,20 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmgw.config.server import ModelSpec, ServerConfig, TLSFiles
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.quota import KeyLimits
 from llmgw.store.base import UsageRecord
-from llmgw.store.sqlite import SqliteStore
+from tests.harness import plane_in
 
 
 def plane(tmp_path: Path, clock: FakeClock) -> ControlPlane:
-    spec = ModelSpec.model_validate({"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 0, "max": 1}})
-    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec])
-    p = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), clock)
-    p.load()
-    return p
+    return plane_in(tmp_path, clock)
 
 
 def spend(p: ControlPlane, key_id: str, tokens: int, at: float) -> None:
