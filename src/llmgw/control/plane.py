@@ -157,9 +157,13 @@ class ControlPlane:
                 self.event("control", "plane", f"this server stops reconciling: its lease ran out while the store "
                            f"was unreachable ({e})")
             return
-        if self._lease_seen(lease) == Turn.Gained:
-            self._activity_read_at = None  # the others' demand and use since long before, as a leader needs them
+        if lease.holder == self.leadership.holder and not self.leading:
+            # taking over: what the last leader left is read first, and this server leads only once it has it (a
+            # pass in between would be a leader's pass over a follower's view, counting silence from before)
             replicas, nodes = await self.read(self.store.list_replicas), await self.read(self.store.list_nodes)
+            if self._lease_seen(lease) != Turn.Gained:
+                return
+            self._activity_read_at = None  # the others' demand and use since long before, as a leader needs them
             now = self.clock.now()
             self.resumed_at = now
             for n in nodes:
@@ -169,6 +173,11 @@ class ControlPlane:
             self.generation += 1
             self.watch.changed()
             self.kick.set()
+        elif self._lease_seen(lease) == Turn.Lost:
+            # deposed: what it believed (writes the store may have refused) gives way to what the store holds
+            self._adopt_replicas(await self.read(self.store.list_replicas))
+            self.generation += 1
+            self.watch.changed()
 
     async def follow_store(self) -> None:
         """What the other servers sharing the store wrote (the server calls this before each pass): the reports of
@@ -189,6 +198,10 @@ class ControlPlane:
             self.watch.changed()  # agents waiting on their shards hear of the leader's change from this server too
         if revs.get("keys", 0) != seen.get("keys", 0):
             self.keys_version += 1  # routers read keys again: one was made, changed or revoked through another server
+        if revs.get("revocations", 0) != seen.get("revocations", 0):  # a node cut off through another server
+            for rv in await self.read(self.store.list_revocations):
+                (self.revoked_serials if rv.serial else self.revoked_nodes)[rv.serial or rv.node_id] = rv
+            self.watch.changed()  # a watch it holds is let go: its next heartbeat is refused
         self._revs = revs
         mono = self.clock.monotonic()
         if mono - self._budgets_read_at >= BUDGETS_REREAD_S:  # what every server's requests spent, as recorded
@@ -219,8 +232,9 @@ class ControlPlane:
                 self.demand[model] = at
         for rid, at in seen.used.items():
             self.used(rid, at)
-        for reporter, counts in seen.in_flight.items():
-            self.in_flight(reporter, counts, whole=True)
+        mono = self.clock.monotonic()
+        for reporter, counts in seen.in_flight.items():  # heard when the row was written, not when it was read
+            self.in_flight(reporter, counts, whole=True, heard=mono - max(0.0, now - seen.heard.get(reporter, now)))
 
     def release_lease(self) -> None:
         """A server stopping gives its lease up (after its last writes), so another leads at once."""
@@ -241,9 +255,10 @@ class ControlPlane:
         return 0.0 if not starts else max(0.0, self.clock.monotonic() - min(starts))
 
     def table_stale_for(self) -> float:
-        """Seconds this server's view of replicas has gone unconfirmed: the shared store unreachable (alone on its
-        store, a server's memory is the truth, whatever its disk does)."""
-        return self.store_failing_for() if self.shared else 0.0
+        """Seconds this server's view of replicas has gone unconfirmed: reads of the shared store failing (writes
+        failing while reads work confirm it all the same; alone on its store, a server's memory is the truth)."""
+        since = self._reads_failing_since
+        return max(0.0, self.clock.monotonic() - since) if self.shared and since is not None else 0.0
 
     def health(self) -> dict[str, object]:
         """What /health says: whether the store answers, who leads. Serving goes on while the store is away, so a
@@ -272,6 +287,7 @@ class ControlPlane:
         self.models = {m.name: m for m in self.cfg.models}
         for rv in self.store.list_revocations():
             (self.revoked_serials if rv.serial else self.revoked_nodes)[rv.serial or rv.node_id] = rv
+        revs = self.store.revs()  # before the records: a change between the two is read again, never missed
         for n in self.store.list_nodes():
             self.nodes[n.id] = n.model_copy(update={"last_seen": now})
         totals = self.store.usage_totals()
@@ -283,7 +299,7 @@ class ControlPlane:
         sole = self.cfg.store.kind == "sqlite"
         self._lease_seen(self.store.lead(self.leadership.holder, None, now, self.leadership.ttl, force=sole))
         self._adopt_replicas(self.store.list_replicas())
-        self._revs = self.store.revs()
+        self._revs = revs
         self.generation += 1
         self.watch.changed()
         self.event(
@@ -534,7 +550,7 @@ class ControlPlane:
     def used(self, replica_id: str, at: float) -> None:
         self.last_used[replica_id] = max(at, self.last_used.get(replica_id, 0.0))
 
-    def in_flight(self, reporter: str, counts: dict[str, int], whole: bool) -> None:
+    def in_flight(self, reporter: str, counts: dict[str, int], whole: bool, heard: float | None = None) -> None:
         """What one router process has in flight: its whole table (`whole`), or just these replicas' counts."""
         if whole:
             self.in_flight_by[reporter] = {r: n for r, n in counts.items() if n > 0}
@@ -545,7 +561,7 @@ class ControlPlane:
                     mine[r] = n
                 else:
                     mine.pop(r, None)
-        self._heard_at[reporter] = self.clock.monotonic()
+        self._heard_at[reporter] = self.clock.monotonic() if heard is None else heard
 
     def outstanding(self, own: bool = False) -> dict[str, int]:
         """Requests in flight per replica, over every reporter heard from lately (a worker that died says no more);

@@ -43,7 +43,7 @@ class Quotas:
         self._prefix, self._serial = secrets.token_hex(4) + "-", itertools.count()  # tickets unique per process
         # several servers on one store (control/sharing.py): what this one admitted per key, cumulative (requests,
         # tokens taken net of what settling gave back), and what the others say of theirs
-        self.taken: dict[str, list[int]] = {}
+        self.taken: dict[str, list[int]] = {}  # key -> [requests, tokens taken net, tokens spent] admitted here
         self._seen: dict[tuple[str, str, str], int] = {}  # (server, kind, key) -> its cumulative count last read
         self._elsewhere: dict[str, dict[str, tuple[float, int, int]]] = {}  # key -> server -> (at, in flight, held)
         self._pending: dict[str, tuple[float, int, int]] = {}  # key -> (monotonic, requests, tokens) taken elsewhere
@@ -81,15 +81,14 @@ class Quotas:
         c = self.counters.get(key.id)
         if c is None:
             c = self.counters[key.id] = KeyCounters()
-        if self._elsewhere or self._pending:
-            self._from_elsewhere(key.id, c, lim, now, mono)
+        self._from_elsewhere(key.id, c, lim, now, mono)
         spent = self.spent_in(key.id, lim.budget_period) if lim.budget is not None else 0
         d = quota.admit(c, lim, cost, spent, now, mono)
         if not d.admitted:
             return d, ""
         ticket = ticket or f"{self._prefix}{next(self._serial)}"
         self.tickets[ticket] = Ticket(key.id, cost, mono, now)
-        taken = self.taken.setdefault(key.id, [0, 0])
+        taken = self.taken.setdefault(key.id, [0, 0, 0])
         taken[0] += 1
         taken[1] += cost
         return d, ticket
@@ -115,15 +114,16 @@ class Quotas:
         taken = self.taken.get(t.key_id)
         if taken is not None:
             taken[1] -= max(0, t.cost - max(0, used))  # given back to the bucket here: the others' too
+            taken[2] += max(0, used)  # charged to the budget here: the others' too
         self.spent.setdefault(t.key_id, Spent()).charge(max(0, used), t.wall)
         return True
 
     def shared(self) -> dict[tuple[str, str], int]:
         """This server's counts per key for the others sharing the store: (kind, key id) -> n (sharing.KEY_KINDS)."""
         out: dict[tuple[str, str], int] = {}
-        for key_id, (requests, tokens) in self.taken.items():
+        for key_id, (requests, tokens, spent) in self.taken.items():
             c = self.counters.get(key_id)
-            out.update({("kreq", key_id): requests, ("ktok", key_id): tokens,
+            out.update({("kreq", key_id): requests, ("ktok", key_id): tokens, ("kspd", key_id): spent,
                         ("kinf", key_id): c.in_flight if c else 0, ("kres", key_id): c.reserved if c else 0})
         return out
 
@@ -136,13 +136,19 @@ class Quotas:
         stops saying so has stopped)."""
         mono = self.clock.monotonic()
         for server, kind, key_id, at, n in rows:
-            if kind in ("kreq", "ktok"):
+            if kind in ("kreq", "ktok", "kspd"):
                 before = self._seen.get((server, kind, key_id), None if first else 0)
                 self._seen[(server, kind, key_id)] = n
-                if before is not None and n > before:
-                    _, req, tok = self._pending.get(key_id, (mono, 0, 0))
-                    self._pending[key_id] = (mono, req + (n - before if kind == "kreq" else 0),
-                                             tok + (n - before if kind == "ktok" else 0))
+                if before is None or n == before:
+                    continue
+                if kind == "kspd":  # settled there: spent here too (the store's figures, read later, are the same)
+                    if n > before:
+                        self.spent.setdefault(key_id, Spent()).charge(n - before, now)
+                    continue
+                # tokens go down there when a request settles below its reservation: given back here as well
+                _, req, tok = self._pending.get(key_id, (mono, 0, 0))
+                self._pending[key_id] = (mono, req + (n - before if kind == "kreq" else 0),
+                                         tok + (n - before if kind == "ktok" else 0))
             elif kind in ("kinf", "kres"):
                 had = self._elsewhere.setdefault(key_id, {}).get(server, (at, 0, 0))
                 self._elsewhere[key_id][server] = (max(at, had[0]), n if kind == "kinf" else had[1],

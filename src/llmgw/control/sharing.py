@@ -11,7 +11,9 @@ SERVER = "server "  # the reporter name, in the leader's in-flight table, of ano
 Row = tuple[str, str, float, int]  # (kind, name, at, n)
 
 
-KEY_KINDS = ("kreq", "ktok", "kinf", "kres")  # a key's requests and tokens admitted (cumulative), in flight, held
+# a key's requests, tokens (net of what settling gave back) and tokens spent, admitted here so far; its requests in
+# flight and the tokens they hold now
+KEY_KINDS = ("kreq", "ktok", "kspd", "kinf", "kres")
 SHARED = ("kinf", "kres", "inflight")  # counts of now: written every pass while not 0 (their time says they are now)
 
 
@@ -20,6 +22,7 @@ class Others:
     demand: dict[str, float] = field(default_factory=dict)
     used: dict[str, float] = field(default_factory=dict)
     in_flight: dict[str, dict[str, int]] = field(default_factory=dict)  # reporter name -> replica -> requests
+    heard: dict[str, float] = field(default_factory=dict)  # reporter name -> when its newest in-flight row was written
     keys: list[tuple[str, str, str, float, int]] = field(default_factory=list)  # (server, kind, key, at, n)
 
 
@@ -61,6 +64,7 @@ class Sharing:
                 continue
             if kind == "inflight":
                 if now - at <= fresh:
+                    got.heard[SERVER + server] = max(at, got.heard.get(SERVER + server, at))
                     counts = got.in_flight.setdefault(SERVER + server, {})
                     if n > 0:
                         counts[name] = n

@@ -40,6 +40,11 @@ class StoreError(LlmgwError):
     pass
 
 
+class StoreRejected(LlmgwError):
+    """The database refused a write for what it holds (a value it cannot store): retrying it cannot land, so it is
+    not a StoreError (those are retried until the store is back)."""
+
+
 class Deposed(LlmgwError):
     """A write only the leading control plane may make, by one that no longer leads: the store refused it (its
     fencing epoch is not the lease's). Not a store failure: retrying it can never land."""

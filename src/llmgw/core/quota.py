@@ -244,11 +244,12 @@ def prepare(c: KeyCounters, lim: KeyLimits, mono: float) -> None:
 
 def taken_elsewhere(c: KeyCounters, requests: int, tokens: int, mono: float) -> None:
     """What other servers admitted for this key since last read comes out of this server's buckets too (below
-    empty, they take longer to refill), so a per-minute limit holds across servers, late by one read."""
+    empty, they take longer to refill), so a per-minute limit holds across servers, late by one read; what they
+    gave back (a request that used less than it reserved: `tokens` below 0) goes back in."""
     for b, n in ((c.requests, requests), (c.tokens, tokens)):
         if b is not None and n:
             b.refill(mono)
-            b.level = max(-b.capacity, b.level - n)
+            b.level = min(b.capacity, max(-b.capacity, b.level - n))
 
 
 def settle(c: KeyCounters, cost: int, used: int, mono: float) -> None:

@@ -22,6 +22,11 @@ ACTIVITY = """
     CREATE INDEX activity_at ON activity (at);
     """
 
+# a revocation made through one server reaches the others sharing the store at their next pass
+REVOCATION_REVS = """
+    INSERT INTO revs (name, n) VALUES ('revocations', 0);
+    """
+
 MIGRATIONS: list[str] = [
     # 1: records kept whole as JSON, keyed by id
     """
@@ -84,4 +89,6 @@ MIGRATIONS: list[str] = [
     REVISIONS,
     # 8: activity (above), as PostgreSQL's fourth
     ACTIVITY,
+    # 9: revocations carry a revision too (PostgreSQL's fifth)
+    REVOCATION_REVS,
 ]

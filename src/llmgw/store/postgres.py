@@ -13,9 +13,9 @@ from contextlib import contextmanager
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from llmgw.core.errors import StoreError
+from llmgw.core.errors import StoreError, StoreRejected
 from llmgw.store.base import UsageRecord
-from llmgw.store.migrations import ACTIVITY, REVISIONS
+from llmgw.store.migrations import ACTIVITY, REVISIONS, REVOCATION_REVS
 from llmgw.store.sql import Row, SqlStore, split
 
 MIGRATE_LOCK = 7_331_001  # the advisory lock key migrations hold
@@ -64,6 +64,8 @@ MIGRATIONS: list[str] = [
     REVISIONS,
     # 4: what each server's routers saw, for the leader
     ACTIVITY,
+    # 5: revocations carry a revision too
+    REVOCATION_REVS,
 ]
 
 INSERT_NEW_USAGE = (
@@ -137,6 +139,8 @@ class PostgresStore(SqlStore):
         try:
             with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
                 yield _Tx(cur)
+        except (psycopg.DataError, psycopg.IntegrityError) as e:  # the write itself, not the database's state
+            raise StoreRejected(f"{self.where}: {_words(e)}") from None
         except (psycopg.Error, PoolTimeout) as e:
             raise StoreError(f"{self.where}: {_words(e)}") from None
 

@@ -5,16 +5,20 @@ new usage rows. Every transaction commits whole or rolls back whole, whatever is
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
+
+from pydantic import ValidationError
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.errors import Deposed, StoreError
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
 from llmgw.store.base import ApiKeyRecord, Lease, Revocation, UsageRecord, UsageTotal
 
+log = logging.getLogger(__name__)
 PRUNE_BATCH = 5000  # rows per delete transaction: retention never holds the write lock for long
 Row = tuple[Any, ...]
 
@@ -101,7 +105,13 @@ class SqlStore:
     def nodes_since(self, rev: int) -> list[tuple[NodeRecord, int]]:
         """Node records written after revision `rev`, with the revision of each."""
         rows = self._rows("SELECT body, rev FROM nodes WHERE rev > ? ORDER BY rev", (rev,))
-        return [(NodeRecord.model_validate_json(str(r[0])), int(r[1])) for r in rows]
+        out = []
+        for body, at in rows:
+            try:
+                out.append((NodeRecord.model_validate_json(str(body)), int(at)))
+            except ValidationError as e:  # written by a newer release (an upgrade under way): the others still count
+                log.warning("a node record this release cannot read was skipped: %s", str(e).splitlines()[0])
+        return out
 
     def revs(self) -> dict[str, int]:
         """The revision of nodes, replicas and keys: what changed since a reader last looked, in one small read."""
@@ -269,8 +279,10 @@ class SqlStore:
     # node revocations
     def put_revocation(self, revocation: Revocation) -> None:
         r = revocation
-        self._exec(upsert("revocations", ("node_id", "serial", "at", "reason"), ("node_id", "serial")),
+        with self._tx() as tx:
+            tx.run(upsert("revocations", ("node_id", "serial", "at", "reason"), ("node_id", "serial")),
                    (r.node_id, r.serial, r.at, r.reason))
+            _bump(tx, "revocations")
 
     def list_revocations(self) -> list[Revocation]:
         rows = self._rows("SELECT node_id, serial, at, reason FROM revocations ORDER BY at")
