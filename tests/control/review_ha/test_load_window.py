@@ -9,8 +9,8 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.state import ReplicaRecord
 from llmgw.reconcile.intents import PutReplica
 from llmgw.store.postgres import PostgresStore
-from tests.pg import PASSWORD
 from tests.control.review_ha.conftest import config
+from tests.pg import PASSWORD
 
 
 def replica(rid: str, at: float) -> ReplicaRecord:
