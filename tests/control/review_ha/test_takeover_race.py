@@ -14,7 +14,8 @@ from tests.clusters import node
 
 async def test_a_pass_during_the_takeover_reads_does_not_declare_nodes_lost(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
-    """Found by an attack review: hold_lease marks this server as leading (_lease_seen) and then awaits two store reads
+    """Found by an attack review.
+    hold_lease marks this server as leading (_lease_seen) and then awaits two store reads
     (list_replicas, list_nodes) before it sets resumed_at and adopts the replicas. The reconcile loop is another
     task: a pass that runs while those reads are in flight is a leader's pass (leading is already true) with the
     old resumed_at and the follower's replica table, so a node the last leader heard (its silence known only from
