@@ -1,38 +1,14 @@
-"""Two control planes on one PostgreSQL database (each its own pool, one fake clock): one leads and reconciles, the
+"""Two control planes on one PostgreSQL database (tests/control/conftest.py `two`): one leads and reconciles, the
 other follows; a leader paused past its lease is deposed, its writes are refused by the store, and the new leader
 adopts what the old one wrote without counting the change as node silence."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from llmgw.config.server import ModelSpec, ServerConfig, StoreConfig, TLSFiles
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.state import ReplicaRecord
 from llmgw.reconcile.intents import PutReplica
-from llmgw.store.postgres import PostgresStore
-from tests.pg import PASSWORD, Postgres
-
-LEASE = 5.0
-
-
-@pytest.fixture
-def two(postgres: Postgres, tmp_path: Path) -> Iterator[tuple[ControlPlane, ControlPlane, FakeClock]]:
-    dsn = postgres.fresh_db()
-    spec = ModelSpec.model_validate({"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 0, "max": 1}})
-    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec], leader_lease=LEASE,
-                       store=StoreConfig(kind="postgres", dsn=dsn, path=str(tmp_path / "x.db")))
-    clock = FakeClock()
-    planes = [ControlPlane(cfg, PostgresStore(dsn, PASSWORD).open(), clock) for _ in range(2)]
-    for p in planes:
-        p.load()
-    yield planes[0], planes[1], clock
-    for p in planes:
-        p.store.close()
+from tests.control.conftest import LEASE
 
 
 def replica(rid: str, at: float) -> ReplicaRecord:

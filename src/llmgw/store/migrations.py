@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+# the lease one control plane holds to reconcile, and the fencing epoch its writes carry (store/sql.py)
+LEADER = """
+    CREATE TABLE leader (
+        id INTEGER PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires_at DOUBLE PRECISION NOT NULL
+    );
+    INSERT INTO leader (id, holder, epoch, expires_at) VALUES (1, '', 0, 0);
+    """
+
 # revisions: each write of nodes, replicas and keys bumps its counter in the same transaction (the counter's row
 # locked until commit, so revisions are committed in order), and node and replica rows carry the revision that
 # wrote them: a server sharing the database reads the nodes changed since the revision it has seen
@@ -78,13 +86,8 @@ MIGRATIONS: list[str] = [
             SUM(completion_tokens), MAX(started_at)
         FROM usage GROUP BY key_id, model, CAST(started_at / 3600 AS INTEGER);
     """,
-    # 6: the lease one control plane holds to reconcile, and the fencing epoch its writes carry (store/sql.py)
-    """
-    CREATE TABLE leader (
-        id INTEGER PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires_at DOUBLE PRECISION NOT NULL
-    );
-    INSERT INTO leader (id, holder, epoch, expires_at) VALUES (1, '', 0, 0);
-    """,
+    # 6: the lease (above), as PostgreSQL's second
+    LEADER,
     # 7: revisions (above), as PostgreSQL's third
     REVISIONS,
     # 8: activity (above), as PostgreSQL's fourth

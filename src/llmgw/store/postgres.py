@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from llmgw.core.errors import StoreError, StoreRejected
 from llmgw.store.base import UsageRecord
-from llmgw.store.migrations import ACTIVITY, REVISIONS, REVOCATION_REVS
+from llmgw.store.migrations import ACTIVITY, LEADER, REVISIONS, REVOCATION_REVS
 from llmgw.store.sql import Row, SqlStore, split
 
 MIGRATE_LOCK = 7_331_001  # the advisory lock key migrations hold
@@ -53,13 +53,8 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (hour, key_id, model)
     );
     """,
-    # 2: the lease one control plane holds to reconcile, and the fencing epoch its writes carry (store/sql.py)
-    """
-    CREATE TABLE leader (
-        id INTEGER PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires_at DOUBLE PRECISION NOT NULL
-    );
-    INSERT INTO leader (id, holder, epoch, expires_at) VALUES (1, '', 0, 0);
-    """,
+    # 2: the lease one control plane holds to reconcile, and the fencing epoch its writes carry
+    LEADER,
     # 3: revisions, so servers sharing the database read what the others changed, not everything
     REVISIONS,
     # 4: what each server's routers saw, for the leader

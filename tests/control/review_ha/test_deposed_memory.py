@@ -6,7 +6,7 @@ from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.state import ReplicaRecord
 from llmgw.reconcile.intents import PutReplica, Reap
-from tests.control.review_ha.conftest import LEASE
+from tests.control.conftest import LEASE
 
 
 def replica(rid: str, at: float) -> ReplicaRecord:

@@ -9,7 +9,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.state import ReplicaRecord
 from llmgw.reconcile.intents import PutReplica
 from llmgw.store.postgres import PostgresStore
-from tests.control.review_ha.conftest import config
+from tests.control.conftest import config
 from tests.pg import PASSWORD
 
 

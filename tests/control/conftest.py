@@ -1,3 +1,6 @@
+"""Two control planes on one PostgreSQL database, each with its own pool, sharing one fake clock: several servers
+as the plane sees them (tests/control/test_leadership.py, tests/control/review_ha/)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
