@@ -52,9 +52,3 @@ class Leadership:
             self.epoch = None
             return Turn.Lost
         return Turn.Kept
-
-    def words(self) -> str:
-        if self.lease is None or not self.lease.holder:
-            return "nobody leads yet"
-        who = "this server" if self.leading else self.lease.holder
-        return f"{who} leads (epoch {self.lease.epoch})"

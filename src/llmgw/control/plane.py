@@ -125,7 +125,7 @@ class ControlPlane:
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
-            "llmgw_store_unreachable_seconds": ("How long the store has failed every write (0: writes land); "
+            "llmgw_store_unreachable_seconds": ("How long the store has failed writes or reads (0: they work); "
                                                 "serving goes on meanwhile", self.store_failing_for),
         }
 
@@ -140,6 +140,17 @@ class ControlPlane:
                 r = r.model_copy(update={"secret": secrets.token_hex(32)})
                 self.writer.submit(self.store.put_replica, r, self.leadership.epoch)
             self.replicas[r.id] = r
+
+    def _replicas_from_store(self, records: list[ReplicaRecord]) -> None:
+        """Another server's replicas taken as this one's (a follower's, a new leader's, a deposed one's): routers and
+        agents waiting on their shards hear of them."""
+        self._adopt_replicas(records)
+        self.generation += 1
+        self.watch.changed()
+
+    def _adopt_revocations(self, records: list[Revocation]) -> None:
+        for rv in records:
+            (self.revoked_serials if rv.serial else self.revoked_nodes)[rv.serial or rv.node_id] = rv
 
     @property
     def leading(self) -> bool:
@@ -169,15 +180,11 @@ class ControlPlane:
             for n in nodes:
                 if n.id not in self.nodes:
                     self.nodes[n.id] = n.model_copy(update={"last_seen": now})
-            self._adopt_replicas(replicas)
-            self.generation += 1
-            self.watch.changed()
+            self._replicas_from_store(replicas)
             self.kick.set()
         elif self._lease_seen(lease) == Turn.Lost:
             # deposed: what it believed (writes the store may have refused) gives way to what the store holds
-            self._adopt_replicas(await self.read(self.store.list_replicas))
-            self.generation += 1
-            self.watch.changed()
+            self._replicas_from_store(await self.read(self.store.list_replicas))
 
     async def follow_store(self) -> None:
         """What the other servers sharing the store wrote (the server calls this before each pass): the reports of
@@ -187,20 +194,17 @@ class ControlPlane:
         revs = await self.read(self.store.revs)
         seen = self._revs
         if revs.get("nodes", 0) > seen.get("nodes", 0):
-            for n, _ in await self.read(self.store.nodes_since, seen.get("nodes", 0)):
+            for n in await self.read(self.store.nodes_since, seen.get("nodes", 0)):
                 mine = self.nodes.get(n.id)
                 if mine is None or mine.last_seen <= n.last_seen:  # unless this server heard it later itself
                     self.nodes[n.id] = n
                     self._dirty.discard(n.id)
         if not self.leading and revs.get("replicas", 0) != seen.get("replicas", 0):
-            self._adopt_replicas(await self.read(self.store.list_replicas))
-            self.generation += 1
-            self.watch.changed()  # agents waiting on their shards hear of the leader's change from this server too
+            self._replicas_from_store(await self.read(self.store.list_replicas))
         if revs.get("keys", 0) != seen.get("keys", 0):
             self.keys_version += 1  # routers read keys again: one was made, changed or revoked through another server
         if revs.get("revocations", 0) != seen.get("revocations", 0):  # a node cut off through another server
-            for rv in await self.read(self.store.list_revocations):
-                (self.revoked_serials if rv.serial else self.revoked_nodes)[rv.serial or rv.node_id] = rv
+            self._adopt_revocations(await self.read(self.store.list_revocations))
             self.watch.changed()  # a watch it holds is let go: its next heartbeat is refused
         self._revs = revs
         mono = self.clock.monotonic()
@@ -263,7 +267,7 @@ class ControlPlane:
     def health(self) -> dict[str, object]:
         """What /health says: whether the store answers, who leads. Serving goes on while the store is away, so a
         server whose store is unreachable is degraded, not down."""
-        down = self.store_failing_for()
+        down, stale = self.store_failing_for(), self.table_stale_for()
         lease = self.leadership.lease
         return {
             "status": "ok" if down == 0 else "degraded",
@@ -271,9 +275,8 @@ class ControlPlane:
                       **({"words": f"the store has failed for {down:.0f}s: serving goes on from what this server "
                                    "knows; no placement happens until it is back"} if down else {})},
             # no holder names: /health answers anyone (a load balancer's probe), and names say host and pid
-            "routing": {"stale_seconds": round(self.table_stale_for(), 1),
-                        "serves_stale_for": self.cfg.router.serve_stale_for,
-                        "refusing": self.table_stale_for() > self.cfg.router.serve_stale_for},
+            "routing": {"stale_seconds": round(stale, 1), "serves_stale_for": self.cfg.router.serve_stale_for,
+                        "refusing": stale > self.cfg.router.serve_stale_for},
             "leader": {"leading": self.leading, "epoch": lease.epoch if lease else 0,
                        "elsewhere": bool(lease and lease.holder and not self.leading and lease.expires_at
                                          >= self.clock.now())},
@@ -285,8 +288,7 @@ class ControlPlane:
         self.started_at = now
         self.store.put_models(self.cfg.models)
         self.models = {m.name: m for m in self.cfg.models}
-        for rv in self.store.list_revocations():
-            (self.revoked_serials if rv.serial else self.revoked_nodes)[rv.serial or rv.node_id] = rv
+        self._adopt_revocations(self.store.list_revocations())
         revs = self.store.revs()  # before the records: a change between the two is read again, never missed
         for n in self.store.list_nodes():
             self.nodes[n.id] = n.model_copy(update={"last_seen": now})
@@ -296,8 +298,8 @@ class ControlPlane:
             self.quotas.seed(period, start, spent)
         # a SQLite store is one server's (its file is locked: store/opening.py), so its lease is taken at once, even
         # one a crashed previous life left unexpired; on PostgreSQL another server may hold it
-        sole = self.cfg.store.kind == "sqlite"
-        self._lease_seen(self.store.lead(self.leadership.holder, None, now, self.leadership.ttl, force=sole))
+        self._lease_seen(self.store.lead(self.leadership.holder, None, now, self.leadership.ttl,
+                                         force=not self.shared))
         self._adopt_replicas(self.store.list_replicas())
         self._revs = revs
         self.generation += 1

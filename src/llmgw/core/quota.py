@@ -176,7 +176,7 @@ def duration(seconds: float) -> str:
     return (f"{h}h" if h else "") + (f"{m}m" if h or m else "") + f"{sec}s"
 
 
-def _buckets(c: KeyCounters, lim: KeyLimits, mono: float) -> None:
+def prepare(c: KeyCounters, lim: KeyLimits, mono: float) -> None:
     """Make or resize the buckets for the key's current limits (a limit changed: the bucket follows, full)."""
     if lim.rpm is None:
         c.requests = None
@@ -204,7 +204,7 @@ def rate_headers(c: KeyCounters) -> tuple[tuple[str, str], ...]:
 def admit(c: KeyCounters, lim: KeyLimits, cost: int, spent: int, now: float, mono: float) -> Decision:
     """Admit a request reserving `cost` tokens, taking from the counters, or say why not (changing nothing).
     `spent`: the tokens the key was charged in its budget's period holding `now`."""
-    _buckets(c, lim, mono)
+    prepare(c, lim, mono)
     if lim.budget is not None:
         held = c.reserved + c.reserved_elsewhere
         if spent + held + cost > lim.budget:
@@ -235,11 +235,6 @@ def admit(c: KeyCounters, lim: KeyLimits, cost: int, spent: int, now: float, mon
     c.in_flight += 1
     c.reserved += cost
     return Decision(True, headers=rate_headers(c))
-
-
-def prepare(c: KeyCounters, lim: KeyLimits, mono: float) -> None:
-    """The key's buckets made (or resized) for its limits, refilled to `mono`."""
-    _buckets(c, lim, mono)
 
 
 def taken_elsewhere(c: KeyCounters, requests: int, tokens: int, mono: float) -> None:

@@ -102,19 +102,20 @@ class SqlStore:
             tx.run_many(upsert("nodes", ("id", "body", "rev"), ("id",)),
                         [(n.id, n.model_dump_json(), rev) for n in nodes])
 
-    def nodes_since(self, rev: int) -> list[tuple[NodeRecord, int]]:
-        """Node records written after revision `rev`, with the revision of each."""
-        rows = self._rows("SELECT body, rev FROM nodes WHERE rev > ? ORDER BY rev", (rev,))
+    def nodes_since(self, rev: int) -> list[NodeRecord]:
+        """Node records written after revision `rev`, in the order they were written."""
+        rows = self._rows("SELECT body FROM nodes WHERE rev > ? ORDER BY rev", (rev,))
         out = []
-        for body, at in rows:
+        for (body,) in rows:
             try:
-                out.append((NodeRecord.model_validate_json(str(body)), int(at)))
+                out.append(NodeRecord.model_validate_json(str(body)))
             except ValidationError as e:  # written by a newer release (an upgrade under way): the others still count
                 log.warning("a node record this release cannot read was skipped: %s", str(e).splitlines()[0])
         return out
 
     def revs(self) -> dict[str, int]:
-        """The revision of nodes, replicas and keys: what changed since a reader last looked, in one small read."""
+        """The revision of nodes, replicas, keys and revocations: what changed since a reader last looked, in one
+        small read."""
         return {str(r[0]): int(r[1]) for r in self._rows("SELECT name, n FROM revs")}
 
     def get_node(self, node_id: str) -> NodeRecord | None:
@@ -148,6 +149,10 @@ class SqlStore:
             if tx.run("DELETE FROM replicas WHERE id = ?", (replica_id,)):
                 _bump(tx, "replicas")
 
+    def list_replicas(self) -> list[ReplicaRecord]:
+        rows = self._rows("SELECT body FROM replicas ORDER BY id")
+        return [ReplicaRecord.model_validate_json(str(r[0])) for r in rows]
+
     # leadership
     def lead(self, holder: str, epoch: int | None, now: float, ttl: float, force: bool = False) -> Lease:
         """Hold the lease: renewed when `holder` has it at `epoch` (even past its expiry: nobody took it, so nobody
@@ -163,10 +168,6 @@ class SqlStore:
     def release(self, holder: str, epoch: int) -> None:
         """Give the lease up (a server stopping): another may take it at once instead of after it expires."""
         self._exec("UPDATE leader SET expires_at = 0 WHERE id = 1 AND holder = ? AND epoch = ?", (holder, epoch))
-
-    def list_replicas(self) -> list[ReplicaRecord]:
-        rows = self._rows("SELECT body FROM replicas ORDER BY id")
-        return [ReplicaRecord.model_validate_json(str(r[0])) for r in rows]
 
     # events
     def add_event(self, event: Event) -> None:
