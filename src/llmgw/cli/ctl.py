@@ -61,7 +61,16 @@ def _token() -> str:
         raise typer.Exit(1) from None
 
 
-def call(admin: str, method: str, path: str, body: object | None = None, raw: bool = False) -> Any:
+class ApiRefused(Exception):
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"{code} {detail}")
+        self.code = code
+        self.detail = detail
+
+
+def request(admin: str, method: str, path: str, body: object | None = None, raw: bool = False) -> Any:
+    """One call of the management API. Raises ApiRefused for an answer other than 2xx and URLError when it cannot
+    be reached."""
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {_token()}"}
     req = urllib.request.Request(admin.rstrip("/") + path, data=data, method=method, headers=headers)
@@ -70,8 +79,15 @@ def call(admin: str, method: str, path: str, body: object | None = None, raw: bo
             data = r.read()
             return data.decode() if raw else json.loads(data)
     except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace")[:2000]
-        console.print(f"[red]error:[/red] {safe(method)} {safe(path)}: {e.code} {safe(detail)}")
+        raise ApiRefused(e.code, e.read().decode(errors="replace")[:2000]) from None
+
+
+def call(admin: str, method: str, path: str, body: object | None = None, raw: bool = False) -> Any:
+    """request(), with a refusal or an unreachable API said on the terminal and ended with exit status 1."""
+    try:
+        return request(admin, method, path, body, raw)
+    except ApiRefused as e:
+        console.print(f"[red]error:[/red] {safe(method)} {safe(path)}: {e.code} {safe(e.detail)}")
         raise typer.Exit(1) from None
     except urllib.error.URLError as e:
         console.print(f"[red]error:[/red] cannot reach the management API at {safe(admin)}: {safe(e.reason)}")
@@ -86,6 +102,10 @@ def nodes(ctx: typer.Context, admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt 
     rows = call(admin, "GET", "/api/nodes")
     if json_out(rows, as_json):
         return
+    console.print(_node_table(rows))
+
+
+def _node_table(rows: list[dict[str, Any]]) -> Table:
     t = Table("node", "address", "state", "GPUs", "RAM", "engines", "fabrics", "not so / warnings")
     for r in rows:
         state = "[green]live[/green]" if r["state"] == "live" else f"[red]{safe(r['state'])}[/red]"
@@ -103,7 +123,59 @@ def nodes(ctx: typer.Context, admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt 
             safe(r["fabrics"]),
             "\n".join(safe(w) for w in told + extra) or "-",
         )
-    console.print(t)
+    return t
+
+
+def _cert_serial(path: Path) -> str:
+    from cryptography import x509
+
+    try:
+        return f"{x509.load_pem_x509_certificate(path.read_bytes()).serial_number:x}"
+    except (OSError, ValueError) as e:
+        console.print(f"[red]error:[/red] {safe(path)}: not a readable PEM certificate ({safe(e)})")
+        raise typer.Exit(2) from None
+
+
+@nodes_cli.command("wait")
+def nodes_wait(
+    node: str,
+    cert: Annotated[Path | None, typer.Option(help="wait until the node has spoken with this certificate")] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait at most")] = 120.0,
+    admin: AdminOpt = DEFAULT_ADMIN,
+    as_json: JsonOpt = False,
+) -> None:
+    """Wait until NODE is live (with --cert: registered with that certificate, a node just onboarded), then print
+    what the control plane says of it. At the deadline, exit 1 saying what was last seen."""
+    import time
+
+    serial = _cert_serial(cert) if cert is not None else None
+    deadline = time.monotonic() + timeout
+    seen = "no answer from the management API yet"
+    while True:
+        try:
+            row = next((r for r in request(admin, "GET", "/api/nodes") if r.get("node") == node), None)
+            if row is None:
+                seen = f"node {node} has not registered"
+            elif serial is not None and row.get("cert_serial") != serial:
+                seen = (f"node {node} last spoke with certificate {row.get('cert_serial') or '(none)'}, "
+                        f"not {serial} ({cert})")
+            elif row.get("state") != "live":
+                seen = f"node {node} is {row.get('state')}"
+            else:
+                if not json_out(row, as_json):
+                    console.print(_node_table([row]))
+                return
+        except ApiRefused as e:
+            seen = f"the management API answered {e}"
+            if e.code in (401, 403):
+                console.print(f"[red]error:[/red] {safe(seen)}")
+                raise typer.Exit(1) from None
+        except urllib.error.URLError as e:
+            seen = f"cannot reach the management API at {admin}: {e.reason}"
+        if time.monotonic() >= deadline:
+            console.print(f"[red]error:[/red] gave up after {timeout:g} s: {safe(seen)}")
+            raise typer.Exit(1)
+        time.sleep(0.5)
 
 
 @nodes_cli.command("revoke")

@@ -27,27 +27,49 @@ def _fail(e: LlmgwError) -> typer.Exit:
 
 
 ConfigOpt = Annotated[Path, typer.Option("--config", "-c")]
+CheckOpt = Annotated[bool, typer.Option("--check", help="check the config file, say what is wrong, and exit")]
 M = TypeVar("M", bound=BaseModel)
 
 
-def _config(model: type[M], path: Path, verbose: bool) -> M:
-    """Logging on, then the config loaded; a mistake stops here, naming the key, before anything listens."""
+def _version(show: bool) -> None:
+    if show:
+        from importlib.metadata import version
+
+        typer.echo(f"llmgw {version('llmgw')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="print the installed version and exit")] = False,
+) -> None:
+    """llmgw: one OpenAI-compatible endpoint over a cluster of GPU servers."""
+
+
+def _config(model: type[M], path: Path, verbose: bool, check: bool = False) -> M:
+    """Logging on, then the config loaded; a mistake stops here, naming the key, before anything listens. With
+    `check`, only that: the file is said to be fine (exit 0) or what is wrong with it (exit 2)."""
     from llmgw.config.loader import load
 
     setup_logging(verbose)
     try:
-        return load(model, path)
+        cfg = load(model, path)
     except LlmgwError as e:
         raise _fail(e) from None
+    if check:
+        typer.echo(f"{path}: ok")
+        raise typer.Exit(0)
+    return cfg
 
 
 @app.command()
-def server(config: ConfigOpt, verbose: bool = False) -> None:
+def server(config: ConfigOpt, verbose: bool = False, check: CheckOpt = False) -> None:
     """Run the control plane, router and management API."""
     from llmgw.config.server import ServerConfig
     from llmgw.control.server import serve
 
-    cfg = _config(ServerConfig, config, verbose)
+    cfg = _config(ServerConfig, config, verbose, check)
     raise typer.Exit(run_until_signal(lambda stop: serve(cfg, SystemClock(), stop, str(config))))
 
 
@@ -62,12 +84,12 @@ def router_worker(config: ConfigOpt, verbose: bool = False, parent: int | None =
 
 
 @app.command()
-def agent(config: ConfigOpt, verbose: bool = False) -> None:
+def agent(config: ConfigOpt, verbose: bool = False, check: CheckOpt = False) -> None:
     """Run a node agent."""
     from llmgw.agent.agent import Agent
     from llmgw.config.agent import AgentConfig
 
-    cfg = _config(AgentConfig, config, verbose)
+    cfg = _config(AgentConfig, config, verbose, check)
 
     async def run(stop: asyncio.Event) -> None:
         agent = Agent(cfg, SystemClock())
