@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A release bundle: llmgw's wheel, the wheels of its locked runtime dependencies, a hash-pinned requirements file,
-# the node installer and the agent's systemd unit, with SHA256SUMS over all of it. A node with no package index
-# installs exactly this release from it, verified (pip install --require-hashes --no-index).
+# the installers (install-release.sh for any machine, install-node.sh for nodes) and the systemd units, with
+# SHA256SUMS over all of it. A machine with no package index installs exactly this release from it, verified
+# (pip install --require-hashes --no-index).
 #
 #   scripts/build-bundle.sh                 # from the committed HEAD (git archive): what a release is
 #   scripts/build-bundle.sh --tree          # from the working tree as it is (marked so in RELEASE)
@@ -21,7 +22,7 @@ while [ $# -gt 0 ]; do
         --out) out="$2"; shift 2 ;;
         --tree) from_tree=1; shift ;;
         --python) python="$2"; shift 2 ;;
-        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "build-bundle: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -75,8 +76,10 @@ for w in sorted((d / "wheels").glob("*.whl")):
     lines.append(f"{name}=={version} --hash=sha256:{digest}")
 (d / "requirements.txt").write_text("\n".join(lines) + "\n")
 EOF
+install -m 0755 "$root/scripts/install-release.sh" "$dir/install-release.sh"
 install -m 0755 "$root/scripts/install-node.sh" "$dir/install-node.sh"
 install -m 0644 "$root/deploy/systemd/llmgw-agent.service" "$dir/llmgw-agent.service"
+install -m 0644 "$root/deploy/systemd/llmgw-server.service" "$dir/llmgw-server.service"
 cat > "$dir/RELEASE" <<EOF
 version=$version
 commit=$commit

@@ -5,16 +5,16 @@
 #   ./install-node.sh --control-plane https://cp1:7443[,https://cp2:7443] --node NAME \
 #       [--pki DIR] [--python PATH] [--set KEY=VALUE]...
 #
-# --pki DIR     ca.crt, node.crt and node.key to install into /etc/llmgw/pki (default: the ones already there)
+# --pki DIR     ca.crt and the node's certificate and key (node.crt and node.key, or NAME.crt and NAME.key as
+#               `llmgw ca issue` names them), installed into /etc/llmgw/pki (default: the ones already there)
 # --python      the CPython this bundle's wheels are for (default: python3.11, else python3 if it is that version)
 # --set         a key of agent.yaml (its value read as YAML: --set weights_budget=800Gi --set peer_port=0)
 #
-# What it does, each step whole or not at all: checks the bundle against SHA256SUMS; makes a virtual environment
-# for this release under /opt/llmgw/releases/ from the bundle's wheels only (--no-index --require-hashes), marked
-# complete last; points /opt/llmgw/.venv at it with one rename; writes /etc/llmgw/agent.yaml (the control-plane
-# addresses, the TLS files and the keys given, checked by the new llmgw before it replaces the old file); installs
-# the systemd unit and starts the agent, or hands a running one over to the new release (SIGUSR2: its engines keep
-# serving and are adopted). Exit status: 0 done, 2 wrong use, 3 this machine cannot take the bundle, 4 a step failed.
+# What it does, each step whole or not at all: checks that the machine's hostname is NAME; installs the release
+# (install-release.sh: checked against SHA256SUMS, from the bundle's wheels only, into /opt/llmgw/.venv); writes
+# /etc/llmgw/agent.yaml (the control-plane addresses, the TLS files and the keys given, checked by the new llmgw
+# before it replaces the old file); installs the systemd unit and starts the agent, or hands a running one over to
+# the new release (SIGUSR2: its engines keep serving and are adopted). Exit status: 0 done, 2 wrong use, 3 this machine cannot take the bundle, 4 a step failed.
 set -euo pipefail
 
 say() { printf 'install-node: %s\n' "$*"; }
@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
         --pki) pki="$2"; shift 2 ;;
         --python) python="$2"; shift 2 ;;
         --set) sets+=("$2"); shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) die 2 "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -41,30 +41,7 @@ done
 [ -n "$node" ] || die 2 "--node is required: the node id this machine is installed as (its hostname)"
 [ "$(id -u)" = 0 ] || die 2 "run as root: it installs under /opt/llmgw and /etc/llmgw and starts a systemd unit"
 
-# 1. the bundle, as built
-cd "$here"
-[ -f SHA256SUMS ] && [ -f RELEASE ] || die 3 "$here is not an unpacked llmgw bundle (no SHA256SUMS or RELEASE)"
-if ! bad=$(sha256sum --quiet -c SHA256SUMS 2>&1); then
-    die 3 "the bundle in $here is damaged or altered; sha256sum says: $bad"
-fi
-release() { sed -n "s/^$1=//p" RELEASE; }
-version=$(release version)
-want_py=$(release python)
-want_arch=$(release arch)
-[ "$(uname -m)" = "$want_arch" ] || die 3 "this bundle is for $want_arch; this machine is $(uname -m): build one on a $(uname -m) machine"
-
-# 2. a Python of the version its wheels are for
-if [ -z "$python" ]; then
-    python=$(command -v python3.11 || command -v python3 || true)
-    [ -n "$python" ] || die 3 "no python3.11 on PATH: install it (Debian 12: apt-get install python3 python3-venv), or give --python"
-fi
-have_py=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")' 2>/dev/null) \
-    || die 3 "$python does not run"
-[ "$have_py" = "$want_py" ] || die 3 "this bundle's wheels are for $want_py; $python is $have_py: give --python a $want_py, or build the bundle with one"
-"$python" -c 'import ensurepip, venv' 2>/dev/null \
-    || die 3 "$python cannot make virtual environments (Debian: apt-get install python3-venv)"
-
-# 3. the machine is the node it is installed as
+# 1. the machine is the node it is installed as
 have_id=""
 for kv in "${sets[@]+"${sets[@]}"}"; do
     case "$kv" in node_id=*) have_id="${kv#node_id=}" ;; esac
@@ -75,38 +52,22 @@ if [ -z "$have_id" ] && [ "$host" != "$node" ]; then
     die 3 "this machine's hostname is '$host', but it is being installed as node '$node': a node's id is its hostname and must equal its certificate's CN. Set the hostname (hostnamectl set-hostname $node), or give --set node_id=$node"
 fi
 
-# 4. this release's environment, built beside the others and marked complete last
-sums=$(sha256sum SHA256SUMS | cut -c1-12)
-target="/opt/llmgw/releases/llmgw-$version-$sums"
-if [ ! -f "$target/.complete" ]; then
-    say "installing llmgw $version ($(release commit | cut -c1-12)) into $target"
-    rm -rf "$target"
-    mkdir -p /opt/llmgw/releases
-    "$python" -m venv "$target" || die 4 "could not make a virtual environment at $target"
-    if ! out=$("$target/bin/python" -m pip install -q --disable-pip-version-check --no-index --require-hashes \
-            --find-links "$here/wheels" -r "$here/requirements.txt" 2>&1); then
-        rm -rf "$target"
-        die 4 "pip could not install the bundle's wheels: $out"
-    fi
-    "$target/bin/llmgw" --version >/dev/null || { rm -rf "$target"; die 4 "the installed llmgw does not run"; }
-    touch "$target/.complete"
-else
-    say "llmgw $version is already installed at $target"
-fi
-if [ -d /opt/llmgw/.venv ] && [ ! -L /opt/llmgw/.venv ]; then
-    mv /opt/llmgw/.venv "/opt/llmgw/releases/by-hand-$(date +%Y%m%d%H%M%S)"  # an install made by hand, kept
-fi
-ln -sfn "$target" /opt/llmgw/.venv.new
-mv -Tf /opt/llmgw/.venv.new /opt/llmgw/.venv
+# 2. the release: checked, installed whole, made current (install-release.sh)
+python_args=()
+[ -z "$python" ] || python_args=(--python "$python")
+"$here/install-release.sh" "${python_args[@]+"${python_args[@]}"}" || exit $?
 llmgw=/opt/llmgw/.venv/bin/llmgw
+version=$(sed -n 's/^version=//p' "$here/RELEASE")
 
-# 5. certificates and agent.yaml
+# 3. certificates and agent.yaml
 umask 077
 mkdir -p /etc/llmgw/pki
 if [ -n "$pki" ]; then
     for f in ca.crt node.crt node.key; do
-        [ -s "$pki/$f" ] || die 2 "--pki $pki has no $f"
-        install -m 0600 "$pki/$f" "/etc/llmgw/pki/$f.new"
+        from="$pki/$f"
+        [ -s "$from" ] || [ "$f" = ca.crt ] || from="$pki/$node.${f#node.}"
+        [ -s "$from" ] || die 2 "--pki $pki has no $f (nor $node.${f#node.})"
+        install -m 0600 "$from" "/etc/llmgw/pki/$f.new"
     done
     for f in ca.crt node.crt node.key; do mv -f "/etc/llmgw/pki/$f.new" "/etc/llmgw/pki/$f"; done
 fi
@@ -135,7 +96,7 @@ fi
 mv -f /etc/llmgw/agent.yaml.new /etc/llmgw/agent.yaml
 umask 022
 
-# 6. the unit, and the agent running this release
+# 4. the unit, and the agent running this release
 install -m 0644 "$here/llmgw-agent.service" /etc/systemd/system/llmgw-agent.service.new
 mv -f /etc/systemd/system/llmgw-agent.service.new /etc/systemd/system/llmgw-agent.service
 systemctl daemon-reload

@@ -31,7 +31,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 started=$(date +%s)
 say() { printf '[%3ds] %s\n' "$(( $(date +%s) - started ))" "$*"; }
 die() { code=$1; shift; printf '[%3ds] onboard-node: %s\n' "$(( $(date +%s) - started ))" "$*" >&2; exit "$code"; }
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
 [ $# -ge 1 ] && { [ "$1" = -h ] || [ "$1" = --help ]; } && { usage; exit 0; }
 [ $# -ge 2 ] || { usage >&2; exit 2; }

@@ -22,7 +22,7 @@
 set -euo pipefail
 
 die() { code=$1; shift; printf 'provision-node: %s\n' "$*" >&2; exit "$code"; }
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
 [ $# -ge 1 ] && { [ "$1" = -h ] || [ "$1" = --help ]; } && { usage; exit 0; }
 [ $# -ge 2 ] || { usage >&2; exit 2; }

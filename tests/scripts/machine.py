@@ -18,32 +18,38 @@ OVERLAID = {"etc": "/etc", "opt": "/opt", "var": "/var", "run": "/run", "usrloca
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # what a fresh Debian root login gets
 
 SYSTEMCTL = r"""#!/bin/bash
-# systemctl's stand-in on a test machine: records its arguments; runs llmgw-agent.service's ExecStart as systemd
-# would (detached, Restart=always after a SIGUSR2 hand-over)
+# systemctl's stand-in on a test machine: records its arguments; runs a unit's ExecStart as systemd would
+# (detached; started again after a SIGUSR2 hand-over, as Restart=always does)
 d=/var/lib/standin
 mkdir -p "$d"
 echo "$*" >> "$d/systemctl.log"
-unit=/etc/systemd/system/llmgw-agent.service
-pidf="$d/llmgw-agent.pid"
-alive() { [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; }
-start() {
-    [ -f "$unit" ] || { echo "Unit llmgw-agent.service not found." >&2; return 5; }
-    mkdir -p /var/lib/llmgw-agent /var/lib/llmgw-weights
-    cmd=$(sed -n 's/^ExecStart=//p' "$unit")
-    (umask 077; setsid $cmd >> "$d/llmgw-agent.log" 2>&1 < /dev/null & echo $! > "$pidf")
-}
-stop_it() { alive && kill "$(cat "$pidf")"; for _ in $(seq 100); do alive || return 0; sleep 0.1; done; }
 args=()
 for a in "$@"; do case "$a" in --*) ;; *) args+=("$a") ;; esac; done
-case "${args[0]}" in
-    daemon-reload|enable) exit 0 ;;
+verb="${args[0]}"
+name="${args[-1]%.service}"
+unit="/etc/systemd/system/$name.service"
+pidf="$d/$name.pid"
+log="$d/$name.log"
+alive() { [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; }
+start() {
+    [ -f "$unit" ] || { echo "Unit $name.service not found." >&2; return 5; }
+    for s in $(sed -n 's/^StateDirectory=//p' "$unit"); do mkdir -p "/var/lib/$s"; done
+    cmd=$(sed -n 's/^ExecStart=//p' "$unit")
+    (umask 077; setsid $cmd >> "$log" 2>&1 < /dev/null & echo $! > "$pidf")
+}
+stop_it() { alive && kill "$(cat "$pidf")"; for _ in $(seq 100); do alive || return 0; sleep 0.1; done; }
+case "$verb" in
+    daemon-reload) exit 0 ;;
+    enable) if [ "$1" = --now ] || [ "$2" = --now ]; then alive || start; fi ;;
     is-active) alive ;;
     start) alive || start ;;
     restart) stop_it; start ;;
     stop) stop_it ;;
-    kill) kill -s "${4#SIG}" "$(cat "$pidf")"; for _ in $(seq 100); do alive || break; sleep 0.1; done; start ;;
+    kill) sig=TERM
+          for a in "$@"; do case "$a" in SIG*) sig="$a" ;; esac; done
+          kill -s "${sig#SIG}" "$(cat "$pidf")"; for _ in $(seq 100); do alive || break; sleep 0.1; done; start ;;
     status) if alive; then echo "active (running), pid $(cat "$pidf")"; else echo "inactive (dead)"; fi
-            tail -n 30 "$d/llmgw-agent.log" 2>/dev/null; alive ;;
+            tail -n 30 "$log" 2>/dev/null; alive ;;
     *) echo "systemctl stand-in: $* not understood" >&2; exit 1 ;;
 esac
 """

@@ -130,7 +130,7 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
         m.start_sshd()
         rc = s.finish(120)
         took = time.monotonic() - s.started
-        assert rc == 0, f"{s.output}\n{dump_logs(p)}\n{(m.upper('/var/lib/standin/llmgw-agent.log')).read_text()}"
+        assert rc == 0, f"{s.output}\n{dump_logs(p)}\n{m.upper('/var/lib/standin/llmgw-agent.log').read_text()}"
         assert took < 60, f"registered in {took:.1f} s from the script's start (the aim is under 60 s)"
         assert "node105 registered" in s.output
         print(s.output)
