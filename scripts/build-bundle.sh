@@ -65,7 +65,7 @@ dir="$stage/$name"
 mkdir -p "$dir/wheels"
 
 # llmgw and exactly the locked versions of what it needs at run time (not the test tools the lock also pins)
-"$python" -m pip wheel -q --disable-pip-version-check --wheel-dir "$dir/wheels" "$src" -c "$root/requirements.lock"
+"$python" -m pip wheel -q --disable-pip-version-check --wheel-dir "$dir/wheels" "$src" -c "$src/requirements.lock"
 "$python" - "$dir" <<'EOF'
 import hashlib, pathlib, sys
 d = pathlib.Path(sys.argv[1])
@@ -76,10 +76,11 @@ for w in sorted((d / "wheels").glob("*.whl")):
     lines.append(f"{name}=={version} --hash=sha256:{digest}")
 (d / "requirements.txt").write_text("\n".join(lines) + "\n")
 EOF
-install -m 0755 "$root/scripts/install-release.sh" "$dir/install-release.sh"
-install -m 0755 "$root/scripts/install-node.sh" "$dir/install-node.sh"
-install -m 0644 "$root/deploy/systemd/llmgw-agent.service" "$dir/llmgw-agent.service"
-install -m 0644 "$root/deploy/systemd/llmgw-server.service" "$dir/llmgw-server.service"
+# everything from the same source as the wheel: a bundle from HEAD carries HEAD's installers, not the tree's
+install -m 0755 "$src/scripts/install-release.sh" "$dir/install-release.sh"
+install -m 0755 "$src/scripts/install-node.sh" "$dir/install-node.sh"
+install -m 0644 "$src/deploy/systemd/llmgw-agent.service" "$dir/llmgw-agent.service"
+install -m 0644 "$src/deploy/systemd/llmgw-server.service" "$dir/llmgw-server.service"
 cat > "$dir/RELEASE" <<EOF
 version=$version
 commit=$commit

@@ -2,9 +2,11 @@
 # Install this release bundle's llmgw into /opt/llmgw and make it the current one (run as root, from the unpacked
 # bundle). install-node.sh runs it on nodes; on a control plane run it yourself (docs/install.md).
 #
-#   ./install-release.sh [--python PATH]
+#   ./install-release.sh [--python PATH] [--prepare | --switch DIR]
 #
-# --python   the CPython this bundle's wheels are for (default: python3.11, else python3 if it is that version)
+# --python    the CPython this bundle's wheels are for (default: python3.11, else python3 if it is that version)
+# --prepare   install the release but do not make it current; print its directory (the last line)
+# --switch    make DIR (a release directory marked complete) the current one, nothing else
 #
 # Checks the bundle against SHA256SUMS; makes a virtual environment for this release under /opt/llmgw/releases/
 # from the bundle's wheels only (--no-index --require-hashes), marked complete last; points /opt/llmgw/.venv at it
@@ -12,19 +14,43 @@
 # Exit status: 0 done, 2 wrong use, 3 this machine cannot take the bundle, 4 a step failed.
 set -euo pipefail
 
-say() { printf 'install-release: %s\n' "$*"; }
+say() { printf 'install-release: %s\n' "$*" >&2; }
 die() { code=$1; shift; printf 'install-release: %s\n' "$*" >&2; exit "$code"; }
 
 here=$(cd "$(dirname "$0")" && pwd)
 python=""
+mode=all
+switch_to=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --python) [ $# -ge 2 ] || die 2 "--python needs a path"; python="$2"; shift 2 ;;
+        --prepare) mode=prepare; shift ;;
+        --switch) [ $# -ge 2 ] || die 2 "--switch needs a directory"; mode=switch; switch_to="$2"; shift 2 ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) die 2 "unknown argument $1 (see --help)" ;;
     esac
 done
 [ "$(id -u)" = 0 ] || die 2 "run as root: it installs under /opt/llmgw"
+trap 'die 4 "a step failed (line $LINENO: $BASH_COMMAND)"' ERR
+mkdir -p /opt/llmgw
+if [ -z "${LLMGW_INSTALL_LOCKED:-}" ]; then  # one install at a time (install-node.sh holds it for us)
+    exec 9>>/opt/llmgw/.install.lock
+    flock -w 900 9 || die 4 "another install has held /opt/llmgw/.install.lock for 15 minutes"
+fi
+
+# /opt/llmgw/.venv -> releases/X, replaced by one rename: whoever starts llmgw finds a whole release or the old one
+switch() {
+    [ -f "$1/.complete" ] || die 2 "$1 is not a complete release (no .complete)"
+    if [ -d /opt/llmgw/.venv ] && [ ! -L /opt/llmgw/.venv ]; then
+        mv /opt/llmgw/.venv "/opt/llmgw/releases/by-hand-$(date +%Y%m%d%H%M%S)"  # an install made by hand, kept
+    fi
+    ln -sfn "releases/$(basename "$1")" /opt/llmgw/.venv.new
+    mv -Tf /opt/llmgw/.venv.new /opt/llmgw/.venv
+}
+if [ "$mode" = switch ]; then
+    switch "$switch_to"
+    exit 0
+fi
 
 # 1. the bundle, as built
 cd "$here"
@@ -67,9 +93,8 @@ if [ ! -f "$target/.complete" ]; then
 else
     say "llmgw $version is already installed at $target"
 fi
-if [ -d /opt/llmgw/.venv ] && [ ! -L /opt/llmgw/.venv ]; then
-    mv /opt/llmgw/.venv "/opt/llmgw/releases/by-hand-$(date +%Y%m%d%H%M%S)"  # an install made by hand, kept
+if [ "$mode" = prepare ]; then
+    echo "$target"
+else
+    switch "$target"
 fi
-ln -sfn "$target" /opt/llmgw/.venv.new
-mv -Tf /opt/llmgw/.venv.new /opt/llmgw/.venv
-

@@ -92,69 +92,102 @@ bundle_name=$(basename "$bundle")
 (cd "$(dirname "$bundle")" && sha256sum --quiet -c "$bundle_name.sha256") >/dev/null 2>&1 \
     || die 2 "$bundle does not match $bundle.sha256: damaged or altered here already"
 
+[[ "$address" =~ ^([0-9]{1,3}\.){3}[0-9]{1,3}$ || "$address" =~ ^[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*$ ]] \
+    || die 2 "'$address' is not an IP address: the certificate names the address the node is reached at"
+host_entry="$address"
+[ "$ssh_port" = 22 ] || host_entry="'[$address]:$ssh_port'"  # how known_hosts records a host on another port
+
 ssh_opts=(-o BatchMode=yes -o StrictHostKeyChecking=accept-new -o "UserKnownHostsFile=$known_hosts"
           -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o LogLevel=ERROR -p "$ssh_port")
 [ -z "$identity" ] || ssh_opts+=(-i "$identity" -o IdentitiesOnly=yes)
 mkdir -p "$(dirname "$known_hosts")"
 err=$(mktemp)
-trap 'rm -f "$err"' EXIT
+stage=""
+copied=""  # set once the node's key may be on the machine: removed from there however this ends
+incoming=/opt/llmgw/incoming
+finish() {
+    if [ -n "$copied" ]; then
+        ssh -n "${ssh_opts[@]}" "$ssh_user@$address" "rm -rf $incoming" >/dev/null 2>&1 \
+            || printf 'onboard-node: could not remove %s from %s: it holds a copy of the node key\n' "$incoming" "$address" >&2
+    fi
+    rm -f "$err"
+    [ -z "$stage" ] || rm -rf "$stage"
+}
+trap finish EXIT
 
+# what the machine says, made harmless for this terminal: no control or escape characters
+clean() { tr -d '\000-\010\013-\037\177' | tr '\200-\377' '?'; }
+said() { tr '\n' ' ' < "$err" | clean | cut -c1-300; }
 host_key_refused() {
-    die 5 "$address did not present the host key $known_hosts holds for it: this is not the machine first seen at that address (another machine took the address, or this one was rebuilt). If it was rebuilt on purpose: ssh-keygen -f $known_hosts -R $address, then run this again. ssh said: $(tr '\n' ' ' < "$err" | cut -c1-300)"
+    die 5 "$address did not present the host key $known_hosts holds for it: this is not the machine first seen at that address (another machine took the address, or this one was rebuilt). If it was rebuilt on purpose: ssh-keygen -f $known_hosts -R $host_entry, then run this again. ssh said: $(said)"
+}
+ssh_refused() {  # status 255 is ssh's own: no connection, or a host key refused
+    grep -qE 'REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed' "$err" && host_key_refused
+    [ "$(date +%s)" -lt "$remote_deadline" ] \
+        || die 5 "ssh to $ssh_user@$address:$ssh_port did not answer within ${wait_ssh}s: $(said)"
+    say "waiting for ssh on $address:$ssh_port${1:+ $1} ($(tail -1 "$err" | clean | cut -c1-120))"
+    sleep 1
 }
 
-# remote CMD: run CMD on the node. ssh failing to connect (status 255: sshd restarting, the machine booting) is
-# retried until the ssh deadline; a changed host key never is; the command's own failure is returned.
+# remote CMD: run CMD on the node, its output cleaned. ssh failing to connect (sshd restarting, the machine
+# booting) is retried until the ssh deadline; a changed host key never is; the command's own status is returned.
 remote_deadline=0
 remote() {
     local rc
     while true; do
         rc=0
-        ssh "${ssh_opts[@]}" "$ssh_user@$address" "$1" 2>"$err" || rc=$?
+        ssh -n "${ssh_opts[@]}" "$ssh_user@$address" "$1" 2>"$err" | clean || rc=${PIPESTATUS[0]}
         if [ "$rc" -ne 255 ]; then
-            cat "$err" >&2
+            clean < "$err" >&2
             return "$rc"
         fi
-        grep -qE 'REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed' "$err" && host_key_refused
-        [ "$(date +%s)" -lt "$remote_deadline" ] \
-            || die 5 "ssh to $ssh_user@$address:$ssh_port did not answer within ${wait_ssh}s: $(tr '\n' ' ' < "$err" | cut -c1-300)"
-        say "waiting for ssh on $address:$ssh_port ($(tail -1 "$err" | tr -d '\r' | cut -c1-120))"
-        sleep 1
+        ssh_refused
     done
 }
-q() { printf '%q' "$1"; }
+q() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }  # quoted for any POSIX login shell
 
 # 1. the node's identity
+stage=$(mktemp -d)
 say "issuing the certificate for $name (CN and SAN $name, IP $address) from $ca"
 "$llmgw" ca issue "$ca" "$name" --ip "$address" >/dev/null || die 4 "could not issue the certificate"
-stage=$(mktemp -d)
-trap 'rm -f "$err"; rm -rf "$stage"' EXIT
 mkdir "$stage/pki"
 cp "$ca/ca.crt" "$stage/pki/ca.crt"
 cp "$ca/$name.crt" "$stage/pki/node.crt"
 cp "$ca/$name.key" "$stage/pki/node.key"
 chmod 600 "$stage/pki/node.key"
+# the certificate the node speaks with now, if it is onboarded again: retired once the new one is in use
+previous=$("$llmgw" ctl nodes --json --admin "$admin" 2>/dev/null | python3 -c '
+import json, sys
+print(next((r.get("cert_serial", "") for r in json.load(sys.stdin) if r.get("node") == sys.argv[1]), ""))
+' "$name" 2>/dev/null || true)
 
-# 2. the machine answers ssh, with a host key first seen now or the one seen before
+# 2. the machine answers ssh, with a host key first seen now or the one seen before, and is the node
 remote_deadline=$(( $(date +%s) + wait_ssh ))
 say "waiting for ssh on $address:$ssh_port"
-remote true
-say "ssh answers; the machine calls itself $(remote hostname)"
+rc=0
+remote true || rc=$?
+[ "$rc" -eq 0 ] || die 4 "ssh to $address answers, but running a command there fails (status $rc)"
+calls_itself=$(remote hostname | tr -cd 'A-Za-z0-9._-')
+say "ssh answers; the machine calls itself $calls_itself"
+pinned=""
+for kv in "${sets[@]+"${sets[@]}"}"; do [ "$kv" != "node_id=$name" ] || pinned=1; done
+if [ -z "$pinned" ] && [ "$calls_itself" != "$name" ] && [ "${calls_itself%%.*}" != "$name" ]; then
+    die 3 "the machine at $address calls itself '$calls_itself', not '$name': nothing was sent to it. A node's id is its hostname and must be its certificate's CN: set the hostname there (hostnamectl set-hostname $name), or give --set node_id=$name"
+fi
 
 # 3. the bundle and the certificate, copied whole (again if ssh breaks off) and checked there
-incoming=/opt/llmgw/incoming
 copy() {
     local rc
     while true; do
+        copied=1
         rc=0
         tar -C "$stage" -cf - pki -C "$(cd "$(dirname "$bundle")" && pwd)" "$bundle_name" "$bundle_name.sha256" \
             | ssh "${ssh_opts[@]}" "$ssh_user@$address" \
-                "umask 077 && rm -rf $incoming && mkdir -p $incoming && tar -xf - -C $incoming" 2>"$err" || rc=$?
-        [ "$rc" -eq 0 ] && return 0
-        grep -qE 'REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed' "$err" && host_key_refused
-        [ "$(date +%s)" -lt "$remote_deadline" ] || die 4 "could not copy the bundle to $address: $(tr '\n' ' ' < "$err" | cut -c1-300)"
-        say "waiting for ssh on $address:$ssh_port to copy again ($(tail -1 "$err" | tr -d '\r' | cut -c1-120))"
-        sleep 1
+                "umask 077 && rm -rf $incoming && mkdir -p $incoming && tar -xf - -C $incoming" 2>"$err" \
+            || { local st=("${PIPESTATUS[@]}"); rc=${st[1]}; [ "${st[0]}" -eq 0 ] || die 4 "could not read $bundle"; }
+        [ "$rc" -ne 0 ] || return 0
+        [ "$rc" -eq 255 ] || die 4 "could not copy the bundle to $incoming on $address (status $rc): $(said)"
+        ssh_refused "to copy again"
     done
 }
 say "copying $bundle_name ($(du -h "$bundle" | cut -f1)) and the certificate"
@@ -164,22 +197,36 @@ remote "cd $incoming && sha256sum --quiet -c $(q "$bundle_name.sha256")" \
     || die 4 "the copy on $address does not match $bundle_name.sha256"
 say "copied and checked"
 
-# 4. installed from the bundle, agent started
+# 4. installed from the bundle, agent started. The install runs once: its status is kept on the machine, so a
+# connection lost while it ran is answered by that status (install-node.sh waits for an install still running)
 args=(--control-plane "$control_planes" --node "$name" --pki "$incoming/pki")
 [ -z "$python" ] || args+=(--python "$python")
 for kv in "${sets[@]+"${sets[@]}"}"; do args+=(--set "$kv"); done
-cmd="cd $incoming && tar -xzf $(q "$bundle_name") && ./$(q "${bundle_name%.tar.gz}")/install-node.sh"
+cmd="cd $incoming && { [ -d $(q "${bundle_name%.tar.gz}") ] || tar -xzf $(q "$bundle_name"); } && ./$(q "${bundle_name%.tar.gz}")/install-node.sh"
 for a in "${args[@]}"; do cmd+=" $(q "$a")"; done
 say "installing on $name"
 rc=0
-remote "$cmd; rc=\$?; rm -rf $incoming; exit \$rc" || rc=$?
-[ "$rc" -eq 0 ] || die "$rc" "the install on $name failed (above)"
+remote "if [ -f $incoming/.status ]; then exit \$(cat $incoming/.status); fi; $cmd; rc=\$?; echo \$rc > $incoming/.status; exit \$rc" || rc=$?
+case "$rc" in
+    0) ;;
+    2|3|4) die "$rc" "the install on $name failed (above)" ;;
+    *) die 4 "the install on $name failed with status $rc (above)" ;;
+esac
+remote "rm -rf $incoming" && copied=""
 
 # 5. the control plane has heard from it, with this certificate
 say "waiting for $name to register with the control plane ($admin)"
 if ! "$llmgw" ctl nodes wait "$name" --cert "$ca/$name.crt" --timeout "$wait_node" --admin "$admin"; then
     say "what the node's service manager says:"
-    remote "systemctl status llmgw-agent --no-pager -n 30" || true
+    ssh -n "${ssh_opts[@]}" "$ssh_user@$address" "systemctl status llmgw-agent --no-pager -n 30" 2>&1 | clean || true
     die 4 "$name was installed but has not registered with the control plane"
+fi
+rm -f "$ca/$name.key"  # the node holds its key now; the CA keeps the certificate (for renewals and revocations)
+if [ -n "$previous" ] && command -v openssl >/dev/null; then
+    serial=$(openssl x509 -noout -serial -in "$ca/$name.crt" | sed 's/^serial=//; s/^0*//' | tr 'A-F' 'a-f')
+    if [ "$previous" != "$serial" ]; then
+        "$llmgw" ctl nodes revoke "$name" --serial "$previous" --reason "replaced by onboarding (certificate $serial)" \
+            --admin "$admin" >/dev/null && say "the certificate $name used before ($previous) is revoked"
+    fi
 fi
 say "$name registered (onboarded in $(( $(date +%s) - started ))s)"

@@ -24,12 +24,20 @@ STRICT = [ROOT / "docs" / "install.md", ROOT / "docs" / "node-onboarding.md"]
 NOT_KEYS = {"llmgw_schema"}  # the store's table of schema versions
 
 
+INLINE = re.compile(r"`((?:[^`\n]|\n(?!\s*\n))+)`")  # a code span may cross a line break, never a blank line
+
+
+def spans(text: str) -> list[str]:
+    """Inline code spans outside fenced blocks, a span broken across lines joined with a space."""
+    rest = re.sub(r"```[a-z]*\n.*?```", "", text, flags=re.S)
+    return [re.sub(r"\s*\n\s*", " ", m) for m in INLINE.findall(rest)]
+
+
 def code_of(text: str) -> list[str]:
     """Inline code spans and the lines of fenced blocks."""
     fenced = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
-    rest = re.sub(r"```[a-z]*\n.*?```", "", text, flags=re.S)
     joined = [re.sub(r"\\\n\s*", " ", b) for b in fenced]  # a command continued on the next line is one command
-    return re.findall(r"`([^`\n]+)`", rest) + [line for b in joined for line in b.splitlines()]
+    return spans(text) + [line for b in joined for line in b.splitlines()]
 
 
 def commands() -> list[tuple[str, list[str]]]:
@@ -54,11 +62,23 @@ def test_every_llmgw_command_the_docs_print_exists_with_its_options() -> None:
         cmd: typing.Any = root
         path: list[str] = []
         rest = list(words)
-        while hasattr(cmd, "commands") and rest and rest[0] in cmd.commands:
-            path.append(rest[0])
-            cmd = cmd.commands[rest.pop(0)]
-        if hasattr(cmd, "commands") and rest and re.fullmatch(r"[a-z][a-z-]*", rest[0]):
-            problems.append(f"{doc}: llmgw {' '.join(words)}: no command {' '.join([*path, rest[0]])}")
+        bad = False
+        while hasattr(cmd, "commands"):  # a group: its options, then a subcommand
+            i = 0
+            while i < len(rest) and rest[i].startswith("-"):
+                opt = next((p for p in cmd.params if rest[i].split("=", 1)[0] in p.opts), None)
+                i += 2 if opt is not None and not getattr(opt, "is_flag", False) and "=" not in rest[i] else 1
+            if i >= len(rest):
+                break
+            if rest[i] not in cmd.commands:
+                if re.fullmatch(r"[a-z][a-z-]*", rest[i]):
+                    problems.append(f"{doc}: llmgw {' '.join(words)}: no command {' '.join([*path, rest[i]])}")
+                    bad = True
+                break
+            path.append(rest[i])
+            cmd = cmd.commands[rest[i]]
+            rest = rest[:i] + rest[i + 1:]
+        if bad:
             continue
         known = {o for p in cmd.params for o in (*p.opts, *getattr(p, "secondary_opts", []))} | {"--help"}
         if cmd is root:
@@ -120,8 +140,7 @@ def test_every_config_key_the_docs_name_exists() -> None:
     problems = []
     for doc in DOCS:
         text = doc.read_text()
-        spans = re.findall(r"`([^`\n]+)`", re.sub(r"```[a-z]*\n.*?```", "", text, flags=re.S))
-        for s in spans:
+        for s in spans(text):
             if re.fullmatch(r"[a-z_]+(\.[a-z_]+)+", s) and s.split(".")[0] in sections and s not in keys:
                 problems.append(f"{doc.name}: `{s}` is no configuration key")
             if re.fullmatch(r"[a-z_]+:", s) and s[:-1] not in keys:
@@ -129,9 +148,12 @@ def test_every_config_key_the_docs_name_exists() -> None:
             if doc in STRICT and re.fullmatch(r"[a-z]+(_[a-z0-9]+)+", s) and s not in keys and s not in NOT_KEYS \
                     and not s.startswith("llmgw_"):
                 problems.append(f"{doc.name}: `{s}` is no configuration key")
-        for key in re.findall(r"--set '?\"?([a-z_]+)=", text):
+        for _quote, key, value in re.findall(r"--set ('|\"|)([a-z_]+)=(.*?)\1(?:\s|$)", text, re.M):
             if key not in AgentConfig.model_fields:
                 problems.append(f"{doc.name}: --set {key}: agent.yaml has no such key")
+            else:  # and what its value holds, at any depth
+                problems += [f"{doc.name}: --set {key}: {p}" for p in _unknown_keys(yaml.safe_dump({key: yaml.safe_load(
+                    value)}), only=AgentConfig)]
         for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
             problems += [f"{doc.name}: {p}" for p in _unknown_keys(block)]
     assert not problems, "\n".join(problems)
@@ -144,7 +166,7 @@ MINIMAL: dict[type[BaseModel], dict[str, object]] = {
 }
 
 
-def _unknown_keys(block: str) -> list[str]:
+def _unknown_keys(block: str, only: type[BaseModel] | None = None) -> list[str]:
     """Keys of a YAML fragment that neither config has (pydantic's extra_forbidden), at any depth."""
     try:
         data = yaml.safe_load(block)
@@ -154,6 +176,8 @@ def _unknown_keys(block: str) -> list[str]:
         return []
     per_model = []
     for model, minimal in MINIMAL.items():
+        if only is not None and model is not only:
+            continue
         try:
             model.model_validate({**minimal, **data})
             return []

@@ -142,18 +142,20 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
         # installed from the bundle, whole: the environment is a release directory marked complete, and the
         # machine had no way to reach a package index (no route beyond its own link)
         venv = m.upper("/opt/llmgw/.venv")
-        assert venv.is_symlink() and os.readlink(venv).startswith("/opt/llmgw/releases/llmgw-0.1.0-")
-        assert (m.upper(os.readlink(venv)) / ".complete").exists()
+        assert venv.is_symlink() and os.readlink(venv).startswith("releases/llmgw-0.1.0-")
+        assert (venv / ".complete").exists()
         routes = subprocess.run(["ip", "-n", m.netns, "route"], capture_output=True, text=True).stdout
         assert "default" not in routes and routes.strip(), routes
         assert not m.upper("/opt/llmgw/incoming").exists()  # the copy of the node's key went with the rest
         agent_yaml = yaml.safe_load(m.upper("/etc/llmgw/agent.yaml").read_text())
         assert agent_yaml == {
             "control_planes": [f"https://{m.gateway}:{p.agent_port}"],
-            "tls": {"ca": "/etc/llmgw/pki/ca.crt", "cert": "/etc/llmgw/pki/node.crt", "key": "/etc/llmgw/pki/node.key"},
+            "tls": {"ca": "/etc/llmgw/tls/ca.crt", "cert": "/etc/llmgw/tls/node.crt", "key": "/etc/llmgw/tls/node.key"},
             "heartbeat_interval": "1s",
         }
-        assert m.upper("/etc/llmgw/pki/node.key").stat().st_mode & 0o077 == 0
+        assert m.upper("/etc/llmgw/tls").is_symlink()  # certificate and key change together, by one rename
+        assert m.upper("/etc/llmgw/tls/node.key").stat().st_mode & 0o077 == 0
+        assert not (p.workdir / "pki/node105.key").exists()  # the node holds its key; the CA keeps no copy
         assert "start llmgw-agent" in m.upper("/var/lib/standin/systemctl.log").read_text()
         learned = subprocess.run(["ssh-keygen", "-F", "10.251.5.105", "-f", str(known_hosts)], capture_output=True)
         assert learned.returncode == 0  # its host key, learned on first sight (accept-new)
@@ -163,6 +165,26 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
         assert qm[1] == "clone 9000 105 --name node105 --full 1 --storage local-lvm"
         assert qm[2].startswith("set 105 --cpu host ") and "--ipconfig0 ip=10.251.5.105/24,gw=10.251.5.1" in qm[2]
         assert qm[-1] == "start 105"
+
+        # onboarded again (a renewed certificate, the same release): reused, the running agent handed over to it
+        # alone, and the certificate it spoke with before revoked once the new one is in use
+        first_agent = int(m.upper("/var/lib/standin/llmgw-agent.pid").read_text())
+        again = subprocess.run(
+            [str(SCRIPTS / "onboard-node.sh"), "node105", "10.251.5.105", "--control-plane",
+             f"https://{m.gateway}:{p.agent_port}", "--ca", str(p.workdir / "pki"), "--bundle", str(bundle),
+             "--admin", p.admin, "--identity", str(m.client_key), "--known-hosts", str(known_hosts),
+             "--python", _node_python(), "--set", "heartbeat_interval=1s", "--wait-node", "60"],
+            env=_env(tmp_path, LLMGW_ADMIN_TOKEN_FILE=str(p.token_file)), capture_output=True, text=True, timeout=120,
+        )
+        said = again.stdout + again.stderr
+        assert again.returncode == 0, said
+        assert "is already installed" in said and "handed the running agent over" in said, said
+        assert f"the certificate node105 used before ({serial}) is revoked" in said, said
+        assert "kill --kill-who=main -s SIGUSR2 llmgw-agent" in m.upper("/var/lib/standin/systemctl.log").read_text()
+        assert int(m.upper("/var/lib/standin/llmgw-agent.pid").read_text()) != first_agent
+        renewed = f"{x509.load_pem_x509_certificate((p.workdir / 'pki/node105.crt').read_bytes()).serial_number:x}"
+        row = next(r for r in admin_get(p, "/api/nodes") if r["node"] == "node105")
+        assert (row["state"], row["cert_serial"]) == ("live", renewed) and renewed != serial
     finally:
         c.stop()
 
@@ -193,7 +215,7 @@ def test_a_changed_host_key_is_refused_and_nothing_is_copied(
     assert not m.upper("/opt/llmgw").exists()
 
 
-def test_a_machine_whose_hostname_is_not_the_node_id_is_refused_before_anything_is_installed(
+def test_a_machine_whose_hostname_is_not_the_node_id_is_sent_nothing(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     _need_machine()
@@ -209,5 +231,5 @@ def test_a_machine_whose_hostname_is_not_the_node_id_is_refused_before_anything_
         env=_env(tmp_path), capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 3, run.stdout + run.stderr
-    assert "hostname is 'debian', but it is being installed as node 'node107'" in run.stderr
-    assert not m.upper("/opt/llmgw/releases").exists() and not m.upper("/etc/llmgw").exists()
+    assert "calls itself 'debian', not 'node107': nothing was sent to it" in run.stderr
+    assert not m.upper("/opt/llmgw").exists() and not m.upper("/etc/llmgw").exists()

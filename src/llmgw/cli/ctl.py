@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -170,8 +171,11 @@ def nodes_wait(
             if e.code in (401, 403):
                 console.print(f"[red]error:[/red] {safe(seen)}")
                 raise typer.Exit(1) from None
-        except urllib.error.URLError as e:
-            seen = f"cannot reach the management API at {admin}: {e.reason}"
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            # unreachable, a connection closed without an answer (a server restarting), a read timed out, an
+            # answer that is not JSON: all may pass, so waited out like a node not registered yet
+            why = e.reason if isinstance(e, urllib.error.URLError) else f"{type(e).__name__}: {e}"
+            seen = f"cannot get an answer from the management API at {admin}: {why}"
         if time.monotonic() >= deadline:
             console.print(f"[red]error:[/red] gave up after {timeout:g} s: {safe(seen)}")
             raise typer.Exit(1)
