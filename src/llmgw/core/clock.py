@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
+
+# How fast SystemClock.now() may close a gap with the wall clock: a step of the wall clock (set by hand, a VM
+# resumed, NTP stepping) is followed at 1% of the time elapsed, so every duration llmgw measures between two of its
+# own timestamps (a node's silence, a replica's idleness, a scaling period) is off by at most 1%, and an hour's step
+# is caught up in 100 hours. Slewing by NTP moves both clocks alike and opens no gap.
+SLEW = 0.01
 
 
 class Clock(Protocol):
@@ -15,11 +23,39 @@ class Clock(Protocol):
 
 
 class SystemClock:
+    """now(): seconds since the epoch, moving with the monotonic clock and never backwards; it follows the wall
+    clock, but a step of the wall clock only at the rate SLEW (timers compare its readings: a jump must not make
+    every node look silent for an hour, or every replica idle). Instances of one process agree."""
+
+    _lock = threading.Lock()
+    _last: tuple[float, float] | None = None  # (monotonic, now) at the last reading, shared by the process
+
+    def __init__(self, wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
+                 shared: bool = True) -> None:
+        self._wall = wall
+        self._mono = mono
+        self._shared = shared
+        self._own: tuple[float, float] | None = None
+
     def now(self) -> float:
-        return time.time()
+        with self._lock:
+            last = SystemClock._last if self._shared else self._own
+            mono, wall = self._mono(), self._wall()
+            if last is None:
+                now = wall
+            else:
+                dt = max(0.0, mono - last[0])
+                ahead = last[1] + dt
+                room = SLEW * dt
+                now = ahead + max(-room, min(room, wall - ahead))
+            if self._shared:
+                SystemClock._last = (mono, now)
+            else:
+                self._own = (mono, now)
+            return now
 
     def monotonic(self) -> float:
-        return time.monotonic()
+        return self._mono()
 
 
 class FakeClock:
