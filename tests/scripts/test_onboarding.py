@@ -189,26 +189,36 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
         c.stop()
 
 
-def test_a_changed_host_key_is_refused_and_nothing_is_copied(
-    tmp_path: Path, bundle: Path, machines: list[Machine]
-) -> None:
+def booted(tmp: Path, machines: list[Machine], name: str, subnet: int, host: int) -> Machine:
+    """A machine with sshd up, and a CA in tmp/pki to onboard it from."""
     _need_machine()
-    m = Machine(tmp_path / "machine", name="node106", address="10.251.6.106", gateway="10.251.6.1")
+    m = Machine(tmp / "machine", name=name, address=f"10.251.{subnet}.{host}", gateway=f"10.251.{subnet}.1")
     machines.append(m)
     m.boot()
     m.start_sshd()
+    init_ca(tmp / "pki")
+    return m
+
+
+def onboard(tmp: Path, m: Machine, node: str, bundle: Path, known_hosts: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPTS / "onboard-node.sh"), node, m.address, "--control-plane", f"https://{m.gateway}:7443",
+         "--ca", str(tmp / "pki"), "--bundle", str(bundle), "--identity", str(m.client_key),
+         "--known-hosts", str(known_hosts), "--python", _node_python(), "--wait-ssh", "30"],
+        env=_env(tmp), capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_a_changed_host_key_is_refused_and_nothing_is_copied(
+    tmp_path: Path, bundle: Path, machines: list[Machine]
+) -> None:
+    m = booted(tmp_path, machines, "node106", 6, 106)
     known_hosts = tmp_path / "known_hosts"
     assert m.ssh("true", known_hosts).returncode == 0  # seen once: its key is known
     m.stop_sshd()
     m.new_host_key()  # another machine at the address, or this one rebuilt
     m.start_sshd()
-    init_ca(tmp_path / "pki")
-    run = subprocess.run(
-        [str(SCRIPTS / "onboard-node.sh"), "node106", "10.251.6.106", "--control-plane", "https://10.251.6.1:7443",
-         "--ca", str(tmp_path / "pki"), "--bundle", str(bundle), "--identity", str(m.client_key),
-         "--known-hosts", str(known_hosts), "--wait-ssh", "30"],
-        env=_env(tmp_path), capture_output=True, text=True, timeout=60,
-    )
+    run = onboard(tmp_path, m, "node106", bundle, known_hosts)
     assert run.returncode == 5, run.stdout + run.stderr
     assert "did not present the host key" in run.stderr
     assert f"ssh-keygen -f {known_hosts} -R 10.251.6.106" in run.stderr
@@ -218,18 +228,8 @@ def test_a_changed_host_key_is_refused_and_nothing_is_copied(
 def test_a_machine_whose_hostname_is_not_the_node_id_is_sent_nothing(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
-    _need_machine()
-    m = Machine(tmp_path / "machine", name="debian", address="10.251.7.107", gateway="10.251.7.1")
-    machines.append(m)
-    m.boot()
-    m.start_sshd()
-    init_ca(tmp_path / "pki")
-    run = subprocess.run(
-        [str(SCRIPTS / "onboard-node.sh"), "node107", "10.251.7.107", "--control-plane", "https://10.251.7.1:7443",
-         "--ca", str(tmp_path / "pki"), "--bundle", str(bundle), "--identity", str(m.client_key),
-         "--known-hosts", str(tmp_path / "known_hosts"), "--python", _node_python(), "--wait-ssh", "30"],
-        env=_env(tmp_path), capture_output=True, text=True, timeout=120,
-    )
+    m = booted(tmp_path, machines, "debian", 7, 107)
+    run = onboard(tmp_path, m, "node107", bundle, tmp_path / "known_hosts")
     assert run.returncode == 3, run.stdout + run.stderr
     assert "calls itself 'debian', not 'node107': nothing was sent to it" in run.stderr
     assert not m.upper("/opt/llmgw").exists() and not m.upper("/etc/llmgw").exists()
