@@ -87,9 +87,13 @@ def three_servers(tmp_path: Path, running: list[Cluster], postgres: Postgres, ba
         c.start_server(tmp_path / f"server{i}.yaml", t.name(i))
     for n in p.nodes:
         c.start_agent(n.id)
-    wait_until(lambda: all(any(r["state"] == "ready" for r in t.get(i, "/api/status")["replicas"]) and
-                           sum(r["state"] == "ready" for r in t.get(i, "/api/status")["replicas"]) == 2
-                           for i in range(3)), 40, "two replicas of m ready, as every server sees them")
+    try:
+        wait_until(lambda: all(any(r["state"] == "ready" for r in t.get(i, "/api/status")["replicas"]) and
+                               sum(r["state"] == "ready" for r in t.get(i, "/api/status")["replicas"]) == 2
+                               for i in range(3)), 40, "two replicas of m ready, as every server sees them")
+    except AssertionError:
+        print(dump_logs(p))  # which server is not answering, and why, in its own words
+        raise
     return t
 
 
