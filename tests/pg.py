@@ -53,7 +53,8 @@ class Postgres:
 
     def _ctl_start(self) -> list[str]:
         return [self.pg_ctl, "-D", str(self.data), "-w", "-t", "60", "-l", str(self.dir / "log"), "-o",
-                f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off", "start"]
+                f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=500",
+                "start"]
 
     def outage(self) -> None:
         """Stop the server (fast: its connections are cut), keeping its data, until back()."""

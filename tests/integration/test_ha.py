@@ -93,6 +93,7 @@ def three_servers(tmp_path: Path, running: list[Cluster], postgres: Postgres, ba
                                for i in range(3)), 40, "two replicas of m ready, as every server sees them")
     except AssertionError:
         print(dump_logs(p))  # which server is not answering, and why, in its own words
+        print("==== postgres log\n" + (postgres.dir / "log").read_text(errors="replace")[-3000:])
         raise
     return t
 
