@@ -12,9 +12,9 @@ import tempfile
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from tests.harness import free_port
+from tests.tools import unavailable
 
 PASSWORD = "pg-test-password-9f3c"
 
@@ -33,9 +33,7 @@ def require_postgres() -> tuple[str, str]:
     if initdb and pg_ctl:
         return initdb, pg_ctl
     why = "PostgreSQL's server binaries not found (apt-get install postgresql)"
-    if os.environ.get("CI") or os.environ.get("LLMGW_REQUIRE_TOOLS") == "1":
-        pytest.fail(f"{why}; required because CI or LLMGW_REQUIRE_TOOLS=1 is set")
-    pytest.skip(f"{why}; set LLMGW_REQUIRE_TOOLS=1 to make this a failure")
+    unavailable(why)
 
 
 class Postgres:

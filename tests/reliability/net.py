@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import pytest
+from tests.tools import unavailable
 
 
 def need_network_tools() -> None:
@@ -21,9 +21,7 @@ def need_network_tools() -> None:
         else "reliability tests need root"
     if os.geteuid() == 0 and not missing:
         return
-    if os.environ.get("CI") or os.environ.get("LLMGW_REQUIRE_TOOLS") == "1":
-        pytest.fail(f"{why}; required because CI or LLMGW_REQUIRE_TOOLS=1 is set")
-    pytest.skip(f"{why}; set LLMGW_REQUIRE_TOOLS=1 to make this a failure")
+    unavailable(why)
 
 
 def _run(*argv: str) -> None:

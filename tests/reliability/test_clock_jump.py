@@ -9,11 +9,10 @@ import os
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
+from tests.tools import unavailable
 
 FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 MODEL = {"name": "od", "source": "org/od", "engine": "sim", "profile": {"gpus_per_shard": 1, "sim": {"tokens": 2}},
@@ -32,10 +31,7 @@ def test_the_wall_clock_jumping_an_hour_either_way_loses_no_node_and_idles_nothi
     tmp_path: Path, running: list[Cluster]
 ) -> None:
     if not os.path.exists(FAKETIME):
-        why = f"{FAKETIME} missing (apt-get install faketime)"
-        if os.environ.get("CI") or os.environ.get("LLMGW_REQUIRE_TOOLS") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable(f"{FAKETIME} missing (apt-get install faketime)")
     offset = tmp_path / "offset"
     offset.write_text("+0\n")
     nodes = [NodePlan(id=f"c{i}", address=f"127.0.0.{60 + i}", gpus=1,

@@ -21,6 +21,7 @@ from llmgw.pki.ca import init_ca
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.scripts.machine import SSHD, Machine
+from tests.tools import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
@@ -34,9 +35,7 @@ def _need_machine() -> None:
     why = f"onboarding tests need root and {', '.join(missing)}" if missing else "onboarding tests need root"
     if os.geteuid() == 0 and not missing:
         return
-    if os.environ.get("CI") or os.environ.get("LLMGW_REQUIRE_TOOLS") == "1":
-        pytest.fail(f"{why}; required because CI or LLMGW_REQUIRE_TOOLS=1 is set")
-    pytest.skip(f"{why}; set LLMGW_REQUIRE_TOOLS=1 to make this a failure")
+    unavailable(why)
 
 
 @pytest.fixture(scope="module")
