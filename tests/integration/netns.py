@@ -16,7 +16,8 @@ class Host:
     gateway: str  # this side of the link: where the host reaches us
 
 
-def _ip(*args: str) -> None:
+def ip(*args: str) -> None:
+    """`ip ARGS`, raising CalledProcessError (its output attached) when it fails."""
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
@@ -26,16 +27,16 @@ def host(subnet: int) -> Iterator[Host]:
     tag = secrets.token_hex(3)
     ns, here, there = f"llmgw-{tag}", f"lg{tag}a", f"lg{tag}b"
     gw, addr = f"10.250.{subnet}.1", f"10.250.{subnet}.2"
-    _ip("netns", "add", ns)
+    ip("netns", "add", ns)
     try:
-        _ip("link", "add", here, "type", "veth", "peer", "name", there)
-        _ip("link", "set", there, "netns", ns)
-        _ip("addr", "add", f"{gw}/30", "dev", here)
-        _ip("link", "set", here, "up")
-        _ip("-n", ns, "addr", "add", f"{addr}/30", "dev", there)
-        _ip("-n", ns, "link", "set", there, "up")
-        _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("-n", ns, "route", "add", "default", "via", gw)
+        ip("link", "add", here, "type", "veth", "peer", "name", there)
+        ip("link", "set", there, "netns", ns)
+        ip("addr", "add", f"{gw}/30", "dev", here)
+        ip("link", "set", here, "up")
+        ip("-n", ns, "addr", "add", f"{addr}/30", "dev", there)
+        ip("-n", ns, "link", "set", there, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        ip("-n", ns, "route", "add", "default", "via", gw)
         yield Host(netns=ns, address=addr, gateway=gw)
     finally:
         subprocess.run(["ip", "link", "del", here], capture_output=True)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from tests.integration.netns import ip
 from tests.tools import unavailable
 
 
@@ -22,10 +23,6 @@ def need_network_tools() -> None:
     if os.geteuid() == 0 and not missing:
         return
     unavailable(why)
-
-
-def _run(*argv: str) -> None:
-    subprocess.run(list(argv), check=True, capture_output=True, text=True)
 
 
 @dataclass
@@ -51,35 +48,35 @@ class Hosts:
     def add(self) -> int:
         i = len(self.names)
         ns, here, there = self.netns(i), f"lr{self.tag}{i}a", f"lr{self.tag}{i}b"
-        _run("ip", "netns", "add", ns)
+        ip("netns", "add", ns)
         self.names.append(ns)
-        _run("ip", "link", "add", here, "type", "veth", "peer", "name", there)
-        _run("ip", "link", "set", here, "master", self.bridge)
-        _run("ip", "link", "set", here, "up")
-        _run("ip", "link", "set", there, "netns", ns)
-        _run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", there)
-        _run("ip", "-n", ns, "link", "set", there, "up")
-        _run("ip", "-n", ns, "link", "set", "lo", "up")
+        ip("link", "add", here, "type", "veth", "peer", "name", there)
+        ip("link", "set", here, "master", self.bridge)
+        ip("link", "set", here, "up")
+        ip("link", "set", there, "netns", ns)
+        ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", there)
+        ip("-n", ns, "link", "set", there, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
         return i
 
     def cut(self, i: int) -> None:
         """Host i can no longer reach, or be reached from, the control plane's host (its other links stay)."""
         for chain, way in (("OUTPUT", "-d"), ("INPUT", "-s")):
-            _run("ip", "netns", "exec", self.netns(i), "iptables", "-I", chain, way, self.gateway, "-j", "DROP")
+            ip("netns", "exec", self.netns(i), "iptables", "-I", chain, way, self.gateway, "-j", "DROP")
 
     def heal(self, i: int) -> None:
         for chain, way in (("OUTPUT", "-d"), ("INPUT", "-s")):
-            _run("ip", "netns", "exec", self.netns(i), "iptables", "-D", chain, way, self.gateway, "-j", "DROP")
+            ip("netns", "exec", self.netns(i), "iptables", "-D", chain, way, self.gateway, "-j", "DROP")
 
 
 @contextmanager
 def hosts(subnet: int, count: int) -> Iterator[Hosts]:
     """10.252.<subnet>.1 on a bridge here; hosts at .10, .11, ... each in its own namespace. Removed on exit."""
     h = Hosts(subnet)
-    _run("ip", "link", "add", h.bridge, "type", "bridge")
+    ip("link", "add", h.bridge, "type", "bridge")
     try:
-        _run("ip", "addr", "add", f"{h.gateway}/24", "dev", h.bridge)
-        _run("ip", "link", "set", h.bridge, "up")
+        ip("addr", "add", f"{h.gateway}/24", "dev", h.bridge)
+        ip("link", "set", h.bridge, "up")
         for _ in range(count):
             h.add()
         yield h

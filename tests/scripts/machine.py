@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.integration.netns import ip
+
 SSHD = "/usr/sbin/sshd"
 OVERLAID = {"etc": "/etc", "opt": "/opt", "var": "/var", "run": "/run", "usrlocal": "/usr/local"}
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # what a fresh Debian root login gets
@@ -53,10 +55,6 @@ case "$verb" in
     *) echo "systemctl stand-in: $* not understood" >&2; exit 1 ;;
 esac
 """
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
 @dataclass
@@ -105,14 +103,14 @@ class Machine:
             "PidFile none\nLogLevel VERBOSE\n"
         )
         here, there = f"lm{self.tag}a", f"lm{self.tag}b"
-        _ip("netns", "add", self.netns)
-        _ip("link", "add", here, "type", "veth", "peer", "name", there)
-        _ip("link", "set", there, "netns", self.netns)
-        _ip("addr", "add", f"{self.gateway}/24", "dev", here)
-        _ip("link", "set", here, "up")
-        _ip("-n", self.netns, "addr", "add", f"{self.address}/24", "dev", there)
-        _ip("-n", self.netns, "link", "set", there, "up")
-        _ip("-n", self.netns, "link", "set", "lo", "up")
+        ip("netns", "add", self.netns)
+        ip("link", "add", here, "type", "veth", "peer", "name", there)
+        ip("link", "set", there, "netns", self.netns)
+        ip("addr", "add", f"{self.gateway}/24", "dev", here)
+        ip("link", "set", here, "up")
+        ip("-n", self.netns, "addr", "add", f"{self.address}/24", "dev", there)
+        ip("-n", self.netns, "link", "set", there, "up")
+        ip("-n", self.netns, "link", "set", "lo", "up")
         mounts = " && ".join(
             f"mount -t overlay overlay -o lowerdir={top},upperdir={self.dir}/up/{short},workdir={self.dir}/work/{short}"
             f" {top}" for short, top in OVERLAID.items()
