@@ -27,6 +27,7 @@ from tests.scripts.test_onboarding import (  # noqa: F401  (bundle and machines 
     _env,
     _need_machine,
     _node_python,
+    booted,
     bundle,
     machines,
 )
@@ -209,12 +210,7 @@ def test_an_install_cut_off_after_it_finished_is_not_rerun_into_a_bogus_failure(
     runs `cd /opt/llmgw/incoming` on a directory that is gone, gets 1, and onboarding says "the install on NAME
     failed" with exit status 1 (undocumented), about a node that is installed and running. (Had the drop come
     mid-install, the retry would run a second install-node.sh beside the first.)"""
-    _need_machine()
-    m = Machine(tmp_path / "machine", name="node133", address="10.251.33.133", gateway="10.251.33.1")
-    machines.append(m)
-    m.boot()
-    m.start_sshd()
-    init_ca(tmp_path / "pki")
+    m = booted(tmp_path, machines, "node133", 33, 133)
     flag = tmp_path / "dropped"
     _ssh_wrapper(tmp_path, f"""  *install-node.sh*)
     if [ ! -e {flag} ]; then touch {flag}; {REAL_SSH} "$@"; echo "Connection to node closed." >&2; exit 255; fi ;;""")
@@ -236,12 +232,7 @@ def test_a_copy_that_fails_its_check_leaves_no_node_key_on_the_machine(
     The node's private key travels in /opt/llmgw/incoming/pki/node.key and is removed only by the install step's
     own `rm -rf`. When the copied bundle fails its sha256 check (damaged in transit: here the wrapper appends a
     byte to the copy before the check), onboarding dies with 4 and leaves the key on the machine."""
-    _need_machine()
-    m = Machine(tmp_path / "machine", name="node134", address="10.251.34.134", gateway="10.251.34.1")
-    machines.append(m)
-    m.boot()
-    m.start_sshd()
-    init_ca(tmp_path / "pki")
+    m = booted(tmp_path, machines, "node134", 34, 134)
     _ssh_wrapper(tmp_path, f"""  *"sha256sum --quiet -c"*)
     {REAL_SSH} "${{@:1:$#-1}}" "printf x >> /opt/llmgw/incoming/{bundle.name}" ;;""")
     run = subprocess.run(_onboard(tmp_path, m, "node134", bundle),
@@ -282,12 +273,7 @@ def test_onboarding_leaves_its_standard_input_to_the_caller(
     Every ssh in remote() inherits the script's stdin (no -n, no </dev/null), and ssh forwards whatever is there
     to the remote command. `while read name addr; do scripts/onboard-node.sh "$name" "$addr" ...; done < nodes`,
     the obvious way to add several nodes, onboards the first and silently drops the rest of the list."""
-    _need_machine()
-    m = Machine(tmp_path / "machine", name="debian", address="10.251.36.136", gateway="10.251.36.1")
-    machines.append(m)
-    m.boot()
-    m.start_sshd()
-    init_ca(tmp_path / "pki")
+    m = booted(tmp_path, machines, "debian", 36, 136)
     argv = " ".join(shlex.quote(a) for a in _onboard(tmp_path, m, "node136", bundle))
     run = subprocess.run(["bash", "-c", f"{argv}; echo rc=$?; cat"], input="node137 10.251.36.137\n",
                          env=_env(tmp_path), capture_output=True, text=True, timeout=120)
@@ -302,12 +288,7 @@ def test_the_node_key_is_not_sent_to_a_machine_that_is_not_the_node(
     onboard-node.sh learns the machine's hostname (`remote hostname`) before copying, but does not compare it with
     NAME: the node's private key is shipped to whatever machine answers at ADDRESS (a typo, an address reused)
     and only then does install-node.sh refuse it (exit 3). The key has been in another machine's hands."""
-    _need_machine()
-    m = Machine(tmp_path / "machine", name="debian", address="10.251.37.137", gateway="10.251.37.1")
-    machines.append(m)
-    m.boot()
-    m.start_sshd()
-    init_ca(tmp_path / "pki")
+    m = booted(tmp_path, machines, "debian", 37, 137)
     log = tmp_path / "ssh.log"
     _ssh_wrapper(tmp_path, "  *) ;;")
     run = subprocess.run(_onboard(tmp_path, m, "node137", bundle), env=_env(tmp_path, SSH_LOG=str(log)),
