@@ -18,6 +18,7 @@ from cryptography import x509
 
 from llmgw.dev.cluster import Cluster, admin_get, admin_up
 from llmgw.pki.ca import init_ca
+from llmgw.pki.tls import serial_text
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.scripts.machine import SSHD, Machine
@@ -134,7 +135,7 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
         assert "node105 registered" in s.output
         print(s.output)
 
-        serial = f"{x509.load_pem_x509_certificate((p.workdir / 'pki/node105.crt').read_bytes()).serial_number:x}"
+        serial = serial_text(x509.load_pem_x509_certificate((p.workdir / "pki/node105.crt").read_bytes()))
         row = next(r for r in admin_get(p, "/api/nodes") if r["node"] == "node105")
         assert (row["state"], row["address"], row["cert_serial"]) == ("live", "10.251.5.105", serial)
 
@@ -181,7 +182,7 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
         assert f"the certificate node105 used before ({serial}) is revoked" in said, said
         assert "kill --kill-who=main -s SIGUSR2 llmgw-agent" in m.upper("/var/lib/standin/systemctl.log").read_text()
         assert int(m.upper("/var/lib/standin/llmgw-agent.pid").read_text()) != first_agent
-        renewed = f"{x509.load_pem_x509_certificate((p.workdir / 'pki/node105.crt').read_bytes()).serial_number:x}"
+        renewed = serial_text(x509.load_pem_x509_certificate((p.workdir / "pki/node105.crt").read_bytes()))
         row = next(r for r in admin_get(p, "/api/nodes") if r["node"] == "node105")
         assert (row["state"], row["cert_serial"]) == ("live", renewed) and renewed != serial
     finally:

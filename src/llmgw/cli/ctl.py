@@ -130,8 +130,10 @@ def _node_table(rows: list[dict[str, Any]]) -> Table:
 def _cert_serial(path: Path) -> str:
     from cryptography import x509
 
+    from llmgw.pki.tls import serial_text
+
     try:
-        return f"{x509.load_pem_x509_certificate(path.read_bytes()).serial_number:x}"
+        return serial_text(x509.load_pem_x509_certificate(path.read_bytes()))
     except (OSError, ValueError) as e:
         console.print(f"[red]error:[/red] {safe(path)}: not a readable PEM certificate ({safe(e)})")
         raise typer.Exit(2) from None

@@ -85,6 +85,12 @@ def speaks_as_node(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> bool:
     return ident is not None and ident.node_role
 
 
+def serial_text(cert: x509.Certificate) -> str:
+    """A certificate's serial as llmgw writes it everywhere (a node's cert_serial, revocations, `ctl`): lowercase
+    hex without leading zeros."""
+    return f"{cert.serial_number:x}"
+
+
 @functools.lru_cache(maxsize=4096)  # one parse per certificate, not per heartbeat
 def _identity(der: bytes, node_id: str) -> PeerIdentity:
     from llmgw.pki.ca import has_node_role
@@ -97,7 +103,7 @@ def _identity(der: bytes, node_id: str) -> PeerIdentity:
         ips = ()
     return PeerIdentity(
         node_id=node_id,
-        serial=f"{cert.serial_number:x}",
+        serial=serial_text(cert),
         node_role=has_node_role(cert),
         ips=ips,
         not_after=cert.not_valid_after_utc.timestamp(),
