@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 # How fast SystemClock.now() may close a gap with the wall clock: a step of the wall clock (set by hand, a VM
 # resumed, NTP stepping) is followed at 1% of the time elapsed, so every duration llmgw measures between two of its
@@ -28,30 +28,25 @@ class SystemClock:
     every node look silent for an hour, or every replica idle). Instances of one process agree."""
 
     _lock = threading.Lock()
-    _last: tuple[float, float] | None = None  # (monotonic, now) at the last reading, shared by the process
+    # (monotonic, now) at the last reading, shared by the clocks of the process
+    _process: ClassVar[list[tuple[float, float]]] = []
 
     def __init__(self, wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
                  shared: bool = True) -> None:
         self._wall = wall
         self._mono = mono
-        self._shared = shared
-        self._own: tuple[float, float] | None = None
+        self._last = SystemClock._process if shared else []  # a clock of its own: tests give it their time sources
 
     def now(self) -> float:
         with self._lock:
-            last = SystemClock._last if self._shared else self._own
             mono, wall = self._mono(), self._wall()
-            if last is None:
-                now = wall
-            else:
-                dt = max(0.0, mono - last[0])
-                ahead = last[1] + dt
+            now = wall
+            if self._last:
+                then, said = self._last[0]
+                dt = max(0.0, mono - then)
                 room = SLEW * dt
-                now = ahead + max(-room, min(room, wall - ahead))
-            if self._shared:
-                SystemClock._last = (mono, now)
-            else:
-                self._own = (mono, now)
+                now = said + dt + max(-room, min(room, wall - said - dt))
+            self._last[:] = [(mono, now)]
             return now
 
     def monotonic(self) -> float:
