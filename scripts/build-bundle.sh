@@ -44,7 +44,6 @@ elif [ -z "$from_tree" ]; then
 fi
 if [ -n "$from_tree" ]; then
     src="$root"
-    [ "$tree" = clean ] || tree=modified
     source_kind="working tree ($tree)"
 else
     src="$stage/src"
