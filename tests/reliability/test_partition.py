@@ -122,11 +122,12 @@ def test_most_nodes_silent_at_once_is_blamed_on_the_network_then_losses_come_at_
                                                                      if r["model"] == "m"] == [first["id"]],
                   max(0.0, LOST_AFTER + 3 - (time.monotonic() - cut_at)), "no node lost, nothing rebuilt")
         h.heal(0)  # contact returns with one: two of four still silent, no longer more than half
-        lost = wait_until(lambda: [e for e in admin_get(p, "/api/events") if " lost: silent" in e["message"]
-                                   and e["subject"] in ("n1", "n2")] if len([
-                                       e for e in admin_get(p, "/api/events") if " lost: silent" in e["message"]
-                                       and e["subject"] in ("n1", "n2")]) == 2 else None,
-                          LOST_AFTER + 10, "both still silent nodes lost")
+        def both_lost() -> list[dict[str, Any]] | None:
+            lost = [e for e in admin_get(p, "/api/events") if " lost: silent" in e["message"]
+                    and e["subject"] in ("n1", "n2")]
+            return lost if len(lost) == 2 else None
+
+        lost = wait_until(both_lost, LOST_AFTER + 10, "both still silent nodes lost")
         times = sorted(e["at"] for e in lost)
         assert times[1] - times[0] >= RECONCILE * 0.9, times  # one per pass: a tenth of 4 nodes, at least one
         record("majority rule: the two silent nodes were declared lost this far apart (s)", times[1] - times[0],
