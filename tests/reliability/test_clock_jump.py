@@ -6,25 +6,17 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from pathlib import Path
 
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
+from tests.integration.test_walking_skeleton import chat
 from tests.tools import unavailable
 
 FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 MODEL = {"name": "od", "source": "org/od", "engine": "sim", "profile": {"gpus_per_shard": 1, "sim": {"tokens": 2}},
          "scaling": {"min": 0, "max": 1, "idle_timeout": "120s"}}
-
-
-def ask(api: str, key: str) -> dict[str, object]:
-    body = {"model": "od", "messages": [{"role": "user", "content": "hi"}]}
-    req = urllib.request.Request(api + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())  # type: ignore[no-any-return]
 
 
 def test_the_wall_clock_jumping_an_hour_either_way_loses_no_node_and_idles_nothing_out(
@@ -53,7 +45,7 @@ def test_the_wall_clock_jumping_an_hour_either_way_loses_no_node_and_idles_nothi
         wait_until(lambda: admin_up(p), 30, "control plane up")
         wait_until(lambda: len(admin_get(p, "/api/nodes")) == 3, 30, "three nodes")
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
-        assert ask(p.api, key)["usage"]
+        assert json.loads(chat(p, key, "od")[1])["usage"]
         replica = wait_until(lambda: [r["id"] for r in admin_get(p, "/api/status")["replicas"]
                                       if r["state"] == "ready"], 30, "od ready")[0]
 
@@ -65,7 +57,7 @@ def test_the_wall_clock_jumping_an_hour_either_way_loses_no_node_and_idles_nothi
         for jump in ("+3600", "-3600"):  # an hour forward from true time, then an hour back from it
             offset.write_text(jump + "\n")
             holds_for(steady, 6, f"after the wall clock moved {jump} s: every node live, od's replica ready")
-        assert ask(p.api, key)["usage"]
+        assert json.loads(chat(p, key, "od")[1])["usage"]
         assert not [e for e in admin_get(p, "/api/events") if "lost" in e["message"] or "idle" in e["message"]]
     except BaseException:
         print(dump_logs(p))
