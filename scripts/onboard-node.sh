@@ -184,7 +184,9 @@ copy() {
         tar -C "$stage" -cf - pki -C "$(cd "$(dirname "$bundle")" && pwd)" "$bundle_name" "$bundle_name.sha256" \
             | ssh "${ssh_opts[@]}" "$ssh_user@$address" \
                 "umask 077 && rm -rf $incoming && mkdir -p $incoming && tar -xf - -C $incoming" 2>"$err" \
-            || { local st=("${PIPESTATUS[@]}"); rc=${st[1]}; [ "${st[0]}" -eq 0 ] || die 4 "could not read $bundle"; }
+            || { local st=("${PIPESTATUS[@]}"); rc=${st[1]}
+                 # tar fails too when ssh breaks off under it (SIGPIPE): only with ssh standing is it tar's fault
+                 [ "$rc" -eq 255 ] || [ "${st[0]}" -eq 0 ] || die 4 "could not read $bundle"; }
         [ "$rc" -ne 0 ] || return 0
         [ "$rc" -eq 255 ] || die 4 "could not copy the bundle to $incoming on $address (status $rc): $(said)"
         ssh_refused "to copy again"
