@@ -2,11 +2,12 @@
 
 Each listener has its own cap on open connections and, per client address, a smaller one; a connection beyond
 either is answered 503 and closed at once, so one noisy client (or one listener under attack) cannot take the file
-descriptors the others need. Headers are bounded in size and count, and must arrive within `header_timeout` of
-the connection opening or of the previous response (aiohttp's keep-alive timer does both), so slow or silent
-connections are closed instead of being kept for an hour. The open-file limit is raised to its hard limit at
-start, and the caps are fitted under it. Repeated errors from the event loop (a refused accept, say) are logged
-once a minute with a count, not once per occurrence.
+descriptors the others need; at the listener's cap, a connection that only waits is closed to make room first.
+Headers are bounded in size and count, and (with a TLS handshake before them) must arrive within `header_timeout`
+of the connection opening or of the previous response (aiohttp's keep-alive timer does both), so slow or silent
+connections are closed instead of being kept for an hour; bodies are bounded by control/guards.py. The open-file
+limit is raised to its hard limit at start, and the caps are fitted under it. Repeated errors from the event loop
+(a refused accept, say) are logged once a minute with a count, not once per occurrence.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.config.types import split_listen
+from llmgw.control.guards import connection_logger, request_bounds
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,9 @@ class Limiter:
     refusal: bytes
     total: int = 0
     refused: int = 0
+    evicted: int = 0
     per_client: Counter[str] = field(default_factory=Counter)
-    _counted: dict[object, str] = field(default_factory=dict)
+    _counted: dict[Any, str] = field(default_factory=dict)  # aiohttp's RequestHandler -> its client
     _quiet_until: float = 0.0
     # who a connection belongs to: its address by default; on the agent listener the certificate's node
     client_of: Callable[[asyncio.Transport], str] = field(default=lambda t: peer_address(t))
@@ -53,37 +56,57 @@ class Limiter:
         def connection_made(handler: Any, transport: asyncio.Transport) -> None:
             made(handler, transport)
             client = self.client_of(transport)
+            if self.total >= self.max_total:
+                self._make_room()
             if self.total >= self.max_total or self.per_client[client] >= self.max_per_client:
                 self.refused += 1
-                self._say(client)
+                self._say(client, "refusing connections")
                 transport.write(self.refusal)
-                transport.close()
+                # closed on the loop's next turn, once aiohttp has started the connection's task: closed now, the
+                # task would start on a connection already torn down
+                asyncio.get_running_loop().call_soon(transport.close)
                 return
             self.total += 1
             self.per_client[client] += 1
             self._counted[handler] = client
 
         def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
-            client = self._counted.pop(handler, None)
-            if client is not None:
-                self.total -= 1
-                self.per_client[client] -= 1
-                if self.per_client[client] <= 0:
-                    del self.per_client[client]
+            self._uncount(handler)
             lost(handler, exc)
 
         server.connection_made = connection_made  # type: ignore[method-assign]
         server.connection_lost = connection_lost  # type: ignore[method-assign]
 
-    def _say(self, client: str) -> None:
+    def _uncount(self, handler: object) -> None:
+        client = self._counted.pop(handler, None)
+        if client is not None:
+            self.total -= 1
+            self.per_client[client] -= 1
+            if self.per_client[client] <= 0:
+                del self.per_client[client]
+
+    def _make_room(self) -> None:
+        """At the cap, the connection open longest with no request in progress is closed for the new one, as
+        nginx reuses idle keep-alive connections: connections that only wait (idle, or never finishing their
+        headers) cannot keep a listener from its next client, though on loopback every client has one address.
+        One with a request being served is never closed."""
+        for handler, client in self._counted.items():
+            if not getattr(handler, "_request_in_progress", True):  # aiohttp's RequestHandler, between requests
+                self._uncount(handler)
+                self.evicted += 1
+                self._say(client, "closing waiting connections for new ones")
+                handler.force_close()
+                return
+
+    def _say(self, client: str, what: str) -> None:
         now = asyncio.get_running_loop().time()
         if now >= self._quiet_until:
             self._quiet_until = now + 60.0
             log.warning(
-                "%s listener: refusing connections (at %d of %d open, %d from %s, cap %d per client); "
-                "%d refused so far, next report in a minute",
-                self.name, self.total, self.max_total, self.per_client[client], client, self.max_per_client,
-                self.refused,
+                "%s listener: %s (at %d of %d open, %d from %s, cap %d per client); "
+                "%d refused and %d waiting connections closed for new ones so far, next report in a minute",
+                self.name, what, self.total, self.max_total, self.per_client[client], client, self.max_per_client,
+                self.refused, self.evicted,
             )
 
 
@@ -108,9 +131,10 @@ def refusal(body: bytes) -> bytes:
     )
 
 
-def runner_options(header_timeout: float) -> dict[str, Any]:
+def runner_options(header_timeout: float, name: str) -> dict[str, Any]:
     return {
         "access_log": None,
+        "logger": connection_logger(name),
         "keepalive_timeout": header_timeout,
         "max_line_size": MAX_LINE,
         "max_field_size": MAX_LINE,
@@ -173,9 +197,6 @@ class QuietErrors:
         log.error("%s (%d time(s) in the last minute)%s", kind, n, f": {exc}" if exc is not None else "")
 
 
-TLS_HANDSHAKE_TIMEOUT = 10.0  # a connection that never finishes its handshake holds a descriptor this long
-
-
 class Listener:
     def __init__(self, runner: web.AppRunner, tls_server: asyncio.AbstractServer | None = None) -> None:
         self.runner = runner
@@ -195,7 +216,8 @@ async def start_listener(
     tls: ssl.SSLContext | None = None,
     reuse_port: bool = False,
 ) -> Listener:
-    runner = web.AppRunner(app, **runner_options(header_timeout))
+    app.middlewares.append(request_bounds(header_timeout))
+    runner = web.AppRunner(app, **runner_options(header_timeout, limiter.name))
     await runner.setup()
     assert runner.server is not None
     limiter.install(runner.server)
@@ -203,8 +225,9 @@ async def start_listener(
     if tls is None:
         await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
         return Listener(runner)
-    # aiohttp's sites cannot bound the TLS handshake, which happens before the limiter sees a connection
+    # aiohttp's sites cannot bound the TLS handshake, which happens before the limiter sees a connection: it is
+    # part of what a new connection must finish within the header timeout
     server = await asyncio.get_running_loop().create_server(
-        runner.server, host, port, ssl=tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT, reuse_address=True,
+        runner.server, host, port, ssl=tls, ssl_handshake_timeout=header_timeout, reuse_address=True,
     )
     return Listener(runner, server)

@@ -28,6 +28,7 @@ from llmgw.router.stats import OTHER, Measure, Recorder
 from llmgw.router.table import EJECT_AFTER, Route, RoutingTable
 from llmgw.router.usage import StreamUsage
 from llmgw.store.base import ApiKeyRecord, UsageRecord
+from llmgw.wire.http import message_of
 from llmgw.wire.router import model_explanation_lines
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,7 @@ class Router:
             resp = await self._proxy(request, m)
             status = resp.status
             return resp
-        except asyncio.CancelledError:  # the handler cancelled: the client went away
+        except (asyncio.CancelledError, ConnectionError):  # the client went away (its body cut off, say)
             status = CLIENT_CLOSED
             raise
         finally:
@@ -444,8 +445,12 @@ async def openai_envelope(
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(e.status, "http_error")
-        return openai_error(e.status, f"{request.method} {request.path}: {e.reason}", "invalid_request_error", code)
+        code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "body_too_large"}.get(
+            e.status, "http_error"
+        )
+        return openai_error(e.status, message_of(request, e), "invalid_request_error", code)
+    except ConnectionError:  # the client went away: nobody to answer, and no failure of ours
+        raise
     except Exception:
         log.exception("unexpected failure serving %s %s", request.method, request.path)
         return openai_error(500, "internal error in the router; it is logged", "server_error", "internal_error")

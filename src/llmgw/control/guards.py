@@ -1,0 +1,116 @@
+"""Bounds every llmgw listener puts on one request, whatever its application.
+
+- A body is refused (413) on its announced length when that is over the application's limit, before a byte of it
+  is read.
+- A body must arrive by a deadline: the header timeout, plus the time its length takes at `BODY_MIN_RATE` (a
+  chunked body counts as the limit's length). A client that trickles its body in (slowloris) is answered 408 at
+  the deadline instead of holding a connection and a handler for as long as it likes. Only a handler still
+  waiting for the body is stopped: the deadline does not apply to an answer being streamed.
+- aiohttp's own refusals (404, 405, 413) are answered in the plain envelope, `{"error": "..."}`.
+- What a client's mistake or departure makes aiohttp log (a malformed request line, too many headers, a connection
+  reset mid-body) is one line a minute per kind, with a count, not a traceback per request: an unauthenticated
+  client must not be able to fill the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
+
+from llmgw.wire.http import in_plain, message_of, refusal
+
+BODY_MIN_RATE = 64 * 1024  # bytes per second, on average, that a body must keep up after its headers
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def request_bounds(header_timeout: float) -> Middleware:
+    @web.middleware
+    async def bounds(request: web.Request, handler: Handler) -> web.StreamResponse:
+        limit = request.client_max_size
+        length = request.content_length
+        if length is not None and limit and length > limit:
+            raise refusal(web.HTTPRequestEntityTooLarge, f"request body of {length} bytes is over the limit of {limit}",
+                          max_size=limit, actual_size=length)
+        if not request.can_read_body or request.content.is_eof():
+            return await plain_errors(handler, request)
+        allowed = header_timeout + (length if length is not None else limit) / BODY_MIN_RATE
+        loop = asyncio.get_running_loop()
+        deadline = asyncio.timeout(None)
+
+        def check() -> None:
+            if not request.content.is_eof():  # still waiting for the body: stop the handler
+                deadline.reschedule(loop.time())
+
+        timer = loop.call_later(allowed, check)
+        try:
+            async with deadline:
+                return await plain_errors(handler, request)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise refusal(
+                web.HTTPRequestTimeout,
+                f"request body not received within {allowed:.1f}s (the header timeout, and one second per "
+                f"{BODY_MIN_RATE // 1024} KiB announced)",
+            ) from None
+        finally:
+            timer.cancel()
+
+    return bounds
+
+
+async def plain_errors(handler: Handler, request: web.Request) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400 or e.content_type == "application/json":
+            raise
+        raise in_plain(e, message_of(request, e)) from None
+
+
+CLIENT_FAULTS = (HttpProcessingError, ConnectionError)
+
+
+class ClientFaults(logging.Filter):
+    """On aiohttp's per-connection logger: a client's malformed request or its going away is one INFO line per kind
+    a minute, with a count; anything else passes as aiohttp logged it."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        super().__init__()
+        self.every = every
+        self.last: dict[str, float] = {}
+        self.count: Counter[str] = Counter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, CLIENT_FAULTS):
+            return True
+        kind = type(exc).__name__
+        self.count[kind] += 1
+        now = time.monotonic()
+        if now - self.last.get(kind, float("-inf")) < self.every:
+            return False
+        self.last[kind] = now
+        n, self.count[kind] = self.count[kind], 0
+        said = " ".join(str(exc).split())[:200]
+        record.msg, record.args, record.exc_info, record.exc_text = (
+            "client faults: %s (%s), %d in the last minute", (kind, said, n), None, None,
+        )
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def connection_logger(name: str) -> logging.Logger:
+    """The logger aiohttp's request handlers of one listener write to."""
+    logger = logging.getLogger(f"llmgw.http.{name}")
+    if not any(isinstance(f, ClientFaults) for f in logger.filters):
+        logger.addFilter(ClientFaults())
+    return logger
