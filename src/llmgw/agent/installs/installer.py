@@ -26,6 +26,7 @@ from llmgw.agent.installs.recipes import (
     install,
     stale_downloads,
 )
+from llmgw.agent.space import free_bytes, room_again
 from llmgw.agent.supervisor.process import write_private
 from llmgw.core.backoff import doubling
 from llmgw.core.errors import InstallRefused
@@ -60,6 +61,7 @@ class Track:
     failure: tuple[str, str] | None = None  # (reason, words) of the last failed attempt
     failures: int = 0
     retry_at: float = float("-inf")
+    free_when_failed: int | None = None  # the disk's free bytes when the last attempt failed for want of space
     task: asyncio.Task[None] | None = field(default=None, repr=False)  # an install under way
     check: asyncio.Task[None] | None = field(default=None, repr=False)  # a re-check under way (vLLM's takes 20 s)
 
@@ -140,7 +142,8 @@ class Installer:
                 t.checked_at = now
                 t.check = asyncio.create_task(self._recheck(t, t.status.path))
                 continue  # the heartbeat goes on meanwhile; what it finds is acted on by a later pass
-            if t.check is None and (t.status is None or not t.status.runs) and now >= t.retry_at:
+            if t.check is None and (t.status is None or not t.status.runs) and (
+                    now >= t.retry_at or room_again(self.ctx.root, t.free_when_failed)):
                 t.task = asyncio.create_task(self._attempt(t))
         self.settled = True
         if hw is not None:
@@ -207,6 +210,7 @@ class Installer:
         delay = doubling(RETRY_FIRST_S, RETRY_MAX_S, t.failures - 1)
         t.retry_at = self.ctx.clock.monotonic() + delay
         t.failure = (reason, words[:1800])
+        t.free_when_failed = free_bytes(self.ctx.root) if reason == Reason.DiskFull else None
         log.error("installing %s %s failed (next attempt in %.0fs): %s", t.source.name, t.source.version, delay, words)
 
     def _cancel(self, t: Track) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from llmgw.agent.space import free_bytes, room_again
 from llmgw.agent.transfer import MinRate, Result, Source, fetch_part
 from llmgw.agent.weights import local
 from llmgw.agent.weights.serve import DIGEST_HEADER
@@ -65,6 +66,7 @@ class _Job:
     task: asyncio.Task[None] | None = None
     status: FetchStatus | None = None
     failed_at: float = 0.0
+    free_when_failed: int | None = None  # the disk's free bytes when the last attempt failed for want of space
     started: tuple[float, int] = (0.0, 0)  # (when, bytes) the current transfer began at: for its rate
 
 
@@ -105,7 +107,8 @@ class Fetcher:
             return Ready(held.path)
         st = job.status
         if job.task is None or job.task.done():
-            if st is not None and st.state == "failed" and self.clock.monotonic() - job.failed_at < FAILED_RETRY:
+            if (st is not None and st.state == "failed" and self.clock.monotonic() - job.failed_at < FAILED_RETRY
+                    and not room_again(self.dir, job.free_when_failed)):
                 return Failed(st.reason, st.message)
             job.task = asyncio.create_task(self._run(job))
             job.status = st = _status(source=url, state="waiting", message="starting")
@@ -157,8 +160,7 @@ class Fetcher:
                 path = await self._attempt(job)
             except TransferFailed as e:
                 if not e.resumable:
-                    job.status = _status(source=job.url, state="failed", message=str(e), reason=e.reason)
-                    job.failed_at = self.clock.monotonic()
+                    self._failed(job, e)
                     log.error("weights %s: %s", job.url, e)
                     return
                 wait = doubling(RETRY_BASE, RETRY_CAP, attempt)
@@ -171,14 +173,21 @@ class Fetcher:
             except Exception as e:  # a transfer's trouble fails that file, never the agent; and it is said
                 err = TransferFailed.from_os(e, f"cannot write in {self.dir}") if isinstance(e, OSError) else (
                     TransferFailed(Reason.DownloadFailed, f"{type(e).__name__}: {str(e)[:500]}"))
-                job.status = _status(source=job.url, state="failed", message=str(err), reason=err.reason)
-                job.failed_at = self.clock.monotonic()
-                log.exception("weights %s: failed", job.url)
+                self._failed(job, err)
+                if err.reason in LOCAL_TROUBLE:
+                    log.error("weights %s: %s", job.url, err)
+                else:
+                    log.exception("weights %s: failed", job.url)
                 return
             if path is None:
                 continue  # the plan changed while waiting
             job.status = None
             return
+
+    def _failed(self, job: _Job, e: TransferFailed) -> None:
+        job.status = _status(source=job.url, state="failed", message=str(e), reason=e.reason)
+        job.failed_at = self.clock.monotonic()
+        job.free_when_failed = free_bytes(self.dir) if e.reason in LOCAL_TROUBLE else None
 
     async def _attempt(self, job: _Job) -> Path | None:
         plan = job.plan
