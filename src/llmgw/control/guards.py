@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
+from aiohttp.web_urldispatcher import _default_expect_handler
 
 from llmgw.wire.http import in_plain, message_of, refusal
 
@@ -65,6 +66,16 @@ def request_bounds(header_timeout: float) -> Middleware:
             timer.cancel()
 
     return bounds
+
+
+async def expect_within_limits(request: web.Request) -> None:
+    """`Expect: 100-continue` (curl sends it for bodies over 1 MB): a body announced over the limit is not invited
+    ("100 Continue"): the 413 above answers it, in the application's envelope, before it is sent. Otherwise aiohttp's
+    own answer. (The invitation still comes before a route's credentials are checked: they are its handler's.)"""
+    limit, length = request.client_max_size, request.content_length
+    if length is not None and limit and length > limit:
+        return
+    await _default_expect_handler(request)
 
 
 async def plain_errors(handler: Handler, request: web.Request) -> web.StreamResponse:

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.config.types import split_listen
-from llmgw.control.guards import connection_logger, request_bounds
+from llmgw.control.guards import connection_logger, expect_within_limits, request_bounds
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,11 @@ class Limiter:
     total: int = 0
     refused: int = 0
     evicted: int = 0
+    stalled: int = 0
     per_client: Counter[str] = field(default_factory=Counter)
     _counted: dict[Any, str] = field(default_factory=dict)  # aiohttp's RequestHandler -> its client
     _quiet_until: float = 0.0
+    _unsent: dict[Any, int] = field(default_factory=dict)  # bytes each connection had left to send at the last sweep
     # who a connection belongs to: its address by default; on the agent listener the certificate's node
     client_of: Callable[[asyncio.Transport], str] = field(default=lambda t: peer_address(t))
 
@@ -56,8 +58,10 @@ class Limiter:
         def connection_made(handler: Any, transport: asyncio.Transport) -> None:
             made(handler, transport)
             client = self.client_of(transport)
-            if self.total >= self.max_total:
-                self._make_room()
+            if self.per_client[client] >= self.max_per_client:
+                self._make_room(client)  # a client at its own cap replaces its own waiting connection, no other's
+            elif self.total >= self.max_total:
+                self._make_room(None)
             if self.total >= self.max_total or self.per_client[client] >= self.max_per_client:
                 self.refused += 1
                 self._say(client, "refusing connections")
@@ -85,29 +89,58 @@ class Limiter:
             if self.per_client[client] <= 0:
                 del self.per_client[client]
 
-    def _make_room(self) -> None:
-        """At the cap, the connection open longest with no request in progress is closed for the new one, as
-        nginx reuses idle keep-alive connections: connections that only wait (idle, or never finishing their
-        headers) cannot keep a listener from its next client, though on loopback every client has one address.
-        One with a request being served is never closed."""
+    def _make_room(self, only: str | None) -> None:
+        """At a cap, the connection open longest that only waits for its next request (idle, or its headers not
+        all in) is closed for the new one, as nginx reuses idle keep-alive connections: waiting connections cannot
+        keep a listener from its next client, though on loopback every client has one address. `only`: among that
+        client's connections. One whose request has arrived, or is being answered, is never closed."""
         for handler, client in self._counted.items():
-            if not getattr(handler, "_request_in_progress", True):  # aiohttp's RequestHandler, between requests
-                self._uncount(handler)
+            if (only is None or client == only) and _waiting(handler):
+                self._close(handler, client, "closing waiting connections for new ones")
                 self.evicted += 1
-                self._say(client, "closing waiting connections for new ones")
-                handler.force_close()
                 return
+
+    def _close(self, handler: Any, client: str, why: str) -> None:
+        """Closed at once, whatever it has left to send: counted until its socket is gone, which is now."""
+        self._uncount(handler)
+        self._say(client, why)
+        transport = handler.transport
+        if transport is not None:
+            transport.abort()
+        handler.force_close()
+
+    def sweep(self) -> None:
+        """Called every header timeout: a connection whose answer has not moved since the last sweep (its client
+        reads none of it, as a slow reader of a pipelined flood does) is closed. aiohttp has no write timeout, and
+        such a connection, mid-request, is never one that waits."""
+        unsent: dict[Any, int] = {}
+        for handler, client in list(self._counted.items()):
+            transport = handler.transport
+            size = transport.get_write_buffer_size() if transport is not None else 0
+            if size and self._unsent.get(handler) == size:
+                self.stalled += 1
+                self._close(handler, client, "closing connections whose client reads nothing of its answer")
+            elif size:
+                unsent[handler] = size
+        self._unsent = unsent
 
     def _say(self, client: str, what: str) -> None:
         now = asyncio.get_running_loop().time()
         if now >= self._quiet_until:
             self._quiet_until = now + 60.0
             log.warning(
-                "%s listener: %s (at %d of %d open, %d from %s, cap %d per client); "
-                "%d refused and %d waiting connections closed for new ones so far, next report in a minute",
+                "%s listener: %s (at %d of %d open, %d from %s, cap %d per client); so far %d refused, %d waiting "
+                "connections closed for new ones, %d closed for reading nothing; next report in a minute",
                 self.name, what, self.total, self.max_total, self.per_client[client], client, self.max_per_client,
-                self.refused, self.evicted,
+                self.refused, self.evicted, self.stalled,
             )
+
+
+def _waiting(handler: Any) -> bool:
+    """Whether an aiohttp RequestHandler waits for a request none of which has arrived: its waiter pending and
+    nothing parsed queued (while a request is answered the waiter is None)."""
+    waiter = getattr(handler, "_waiter", None)
+    return waiter is not None and not waiter.done() and not getattr(handler, "_messages", True)
 
 
 def peer_address(transport: asyncio.Transport) -> str:
@@ -198,11 +231,20 @@ class QuietErrors:
 
 
 class Listener:
-    def __init__(self, runner: web.AppRunner, tls_server: asyncio.AbstractServer | None = None) -> None:
+    def __init__(self, runner: web.AppRunner, limiter: Limiter, every: float,
+                 tls_server: asyncio.AbstractServer | None = None) -> None:
         self.runner = runner
         self.tls_server = tls_server
+        self.sweeper = asyncio.create_task(self._sweep(limiter, every))
+
+    @staticmethod
+    async def _sweep(limiter: Limiter, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            limiter.sweep()
 
     async def cleanup(self) -> None:
+        self.sweeper.cancel()
         if self.tls_server is not None:
             self.tls_server.close()
         await self.runner.cleanup()
@@ -217,6 +259,8 @@ async def start_listener(
     reuse_port: bool = False,
 ) -> Listener:
     app.middlewares.append(request_bounds(header_timeout))
+    for route in app.router.routes():  # aiohttp answers "100 Continue" before any middleware runs
+        route._expect_handler = expect_within_limits
     runner = web.AppRunner(app, **runner_options(header_timeout, limiter.name))
     await runner.setup()
     assert runner.server is not None
@@ -224,10 +268,10 @@ async def start_listener(
     host, port = split_listen(listen)
     if tls is None:
         await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
-        return Listener(runner)
+        return Listener(runner, limiter, header_timeout)
     # aiohttp's sites cannot bound the TLS handshake, which happens before the limiter sees a connection: it is
     # part of what a new connection must finish within the header timeout
     server = await asyncio.get_running_loop().create_server(
         runner.server, host, port, ssl=tls, ssl_handshake_timeout=header_timeout, reuse_address=True,
     )
-    return Listener(runner, server)
+    return Listener(runner, limiter, header_timeout, server)

@@ -1,0 +1,258 @@
+"""Attack review of the listener bounds (control/listeners.py, control/guards.py): real listeners started through
+start_listener on loopback, spoken to with raw sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.control.listeners import Limiter, Listener, refusal, start_listener
+from tests.harness import free_port
+
+PLAIN = refusal(b'{"error": "too many connections"}')
+LONG_PATH = "/" + "a" * 7900  # an unknown path: a 404 of some 8 KB, which echoes it, to anyone, unauthenticated
+
+
+async def until(cond: Callable[[], Any], within: float, what: str) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within {within}s: {what}")
+
+
+def ok_app() -> web.Application:
+    async def hello(_: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application(client_max_size=1024 * 1024)
+    app.router.add_get("/", hello)
+    app.router.add_post("/", hello)
+    return app
+
+
+async def listen(max_total: int, per_client: int, header_timeout: float) -> tuple[Listener, Limiter, int]:
+    lim = Limiter("review", max_total, per_client, PLAIN)
+    port = free_port()
+    listener = await start_listener(ok_app(), f"127.0.0.1:{port}", lim, header_timeout)
+    return listener, lim, port
+
+
+async def connect(port: int, local: str = "127.0.0.1", rcvbuf: int | None = None) -> socket.socket:
+    s = socket.socket()
+    if rcvbuf is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.bind((local, 0))
+    s.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(s, ("127.0.0.1", port))
+    return s
+
+
+async def new_handler(lim: Limiter, before: set[Any]) -> Any:
+    return await until(lambda: next((h for h in lim._counted if h not in before), None), 5, "connection counted")
+
+
+async def response(s: socket.socket, within: float) -> bytes:
+    """What the server says on `s` until it has said one whole response or closed (b"" when it said nothing)."""
+    loop = asyncio.get_running_loop()
+    got = b""
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                chunk = await loop.sock_recv(s, 65536)
+                if not chunk:
+                    return got
+                got += chunk
+                head, sep, body = got.partition(b"\r\n\r\n")
+                if sep:
+                    n = next((int(h.split(b":")[1]) for h in head.split(b"\r\n")
+                              if h.lower().startswith(b"content-length:")), 0)
+                    if len(body) >= n:
+                        return got
+    except (ConnectionError, TimeoutError):
+        return got
+
+
+def server_side_established(port: int) -> int:
+    """Sockets of the listener's (local port `port`) still ESTABLISHED: the server has not closed them."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            cols = line.split()
+            if int(cols[1].split(":")[1], 16) == port and cols[3] == "01":
+                n += 1
+    return n
+
+
+async def test_a_client_refused_at_its_own_cap_still_closes_another_clients_connection() -> None:
+    """Found by an attack review. At the listener's cap, `_make_room` closes the oldest waiting connection before
+    the per-client cap is looked at: a client already at its per-client cap, whose new connection is refused 503
+    anyway, still closes another client's kept-alive connection each time it tries, gaining nothing by it. Here a
+    client on 127.0.0.2 has a kept-alive connection; the attacker on 127.0.0.1 holds its 2 allowed connections
+    (the listener at its cap of 3) and opens a third: refused, as it should be, and the victim's connection is
+    closed too."""
+    listener, lim, port = await listen(max_total=3, per_client=2, header_timeout=30.0)
+    loop = asyncio.get_running_loop()
+    socks: list[socket.socket] = []
+    try:
+        victim = await connect(port, "127.0.0.2")
+        socks.append(victim)
+        await loop.sock_sendall(victim, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert b" 200 " in (await response(victim, 5)).split(b"\r\n")[0]
+        for _ in range(2):
+            socks.append(await connect(port))
+        await until(lambda: lim.total == 3, 5, "three connections counted")
+        extra = await connect(port)
+        socks.append(extra)
+        # (since the fix, the client at its own cap replaces its own oldest waiting connection: never more than 2)
+        await until(lambda: lim.evicted + lim.refused >= 1, 5, "the third connection refused or replacing another")
+        assert lim.per_client["127.0.0.1"] <= 2 and lim.per_client["127.0.0.2"] == 1, lim.per_client
+        await loop.sock_sendall(victim, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        again = await response(victim, 5)
+        assert again.startswith(b"HTTP/1.1 200"), (
+            f"the victim's kept-alive connection was closed for a connection that was refused anyway "
+            f"({lim.evicted} evicted, {lim.refused} refused): {again[:60]!r}")
+    finally:
+        for s in socks:
+            s.close()
+        await listener.cleanup()
+
+
+async def _stuck_idle(port: int, lim: Limiter, loop: asyncio.AbstractEventLoop) -> tuple[socket.socket, Any]:
+    """A connection that asked for 404s (unauthenticated) and never reads them, left between requests with the
+    last answer still in the server's write buffer (under the high-water mark, so its handler is done)."""
+    before = set(lim._counted)
+    s = await connect(port, rcvbuf=2048)
+    h = await new_handler(lim, before)
+    for sent in range(1, 5000):
+        await loop.sock_sendall(s, f"GET {LONG_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await until(lambda: h._request_count == sent and not h._request_in_progress and not h._messages, 5,
+                    "the 404 answered")
+        if h.transport is not None and h.transport.get_write_buffer_size() > 0:
+            return s, h
+    raise AssertionError("the server's write buffer never filled")
+
+
+async def test_an_evicted_connection_that_does_not_read_holds_its_socket_uncounted_for_ever() -> None:
+    """Found by an attack review. `_make_room` uncounts the connection it evicts at once and asks aiohttp to close
+    it; but a plain TCP transport closes only once its write buffer is flushed, and a client that never reads
+    never lets it flush, so the socket stays open for ever, no longer counted against any cap. An unauthenticated
+    client asks for 404s on a connection it never reads, lets it be evicted by its next connection, and so on:
+    the listener (cap 2) ends with more open sockets than its cap, past its header timeout, and the cap no longer
+    bounds the descriptors it holds (before the change the stuck connection stayed counted until it closed)."""
+    listener, lim, port = await listen(max_total=2, per_client=2, header_timeout=1.0)
+    loop = asyncio.get_running_loop()
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(4):
+            s, h = await _stuck_idle(port, lim, loop)
+            socks.append(s)
+            while h in lim._counted:  # new connections until this one is closed for them
+                socks.append(await connect(port))
+                await asyncio.sleep(0.01)
+        deadline = time.monotonic() + 1.0 + 3.0  # the header timeout, and a margin
+        while time.monotonic() < deadline and server_side_established(port) > lim.max_total:
+            await asyncio.sleep(0.1)
+        open_now = server_side_established(port)
+        assert open_now <= lim.max_total, (
+            f"{open_now} sockets of the listener still open with a cap of {lim.max_total} "
+            f"({lim.total} counted, {lim.evicted} evicted)")
+    finally:
+        for s in socks:
+            s.close()
+        await listener.cleanup()
+
+
+async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever() -> None:
+    """Found by an attack review. A client that pipelines unauthenticated requests (404s here) and never reads
+    the answers leaves its handler blocked writing: `_request_in_progress` stays True, so `_make_room` never
+    closes it, and no timer bounds a write (the header timeout does not run while a request is in progress).
+    Two such connections hold a listener with a cap of 2 (on loopback, where the management API and metrics
+    listen, every client has the attacker's address): the operator is refused 503 long past the header timeout,
+    the lock-out the change says it ended."""
+    listener, lim, port = await listen(max_total=2, per_client=2, header_timeout=1.0)
+    loop = asyncio.get_running_loop()
+    socks: list[socket.socket] = []
+    senders: list[asyncio.Task[None]] = []
+    try:
+        for _ in range(2):
+            before = set(lim._counted)
+            s = await connect(port, rcvbuf=2048)
+            socks.append(s)
+            h = await new_handler(lim, before)
+            senders.append(asyncio.create_task(
+                loop.sock_sendall(s, f"GET {LONG_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * 2000)))
+            await until(lambda: h._request_in_progress and h.transport is not None
+                        and h.transport.get_write_buffer_size() > 64 * 1024, 10, "blocked writing")
+        deadline = time.monotonic() + 1.0 + 3.0
+        last = b""
+        while time.monotonic() < deadline:
+            op = await connect(port)
+            socks.append(op)
+            await loop.sock_sendall(op, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            last = await response(op, 2)
+            if last.startswith(b"HTTP/1.1 200"):
+                break
+            await asyncio.sleep(0.2)
+        assert last.startswith(b"HTTP/1.1 200"), f"the operator still refused: {last[:40]!r}"
+    finally:
+        for t in senders:
+            t.cancel()
+        for s in socks:
+            s.close()
+        await listener.cleanup()
+
+
+async def test_a_request_that_has_arrived_is_dropped_for_a_new_connection() -> None:
+    """Found by an attack review. `_request_in_progress` turns True only when aiohttp's handler task first runs,
+    two turns of the loop after the request has been read. A kept-alive connection whose next request has
+    arrived (a pooled client, the routers' POSTs to the management API) is closed with no answer when a new
+    connection reaches the cap in that moment: the client loses a request it sent (a POST, not retried). Here
+    the new connection is made just before the request is sent, as an attacker flooding connections makes it."""
+    listener, lim, port = await listen(max_total=2, per_client=2, header_timeout=30.0)
+    loop = asyncio.get_running_loop()
+    socks: list[socket.socket] = []
+    try:
+        victim = await connect(port)
+        socks.append(victim)
+        await loop.sock_sendall(victim, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        assert (await response(victim, 5)).startswith(b"HTTP/1.1 200")
+        socks.append(await connect(port))
+        await until(lambda: lim.total == 2, 5, "at the cap")
+        # no turn of the loop between these two: both are there when it next looks
+        newcomer = socket.create_connection(("127.0.0.1", port))
+        socks.append(newcomer)
+        victim.setblocking(True)
+        victim.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        victim.setblocking(False)
+        got = await response(victim, 5)
+        assert got.startswith(b"HTTP/1.1 200"), f"a request that had arrived was dropped: {got[:40]!r}"
+    finally:
+        for s in socks:
+            s.close()
+        await listener.cleanup()
+
+
+async def test_expect_100_continue_invites_a_body_the_listener_refuses_413() -> None:
+    """Found by an attack review. The claim: a body announced over the limit is 413 before any of it is read. With
+    `Expect: 100-continue` (curl sends it for any body over 1 MB) aiohttp answers `100 Continue` before the
+    middleware runs, so the client is told to send the whole oversized body, which the server then reads and
+    throws away (lingering) after its 413."""
+    listener, lim, port = await listen(max_total=8, per_client=8, header_timeout=30.0)
+    loop = asyncio.get_running_loop()
+    s = await connect(port)
+    try:
+        await loop.sock_sendall(s, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n"
+                                   b"Expect: 100-continue\r\n\r\n")
+        first = await response(s, 5)
+        assert first.startswith(b"HTTP/1.1 413"), f"the first answer: {first[:40]!r}"
+    finally:
+        s.close()
+        await listener.cleanup()
