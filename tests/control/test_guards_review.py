@@ -133,7 +133,8 @@ async def _stuck_idle(port: int, lim: Limiter, loop: asyncio.AbstractEventLoop) 
     h = await new_handler(lim, before)
     for sent in range(1, 5000):
         await loop.sock_sendall(s, f"GET {LONG_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        await until(lambda: h._request_count == sent and not h._request_in_progress and not h._messages, 5,
+        await until(lambda sent=sent: h._request_count == sent and not h._request_in_progress
+                    and not h._messages, 5,
                     "the 404 answered")
         if h.transport is not None and h.transport.get_write_buffer_size() > 0:
             return s, h
@@ -189,7 +190,7 @@ async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever()
             h = await new_handler(lim, before)
             senders.append(asyncio.create_task(
                 loop.sock_sendall(s, f"GET {LONG_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * 2000)))
-            await until(lambda: h._request_in_progress and h.transport is not None
+            await until(lambda h=h: h._request_in_progress and h.transport is not None
                         and h.transport.get_write_buffer_size() > 64 * 1024, 10, "blocked writing")
         deadline = time.monotonic() + 1.0 + 3.0
         last = b""
@@ -245,7 +246,7 @@ async def test_expect_100_continue_invites_a_body_the_listener_refuses_413() -> 
     `Expect: 100-continue` (curl sends it for any body over 1 MB) aiohttp answers `100 Continue` before the
     middleware runs, so the client is told to send the whole oversized body, which the server then reads and
     throws away (lingering) after its 413."""
-    listener, lim, port = await listen(max_total=8, per_client=8, header_timeout=30.0)
+    listener, _lim, port = await listen(max_total=8, per_client=8, header_timeout=30.0)
     loop = asyncio.get_running_loop()
     s = await connect(port)
     try:

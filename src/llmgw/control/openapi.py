@@ -1,6 +1,7 @@
 """The management API described as OpenAPI 3.1, from the same pydantic models the handlers answer with: the schema
 cannot drift from what is sent. Served at /api/openapi.json; docs/management-api.openapi.json is a copy, kept equal
-by a test."""
+by a test, and tests/reliability/test_schemas.py runs Schemathesis against it: every route is described, with every
+status it can answer (the listener's own refusals included: control/guards.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pydantic import BaseModel
 from llmgw import __version__
 from llmgw.control.summary import Summary
 from llmgw.control.views import NodeRow
-from llmgw.wire.router import Activity, ModelExplanation, RouterView
+from llmgw.wire.router import Activity, Admission, AdmitRequest, ModelExplanation, RouterView
 
 REF = "#/components/schemas/{model}"
 SCHEMAS: dict[str, type[BaseModel]] = {
@@ -20,6 +21,8 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "NodeRow": NodeRow,
     "RouterView": RouterView,
     "Activity": Activity,
+    "AdmitRequest": AdmitRequest,
+    "Admission": Admission,
 }
 
 
@@ -34,41 +37,114 @@ def _ref(name: str) -> dict[str, str]:
 ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
 
 
+OBJECT = {"type": "object"}
+ROWS = {"type": "array", "items": OBJECT}
+NAME = {"type": "string", "minLength": 1, "maxLength": 128}
+MODELS = {"type": "array", "items": {"type": "string"}}
+KEY_LIMITS = {"anyOf": [{"type": "object"}, {"type": "null"}]}
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def _op(summary: str, ok: dict[str, Any], *, params: list[dict[str, Any]] | None = None,
+        body: dict[str, Any] | None = None, more: dict[str, str] | None = None, open_: bool = False,
+        status: str = "200") -> dict[str, Any]:
+    """One operation: its answer, and every refusal it can give in the plain envelope."""
+    refusals = {"400": "the request is malformed (a parameter, the body, its JSON)",
+                "403": "a request from a web page (Host or Origin not allowed)",
+                "408": "the request body did not arrive in time", **(more or {})}
+    if not open_:
+        refusals["401"] = "no or a wrong operator token"
+    if body is not None:
+        refusals |= {"413": "the request body is over the limit", "415": "a request body must be application/json"}
+    op: dict[str, Any] = {"summary": summary, "responses": {status: ok, **{
+        code: _json(_ref("Error"), words) for code, words in sorted(refusals.items())}}}
+    if params:
+        op["parameters"] = params
+    if body is not None:
+        op["requestBody"] = _body(body)
+    if open_:
+        op["security"] = []
+    return op
+
+
+def _path_param(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+
+
+def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+def _text(what: str, media: str) -> dict[str, Any]:
+    return {"description": what, "content": {media: {"schema": {"type": "string"}}}}
+
+
 def openapi() -> dict[str, Any]:
     components: dict[str, Any] = {"Error": ERROR}
     for name, model in SCHEMAS.items():
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
         components[name] = schema
-    refused = {"401": _json(_ref("Error"), "no or a wrong operator token"),
-               "403": _json(_ref("Error"), "a request from a web page (Host or Origin not allowed)")}
-    model_param = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
-    paths = {
-        "/api/explain/{model}": {"get": {
-            "summary": "Why a model is or is not served: its replicas' phases and conditions, the last placement "
-                       "decision of each (nodes filtered per reason with each node's words, per-fabric "
-                       "shortfalls, the chosen nodes and their scores)",
-            "parameters": [model_param],
-            "responses": {"200": _json(_ref("ModelExplanation"), "the explanation, as data"), **refused},
-        }},
-        "/api/status": {"get": {
-            "summary": "Capacity, fabrics, every node's conditions, every replica's phase and reason, usage",
-            "responses": {"200": _json(_ref("Summary"), "the cluster now"), **refused},
-        }},
-        "/api/nodes": {"get": {
-            "summary": "One row per node: hardware, engines, conditions, warnings in the node's words",
-            "responses": {"200": _json({"type": "array", "items": _ref("NodeRow")}, "every node"), **refused},
-        }},
-        "/api/router/view": {"get": {
-            "summary": "The routing table for router workers",
-            "responses": {"200": _json(_ref("RouterView"), "ready replicas per model"), **refused},
-        }},
-        "/api/router/activity": {"post": {
-            "summary": "A router worker's demand, use, requests in flight and usage",
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Activity")}}},
-            "responses": {"200": {"description": "recorded"},
-                          "503": _json(_ref("Error"), "usage not recorded: send it again"), **refused},
-        }},
+    since = _query("since", {"type": "integer", "minimum": 0})
+    no_such = {"404": "no such thing"}
+    paths: dict[str, Any] = {
+        "/health": {"get": _op("Whether this control plane answers", _json(OBJECT, "it does"), open_=True)},
+        "/metrics": {"get": _op("Prometheus metrics", _text("the exposition", "text/plain"),
+                                more={"503": "the control plane has not finished its first pass yet"})},
+        "/api/explain/{model}": {"get": _op(
+            "Why a model is or is not served: its replicas' phases and conditions, the last placement decision of "
+            "each (nodes filtered per reason with each node's words, per-fabric shortfalls, the chosen nodes and "
+            "their scores)", _json(_ref("ModelExplanation"), "the explanation, as data"),
+            params=[_path_param("model")])},
+        "/api/status": {"get": _op("Capacity, fabrics, every node's conditions, every replica's phase and reason, "
+                                   "usage", _json(_ref("Summary"), "the cluster now"))},
+        "/api/nodes": {"get": _op("One row per node: hardware, engines, conditions, warnings in the node's words",
+                                  _json({"type": "array", "items": _ref("NodeRow")}, "every node"))},
+        "/api/nodes/{id}": {"get": _op("What a node reported, and the control plane's bookkeeping of it",
+                                       _json(OBJECT, "the node"), params=[_path_param("id")], more=no_such)},
+        "/api/nodes/{id}/revoke": {"post": _op(
+            "Revoke a node (or one certificate of it, by its serial): refused from its next request on",
+            _json(OBJECT, "revoked"), params=[_path_param("id")], more=no_such,
+            body={"type": "object", "properties": {"serial": {"type": "string", "pattern": "^[0-9A-Fa-f:]{0,128}$"},
+                                                   "reason": {"type": "string"}}})},
+        "/api/models": {"get": _op("The catalog, each model with its replicas", _json(ROWS, "every model"))},
+        "/api/replicas": {"get": _op("Every replica: phase, conditions, shards", _json(ROWS, "every replica"))},
+        "/api/events": {"get": _op("The latest events, newest first", _json(ROWS, "events"),
+                                   params=[_query("limit", {"type": "integer", "minimum": 1})])},
+        "/api/openapi.json": {"get": _op("This schema", _json(OBJECT, "OpenAPI 3.1"))},
+        "/api/keys": {
+            "get": _op("Every API key (its public prefix, never the key), with use against its limits",
+                       _json(ROWS, "every key")),
+            "post": _op("Make an API key; the only time the key itself is shown", _json(OBJECT, "the new key"),
+                        status="201",
+                        body={"type": "object", "properties": {"name": NAME, "models": MODELS, "limits": KEY_LIMITS},
+                              "required": ["name"]}),
+        },
+        "/api/keys/{id}": {
+            "patch": _op("Change a key's limits or models", _json(OBJECT, "the key now"),
+                         params=[_path_param("id")], body={"type": "object", "minProperties": 1, "properties": {
+                             "models": MODELS, "limits": KEY_LIMITS}},
+                         more={**no_such, "409": "the key is revoked"}),
+            "delete": _op("Revoke a key", _json(OBJECT, "revoked"), params=[_path_param("id")], more=no_such),
+        },
+        "/api/keys/revoke": {"post": _op("Revoke a key by its name", _json(OBJECT, "revoked"), more=no_such,
+                                         body={"type": "object", "properties": {"name": NAME},
+                                               "required": ["name"]})},
+        "/api/usage": {"get": _op("Usage by key or by model since a time", _json(OBJECT, "totals"),
+                                  params=[_query("by", {"type": "string", "enum": ["key", "model"]}), since])},
+        "/api/usage.csv": {"get": _op("Usage per hour, key and model, for billing",
+                                      _text("RFC 4180 CSV", "text/csv"), params=[since])},
+        "/api/router/view": {"get": _op("The routing table for router workers",
+                                        _json(_ref("RouterView"), "ready replicas per model"))},
+        "/api/router/admit": {"post": _op("A router worker asks to admit one request against its key's limits",
+                                          _json(_ref("Admission"), "admitted, or refused and why"),
+                                          body=_ref("AdmitRequest"))},
+        "/api/router/activity": {"post": _op("A router worker's demand, use, requests in flight and usage",
+                                             _json(OBJECT, "recorded"), body=_ref("Activity"),
+                                             more={"503": "usage not recorded: send it again"})},
     }
     return {
         "openapi": "3.1.0",
