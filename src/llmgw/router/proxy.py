@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from llmgw.core.errors import ConnectFailed, StreamBroken
 from llmgw.router.errors import openai_error, sse_error
@@ -40,6 +41,20 @@ CLIENT_CLOSED = 499  # nginx's word for it: the client closed the connection bef
 
 def _unexpected(why: str) -> Outcome:
     return Outcome(502, response=openai_error(502, f"the engine {why}", "upstream_error", "upstream_error"))
+
+
+async def _gone(url: str, within: float) -> bool:
+    """Whether nothing listens at the engine's address any more: a new connection is refused."""
+    u = URL(url)
+    try:
+        async with asyncio.timeout(within):
+            _, w = await asyncio.open_connection(u.host, u.port)
+    except (ConnectionRefusedError, ConnectionResetError):
+        return True
+    except (OSError, TimeoutError):
+        return False  # unreachable or slow is not "gone": it may have the request
+    w.close()
+    return False
 
 
 def broken(e: StreamBroken) -> Outcome:
@@ -90,6 +105,10 @@ async def forward(
     except TimeoutError:
         raise StreamBroken("the engine did not answer in time", status=504) from None
     except aiohttp.ClientError as e:
+        if isinstance(e, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)) and await _gone(url, t.connect):
+            # a kept-alive connection to an engine that has died since: the request went nowhere (a dead engine
+            # answers nothing and records nothing), so it is safe elsewhere, as a refused connection is
+            raise ConnectFailed(f"the engine is gone ({e}; its port refuses new connections)") from e
         raise StreamBroken(f"the engine failed: {e}") from e
     try:
         ctype = resp.headers.get("Content-Type", "application/json")
