@@ -109,6 +109,9 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         except BadRequest as e:
             log.info("management API: %s %s refused: %s", request.method, request.path, e)
             return js({"error": str(e)}, 400)
+        except StoreError as e:  # the store unreachable: the operator is told so, in the store's words
+            log.warning("management API: %s %s: the store failed: %s", request.method, request.path, e)
+            return js({"error": f"the store cannot be reached now: {e}"}, 503)
 
     async def nodes(_: web.Request) -> web.Response:
         return js([node_row(n).model_dump() for n in sorted(plane.nodes.values(), key=lambda n: n.id)])

@@ -54,7 +54,8 @@ def _op(summary: str, ok: dict[str, Any], *, params: list[dict[str, Any]] | None
     """One operation: its answer, and every refusal it can give in the plain envelope."""
     refusals = {"400": "the request is malformed (a parameter, the body, its JSON)",
                 "403": "a request from a web page (Host or Origin not allowed)",
-                "408": "the request body did not arrive in time", **(more or {})}
+                "408": "the request body did not arrive in time",
+                "503": "the store cannot be reached now (its words say why)", **(more or {})}
     if not open_:
         refusals["401"] = "no or a wrong operator token"
     if body is not None:
@@ -93,7 +94,7 @@ def openapi() -> dict[str, Any]:
     paths: dict[str, Any] = {
         "/health": {"get": _op("Whether this control plane answers", _json(OBJECT, "it does"), open_=True)},
         "/metrics": {"get": _op("Prometheus metrics", _text("the exposition", "text/plain"),
-                                more={"503": "the control plane has not finished its first pass yet"})},
+                                more={"503": "not ready yet (the first pass), or the store cannot be reached"})},
         "/api/explain/{model}": {"get": _op(
             "Why a model is or is not served: its replicas' phases and conditions, the last placement decision of "
             "each (nodes filtered per reason with each node's words, per-fabric shortfalls, the chosen nodes and "
@@ -144,7 +145,8 @@ def openapi() -> dict[str, Any]:
                                           body=_ref("AdmitRequest"))},
         "/api/router/activity": {"post": _op("A router worker's demand, use, requests in flight and usage",
                                              _json(OBJECT, "recorded"), body=_ref("Activity"),
-                                             more={"503": "usage not recorded: send it again"})},
+                                             more={"503": "usage not recorded (the store cannot be reached): "
+                                                          "send it again"})},
     }
     return {
         "openapi": "3.1.0",

@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 
 from llmgw.config.server import ModelSpec, RouterConfig
-from llmgw.core.errors import ConnectFailed, StreamBroken
+from llmgw.core.errors import ConnectFailed, StoreError, StreamBroken
 from llmgw.router.admission import Unreservable, refused, reserve, used_of
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
@@ -95,7 +95,12 @@ class Router:
                 self._keys_version = version
 
     async def _auth(self, request: web.Request) -> ApiKeyRecord | web.Response:
-        await self._keys_current()
+        try:
+            await self._keys_current()
+        except StoreError as e:  # keys changed (one revoked, say) and cannot be read: no key is trusted meanwhile
+            log.warning("API keys changed and cannot be read again: %s", e)
+            return openai_error(503, "API keys cannot be checked now: the store is unreachable; try again shortly",
+                                "server_error", "store_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
         self.refresh()
         if not self.cfg.auth:
             return ANONYMOUS
