@@ -55,6 +55,13 @@ async def connect(port: int, local: str = "127.0.0.1", rcvbuf: int | None = None
     return s
 
 
+async def settle(lim: Limiter) -> None:
+    """Until the listener has seen every client's close (its cleanup then waits for no handler), 5 s at most."""
+    deadline = time.monotonic() + 5
+    while lim.total and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
 async def new_handler(lim: Limiter, before: set[Any]) -> Any:
     return await until(lambda: next((h for h in lim._counted if h not in before), None), 5, "connection counted")
 
@@ -122,6 +129,7 @@ async def test_a_client_refused_at_its_own_cap_still_closes_another_clients_conn
     finally:
         for s in socks:
             s.close()
+        await settle(lim)
         await listener.cleanup()
 
 
@@ -168,6 +176,7 @@ async def test_an_evicted_connection_that_does_not_read_holds_its_socket_uncount
     finally:
         for s in socks:
             s.close()
+        await settle(lim)
         await listener.cleanup()
 
 
@@ -208,6 +217,7 @@ async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever()
             t.cancel()
         for s in socks:
             s.close()
+        await settle(lim)
         await listener.cleanup()
 
 
@@ -238,6 +248,7 @@ async def test_a_request_that_has_arrived_is_dropped_for_a_new_connection() -> N
     finally:
         for s in socks:
             s.close()
+        await settle(lim)
         await listener.cleanup()
 
 
@@ -246,7 +257,7 @@ async def test_expect_100_continue_invites_a_body_the_listener_refuses_413() -> 
     `Expect: 100-continue` (curl sends it for any body over 1 MB) aiohttp answers `100 Continue` before the
     middleware runs, so the client is told to send the whole oversized body, which the server then reads and
     throws away (lingering) after its 413."""
-    listener, _lim, port = await listen(max_total=8, per_client=8, header_timeout=30.0)
+    listener, lim, port = await listen(max_total=8, per_client=8, header_timeout=30.0)
     loop = asyncio.get_running_loop()
     s = await connect(port)
     try:
@@ -256,4 +267,5 @@ async def test_expect_100_continue_invites_a_body_the_listener_refuses_413() -> 
         assert first.startswith(b"HTTP/1.1 413"), f"the first answer: {first[:40]!r}"
     finally:
         s.close()
+        await settle(lim)
         await listener.cleanup()

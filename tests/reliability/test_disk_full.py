@@ -75,7 +75,7 @@ def node_disk_full(tmp_path: Path, running: list[Cluster], install: bool) -> Non
     fills up while the weights arrive (trickled)."""
     archive = llama_archive(VERSION) if install else b""
     weights = b"GGUF" + os.urandom(3 * 1024 * 1024)
-    rel = Release(files={ARCHIVE: archive, "w.gguf": weights}, trickle={} if install else {"w.gguf": 0.002})
+    rel = Release(files={ARCHIVE: archive, "w.gguf": weights}, trickle={} if install else {"w.gguf": 0.001})
     with release_server(rel) as srv:
         source = {"name": "llamacpp", "version": VERSION,
                   "variants": [{"variant": "cpu-x86_64", "url": srv.url(ARCHIVE), "sha256": sha256(archive)}]}
