@@ -4,6 +4,7 @@ retry), and a 503 that says whether a model is loading or should be serving and 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp
@@ -65,10 +66,20 @@ async def test_embeddings_on_an_engine_without_them_is_a_4xx_the_client_does_not
 
 async def test_a_model_that_should_serve_and_has_no_replica_is_not_said_to_be_loading(rut: RouterUnderTest) -> None:
     rut.state.remove("sim-a-1")  # min 1, its only replica gone: nothing is loading
-    async with aiohttp.ClientSession() as s, s.post(
-        rut.url + "/v1/chat/completions", json={"model": "sim-a", "messages": [{"role": "user", "content": "x"}]},
-        headers={"Authorization": f"Bearer {rut.key}"},
-    ) as resp:
-        err = (await resp.json())["error"]
-        assert resp.status == 503 and err["code"] == "no_ready_replica", err
-        assert resp.headers["Retry-After"]
+
+    async def time_passes() -> None:  # the injected clock moves past load_wait (else the real-time cap, 10 s, ends it)
+        while True:
+            await asyncio.sleep(0.05)
+            rut.clock.advance(0.1)
+
+    ticking = asyncio.create_task(time_passes())
+    try:
+        async with aiohttp.ClientSession() as s, s.post(
+            rut.url + "/v1/chat/completions", json={"model": "sim-a", "messages": [{"role": "user", "content": "x"}]},
+            headers={"Authorization": f"Bearer {rut.key}"},
+        ) as resp:
+            err = (await resp.json())["error"]
+    finally:
+        ticking.cancel()
+    assert resp.status == 503 and err["code"] == "no_ready_replica", err
+    assert resp.headers["Retry-After"]
