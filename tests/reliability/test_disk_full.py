@@ -25,7 +25,7 @@ from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
 from tests.agent.installs.archives import llama_archive, sha256
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until
-from tests.integration.conftest import dump_logs
+from tests.integration.conftest import dump_logs, start_cluster
 from tests.integration.test_walking_skeleton import chat
 from tests.reliability.figures import record
 from tests.tools import unavailable
@@ -151,11 +151,8 @@ def test_the_store_disk_full_keeps_usage_and_the_database_and_resumes(tmp_path: 
              extra_server={"router": {"usage_flush_interval": "0.2s"}})
     state = p.workdir / "state"
     with small_disk(state, 64) as disk:
-        c = Cluster(p)
-        running.append(c)
-        c.start()
+        c = start_cluster(p, running)
         try:
-            wait_until(lambda: admin_up(p), 20, "control plane up")
             wait_until(lambda: any(r["state"] == "ready" for r in admin_get(p, "/api/status")["replicas"]), 30,
                        "the replica ready")
             key = admin_post(p, "/api/keys", {"name": "billed"})["key"]
