@@ -24,7 +24,7 @@ async def until(cond: Callable[[], Any], within: float, what: str) -> Any:
         v = cond()
         if v:
             return v
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.001)  # the server answers within a turn or two of the loop: poll that often
     raise AssertionError(f"not within {within}s: {what}")
 
 
