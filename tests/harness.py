@@ -50,7 +50,7 @@ def plan(tmp: Path, nodes: list[NodePlan], models: list[dict[str, Any]], **kw: A
     return p
 
 
-def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
     """Poll until cond() is truthy; fail with `what` at the deadline. Returns the truthy value."""
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None

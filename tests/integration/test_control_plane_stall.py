@@ -14,7 +14,7 @@ from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 
-LOST_AFTER = 4.0
+LOST_AFTER = 2.5
 MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_shard": 1},
          "scaling": {"min": 3, "max": 3}}
 

@@ -11,7 +11,7 @@ from tests.integration.conftest import dump_logs
 
 MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_shard": 1, "gpu_class": "A100-80G"},
          "scaling": {"min": 1, "max": 1}}
-LOST_AFTER = 4.0
+LOST_AFTER = 3.0
 
 
 def _node(p, node_id: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
