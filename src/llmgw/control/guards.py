@@ -37,9 +37,9 @@ def request_bounds(header_timeout: float) -> Middleware:
     async def bounds(request: web.Request, handler: Handler) -> web.StreamResponse:
         limit = request.client_max_size
         length = request.content_length
-        if length is not None and limit and length > limit:
+        if _over_limit(request):
             raise refusal(web.HTTPRequestEntityTooLarge, f"request body of {length} bytes is over the limit of {limit}",
-                          max_size=limit, actual_size=length)
+                          max_size=limit, actual_size=length or 0)
         if not request.can_read_body or request.content.is_eof():
             return await plain_errors(handler, request)
         allowed = header_timeout + (length if length is not None else limit) / BODY_MIN_RATE
@@ -72,10 +72,14 @@ async def expect_within_limits(request: web.Request) -> None:
     """`Expect: 100-continue` (curl sends it for bodies over 1 MB): a body announced over the limit is not invited
     ("100 Continue"): the 413 above answers it, in the application's envelope, before it is sent. Otherwise aiohttp's
     own answer. (The invitation still comes before a route's credentials are checked: they are its handler's.)"""
+    if not _over_limit(request):
+        await _default_expect_handler(request)
+
+
+def _over_limit(request: web.Request) -> bool:
+    """Whether the body a request announces is over its application's limit (client_max_size; 0: none)."""
     limit, length = request.client_max_size, request.content_length
-    if length is not None and limit and length > limit:
-        return
-    await _default_expect_handler(request)
+    return length is not None and bool(limit) and length > limit
 
 
 async def plain_errors(handler: Handler, request: web.Request) -> web.StreamResponse:
@@ -90,27 +94,41 @@ async def plain_errors(handler: Handler, request: web.Request) -> web.StreamResp
 CLIENT_FAULTS = (HttpProcessingError, ConnectionError)
 
 
+class OncePerKind:
+    """Counts what happens by kind and says when a kind is due to be reported: at most once every `every` seconds,
+    with how many happened since it last was (the event loop's errors, clients' faults)."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        self.every = every
+        self.last: dict[str, float] = {}
+        self.count: Counter[str] = Counter()
+
+    def due(self, kind: str, now: float) -> int:
+        """0 while the kind was reported less than `every` ago; else how many of it to report now."""
+        self.count[kind] += 1
+        if now - self.last.get(kind, float("-inf")) < self.every:
+            return 0
+        self.last[kind] = now
+        n, self.count[kind] = self.count[kind], 0
+        return n
+
+
 class ClientFaults(logging.Filter):
     """On aiohttp's per-connection logger: a client's malformed request or its going away is one INFO line per kind
     a minute, with a count; anything else passes as aiohttp logged it."""
 
     def __init__(self, every: float = 60.0) -> None:
         super().__init__()
-        self.every = every
-        self.last: dict[str, float] = {}
-        self.count: Counter[str] = Counter()
+        self.quiet = OncePerKind(every)
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if not isinstance(exc, CLIENT_FAULTS):
             return True
         kind = type(exc).__name__
-        self.count[kind] += 1
-        now = time.monotonic()
-        if now - self.last.get(kind, float("-inf")) < self.every:
+        n = self.quiet.due(kind, time.monotonic())
+        if not n:
             return False
-        self.last[kind] = now
-        n, self.count[kind] = self.count[kind], 0
         said = " ".join(str(exc).split())[:200]
         record.msg, record.args, record.exc_info, record.exc_text = (
             "client faults: %s (%s), %d in the last minute", (kind, said, n), None, None,

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.config.types import split_listen
-from llmgw.control.guards import connection_logger, expect_within_limits, request_bounds
+from llmgw.control.guards import OncePerKind, connection_logger, expect_within_limits, request_bounds
 
 log = logging.getLogger(__name__)
 
@@ -213,20 +213,15 @@ class QuietErrors:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, every: float = 60.0) -> None:
         self.loop = loop
-        self.every = every
-        self.last: dict[str, float] = {}
-        self.count: Counter[str] = Counter()
+        self.quiet = OncePerKind(every)
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         what = str(context.get("message", "error"))
         exc = context.get("exception")
         kind = f"{what}: {type(exc).__name__}" if exc is not None else what
-        self.count[kind] += 1
-        now = loop.time()
-        if now - self.last.get(kind, float("-inf")) < self.every:
+        n = self.quiet.due(kind, loop.time())
+        if not n:
             return
-        self.last[kind] = now
-        n, self.count[kind] = self.count[kind], 0
         log.error("%s (%d time(s) in the last minute)%s", kind, n, f": {exc}" if exc is not None else "")
 
 
