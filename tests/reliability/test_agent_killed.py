@@ -4,7 +4,6 @@ final name is whole (the served bytes; every file of the archive, marked install
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import signal
@@ -14,14 +13,13 @@ from pathlib import Path
 from llmgw.agent.installs.recipes import MARKER
 from llmgw.agent.weights.local import target_for
 from llmgw.dev.cluster import Cluster, NodePlan, admin_up
-from tests.agent.installs.archives import llama_archive, sha256
+from tests.agent.installs.archives import llama_archive
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
+from tests.reliability.downloads import ARCHIVE, VERSION, served
 from tests.reliability.figures import record
 
-VERSION = "b9"
-ARCHIVE = f"llama-{VERSION}-bin-ubuntu-x64.tar.gz"
 KILLS = 20
 
 
@@ -39,11 +37,7 @@ def test_an_agent_killed_twenty_times_mid_download_leaves_only_whole_files_and_i
     files = members(archive)
     rel = Release(files={ARCHIVE: archive, "w.gguf": weights}, trickle={ARCHIVE: 0.0005, "w.gguf": 0.0005})
     with release_server(rel) as srv:
-        source = {"name": "llamacpp", "version": VERSION,
-                  "variants": [{"variant": "cpu-x86_64", "url": srv.url(ARCHIVE), "sha256": sha256(archive)}]}
-        model = {"name": "w", "source": srv.url("w.gguf"), "sha256": hashlib.sha256(weights).hexdigest(),
-                 "size": len(weights), "engine": "llamacpp", "profile": {"memory": "256Mi"},
-                 "scaling": {"min": 1, "max": 1}}
+        source, model = served(srv, archive, weights)
         p = plan(tmp_path, [NodePlan(id="kill01", address="127.0.0.97", kind="cpu", gpus=0,
                                      port_range="28700-28799", agent_extra={"engines": {}})],
                  [model], heartbeat_interval="0.5s", reconcile_interval="0.3s",

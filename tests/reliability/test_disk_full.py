@@ -8,7 +8,6 @@ The "disk" is a small tmpfs mounted over the directory under test and filled by 
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import sqlite3
@@ -22,16 +21,14 @@ from pathlib import Path
 from llmgw.agent.installs.recipes import MARKER
 from llmgw.agent.weights.local import target_for
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
-from tests.agent.installs.archives import llama_archive, sha256
+from tests.agent.installs.archives import llama_archive
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 from tests.integration.test_walking_skeleton import chat
+from tests.reliability.downloads import ARCHIVE, VERSION, served
 from tests.reliability.figures import record
 from tests.tools import unavailable
-
-VERSION = "b9"
-ARCHIVE = f"llama-{VERSION}-bin-ubuntu-x64.tar.gz"
 
 
 @contextmanager
@@ -77,11 +74,7 @@ def node_disk_full(tmp_path: Path, running: list[Cluster], install: bool) -> Non
     weights = b"GGUF" + os.urandom(3 * 1024 * 1024)
     rel = Release(files={ARCHIVE: archive, "w.gguf": weights}, trickle={} if install else {"w.gguf": 0.001})
     with release_server(rel) as srv:
-        source = {"name": "llamacpp", "version": VERSION,
-                  "variants": [{"variant": "cpu-x86_64", "url": srv.url(ARCHIVE), "sha256": sha256(archive)}]}
-        model = {"name": "w", "source": srv.url("w.gguf"), "sha256": hashlib.sha256(weights).hexdigest(),
-                 "size": len(weights), "engine": "llamacpp", "profile": {"memory": "256Mi"},
-                 "scaling": {"min": 1, "max": 1}}
+        source, model = served(srv, archive, weights)
         p = plan(tmp_path, [NodePlan(id="full01", address="127.0.0.96", kind="cpu", gpus=0,
                                      port_range="28600-28699", agent_extra={"engines": {}} if install else {})],
                  [model], heartbeat_interval="0.5s", reconcile_interval="0.3s",

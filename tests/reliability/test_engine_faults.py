@@ -20,6 +20,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,16 @@ def engines(p: ClusterPlan, model_name: str) -> dict[str, dict[str, Any]]:
             if s["replica_id"] in wanted:
                 out[s["replica_id"]] = {**s, "node": n["node"]}
     return out
+
+
+@contextmanager
+def paused(pid: int) -> Iterator[None]:
+    """The process stopped (SIGSTOP) while the block runs, and let go on (SIGCONT) however it ends."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def ready(p: ClusterPlan, model_name: str) -> list[str]:
@@ -137,18 +149,16 @@ def test_a_replica_that_refuses_connections_is_skipped_and_the_request_answered(
     tmp_path: Path, running: list[Cluster]
 ) -> None:
     p, c = cluster(tmp_path, running, [model("m", 2)], node_lost_after="30s")
-    stopped: int | None = None
     try:
         wait_until(lambda: len(ready(p, "m")) == 2, 30, "two replicas ready")
         key = admin_post(p, "/api/keys", {"name": "k"})["key"]
         shards = engines(p, "m")
         dead, alive = sorted(shards)
         # the dead engine's agent is paused first, so nobody tells the control plane: the router still lists it
-        stopped = c.procs[f"agent-{shards[dead]['node']}"].pid
-        os.kill(stopped, signal.SIGSTOP)
-        os.kill(shards[dead]["pid"], signal.SIGKILL)
-        before = served_by_engine(shards[alive])
-        answers = [ask(p, key, "m") for _ in range(8)]
+        with paused(c.procs[f"agent-{shards[dead]['node']}"].pid):
+            os.kill(shards[dead]["pid"], signal.SIGKILL)
+            before = served_by_engine(shards[alive])
+            answers = [ask(p, key, "m") for _ in range(8)]
         assert all(status == 200 for status, _, _ in answers), answers
         assert all(f"replica={alive}" in route for _, route, _ in answers), answers
         assert served_by_engine(shards[alive]) == before + 8  # each once, on the live one
@@ -159,9 +169,6 @@ def test_a_replica_that_refuses_connections_is_skipped_and_the_request_answered(
     except BaseException:
         print(dump_logs(p))
         raise
-    finally:
-        if stopped is not None:
-            os.kill(stopped, signal.SIGCONT)
 
 
 def test_a_replica_that_never_answers_is_ejected_and_the_other_stays_fast(
@@ -169,15 +176,12 @@ def test_a_replica_that_never_answers_is_ejected_and_the_other_stays_fast(
 ) -> None:
     p, _ = cluster(tmp_path, running, [model("m", 2)],
                    extra_server={"router": {"first_byte_timeout": "1s"}})
-    stuck: int | None = None
     try:
         wait_until(lambda: len(ready(p, "m")) == 2, 30, "two replicas ready")
         key = admin_post(p, "/api/keys", {"name": "k"})["key"]
         shards = engines(p, "m")
         bad, good = sorted(shards)
         baseline = [ask(p, key, "m")[2] for _ in range(20)]
-        stuck = shards[bad]["pid"]
-        os.kill(stuck, signal.SIGSTOP)  # its socket still accepts; nothing answers
         results: list[tuple[int, str, float]] = []
         lock = threading.Lock()
         stop = threading.Event()
@@ -189,18 +193,18 @@ def test_a_replica_that_never_answers_is_ejected_and_the_other_stays_fast(
                     results.append(got)
 
         workers = [threading.Thread(target=client) for _ in range(4)]
-        for w in workers:
-            w.start()
-        try:
-            wait_until(lambda: any("ejected from routing" in e.get("message", "")
-                                   for e in admin_get(p, "/api/events?limit=50")), 30,
-                       "the stuck replica ejected, as an event")
-            ejected = time.monotonic()
-            wait_until(lambda: sum(1 for _ in results) > 40, 30, "requests served after the ejection")
-        finally:
-            stop.set()
+        with paused(shards[bad]["pid"]):  # its socket still accepts; nothing answers
             for w in workers:
-                w.join(15)
+                w.start()
+            try:
+                wait_until(lambda: any("ejected from routing" in e.get("message", "")
+                                       for e in admin_get(p, "/api/events?limit=50")), 30,
+                           "the stuck replica ejected, as an event")
+                wait_until(lambda: len(results) > 40, 30, "requests served after the ejection")
+            finally:
+                stop.set()
+                for w in workers:
+                    w.join(15)
         on_good = [t for status, route, t in results if status == 200 and f"replica={good}" in route]
         failed = [r for r in results if r[0] != 200]
         base, during = statistics.median(baseline), statistics.median(on_good)
@@ -213,13 +217,9 @@ def test_a_replica_that_never_answers_is_ejected_and_the_other_stays_fast(
         record("stuck replica: the other's median latency before / during (ms)", during * 1000,
                f"before {base * 1000:.1f} ms; {len(failed)} requests failed (first_byte_timeout 1 s) before the "
                f"ejection, {len(on_good)} answered by the other")
-        del ejected
     except BaseException:
         print(dump_logs(p))
         raise
-    finally:
-        if stuck is not None:
-            os.kill(stuck, signal.SIGCONT)
 
 
 def test_a_crash_looping_engine_backs_off_says_why_and_its_replica_moves(
