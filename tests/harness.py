@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -30,10 +32,29 @@ def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
     return p
 
 
+# Listening ports for tests come from 10000-19999: below the kernel's ephemeral range (32768-60999 here), where an
+# outgoing connection can take a port between the moment a test learns it is free and the moment a server binds it
+# (CI saw exactly that: "address already in use" for a port asked of the kernel with bind(0)), and below the
+# 20000-29999 the tests' simulated nodes hand to their engines. Each port is handed out once per run.
+_PORTS = range(10000, 20000)
+_handed: set[int] = set()
+_rng = random.Random(os.getpid())
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port nothing listens on and no earlier call of this run returned."""
+    for _ in range(len(_PORTS)):
+        port = _rng.choice(_PORTS)
+        if port in _handed:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed.add(port)
+        return port
+    raise RuntimeError("no free port left in 10000-19999")
 
 
 def plan(tmp: Path, nodes: list[NodePlan], models: list[dict[str, Any]], **kw: Any) -> ClusterPlan:

@@ -5,23 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 import llmgw
+from tests.harness import free_port
 
 SRC = Path(llmgw.__file__).resolve().parents[1]
+__all__ = ["DEADLINE", "EngineProc", "free_port", "listening_ports", "tcp_sockets"]
+
 DEADLINE = 15.0  # seconds any single wait in these tests may take before it fails
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class EngineProc:
