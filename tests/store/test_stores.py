@@ -122,3 +122,14 @@ def test_sqlite_and_postgres_are_both_stores(tmp_path, postgres: Postgres) -> No
     for s in (SqliteStore(tmp_path / "s.db").open(), PostgresStore(postgres.fresh_db(), PASSWORD).open()):
         assert isinstance(s, SqlStore) and s.schema_version() >= 1
         s.close()
+
+
+def test_a_record_twice_in_one_batch_counts_once_and_large_batches_land_whole(opener: Opener) -> None:
+    s = opener()
+    recs = [use("k", 1_800_000_000.0 + i / 3) for i in range(1300)]
+    new = s.add_usage_new([*recs[:5], recs[0], *recs[5:600]])
+    assert [u.id for u in new] == [u.id for u in recs[:600]]
+    assert [u.id for u in s.add_usage_new(recs)] == [u.id for u in recs[600:]]  # across several statements
+    assert s.usage_count() == 1300
+    (t,) = s.usage_totals()
+    assert (t.requests, t.prompt_tokens, t.completion_tokens, t.last_at) == (1300, 2600, 3900, recs[-1].started_at)

@@ -146,7 +146,7 @@ class PostgresStore(SqlStore):
         except (psycopg.Error, PoolTimeout) as e:
             raise StoreError(f"{self.where}: {_words(e)}") from None
 
-    def _insert_usage(self, tx: _Tx, records: list[UsageRecord], each: bool) -> list[UsageRecord]:  # type: ignore[override]
+    def _insert_usage(self, tx: _Tx, records: list[UsageRecord]) -> list[UsageRecord]:  # type: ignore[override]
         """One statement for the batch; the ids it returns are those that were new (a batch sent twice counts
         once), so PostgreSQL never needs the row-by-row path."""
         cols: list[list[object]] = [[] for _ in range(9)]
@@ -156,7 +156,12 @@ class PostgresStore(SqlStore):
                 cols[i].append(v)
         tx.cur.execute(INSERT_NEW_USAGE, cols)
         new = {str(r[0]) for r in tx.cur.fetchall()}
-        return [u for u in records if u.id in new]
+        fresh = []
+        for u in records:
+            if u.id in new:  # a record twice in one batch was inserted once: it is counted once
+                new.discard(u.id)
+                fresh.append(u)
+        return fresh
 
     def schema_version(self) -> int:
         return int(self._rows("SELECT COALESCE(MAX(version), 0) FROM llmgw_schema")[0][0])

@@ -27,11 +27,6 @@ def hour_of(t: float) -> int:
     return int(t // 3600)
 
 
-class SomeSeen(Exception):
-    """Raised inside a usage transaction to roll it back: some records of the batch are recorded already, and the
-    fast path cannot tell which (the batch is then inserted row by row)."""
-
-
 class Tx(Protocol):
     """What a transaction offers the shared statements."""
 
@@ -78,8 +73,8 @@ class SqlStore:
     def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Row]:
         raise NotImplementedError
 
-    def _insert_usage(self, tx: Tx, records: list[UsageRecord], each: bool) -> list[UsageRecord]:
-        """Insert the records whose id is new; those that were (`each`: found one by one)."""
+    def _insert_usage(self, tx: Tx, records: list[UsageRecord]) -> list[UsageRecord]:
+        """Insert the records whose id is new (once each, a batch sent twice included); those that were."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -196,14 +191,8 @@ class SqlStore:
         """add_usage, returning the records that were new (those anything counting usage elsewhere must add)."""
         if not records:
             return []
-        try:
-            return self._add_usage(records, each=False)
-        except SomeSeen:  # a retried or replayed batch: find out row by row which records are new
-            return self._add_usage(records, each=True)
-
-    def _add_usage(self, records: list[UsageRecord], each: bool) -> list[UsageRecord]:
         with self._tx() as tx:
-            fresh = self._insert_usage(tx, records, each)
+            fresh = self._insert_usage(tx, records)
             added: dict[tuple[str, str], list[float]] = {}
             hourly: dict[tuple[str, str, int], list[float]] = {}
             for u in fresh:

@@ -18,7 +18,7 @@ from pathlib import Path
 from llmgw.core.errors import StoreError
 from llmgw.store.base import UsageRecord
 from llmgw.store.migrations import MIGRATIONS
-from llmgw.store.sql import Row, SomeSeen, SqlStore, split
+from llmgw.store.sql import Row, SqlStore, split
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -116,20 +116,38 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: {e}") from e
 
-    def _insert_usage(self, tx: _Tx, records: list[UsageRecord], each: bool) -> list[UsageRecord]:  # type: ignore[override]
-        rows = [(u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens, u.started_at,
-                 u.duration_s, u.status) for u in records]
-        if each:
-            return [u for u, row in zip(records, rows, strict=True) if tx.run(INSERT_USAGE, row) == 1]
-        before = tx.db.total_changes
-        tx.db.executemany(INSERT_USAGE, rows)  # the common case, at C speed: every record is new
-        if tx.db.total_changes - before != len(rows):
-            raise SomeSeen
-        return records
+    def _insert_usage(self, tx: _Tx, records: list[UsageRecord]) -> list[UsageRecord]:  # type: ignore[override]
+        """Insert the records whose id is new and return them. The batch's ids already recorded are looked up
+        first, in the same transaction; the new rows then go in USAGE_ROWS_PER_STATEMENT at a time.
+
+        Never one statement per row (executemany): Python's sqlite3 lets go of the GIL around each row's step and
+        must win it back for the next row, and while the event loop's thread is busy each win waits out the
+        interpreter's switch interval (5 ms). Measured: 3,000 rows took 14 s and 56 us of CPU per row beside a
+        busy thread, against 0.1 s and 5 us as multi-row statements; the router's usage fell behind its traffic."""
+        per_statement = max(1, min(USAGE_ROWS_PER_STATEMENT, tx.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 9))
+        ids = [u.id for u in records]
+        seen: set[str] = set()
+        for i in range(0, len(ids), per_statement * 9):
+            part = ids[i : i + per_statement * 9]
+            seen.update(str(r[0]) for r in tx.db.execute(
+                f"SELECT id FROM usage WHERE id IN ({','.join('?' * len(part))})", part))
+        fresh: list[UsageRecord] = []
+        for u in records:
+            if u.id not in seen:  # a record twice in one batch counts once too
+                seen.add(u.id)
+                fresh.append(u)
+        for i in range(0, len(fresh), per_statement):
+            part_rows = fresh[i : i + per_statement]
+            values = [v for u in part_rows for v in (u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens,
+                                                     u.completion_tokens, u.started_at, u.duration_s, u.status)]
+            tx.db.execute(INSERT_USAGE + ", ".join([USAGE_ROW] * len(part_rows)), values)
+        return fresh
 
 
+USAGE_ROWS_PER_STATEMENT = 500
+USAGE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_USAGE = ("INSERT INTO usage (id, key_id, model, replica_id, prompt_tokens, completion_tokens, started_at,"
-                " duration_s, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING")
+                " duration_s, status) VALUES ")
 
 
 class _Tx:
