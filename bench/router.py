@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -57,13 +57,13 @@ AIMS = {"c_over_b_at_64": 0.70, "c_over_d_at_64": 20.0, "added_p50_c_minus_b_at_
 
 def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop: bool,
                  routing: str = "least_loaded", limited: bool = False) -> None:
-    """Build the router the way `llmgw server` does, with one key and one ready replica, and serve only its API."""
-    from aiohttp import web
-
-    from bench.standin import serve
+    """Build the router the way `llmgw server` does, with one key and one ready replica, and serve only its API,
+    through the listener the server gives it (connection limiter, request bounds), with the server's GC settings."""
     from llmgw.config.server import ModelSpec, Scaling, ServerConfig, StoreConfig, TLSFiles
+    from llmgw.control.listeners import Limiter, per_client, start_listener
     from llmgw.control.local_state import LocalState
     from llmgw.control.plane import ControlPlane
+    from llmgw.control.server import api_refusal, quiet_gc
     from llmgw.control.writer import StoreWriter
     from llmgw.core.clock import SystemClock
     from llmgw.core.conditions import Status, set_condition
@@ -103,21 +103,39 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     # No reconcile loop: with no nodes it would rightly retire this replica. Routing, keys and usage are all on.
     plane.apply([PutReplica(replica)])
     router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body, db.parent / "usage-journal")
+    key_file.write_text(raw)
+    quiet_gc()  # as the server does once it has loaded
 
-    async def background(app: web.Application) -> AsyncIterator[None]:
+    async def main() -> None:
+        # the API listener as the server starts it: its connection limiter, request bounds and 100-continue check
+        lim = cfg.limits
+        listener = await start_listener(
+            router.app(), cfg.api_listen,
+            Limiter("api", lim.api_connections, per_client(lim.api_connections_per_client, lim.api_connections),
+                    api_refusal()),
+            lim.header_timeout,
+        )
         flush = asyncio.create_task(router.flush_usage())
-        yield
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await stop.wait()
         flush.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await flush
+        await listener.cleanup()
         await router.close()
         await asyncio.to_thread(writer.close)
         store.close()
 
-    app = router.app()
-    app.cleanup_ctx.append(background)
-    key_file.write_text(raw)
-    serve(app, "127.0.0.1", port, uvloop=use_uvloop)
+    factory = None
+    if use_uvloop:
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())
 
 
 # ---------------------------------------------------------------- servers under test
