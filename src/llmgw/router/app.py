@@ -22,7 +22,7 @@ from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
 from llmgw.router.prefix import PrefixIndex, chain, prompt_text
 from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Outcome, Timeouts, broken, forward
-from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, Decision, Weights, choose
+from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, Decision, RouteReason, Weights, choose
 from llmgw.router.state import RouterState
 from llmgw.router.stats import OTHER, Measure, Recorder
 from llmgw.router.table import EJECT_AFTER, Route, RoutingTable
@@ -85,9 +85,6 @@ class Router:
     async def _keys_current(self) -> None:
         """Keys are read again when the control plane says they changed, off the event loop (a store read can
         stall on a busy disk), once however many requests notice at the same moment."""
-        version = self.state.keys_version()
-        if version == self._keys_version:
-            return
         async with self._keys_lock:
             version = self.state.keys_version()  # again: a reload done while this waited may be recent enough
             if version != self._keys_version:
@@ -96,7 +93,8 @@ class Router:
 
     async def _auth(self, request: web.Request) -> ApiKeyRecord | web.Response:
         try:
-            await self._keys_current()
+            if self.state.keys_version() != self._keys_version:  # the common case costs no coroutine
+                await self._keys_current()
         except StoreError as e:  # keys changed (one revoked, say) and cannot be read: no key is trusted meanwhile
             log.warning("API keys changed and cannot be read again: %s", e)
             return openai_error(503, "API keys cannot be checked now: the store is unreachable; try again shortly",
@@ -295,9 +293,11 @@ class Router:
         keys = chain(model, prompt_text(payload, self.cfg.prefix_max_chars), self.cfg.prefix_block_chars) \
             if spec.routing == "prefix" else []
         t0 = self.state.clock.monotonic()
-        begun = UsageRecord(
+        now = self.state.clock.now()
+        # our own values, valid by construction: not validated again on every request
+        begun = UsageRecord.model_construct(
             key_id=key.id, model=model, replica_id="", prompt_tokens=0, completion_tokens=0,
-            started_at=self.state.clock.now(), duration_s=0.0, status=UNKNOWN,
+            started_at=now, duration_s=0.0, status=UNKNOWN,
         )
         self.ledger.begin(begun)  # journaled before anything is sent: a crash from here on still records it
         rec: UsageRecord | None = begun
@@ -320,14 +320,14 @@ class Router:
                 tried.add(route.replica_id)
                 route.outstanding += 1
                 # busy from now on, not from its end: a long generation must not look idle to eviction meanwhile
-                self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
+                self.state.used(route.replica_id, now, route.outstanding)
                 reached[:] = [True]  # it may reach the engine from here on (a connection refused takes it back)
                 watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic)
                 try:
                     said = {**rate, "X-Llmgw-Route": f"{decision.reason}; replica={route.replica_id}; "
                                              f"matched={decision.matched_blocks}/{len(keys)}"}
                     outcome = await forward(
-                        request, self._session(), route.endpoint + path, body, stream, self.timeouts, watch,
+                        request, self._session(), route.url(path), body, stream, self.timeouts, watch,
                         route.secret, m, said, route.closes_after_stream,
                     )
                 except ConnectFailed as e:
@@ -384,6 +384,8 @@ class Router:
     def _choose(self, model: str, tried: set[str], keys: list[bytes], policy: str) -> tuple[Route | None, Decision]:
         """Score the model's ready replicas not tried yet (scoring.py) and remember the prefix for the chosen."""
         routes = self.table.in_rotation(model, tried, self.state.clock.monotonic())
+        if len(routes) == 1 and not keys:  # nothing to weigh: the one replica, as choose() would have it
+            return routes[0], Decision(routes[0].replica_id, RouteReason.LeastLoaded, 0, ())
         loads = self.state.loads()
         matched = self.prefixes.matches(keys) if keys else {}
         cands = []
@@ -433,10 +435,10 @@ class Router:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body, middlewares=[openai_envelope])
+        for p in PATHS:  # first: the router's resolver tries routes in the order they were added
+            app.router.add_post(p, self.proxy)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{id:.+}", self.model)
-        for p in PATHS:
-            app.router.add_post(p, self.proxy)
         return app
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from functools import cached_property
 
 import aiohttp
 from aiohttp import web
@@ -29,6 +30,13 @@ class Timeouts:
     idle: float
     queue: float = 0.0  # waiting for a free connection to the replica, beyond `connect`
 
+    @cached_property
+    def client(self) -> aiohttp.ClientTimeout:
+        """aiohttp's form, made once: `connect` also bounds the wait for a free connection in the replica's pool
+        (requests queue there first)."""
+        return aiohttp.ClientTimeout(total=None, connect=self.queue + self.connect, sock_connect=self.connect,
+                                     sock_read=self.first_byte)
+
 
 # What the router relays from an engine: its own JSON or event stream, with the status it chose, and nothing else.
 # A redirect is never followed (it could point anywhere, the management API included), an engine refusing the
@@ -43,7 +51,7 @@ def _unexpected(why: str) -> Outcome:
     return Outcome(502, response=openai_error(502, f"the engine {why}", "upstream_error", "upstream_error"))
 
 
-async def _gone(url: str, within: float) -> bool:
+async def _gone(url: str | URL, within: float) -> bool:
     """Whether nothing listens at the engine's address any more: a new connection is refused."""
     u = URL(url)
     try:
@@ -69,7 +77,7 @@ def broken(e: StreamBroken) -> Outcome:
 async def forward(
     request: web.Request,
     session: aiohttp.ClientSession,
-    url: str,
+    url: str | URL,
     body: bytes,
     stream: bool,
     t: Timeouts,
@@ -85,10 +93,6 @@ async def forward(
     the caller can read it however this ends (a cancelled request included). `trace` goes to the session's trace
     hooks (the router times the wait for a connection with them). `said`: headers the answer carries (how it was
     routed)."""
-    # `connect` also bounds the wait for a free connection in the replica's pool: requests queue there first
-    timeout = aiohttp.ClientTimeout(
-        total=None, connect=t.queue + t.connect, sock_connect=t.connect, sock_read=t.first_byte
-    )
     headers = {"Content-Type": "application/json"}
     if stream and fresh_for_stream:
         # one connection for this stream: the engine (llama-server) drops its connection after a streamed answer
@@ -98,7 +102,7 @@ async def forward(
     if secret:
         headers["Authorization"] = f"Bearer {secret}"
     try:
-        resp = await session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False,
+        resp = await session.post(url, data=body, headers=headers, timeout=t.client, allow_redirects=False,
                                   trace_request_ctx=trace)
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
         raise ConnectFailed(f"{type(e).__name__}: {e}") from e

@@ -8,7 +8,9 @@ while another replica of the model is in rotation: with every replica ejected, t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from yarl import URL
 
 from llmgw.wire.router import ReadyReplica
 
@@ -28,6 +30,14 @@ class Route:
     failures: int = 0  # in a row
     ejections: int = 0  # in a row: each one longer
     ejected_until: float = 0.0  # monotonic seconds
+    _urls: dict[str, URL] = field(default_factory=dict, repr=False)  # parsed once per path, not per request
+
+    def url(self, path: str) -> URL:
+        """The engine's URL for one of the router's paths (a fixed few)."""
+        u = self._urls.get(path)
+        if u is None:
+            u = self._urls[path] = URL(self.endpoint + path)
+        return u
 
     def failed(self, now: float) -> float:
         """One more failure; the ejection's length when this one ejects it, else 0."""
@@ -57,7 +67,10 @@ class RoutingTable:
             routes = []
             for rep in sorted(replicas, key=lambda x: x.id):
                 route = old.get(rep.id) or Route(rep.id, rep.endpoint, rep.secret)
-                route.endpoint, route.secret = rep.endpoint, rep.secret
+                if route.endpoint != rep.endpoint:
+                    route.endpoint = rep.endpoint
+                    route._urls.clear()
+                route.secret = rep.secret
                 route.closes_after_stream, route.slots = rep.closes_after_stream, rep.slots
                 routes.append(route)
             fresh[model] = routes
