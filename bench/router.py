@@ -60,10 +60,10 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     """Build the router the way `llmgw server` does, with one key and one ready replica, and serve only its API,
     through the listener the server gives it (connection limiter, request bounds), with the server's GC settings."""
     from llmgw.config.server import ModelSpec, Scaling, ServerConfig, StoreConfig, TLSFiles
-    from llmgw.control.listeners import Limiter, per_client, start_listener
+    from llmgw.control.listeners import start_listener
     from llmgw.control.local_state import LocalState
     from llmgw.control.plane import ControlPlane
-    from llmgw.control.server import api_refusal, quiet_gc
+    from llmgw.control.server import api_limiter, quiet_gc
     from llmgw.control.writer import StoreWriter
     from llmgw.core.clock import SystemClock
     from llmgw.core.conditions import Status, set_condition
@@ -109,12 +109,8 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     async def main() -> None:
         # the API listener as the server starts it: its connection limiter, request bounds and 100-continue check
         lim = cfg.limits
-        listener = await start_listener(
-            router.app(), cfg.api_listen,
-            Limiter("api", lim.api_connections, per_client(lim.api_connections_per_client, lim.api_connections),
-                    api_refusal()),
-            lim.header_timeout,
-        )
+        listener = await start_listener(router.app(), cfg.api_listen, api_limiter(lim, lim.api_connections),
+                                        lim.header_timeout)
         flush = asyncio.create_task(router.flush_usage())
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

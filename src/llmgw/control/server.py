@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from llmgw.config.server import ServerConfig
+from llmgw.config.server import Limits, ServerConfig
 from llmgw.config.types import split_listen
 from llmgw.control.admin_api import admin_app, metrics_routes
 from llmgw.control.admin_auth import allowed_hosts, load_or_create_token
@@ -50,6 +50,12 @@ def api_refusal() -> bytes:
     body = openai_error(503, "too many connections: try again shortly", "service_unavailable", "too_many_connections")
     assert isinstance(body.body, bytes)
     return refusal(body.body)
+
+
+def api_limiter(limits: Limits, cap: int) -> Limiter:
+    """The API listener's limiter, as the server, each API worker and the router bench start it: `cap`
+    connections in all (the configured number, fitted to the open-file limit), a quarter at most per client."""
+    return Limiter("api", cap, per_client(limits.api_connections_per_client, cap), api_refusal())
 
 
 GC_THRESHOLDS = (50_000, 50, 100)  # young collections 70x rarer than Python's default; old ones far rarer
@@ -127,7 +133,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         await start_listener(
             router.app(),
             cfg.api_listen,
-            Limiter("api", caps["api"], per_client(lim.api_connections_per_client, caps["api"]), api_refusal()),
+            api_limiter(lim, caps["api"]),
             timeout,
             reuse_port=True,
         ),

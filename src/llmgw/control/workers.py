@@ -15,7 +15,7 @@ from pathlib import Path
 from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
 from llmgw.control.admin_auth import read_token
-from llmgw.control.listeners import Limiter, per_client, raise_fd_limit
+from llmgw.control.listeners import raise_fd_limit
 from llmgw.core.clock import Clock
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
@@ -79,7 +79,7 @@ async def watch_parent(parent: int, stop: asyncio.Event) -> None:
 
 async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, parent: int | None = None) -> None:
     from llmgw.control.listeners import start_listener
-    from llmgw.control.server import api_refusal  # the server imports this module
+    from llmgw.control.server import api_limiter  # the server imports this module
 
     host, port = split_listen(cfg.admin_listen)
     token = read_token(Path(cfg.token_path()))
@@ -89,8 +89,8 @@ async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, par
     await state.poll()
     lim = cfg.limits
     cap = min(lim.api_connections, max(8, raise_fd_limit() - 256))
-    limiter = Limiter("api", cap, per_client(lim.api_connections_per_client, cap), api_refusal())
-    runner = await start_listener(router.app(), cfg.api_listen, limiter, lim.header_timeout, reuse_port=True)
+    runner = await start_listener(router.app(), cfg.api_listen, api_limiter(lim, cap), lim.header_timeout,
+                                  reuse_port=True)
     log.info("router worker %d serving %s", os.getpid(), cfg.api_listen)
 
     async def poll() -> None:
