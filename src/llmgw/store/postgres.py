@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from llmgw.core.errors import StoreError, StoreRejected
 from llmgw.store.base import UsageRecord
 from llmgw.store.migrations import ACTIVITY, LEADER, REVISIONS, REVOCATION_REVS
-from llmgw.store.sql import Row, SqlStore, split
+from llmgw.store.sql import USAGE_COLUMNS, Row, SqlStore, once_each, split, usage_values
 
 MIGRATE_LOCK = 7_331_001  # the advisory lock key migrations hold
 CONNECT_TIMEOUT_S = 10
@@ -148,20 +148,12 @@ class PostgresStore(SqlStore):
 
     def _insert_usage(self, tx: _Tx, records: list[UsageRecord]) -> list[UsageRecord]:  # type: ignore[override]
         """One statement for the batch; the ids it returns are those that were new (a batch sent twice counts
-        once), so PostgreSQL never needs the row-by-row path."""
-        cols: list[list[object]] = [[] for _ in range(9)]
-        for u in records:
-            for i, v in enumerate((u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens,
-                                   u.started_at, u.duration_s, u.status)):
-                cols[i].append(v)
+        once)."""
+        rows = [usage_values(u) for u in records]
+        cols = [[row[i] for row in rows] for i in range(len(USAGE_COLUMNS))]  # one array per column
         tx.cur.execute(INSERT_NEW_USAGE, cols)
         new = {str(r[0]) for r in tx.cur.fetchall()}
-        fresh = []
-        for u in records:
-            if u.id in new:  # a record twice in one batch was inserted once: it is counted once
-                new.discard(u.id)
-                fresh.append(u)
-        return fresh
+        return once_each(records, new.__contains__)
 
     def schema_version(self) -> int:
         return int(self._rows("SELECT COALESCE(MAX(version), 0) FROM llmgw_schema")[0][0])

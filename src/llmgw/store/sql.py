@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -25,6 +25,28 @@ Row = tuple[Any, ...]
 
 def hour_of(t: float) -> int:
     return int(t // 3600)
+
+
+USAGE_COLUMNS = ("id", "key_id", "model", "replica_id", "prompt_tokens", "completion_tokens", "started_at",
+                 "duration_s", "status")
+
+
+def usage_values(u: UsageRecord) -> tuple[object, ...]:
+    """A usage record's values in the order of USAGE_COLUMNS."""
+    return (u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens, u.started_at, u.duration_s,
+            u.status)
+
+
+def once_each(records: list[UsageRecord], new: Callable[[str], bool]) -> list[UsageRecord]:
+    """The records whose id `new` says was not recorded before, the first of each id only: a record twice in one
+    batch is inserted once, and counted once."""
+    out: list[UsageRecord] = []
+    taken: set[str] = set()
+    for u in records:
+        if u.id not in taken and new(u.id):
+            taken.add(u.id)
+            out.append(u)
+    return out
 
 
 class Tx(Protocol):
