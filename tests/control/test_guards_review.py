@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
 
-from llmgw.control.listeners import Limiter, Listener, refusal, start_listener
+from llmgw.control.listeners import Limiter, refusal, start_listener
 from tests.harness import free_port
 
 PLAIN = refusal(b'{"error": "too many connections"}')
@@ -38,11 +39,22 @@ def ok_app() -> web.Application:
     return app
 
 
-async def listen(max_total: int, per_client: int, header_timeout: float) -> tuple[Listener, Limiter, int]:
+@asynccontextmanager
+async def listening(max_total: int, per_client: int,
+                    header_timeout: float) -> AsyncIterator[tuple[Limiter, int, list[socket.socket]]]:
+    """A listener on loopback: its limiter, its port, and a list for the test's client sockets, which are closed
+    at the end, before the listener is (once it has seen every close)."""
     lim = Limiter("review", max_total, per_client, PLAIN)
     port = free_port()
     listener = await start_listener(ok_app(), f"127.0.0.1:{port}", lim, header_timeout)
-    return listener, lim, port
+    socks: list[socket.socket] = []
+    try:
+        yield lim, port, socks
+    finally:
+        for s in socks:
+            s.close()
+        await settle(lim)
+        await listener.cleanup()
 
 
 async def connect(port: int, local: str = "127.0.0.1", rcvbuf: int | None = None) -> socket.socket:
@@ -105,10 +117,8 @@ async def test_a_client_refused_at_its_own_cap_still_closes_another_clients_conn
     client on 127.0.0.2 has a kept-alive connection; the attacker on 127.0.0.1 holds its 2 allowed connections
     (the listener at its cap of 3) and opens a third: refused, as it should be, and the victim's connection is
     closed too."""
-    listener, lim, port = await listen(max_total=3, per_client=2, header_timeout=30.0)
-    loop = asyncio.get_running_loop()
-    socks: list[socket.socket] = []
-    try:
+    async with listening(max_total=3, per_client=2, header_timeout=30.0) as (lim, port, socks):
+        loop = asyncio.get_running_loop()
         victim = await connect(port, "127.0.0.2")
         socks.append(victim)
         await loop.sock_sendall(victim, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -126,11 +136,6 @@ async def test_a_client_refused_at_its_own_cap_still_closes_another_clients_conn
         assert again.startswith(b"HTTP/1.1 200"), (
             f"the victim's kept-alive connection was closed for a connection that was refused anyway "
             f"({lim.evicted} evicted, {lim.refused} refused): {again[:60]!r}")
-    finally:
-        for s in socks:
-            s.close()
-        await settle(lim)
-        await listener.cleanup()
 
 
 async def _stuck_idle(port: int, lim: Limiter, loop: asyncio.AbstractEventLoop) -> tuple[socket.socket, Any]:
@@ -156,10 +161,8 @@ async def test_an_evicted_connection_that_does_not_read_holds_its_socket_uncount
     client asks for 404s on a connection it never reads, lets it be evicted by its next connection, and so on:
     the listener (cap 2) ends with more open sockets than its cap, past its header timeout, and the cap no longer
     bounds the descriptors it holds (before the change the stuck connection stayed counted until it closed)."""
-    listener, lim, port = await listen(max_total=2, per_client=2, header_timeout=1.0)
-    loop = asyncio.get_running_loop()
-    socks: list[socket.socket] = []
-    try:
+    async with listening(max_total=2, per_client=2, header_timeout=1.0) as (lim, port, socks):
+        loop = asyncio.get_running_loop()
         for _ in range(4):
             s, h = await _stuck_idle(port, lim, loop)
             socks.append(s)
@@ -173,11 +176,6 @@ async def test_an_evicted_connection_that_does_not_read_holds_its_socket_uncount
         assert open_now <= lim.max_total, (
             f"{open_now} sockets of the listener still open with a cap of {lim.max_total} "
             f"({lim.total} counted, {lim.evicted} evicted)")
-    finally:
-        for s in socks:
-            s.close()
-        await settle(lim)
-        await listener.cleanup()
 
 
 async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever() -> None:
@@ -187,38 +185,33 @@ async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever()
     Two such connections hold a listener with a cap of 2 (on loopback, where the management API and metrics
     listen, every client has the attacker's address): the operator is refused 503 long past the header timeout,
     the lock-out the change says it ended."""
-    listener, lim, port = await listen(max_total=2, per_client=2, header_timeout=1.0)
-    loop = asyncio.get_running_loop()
-    socks: list[socket.socket] = []
-    senders: list[asyncio.Task[None]] = []
-    try:
-        for _ in range(2):
-            before = set(lim._counted)
-            s = await connect(port, rcvbuf=2048)
-            socks.append(s)
-            h = await new_handler(lim, before)
-            senders.append(asyncio.create_task(
-                loop.sock_sendall(s, f"GET {LONG_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * 2000)))
-            await until(lambda h=h: h._request_in_progress and h.transport is not None
-                        and h.transport.get_write_buffer_size() > 64 * 1024, 10, "blocked writing")
-        deadline = time.monotonic() + 1.0 + 3.0
-        last = b""
-        while time.monotonic() < deadline:
-            op = await connect(port)
-            socks.append(op)
-            await loop.sock_sendall(op, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            last = await response(op, 2)
-            if last.startswith(b"HTTP/1.1 200"):
-                break
-            await asyncio.sleep(0.2)
-        assert last.startswith(b"HTTP/1.1 200"), f"the operator still refused: {last[:40]!r}"
-    finally:
-        for t in senders:
-            t.cancel()
-        for s in socks:
-            s.close()
-        await settle(lim)
-        await listener.cleanup()
+    async with listening(max_total=2, per_client=2, header_timeout=1.0) as (lim, port, socks):
+        loop = asyncio.get_running_loop()
+        senders: list[asyncio.Task[None]] = []
+        try:
+            for _ in range(2):
+                before = set(lim._counted)
+                s = await connect(port, rcvbuf=2048)
+                socks.append(s)
+                h = await new_handler(lim, before)
+                senders.append(asyncio.create_task(
+                    loop.sock_sendall(s, f"GET {LONG_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * 2000)))
+                await until(lambda h=h: h._request_in_progress and h.transport is not None
+                            and h.transport.get_write_buffer_size() > 64 * 1024, 10, "blocked writing")
+            deadline = time.monotonic() + 1.0 + 3.0
+            last = b""
+            while time.monotonic() < deadline:
+                op = await connect(port)
+                socks.append(op)
+                await loop.sock_sendall(op, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                last = await response(op, 2)
+                if last.startswith(b"HTTP/1.1 200"):
+                    break
+                await asyncio.sleep(0.2)
+            assert last.startswith(b"HTTP/1.1 200"), f"the operator still refused: {last[:40]!r}"
+        finally:
+            for t in senders:
+                t.cancel()
 
 
 async def test_a_request_that_has_arrived_is_dropped_for_a_new_connection() -> None:
@@ -227,10 +220,8 @@ async def test_a_request_that_has_arrived_is_dropped_for_a_new_connection() -> N
     arrived (a pooled client, the routers' POSTs to the management API) is closed with no answer when a new
     connection reaches the cap in that moment: the client loses a request it sent (a POST, not retried). Here
     the new connection is made just before the request is sent, as an attacker flooding connections makes it."""
-    listener, lim, port = await listen(max_total=2, per_client=2, header_timeout=30.0)
-    loop = asyncio.get_running_loop()
-    socks: list[socket.socket] = []
-    try:
+    async with listening(max_total=2, per_client=2, header_timeout=30.0) as (lim, port, socks):
+        loop = asyncio.get_running_loop()
         victim = await connect(port)
         socks.append(victim)
         await loop.sock_sendall(victim, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
@@ -245,11 +236,6 @@ async def test_a_request_that_has_arrived_is_dropped_for_a_new_connection() -> N
         victim.setblocking(False)
         got = await response(victim, 5)
         assert got.startswith(b"HTTP/1.1 200"), f"a request that had arrived was dropped: {got[:40]!r}"
-    finally:
-        for s in socks:
-            s.close()
-        await settle(lim)
-        await listener.cleanup()
 
 
 async def test_expect_100_continue_invites_a_body_the_listener_refuses_413() -> None:
@@ -257,15 +243,11 @@ async def test_expect_100_continue_invites_a_body_the_listener_refuses_413() -> 
     `Expect: 100-continue` (curl sends it for any body over 1 MB) aiohttp answers `100 Continue` before the
     middleware runs, so the client is told to send the whole oversized body, which the server then reads and
     throws away (lingering) after its 413."""
-    listener, lim, port = await listen(max_total=8, per_client=8, header_timeout=30.0)
-    loop = asyncio.get_running_loop()
-    s = await connect(port)
-    try:
+    async with listening(max_total=8, per_client=8, header_timeout=30.0) as (_, port, socks):
+        loop = asyncio.get_running_loop()
+        s = await connect(port)
+        socks.append(s)
         await loop.sock_sendall(s, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n"
                                    b"Expect: 100-continue\r\n\r\n")
         first = await response(s, 5)
         assert first.startswith(b"HTTP/1.1 413"), f"the first answer: {first[:40]!r}"
-    finally:
-        s.close()
-        await settle(lim)
-        await listener.cleanup()
