@@ -39,7 +39,7 @@ def test_timings_come_from_the_clock_given() -> None:
     rec = Recorder()
     m = Measure(start=100.0, model="m", key_id="k", completion_tokens=3, first_at=w.first_at, last_at=w.last_at)
     rec.finish(m, 200, 102.0)
-    s = rec.stats.models["m"]
+    s = rec.snapshot().models["m"]
     assert s.ttft.sum == 0.5 and s.ttft.count == 1
     assert s.tbt.sum == 0.5  # (101.5 - 100.5) / (3 - 1): per output token after the first
     assert s.e2e.sum == 2.0 and s.queue.count == 1

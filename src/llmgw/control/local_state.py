@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
-from llmgw.control.plane import LOCAL, ControlPlane
+from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import Clock
 from llmgw.router.stats import Recorder
 from llmgw.store.base import ApiKeyRecord, UsageRecord
@@ -36,8 +36,7 @@ class LocalState:
         self.plane.want(model)
 
     def used(self, replica_id: str, at: float, outstanding: int) -> None:
-        self.plane.used(replica_id, at)
-        self.plane.in_flight(LOCAL, {replica_id: outstanding}, whole=False)
+        self.plane.used_here(replica_id, at, outstanding)
 
     async def store_usage(self, batch: list[UsageRecord]) -> None:
         # off the event loop, through the one writer: a batch is one transaction, but a disk can still stall

@@ -552,6 +552,18 @@ class ControlPlane:
     def used(self, replica_id: str, at: float) -> None:
         self.last_used[replica_id] = max(at, self.last_used.get(replica_id, 0.0))
 
+    def used_here(self, replica_id: str, at: float, outstanding: int) -> None:
+        """This process's own router, twice per request (sent, ended): used() and in_flight() for one replica,
+        without their per-call dictionaries (its reports are never silent: it is this process)."""
+        self.used(replica_id, at)
+        mine = self.in_flight_by.get(LOCAL)
+        if mine is None:
+            mine = self.in_flight_by[LOCAL] = {}
+        if outstanding > 0:
+            mine[replica_id] = outstanding
+        else:
+            mine.pop(replica_id, None)
+
     def in_flight(self, reporter: str, counts: dict[str, int], whole: bool, heard: float | None = None) -> None:
         """What one router process has in flight: its whole table (`whole`), or just these replicas' counts."""
         if whole:

@@ -27,7 +27,7 @@ from llmgw.router.state import RouterState
 from llmgw.router.stats import OTHER, Measure, Recorder
 from llmgw.router.table import EJECT_AFTER, Route, RoutingTable
 from llmgw.router.usage import StreamUsage
-from llmgw.store.base import ApiKeyRecord, UsageRecord
+from llmgw.store.base import ApiKeyRecord, UsageRecord, new_usage_id
 from llmgw.wire.http import message_of
 from llmgw.wire.router import model_explanation_lines
 
@@ -294,11 +294,9 @@ class Router:
             if spec.routing == "prefix" else []
         t0 = self.state.clock.monotonic()
         now = self.state.clock.now()
-        # our own values, valid by construction: not validated again on every request
-        begun = UsageRecord.model_construct(
-            key_id=key.id, model=model, replica_id="", prompt_tokens=0, completion_tokens=0,
-            started_at=now, duration_s=0.0, status=UNKNOWN,
-        )
+        # with its id given: model_construct would call the id's factory through inspect.signature (9 us a record)
+        begun = UsageRecord(id=new_usage_id(), key_id=key.id, model=model, replica_id="", prompt_tokens=0,
+                            completion_tokens=0, started_at=now, duration_s=0.0, status=UNKNOWN)
         self.ledger.begin(begun)  # journaled before anything is sent: a crash from here on still records it
         rec: UsageRecord | None = begun
         outcome: Outcome | None = None

@@ -1,0 +1,37 @@
+"""Usage record ids: what the store counts a request once by."""
+
+from __future__ import annotations
+
+import os
+
+from llmgw.store.base import UsageRecord, new_usage_id
+
+
+def test_ids_are_distinct_and_follow_each_other_in_one_process() -> None:
+    ids = [new_usage_id() for _ in range(10_000)]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)  # one process's records land side by side in the store's index on id
+    assert all(8 <= len(i) <= 64 for i in ids)
+    assert UsageRecord(key_id="k", model="m", replica_id="r", prompt_tokens=0, completion_tokens=0,
+                       started_at=0.0, duration_s=0.0, status=200).id > ids[-1]  # the default is the same counter
+
+
+def test_a_forked_child_makes_ids_of_its_own() -> None:
+    """Forked API workers must not count from the parent's prefix: the store would take a worker's request and the
+    parent's as one, and bill one of them never."""
+    before = new_usage_id()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: say its next ids, and leave without running anything of the parent's
+        try:
+            os.write(w, " ".join(new_usage_id() for _ in range(3)).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        child = f.read().decode().split()
+    os.waitpid(pid, 0)
+    mine = [new_usage_id() for _ in range(3)]
+    assert len(child) == 3
+    assert not set(child) & set(mine)
+    assert {c[:16] for c in child}.isdisjoint({before[:16]})  # another prefix, not the same counter run on
