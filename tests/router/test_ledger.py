@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
 from pathlib import Path
@@ -10,23 +11,26 @@ from pathlib import Path
 from llmgw.control.writer import StoreWriter
 from llmgw.core.clock import SystemClock
 from llmgw.router.ledger import CHUNK, UNKNOWN, Journal, UsageLedger
-from llmgw.store.base import UsageRecord
+from llmgw.store.base import AnyUsage, Usage, new_usage_id
 
 
-def rec(i: int, status: int = 200) -> UsageRecord:
-    return UsageRecord(key_id="k", model="m", replica_id="r", prompt_tokens=1, completion_tokens=i,
-                       started_at=float(i), duration_s=0.0, status=status)
+def rec(i: int, status: int = 200) -> Usage:
+    return Usage(new_usage_id(), "k", "m", "r", 1, i, float(i), 0.0, status)
+
+
+def finish(ledger: UsageLedger, r: Usage, status: int = 200) -> None:
+    ledger.finish(r, r.replica_id, r.prompt_tokens, r.completion_tokens, r.duration_s, status)
 
 
 class Store:
     """Records by id, like the real store; can be made to fail."""
 
     def __init__(self) -> None:
-        self.rows: dict[str, UsageRecord] = {}
+        self.rows: dict[str, AnyUsage] = {}
         self.calls: list[int] = []
         self.failing = False
 
-    async def add(self, batch: list[UsageRecord]) -> None:
+    async def add(self, batch: list[AnyUsage]) -> None:
         self.calls.append(len(batch))
         if self.failing:
             raise OSError("store unavailable")
@@ -61,7 +65,7 @@ async def test_a_backlog_beyond_memory_is_read_back_from_the_journal_once_it_dra
     for i in range(10):
         r = rec(i, UNKNOWN)
         ledger.begin(r)
-        ledger.finish(r.model_copy(update={"status": 200}))
+        finish(ledger, r)
         await ledger.flush()
     assert ledger.evicted == 7 and ledger.unflushed == 10
     store.failing = False
@@ -74,7 +78,7 @@ async def test_big_batches_go_in_chunks(tmp_path: Path) -> None:
     store = Store()
     ledger = UsageLedger(store.add, tmp_path)
     for i in range(2 * CHUNK + 7):
-        ledger.finish(rec(i))
+        finish(ledger, rec(i))
     assert await ledger.flush()
     assert store.calls == [CHUNK, CHUNK, 7] and len(store.rows) == 2 * CHUNK + 7
 
@@ -84,7 +88,7 @@ async def test_a_dead_writers_journal_is_recorded_whatever_its_pid_and_a_live_on
     dead = Journal(tmp_path)
     done, cut = rec(1, UNKNOWN), rec(2, UNKNOWN)
     dead.append(done)
-    dead.append(done.model_copy(update={"status": 200}))
+    dead.append(dataclasses.replace(done, status=200))
     dead.append(cut)  # in flight when it died
     os.close(dead._lock)  # its process is gone: the lock is free (the pid in nobody's way)
     live = Journal(tmp_path)
@@ -101,13 +105,13 @@ async def test_a_batch_waiting_on_a_slow_store_still_counts_as_unflushed(tmp_pat
     """Found by a flaky test: while a batch waited on a locked store, the gauge said nothing was waiting."""
     gate, entered = asyncio.Event(), asyncio.Event()
 
-    async def slow(batch: list[UsageRecord]) -> None:
+    async def slow(batch: list[AnyUsage]) -> None:
         entered.set()
         await gate.wait()
 
     ledger = UsageLedger(slow, tmp_path)
     for i in range(3):
-        ledger.finish(rec(i))
+        finish(ledger, rec(i))
     flushing = asyncio.ensure_future(ledger.flush())
     await asyncio.wait_for(entered.wait(), 5)
     assert ledger.unflushed == 3

@@ -6,7 +6,7 @@ from llmgw.config.server import ModelSpec
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import Clock
 from llmgw.router.stats import Recorder
-from llmgw.store.base import ApiKeyRecord, UsageRecord
+from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.wire.messages import EngineLoad
 from llmgw.wire.router import Admission, ModelExplanation, ReadyReplica
 
@@ -38,7 +38,7 @@ class LocalState:
     def used(self, replica_id: str, at: float, outstanding: int) -> None:
         self.plane.used_here(replica_id, at, outstanding)
 
-    async def store_usage(self, batch: list[UsageRecord]) -> None:
+    async def store_usage(self, batch: list[AnyUsage]) -> None:
         # off the event loop, through the one writer: a batch is one transaction, but a disk can still stall
         await self.plane.record_usage(batch)
 

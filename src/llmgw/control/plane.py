@@ -6,7 +6,7 @@ import asyncio
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from llmgw.config.server import ModelSpec, ServerConfig
@@ -32,7 +32,7 @@ from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.scaling import Timer
 from llmgw.reconcile.world import Timings, World
 from llmgw.router.keys import new_key
-from llmgw.store.base import ApiKeyRecord, Lease, Revocation, Store, UsageRecord, UsageTotal
+from llmgw.store.base import AnyUsage, ApiKeyRecord, Lease, Revocation, Store, UsageTotal
 from llmgw.wire.messages import DesiredState, EngineLoad, NodeReport
 from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
 from llmgw.wire.stats import RouterStats
@@ -605,7 +605,7 @@ class ControlPlane:
             if act.stats is not None and act.reporter != LOCAL:
                 self._keep_stats(act.reporter, act.stats)
 
-    async def record_usage(self, batch: list[UsageRecord]) -> int:
+    async def record_usage(self, batch: Sequence[AnyUsage]) -> int:
         """Usage, in the store before this returns (one transaction); raises StoreError when it is not. What was
         new is added to the in-memory totals the summary reads."""
         fresh = await self.writer.run(self.store.add_usage_new, batch)

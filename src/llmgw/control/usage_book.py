@@ -7,7 +7,9 @@ read from the store's own aggregates (all-time totals, and the last day by the h
 
 from __future__ import annotations
 
-from llmgw.store.base import UsageRecord, UsageTotal
+from collections.abc import Sequence
+
+from llmgw.store.base import AnyUsage, UsageTotal
 
 HOUR = 3600.0
 Pair = tuple[str, str]  # (key id, model)
@@ -48,7 +50,7 @@ class UsageBook:
             _add(self._hours.setdefault(hour, {}), (u.key_id, u.model), u.requests, u.prompt_tokens,
                  u.completion_tokens, u.last_at)
 
-    def add(self, fresh: list[UsageRecord]) -> None:
+    def add(self, fresh: Sequence[AnyUsage]) -> None:
         """Records the store has just taken for the first time."""
         for u in fresh:
             pair = (u.key_id, u.model)

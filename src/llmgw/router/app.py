@@ -27,7 +27,7 @@ from llmgw.router.state import RouterState
 from llmgw.router.stats import OTHER, Measure, Recorder
 from llmgw.router.table import EJECT_AFTER, Route, RoutingTable
 from llmgw.router.usage import StreamUsage
-from llmgw.store.base import ApiKeyRecord, UsageRecord, new_usage_id
+from llmgw.store.base import ApiKeyRecord, Usage, new_usage_id
 from llmgw.wire.http import message_of
 from llmgw.wire.router import model_explanation_lines
 
@@ -294,11 +294,9 @@ class Router:
             if spec.routing == "prefix" else []
         t0 = self.state.clock.monotonic()
         now = self.state.clock.now()
-        # with its id given: model_construct would call the id's factory through inspect.signature (9 us a record)
-        begun = UsageRecord(id=new_usage_id(), key_id=key.id, model=model, replica_id="", prompt_tokens=0,
-                            completion_tokens=0, started_at=now, duration_s=0.0, status=UNKNOWN)
+        begun = Usage(new_usage_id(), key.id, model, "", 0, 0, now, 0.0, UNKNOWN)
         self.ledger.begin(begun)  # journaled before anything is sent: a crash from here on still records it
-        rec: UsageRecord | None = begun
+        rec: Usage | None = begun
         outcome: Outcome | None = None
         route = None
         watch: StreamUsage | None = None
@@ -362,10 +360,8 @@ class Router:
                 m.status, m.prompt_tokens, m.completion_tokens = status, p_tok, c_tok
                 if watch is not None:
                     m.first_at, m.last_at = watch.first_at, watch.last_at
-                self.ledger.finish(rec.model_copy(update={
-                    "replica_id": route.replica_id if route is not None else "", "prompt_tokens": p_tok,
-                    "completion_tokens": c_tok, "duration_s": self.state.clock.monotonic() - t0, "status": status,
-                }))
+                self.ledger.finish(rec, route.replica_id if route is not None else "", p_tok, c_tok,
+                                   self.state.clock.monotonic() - t0, status)
 
     def _judge(self, route: Route, status: int) -> None:
         """Outlier ejection (table.py): the engine's own failures count, a client's mistakes and leaving do not."""

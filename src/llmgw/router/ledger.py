@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from llmgw.store.base import UsageRecord
+from llmgw.store.base import AnyUsage, Usage, UsageRecord
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +72,11 @@ class Journal:
         self.path = self.dir / f"{self.token}-{self._n}.jsonl"
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
-    def append(self, rec: UsageRecord) -> None:
-        os.write(self._fd, rec.model_dump_json().encode() + b"\n")
+    def append(self, rec: AnyUsage) -> None:
+        os.write(self._fd, rec.json_line() if isinstance(rec, Usage) else rec.model_dump_json().encode() + b"\n")
         self.dirty = True
 
-    def rotate(self, carry: list[UsageRecord]) -> Path | None:
+    def rotate(self, carry: list[Usage]) -> Path | None:
         """Start a new segment, carrying the requests still in flight into it; the old one's path, to delete once
         everything in it has landed, or None when nothing was written since the last rotation."""
         if not self.dirty:
@@ -136,7 +136,7 @@ def read_segments(paths: list[Path]) -> list[UsageRecord]:
 class UsageLedger:
     def __init__(
         self,
-        sink: Callable[[list[UsageRecord]], Awaitable[object]],
+        sink: Callable[[list[AnyUsage]], Awaitable[object]],
         journal_dir: Path | None = None,
         max_pending: int = 200_000,
         adopt: bool = False,
@@ -145,8 +145,8 @@ class UsageLedger:
         self.journal = Journal(journal_dir) if journal_dir is not None else None
         self.max_pending = max_pending
         self.adopt = adopt  # the server takes over what dead processes left; its workers do not
-        self.pending: list[UsageRecord] = []
-        self.inflight: dict[str, UsageRecord] = {}  # begun, not finished: carried into every new segment
+        self.pending: list[AnyUsage] = []  # ours, and what a journal read back held
+        self.inflight: dict[str, Usage] = {}  # begun, not finished: carried into every new segment
         self.segments: list[Path] = []  # closed segments: their records are pending, landed, or (evicted) only there
         self.orphan_locks: list[tuple[int, Path]] = []  # (fd, lock file) of dead writers whose segments we hold
         self.failures = 0  # consecutive failed flushes
@@ -170,17 +170,22 @@ class UsageLedger:
             log.warning("recording %d request(s) left in the usage journal by a process that stopped", len(records))
         return len(records)
 
-    def begin(self, rec: UsageRecord) -> None:
+    def begin(self, rec: Usage) -> None:
         self.inflight[rec.id] = rec
         self._journal(rec)
 
-    def unsent(self, rec: UsageRecord) -> None:
+    def unsent(self, rec: Usage) -> None:
         """The request begun as `rec` reached no engine: nothing to record."""
         self.inflight.pop(rec.id, None)
-        self._journal(rec.model_copy(update={"status": UNSENT}))
+        rec.status = UNSENT
+        self._journal(rec)
 
-    def finish(self, rec: UsageRecord) -> None:
+    def finish(self, rec: Usage, replica_id: str, prompt_tokens: int, completion_tokens: int, duration_s: float,
+               status: int) -> None:
+        """The request begun as `rec` ended so: `rec` becomes its record (its begin line is already written)."""
         self.inflight.pop(rec.id, None)
+        rec.replica_id, rec.prompt_tokens, rec.completion_tokens = replica_id, prompt_tokens, completion_tokens
+        rec.duration_s, rec.status = duration_s, status
         self.pending.append(rec)  # in memory first: a journal that cannot be written loses nothing here
         self._journal(rec)
         if len(self.pending) > self.max_pending:
@@ -191,7 +196,7 @@ class UsageLedger:
                           self.max_pending)
             self.evicted += drop
 
-    def _journal(self, rec: UsageRecord) -> None:
+    def _journal(self, rec: AnyUsage) -> None:
         if self.journal is None:
             return
         try:

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import Clock
 from llmgw.router.stats import Recorder
-from llmgw.store.base import ApiKeyRecord, UsageRecord
+from llmgw.store.base import AnyUsage, ApiKeyRecord, Usage
 from llmgw.wire.messages import EngineLoad
 from llmgw.wire.router import Activity, Admission, AdmitRequest, ModelExplanation, ReadyReplica, RouterView
 
@@ -42,7 +42,7 @@ class RouterState(Protocol):
     def loads(self) -> dict[str, EngineLoad]: ...  # replica id -> its engine's own gauges
     def want(self, model: str) -> None: ...
     def used(self, replica_id: str, at: float, outstanding: int) -> None: ...
-    async def store_usage(self, batch: list[UsageRecord]) -> None: ...
+    async def store_usage(self, batch: list[AnyUsage]) -> None: ...
     async def explain(self, model: str) -> ModelExplanation | None: ...
     async def flush(self) -> None: ...
     # tenant limits, kept in the control plane's process for every router process (control/quotas.py)
@@ -140,11 +140,12 @@ class RemoteState:
         self._settled.append((ticket, used))
         asyncio.get_running_loop().create_task(self.flush())  # a freed slot should be free now
 
-    async def store_usage(self, batch: list[UsageRecord]) -> None:
+    async def store_usage(self, batch: list[AnyUsage]) -> None:
         """Raises unless the control plane recorded the batch (it answers 2xx only once it is in the store)."""
+        records = [u.record() if isinstance(u, Usage) else u for u in batch]
         async with self._http().post(
             self.admin + "/api/router/activity",
-            data=Activity(usage=batch).model_dump_json(),
+            data=Activity(usage=records).model_dump_json(),
             headers={"Content-Type": "application/json"},
             timeout=aiohttp.ClientTimeout(total=USAGE_POST_TIMEOUT),  # a batch waits for the store's writer
         ) as r:

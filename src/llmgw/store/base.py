@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel, Field
@@ -57,6 +60,43 @@ class UsageRecord(BaseModel):
     started_at: float = Field(ge=0, le=1e11, allow_inf_nan=False)  # seconds since 1970, before the year 5000
     duration_s: float = Field(ge=0, le=1e9, allow_inf_nan=False)
     status: int = Field(ge=0, le=999)
+
+
+_str = json.encoder.encode_basestring_ascii  # C: a JSON string, quotes included
+
+
+@dataclass(slots=True, eq=False)
+class Usage:
+    """A usage record this process makes itself, per request on the router's hot path: UsageRecord's fields as a
+    plain object (a pydantic model costs microseconds to build, copy and serialise, twice per request). Its values
+    are the router's own, within UsageRecord's bounds by construction; what comes from elsewhere (a worker's
+    report, a journal read back) is a UsageRecord, validated. The store takes either."""
+
+    id: str
+    key_id: str
+    model: str
+    replica_id: str
+    prompt_tokens: int
+    completion_tokens: int
+    started_at: float
+    duration_s: float
+    status: int
+
+    def json_line(self) -> bytes:
+        """One line of JSON that UsageRecord reads back (the usage journal's)."""
+        return (f'{{"id":{_str(self.id)},"key_id":{_str(self.key_id)},"model":{_str(self.model)},'
+                f'"replica_id":{_str(self.replica_id)},"prompt_tokens":{self.prompt_tokens},'
+                f'"completion_tokens":{self.completion_tokens},"started_at":{self.started_at!r},'
+                f'"duration_s":{self.duration_s!r},"status":{self.status}}}\n').encode()
+
+    def record(self) -> UsageRecord:
+        """As a validated UsageRecord (to send to another process)."""
+        return UsageRecord(id=self.id, key_id=self.key_id, model=self.model, replica_id=self.replica_id,
+                           prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                           started_at=self.started_at, duration_s=self.duration_s, status=self.status)
+
+
+AnyUsage = UsageRecord | Usage
 
 
 class UsageTotal(BaseModel):
@@ -117,8 +157,8 @@ class Store(Protocol):
     # keys and usage
     def put_key(self, key: ApiKeyRecord) -> None: ...
     def list_keys(self) -> list[ApiKeyRecord]: ...
-    def add_usage(self, records: list[UsageRecord]) -> int: ...
-    def add_usage_new(self, records: list[UsageRecord]) -> list[UsageRecord]: ...  # the records that were new
+    def add_usage(self, records: Sequence[AnyUsage]) -> int: ...
+    def add_usage_new(self, records: Sequence[AnyUsage]) -> list[AnyUsage]: ...  # the records that were new
     def usage_totals(self, since: float = 0.0) -> list[UsageTotal]: ...
     def usage_recent(self, since: float) -> list[UsageTotal]: ...  # from the hour holding `since`
     def usage_by_hour(self, since: float) -> list[tuple[int, UsageTotal]]: ...

@@ -14,7 +14,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from llmgw.core.errors import StoreError, StoreRejected
-from llmgw.store.base import UsageRecord
+from llmgw.store.base import AnyUsage
 from llmgw.store.migrations import ACTIVITY, LEADER, REVISIONS, REVOCATION_REVS
 from llmgw.store.sql import USAGE_COLUMNS, Row, SqlStore, once_each, split, usage_values
 
@@ -146,7 +146,7 @@ class PostgresStore(SqlStore):
         except (psycopg.Error, PoolTimeout) as e:
             raise StoreError(f"{self.where}: {_words(e)}") from None
 
-    def _insert_usage(self, tx: _Tx, records: list[UsageRecord]) -> list[UsageRecord]:  # type: ignore[override]
+    def _insert_usage(self, tx: _Tx, records: Sequence[AnyUsage]) -> list[AnyUsage]:  # type: ignore[override]
         """One statement for the batch; the ids it returns are those that were new (a batch sent twice counts
         once)."""
         rows = [usage_values(u) for u in records]

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from llmgw.config.server import ModelSpec
 from llmgw.core.errors import Deposed, StoreError
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
-from llmgw.store.base import ApiKeyRecord, Lease, Revocation, UsageRecord, UsageTotal
+from llmgw.store.base import AnyUsage, ApiKeyRecord, Lease, Revocation, UsageTotal
 
 log = logging.getLogger(__name__)
 PRUNE_BATCH = 5000  # rows per delete transaction: retention never holds the write lock for long
@@ -31,16 +31,16 @@ USAGE_COLUMNS = ("id", "key_id", "model", "replica_id", "prompt_tokens", "comple
                  "duration_s", "status")
 
 
-def usage_values(u: UsageRecord) -> tuple[object, ...]:
+def usage_values(u: AnyUsage) -> tuple[object, ...]:
     """A usage record's values in the order of USAGE_COLUMNS."""
     return (u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens, u.started_at, u.duration_s,
             u.status)
 
 
-def once_each(records: list[UsageRecord], new: Callable[[str], bool]) -> list[UsageRecord]:
+def once_each(records: Sequence[AnyUsage], new: Callable[[str], bool]) -> list[AnyUsage]:
     """The records whose id `new` says was not recorded before, the first of each id only: a record twice in one
     batch is inserted once, and counted once."""
-    out: list[UsageRecord] = []
+    out: list[AnyUsage] = []
     taken: set[str] = set()
     for u in records:
         if u.id not in taken and new(u.id):
@@ -95,7 +95,7 @@ class SqlStore:
     def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Row]:
         raise NotImplementedError
 
-    def _insert_usage(self, tx: Tx, records: list[UsageRecord]) -> list[UsageRecord]:
+    def _insert_usage(self, tx: Tx, records: Sequence[AnyUsage]) -> list[AnyUsage]:
         """Insert the records whose id is new (once each, a batch sent twice included); those that were."""
         raise NotImplementedError
 
@@ -204,12 +204,12 @@ class SqlStore:
         rows = self._rows("SELECT body FROM api_keys ORDER BY id")
         return [ApiKeyRecord.model_validate_json(str(r[0])) for r in rows]
 
-    def add_usage(self, records: list[UsageRecord]) -> int:
+    def add_usage(self, records: Sequence[AnyUsage]) -> int:
         """Record a batch in one transaction, each record at most once (by its id, so a batch sent twice counts
         once), and keep the totals per key and model in the same transaction. Returns how many were new."""
         return len(self.add_usage_new(records))
 
-    def add_usage_new(self, records: list[UsageRecord]) -> list[UsageRecord]:
+    def add_usage_new(self, records: Sequence[AnyUsage]) -> list[AnyUsage]:
         """add_usage, returning the records that were new (those anything counting usage elsewhere must add)."""
         if not records:
             return []

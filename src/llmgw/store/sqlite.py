@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from llmgw.core.errors import StoreError
-from llmgw.store.base import UsageRecord
+from llmgw.store.base import AnyUsage
 from llmgw.store.migrations import MIGRATIONS
 from llmgw.store.sql import USAGE_COLUMNS, Row, SqlStore, once_each, split, usage_values
 
@@ -116,7 +116,7 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: {e}") from e
 
-    def _insert_usage(self, tx: _Tx, records: list[UsageRecord]) -> list[UsageRecord]:  # type: ignore[override]
+    def _insert_usage(self, tx: _Tx, records: Sequence[AnyUsage]) -> list[AnyUsage]:  # type: ignore[override]
         """Insert the records whose id is new and return them. The batch's ids already recorded are looked up
         first, in the same transaction; the new rows then go in USAGE_ROWS_PER_STATEMENT at a time.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from llmgw.store.base import UsageRecord, new_usage_id
+from llmgw.store.base import Usage, UsageRecord, new_usage_id
 
 
 def test_ids_are_distinct_and_follow_each_other_in_one_process() -> None:
@@ -35,3 +35,16 @@ def test_a_forked_child_makes_ids_of_its_own() -> None:
     assert len(child) == 3
     assert not set(child) & set(mine)
     assert {c[:16] for c in child}.isdisjoint({before[:16]})  # another prefix, not the same counter run on
+
+
+def test_a_journal_line_reads_back_as_the_same_record() -> None:
+    """The router writes its own records' journal lines by hand (a pydantic model costs microseconds a line): what
+    it writes must be what UsageRecord reads, for any key id, model name or time."""
+    odd = 'q"uo\\te\n\t\x00é漢😀'
+    for u in (Usage(new_usage_id(), odd, odd, odd, 2**31, 0, 1_700_000_000.123456789, 1e-7, 999),
+              Usage(new_usage_id(), "", "m", "", 0, 7, 0.0, 0.0, 0)):
+        line = u.json_line()
+        assert line.endswith(b"\n") and b"\n" not in line[:-1]
+        back = UsageRecord.model_validate_json(line)
+        assert back == u.record()
+        assert back.model_dump() == {f: getattr(u, f) for f in Usage.__slots__}
