@@ -36,7 +36,8 @@ class KeyLimits(BaseModel):
     budget_period: Period = "month"
 
     def any(self) -> bool:
-        return any(v is not None for v in (self.rpm, self.tpm, self.concurrency, self.budget))
+        # asked on every request: no generator
+        return self.rpm is not None or self.tpm is not None or self.concurrency is not None or self.budget is not None
 
 
 class Refusal(StrEnum):

@@ -321,7 +321,8 @@ class Router:
                 watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic)
                 try:
                     said = {**rate, "X-Llmgw-Route": f"{decision.reason}; replica={route.replica_id}; "
-                                             f"matched={decision.matched_blocks}/{len(keys)}"}
+                                             f"matched={decision.matched_blocks}/{len(keys)}",
+                            "X-Llmgw-Worker": self._worker}
                     outcome = await forward(
                         request, self._session(), route.url(path), body, stream, self.timeouts, watch,
                         route.secret, m, said, route.closes_after_stream,
@@ -336,7 +337,8 @@ class Router:
                     outcome = broken(e)
                 finally:
                     route.outstanding -= 1
-                    self.state.used(route.replica_id, self.state.clock.now(), route.outstanding)
+                    # the wall clock's reading without a second read of it (SystemClock.now takes a lock)
+                    self.state.used(route.replica_id, now + (self.state.clock.monotonic() - t0), route.outstanding)
                 assert outcome.response is not None
                 self._judge(route, outcome.status)
                 if outcome.status in NOT_SERVED and not outcome.response.prepared:
@@ -345,8 +347,7 @@ class Router:
                     outcome.response = openai_error(
                         404, f"the model '{model}' does not serve {path} (its engine answered {outcome.status})",
                         "invalid_request_error", "unsupported_endpoint", "model")
-                if not outcome.response.prepared:
-                    outcome.response.headers["X-Llmgw-Worker"] = self._worker
+                if not outcome.response.prepared and "X-Llmgw-Route" not in outcome.response.headers:
                     outcome.response.headers.update(said)  # an error envelope says where it was routed too
                 return outcome.response
         finally:
