@@ -3,8 +3,11 @@
 Usage is what operators bill from, so a request that reached an engine is recorded exactly once, whatever the
 client, the store or this process does:
 - `begin` appends the request to a journal file the moment it is sent to an engine, `finish` appends its outcome
-  before the last byte of the answer goes out. A journal line is one `write()`: a killed process loses nothing
-  the kernel has (a crashed machine can lose the last moments of its page cache). Each process's segments carry a
+  before the last byte of the answer goes out. Lines are copied into a shared memory map of the segment, whose
+  blocks are reserved first (posix_fallocate: a store into the map never meets a full disk): the page cache has
+  every line the moment it is copied, so a killed process loses nothing the kernel has (a crashed machine can
+  lose the last moments of its page cache), and a request costs no system call for its two lines. Where space
+  cannot be reserved, lines go out with one `pwrite()` each. Each process's segments carry a
   random token and it holds an flock on `<token>.lock` while it lives: a process finding a lock it can take has
   found a dead writer (pids are reused; locks are not), and records what it left, a request that never finished
   with status 0 ("outcome unknown").
@@ -19,10 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import logging
+import mmap
 import os
 import secrets
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -37,6 +43,7 @@ UNSENT = 1  # journal only: the request never reached an engine after all (no re
 MAX_BACKOFF = 30.0
 CHUNK = 5000  # records per call of the sink: a worker's report stays well under the management API's body limit
 ADOPT_EVERY = 30  # flushes between looks for what dead processes left (a worker that crashed, say)
+RESERVE = 1 << 20  # bytes of a segment reserved at a time, at least (doubling as it grows)
 
 
 def _lock(path: Path) -> int | None:
@@ -51,7 +58,9 @@ def _lock(path: Path) -> int | None:
 
 
 class Journal:
-    """Append-only segments `<token>-<n>.jsonl`; a segment is deleted once its records landed."""
+    """Append-only segments `<token>-<n>.jsonl`; a segment is deleted once its records landed. The segment being
+    written is longer than its lines (the reserved rest is zeros) until it is sealed, which a reader of a dead
+    writer's segment must expect (read_segments does)."""
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
@@ -63,6 +72,9 @@ class Journal:
         self._lock = lock
         self._n = 0
         self._fd = -1
+        self._map: mmap.mmap | None = None
+        self._off = 0  # where the next line goes: the lines written end here
+        self._room = 0  # bytes reserved and mapped; sys.maxsize once lines go out by pwrite()
         self.path = Path()
         self.dirty = False
         self._open_next()
@@ -70,11 +82,45 @@ class Journal:
     def _open_next(self) -> None:
         self._n += 1
         self.path = self.dir / f"{self.token}-{self._n}.jsonl"
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._off, self._room = 0, 0
 
     def append(self, rec: AnyUsage) -> None:
-        os.write(self._fd, rec.json_line() if isinstance(rec, Usage) else rec.model_dump_json().encode() + b"\n")
+        """Raises OSError when the line could not be kept (a full disk): nothing of it counts as written."""
+        line = rec.json_line() if isinstance(rec, Usage) else rec.model_dump_json().encode() + b"\n"
+        end = self._off + len(line)
+        if end > self._room:
+            self._reserve(end)
+        if self._map is not None:
+            self._map[self._off : end] = line
+        elif os.pwrite(self._fd, line, self._off) != len(line):  # a short write: the next line goes over it
+            raise OSError(errno.ENOSPC, "usage journal: a line written in part")
+        self._off = end
         self.dirty = True
+
+    def _reserve(self, end: int) -> None:
+        """Room for lines up to `end`: blocks reserved and mapped; else (no space to reserve, or a file system
+        that cannot) lines go out by pwrite() from here on, which says so itself if the disk is full."""
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        room = max(end, 2 * self._room, RESERVE)
+        try:
+            os.posix_fallocate(self._fd, 0, room)
+            self._map = mmap.mmap(self._fd, room)
+            self._room = room
+        except OSError:
+            self._room = sys.maxsize
+
+    def _seal(self) -> None:
+        """The segment as long as its lines (the reserved rest given back), closed."""
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        with contextlib.suppress(OSError):  # left longer, its zeros are skipped by readers all the same
+            os.ftruncate(self._fd, self._off)
+        os.close(self._fd)
+        self._fd = -1
 
     def rotate(self, carry: list[Usage]) -> Path | None:
         """Start a new segment, carrying the requests still in flight into it; the old one's path, to delete once
@@ -82,7 +128,7 @@ class Journal:
         if not self.dirty:
             return None
         old = self.path
-        os.close(self._fd)
+        self._seal()
         self._open_next()
         self.dirty = False
         for rec in carry:
@@ -91,8 +137,7 @@ class Journal:
 
     def close(self, keep: bool) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            self._seal()
         if not keep:
             self.path.unlink(missing_ok=True)
             self.lock_path.unlink(missing_ok=True)
@@ -120,7 +165,7 @@ def read_segments(paths: list[Path]) -> list[UsageRecord]:
     latest: dict[str, UsageRecord] = {}
     for p in paths:
         try:
-            data = p.read_bytes()
+            data = p.read_bytes().rstrip(b"\0")  # a segment its writer never sealed: the reserved rest is zeros
         except FileNotFoundError:
             continue
         for line in data.splitlines():
