@@ -41,7 +41,10 @@ def request_bounds(header_timeout: float) -> Middleware:
             raise refusal(web.HTTPRequestEntityTooLarge, f"request body of {length} bytes is over the limit of {limit}",
                           max_size=limit, actual_size=length or 0)
         if not request.can_read_body or request.content.is_eof():
-            return await plain_errors(handler, request)
+            try:  # the common case, on every request: no timer, and no coroutine of plain_errors' own
+                return await handler(request)
+            except web.HTTPException as e:
+                raise _plain(request, e) from None
         allowed = header_timeout + (length if length is not None else limit) / BODY_MIN_RATE
         loop = asyncio.get_running_loop()
         deadline = asyncio.timeout(None)
@@ -86,9 +89,14 @@ async def plain_errors(handler: Handler, request: web.Request) -> web.StreamResp
     try:
         return await handler(request)
     except web.HTTPException as e:
-        if e.status < 400 or e.content_type == "application/json":
-            raise
-        raise in_plain(e, message_of(request, e)) from None
+        raise _plain(request, e) from None
+
+
+def _plain(request: web.Request, e: web.HTTPException) -> web.HTTPException:
+    """aiohttp's refusal in the plain envelope; a redirect, or an answer already in JSON, as it is."""
+    if e.status < 400 or e.content_type == "application/json":
+        return e
+    return in_plain(e, message_of(request, e))
 
 
 CLIENT_FAULTS = (HttpProcessingError, ConnectionError)

@@ -318,7 +318,7 @@ class Router:
                 # busy from now on, not from its end: a long generation must not look idle to eviction meanwhile
                 self.state.used(route.replica_id, now, route.outstanding)
                 reached[:] = [True]  # it may reach the engine from here on (a connection refused takes it back)
-                watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic)
+                watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic) if stream else None
                 try:
                     said = {**rate, "X-Llmgw-Route": f"{decision.reason}; replica={route.replica_id}; "
                                              f"matched={decision.matched_blocks}/{len(keys)}",

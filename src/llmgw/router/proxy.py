@@ -81,7 +81,7 @@ async def forward(
     body: bytes,
     stream: bool,
     t: Timeouts,
-    watch: StreamUsage,
+    watch: StreamUsage | None,
     secret: str = "",
     trace: object = None,
     said: dict[str, str] | None = None,
@@ -141,6 +141,8 @@ async def forward(
             p, c = usage_from_body(data) if resp.status == 200 else (0, 0)
             out = web.Response(status=resp.status, body=data, headers={"Content-Type": ctype, **(said or {})})
             return Outcome(resp.status, p, c, out)
+        if watch is None:  # (the caller makes one for every request that asks for a stream)
+            watch = StreamUsage(strip=False)
         sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache",
                                                              **(said or {})})
         try:
