@@ -24,6 +24,33 @@ def test_usage_from_body_reads_from_the_end_and_falls_back() -> None:
     assert usage_from_body(b'{"usage": null}') == (0, 0)
 
 
+def decoded(body: bytes) -> tuple[int, int]:
+    """What the JSON decoder makes of the body's usage (the path every shape but the plain one takes)."""
+    u = json.loads(body).get("usage")
+    return usage_from_body(json.dumps({"x": 1, "usage": u}, indent=1).encode())  # indented: not the plain shape
+
+
+def test_the_plain_shape_is_read_as_the_decoder_reads_it() -> None:
+    """The usage of most answers is read by one match instead of a JSON decoder: whatever the match takes, the
+    decoder must have read the same, and a shape the match does not take is decoded."""
+    for usage in (
+        {"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42},
+        {"prompt_tokens": 0, "completion_tokens": 0},
+        {"prompt_tokens": 5, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 3}},
+        {"prompt_tokens": 2**40, "completion_tokens": 10**18},  # beyond a count: at most MAX_TOKENS
+        {"completion_tokens": 3, "prompt_tokens": 4},  # another order: decoded
+        {"prompt_tokens": -5, "completion_tokens": 2},  # not a count: decoded, as 0
+        {"prompt_tokens": 1.5, "completion_tokens": 2},
+        {"prompt_tokens": "9", "completion_tokens": 2},
+        {"input_tokens": 3, "output_tokens": 4},
+    ):
+        for sep in ((",", ":"), (", ", ": ")):
+            body = json.dumps({"id": "c", "choices": [{"message": {"content": '"usage": {"prompt_tokens": 99'}}],
+                               "usage": usage}, separators=sep).encode()
+            assert usage_from_body(body) == decoded(body), (usage, sep)
+    assert usage_from_body(b'{"usage": {"prompt_tokens": 007, "completion_tokens": 1}}') == (0, 0)  # not JSON
+
+
 def test_null_usage_chunks_are_passed_and_counted_as_nothing() -> None:
     w = StreamUsage(strip=False)
     assert w.feed(TOKEN * 3) == TOKEN * 3

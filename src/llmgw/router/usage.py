@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 _DECODER = json.JSONDecoder()
 _NULL_USAGE = (b'"usage":null', b'"usage": null')
 MAX_TOKENS = 2**31  # an engine's count is a claim too: anything beyond this is not a count
+# How OpenAI's chat and completions answers, vLLM's, SGLang's and llama-server's begin their usage: read with one
+# match at the last "usage" instead of a JSON decoder (a few microseconds per request); any other shape is decoded
+_PLAIN_USAGE = re.compile(rb'"usage"\s*:\s*\{\s*"prompt_tokens"\s*:\s*(0|[1-9][0-9]{0,18})\s*,'
+                          rb'\s*"completion_tokens"\s*:\s*(0|[1-9][0-9]{0,18})\s*[,}]')
 
 
 def _count(v: object) -> int:
@@ -49,6 +54,9 @@ def usage_from_body(body: bytes) -> tuple[int, int]:
     at = body.rfind(b'"usage"')
     if at < 0:
         return 0, 0
+    plain = _PLAIN_USAGE.match(body, at)
+    if plain is not None:
+        return min(int(plain[1]), MAX_TOKENS), min(int(plain[2]), MAX_TOKENS)
     colon = body.find(b":", at)
     try:
         value, _ = _DECODER.raw_decode(body[colon + 1 :].decode().lstrip())
