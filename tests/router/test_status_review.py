@@ -25,7 +25,7 @@ def _engine() -> web.Application:
 
 async def test_a_request_the_router_fails_is_not_counted_as_a_client_that_left(tmp_path: Path) -> None:
     """Router.proxy starts with status = CLIENT_CLOSED and only replaces it with a returned response's status: any
-    exception from _proxy (here the key ring's store read failing, as a locked or broken SQLite does) is answered
+    exception from _admit (here the key ring's store read failing, as a locked or broken SQLite does) is answered
     500 by openai_envelope but counted as 499 in llmgw_requests_total. A store outage then reads as clients
     hanging up, and a 5xx alert stays quiet. Fails today: {'499': 1}."""
     async with router_over(tmp_path, _engine()) as b:

@@ -9,7 +9,7 @@ import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from aiohttp import web
@@ -43,6 +43,19 @@ ANONYMOUS = ApiKeyRecord(id="-", name="anonymous", prefix="", hash="", created_a
 
 
 ENGINE_KEEPALIVE_S = 4.0  # under the 5 s after which the engines close an idle connection
+
+class Admitted(NamedTuple):
+    """A request let through to be served: its key's x-ratelimit-* headers, and its admission's ticket and
+    reservation to settle when it ends ("": none)."""
+
+    key: ApiKeyRecord
+    spec: ModelSpec
+    payload: dict[str, Any]
+    body: bytes
+    rate: dict[str, str] = {}  # noqa: RUF012  (never changed: _serve copies it into its headers)
+    ticket: str = ""
+    cost: int = 0
+
 
 class Router:
     def __init__(
@@ -163,7 +176,20 @@ class Router:
         m = Measure(start=clock.monotonic())
         status = 500  # an exception: openai_envelope answers it 500
         try:
-            resp = await self._proxy(request, m)
+            # admitted in a coroutine of its own, which ends before anything is sent: the one awaiting the engine
+            # is _serve, right under this one (every level between the loop and a waiting request is passed
+            # through again each time it resumes)
+            got = await self._admit(request, m)
+            if isinstance(got, web.StreamResponse):
+                resp = got
+            elif not got.ticket:
+                resp = await self._serve(request, m, got.key, got.spec, got.payload, got.body, got.rate, [])
+            else:
+                reached: list[bool] = []
+                try:
+                    resp = await self._serve(request, m, got.key, got.spec, got.payload, got.body, got.rate, reached)
+                finally:
+                    self.state.settle(got.ticket, used_of(m, bool(reached), got.cost))
             status = resp.status
             return resp
         except (asyncio.CancelledError, ConnectionError):  # the client went away (its body cut off, say)
@@ -174,7 +200,8 @@ class Router:
                 self.recorder.end(m.key_id, m.model)
             self.recorder.finish(m, status, clock.monotonic())
 
-    async def _proxy(self, request: web.Request, m: Measure) -> web.StreamResponse:
+    async def _admit(self, request: web.Request, m: Measure) -> web.StreamResponse | Admitted:
+        """The answer when the request is refused here (its key, body, model, limits); else what to serve."""
         key = await self._auth(request)
         if isinstance(key, web.Response):
             return key
@@ -215,7 +242,7 @@ class Router:
             )
         lim = key.limits if key.limits is not None else self.cfg.default_limits
         if not lim.any():
-            return await self._serve(request, m, key, spec, payload, body, {}, [])
+            return Admitted(key, spec, payload, body)
         try:
             body, cost = reserve(request.path, payload, body, self.cfg.reserve_max_tokens,
                                  media_tokens=self.cfg.reserve_media_tokens)
@@ -226,12 +253,7 @@ class Router:
             resp = refused(admitted)
             resp.headers["X-Llmgw-Worker"] = self._worker
             return resp
-        reached: list[bool] = []
-        try:
-            return await self._serve(request, m, key, spec, payload, body, dict(admitted.headers), reached)
-        finally:
-            if admitted.ticket:
-                self.state.settle(admitted.ticket, used_of(m, bool(reached), cost))
+        return Admitted(key, spec, payload, body, dict(admitted.headers), admitted.ticket, cost)
 
     async def _serve(self, request: web.Request, m: Measure, key: ApiKeyRecord, spec: ModelSpec,
                      payload: dict[str, Any], body: bytes, rate: dict[str, str],

@@ -122,7 +122,7 @@ def gated() -> web.Application:
 
 
 async def test_a_refused_request_does_not_end_another_requests_in_flight_count(tmp_path: Path) -> None:
-    """_proxy sets m.key_id before admission; proxy()'s finally calls recorder.end for it, though recorder.begin
+    """_admit sets m.key_id before admission; proxy()'s finally calls recorder.end for it, though recorder.begin
     (in _serve) never ran for a refused request: the admitted request in flight disappears from the counts the
     control plane's status and metrics read (in flight per key and model)."""
     import asyncio
