@@ -17,7 +17,7 @@ from llmgw.control.quotas import Quotas
 from llmgw.control.registry import merge_report
 from llmgw.control.sharing import SERVER, Sharing
 from llmgw.control.summary import DAY, NodeFacts, leader_shard, node_facts
-from llmgw.control.usage_book import HOUR, UsageBook
+from llmgw.control.usage_book import UsageBook
 from llmgw.control.watch import Watch
 from llmgw.control.weights import Leaders, plans_for, prune
 from llmgw.control.writer import InlineWriter, StoreWriter
@@ -32,7 +32,7 @@ from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.scaling import Timer
 from llmgw.reconcile.world import Timings, World
 from llmgw.router.keys import new_key
-from llmgw.store.base import AnyUsage, ApiKeyRecord, Lease, Revocation, Store, UsageTotal
+from llmgw.store.base import HOUR, AnyUsage, ApiKeyRecord, Lease, Revocation, Store, UsageTotal
 from llmgw.wire.messages import DesiredState, EngineLoad, NodeReport
 from llmgw.wire.router import Activity, ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
 from llmgw.wire.stats import RouterStats

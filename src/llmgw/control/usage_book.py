@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmgw.store.base import AnyUsage, UsageTotal
+from llmgw.store.base import HOUR, AnyUsage, UsageTotal, sum_by_hour
 
-HOUR = 3600.0
 Pair = tuple[str, str]  # (key id, model)
 
 
@@ -52,13 +51,12 @@ class UsageBook:
 
     def add(self, fresh: Sequence[AnyUsage]) -> None:
         """Records the store has just taken for the first time."""
-        for u in fresh:
-            pair = (u.key_id, u.model)
-            _add(self._all, pair, 1, u.prompt_tokens, u.completion_tokens, u.started_at)
-            hour = int(u.started_at // HOUR)
-            _add(self._hours.setdefault(hour, {}), pair, 1, u.prompt_tokens, u.completion_tokens, u.started_at)
+        for (key_id, model, hour), (n, prompt, completion, last) in sum_by_hour(fresh).items():
+            pair = (key_id, model)
+            _add(self._all, pair, int(n), int(prompt), int(completion), last)
+            _add(self._hours.setdefault(hour, {}), pair, int(n), int(prompt), int(completion), last)
             if self._first >= 0 and hour >= self._first:
-                _add(self._window, pair, 1, u.prompt_tokens, u.completion_tokens, u.started_at)
+                _add(self._window, pair, int(n), int(prompt), int(completion), last)
         if len(self._hours) > self.keep_hours:
             for h in sorted(self._hours)[: len(self._hours) - self.keep_hours]:
                 del self._hours[h]

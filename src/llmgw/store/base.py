@@ -6,7 +6,7 @@ import itertools
 import json
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -97,6 +97,24 @@ class Usage:
 
 
 AnyUsage = UsageRecord | Usage
+HOUR = 3600  # usage is summed by the hour since 1970
+
+
+def sum_by_hour(records: Iterable[AnyUsage]) -> dict[tuple[str, str, int], list[float]]:
+    """Per key, model and hour: [requests, prompt tokens, completion tokens, the latest start]."""
+    out: dict[tuple[str, str, int], list[float]] = {}
+    for u in records:
+        k = (u.key_id, u.model, int(u.started_at // HOUR))
+        t = out.get(k)
+        if t is None:
+            out[k] = [1, u.prompt_tokens, u.completion_tokens, u.started_at]
+        else:
+            t[0] += 1
+            t[1] += u.prompt_tokens
+            t[2] += u.completion_tokens
+            if u.started_at > t[3]:
+                t[3] = u.started_at
+    return out
 
 
 class UsageTotal(BaseModel):

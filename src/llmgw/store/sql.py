@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from llmgw.config.server import ModelSpec
 from llmgw.core.errors import Deposed, StoreError
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
-from llmgw.store.base import AnyUsage, ApiKeyRecord, Lease, Revocation, UsageTotal
+from llmgw.store.base import HOUR, AnyUsage, ApiKeyRecord, Lease, Revocation, UsageTotal, sum_by_hour
 
 log = logging.getLogger(__name__)
 PRUNE_BATCH = 5000  # rows per delete transaction: retention never holds the write lock for long
@@ -24,7 +24,7 @@ Row = tuple[Any, ...]
 
 
 def hour_of(t: float) -> int:
-    return int(t // 3600)
+    return int(t // HOUR)
 
 
 USAGE_COLUMNS = ("id", "key_id", "model", "replica_id", "prompt_tokens", "completion_tokens", "started_at",
@@ -215,15 +215,14 @@ class SqlStore:
             return []
         with self._tx() as tx:
             fresh = self._insert_usage(tx, records)
+            hourly = sum_by_hour(fresh)
             added: dict[tuple[str, str], list[float]] = {}
-            hourly: dict[tuple[str, str, int], list[float]] = {}
-            for u in fresh:
-                for t in (added.setdefault((u.key_id, u.model), [0, 0, 0, 0.0]),
-                          hourly.setdefault((u.key_id, u.model, hour_of(u.started_at)), [0, 0, 0, 0.0])):
-                    t[0] += 1
-                    t[1] += u.prompt_tokens
-                    t[2] += u.completion_tokens
-                    t[3] = max(t[3], u.started_at)
+            for (k, m, _), h in hourly.items():
+                t = added.setdefault((k, m), [0, 0, 0, 0.0])
+                t[0] += h[0]
+                t[1] += h[1]
+                t[2] += h[2]
+                t[3] = max(t[3], h[3])
             tx.run_many(ADD_HOURLY, [(k, m, h, int(t[0]), int(t[1]), int(t[2]), t[3])
                                      for (k, m, h), t in sorted(hourly.items())])
             tx.run_many(ADD_TOTALS, [(k, m, int(t[0]), int(t[1]), int(t[2]), t[3])
