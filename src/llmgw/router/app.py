@@ -73,6 +73,7 @@ class Router:
         self.recorder = Recorder()
         state.attach(self.recorder)
         self.prefixes = PrefixIndex(cfg.prefix_entries)
+        self._alone: dict[str, Decision] = {}  # the decision for a replica alone in rotation (made once: frozen)
         self.waiting: Counter[str] = Counter()  # per model, requests waiting for a replica to become ready
         self.keys = keys
         self.cfg = cfg
@@ -402,7 +403,13 @@ class Router:
         """Score the model's ready replicas not tried yet (scoring.py) and remember the prefix for the chosen."""
         routes = self.table.in_rotation(model, tried, self.state.clock.monotonic())
         if len(routes) == 1 and not keys:  # nothing to weigh: the one replica, as choose() would have it
-            return routes[0], Decision(routes[0].replica_id, RouteReason.LeastLoaded, 0, ())
+            alone = self._alone.get(routes[0].replica_id)
+            if alone is None:
+                if len(self._alone) >= 1024:
+                    self._alone.clear()
+                alone = self._alone[routes[0].replica_id] = Decision(routes[0].replica_id, RouteReason.LeastLoaded,
+                                                                     0, ())
+            return routes[0], alone
         loads = self.state.loads()
         matched = self.prefixes.matches(keys) if keys else {}
         cands = []

@@ -15,7 +15,7 @@ from llmgw.router.errors import openai_error, sse_error
 from llmgw.router.usage import StreamUsage, usage_from_body
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     status: int
     prompt_tokens: int = 0

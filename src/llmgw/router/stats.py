@@ -15,7 +15,7 @@ from llmgw.wire.stats import BUCKETS, Histogram, InFlight, ModelStats, RouterSta
 OTHER = "(not in the catalog)"
 
 
-@dataclass
+@dataclass(slots=True)
 class Measure:
     start: float  # the injected clock's monotonic seconds at arrival
     model: str = ""  # the catalog's name once the request named one it has
