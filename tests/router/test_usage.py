@@ -49,6 +49,9 @@ def test_the_plain_shape_is_read_as_the_decoder_reads_it() -> None:
                                "usage": usage}, separators=sep).encode()
             assert usage_from_body(body) == decoded(body), (usage, sep)
     assert usage_from_body(b'{"usage": {"prompt_tokens": 007, "completion_tokens": 1}}') == (0, 0)  # not JSON
+    # a key given twice (found in review): the decoder keeps the last, and so must the match
+    twice = b'{"id":"c","usage":{"prompt_tokens":5,"completion_tokens":7,"completion_tokens":900}}'
+    assert usage_from_body(twice) == (5, 900)
 
 
 def test_null_usage_chunks_are_passed_and_counted_as_nothing() -> None:

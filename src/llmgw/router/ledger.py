@@ -6,8 +6,9 @@ client, the store or this process does:
   before the last byte of the answer goes out. Lines are copied into a shared memory map of the segment, whose
   blocks are reserved first (posix_fallocate: a store into the map never meets a full disk): the page cache has
   every line the moment it is copied, so a killed process loses nothing the kernel has (a crashed machine can
-  lose the last moments of its page cache), and a request costs no system call for its two lines. Where space
-  cannot be reserved, lines go out with one `pwrite()` each. Each process's segments carry a
+  lose the last moments of its page cache), and a request costs no system call for its two lines. On a file
+  system where a reservation does not hold (copy-on-write, network; see MAP_SAFE), or where space cannot be
+  reserved, lines go out with one `pwrite()` each. A Journal is its process's: not to be used across a fork. Each process's segments carry a
   random token and it holds an flock on `<token>.lock` while it lives: a process finding a lock it can take has
   found a dead writer (pids are reused; locks are not), and records what it left, a request that never finished
   with status 0 ("outcome unknown").
@@ -57,6 +58,35 @@ def _lock(path: Path) -> int | None:
     return fd
 
 
+# File systems where blocks reserved by posix_fallocate are the ones a later store into a shared map uses, so
+# that a full disk cannot meet the store (SIGBUS, which would end the process). Copy-on-write file systems (btrfs,
+# ZFS) allocate anew on every write, and glibc's fallback for a file system without fallocate reserves nothing:
+# there lines go out by pwrite(), which a full disk fails with ENOSPC.
+MAP_SAFE = frozenset({"ext2", "ext3", "ext4", "xfs", "tmpfs"})
+
+
+def fs_type(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str:
+    """The type of the file system holding `path` ("" when it cannot be told)."""
+    try:
+        where = str(path.resolve())
+        best, kind = "", ""
+        for line in mounts.read_text().splitlines():
+            fields = line.split()
+            if len(fields) < 3:
+                continue
+            point = fields[1].replace("\\040", " ")
+            inside = where == point or where.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best):
+                best, kind = point, fields[2]
+        return kind
+    except OSError:
+        return ""
+
+
+def maps_safely(path: Path) -> bool:
+    return fs_type(path) in MAP_SAFE
+
+
 class Journal:
     """Append-only segments `<token>-<n>.jsonl`; a segment is deleted once its records landed. The segment being
     written is longer than its lines (the reserved rest is zeros) until it is sealed, which a reader of a dead
@@ -77,17 +107,21 @@ class Journal:
         self._room = 0  # bytes reserved and mapped; sys.maxsize once lines go out by pwrite()
         self.path = Path()
         self.dirty = False
+        self.mapped = maps_safely(directory)
         self._open_next()
 
     def _open_next(self) -> None:
+        """The next segment's name; the file is made by the first line (append), so a failure to open it (too
+        many open files, say) is one line's failure, tried again with the next, not the journal's end."""
         self._n += 1
         self.path = self.dir / f"{self.token}-{self._n}.jsonl"
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        self._off, self._room = 0, 0
+        self._fd, self._off, self._room = -1, 0, 0
 
     def append(self, rec: AnyUsage) -> None:
         """Raises OSError when the line could not be kept (a full disk): nothing of it counts as written."""
         line = rec.json_line() if isinstance(rec, Usage) else rec.model_dump_json().encode() + b"\n"
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         end = self._off + len(line)
         if end > self._room:
             self._reserve(end)
@@ -106,6 +140,8 @@ class Journal:
             self._map = None
         room = max(end, 2 * self._room, RESERVE)
         try:
+            if not self.mapped:
+                raise OSError(errno.EOPNOTSUPP, "not mapped on this file system")
             os.posix_fallocate(self._fd, 0, room)
             self._map = mmap.mmap(self._fd, room)
             self._room = room
@@ -114,6 +150,8 @@ class Journal:
 
     def _seal(self) -> None:
         """The segment as long as its lines (the reserved rest given back), closed."""
+        if self._fd < 0:
+            return
         if self._map is not None:
             self._map.close()
             self._map = None
@@ -131,13 +169,17 @@ class Journal:
         self._seal()
         self._open_next()
         self.dirty = False
-        for rec in carry:
-            self.append(rec)
+        try:
+            for rec in carry:
+                self.append(rec)
+        except OSError as e:  # the old segment is returned all the same: what it holds must still be accounted for
+            self.dirty = True  # and the carrying is tried again at the next rotation
+            log.error("usage journal: requests in flight not carried into a new segment (%s): a crash now would "
+                      "lose them", e)
         return old
 
     def close(self, keep: bool) -> None:
-        if self._fd >= 0:
-            self._seal()
+        self._seal()
         if not keep:
             self.path.unlink(missing_ok=True)
             self.lock_path.unlink(missing_ok=True)
@@ -269,11 +311,15 @@ class UsageLedger:
         if not await self._send():
             return False
         if self.evicted:  # the backlog drained: what was pushed out of memory is read back from the journal
-            done = {r.id for r in self.inflight.values()}
-            self.pending = [r for r in read_segments(self.segments) if r.id not in done]
+            # not what is in flight, nor what ended while the batch was on its way (in memory with its outcome):
+            # their begin lines alone would record them as "outcome unknown", and the store keeps an id's first
+            evicted = self.evicted
+            skip = {r.id for r in self.inflight.values()} | {r.id for r in self.pending}
+            back: list[AnyUsage] = [r for r in read_segments(self.segments) if r.id not in skip]
+            self.pending = back + self.pending
             if not await self._send():
                 return False
-            self.evicted = 0
+            self.evicted -= evicted  # pushed out since: in the segment being written, read back at a later flush
         for p in self.segments:
             p.unlink(missing_ok=True)
         self.segments.clear()

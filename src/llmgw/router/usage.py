@@ -55,7 +55,8 @@ def usage_from_body(body: bytes) -> tuple[int, int]:
     if at < 0:
         return 0, 0
     plain = _PLAIN_USAGE.match(body, at)
-    if plain is not None:
+    # a key given twice is read as the decoder reads it (the last): decoded
+    if plain is not None and body.count(b'"prompt_tokens"', at) == 1 and body.count(b'"completion_tokens"', at) == 1:
         return min(int(plain[1]), MAX_TOKENS), min(int(plain[2]), MAX_TOKENS)
     colon = body.find(b":", at)
     try:
