@@ -4,16 +4,35 @@ length, read back after a writer is killed, and written one by one where no spac
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
-from llmgw.router.ledger import RESERVE, UNKNOWN, Journal, UsageLedger, read_segments
+import pytest
+
+from llmgw.router.ledger import RESERVE, UNKNOWN, Journal, UsageLedger, maps_safely, read_segments
 from llmgw.store.base import AnyUsage, Usage, new_usage_id
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def mapped(tmp_path: Path) -> Iterator[Path]:
+    """A directory whose file system the journal maps (ext4, XFS, tmpfs): the test's own, else one in /dev/shm."""
+    if maps_safely(tmp_path):
+        yield tmp_path
+        return
+    d = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    assert maps_safely(d), f"neither {tmp_path} nor /dev/shm is a file system the journal maps"
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def usage(i: int, status: int = 200) -> Usage:
@@ -35,8 +54,8 @@ def run_writer(directory: Path, body: str, *, preamble: str = "") -> subprocess.
                           timeout=60)
 
 
-def test_a_sealed_segment_is_its_lines_and_nothing_more(tmp_path: Path) -> None:
-    j = Journal(tmp_path)
+def test_a_sealed_segment_is_its_lines_and_nothing_more(mapped: Path) -> None:
+    j = Journal(mapped)
     recs = [usage(i) for i in range(3)]
     for r in recs:
         j.append(r)
@@ -49,8 +68,8 @@ def test_a_sealed_segment_is_its_lines_and_nothing_more(tmp_path: Path) -> None:
     j.close(keep=False)
 
 
-def test_a_segment_grows_past_its_first_reservation(tmp_path: Path) -> None:
-    j = Journal(tmp_path)
+def test_a_segment_grows_past_its_first_reservation(mapped: Path) -> None:
+    j = Journal(mapped)
     recs = [usage(i) for i in range(RESERVE // 150 + 500)]  # more lines than the first reservation holds
     for r in recs:
         j.append(r)
@@ -60,10 +79,10 @@ def test_a_segment_grows_past_its_first_reservation(tmp_path: Path) -> None:
     j.close(keep=False)
 
 
-def test_a_killed_writer_loses_no_line_the_kernel_had(tmp_path: Path) -> None:
+def test_a_killed_writer_loses_no_line_the_kernel_had(mapped: Path) -> None:
     """SIGKILL right after the copies, no close, no seal: the lines are in the page cache, the segment still
     carries its reserved zeros and a torn line is at its end; the next process records every whole line once."""
-    done = run_writer(tmp_path, """
+    done = run_writer(mapped, """
         for i in range(50):
             j.append(Usage(f"rec{i:05d}", "k", "m", "r", 1, i, 1.7e9, 0.5, 200))
         j.append(Usage("inflight", "k", "m", "", 0, 0, 1.7e9, 0.0, 0))
@@ -72,7 +91,7 @@ def test_a_killed_writer_loses_no_line_the_kernel_had(tmp_path: Path) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     assert done.returncode == -signal.SIGKILL, done.stderr
-    (segment,) = tmp_path.glob("*.jsonl")
+    (segment,) = mapped.glob("*.jsonl")
     assert segment.stat().st_size >= RESERVE and segment.read_bytes().endswith(b"\0")
     got: list[AnyUsage] = []
 
@@ -82,7 +101,7 @@ def test_a_killed_writer_loses_no_line_the_kernel_had(tmp_path: Path) -> None:
     import asyncio
 
     async def adopt() -> None:
-        ledger = UsageLedger(sink, tmp_path, adopt=True)
+        ledger = UsageLedger(sink, mapped, adopt=True)
         assert ledger.adopt_orphans() == 51
         assert await ledger.flush()
         await ledger.close()
@@ -90,7 +109,7 @@ def test_a_killed_writer_loses_no_line_the_kernel_had(tmp_path: Path) -> None:
     asyncio.run(adopt())
     assert sorted(u.id for u in got) == sorted([f"rec{i:05d}" for i in range(50)] + ["inflight"])
     assert next(u for u in got if u.id == "inflight").status == UNKNOWN
-    assert not list(tmp_path.glob("*.jsonl"))  # recorded, then gone
+    assert not list(mapped.glob("*.jsonl"))  # recorded, then gone
 
 
 def test_where_no_room_can_be_reserved_lines_are_written_one_by_one_and_a_full_disk_says_so(tmp_path: Path) -> None:
