@@ -26,6 +26,19 @@ def finish(ledger: UsageLedger, r: Usage, status: int = 200) -> None:
     ledger.finish(r, r.replica_id, r.prompt_tokens, r.completion_tokens, r.duration_s, status)
 
 
+async def served(ledger: UsageLedger, n: int, flush_each: bool = False) -> list[Usage]:
+    """n requests begun and ended (flushed after each, if asked): their records."""
+    recs = []
+    for i in range(n):
+        r = rec(i, UNKNOWN)
+        ledger.begin(r)
+        finish(ledger, r)
+        recs.append(r)
+        if flush_each:
+            await ledger.flush()
+    return recs
+
+
 class Store:
     """Records by id, like the real store; can be made to fail."""
 
@@ -66,11 +79,7 @@ async def test_a_backlog_beyond_memory_is_read_back_from_the_journal_once_it_dra
     store = Store()
     ledger = UsageLedger(store.add, tmp_path, max_pending=3)
     store.failing = True
-    for i in range(10):
-        r = rec(i, UNKNOWN)
-        ledger.begin(r)
-        finish(ledger, r)
-        await ledger.flush()
+    await served(ledger, 10, flush_each=True)
     assert ledger.evicted == 7 and ledger.unflushed == 10
     store.failing = False
     assert await ledger.flush()
@@ -145,10 +154,7 @@ async def test_a_read_back_backlog_keeps_what_ended_while_it_was_sent(tmp_path: 
     store = SlowStore()
     ledger = UsageLedger(store.add, tmp_path, max_pending=2)
     store.failing = True
-    for i in range(4):
-        r = rec(i, UNKNOWN)
-        ledger.begin(r)
-        finish(ledger, r)
+    await served(ledger, 4)
     assert ledger.evicted == 2 and not await ledger.flush()
     store.failing = False
     x, late = rec(100, UNKNOWN), rec(200, UNKNOWN)
@@ -174,10 +180,7 @@ async def test_a_rotation_on_a_full_disk_still_accounts_for_the_old_segment(tmp_
     and the sealed old segment was in no list: the records evicted into it were never read back."""
     store = Store()
     ledger = UsageLedger(store.add, tmp_path, max_pending=2)
-    recs = [rec(i, UNKNOWN) for i in range(5)]
-    for r in recs:
-        ledger.begin(r)
-        finish(ledger, r)
+    recs = await served(ledger, 5)
     assert ledger.evicted == 3
     inflight = rec(99, UNKNOWN)
     ledger.begin(inflight)
