@@ -8,10 +8,10 @@ client, the store or this process does:
   every line the moment it is copied, so a killed process loses nothing the kernel has (a crashed machine can
   lose the last moments of its page cache), and a request costs no system call for its two lines. On a file
   system where a reservation does not hold (copy-on-write, network; see MAP_SAFE), or where space cannot be
-  reserved, lines go out with one `pwrite()` each. A Journal is its process's: not to be used across a fork. Each process's segments carry a
-  random token and it holds an flock on `<token>.lock` while it lives: a process finding a lock it can take has
-  found a dead writer (pids are reused; locks are not), and records what it left, a request that never finished
-  with status 0 ("outcome unknown").
+  reserved, lines go out with one `pwrite()` each. A Journal is its process's: not to be used across a fork.
+  Each process's segments carry a random token and it holds an flock on `<token>.lock` while it lives: a process
+  finding a lock it can take has found a dead writer (pids are reused; locks are not), and records what it left,
+  a request that never finished with status 0 ("outcome unknown").
 - Batches go to the store through `sink`, in chunks; a failed chunk is kept (up to `max_pending` records in memory;
   past that the oldest live only in the journal until the backlog is gone, then they are read back from it),
   retried with backoff, logged once per outage, and counted.
