@@ -140,11 +140,20 @@ class PostgresStore(SqlStore):
             raise StoreError(f"{self.where}: {_words(e)}") from None
 
     def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Row]:
-        try:
-            with self.pool.connection() as conn:
-                return list(conn.execute(_pg(sql), tuple(args)).fetchall())
-        except (psycopg.Error, PoolTimeout) as e:
-            raise StoreError(f"{self.where}: {_words(e)}") from None
+        """A read. One on a pooled connection the server has cut since (a restart, a failover) is read again on
+        another: the pool keeps connections idle without looking at them, and a read changes nothing."""
+        for attempt in range(self._size + 1):
+            conn: psycopg.Connection[Row] | None = None
+            try:
+                with self.pool.connection() as conn:
+                    return list(conn.execute(_pg(sql), tuple(args)).fetchall())
+            except psycopg.OperationalError as e:
+                if conn is not None and conn.broken and attempt < self._size:
+                    continue  # the pool drops a broken connection as it takes it back
+                raise StoreError(f"{self.where}: {_words(e)}") from None
+            except (psycopg.Error, PoolTimeout) as e:
+                raise StoreError(f"{self.where}: {_words(e)}") from None
+        raise AssertionError("unreachable")
 
     def _insert_usage(self, tx: _Tx, records: Sequence[AnyUsage]) -> list[AnyUsage]:  # type: ignore[override]
         """One statement for the batch; the ids it returns are those that were new (a batch sent twice counts
