@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmgw.store.base import HOUR, AnyUsage, UsageTotal, sum_by_hour
+from llmgw.store.base import AnyUsage, UsageTotal, hour_of, sum_by_hour
 
 Pair = tuple[str, str]  # (key id, model)
 
@@ -66,7 +66,7 @@ class UsageBook:
 
     def recent(self, since: float) -> list[UsageTotal]:
         """From the hour holding `since` on, as the store's usage_recent counts it."""
-        first = int(since // HOUR)
+        first = hour_of(since)
         if first != self._first:
             rows: dict[Pair, list[float]] = {}
             for h, per in self._hours.items():

@@ -183,14 +183,13 @@ class Router:
             got = await self._admit(request, m)
             if isinstance(got, web.StreamResponse):
                 resp = got
-            elif not got.ticket:
-                resp = await self._serve(request, m, got.key, got.spec, got.payload, got.body, got.rate, [])
             else:
                 reached: list[bool] = []
                 try:
                     resp = await self._serve(request, m, got.key, got.spec, got.payload, got.body, got.rate, reached)
                 finally:
-                    self.state.settle(got.ticket, used_of(m, bool(reached), got.cost))
+                    if got.ticket:
+                        self.state.settle(got.ticket, used_of(m, bool(reached), got.cost))
             status = resp.status
             return resp
         except (asyncio.CancelledError, ConnectionError):  # the client went away (its body cut off, say)

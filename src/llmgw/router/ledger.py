@@ -139,14 +139,12 @@ class Journal:
             self._map.close()
             self._map = None
         room = max(end, 2 * self._room, RESERVE)
-        try:
-            if not self.mapped:
-                raise OSError(errno.EOPNOTSUPP, "not mapped on this file system")
-            os.posix_fallocate(self._fd, 0, room)
-            self._map = mmap.mmap(self._fd, room)
-            self._room = room
-        except OSError:
-            self._room = sys.maxsize
+        self._room = sys.maxsize  # by pwrite() from here on, unless the room below is reserved and mapped
+        if self.mapped:
+            with contextlib.suppress(OSError):
+                os.posix_fallocate(self._fd, 0, room)
+                self._map = mmap.mmap(self._fd, room)
+                self._room = room
 
     def _seal(self) -> None:
         """The segment as long as its lines (the reserved rest given back), closed."""

@@ -100,11 +100,15 @@ AnyUsage = UsageRecord | Usage
 HOUR = 3600  # usage is summed by the hour since 1970
 
 
+def hour_of(t: float) -> int:
+    return int(t // HOUR)
+
+
 def sum_by_hour(records: Iterable[AnyUsage]) -> dict[tuple[str, str, int], list[float]]:
     """Per key, model and hour: [requests, prompt tokens, completion tokens, the latest start]."""
     out: dict[tuple[str, str, int], list[float]] = {}
     for u in records:
-        k = (u.key_id, u.model, int(u.started_at // HOUR))
+        k = (u.key_id, u.model, hour_of(u.started_at))
         t = out.get(k)
         if t is None:
             out[k] = [1, u.prompt_tokens, u.completion_tokens, u.started_at]

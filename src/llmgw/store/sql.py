@@ -16,15 +16,11 @@ from pydantic import ValidationError
 from llmgw.config.server import ModelSpec
 from llmgw.core.errors import Deposed, StoreError
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord
-from llmgw.store.base import HOUR, AnyUsage, ApiKeyRecord, Lease, Revocation, UsageTotal, sum_by_hour
+from llmgw.store.base import AnyUsage, ApiKeyRecord, Lease, Revocation, UsageTotal, hour_of, sum_by_hour
 
 log = logging.getLogger(__name__)
 PRUNE_BATCH = 5000  # rows per delete transaction: retention never holds the write lock for long
 Row = tuple[Any, ...]
-
-
-def hour_of(t: float) -> int:
-    return int(t // HOUR)
 
 
 USAGE_COLUMNS = ("id", "key_id", "model", "replica_id", "prompt_tokens", "completion_tokens", "started_at",
