@@ -299,6 +299,8 @@ class Router:
                     code,
                     headers={"Retry-After": str(RETRY_AFTER_S)},
                 )
+        if self.table.unserved(model, request.path, self.state.clock.monotonic()):  # sent nowhere: it costs nothing
+            return unsupported(model, request.path, "its engine said so")
         stream = bool(payload.get("stream"))
         strip_usage = False
         if stream:
@@ -324,7 +326,7 @@ class Router:
         watch: StreamUsage | None = None
         try:
             while True:
-                route, decision = self._choose(model, tried, keys, spec.routing)
+                route, decision = self._choose(model, tried, keys, spec.routing, path)
                 if route is None:
                     self.ledger.unsent(begun)
                     rec = None
@@ -362,13 +364,11 @@ class Router:
                     # the wall clock's reading without a second read of it (SystemClock.now takes a lock)
                     self.state.used(route.replica_id, now + (self.state.clock.monotonic() - t0), route.outstanding)
                 assert outcome.response is not None
-                self._judge(route, outcome.status)
+                self._judge(route, outcome.status, path)
                 if outcome.status in NOT_SERVED and not outcome.response.prepared:
                     # the engine has no such endpoint: the client's mistake for this model (4xx, which the official
                     # clients do not retry), not the engine's 5xx
-                    outcome.response = openai_error(
-                        404, f"the model '{model}' does not serve {path} (its engine answered {outcome.status})",
-                        "invalid_request_error", "unsupported_endpoint", "model")
+                    outcome.response = unsupported(model, path, f"its engine answered {outcome.status}")
                 if not outcome.response.prepared and "X-Llmgw-Route" not in outcome.response.headers:
                     outcome.response.headers.update(said)  # an error envelope says where it was routed too
                 return outcome.response
@@ -386,9 +386,12 @@ class Router:
                 self.ledger.finish(rec, route.replica_id if route is not None else "", p_tok, c_tok,
                                    self.state.clock.monotonic() - t0, status)
 
-    def _judge(self, route: Route, status: int) -> None:
-        """Outlier ejection (table.py): the engine's own failures count, a client's mistakes and leaving do not."""
-        if status >= 500:
+    def _judge(self, route: Route, status: int, path: str) -> None:
+        """Outlier ejection (table.py): the engine's own failures count, a client's mistakes and leaving do not,
+        nor an endpoint the engine does not have (its 501 included): that is remembered instead."""
+        if status in NOT_SERVED:
+            route.not_served(path, status, self.state.clock.monotonic())
+        elif status >= 500:
             length = route.failed(self.state.clock.monotonic())
             if length:
                 words = (f"ejected from routing for {length:.0f}s after {EJECT_AFTER} failed requests in a row "
@@ -398,9 +401,11 @@ class Router:
         elif status != CLIENT_CLOSED:
             route.served()
 
-    def _choose(self, model: str, tried: set[str], keys: list[bytes], policy: str) -> tuple[Route | None, Decision]:
-        """Score the model's ready replicas not tried yet (scoring.py) and remember the prefix for the chosen."""
-        routes = self.table.in_rotation(model, tried, self.state.clock.monotonic())
+    def _choose(self, model: str, tried: set[str], keys: list[bytes], policy: str,
+                path: str) -> tuple[Route | None, Decision]:
+        """Score the model's ready replicas not tried yet that may serve `path` (scoring.py) and remember the prefix
+        for the chosen."""
+        routes = self.table.in_rotation(model, tried, self.state.clock.monotonic(), path)
         if len(routes) == 1 and not keys:  # nothing to weigh: the one replica, as choose() would have it
             alone = self._alone.get(routes[0].replica_id)
             if alone is None:
@@ -463,6 +468,11 @@ class Router:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{id:.+}", self.model)
         return app
+
+
+def unsupported(model: str, path: str, why: str) -> web.Response:
+    return openai_error(404, f"the model '{model}' does not serve {path} ({why})", "invalid_request_error",
+                        "unsupported_endpoint", "model")
 
 
 @web.middleware

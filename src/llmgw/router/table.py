@@ -4,6 +4,12 @@ A replica whose engine fails EJECT_AFTER requests in a row (a 5xx of its own, an
 first byte in time: an engine can answer /health and be wedged) is left out of routing for a while, doubling from
 EJECT_BASE_S to EJECT_MAX_S while it keeps failing after each return (Envoy's outlier ejection, in small). Only
 while another replica of the model is in rotation: with every replica ejected, they are all tried.
+
+An engine saying it has no such endpoint is the request's fault, not the replica's: it never counts as a failure.
+A path the engine answered 405 or 501 for (what it does not implement: llama-server's embeddings without
+`--embeddings`) is remembered per replica for UNSERVED_S, and not sent to it again meanwhile. A 404 is not
+remembered: engines also answer 404 for what a request names (a model, a stored response), which any client can
+make up, so remembering it would let one client close a path for every tenant.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from llmgw.wire.router import ReadyReplica
 EJECT_AFTER = 3
 EJECT_BASE_S = 30.0
 EJECT_MAX_S = 300.0
+UNSERVED = (405, 501)  # an engine's answers that say the path is not implemented, whatever the request
+UNSERVED_S = 300.0  # then asked again: the engine restarted with other flags keeps its replica id
 
 
 @dataclass
@@ -30,6 +38,7 @@ class Route:
     failures: int = 0  # in a row
     ejections: int = 0  # in a row: each one longer
     ejected_until: float = 0.0  # monotonic seconds
+    unserved: dict[str, float] = field(default_factory=dict)  # path -> until when it is known not served (monotonic)
     _urls: dict[str, URL] = field(default_factory=dict, repr=False)  # parsed once per path, not per request
 
     def url(self, path: str) -> URL:
@@ -47,6 +56,14 @@ class Route:
         length: float = min(EJECT_MAX_S, EJECT_BASE_S * 2.0 ** self.ejections)
         self.failures, self.ejections, self.ejected_until = 0, self.ejections + 1, now + length
         return length
+
+    def serves(self, path: str, now: float) -> bool:
+        """False while the engine is known not to serve this path."""
+        return self.unserved.get(path, 0.0) <= now
+
+    def not_served(self, path: str, status: int, now: float) -> None:
+        if status in UNSERVED:
+            self.unserved[path] = now + UNSERVED_S  # a fixed few paths: bounded
 
     def served(self) -> None:
         self.failures = 0
@@ -77,11 +94,18 @@ class RoutingTable:
         self.routes = fresh
         self.generation = generation
 
-    def in_rotation(self, model: str, exclude: set[str], now: float) -> list[Route]:
-        """The model's routes not excluded, less the ejected ones while any other is left."""
-        routes = [r for r in self.routes.get(model, ()) if r.replica_id not in exclude]
+    def in_rotation(self, model: str, exclude: set[str], now: float, path: str = "") -> list[Route]:
+        """The model's routes not excluded and not known to lack `path`, less the ejected ones while any other is
+        left."""
+        routes = [r for r in self.routes.get(model, ())
+                  if r.replica_id not in exclude and (not path or r.serves(path, now))]
         live = [r for r in routes if r.ejected_until <= now]
         return live or routes
+
+    def unserved(self, model: str, path: str, now: float) -> bool:
+        """Whether every ready replica of the model said it does not serve `path` (and there is one)."""
+        routes = self.routes.get(model, ())
+        return bool(routes) and not any(r.serves(path, now) for r in routes)
 
     def pick(self, model: str, exclude: set[str] | None = None) -> Route | None:
         best: Route | None = None
