@@ -34,7 +34,8 @@ def chat(p, key: str, model: str = "m") -> tuple[int, str]:  # type: ignore[no-u
 
 def test_two_api_workers_share_the_port(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.60", port_range="26000-26099")], MODELS,
-             heartbeat_interval="0.3s", reconcile_interval="0.2s", extra_server={"api_workers": 2})
+             heartbeat_interval="0.3s", reconcile_interval="0.2s",
+             extra_server={"api_workers": 2, "router": {"expose_routing": True}})  # answers name their worker
     c = Cluster(p)
     running.append(c)
     c.start()

@@ -59,7 +59,8 @@ def test_a_stream_on_a_replica_scaled_down_under_it_finishes_and_new_requests_go
              "scaling": {"min": 1, "max": 2, "target_in_flight": 2, "scale_up_after": "0.3s",
                          "scale_down_after": "1s"}}
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.53", port_range="25300-25399")], [model],
-             heartbeat_interval="0.3s", reconcile_interval="0.2s")
+             heartbeat_interval="0.3s", reconcile_interval="0.2s",
+             extra_server={"router": {"expose_routing": True}})  # X-Llmgw-Route names the replica
     start_cluster(p, running)
     try:
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]

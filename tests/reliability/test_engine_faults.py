@@ -44,7 +44,9 @@ def cluster(tmp_path: Path, running: list[Cluster], models: list[dict[str, Any]]
                                                                                                         Cluster]:
     nodes = [NodePlan(id=f"f{i}", address=f"127.0.0.{80 + i}", gpus=1, port_range=f"{27600 + 100 * i}-"
                       f"{27699 + 100 * i}") for i in range(2)]
-    p = plan(tmp_path, nodes, models, heartbeat_interval="0.5s", reconcile_interval="0.2s", **kw)
+    server = kw.pop("extra_server", {})  # answers say which replica served them (X-Llmgw-Route): the tests read it
+    server["router"] = {**server.get("router", {}), "expose_routing": True}
+    p = plan(tmp_path, nodes, models, heartbeat_interval="0.5s", reconcile_interval="0.2s", extra_server=server, **kw)
     return p, start_cluster(p, running)
 
 

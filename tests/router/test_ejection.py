@@ -27,7 +27,7 @@ async def replicas(tmp_path: Path) -> AsyncIterator[tuple[str, str, FakeState, F
     runners = []
     spec = ModelSpec(name="m", source="org/m", engine="sim", scaling={"min": 2, "max": 2})  # type: ignore[arg-type]
     cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec],
-                       router=RouterConfig(first_byte_timeout=0.5))
+                       router=RouterConfig(first_byte_timeout=0.5, expose_routing=True))
     store = SqliteStore(tmp_path / "llmgw.db").open()
     clock = FakeClock()
     state = FakeState(cfg.models, clock, store)

@@ -1,6 +1,6 @@
 """Prefix-aware routing through the real router: requests sharing a long system prompt go to the replica that was
 sent it, unless that one is busier than the margin allows; different prompts spread by load; the policy that
-does not look spreads regardless. Each answer says how it was routed (X-Llmgw-Route)."""
+does not look spreads regardless. Each answer says how it was routed (X-Llmgw-Route, router.expose_routing)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def engine(name: str, seen: list[str]) -> web.Application:
 
 
 @contextlib.asynccontextmanager
-async def two_replicas(tmp_path: Path, routing: str) -> AsyncIterator[tuple[str, str, FakeState, list[str]]]:
+async def two_replicas(tmp_path: Path, routing: str, expose: bool = True
+                       ) -> AsyncIterator[tuple[str, str, FakeState, list[str]]]:
     seen: list[str] = []
     runners = []
     urls = []
@@ -48,7 +49,8 @@ async def two_replicas(tmp_path: Path, routing: str) -> AsyncIterator[tuple[str,
         urls.append(f"http://127.0.0.1:{port}")
     spec = ModelSpec(name="m", source="org/m", engine="sim", routing=routing,  # type: ignore[arg-type]
                      scaling={"min": 2, "max": 2})  # type: ignore[arg-type]
-    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec], router=RouterConfig(prefix_margin=2))
+    cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec],
+                       router=RouterConfig(prefix_margin=2, expose_routing=expose))
     store = SqliteStore(tmp_path / "llmgw.db").open()
     state = FakeState(cfg.models, FakeClock(), store)
     for name, url in zip(("r1", "r2"), urls, strict=True):

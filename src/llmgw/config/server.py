@@ -132,6 +132,10 @@ class RouterConfig(Strict):
     # worker, its control plane): requests to ready replicas go on meanwhile; past it they are refused (503
     # routing_table_stale), since engines may have moved without its knowing
     serve_stale_for: Duration = 3600.0
+    # X-Llmgw-Route (reason, replica, prefix blocks matched) and X-Llmgw-Worker (API worker pid) on answers: for an
+    # operator's tests and benchmarks only. Off, they are logged at debug level instead: a match count sent to a
+    # client says whether its prompt matches one another tenant sent (docs/security.md)
+    expose_routing: bool = False
 
 
 class Limits(Strict):

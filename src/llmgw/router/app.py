@@ -251,7 +251,8 @@ class Router:
         admitted = await self.state.admit(key, cost)
         if not admitted.admitted:  # refused here: it reaches no engine and costs nothing
             resp = refused(admitted)
-            resp.headers["X-Llmgw-Worker"] = self._worker
+            if self.cfg.expose_routing:
+                resp.headers["X-Llmgw-Worker"] = self._worker
             return resp
         return Admitted(key, spec, payload, body, dict(admitted.headers), admitted.ticket, cost)
 
@@ -344,9 +345,7 @@ class Router:
                 reached[:] = [True]  # it may reach the engine from here on (a connection refused takes it back)
                 watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic) if stream else None
                 try:
-                    said = {**rate, "X-Llmgw-Route": f"{decision.reason}; replica={route.replica_id}; "
-                                             f"matched={decision.matched_blocks}/{len(keys)}",
-                            "X-Llmgw-Worker": self._worker}
+                    said = self._said(rate, decision, route, len(keys))
                     outcome = await forward(
                         request, self._session(), route.url(path), body, stream, self.timeouts, watch,
                         route.secret, m, said, route.closes_after_stream,
@@ -369,7 +368,7 @@ class Router:
                     # the engine has no such endpoint: the client's mistake for this model (4xx, which the official
                     # clients do not retry), not the engine's 5xx
                     outcome.response = unsupported(model, path, f"its engine answered {outcome.status}")
-                if not outcome.response.prepared and "X-Llmgw-Route" not in outcome.response.headers:
+                if not outcome.response.prepared and not all(h in outcome.response.headers for h in said):
                     outcome.response.headers.update(said)  # an error envelope says where it was routed too
                 return outcome.response
         finally:
@@ -385,6 +384,17 @@ class Router:
                     m.first_at, m.last_at = watch.first_at, watch.last_at
                 self.ledger.finish(rec, route.replica_id if route is not None else "", p_tok, c_tok,
                                    self.state.clock.monotonic() - t0, status)
+
+    def _said(self, rate: dict[str, str], decision: Decision, route: Route, blocks: int) -> dict[str, str]:
+        """The answer's own headers: the key's x-ratelimit-*, and how it was routed only where the operator asked
+        (router.expose_routing); a match count would tell a client whether another tenant sent its prompt."""
+        if not self.cfg.expose_routing and not log.isEnabledFor(logging.DEBUG):
+            return rate
+        how = f"{decision.reason}; replica={route.replica_id}; matched={decision.matched_blocks}/{blocks}"
+        if self.cfg.expose_routing:
+            return {**rate, "X-Llmgw-Route": how, "X-Llmgw-Worker": self._worker}
+        log.debug("routed: %s; worker=%s", how, self._worker)
+        return rate
 
     def _judge(self, route: Route, status: int, path: str) -> None:
         """Outlier ejection (table.py): the engine's own failures count, a client's mistakes and leaving do not,
