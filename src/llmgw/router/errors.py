@@ -1,4 +1,5 @@
-"""Errors in the OpenAI envelope: {"error": {"message", "type", "param", "code"}}."""
+"""Errors in the OpenAI envelope: {"error": {"message", "type", "param", "code"}}; on Anthropic's Messages API in
+its own: {"type": "error", "error": {"type", "message"}}, with llmgw's code kept beside them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,35 @@ def openai_error(
 ) -> web.Response:
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
     return web.Response(status=status, text=json.dumps(body), content_type="application/json", headers=headers)
+
+
+# Anthropic's error types by status (its API reference); any other 4xx is a bad request, any other 5xx its api_error
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                   503: "overloaded_error", 504: "timeout_error"}
+MAX_ERROR_BYTES = 64 * 1024  # an error body larger than this is an engine's own, passed as it is
+
+
+def as_anthropic(resp: web.StreamResponse) -> web.StreamResponse:
+    """An error in the OpenAI envelope (the router's own, or an engine's) rewritten into Anthropic's; anything else
+    as it is (a stream begun, an engine already answering in Anthropic's envelope)."""
+    if resp.status < 400 or not isinstance(resp, web.Response) or resp.prepared:
+        return resp
+    body = resp.body
+    if not isinstance(body, bytes) or len(body) > MAX_ERROR_BYTES:
+        return resp
+    try:
+        err = json.loads(body).get("error")
+    except (ValueError, AttributeError, RecursionError):
+        return resp
+    if not isinstance(err, dict) or not isinstance(err.get("message"), str):
+        return resp
+    kind = ANTHROPIC_TYPES.get(resp.status, "api_error" if resp.status >= 500 else "invalid_request_error")
+    out = {"type": kind, "message": err["message"]}
+    if isinstance(err.get("code"), str):
+        out["code"] = err["code"]
+    resp.body = json.dumps({"type": "error", "error": out}).encode()
+    return resp
 
 
 def sse_error(message: str, code: str) -> bytes:

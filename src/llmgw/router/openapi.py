@@ -1,6 +1,7 @@
 """The OpenAI-compatible API as llmgw serves it, described as OpenAPI 3.1: what a request must carry for llmgw to
 route it (a JSON object naming a model of the catalog), and every status it can answer, each in OpenAI's error
-envelope. Request bodies beyond `model` are the engines' business and are passed on as they are. Kept as
+envelope (Anthropic's on its Messages API). A key is sent as a bearer token or, as Anthropic's clients do, in
+`x-api-key`. Request bodies beyond `model` are the engines' business and are passed on as they are. Kept as
 docs/api.openapi.json (equal by a test); tests/reliability/test_schemas.py runs Schemathesis against it."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw import __version__
-from llmgw.router.app import PATHS
+from llmgw.router.app import MESSAGES, PATHS
 
 ERROR = {
     "type": "object",
@@ -16,6 +17,13 @@ ERROR = {
         "message": {"type": "string"}, "type": {"type": "string"}, "param": {"type": ["string", "null"]},
         "code": {"type": ["string", "null"]}}, "required": ["message", "type", "code"]}},
     "required": ["error"],
+}
+ANTHROPIC_ERROR = {
+    "type": "object",
+    "properties": {"type": {"const": "error"}, "error": {"type": "object", "properties": {
+        "type": {"type": "string"}, "message": {"type": "string"}, "code": {"type": "string"}},
+        "required": ["type", "message"]}},
+    "required": ["type", "error"],
 }
 MODEL = {"type": "object", "properties": {"id": {"type": "string"}, "object": {"const": "model"},
                                           "created": {"type": "integer"}, "owned_by": {"type": "string"}},
@@ -43,12 +51,13 @@ REFUSALS = {
 }
 
 
-def _error(words: str) -> dict[str, Any]:
-    return {"description": words, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+def _error(words: str, schema: str) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{schema}"}
+    return {"description": words, "content": {"application/json": {"schema": ref}}}
 
 
-def _answers(ok: dict[str, Any], codes: tuple[str, ...]) -> dict[str, Any]:
-    return {"200": ok, **{c: _error(REFUSALS[c]) for c in codes}}
+def _answers(ok: dict[str, Any], codes: tuple[str, ...], schema: str = "Error") -> dict[str, Any]:
+    return {"200": ok, **{c: _error(REFUSALS[c], schema) for c in codes}}
 
 
 def openapi() -> dict[str, Any]:
@@ -75,12 +84,14 @@ def openapi() -> dict[str, Any]:
             "responses": _answers({"description": "the engine's answer, or its stream of server-sent events",
                                    "content": {"application/json": {"schema": {"type": "object"}},
                                                "text/event-stream": {"schema": {"type": "string"}}}},
-                                  tuple(REFUSALS)),
+                                  tuple(REFUSALS), "AnthropicError" if path == MESSAGES else "Error"),
         }}
     return {
         "openapi": "3.1.0",
         "info": {"title": "llmgw API (OpenAI-compatible)", "version": __version__},
         "paths": paths,
-        "components": {"schemas": {"Error": ERROR}, "securitySchemes": {"key": {"type": "http", "scheme": "bearer"}}},
-        "security": [{"key": []}],
+        "components": {"schemas": {"Error": ERROR, "AnthropicError": ANTHROPIC_ERROR}, "securitySchemes": {
+            "key": {"type": "http", "scheme": "bearer"},
+            "anthropicKey": {"type": "apiKey", "in": "header", "name": "x-api-key"}}},
+        "security": [{"key": []}, {"anthropicKey": []}],  # either
     }
