@@ -7,7 +7,6 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -17,7 +16,7 @@ from aiohttp import web
 from llmgw.config.server import ModelSpec, RouterConfig
 from llmgw.core.errors import ConnectFailed, StoreError, StreamBroken
 from llmgw.router.admission import Unreservable, refused, reserve, used_of
-from llmgw.router.errors import as_anthropic, openai_error
+from llmgw.router.errors import openai_envelope, openai_error, unsupported
 from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
 from llmgw.router.prefix import PrefixIndex, chain, prompt_text
@@ -28,14 +27,12 @@ from llmgw.router.stats import OTHER, Measure, Recorder
 from llmgw.router.table import EJECT_AFTER, Route, RoutingTable
 from llmgw.router.usage import StreamUsage
 from llmgw.store.base import ApiKeyRecord, Usage, new_usage_id
-from llmgw.wire.http import message_of
 from llmgw.wire.router import model_explanation_lines
 
 log = logging.getLogger(__name__)
 
 # proxied to the engine as they are, routed by their "model" field: OpenAI's, its Responses API, Anthropic's Messages
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
-MESSAGES = "/v1/messages"  # Anthropic's: its clients read errors in Anthropic's envelope
 RETRY_AFTER_S = 10
 HOME_BLOCKS = 16  # leading blocks that name a prompt's home replica, for ties
 WAIT_POLL_S = 0.5  # real seconds between looks at the table while a load is awaited
@@ -488,31 +485,3 @@ def presented_key(request: web.Request) -> str | None:
         return header[7:].strip()
     other = request.headers.get("x-api-key")
     return other.strip() if other is not None else None
-
-
-def unsupported(model: str, path: str, why: str) -> web.Response:
-    return openai_error(404, f"the model '{model}' does not serve {path} ({why})", "invalid_request_error",
-                        "unsupported_endpoint", "model")
-
-
-@web.middleware
-async def openai_envelope(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """aiohttp's own refusals (unknown path, wrong method) and unexpected failures, in the OpenAI envelope too; every
-    error on Anthropic's path in Anthropic's."""
-    try:
-        resp = await handler(request)
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "body_too_large"}.get(
-            e.status, "http_error"
-        )
-        resp = openai_error(e.status, message_of(request, e), "invalid_request_error", code)
-    except ConnectionError:  # the client went away: nobody to answer, and no failure of ours
-        raise
-    except Exception:
-        log.exception("unexpected failure serving %s %s", request.method, request.path)
-        resp = openai_error(500, "internal error in the router; it is logged", "server_error", "internal_error")
-    return as_anthropic(resp) if request.path == MESSAGES else resp

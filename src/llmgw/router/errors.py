@@ -4,8 +4,15 @@ its own: {"type": "error", "error": {"type", "message"}}, with llmgw's code kept
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+
+from llmgw.wire.http import message_of
+
+log = logging.getLogger(__name__)
+MESSAGES = "/v1/messages"  # Anthropic's: its clients read errors in Anthropic's envelope
 
 
 def openai_error(
@@ -53,3 +60,31 @@ def sse_error(message: str, code: str) -> bytes:
     """A stream that breaks mid-way ends with an error event, never a silent cut."""
     body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
     return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def unsupported(model: str, path: str, why: str) -> web.Response:
+    return openai_error(404, f"the model '{model}' does not serve {path} ({why})", "invalid_request_error",
+                        "unsupported_endpoint", "model")
+
+
+@web.middleware
+async def openai_envelope(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """aiohttp's own refusals (unknown path, wrong method) and unexpected failures, in the OpenAI envelope too; every
+    error on Anthropic's path in Anthropic's."""
+    try:
+        resp = await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "body_too_large"}.get(
+            e.status, "http_error"
+        )
+        resp = openai_error(e.status, message_of(request, e), "invalid_request_error", code)
+    except ConnectionError:  # the client went away: nobody to answer, and no failure of ours
+        raise
+    except Exception:
+        log.exception("unexpected failure serving %s %s", request.method, request.path)
+        resp = openai_error(500, "internal error in the router; it is logged", "server_error", "internal_error")
+    return as_anthropic(resp) if request.path == MESSAGES else resp

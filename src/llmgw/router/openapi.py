@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw import __version__
-from llmgw.router.app import MESSAGES, PATHS
+from llmgw.router.app import PATHS
+from llmgw.router.errors import MESSAGES
 
 ERROR = {
     "type": "object",
