@@ -24,7 +24,7 @@ from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Outcome, Timeouts, bro
 from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, Decision, RouteReason, Weights, choose
 from llmgw.router.state import RouterState
 from llmgw.router.stats import OTHER, Measure, Recorder
-from llmgw.router.table import EJECT_AFTER, Route, RoutingTable
+from llmgw.router.table import EJECT_AFTER, UNSERVED_S, Route, RoutingTable
 from llmgw.router.usage import StreamUsage
 from llmgw.store.base import ApiKeyRecord, Usage, new_usage_id
 from llmgw.wire.router import model_explanation_lines
@@ -397,7 +397,9 @@ class Router:
         """Outlier ejection (table.py): the engine's own failures count, a client's mistakes and leaving do not,
         nor an endpoint the engine does not have (its 501 included): that is remembered instead."""
         if status in NOT_SERVED:
-            route.not_served(path, status, self.state.clock.monotonic())
+            if route.not_served(path, status, self.state.clock.monotonic()):  # once per UNSERVED_S: then not sent
+                log.info("replica %s does not serve %s (it answered %d): such requests are answered without it for "
+                         "%.0fs", route.replica_id, path, status, UNSERVED_S)
         elif status >= 500:
             length = route.failed(self.state.clock.monotonic())
             if length:

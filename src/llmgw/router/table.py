@@ -61,9 +61,12 @@ class Route:
         """False while the engine is known not to serve this path."""
         return self.unserved.get(path, 0.0) <= now
 
-    def not_served(self, path: str, status: int, now: float) -> None:
-        if status in UNSERVED:
-            self.unserved[path] = now + UNSERVED_S  # a fixed few paths: bounded
+    def not_served(self, path: str, status: int, now: float) -> bool:
+        """Remember that the engine answered `status` for `path`: whether that is now known not served."""
+        if status not in UNSERVED:
+            return False
+        self.unserved[path] = now + UNSERVED_S  # a fixed few paths: bounded
+        return True
 
     def served(self) -> None:
         self.failures = 0
