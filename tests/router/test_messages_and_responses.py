@@ -86,9 +86,12 @@ async def test_messages_reach_llama_server_with_an_anthropic_key_header(rut: Rou
     assert any(c["type"] == "text" and c["text"] for c in answer["content"]), answer
     status, body = await messages(rut, {"x-api-key": rut.key}, {**MESSAGE, "stream": True})
     assert status == 200, body
-    events = [line.split(b": ", 1)[1].decode() for line in body.splitlines() if line.startswith(b"event: ")]
-    assert events[0] == "message_start" and events[-1] == "message_stop", events
-    assert "content_block_delta" in events
+    events = [e.split("\n") for e in body.decode().strip().split("\n\n")]  # each: its event line, its data line
+    assert all(len(e) == 2 and e[0].startswith("event: ") and e[1].startswith("data: {") for e in events), events
+    kinds = {e[0][7:]: json.loads(e[1][6:]) for e in events}  # the last of each kind
+    assert list(kinds)[0] == "message_start" and list(kinds)[-1] == "message_stop", kinds
+    assert "content_block_delta" in kinds
+    assert kinds["message_delta"]["usage"]["output_tokens"] > 0  # Anthropic's streams always say their usage
     await settle(rut)
     seen = [r for r in recorded(rut) if r[0] == "smollm2"]
     assert [r[1] for r in seen] == [200, 200]

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # proxied to the engine as they are, routed by their "model" field: OpenAI's, its Responses API, Anthropic's Messages
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
+# OpenAI's streams that carry usage only when asked (stream_options); the Responses and Messages APIs' streams always
+# do, in events a client needs (response.completed, message_start, message_delta), which must never be kept from it
+USAGE_ASKED = ("/v1/chat/completions", "/v1/completions")
 RETRY_AFTER_S = 10
 HOME_BLOCKS = 16  # leading blocks that name a prompt's home replica, for ties
 WAIT_POLL_S = 0.5  # real seconds between looks at the table while a load is awaited
@@ -301,7 +304,7 @@ class Router:
             return unsupported(model, request.path, "its engine said so")
         stream = bool(payload.get("stream"))
         strip_usage = False
-        if stream:
+        if stream and request.path in USAGE_ASKED:
             options = payload.get("stream_options")
             if not (isinstance(options, dict) and options.get("include_usage") is True):  # "false" is false there
                 # usage is recorded for every request: ask the engine for it, and keep that chunk from a client
