@@ -88,9 +88,9 @@ async def test_messages_reach_llama_server_with_an_anthropic_key_header(rut: Rou
     assert status == 200, body
     events = [e.split("\n") for e in body.decode().strip().split("\n\n")]  # each: its event line, its data line
     assert all(len(e) == 2 and e[0].startswith("event: ") and e[1].startswith("data: {") for e in events), events
+    order = [e[0][7:] for e in events]
     kinds = {e[0][7:]: json.loads(e[1][6:]) for e in events}  # the last of each kind
-    order = list(kinds)
-    assert order[0] == "message_start" and order[-1] == "message_stop", kinds
+    assert order[0] == "message_start" and order[-1] == "message_stop", body
     assert "content_block_delta" in kinds
     assert kinds["message_delta"]["usage"]["output_tokens"] > 0  # Anthropic's streams always say their usage
     await settle(rut)
