@@ -148,6 +148,10 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
             assert len({FABRIC[n] for n in nodeset}) == 1, f"replica spanned fabrics: {nodeset}"
         events = " | ".join(e["message"] for e in admin_get(p, "/api/events?limit=200"))
         assert "node node02 lost" in events and f"replica {ib_a} of big failed" in events
+        # the failure names the node that went (its worker's), not only the leader whose engine exited after it
+        failed_line = next(e["message"] for e in admin_get(p, "/api/events?limit=200")
+                           if e["message"].startswith(f"replica {ib_a} of big failed"))
+        assert "worker rank 1 on node02 disconnected" in failed_line, failed_line
     except BaseException:
         print(dump_logs(p))
         raise

@@ -184,6 +184,50 @@ def test_a_rank_of_a_multi_node_replica_that_exits_fails_it_at_once() -> None:
     assert not new.placed
 
 
+def _exited(sim: Sim, node_id: str, r: ReplicaRecord, rank: int, message: str, lost_peer: int | None) -> None:
+    """The node reports its rank of r exited, in the engine's words, naming the peer that went when it did."""
+    sim.heartbeat(node_id, overrides={(r.id, rank): "exited"})
+    rec = sim.nodes[node_id]
+    shards = [s.model_copy(update={"message": message, "lost_peer": lost_peer}) if s.rank == rank else s
+              for s in rec.report.shards]
+    sim.nodes[node_id] = rec.model_copy(update={"report": rec.report.model_copy(update={"shards": shards})})
+
+
+def test_a_broken_group_names_the_node_of_the_rank_that_went() -> None:
+    """The leader's node reports; the worker's node died silent: the failure says which node went, at once."""
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    sim.advance(2)
+    _exited(sim, "node01", r, 0, "exited with code 1: collective broken: worker rank 1 disconnected", 1)
+    sim.step()
+    msg = sim.replicas[r.id].conditions[-1].message
+    assert msg.startswith("worker rank 1 on node02 disconnected: rank 0 on node01 exited ("), msg
+
+
+def test_a_worker_that_lost_its_leader_names_the_leaders_node() -> None:
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    sim.advance(2)
+    _exited(sim, "node02", r, 1, "exited with code 1: lost the leader", 0)
+    sim.step()
+    msg = sim.replicas[r.id].conditions[-1].message
+    assert msg.startswith("leader rank 0 on node01 disconnected: rank 1 on node02 exited ("), msg
+
+
+def test_the_rank_that_exited_of_itself_is_named_before_the_one_its_going_ended() -> None:
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    sim.advance(2)
+    _exited(sim, "node01", r, 0, "worker rank 1 disconnected", 1)
+    _exited(sim, "node02", r, 1, "exited with code 139: segfault", None)
+    sim.step()
+    msg = sim.replicas[r.id].conditions[-1].message
+    assert msg.startswith("rank 1 on node02 exited (exited with code 139: segfault)"), msg
+
+
 def test_a_single_node_shard_that_exits_is_restarted_not_failed() -> None:
     sim = Sim([model("small", gpus_per_shard=1)], [node("node01")])
     sim.step()

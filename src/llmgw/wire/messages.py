@@ -17,8 +17,8 @@ X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and 
 # 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state; 4: weights (the
 # directories and fetches a node reports, its peer port; how each shard's weights are to be had); 5: each shard's
 # engine load (the engine's own gauges under llmgw's names) and engine installs as numbers; 6: how many requests a
-# shard's engine generates at once, when it has a fixed number of slots
-WIRE_VERSION = 6
+# shard's engine generates at once, when it has a fixed number of slots; 7: the peer rank whose loss ended a shard
+WIRE_VERSION = 7
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
@@ -158,6 +158,9 @@ class ShardState(Strict):
     load: EngineLoad | None = None  # the engine's gauges at its last scrape; None: not scraped (yet)
     closes_after_stream: bool = False  # its engine drops the connection after a streamed answer (engine knowledge)
     slots: int | None = Field(default=None, ge=1, le=1_000_000)  # requests its engine runs at once; None: not fixed
+    # version 7: the rank of the group whose going ended this shard's engine, as the engine said (the control
+    # plane names that rank's node); None: not said
+    lost_peer: int | None = Field(default=None, ge=0, le=1023)
 
 
 class WeightsDir(Strict):

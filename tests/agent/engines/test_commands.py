@@ -93,3 +93,16 @@ def test_engines_with_a_fixed_number_of_slots_say_how_many() -> None:
     assert Sim().launch(sim, LaunchContext(binary="python", model_path="m", host="h")).slots == 2
     assert Sim().launch(spec(engine="sim"), LaunchContext(binary="python", model_path="m", host="h")).slots is None
     assert ADAPTERS["vllm"].launch(spec(engine="vllm"), CTX).slots is None  # batches: no fixed number
+
+
+def test_the_rank_an_engine_says_it_lost_is_read_from_its_words_within_its_group() -> None:
+    from llmgw.agent.engines.base import Launch
+    from llmgw.agent.engines.sim import LOST_PEER
+
+    launch = Launch(argv=["x"], lost_peer=LOST_PEER)
+    assert launch.peer_lost("sim[rank 0]: collective broken: worker rank 3 disconnected; exiting", 4) == 3
+    assert launch.peer_lost("sim[rank 2]: lost the leader: leader 10.0.0.1:9 closed the connection", 4) == 0
+    assert launch.peer_lost("worker rank 4 disconnected", 4) is None  # outside the group: not believed
+    assert launch.peer_lost("worker rank 99999999999999999999 disconnected", 4) is None
+    assert launch.peer_lost("exited with code 139", 4) is None
+    assert Launch(argv=["x"]).peer_lost("worker rank 1 disconnected", 2) is None  # an engine that says nothing

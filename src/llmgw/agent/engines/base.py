@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,6 +48,19 @@ class Launch:
     slots: int | None = None
     # where a one-token completion proves the engine answers requests, not just its health check ("": not asked)
     completion_path: str = "/v1/completions"
+    # how the engine says a peer rank of its group went (a regular expression over its last log lines: its first
+    # group is that rank; a match without one names the leader, rank 0), so the control plane can name the node
+    # that went. "": it does not say
+    lost_peer: str = ""
+
+    def peer_lost(self, words: str, world_size: int) -> int | None:
+        """The rank whose going the engine gave as why it ended, from its last words; None: not said."""
+        m = re.search(self.lost_peer, words) if self.lost_peer else None
+        if m is None:
+            return None
+        got = next((g for g in m.groups() if g is not None), "0")
+        rank = int(got) if got.isdigit() and len(got) < 5 else -1
+        return rank if 0 <= rank < world_size else None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ from llmgw.wire.messages import ShardSpec
 GAUGES = Gauges(running=("sim:requests_running",), waiting=("sim:requests_waiting",),
                 kv_cache_usage=("sim:kv_cache_usage_ratio",))
 
+# llmgw.sim.engine's words when its group broke: the leader names the worker that went, a worker its leader
+LOST_PEER = r"worker rank (\d+) disconnected|lost the leader"
+
 
 class Sim:
     name = "sim"
@@ -42,7 +45,7 @@ class Sim:
         running = [int(v) for f, v in itertools.pairwise(argv) if f == "--max-running" and v.isdigit()]
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
                       slots=running[-1] if running and running[-1] > 0 else None,
-                      gauges=GAUGES)
+                      gauges=GAUGES, lost_peer=LOST_PEER)
 
     def flags(self) -> list[str]:
         return ["--model", "--rank", "--world-size", "--host", "--port", "--rendezvous-port", "--leader-address"]

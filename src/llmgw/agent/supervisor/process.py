@@ -49,6 +49,7 @@ class ShardProcess:
     state: str = "pending"
     message: str = ""
     reason: str = ""  # a code for message, when it says why the shard is not ready
+    lost_peer: int | None = None  # exited: the rank of its group whose going ended it, as its engine said
     restarts: int = 0
     exit_code: int | None = None
     next_start: float = 0.0
@@ -111,7 +112,7 @@ class ShardProcess:
         write_private(self.pid_path.with_suffix(SPEC_SUFFIX), self.spec.model_dump_json())
         self.state = "starting" if self.launch.serves_http else "running"
         self.message = self.reason = ""
-        self.exit_code = None
+        self.exit_code = self.lost_peer = None
         self.health_failures = 0
 
     async def stop(self, grace: float = 10.0) -> None:
@@ -147,6 +148,7 @@ class ShardProcess:
             load=self.load if self.state == "ready" else None,  # an engine not serving has no load to speak of
             closes_after_stream=self.launch.closes_after_stream if self.launch is not None else False,
             slots=self.launch.slots if self.launch is not None else None,
+            lost_peer=self.lost_peer if self.state in ("exited", "failed") else None,
         )
 
 

@@ -155,6 +155,7 @@ class Supervisor:
                     f"exited with code {p.returncode}")
                 sp.message = how + (f": {words}" if words else "")
                 sp.reason = "EngineExited"
+                sp.lost_peer = sp.launch.peer_lost(words, sp.spec.world_size)
                 if sp.restarts >= self.restart.limit:
                     sp.state = "failed"
                     sp.message = f"gave up after {sp.restarts} restarts; {sp.message}"
