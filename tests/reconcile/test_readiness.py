@@ -237,3 +237,37 @@ def test_a_single_node_shard_that_exits_is_restarted_not_failed() -> None:
     sim.heartbeat(overrides={(r.id, 0): "exited"})
     sim.step()
     assert not sim.replicas[r.id].failed
+
+
+def test_a_replica_whose_engine_stopped_answering_is_unresponsive_not_starting() -> None:
+    """Its shard served and now misses its health probes: the replica's phase says so (ctl status, the dashboard),
+    and a model with no other replica is one a router refuses at once; one still loading is not."""
+    from llmgw.core.state import Phase, not_answering, replica_phase
+
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    assert replica_phase(sim.replicas[r.id]) == Phase.Ready
+    words = "not answering since 2027-01-15 08:00:00 UTC: 3 health probes missed in a row"
+    sim.heartbeat(overrides={(r.id, 0): "unresponsive"})
+    rec = sim.nodes["node01"]
+    shards = [s.model_copy(update={"reason": "EngineUnresponsive", "message": words}) for s in rec.report.shards]
+    sim.nodes["node01"] = rec.model_copy(update={"report": rec.report.model_copy(update={"shards": shards})})
+    sim.step()
+    hung = sim.replicas[r.id]
+    assert not hung.failed and sim.ready_reason(hung) == Reason.EngineUnresponsive
+    assert replica_phase(hung) == Phase.Unresponsive
+    assert words in hung.conditions[-1].message
+    assert not_answering(sim.replicas.values()) == {"big": f"replica {r.id}: {hung.conditions[-1].message}"}
+    loading = ReplicaRecord(id="big-new", model="big", created_at=sim.now, shards_expected=2)  # on its way
+    assert not_answering([hung, loading]) == {}
+
+
+def test_an_engine_never_ready_is_starting() -> None:
+    from llmgw.core.state import Phase, not_answering, replica_phase
+
+    sim, r = _two_node()
+    sim.heartbeat(overrides={(r.id, 0): "starting"})
+    sim.step()
+    assert replica_phase(sim.replicas[r.id]) == Phase.Starting
+    assert not_answering(sim.replicas.values()) == {}

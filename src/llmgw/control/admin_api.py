@@ -22,6 +22,7 @@ from llmgw.control.summary import DAY, Demand, Summary, summarize
 from llmgw.control.tenants_api import BadRequest, json_body, tenant_routes
 from llmgw.control.views import node_row
 from llmgw.core.errors import StoreError
+from llmgw.core.state import not_answering
 from llmgw.wire.router import Activity, Admission, AdmitRequest, RouterView
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
             models=list(plane.models.values()),
             ready=plane.ready_table(),
             loads=plane.engine_loads,
+            not_answering=not_answering(plane.replicas.values()),
             stale_for=plane.table_stale_for(),
         )
         return web.Response(text=view.model_dump_json(), content_type="application/json")

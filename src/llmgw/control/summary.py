@@ -266,7 +266,7 @@ def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand:
     out = []
     for name, spec in sorted(models.items()):
         mine = [r for r in lines if r.model == name]
-        active = [r for r in mine if r.state in (Phase.Pending, Phase.Starting, Phase.Ready)]
+        active = [r for r in mine if r.state in (Phase.Pending, Phase.Starting, Phase.Ready, Phase.Unresponsive)]
         demanded = now - demand.wanted_at.get(name, float("-inf")) <= demand.window
         ready = sum(1 for r in mine if r.state == Phase.Ready)
         wanted = scaling.wanted(spec, active=len(active), ready=ready, demanded=demanded)

@@ -75,6 +75,7 @@ class Router:
         self.prefixes = PrefixIndex(cfg.prefix_entries)
         self._alone: dict[str, Decision] = {}  # the decision for a replica alone in rotation (made once: frozen)
         self.waiting: Counter[str] = Counter()  # per model, requests waiting for a replica to become ready
+        self._hung: tuple[int, dict[str, str]] = (-1, {})  # (generation, models whose every replica stopped answering)
         self.keys = keys
         self.cfg = cfg
         self.load_wait = load_wait
@@ -149,6 +150,14 @@ class Router:
             return openai_error(404, f"the model '{name}' does not exist", "invalid_request_error",
                                 "model_not_found", "model")
         return web.json_response({"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"})
+
+    def _not_answering(self, model: str) -> str | None:
+        """Why every replica of the model is unresponsive (none ready, none loading); None when not so. Asked of the
+        control plane's view once per generation of it."""
+        generation = self.state.generation()
+        if self._hung[0] != generation:
+            self._hung = (generation, self.state.not_answering())
+        return self._hung[1].get(model)
 
     async def _wait_ready(self, model: str, request: web.Request) -> bool | None:
         """Up to load_wait by the injected clock (a test drives it); the table is looked at again whenever the
@@ -270,6 +279,10 @@ class Router:
                                 f"{self.cfg.serve_stale_for:.0f}s at most)", "service_unavailable",
                                 "routing_table_stale")
         if self.table.pick(model) is None:
+            hung = self._not_answering(model)
+            if hung is not None:  # nothing is loading: waiting out load_wait would only hold the client
+                return openai_error(503, f"no replica of {model} is answering: {hung}", "service_unavailable",
+                                    "model_not_answering", headers={"Retry-After": str(RETRY_AFTER_S)})
             if spec.on_demand:
                 self.state.want(model)
             if self.waiting[model] >= self.cfg.max_waiting:

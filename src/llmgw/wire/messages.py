@@ -17,7 +17,8 @@ X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and 
 # 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state; 4: weights (the
 # directories and fetches a node reports, its peer port; how each shard's weights are to be had); 5: each shard's
 # engine load (the engine's own gauges under llmgw's names) and engine installs as numbers; 6: how many requests a
-# shard's engine generates at once, when it has a fixed number of slots; 7: the peer rank whose loss ended a shard
+# shard's engine generates at once, when it has a fixed number of slots; 7: the peer rank whose loss ended a shard,
+# and the shard state "unresponsive" (it served, and its engine no longer answers)
 WIRE_VERSION = 7
 OLDEST_WIRE_VERSION = 1
 
@@ -146,7 +147,7 @@ class EngineLoad(Strict):
 class ShardState(Strict):
     replica_id: Name
     rank: int = Field(ge=0, le=1023)
-    state: Literal["pending", "starting", "running", "ready", "exited", "failed"]
+    state: Literal["pending", "starting", "running", "ready", "unresponsive", "exited", "failed"]
     message: Text = ""
     reason: Name = ""  # a code for message when it says why the shard is not ready: WeightsUnusable, ModelNotLoaded
     pid: int | None = Field(default=None, ge=0, le=2**32)

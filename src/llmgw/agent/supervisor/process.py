@@ -53,7 +53,8 @@ class ShardProcess:
     restarts: int = 0
     exit_code: int | None = None
     next_start: float = 0.0
-    health_failures: int = 0
+    health_failures: int = 0  # health probes in a row that got no good answer
+    answered_at: float | None = None  # the clock's time of its last good health answer; None: never (yet)
     load: EngineLoad | None = None  # the engine's gauges at the last probe that found it ready
     load_failure_logged: bool = False  # a scrape failed and was logged: later ones are not (they come every probe)
     stopping: bool = False
@@ -112,7 +113,7 @@ class ShardProcess:
         write_private(self.pid_path.with_suffix(SPEC_SUFFIX), self.spec.model_dump_json())
         self.state = "starting" if self.launch.serves_http else "running"
         self.message = self.reason = ""
-        self.exit_code = self.lost_peer = None
+        self.exit_code = self.lost_peer = self.answered_at = None
         self.health_failures = 0
 
     async def stop(self, grace: float = 10.0) -> None:

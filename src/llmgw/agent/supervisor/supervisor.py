@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -35,6 +36,7 @@ class RestartPolicy:
         return doubling(self.base, self.cap, restarts)
 
 HEALTH_FAILURES_BEFORE_UNREADY = 3
+SERVED = ("ready", "unresponsive")  # states of an engine that has served since it started
 NO_MODEL = "no model loaded"
 MODELS_BODY_MAX = 256 * 1024
 METRICS_BODY_MAX = 1024 * 1024  # vLLM's page, histograms and all, is a few hundred kB
@@ -48,6 +50,10 @@ async def _read_capped(content: aiohttp.StreamReader, cap: int) -> bytes:
         parts.append(chunk)
         size += len(chunk)
     return b"".join(parts)
+
+
+def _utc(t: float | None) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if t is not None else "its start"
 
 
 def _words(body: bytes) -> str:
@@ -165,7 +171,7 @@ class Supervisor:
                 if sp.state == "exited":
                     sp.restarts += 1
                 await sp.start()
-            if (sp.state == "starting" or (sp.state == "ready" and not starting_only)) and sp.launch.serves_http:
+            if (sp.state == "starting" or (sp.state in SERVED and not starting_only)) and sp.launch.serves_http:
                 probes.append(self._probe(sp))
         if probes:
             await asyncio.gather(*probes)
@@ -195,8 +201,8 @@ class Supervisor:
             lv.wedged = words
             lv.due_at = now + (liveness.WEDGED_EVERY_S if words else liveness.IDLE_EVERY_S)
             if words and sp.state == "ready":
-                sp.state, sp.message, sp.reason = "starting", words, "EngineUnresponsive"
-            elif not words and sp.reason == "EngineUnresponsive":
+                sp.state, sp.message, sp.reason = "unresponsive", words, "EngineUnresponsive"
+            elif not words and sp.reason == "EngineUnresponsive" and sp.health_failures == 0:  # its health answers too
                 sp.state, sp.message, sp.reason = "ready", "", ""
         if lv.task is not None or not (sp.state == "ready" or lv.wedged):
             return
@@ -224,18 +230,20 @@ class Supervisor:
         if healthy and sp.launch.models_path:
             healthy, code, detail = await self._serves_a_model(sp, headers)
         if healthy:
-            sp.health_failures = 0
+            sp.health_failures, sp.answered_at = 0, self.clock.now()
             if sp.liveness.wedged:  # its health answers; completions do not (liveness.py)
-                sp.state, sp.message, sp.reason = "starting", sp.liveness.wedged, "EngineUnresponsive"
+                sp.state, sp.message, sp.reason = "unresponsive", sp.liveness.wedged, "EngineUnresponsive"
             else:
                 sp.state, sp.message, sp.reason = "ready", "", ""
             sp.load = await self._scrape(sp, headers)
             return
         sp.load = None
-        if sp.state == "ready":
+        if sp.state in SERVED:  # it served: no answer now is a hang or a fault, never a load ("starting")
             sp.health_failures += 1
             if sp.health_failures >= HEALTH_FAILURES_BEFORE_UNREADY:
-                sp.state, sp.message = "starting", f"not healthy: {detail}"
+                sp.state, sp.reason = "unresponsive", "EngineUnresponsive"
+                sp.message = (f"not answering since {_utc(sp.answered_at)}: {sp.health_failures} health probes "
+                              f"missed in a row (the last: {detail})")
         else:
             sp.message = f"waiting for health: {detail}"
             sp.reason = code
