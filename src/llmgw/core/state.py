@@ -116,7 +116,7 @@ class Phase(StrEnum):
     Pending = "pending"  # not placed yet
     Starting = "starting"  # placed, not every shard serves
     Ready = "ready"
-    Unresponsive = "unresponsive"  # it served, and an engine of it no longer answers: not loading, not coming back
+    Unresponsive = "unresponsive"  # it served, and an engine of it no longer answers: nothing is loading
     Stopping = "stopping"  # no longer wanted; reaped once its shards are gone
     Failed = "failed"  # lost a node or a shard: replaced, and reaped once its shards are gone
 
