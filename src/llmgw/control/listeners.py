@@ -25,6 +25,7 @@ from aiohttp import web
 
 from llmgw.config.types import split_listen
 from llmgw.control.guards import OncePerKind, connection_logger, expect_within_limits, request_bounds
+from llmgw.control.handshakes import Handshakes, handshake_cap
 
 log = logging.getLogger(__name__)
 
@@ -264,9 +265,10 @@ async def start_listener(
     if tls is None:
         await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
         return Listener(runner, limiter, header_timeout)
-    # aiohttp's sites cannot bound the TLS handshake, which happens before the limiter sees a connection: it is
-    # part of what a new connection must finish within the header timeout
+    # the limiter sees a connection only once its TLS handshake is done: until then it is counted by Handshakes,
+    # and must finish it within the header timeout
+    handshakes = Handshakes(limiter.name, handshake_cap(limiter.max_total))
     server = await asyncio.get_running_loop().create_server(
-        runner.server, host, port, ssl=tls, ssl_handshake_timeout=header_timeout, reuse_address=True,
+        handshakes.factory(runner.server, tls, header_timeout), host, port, reuse_address=True,
     )
     return Listener(runner, limiter, header_timeout, server)
