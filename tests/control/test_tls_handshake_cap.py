@@ -11,7 +11,8 @@ from pathlib import Path
 
 import aiohttp
 
-from llmgw.control.listeners import Limiter, handshake_cap, start_listener
+from llmgw.control.handshakes import handshake_cap
+from llmgw.control.listeners import Limiter, start_listener
 from tests.agent.weights.kit import make_pki
 from tests.control.test_guards_review import PLAIN, ok_app, server_side_established
 from tests.harness import await_until, free_port
@@ -44,7 +45,7 @@ async def test_connections_that_never_handshake_hold_no_more_than_the_allowance(
         await await_until(capped, 10, f"at most {allowance} of {FLOOD} connections without a handshake held")
         assert time.monotonic() - started < 30  # well before the handshake deadline
         conn = aiohttp.TCPConnector(ssl=pki.client("node01"))
-        async with aiohttp.ClientSession(connector=conn) as s, s.get(f"https://127.0.0.1:{port}/") as r:
+        async with aiohttp.ClientSession(connector=conn) as client, client.get(f"https://127.0.0.1:{port}/") as r:
             assert r.status == 200
     finally:
         for s in socks:
