@@ -187,9 +187,10 @@ def test_ipv6_clients_are_counted_per_64() -> None:
 
 async def test_an_ipv6_connection_is_counted_under_its_64(tmp_path: Path) -> None:
     async with api(tmp_path, host="::1") as a:
-        s = await a.upload(None, family=socket.AF_INET6, announced=10, sent=b"")
+        s = await connect_to(a.port, "::1", socket.AF_INET6)
+        a.socks.append(s)
+        await asyncio.get_running_loop().sock_sendall(s, b"GET /v1/models HTTP/1.1\r\n")  # and waits
         deadline = time.monotonic() + 5
         while not a.limiter.per_client and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         assert list(a.limiter.per_client) == ["::/64"]
-        s.close()

@@ -2,8 +2,10 @@
 
 Each listener has its own cap on open connections and, per client address, a smaller one; a connection beyond
 either is answered 503 and closed at once, so one noisy client (or one listener under attack) cannot take the file
-descriptors the others need; at the listener's cap, a connection that only waits is closed to make room first.
-Headers are bounded in size and count, and (with a TLS handshake before them) must arrive within `header_timeout`
+descriptors the others need; at the listener's cap, a connection that only waits is closed to make room first, and
+failing that the slowest upload. An IPv6 client is its /64. Header lines are bounded in size and count, a request's
+headers in all by control/header_budget.py, connections still in their TLS handshake by control/handshakes.py, and
+headers (with a TLS handshake before them) must arrive within `header_timeout`
 of the connection opening or of the previous response (aiohttp's keep-alive timer does both), so slow or silent
 connections are closed instead of being kept for an hour; bodies are bounded by control/guards.py. The open-file
 limit is raised to its hard limit at start, and the caps are fitted under it. Repeated errors from the event loop
@@ -27,6 +29,7 @@ from aiohttp import web
 from llmgw.config.types import split_listen
 from llmgw.control.guards import OncePerKind, Uploads, connection_logger, expect_within_limits, request_bounds
 from llmgw.control.handshakes import Handshakes, handshake_cap
+from llmgw.control.header_budget import HeaderBudget
 
 log = logging.getLogger(__name__)
 
@@ -254,10 +257,9 @@ class QuietErrors:
 
 
 class Listener:
-    def __init__(self, runner: web.AppRunner, limiter: Limiter, every: float,
-                 tls_server: asyncio.AbstractServer | None = None) -> None:
+    def __init__(self, runner: web.AppRunner, limiter: Limiter, every: float, server: asyncio.AbstractServer) -> None:
         self.runner = runner
-        self.tls_server = tls_server
+        self.server = server
         self.sweeper = asyncio.create_task(self._sweep(limiter, every))
 
     @staticmethod
@@ -268,8 +270,7 @@ class Listener:
 
     async def cleanup(self) -> None:
         self.sweeper.cancel()
-        if self.tls_server is not None:
-            self.tls_server.close()
+        self.server.close()
         await self.runner.cleanup()
 
 
@@ -286,16 +287,22 @@ async def start_listener(
         route._expect_handler = expect_within_limits
     runner = web.AppRunner(app, **runner_options(header_timeout, limiter.name))
     await runner.setup()
-    assert runner.server is not None
-    limiter.install(runner.server)
+    web_server = runner.server
+    assert web_server is not None
+    limiter.install(web_server)
     host, port = split_listen(listen)
+    loop = asyncio.get_running_loop()
+
+    def connection() -> asyncio.Protocol:  # aiohttp's handler, each request's headers held to a budget
+        return HeaderBudget(web_server())
+
     if tls is None:
-        await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
-        return Listener(runner, limiter, header_timeout)
+        server = await loop.create_server(connection, host, port, reuse_address=True, reuse_port=reuse_port,
+                                          backlog=128)
+        return Listener(runner, limiter, header_timeout, server)
     # the limiter sees a connection only once its TLS handshake is done: until then it is counted by Handshakes,
     # and must finish it within the header timeout
     handshakes = Handshakes(limiter.name, handshake_cap(limiter.max_total))
-    server = await asyncio.get_running_loop().create_server(
-        handshakes.factory(runner.server, tls, header_timeout), host, port, reuse_address=True,
-    )
+    server = await loop.create_server(handshakes.factory(connection, tls, header_timeout), host, port,
+                                      reuse_address=True, backlog=128)
     return Listener(runner, limiter, header_timeout, server)
