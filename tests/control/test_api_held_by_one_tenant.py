@@ -138,6 +138,26 @@ async def test_a_key_uploads_no_more_bodies_at_once_than_its_concurrency(tmp_pat
         assert not await closed_within(first, 0.2), "the first upload is not the one refused"
 
 
+async def test_one_key_from_many_addresses_cannot_hold_the_listener(tmp_path: Path) -> None:
+    """The attack run's shape, scaled down: a key with `concurrency: 1` opens as many uploads as the listener
+    holds, from four addresses, and trickles each; ten other clients' requests are then all served (they were
+    all 503)."""
+    async with api(tmp_path, max_total=16, per_client=8) as a:
+        key = await a.key(KeyLimits(concurrency=1))
+        other = await a.key()
+        attack = [await a.upload(key, local=f"127.0.0.{10 + i % 4}") for i in range(16)]
+        refused = [await closed_within(s, 2.0) for s in attack]
+        assert sum(refused) >= 15, f"{16 - sum(refused)} of 16 uploads of one key held open"
+        loop = asyncio.get_running_loop()
+        for i in range(10):
+            s = await connect(a.port, f"127.0.0.{30 + i}")
+            a.socks.append(s)
+            await loop.sock_sendall(
+                s, f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {other}\r\n\r\n".encode())
+            answer = await response(s, 3)
+            assert status_of(answer) == 200, (i, answer[:120])
+
+
 async def test_a_body_trickled_in_is_answered_408_after_a_window_without_the_minimum_rate(tmp_path: Path) -> None:
     """8 MB announced, a byte every 0.1 s: refused once a window (the header timeout, here 1 s) has passed below
     the minimum rate, not after the header timeout plus 128 s that its announced length allowed before."""
