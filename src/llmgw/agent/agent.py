@@ -29,6 +29,7 @@ from llmgw.agent.weights.fetcher import Failed, Fetcher, Waiting
 from llmgw.agent.weights.resolve import resolve_source
 from llmgw.agent.weights.serve import start_peer_listener
 from llmgw.config.agent import AgentConfig
+from llmgw.config.types import heartbeat_within
 from llmgw.control.listeners import Listener
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError, UpstreamError
@@ -332,7 +333,7 @@ class Agent:
             self.last_error = str(e)
             return  # keep running what runs: a control plane outage is not a reason to stop serving
         self.last_error = ""
-        self.interval = desired.heartbeat_interval
+        self.interval = heartbeat_within(desired.heartbeat_interval)
         if desired.version >= 4:  # an older control plane sends no list, which is not an empty one
             self.learn_revoked(desired.revoked)
         if desired.version >= 3:  # an older control plane names no sources: the node keeps what it has

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from llmgw.config.types import ByteSize, ConfigPath, Duration
+from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, within
 
 
 class Strict(BaseModel):
@@ -61,8 +62,9 @@ class AgentConfig(Strict):
     restart_backoff_max: Duration = 300.0
     max_restarts: int = Field(default=5, ge=0, le=1000)
     port_range: str = "20000-20999"
-    heartbeat_interval: Duration = 3.0
-    request_timeout: Duration = 5.0
+    # until the control plane names its own
+    heartbeat_interval: Annotated[Duration, within(HEARTBEAT_MIN_S, HEARTBEAT_MAX_S)] = 3.0
+    request_timeout: Annotated[Duration, within(0.1, 3600)] = 5.0
 
     @field_validator("control_planes")
     @classmethod

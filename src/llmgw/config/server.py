@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from llmgw.config.engines import EngineConfig, EngineName, as_source
-from llmgw.config.types import ByteSize, ConfigPath, Duration, Listen
+from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
 from llmgw.core.quota import KeyLimits
 from llmgw.wire.engines import EngineSource
 
@@ -108,7 +108,7 @@ class RouterConfig(Strict):
     # so it is long. Streaming responses are then held to idle_timeout between chunks.
     first_byte_timeout: Duration = 600.0
     idle_timeout: Duration = 120.0
-    usage_flush_interval: Duration = 1.0
+    usage_flush_interval: Annotated[Duration, within(0.01, 3600)] = 1.0
     # connections the router keeps open to one replica's engine; further requests wait up to queue_timeout for one
     connections_per_replica: int = Field(default=64, ge=1, le=4096)
     queue_timeout: Duration = 60.0
@@ -175,13 +175,14 @@ class ServerConfig(Strict):
     # a node may claim an engine address it reports from, one its certificate names, or one inside these networks
     node_networks: list[str] = []
     limits: Limits = Limits()
-    node_lost_after: Duration = 60.0
+    node_lost_after: Annotated[Duration, within(0.2)] = 60.0
     failed_kept_for: Duration = 300.0  # failed replicas stay on view (holding nothing) this long after they stop
-    heartbeat_interval: Duration = 3.0
-    reconcile_interval: Duration = 1.0
+    # node_lost_after must be longer
+    heartbeat_interval: Annotated[Duration, within(HEARTBEAT_MIN_S, HEARTBEAT_MAX_S)] = 3.0
+    reconcile_interval: Annotated[Duration, within(0.01, 3600)] = 1.0
     # how long the lease of the control plane that reconciles lasts unless renewed (renewed every third of it):
     # with several servers on one PostgreSQL, a new leader takes over within this long of the old one's end
-    leader_lease: Duration = 15.0
+    leader_lease: Annotated[Duration, within(0.3)] = 15.0
     load_wait: Duration = 15.0
     # a replica told to stop (idle, evicted, scaled down, removed) leaves the routing table at once; its engine runs
     # on while routers have requests on it, up to this long, so they finish
@@ -231,6 +232,13 @@ class ServerConfig(Strict):
         if dup:
             raise ValueError(f"engines: {dup[0]} named twice")
         self.engine_sources()  # a requirements file that cannot be read is a config error now, not on every node
+        return self
+
+    @model_validator(mode="after")
+    def _heartbeats_before_loss(self) -> ServerConfig:
+        if self.heartbeat_interval >= self.node_lost_after:
+            raise ValueError(f"heartbeat_interval ({self.heartbeat_interval:g}s) must be shorter than node_lost_after "
+                             f"({self.node_lost_after:g}s): every node would be lost between two heartbeats")
         return self
 
     @model_validator(mode="after")

@@ -26,6 +26,7 @@ from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, Decision, Rout
 from llmgw.router.state import RouterState
 from llmgw.router.stats import OTHER, Measure, Recorder
 from llmgw.router.table import EJECT_AFTER, Route, RoutingTable
+from llmgw.router.uploads import Uploads, too_many_uploads
 from llmgw.router.usage import StreamUsage
 from llmgw.store.base import ApiKeyRecord, Usage, new_usage_id
 from llmgw.wire.http import message_of
@@ -87,6 +88,7 @@ class Router:
         self.session: aiohttp.ClientSession | None = None
         self.changed = asyncio.Event()
         self._keys_lock = asyncio.Lock()
+        self.uploads = Uploads()  # bodies arriving, per key: no more at once than its concurrency
 
     # routing table follows the control plane's replicas
     def refresh(self) -> None:
@@ -216,10 +218,15 @@ class Router:
             return key
         if request.content_length is not None and request.content_length > self.max_body:
             return self._too_large()
+        lim = key.limits if key.limits is not None else self.cfg.default_limits
+        if not self.uploads.take(key.id, lim.concurrency):
+            return too_many_uploads(lim.concurrency)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._too_large()
+        finally:
+            self.uploads.give(key.id)
         try:
             payload = json.loads(body)
         except ValueError as e:
@@ -249,7 +256,6 @@ class Router:
                 "service_unavailable",
                 "model_off",
             )
-        lim = key.limits if key.limits is not None else self.cfg.default_limits
         if not lim.any():
             return Admitted(key, spec, payload, body)
         try:
