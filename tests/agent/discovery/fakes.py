@@ -136,3 +136,19 @@ class Forbidden:
 
     def __call__(self, *args: Any) -> Any:
         raise AssertionError("called, but this source should not have been consulted")
+
+
+def smi_xml(*cards: tuple[str, int, str], driver: str = "550.54.15", cuda: str = "12.4") -> str:
+    """A short `nvidia-smi -q -x` answer: (product name, memory MiB, uuid) per card, in nvidia-smi's layout.
+    The recorded outputs of real machines are in tests/fixtures/nvidia-smi/."""
+    gpus = "".join(
+        f'\t<gpu id="00000000:{0x18 + i:02X}:00.0">\n\t\t<product_name>{name}</product_name>\n'
+        f"\t\t<mig_mode>\n\t\t\t<current_mig>N/A</current_mig>\n\t\t</mig_mode>\n\t\t<uuid>{uuid}</uuid>\n"
+        f"\t\t<fb_memory_usage>\n\t\t\t<total>{memory} MiB</total>\n\t\t</fb_memory_usage>\n\t</gpu>\n"
+        for i, (name, memory, uuid) in enumerate(cards)
+    )
+    return (
+        '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n<nvidia_smi_log>\n'
+        f"\t<driver_version>{driver}</driver_version>\n\t<cuda_version>{cuda}</cuda_version>\n"
+        f"\t<attached_gpus>{len(cards)}</attached_gpus>\n{gpus}</nvidia_smi_log>\n"
+    )
