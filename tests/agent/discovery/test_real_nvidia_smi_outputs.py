@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.agent.discovery import discover
+from llmgw.agent.discovery import discover, hardware_warnings
 from llmgw.agent.discovery.commands import run_command
 from llmgw.wire.messages import Hardware
 
@@ -90,6 +90,7 @@ def test_each_healthy_machine_is_one_whole_card(output: str, tmp_path: Path, mon
     card = hw.gpus[0]
     assert (card.faulty, card.fault, card.mig, card.offered_whole) == (False, "", None, True)
     assert card.nvlink_peers is None  # nvidia-smi -q -x does not say
+    assert [p.code for p in hardware_warnings(hw)] == ["NVLinkUnknown"]
 
 
 def test_a_mig_card_reports_its_instances_and_is_not_offered_whole(
@@ -107,6 +108,10 @@ def test_a_mig_card_reports_its_instances_and_is_not_offered_whole(
         (5, 0, 19968, 14),
         (6, 0, 19968, 14),
     ]
+    # what ctl nodes and the dashboard show; a card not offered whole has no topology to miss
+    assert [(p.code, p.message) for p in hardware_warnings(hw)] == [
+        ("GPUInMIGMode", "GPU 0 (A100-80G) is in MIG mode with 4 instances: not offered whole")
+    ]
 
 
 def test_a_pending_row_remap_keeps_the_card_out_in_nvidia_smis_terms(
@@ -118,5 +123,6 @@ def test_a_pending_row_remap_keeps_the_card_out_in_nvidia_smis_terms(
     assert card.fault == (
         "row remapping pending: reset the GPU to apply it; 1 uncorrectable ECC error(s) since the driver loaded"
     )
+    assert [p.code for p in hardware_warnings(hw)] == ["GPUFaulty"]
     # the healthy original of the same card is not faulty: the four changed values are what made it so
     assert not discover_with("a10g.xml", tmp_path, monkeypatch).gpus[0].faulty
