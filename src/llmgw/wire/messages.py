@@ -66,7 +66,7 @@ class MigInstance(Strict):
     """One MIG slice of a card, as the driver describes it."""
 
     gpu_instance: int = Field(ge=0, le=1023)
-    compute_instance: int = Field(ge=0, le=1023)
+    compute_instance: int = Field(default=0, ge=0, le=1023)
     memory_mib: Count
     multiprocessors: Count = 0
     profile: Name = ""  # NVIDIA's name for the slice ("3g.40gb") where the source says it
