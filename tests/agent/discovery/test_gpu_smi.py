@@ -84,3 +84,27 @@ def test_output_that_is_not_nvidia_smis_is_refused_with_words(text: str, words: 
     probe = probe_nvidia_smi(FakeRunner(CommandResult(0, text)))
     assert probe.source == "none" and probe.gpus == []
     assert len(probe.problems) == 1 and words in probe.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("swap", "words"),
+    [
+        (("<total>81559 MiB</total>", "<total>" + "9" * 30 + " MiB</total>"), "card 0: "),
+        (("<current_mig>N/A</current_mig>", "<current_mig>Enabled</current_mig>"
+          "</mig_mode><mig_devices><mig_device><gpu_instance_id>99999</gpu_instance_id></mig_device></mig_devices>"
+          "<mig_mode>"), "card 0: "),
+    ],
+)
+def test_values_no_card_has_are_refused_not_a_crash(swap: tuple[str, str], words: str) -> None:
+    text = smi_xml(("NVIDIA H100 80GB HBM3", 81559, "GPU-a")).replace(*swap)
+    with pytest.raises(SmiXmlError, match=words):
+        parse_smi_xml(text)
+    probe = probe_nvidia_smi(FakeRunner(CommandResult(0, text)))
+    assert probe.source == "none" and probe.problems[0].startswith("nvidia-smi -q -x: card 0: ")
+
+
+def test_a_card_nvidia_smi_cannot_name_is_faulty_in_its_words() -> None:
+    text = smi_xml(("Unknown Error", 0, "GPU-a")).replace("0 MiB", "Unknown Error")
+    [card] = parse_smi_xml(text).gpus
+    assert (card.faulty, card.offered_whole) == (True, False)
+    assert card.fault == "nvidia-smi cannot describe the card: Unknown Error"

@@ -11,6 +11,8 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
+
 from llmgw.agent.discovery.gpu_class import gpu_class
 from llmgw.wire.messages import GPU, MigInstance
 
@@ -110,6 +112,9 @@ def _card(index: int, gpu: ET.Element) -> GPU:
     name = _text(gpu, "product_name") or "unknown NVIDIA GPU"
     memory_mib = _mib(gpu, "fb_memory_usage/total")
     words = faults(gpu)
+    said = (gpu.findtext("product_name") or "").strip()
+    if said.strip("[]").lower() == "unknown error":  # the driver counts the card and cannot describe it
+        words.insert(0, f"nvidia-smi cannot describe the card: {said[:128]}")
     return GPU(
         index=index,
         uuid=_text(gpu, "uuid")[:128],
@@ -137,8 +142,12 @@ def parse_smi_xml(text: str) -> SmiLog:
     cards = root.findall("gpu")
     if len(cards) > MAX_GPUS:
         raise SmiXmlError(f"{len(cards)} cards is more than a node can hold")
-    return SmiLog(
-        driver=_text(root, "driver_version")[:128],
-        cuda=_text(root, "cuda_version")[:128],
-        gpus=[_card(i, gpu) for i, gpu in enumerate(cards)],
-    )
+    gpus = []
+    for i, gpu in enumerate(cards):
+        try:
+            gpus.append(_card(i, gpu))
+        except ValidationError as e:  # a value no card has (memory of 10^30 MiB): not nvidia-smi's output
+            first = e.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise SmiXmlError(f"card {i}: {where}: {first['msg']}") from None
+    return SmiLog(driver=_text(root, "driver_version")[:128], cuda=_text(root, "cuda_version")[:128], gpus=gpus)
