@@ -71,6 +71,10 @@ MACHINES = {
     "quadro-p2000.xml": Seen(
         "Quadro P2000", "P2000-5G", 5120, "GPU-396caaed-39ca-3199-2e68-717cdb786ec6", "525.125.06", "12.0"
     ),
+    "rtx-pro-6000-blackwell.xml": Seen(
+        "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "RTXPRO6000-96G", 97887,
+        "GPU-12345678-aaaa-bbbb-cccc-0123456789ab", "590.44.01", "13.1",
+    ),
     "gtx-1660-ti.xml": Seen(
         "Graphics Device", "UNKNOWN-6G", 5912, "GPU-304a277d-3545-63b8-3a36-dfde3c992989", "418.43", "10.1"
     ),
@@ -91,6 +95,15 @@ def test_each_healthy_machine_is_one_whole_card(output: str, tmp_path: Path, mon
     assert (card.faulty, card.fault, card.mig, card.offered_whole) == (False, "", None, True)
     assert card.nvlink_peers is None  # nvidia-smi -q -x does not say
     assert [p.code for p in hardware_warnings(hw)] == ["NVLinkUnknown"]
+
+
+def test_two_cards_in_nvidia_smis_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hw = discover_with("rtx-a5000x2.xml", tmp_path, monkeypatch)
+    assert (hw.gpu_source, hw.nvidia_driver, hw.nvidia_cuda, hw.gpu_problems) == ("nvidia-smi", "590.44.01", "13.1", [])
+    assert [(g.index, g.gpu_class, g.memory_mib, g.uuid[-2:], g.offered_whole) for g in hw.gpus] == [
+        (0, "RTXA5000-24G", 24564, "ab", True),
+        (1, "RTXA5000-24G", 24564, "cd", True),
+    ]
 
 
 def test_a_mig_card_reports_its_instances_and_is_not_offered_whole(

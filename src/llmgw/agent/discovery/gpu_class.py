@@ -21,6 +21,8 @@ def gpu_class(name: str, memory_mib: int) -> str:
     words = [w for w in re.split(r"[\s\-_]+", name.upper()) if w and w not in _BRANDS]
     if not words or " ".join(words) in _NAMELESS:
         model = "UNKNOWN"
+    elif words[0] in _SERIES and len(words) > 2 and words[1] == "PRO":
+        model = "".join(words[:3])  # "RTX PRO 6000 Blackwell": the number is the model, as in "RTX 4090"
     elif words[0] in _SERIES and len(words) > 1:
         model = words[0] + words[1]
     else:
