@@ -18,8 +18,9 @@ X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and 
 # directories and fetches a node reports, its peer port; how each shard's weights are to be had); 5: each shard's
 # engine load (the engine's own gauges under llmgw's names) and engine installs as numbers; 6: how many requests a
 # shard's engine generates at once, when it has a fixed number of slots; 7: the peer rank whose loss ended a shard,
-# and the shard state "unresponsive" (it served, and its engine no longer answers)
-WIRE_VERSION = 7
+# and the shard state "unresponsive" (it served, and its engine no longer answers); 8: a card's MIG instances and the
+# CUDA version its driver supports
+WIRE_VERSION = 8
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
@@ -61,6 +62,16 @@ class Problem(Strict):
 Problems = Annotated[list[Problem], Field(max_length=64)]
 
 
+class MigInstance(Strict):
+    """One MIG slice of a card, as the driver describes it."""
+
+    gpu_instance: int = Field(ge=0, le=1023)
+    compute_instance: int = Field(default=0, ge=0, le=1023)
+    memory_mib: Count
+    multiprocessors: Count = 0
+    profile: Name = ""  # NVIDIA's name for the slice ("3g.40gb") where the source says it
+
+
 class GPU(Strict):
     index: int = Field(ge=0, le=1023)
     uuid: Name = ""
@@ -71,6 +82,13 @@ class GPU(Strict):
     fault: Text = ""  # the machine's own words: "Xid 79: GPU has fallen off the bus"
     # indices this card has NVLink to; None = topology unknown (no NVML), [] = known to have none
     nvlink_peers: Annotated[list[Annotated[int, Field(ge=0, le=1023)]], Field(max_length=1024)] | None = None
+    # MIG mode is on: the card is cut into these instances ([] = none made yet); None = MIG off or not supported
+    mig: Annotated[list[MigInstance], Field(max_length=64)] | None = None
+
+    @property
+    def offered_whole(self) -> bool:
+        """Placement may give this card to a shard: healthy, and not cut into MIG instances."""
+        return not self.faulty and self.mig is None
 
 
 class IBPort(Strict):
@@ -115,6 +133,7 @@ class Hardware(Strict):
     disk: Disk | None = None
     gpu_source: Literal["nvml", "nvidia-smi", "inventory", "none"] = "none"
     nvidia_driver: Name = ""
+    nvidia_cuda: Name = ""  # the newest CUDA the driver supports ("12.2"), as nvidia-smi or NVML says it
     gpus: Annotated[list[GPU], Field(max_length=1024)] = []
     gpu_problems: Texts = []  # discovery trouble that is not absence, e.g. an NVML/driver mismatch
     ib_adapters: Annotated[list[IBAdapter], Field(max_length=64)] = []
