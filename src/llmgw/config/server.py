@@ -114,6 +114,13 @@ class ModelSpec(Strict):
     # No scaling stanza means configured and off: a request must never start a model nobody meant to run.
     scaling: Scaling = Scaling(min=0, max=0)
 
+    @model_validator(mode="after")
+    def _plain_http_needs_a_digest(self) -> ModelSpec:
+        # over plain http anyone on the way (or an origin's redirect) decides the bytes; a digest is what says no
+        if self.source[:7].lower() == "http://" and not self.sha256:
+            raise ValueError("a plain http:// source needs sha256 (the digest its file must have); or use https://")
+        return self
+
     @property
     def on_demand(self) -> bool:
         return self.scaling.min == 0 and self.scaling.max > 0
