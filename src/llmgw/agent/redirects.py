@@ -11,6 +11,7 @@ resolved (`GuardedResolver`), so what is checked is what is connected to.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +39,8 @@ def public(ip: IP) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def _where(u: URL) -> tuple[str, str, int | None]:
-    return u.scheme, (u.host or "").lower(), u.port
+def _place(u: URL) -> tuple[str, int | None]:
+    return (u.host or "").lower(), u.port
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class Redirects:
             return "not http(s)"
         if here.scheme == "https" and there.scheme == "http":
             return "from https to plain http"
-        if _where(here)[1:] == _where(there)[1:] or self.allows(there.host, there.port):
+        if _place(here) == _place(there) or self.allows(there.host, there.port):
             return ""
         ip = _ip(there.host)
         if ip is not None and not public(ip):
@@ -80,16 +81,15 @@ class Redirects:
 PUBLIC_ONLY = Redirects()  # no place allowed besides public addresses
 
 
+PLACE = re.compile(r"^(?P<host>[a-z0-9]([a-z0-9.-]*[a-z0-9])?|\[[0-9a-f:.]+\])(:(?P<port>[0-9]{1,5}))?$")
+
+
 def _split(entry: str) -> tuple[str, int | None]:
-    """("host", port or None) of "host", "host:port", "[v6]" or "[v6]:port"."""
-    entry = entry.strip().lower()
-    if entry.startswith("["):
-        name, _, rest = entry[1:].partition("]")
-        return name, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
-    if entry.count(":") == 1:
-        name, _, port = entry.partition(":")
-        return name, int(port) if port.isdigit() else None
-    return entry, None
+    """("host", port or None) of "host", "host:port", "[v6]" or "[v6]:port"; ("", None) when it is none of them."""
+    m = PLACE.match(entry.strip().lower())
+    if m is None:
+        return "", None
+    return m["host"].strip("[]"), int(m["port"]) if m["port"] else None
 
 
 def check_allowed(entries: list[str]) -> list[str]:
@@ -102,10 +102,8 @@ def check_allowed(entries: list[str]) -> list[str]:
                 raise ValueError(f"{entry!r} is not a network (such as 10.0.0.0/8)") from None
             continue
         name, port = _split(entry)
-        tail = entry.strip().rsplit("]", 1)[-1] if entry.strip().startswith("[") else entry
-        if not name or (":" in tail and port is None) or (port is not None and not 0 < port < 65536) or any(
-                c.isspace() or c in "/?#@" for c in name):
-            raise ValueError(f"{entry!r} is not a host, host:port or network")
+        if not name or (port is not None and not 0 < port < 65536):
+            raise ValueError(f"{entry!r} is not a host, host:port ([v6]:port) or network")
     return entries
 
 
@@ -127,7 +125,7 @@ class GuardedResolver(AbstractResolver):
         for r in found:
             ip = _ip(str(r["host"]))
             if ip is None or not (public(ip) or self._rule.allows(host, port, ip)):
-                self.refused = f"{host} resolves to {r['host']}, a private address (agent.yaml's " \
+                self.refused = f"{host}, which resolves to {r['host']}, a private address (agent.yaml's " \
                                "redirects_allowed can allow it)"
                 raise OSError(self.refused)
         return found

@@ -134,6 +134,9 @@ async def fetch_part(
                              f"({words[:300]})", resumable=True) from None
     except OSError as e:
         raise TransferFailed.from_os(e, f"cannot write {part}") from None
+    finally:
+        if guard is not None:  # the connector closes only a resolver of its own making
+            await guard.close()
     return Result(t.have, t.hasher.hexdigest())
 
 
