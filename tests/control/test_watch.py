@@ -109,6 +109,6 @@ async def test_a_watch_answers_when_a_shard_is_placed_on_its_node_and_not_before
 
 async def test_a_revoked_node_may_not_watch(tmp_path: Path) -> None:
     async with agent_door(tmp_path) as (plane, url, pki):
-        plane.revoke("node02", "", "stolen")
+        await plane.revoke("node02", "", "stolen")
         status, body = await watch(url, as_node(pki, "node02"), "")
         assert status == 403 and body["error"] == "node node02 is revoked: stolen"

@@ -20,6 +20,7 @@ from llmgw.agent.installs.installer import Installer
 from llmgw.agent.installs.packages import PackageTool
 from llmgw.agent.installs.probe import probe_named
 from llmgw.agent.installs.recipes import Context, Limits
+from llmgw.agent.redirects import Redirects
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor.adopt import Running, discard, find_running
 from llmgw.agent.supervisor.process import state_name, write_private
@@ -60,7 +61,7 @@ class Agent:
         self.installer = Installer(Context(
             root=Path(cfg.engines_dir()), clock=clock, python=cfg.engine_python,
             packages=PackageTool(apt_get=cfg.apt_get, dpkg_query=cfg.dpkg_query),
-            limits=Limits(download_bytes=cfg.max_download),
+            limits=Limits(download_bytes=cfg.max_download), redirects=Redirects(tuple(cfg.redirects_allowed)),
         ))
         self.supervisor: Supervisor | None = None
         self.client: ControlPlaneClient | None = None
@@ -75,6 +76,7 @@ class Agent:
         self.fetcher = Fetcher(
             self.weights_dir, clock, self._client_tls, self.node_id, cfg.weights_budget, cfg.max_weights_file,
             network=self._weights_on_network, in_use=self._weights_in_use,
+            redirects=Redirects(tuple(cfg.redirects_allowed)),
         )
         self._peer_listener: Listener | None = None
         # node ids and serials the control plane revoked: kept on disk, so a restarted agent refuses them at once

@@ -54,6 +54,9 @@ class AgentConfig(Strict):
     install_dir: ConfigPath | None = None  # where engines are installed; default: state_dir/engines
     engine_python: str = "python3.11"  # what vLLM's and SGLang's environments are made from
     max_download: ByteSize = 16 * 1024**3
+    # where an origin of weights or engines may redirect this node besides public addresses: "host", "host:port"
+    # or a network ("10.0.0.0/8"); a redirect to anything else private (loopback, link-local, ...) is refused
+    redirects_allowed: list[str] = Field(default=[], max_length=256)
     apt_get: str = "apt-get"  # the OS package tools a build's packages are installed with
     dpkg_query: str = "dpkg-query"
     # a shard whose engine exits is started again after restart_backoff, doubling up to restart_backoff_max;
@@ -73,6 +76,13 @@ class AgentConfig(Strict):
             if not u.startswith("https://"):
                 raise ValueError(f"{u!r}: must be an https:// address (agents speak mutual TLS)")
         return v
+
+    @field_validator("redirects_allowed")
+    @classmethod
+    def _places(cls, v: list[str]) -> list[str]:
+        from llmgw.agent.redirects import check_allowed
+
+        return check_allowed(v)
 
     @field_validator("port_range")
     @classmethod

@@ -38,10 +38,28 @@ class StoreConfig(Strict):
     def _postgres_needs_a_dsn_without_a_password(self) -> StoreConfig:
         if self.kind == "postgres" and not self.dsn:
             raise ValueError("store.kind postgres needs store.dsn (host=... dbname=... user=...)")
-        if "password" in self.dsn.lower():
-            raise ValueError("store.dsn must not hold the password: put it in store.password_file or the "
-                             "environment variable store.password_env names")
+        if self.kind == "postgres":
+            secret = _dsn_secrets(self.dsn)
+            if secret:
+                raise ValueError(f"store.dsn must not hold the password (it gives {secret}=): put it in "
+                                 "store.password_file or the environment variable store.password_env names")
         return self
+
+
+DSN_SECRETS = ("password", "passfile", "sslpassword")
+
+
+def _dsn_secrets(dsn: str) -> str:
+    """The key of a secret the DSN gives, read as libpq reads it (key=value or a URI, its query included), or "".
+    Raises ValueError, in words that do not repeat the DSN, when it cannot be read."""
+    import psycopg  # only a postgres store needs it
+
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        raise ValueError("store.dsn is not a valid PostgreSQL connection string (key=value pairs or a "
+                         "postgresql:// URI)") from None
+    return next((k for k in DSN_SECRETS if info.get(k)), "")
 
 
 class SimSpeed(Strict):
@@ -95,6 +113,13 @@ class ModelSpec(Strict):
     profile: Profile = Profile()
     # No scaling stanza means configured and off: a request must never start a model nobody meant to run.
     scaling: Scaling = Scaling(min=0, max=0)
+
+    @model_validator(mode="after")
+    def _plain_http_needs_a_digest(self) -> ModelSpec:
+        # over plain http anyone on the way (or an origin's redirect) decides the bytes; a digest is what says no
+        if self.source[:7].lower() == "http://" and not self.sha256:
+            raise ValueError("a plain http:// source needs sha256 (the digest its file must have); or use https://")
+        return self
 
     @property
     def on_demand(self) -> bool:

@@ -325,11 +325,12 @@ class ControlPlane:
             return f"certificate {serial} of node {node_id} is revoked" + (f": {rv.reason}" if rv.reason else "")
         return ""
 
-    def revoke(self, node_id: str, serial: str, reason: str) -> str:
+    async def revoke(self, node_id: str, serial: str, reason: str) -> str:
         """Cut a node off (serial "") or one of its certificates. Takes effect at its next heartbeat; revoking the
-        whole node also fails its replicas now, so they are rebuilt elsewhere."""
+        whole node also fails its replicas now, so they are rebuilt elsewhere. Written before anything changes: the
+        operator is told it is done only once it outlives a restart (the store's failure is raised)."""
         rv = Revocation(node_id=node_id, serial=serial, at=self.clock.now(), reason=reason)
-        self.writer.submit(self.store.put_revocation, rv)
+        await self.writer.run(self.store.put_revocation, rv)
         if serial:
             self.revoked_serials[serial] = rv
             msg = f"certificate {serial} of node {node_id} revoked" + (f": {reason}" if reason else "")
