@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -16,6 +16,7 @@ GAUGES = Gauges(running=("sim:requests_running",), waiting=("sim:requests_waitin
 class Sim:
     name = "sim"
     packaging = Packaging(kind="builtin")
+    bounds = Bounds()
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         argv = [
