@@ -120,3 +120,13 @@ def test_what_an_engine_reports_beyond_the_reservation_is_an_alarm_not_a_bill(ca
     m = Measure(start=0.0, status=200, prompt_tokens=20, completion_tokens=30)
     bounded(m, 500, "r-1")
     assert (m.prompt_tokens, m.completion_tokens, m.overrun) == (20, 30, False)
+
+
+@pytest.mark.parametrize("raw", [b'{"model": "m", "n_predict": 400, "n_predict": 5}',
+                                 b'{"model": "m", "n_predict": 5, "n_pr\\u0065dict": 400}',
+                                 b'{"model": "m", "max_tokens": 5, "n": 9, "n": 1}'])
+def test_a_field_given_twice_reaches_the_engine_once_as_reserved(raw: bytes) -> None:
+    """An engine's decoder may keep the first of two; the body sent is the one decoded here."""
+    payload = json.loads(raw)
+    sent, cost = reserve("/v1/chat/completions", payload, raw, 1024, media_tokens=0)
+    assert sent != raw and json.loads(sent) == payload and cost == len(sent) + payload.get("n_predict", 5)

@@ -60,6 +60,12 @@ def media_parts(v: object) -> int:
     return n
 
 
+def _ambiguous(body: bytes, fields: dict[str, int]) -> bool:
+    """Whether `body` may give a field twice (written twice, or spelled with escapes): the decoder here keeps the
+    last, an engine's might keep the first. Sent as decoded here, it gives each once."""
+    return b"\\u" in body or any(body.count(f'"{f}"'.encode()) > 1 for f in (*fields, *CHOICES))
+
+
 def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int, *,
             media_tokens: int) -> tuple[bytes, int]:
     """(the body to forward, the tokens the request reserves): its body's bytes and `media_tokens` for each image,
@@ -90,7 +96,7 @@ def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int, *
     # (vLLM's `max_completion_tokens or max_tokens`), and with several given an engine honours its own first
     most = max(1, *given) if given else default_max
     told = {f: most for f in MAX_FIELDS if f in payload} or {ADDED_FIELD.get(path, "max_tokens"): most}
-    if any(payload.get(f) != v for f, v in told.items()):
+    if any(payload.get(f) != v for f, v in told.items()) or _ambiguous(body, told):
         payload.update(told)
         body = json.dumps(payload).encode()
     return body, min(MAX_COST, quota.reservation(len(body), most * choices) + media)
