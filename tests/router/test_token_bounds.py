@@ -91,6 +91,7 @@ async def test_a_stream_past_its_reservation_is_cut_and_costs_no_more(tmp_path: 
         used = await spent(env)
         assert 5 <= tokens <= used < 200, (tokens, used)  # a body of ~100 bytes and 5 tokens
         assert env.plane.quotas.spent_in(next(iter(env.plane.quotas.counters)), "day") == used
+        assert env.router.recorder.snapshot().models["m"].overruns == 1
 
 
 async def test_an_engine_reporting_more_than_could_be_generated_is_billed_what_it_reserved(

@@ -192,9 +192,9 @@ class SummaryCollector(Collector):
                                      labels=["model"])
         completion = CounterMetricFamily("llmgw_completion_tokens", "Completion tokens, as the engines counted them",
                                          labels=["model"])
-        overruns = CounterMetricFamily("llmgw_token_overruns", "Requests an engine reported more tokens for than they "
-                                       "reserved (recorded at the reservation): an engine ignoring its bound",
-                                       labels=["model"])
+        overruns = CounterMetricFamily("llmgw_token_overruns", "Requests an engine reported more tokens for than "
+                                       "they reserved (recorded at the reservation) or streamed past them (cut "
+                                       "there): an engine ignoring its bound", labels=["model"])
         hists = {kind: HistogramMetricFamily(name, doc, labels=["model"]) for kind, (name, doc) in HISTOGRAMS.items()}
         for model, ms in sorted(s.requests.models.items()):
             for status, n in sorted(ms.requests.items()):

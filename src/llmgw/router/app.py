@@ -384,7 +384,7 @@ class Router:
                     status, (p_tok, c_tok) = CLIENT_CLOSED, (watch.so_far() if watch is not None else (0, 0))
                 m.status, m.prompt_tokens, m.completion_tokens = status, p_tok, c_tok
                 if watch is not None:
-                    m.first_at, m.last_at = watch.first_at, watch.last_at
+                    m.first_at, m.last_at, m.overrun = watch.first_at, watch.last_at, watch.over
                 replica = route.replica_id if route is not None else ""
                 bounded(m, cost, replica)
                 self.ledger.finish(rec, replica, m.prompt_tokens, m.completion_tokens,
