@@ -63,13 +63,12 @@ class Limited:
 
 @contextlib.asynccontextmanager
 async def limited(tmp_path: Path, clock: Clock, tokens_per_second: float = 0.0, engine: web.Application | None = None,
-                  engine_up: bool = True, router_cfg: RouterConfig | None = None, engine_url: str = "",
-                  tokens: int = 4) -> AsyncIterator[Limited]:
+                  engine_up: bool = True, router_cfg: RouterConfig | None = None, engine_url: str = ""
+                  ) -> AsyncIterator[Limited]:
     """The real router over a real control plane (SQLite in tmp_path) with one ready replica of model "m": a sim
-    engine answering `tokens` tokens by default, or `engine` (not listening at all unless `engine_up`), or the
-    engine already listening at `engine_url`."""
-    erun = web.AppRunner(engine or make_app("m", tokens=tokens, tokens_per_second=tokens_per_second,
-                                            behaviour=Behaviour()))
+    engine by default, or `engine` (not listening at all unless `engine_up`), or the engine already listening at
+    `engine_url`."""
+    erun = web.AppRunner(engine or make_app("m", tokens=4, tokens_per_second=tokens_per_second, behaviour=Behaviour()))
     await erun.setup()
     eport = free_port()
     if engine_up and not engine_url:
