@@ -210,8 +210,13 @@ class ControlPlane:
         mono = self.clock.monotonic()
         if mono - self._budgets_read_at >= BUDGETS_REREAD_S:  # what every server's requests spent, as recorded
             self._budgets_read_at = mono
-            for period, start, spent in await self.read(self._spent_by_period, self.clock.now(), None):
-                self.quotas.seed(period, start, spent)
+            await self.seed_budgets()
+
+    async def seed_budgets(self) -> None:
+        """What keys spent, read again from the store (kept where more than counted here): on a shared store
+        every so often, and once usage a dead process journaled has been recorded."""
+        for period, start, spent in await self.read(self._spent_by_period, self.clock.now(), None):
+            self.quotas.seed(period, start, spent)
 
     async def share_activity(self) -> None:
         """On a shared store, write what this server's routers saw (demand, use, requests in flight) and its keys'

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from llmgw.config.server import ModelSpec, RouterConfig
 from llmgw.core.errors import ConnectFailed, StoreError, StreamBroken
-from llmgw.router.admission import Unreservable, refused, reserve, used_of
+from llmgw.router.admission import Unreservable, bounded, refused, reserve, used_of
 from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
@@ -197,7 +197,8 @@ class Router:
             else:
                 reached: list[bool] = []
                 try:
-                    resp = await self._serve(request, m, got.key, got.spec, got.payload, got.body, got.rate, reached)
+                    resp = await self._serve(request, m, got.key, got.spec, got.payload, got.body, got.rate, reached,
+                                             got.cost)
                 finally:
                     if got.ticket:
                         self.state.settle(got.ticket, used_of(m, bool(reached), got.cost))
@@ -272,9 +273,10 @@ class Router:
 
     async def _serve(self, request: web.Request, m: Measure, key: ApiKeyRecord, spec: ModelSpec,
                      payload: dict[str, Any], body: bytes, rate: dict[str, str],
-                     reached: list[bool]) -> web.StreamResponse:
+                     reached: list[bool], cost: int = 0) -> web.StreamResponse:
         """Wait for a replica if need be, and forward. `rate`: the key's x-ratelimit-* headers, answered with it;
-        `reached` gets an entry once the request is sent to an engine."""
+        `reached` gets an entry once the request is sent to an engine; `cost`: the tokens it reserved (0: none), which
+        a stream is cut at and the request is recorded at most at."""
         model = spec.name
         m.key_id = key.id  # with recorder.begin: the end is counted only for a request begun
         self.recorder.begin(key.id, model)
@@ -359,7 +361,7 @@ class Router:
                 # busy from now on, not from its end: a long generation must not look idle to eviction meanwhile
                 self.state.used(route.replica_id, now, route.outstanding)
                 reached[:] = [True]  # it may reach the engine from here on (a connection refused takes it back)
-                watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic) if stream else None
+                watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic, limit=cost) if stream else None
                 try:
                     said = {**rate, "X-Llmgw-Route": f"{decision.reason}; replica={route.replica_id}; "
                                              f"matched={decision.matched_blocks}/{len(keys)}",
@@ -401,8 +403,10 @@ class Router:
                     status, (p_tok, c_tok) = CLIENT_CLOSED, (watch.so_far() if watch is not None else (0, 0))
                 m.status, m.prompt_tokens, m.completion_tokens = status, p_tok, c_tok
                 if watch is not None:
-                    m.first_at, m.last_at = watch.first_at, watch.last_at
-                self.ledger.finish(rec, route.replica_id if route is not None else "", p_tok, c_tok,
+                    m.first_at, m.last_at, m.overrun = watch.first_at, watch.last_at, watch.over
+                replica = route.replica_id if route is not None else ""
+                bounded(m, cost, replica)
+                self.ledger.finish(rec, replica, m.prompt_tokens, m.completion_tokens,
                                    self.state.clock.monotonic() - t0, status)
 
     def _judge(self, route: Route, status: int) -> None:

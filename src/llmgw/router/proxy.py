@@ -176,7 +176,14 @@ async def _relay(sr: web.StreamResponse, resp: aiohttp.ClientResponse, watch: St
             raise StreamBroken(f"{why} ({type(e).__name__})", seen=watch.so_far(), answered=sr) from e
         if not chunk:
             break
-        await sr.write(watch.feed(chunk))
+        out = watch.feed(chunk)
+        if watch.over:  # the engine generates past what was reserved: what it could cost is all it gets to cost
+            resp.close()
+            why = "the engine went past the tokens reserved for this request"
+            await sr.write(out + sse_error(why, "reservation_exceeded"))
+            await sr.write_eof()
+            raise StreamBroken(f"{why} ({watch.limit})", status=502, seen=watch.so_far(), answered=sr)
+        await sr.write(out)
     await sr.write_eof()
     return Outcome(resp.status, *watch.so_far(), sr)
 

@@ -87,9 +87,20 @@ class Packaging:
         return [binary, *self.help_args]
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The body fields an engine reads, on any endpoint it serves, as the most it may generate per choice and as how
+    many choices it generates: a router that reserves tokens for a request rewrites every one given (all engines')
+    to the bound it reserved, so no field it left alone lets the engine generate more."""
+
+    length: tuple[str, ...] = ("max_tokens", "max_completion_tokens")
+    choices: tuple[str, ...] = ("n",)
+
+
 class EngineAdapter(Protocol):
     name: str
     packaging: Packaging
+    bounds: Bounds
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         """Pure: the command for one shard. No I/O."""

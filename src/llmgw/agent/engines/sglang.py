@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -24,6 +24,8 @@ class SGLang:
     # launched as the environment's python -m sglang.launch_server. Every flag below is in its --help as of 0.5.23
     # (2,793 lines; tests/fixtures/engines/sglang-0.5.23-launch-server-help.txt): --model-path, --served-model-name,
     # --tp-size, --host, --port, --nnodes, --node-rank, --dist-init-addr, --api-key, --enable-metrics
+    # max_new_tokens: its native sampling parameters' name
+    bounds = Bounds(length=("max_tokens", "max_completion_tokens", "max_output_tokens", "max_new_tokens"))
     packaging = Packaging(
         kind="pip", executable="bin/python",
         version_args=("-c", "import sglang; print('version:', sglang.__version__)"),

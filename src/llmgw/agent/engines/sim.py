@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -19,6 +19,7 @@ LOST_PEER = r"worker rank (\d+) disconnected|lost the leader"
 class Sim:
     name = "sim"
     packaging = Packaging(kind="builtin")
+    bounds = Bounds()
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         argv = [

