@@ -108,9 +108,8 @@ async def on_loopback(app: web.Application) -> tuple[web.AppRunner, str]:
     """An app served on a free loopback port: its runner (to clean up) and its URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    await web.TCPSite(runner, "127.0.0.1", 0).start()  # bound at once: no port to find free first
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
 def router_for(policy: str, spec_kw: dict[str, object], urls: list[str], db: Path,
@@ -161,12 +160,9 @@ async def run(policy: str, workload: str, args: argparse.Namespace, tmp: Path) -
     b = Behaviour(prefill_tokens_per_second=args.prefill, cache_blocks=args.cache_blocks, max_running=args.slots)
     runners, urls = [], []
     for _ in range(REPLICAS):
-        runner = web.AppRunner(make_app("m", tokens=8, tokens_per_second=400, behaviour=b), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        runner, url = await on_loopback(make_app("m", tokens=8, tokens_per_second=400, behaviour=b))
         runners.append(runner)
-        urls.append(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}")  # type: ignore[union-attr]
+        urls.append(url)
     router, store = router_for(policy, {"source": "org/m", "engine": "sim",
                                         "scaling": {"min": REPLICAS, "max": REPLICAS}},
                                urls, tmp / f"{policy}-{workload}.db",
