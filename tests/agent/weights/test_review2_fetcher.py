@@ -91,7 +91,7 @@ async def test_making_room_survives_a_new_job_started_meanwhile(tmp_path: Path, 
     main = threading.get_ident()
 
     class SlowJob(_Job):
-        @property  # type: ignore[override]
+        @property
         def status(self) -> FetchStatus:
             if threading.get_ident() != main and not go.is_set():
                 entered.set()
