@@ -4,8 +4,9 @@ heartbeating and keeps its shards running, and says why in the probe's own words
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -14,8 +15,9 @@ MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_
 LOST_AFTER = 3.0
 
 
-def _node(p, node_id: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    return next(n for n in admin_get(p, "/api/nodes") if n["node"] == node_id)  # type: ignore[no-any-return]
+def _node(p: ClusterPlan, node_id: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(n for n in admin_get(p, "/api/nodes") if n["node"] == node_id)
+    return found
 
 
 def _discovered(p) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]

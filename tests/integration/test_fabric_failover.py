@@ -114,7 +114,7 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
         wait_until(ib_a_failed, LOST_AFTER / 2, "the broken two-node replica failed before node02's timer ran out")
 
         def node02_lost() -> bool:
-            return next(n for n in admin_get(p, "/api/nodes") if n["node"] == "node02")["state"] == "lost"
+            return bool(next(n for n in admin_get(p, "/api/nodes") if n["node"] == "node02")["state"] == "lost")
 
         wait_until(node02_lost, LOST_AFTER + HEARTBEAT + 3, "node02 declared lost")
         lost_at = time.monotonic() - killed

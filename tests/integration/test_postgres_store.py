@@ -113,9 +113,13 @@ def test_serving_outlives_a_postgres_outage_and_no_usage_is_lost(tmp_path: Path,
         postgres.outage()
         try:
             answers = [chat(p, key)]
-            # requests all along, until the metrics say the store has failed every write for 8 s
-            wait_until(lambda: answers.append(chat(p, key)) or store_unreachable(p) >= 20, 45,
-                       "the metrics saying the store has been unreachable for 20 s", interval=0.2)
+
+            def asked_again_and_unreachable() -> bool:  # requests all along, until the metrics say it
+                answers.append(chat(p, key))
+                return store_unreachable(p) >= 20
+
+            wait_until(asked_again_and_unreachable, 45, "the metrics saying the store has been unreachable for 20 s",
+                       interval=0.2)
             assert answers == [200] * len(answers), answers  # serving outlived the store
             with urllib.request.urlopen(p.admin + "/health", timeout=5) as r:
                 health = json.loads(r.read())

@@ -8,8 +8,9 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from llmgw.dev.cluster import SMOLLM2, Cluster, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import SMOLLM2, Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -60,7 +61,7 @@ def chat(p, key: str, model: str, stream: bool = False) -> tuple[int, bytes]:  #
         return r.status, r.read()
 
 
-def ready_replicas(p) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+def ready_replicas(p: ClusterPlan) -> dict[str, dict[str, Any]]:
     return {r["model"]: r for r in admin_get(p, "/api/status")["replicas"] if r["state"] == "ready"}
 
 
