@@ -20,12 +20,12 @@ def _node(p: ClusterPlan, node_id: str) -> dict[str, Any]:
     return found
 
 
-def _discovered(p) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
+def _discovered(p: ClusterPlan) -> tuple[str, str, str]:
     c = next(c for c in _node(p, "node01")["conditions"] if c["type"] == "Discovered")
     return c["status"], c["reason"], c["message"]
 
 
-def _serving(p) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _serving(p: ClusterPlan) -> dict[str, int]:
     """Ready replicas on node01 and the pid of their engine, as the node reports it."""
     ready = {r["id"] for r in admin_get(p, "/api/status")["replicas"] if r["state"] == "ready"}
     shards = admin_get(p, "/api/nodes/node01")["report"]["shards"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.netstate import listening_ports
@@ -46,14 +46,14 @@ def post_chat(url: str, key: str | None = None) -> dict:  # type: ignore[type-ar
         return json.loads(r.read())  # type: ignore[no-any-return]
 
 
-def replica_secret(p, replica_id: str) -> str:  # type: ignore[no-untyped-def]
+def replica_secret(p: ClusterPlan, replica_id: str) -> str:
     """Read from the control plane's own store: no API hands a replica's secret out."""
     with sqlite3.connect(p.workdir / "state" / "llmgw.db") as db:
         (body,) = db.execute("SELECT body FROM replicas WHERE id = ?", (replica_id,)).fetchone()
     return str(json.loads(body)["secret"])
 
 
-def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running: list[Cluster]) -> None:
     p = plan(tmp_path, nodes(), [MODEL], heartbeat_interval=f"{HEARTBEAT}s", node_lost_after=f"{LOST_AFTER}s",
              reconcile_interval="0.3s")
     c = Cluster(p)

@@ -32,7 +32,7 @@ MODELS = [
 ]
 
 
-def ctl(p, *args: str) -> str:  # type: ignore[no-untyped-def]
+def ctl(p: ClusterPlan, *args: str) -> str:
     r = subprocess.run(
         [sys.executable, "-m", "llmgw.cli.main", "ctl", *args, "--admin", p.admin],
         capture_output=True,
@@ -44,7 +44,7 @@ def ctl(p, *args: str) -> str:  # type: ignore[no-untyped-def]
     return r.stdout
 
 
-def chat(p, key: str, model: str, stream: bool = False) -> tuple[int, bytes]:  # type: ignore[no-untyped-def]
+def chat(p: ClusterPlan, key: str, model: str, stream: bool = False) -> tuple[int, bytes]:
     body = {
         "model": model,
         "max_tokens": 12,
@@ -65,7 +65,7 @@ def ready_replicas(p: ClusterPlan) -> dict[str, dict[str, Any]]:
     return {r["model"]: r for r in admin_get(p, "/api/status")["replicas"] if r["state"] == "ready"}
 
 
-def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Path, running: list[Cluster]) -> None:
     p = plan(
         tmp_path,
         [
