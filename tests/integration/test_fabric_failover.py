@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ def nodes() -> list[NodePlan]:
     ]
 
 
-def post_chat(url: str, key: str | None = None) -> dict:  # type: ignore[type-arg]
+def post_chat(url: str, key: str | None = None) -> dict[str, Any]:
     body = {"model": "big", "messages": [{"role": "user", "content": "hi"}]}
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
     req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), headers=headers)
@@ -61,7 +62,7 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running: 
     c.start()
     pairings: list[set[str]] = []
 
-    def replicas() -> list[dict]:  # type: ignore[type-arg]
+    def replicas() -> list[dict[str, Any]]:
         reps = admin_get(p, "/api/replicas")
         pairings.extend({a["node_id"] for a in r["assignments"]} for r in reps if r["assignments"])
         return reps  # type: ignore[no-any-return]
@@ -69,7 +70,7 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running: 
     try:
         wait_until(lambda: admin_up(p), 20, "control plane up")
 
-        def two_ready() -> list[dict] | None:  # type: ignore[type-arg]
+        def two_ready() -> list[dict[str, Any]] | None:
             ready = [r for r in admin_get(p, "/api/status")["replicas"] if r["state"] == "ready"]
             return ready if len(ready) == 2 else None
 
@@ -125,7 +126,7 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running: 
 
         wait_until(ib_a_released, 20, "ib-a replica failed, its shards gone")
 
-        def replacement_waits() -> dict | None:  # type: ignore[type-arg]
+        def replacement_waits() -> dict[str, Any] | None:
             pending = [r for r in replicas() if not r["assignments"] and r["explanation"]]
             return pending[0] if pending else None
 

@@ -7,19 +7,20 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 
 
-def od(name: str, idle: str) -> dict:  # type: ignore[type-arg]
+def od(name: str, idle: str) -> dict[str, Any]:
     return {"name": name, "source": f"org/{name}", "engine": "sim",
             "profile": {"gpus_per_shard": 8, "gpu_class": "H100-80G", "sim": {"tokens": 3}},
             "scaling": {"min": 0, "max": 1, "idle_timeout": idle}}
 
 
-def chat(p: ClusterPlan, key: str, model: str) -> tuple[int, dict, float]:  # type: ignore[type-arg]
+def chat(p: ClusterPlan, key: str, model: str) -> tuple[int, dict[str, Any], float]:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
     req = urllib.request.Request(p.api + "/v1/chat/completions", data=body,
                                  headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})

@@ -113,7 +113,7 @@ def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Pa
         assert len(events) >= 3 and events[-1] == "data: [DONE]"
         assert json.loads(events[1][6:])["object"] == "chat.completion.chunk"
 
-        def llama_load() -> dict | None:  # type: ignore[type-arg]
+        def llama_load() -> dict[str, Any] | None:
             line = next(r for r in admin_get(p, "/api/status")["replicas"] if r["model"] == "smollm2")
             return line["load"]  # type: ignore[no-any-return]
 
