@@ -10,7 +10,8 @@ queue behind them. The real router (llmgw.router.app) serves them over loopback 
 policy set to least_loaded or prefix; round-robin is the client sending to the engines directly in turn (no router:
 a baseline with no router cost at all). Requests arrive at fixed, seeded, exponentially spaced times at --rate per
 second (an open loop: a slow answer does not slow the arrivals), each a stream; time to first token is measured
-at the client, to the first content event.
+at the client, to the first content event. Everything runs in this one process: "CPU/s" is the CPU it got per
+second of a cell and "load" the machine's load average, so a run starved by other processes shows as one.
 
 Workloads: "shared": 16 system prompts of about 2,000 words (sim counts a word as a token) and a short random
 user turn; "unique": every request its own system prompt of the same size. Aim (issue 13): prefix-aware mean TTFT
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -131,6 +133,8 @@ class Result:
     elapsed: float
     failed: int
     first_failure: str = ""
+    cpu: float = 0.0  # this process's CPU seconds per second of the cell: engines, router and client share it
+    load: float = 0.0  # the machine's 1-minute load average at the cell's end
 
 
 def prompts(rng: random.Random, workload: str, n: int) -> list[str]:
@@ -183,7 +187,7 @@ async def run(policy: str, workload: str, args: argparse.Namespace, tmp: Path) -
                     failures.append(f"{type(e).__name__}: {e}")
 
             tasks = []
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             start = asyncio.get_running_loop().time()
             at = 0.0
             for i in range(args.requests):
@@ -192,13 +196,14 @@ async def run(policy: str, workload: str, args: argparse.Namespace, tmp: Path) -
                 tasks.append(asyncio.create_task(send(i)))
             await asyncio.gather(*tasks)
             elapsed = time.perf_counter() - t0
+            cpu = (time.process_time() - cpu0) / elapsed
     finally:
         await rrunner.cleanup()
         await router.close()
         for r in runners:
             await r.cleanup()
         store.close()
-    return Result(ttft, elapsed, len(failures), failures[0] if failures else "")
+    return Result(ttft, elapsed, len(failures), failures[0] if failures else "", cpu, os.getloadavg()[0])
 
 
 def main() -> None:
@@ -232,13 +237,14 @@ def print_table(results: dict[str, Result]) -> int:
             print(f"{p}: {r.failed} of {r.failed + len(r.ttft)} requests failed, the first: {r.first_failure}")
         if not r.ttft:
             raise SystemExit(f"{p}: every request failed: nothing to measure")
-    print(f"{'policy':<14}{'mean TTFT':>11}{'p90 TTFT':>10}{'req/s':>8}{'failed':>8}{'vs least':>10}")
+    print(f"{'policy':<14}{'mean TTFT':>11}{'p90 TTFT':>10}{'req/s':>8}{'failed':>8}{'vs least':>10}{'CPU/s':>7}"
+          f"{'load':>6}")
     base = statistics.mean(results["least_loaded"].ttft)
     for p, r in results.items():
         mean = statistics.mean(r.ttft)
         p90 = sorted(r.ttft)[int(0.9 * (len(r.ttft) - 1))]
         print(f"{p:<14}{mean * 1000:>9.0f}ms{p90 * 1000:>8.0f}ms{len(r.ttft) / r.elapsed:>8.1f}"
-              f"{r.failed:>8}{mean / base:>10.2f}")
+              f"{r.failed:>8}{mean / base:>10.2f}{r.cpu:>7.2f}{r.load:>6.1f}")
     return sum(r.failed for r in results.values())
 
 
