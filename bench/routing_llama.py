@@ -68,10 +68,12 @@ def start_llama(port: int, log: Path, cache_ram: int = 8192) -> subprocess.Popen
         return subprocess.Popen(launch.argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-async def healthy(url: str, timeout: float = 120) -> None:
+async def healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as s:
         while time.monotonic() < deadline:
+            if proc.poll() is not None:  # a crash at load (a build for another CPU: SIGILL) fails now, not at 120 s
+                raise SystemExit(f"{url}: llama-server exited {proc.returncode} before answering")
             try:
                 async with s.get(url + "/health") as r:
                     if r.status == 200:
@@ -153,7 +155,7 @@ def main() -> None:
             procs = [start_llama(port, tmp / f"llama{i}.log", a.cache_ram) for i, port in enumerate(ports)]
             urls = [f"http://127.0.0.1:{p}" for p in ports]
             try:
-                asyncio.run(all_healthy(urls))
+                asyncio.run(all_healthy(urls, procs))
                 results[policy] = asyncio.run(run(policy, urls, a, tmp))
             except BaseException:
                 for i in range(2):
@@ -175,8 +177,8 @@ def main() -> None:
               f"{n:>14.0f} per request   {statistics.mean(t) / base:.2f}x least-loaded")
 
 
-async def all_healthy(urls: list[str]) -> None:
-    await asyncio.gather(*(healthy(u) for u in urls))
+async def all_healthy(urls: list[str], procs: list[subprocess.Popen[bytes]]) -> None:
+    await asyncio.gather(*(healthy(u, p) for u, p in zip(urls, procs, strict=True)))
 
 
 
