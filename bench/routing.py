@@ -52,8 +52,8 @@ WORDS = 2000
 
 
 class BenchState:
-    """The router's view of a control plane that holds four ready replicas of one model (RouterState); its keys
-    have no limits, so nothing is admitted or settled."""
+    """The router's view of a control plane that holds four ready replicas of one model (RouterState). It keeps no
+    limits: the router asks it to admit only a key with limits, and the bench has none (auth off)."""
 
     def __init__(self, spec: ModelSpec, urls: list[str], closes_after_stream: bool = False,
                  slots: int | None = None) -> None:
@@ -94,10 +94,10 @@ class BenchState:
         pass
 
     async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
-        return Admission(admitted=True)
+        raise RuntimeError(f"key {key.id} has limits: this bench's state keeps none")
 
     def settle(self, ticket: str, used: int) -> None:
-        pass
+        raise RuntimeError("this bench's state admits nothing, so it has nothing to settle")
 
     def attach(self, recorder: Recorder) -> None:
         pass
