@@ -38,9 +38,11 @@ lint: $(BIN)/.installed
 	elif [ "$$LLMGW_REQUIRE_TOOLS" = 1 ]; then echo "shellcheck is required (apt-get install shellcheck)"; exit 1; \
 	else echo "shellcheck not installed: the shell scripts were not checked (apt-get install shellcheck)"; fi
 
+# src, tests and bench (pyproject's [tool.mypy]): a test double or a bench that drifts from an interface fails here
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict
 
+# every test, and every bench in its smoke mode (tests/bench)
 test: lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
 

@@ -8,6 +8,7 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -84,7 +85,7 @@ def as_node(pki: Path, name: str) -> ssl.SSLContext:
     return client_context(pki / f"{name}.crt", pki / f"{name}.key", pki / "ca.crt")
 
 
-async def watch(url: str, tls: ssl.SSLContext, seen: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+async def watch(url: str, tls: ssl.SSLContext, seen: str) -> tuple[int, dict[str, Any]]:
     async with aiohttp.ClientSession() as s, s.get(url, params={"seen": seen}, ssl=tls) as r:
         return r.status, await r.json()
 

@@ -21,7 +21,7 @@ MODEL = {
 }
 
 
-def test_node_in_another_namespace_discovers_its_address_and_serves(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+def test_node_in_another_namespace_discovers_its_address_and_serves(tmp_path: Path, running: list[Cluster]) -> None:
     with host(subnet=17) as h:
         p = plan(
             tmp_path,

@@ -3,9 +3,20 @@ max; down after its period below half, never below the floor; nothing between ha
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from llmgw.reconcile.scaling import Step, Timer, decide
 
-RULES = {"target": 4.0, "up_after": 30.0, "down_after": 120.0, "lo": 1, "hi": 3}
+
+class Rules(TypedDict):
+    target: float
+    up_after: float
+    down_after: float
+    lo: int
+    hi: int
+
+
+RULES: Rules = {"target": 4.0, "up_after": 30.0, "down_after": 120.0, "lo": 1, "hi": 3}
 
 
 def test_above_the_target_for_its_period_adds_one_replica_and_starts_the_period_again() -> None:
@@ -49,7 +60,7 @@ def test_a_dip_restarts_the_period() -> None:
 
 def test_no_ready_replica_or_no_target_decides_nothing() -> None:
     assert decide(**RULES, ready=0, in_flight=9, timer=Timer(above_since=0.0), now=99.0).step is Step.Hold
-    assert decide(**{**RULES, "target": 0.0}, ready=2, in_flight=99, timer=Timer(), now=0.0).step is Step.Hold
+    assert decide(**Rules({**RULES, "target": 0.0}), ready=2, in_flight=99, timer=Timer(), now=0.0).step is Step.Hold
 
 
 def test_the_reconciler_adds_on_load_one_step_at_a_time_and_removes_when_it_falls() -> None:

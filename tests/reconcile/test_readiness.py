@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.config.server import ServerConfig, TLSFiles
+from llmgw.config.server import ModelSpec, ServerConfig, TLSFiles
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
@@ -89,7 +89,7 @@ def test_a_replica_short_of_a_shard_fails_even_when_every_shard_it_has_is_ready(
     assert sim.replicas[r.id].failed
 
 
-def _plane(clock: FakeClock, store: SqliteStore, *models: object) -> ControlPlane:
+def _plane(clock: FakeClock, store: SqliteStore, *models: ModelSpec) -> ControlPlane:
     cfg = ServerConfig(tls=TLSFiles(ca="ca.pem", cert="c.pem", key="k.pem"), models=list(models))
     plane = ControlPlane(cfg, store, clock)
     plane.load()

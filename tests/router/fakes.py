@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 
 from llmgw.config.server import ModelSpec
-from llmgw.core.clock import FakeClock
+from llmgw.core.clock import Clock, FakeClock
 from llmgw.router.stats import Recorder
-from llmgw.store.base import UsageRecord
+from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import EngineLoad
-from llmgw.wire.router import ModelExplanation, ReadyReplica, Wanted
+from llmgw.wire.router import Admission, ModelExplanation, ReadyReplica, Wanted
 
 
 class FakeState:
+    """It keeps no limits: a key with limits is the control plane's to admit (tests/router/test_limits.py runs over
+    it), and a test that gives one to this double fails instead of passing unlimited."""
+
     def __init__(self, models: list[ModelSpec], clock: FakeClock, store: SqliteStore) -> None:
-        self.clock = clock
+        self.clock: Clock = clock  # the tests keep the FakeClock they gave it
         self.models = {m.name: m for m in models}
         self.store = store
         self._ready: dict[str, list[ReadyReplica]] = {}
@@ -75,8 +78,14 @@ class FakeState:
         else:
             self.outstanding.pop(replica_id, None)
 
-    async def store_usage(self, batch: list[UsageRecord]) -> None:
+    async def store_usage(self, batch: list[AnyUsage]) -> None:
         await asyncio.to_thread(self.store.add_usage, batch)
+
+    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
+        raise AssertionError(f"key {key.id} has limits: FakeState keeps none (test limits over the control plane)")
+
+    def settle(self, ticket: str, used: int) -> None:
+        raise AssertionError("FakeState admits nothing, so it has nothing to settle")
 
     async def explain(self, model: str) -> ModelExplanation | None:
         spec = self.models.get(model)

@@ -166,7 +166,7 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
     installs = tmp_path / "nodes" / "cpu01" / "state" / "engines" / "vllm"
     # vl02 and vl03 are simulated hosts only so that placement sees a fabric joining them (a multi-node replica
     # needs one); no GPU is asked for, and vLLM runs on this CPU. Until cpu01 has installed vLLM they run nothing.
-    sim = {"fabric": "ib-v", "adapters": {"mlx5_0": "ACTIVE"}, "gpus": 0}
+    sim: dict[str, Any] = {"fabric": "ib-v", "adapters": {"mlx5_0": "ACTIVE"}, "gpus": 0}
     p = plan(
         tmp_path,
         [

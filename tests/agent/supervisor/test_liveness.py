@@ -21,7 +21,8 @@ async def state(s: Supervisor, want: str, reason: str = "") -> ShardState:
         st = await reported(s)
         return st if st.state == want and st.reason == reason else None
 
-    return await await_until(check, 20, f"the shard {want} {reason}")
+    got: ShardState = await await_until(check, 20, f"the shard {want} {reason}")
+    return got
 
 
 async def probed(s: Supervisor) -> None:
