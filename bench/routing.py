@@ -69,6 +69,9 @@ class BenchState:
     def stale_for(self) -> float:
         return 0.0  # its table is the bench's own: never in doubt
 
+    def not_answering(self) -> dict[str, str]:
+        return {}  # its stand-in engines always answer
+
     def keys_version(self) -> int:
         return 0
 
