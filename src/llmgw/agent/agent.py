@@ -124,7 +124,7 @@ class Agent:
                 return e.path
         return None
 
-    def resolve(self, spec: ShardSpec) -> tuple[Launch | None, str | Problem | Pending]:
+    def resolve(self, spec: ShardSpec, engine_port: int = 0) -> tuple[Launch | None, str | Problem | Pending]:
         adapter = ADAPTERS.get(spec.engine)
         if adapter is None:
             return None, f"unknown engine {spec.engine}"
@@ -144,7 +144,8 @@ class Agent:
                 return None, Problem(code="WeightsUnusable", message=problem, subject="weights")
             path = found
         key_file = str(Path(self.cfg.state_dir) / "keys" / f"{state_name(spec.replica_id, spec.rank)}.key")
-        ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file)
+        ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file,
+                            serve_port=engine_port)
         return adapter.launch(spec, ctx), ""
 
     async def start(self) -> None:

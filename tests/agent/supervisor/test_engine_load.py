@@ -25,8 +25,8 @@ def spec(port: int, *args: str) -> ShardSpec:
                      api_key=KEY, args=list(args))
 
 
-def sim(s: ShardSpec) -> tuple[Launch | None, str]:
-    ctx = LaunchContext(binary=sys.executable, model_path="org/m", host="127.0.0.1")
+def sim(s: ShardSpec, port: int = 0) -> tuple[Launch | None, str]:
+    ctx = LaunchContext(binary=sys.executable, model_path="org/m", host="127.0.0.1", serve_port=port)
     return ADAPTERS["sim"].launch(s, ctx), ""
 
 
@@ -77,8 +77,8 @@ async def test_an_idle_engine_reports_nothing_running_and_one_held_stream_as_one
 
 async def test_a_failing_scrape_leaves_the_shard_ready_and_is_logged_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    def wrong_page(sp: ShardSpec) -> tuple[Launch | None, str]:
-        launch, why = sim(sp)
+    def wrong_page(sp: ShardSpec, port: int) -> tuple[Launch | None, str]:
+        launch, why = sim(sp, port)
         assert launch is not None
         return dataclasses.replace(launch, metrics_path="/no-such-page"), why
 

@@ -9,6 +9,8 @@ from typing import Protocol
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
+LOOPBACK = "127.0.0.1"
+
 
 @dataclass(frozen=True)
 class LaunchContext:
@@ -16,8 +18,12 @@ class LaunchContext:
 
     binary: str  # the engine's executable (for sim: the Python interpreter)
     model_path: str  # the source resolved on this node
-    host: str  # address to bind
+    host: str  # the node's address: what ranks bind and tell each other
     threads: int = 1
+    # where the serving rank's HTTP server binds: loopback, behind the agent's gate (agent/gate.py), which alone
+    # listens on the replica's port at the node's address. Port 0: the replica's own (spec.serve_port) at `host`
+    serve_host: str = LOOPBACK
+    serve_port: int = 0
     key_file: str = ""  # where a secret file for this shard may be written (0600), for engines that read one
 
 
@@ -26,11 +32,19 @@ class LaunchContext:
 KEY_ENV = "LLMGW_ENGINE_KEY"
 
 
+def http_bind(spec: ShardSpec, ctx: LaunchContext) -> tuple[str, int]:
+    """Where the serving rank's HTTP server binds: behind the gate, or (no gate port given) the replica's port."""
+    if ctx.serve_port:
+        return ctx.serve_host, ctx.serve_port
+    return ctx.host, spec.serve_port or 0
+
+
 @dataclass(frozen=True)
 class Launch:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     serves_http: bool = False
+    http_port: int = 0  # the port its HTTP server binds (http_bind): behind the gate, a loopback one
     health_path: str = "/health"
     # where the engine lists what it serves: healthy and listing no model is not ready ("" skips the check)
     models_path: str = "/v1/models"

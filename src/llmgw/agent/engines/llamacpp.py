@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, http_bind, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -34,14 +34,15 @@ class LlamaCpp:
         if spec.rank > 0:
             rpc = os.path.join(os.path.dirname(ctx.binary), "ggml-rpc-server")
             return Launch(argv=[rpc, "-H", ctx.host, "-p", str(rpc_port(spec, spec.rank))], env=env)
+        host, port = http_bind(spec, ctx)
         argv = [
             ctx.binary,
             "-m",
             ctx.model_path,
             "--host",
-            ctx.host,
+            host,
             "--port",
-            str(spec.serve_port),
+            str(port),
             "--alias",
             spec.model,
             "-t",
@@ -63,7 +64,8 @@ class LlamaCpp:
         argv += spec.args
         # llama-server drops its connection after a streamed answer without saying so (checked on this build)
         return Launch(argv=argv, env=env, serves_http=True, health_path="/health", files=files,
-                      metrics_path="/metrics", gauges=GAUGES, closes_after_stream=True, slots=_slots(argv))
+                      metrics_path="/metrics", gauges=GAUGES, closes_after_stream=True, slots=_slots(argv),
+                      http_port=port)
 
     def flags(self) -> list[str]:
         return ["-m", "--host", "--port", "--alias", "-t", "-np", "--metrics", "-ngl", "--rpc", "--api-key-file"]

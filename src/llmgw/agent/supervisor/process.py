@@ -7,10 +7,12 @@ import hashlib
 import os
 import re
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmgw.agent.engines.base import Launch
+from llmgw.agent.engines.base import LOOPBACK, Launch
+from llmgw.agent.gated import GATE_KEY_ENV, gated_argv
 from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess, identity
 from llmgw.agent.supervisor.liveness import Liveness
 from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState
@@ -58,6 +60,7 @@ class ShardProcess:
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     liveness: Liveness = field(default_factory=Liveness)  # whether it answers a completion (liveness.py)
+    engine_port: int = 0  # the loopback port its HTTP server binds behind the gate (0: none given)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -69,9 +72,27 @@ class ShardProcess:
 
     @property
     def endpoint(self) -> str:
+        """Where the router and the agent's probes reach it: the node's address and the replica's port (its gate,
+        when gated: the probes go the router's way, secret and all)."""
         if self.launch is not None and self.launch.serves_http and self.spec.serve_port:
             return f"http://{self.host}:{self.spec.serve_port}"
         return ""
+
+    @property
+    def gated(self) -> bool:
+        """Its HTTP server binds the loopback port given it: the gate in front of it (started with it, in the same
+        process group) is its only door from the network."""
+        return (self.launch is not None and self.launch.serves_http and bool(self.spec.serve_port)
+                and self.engine_port != 0 and self.launch.http_port == self.engine_port)
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        """The argv and extra environment that start it: behind its gate when gated (agent/gated.py)."""
+        assert self.launch is not None
+        if not self.gated:
+            return self.launch.argv, self.launch.env
+        listen = f"[{self.host}]:{self.spec.serve_port}" if ":" in self.host else f"{self.host}:{self.spec.serve_port}"
+        argv = gated_argv(sys.executable, listen, f"http://{LOOPBACK}:{self.engine_port}", self.launch.argv)
+        return argv, {**self.launch.env, GATE_KEY_ENV: self.spec.api_key}
 
     async def start(self) -> None:
         assert self.launch is not None
@@ -88,10 +109,11 @@ class ShardProcess:
             self.state, self.exit_code = "exited", 126
             self.message = f"cannot write {e.filename or 'a file'}: {e.strerror}"
             return
+        argv, env = self.command()
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.launch.argv,
-                env={**os.environ, **self.launch.env},
+                *argv,
+                env={**os.environ, **env},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
@@ -106,7 +128,8 @@ class ShardProcess:
         finally:
             log.close()
         # the pid and who it is (boot and start time): after a reboot or a pid's reuse it names someone else
-        self.pid_path.write_text(f"{self.proc.pid} {identity(self.proc.pid)}\n")
+        # and the loopback port it binds behind its gate (none: an engine a next agent must not adopt as gated)
+        self.pid_path.write_text(f"{self.proc.pid} {identity(self.proc.pid)} {self.engine_port}\n")
         # its spec beside it, so a next agent can adopt it rather than restart it (0600: it holds the secret)
         write_private(self.pid_path.with_suffix(SPEC_SUFFIX), self.spec.model_dump_json())
         self.state = "starting" if self.launch.serves_http else "running"

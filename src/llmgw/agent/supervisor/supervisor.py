@@ -13,6 +13,7 @@ import aiohttp
 
 from llmgw.agent.engines.base import Launch
 from llmgw.agent.engines.gauges import read_load
+from llmgw.agent.gate import loopback_port
 from llmgw.agent.supervisor import liveness
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
@@ -61,9 +62,10 @@ class Pending:
     reason: str
 
 
-# the launch, or why there is none: words, or a Problem when the resolver knows the code (WeightsUnusable), or
-# Pending when there will be one
-Resolver = Callable[[ShardSpec], tuple[Launch | None, "str | Problem | Pending"]]
+# the launch for a shard and the loopback port its HTTP server is to bind behind the gate (0: it serves none), or
+# why there is none: words, or a Problem when the resolver knows the code (WeightsUnusable), or Pending when there
+# will be one
+Resolver = Callable[[ShardSpec, int], tuple[Launch | None, "str | Problem | Pending"]]
 
 
 class Supervisor:
@@ -93,7 +95,8 @@ class Supervisor:
         for key, spec in want.items():
             if key not in self.shards:
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
-                sp = ShardProcess(spec=spec, launch=None, log_path=log, host=self.host)
+                sp = ShardProcess(spec=spec, launch=None, log_path=log, host=self.host,
+                                  engine_port=loopback_port() if spec.serve_port else 0)
                 self._prepare(sp)
                 self.shards[key] = sp
         await self.tick()
@@ -101,7 +104,7 @@ class Supervisor:
     def _prepare(self, sp: ShardProcess) -> None:
         """Resolve a shard's launch: found, on its way (pending, with what it waits for), or failed with why."""
         try:
-            launch, why = self.resolve(sp.spec)
+            launch, why = self.resolve(sp.spec, sp.engine_port)
         except Exception as e:  # one shard's trouble fails that shard, never the agent and its engines
             launch, why = None, f"cannot prepare the shard: {type(e).__name__}: {e}"
         sp.launch = launch
@@ -121,14 +124,17 @@ class Supervisor:
         by the next converge like anything else not wanted."""
         for key, run in found.items():
             try:
-                launch, _ = self.resolve(run.spec)
+                launch, _ = self.resolve(run.spec, run.engine_port)
             except Exception:
                 launch = None
-            if launch is None or not leads_its_session(run.pid):
+            log_path = self.log_dir / f"{state_name(run.spec.replica_id, run.spec.rank)}.log"
+            sp = ShardProcess(spec=run.spec, launch=launch, log_path=log_path, host=self.host,
+                              engine_port=run.engine_port)
+            # one that serves HTTP on the network itself (left by an agent before the gate) is restarted behind it
+            exposed = launch is not None and launch.serves_http and bool(run.spec.serve_port) and not sp.gated
+            if launch is None or exposed or not leads_its_session(run.pid):
                 discard(run)
                 continue
-            log_path = self.log_dir / f"{state_name(run.spec.replica_id, run.spec.rank)}.log"
-            sp = ShardProcess(spec=run.spec, launch=launch, log_path=log_path, host=self.host)
             sp.proc = AdoptedProcess(run.pid)
             sp.state = "starting" if launch.serves_http else "running"
             sp.message = "adopted from the previous agent"
@@ -164,6 +170,7 @@ class Supervisor:
                 if sp.state == "exited":
                     sp.restarts += 1
                 await sp.start()
+
             if (sp.state == "starting" or (sp.state == "ready" and not starting_only)) and sp.launch.serves_http:
                 probes.append(self._probe(sp))
         if probes:
