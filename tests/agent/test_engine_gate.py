@@ -17,7 +17,8 @@ import pytest
 from aiohttp import web
 
 from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
-from llmgw.agent.gate import EngineGate, loopback_port
+from llmgw.agent.engines.base import Loopback
+from llmgw.agent.gate import EngineGate, loopback_ports
 from llmgw.agent.supervisor import Supervisor
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import ConnectFailed
@@ -31,8 +32,8 @@ NODE = "127.0.0.2"  # the node's address: not the engine's loopback one
 PATHS = ["/health", "/metrics", "/v1/models", "/props", "/tokenize", "/pooling", "/invocations", "/nope"]
 
 
-def sim_at_port(s: ShardSpec, port: int) -> tuple[Launch | None, str]:
-    ctx = LaunchContext(binary=sys.executable, model_path="org/m", host=NODE, serve_port=port)
+def sim_at_port(s: ShardSpec, ports: Loopback) -> tuple[Launch | None, str]:
+    ctx = LaunchContext(binary=sys.executable, model_path="org/m", host=NODE, serve_port=ports.engine)
     return ADAPTERS["sim"].launch(s, ctx), ""
 
 
@@ -107,7 +108,7 @@ async def test_an_event_stream_passes_chunk_by_chunk(gated: tuple[Supervisor, st
 
 async def test_a_request_to_a_dead_engine_is_unreached_and_the_router_may_go_elsewhere() -> None:
     port = free_port()
-    gate = EngineGate(SECRET, f"http://127.0.0.1:{loopback_port()}")  # nothing listens there
+    gate = EngineGate(SECRET, f"http://127.0.0.1:{loopback_ports(1)[0]}")  # nothing listens there
     await gate.open(NODE, port)
     try:
         async with aiohttp.ClientSession() as http:
@@ -140,7 +141,7 @@ async def test_the_engine_hears_the_router_leave(tmp_path: Path) -> None:
     app.router.add_post("/v1/chat/completions", slow)
     runner = web.AppRunner(app)
     await runner.setup()
-    engine_port = loopback_port()
+    engine_port = loopback_ports(1)[0]
     await web.TCPSite(runner, "127.0.0.1", engine_port).start()
     port = free_port()
     gate = EngineGate(SECRET, f"http://127.0.0.1:{engine_port}")

@@ -161,8 +161,16 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message, "type": "gate_error"}}, status=status)
 
 
-def loopback_port() -> int:
-    """A loopback port free now, for an engine to bind behind its gate (the kernel's choice among ephemeral ones)."""
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
+def loopback_ports(n: int) -> list[int]:
+    """`n` different loopback ports free now, for engines and tunnels behind a gate (the kernel's choice among
+    ephemeral ones; all held until all are chosen, so none repeats)."""
+    held = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            held.append(s)
+            s.bind((LOOPBACK, 0))
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
+from llmgw.agent.engines.base import Loopback
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights.resolve import resolve_source
 from llmgw.core.clock import FakeClock
@@ -80,9 +81,9 @@ async def test_the_engine_answers_only_the_replicas_secret(engine: str, tmp_path
                      serve_port=port, api_key=SECRET)
     key_file = tmp_path / "keys" / "m-rank0.key"
 
-    def resolve(s: ShardSpec, engine_port: int) -> tuple[Launch | None, str]:  # as Agent.resolve does
+    def resolve(s: ShardSpec, ports: Loopback) -> tuple[Launch | None, str]:  # as Agent.resolve does
         ctx = LaunchContext(binary=binary, model_path=model_path, host=NODE, key_file=str(key_file),
-                            serve_port=engine_port)
+                            serve_port=ports.engine)
         return ADAPTERS[s.engine].launch(s, ctx), ""
 
     sup = Supervisor(FakeClock(), tmp_path / "logs", NODE, resolve)
