@@ -156,3 +156,49 @@ async def test_the_engine_hears_the_router_leave(tmp_path: Path) -> None:
     finally:
         await gate.close()
         await runner.cleanup()
+
+
+async def _drops_after_streams(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """An engine that, like llama-server, keeps its connection after a JSON answer but not after a streamed one,
+    without saying so (unless asked to close it): whatever is sent on it after a stream is dropped unanswered."""
+    streamed = False
+    event = b'data: {"a": 1}\n\n'
+    while True:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            break
+        length = re.search(rb"(?i)content-length: *(\d+)", head)
+        body = await reader.readexactly(int(length.group(1)) if length else 0)
+        if streamed:
+            break
+        closing = b"connection: close" in head.lower()
+        if b'"stream"' in body:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                         + (b"Connection: close\r\n" if closing else b"") + b"\r\n"
+                         + f"{len(event):x}\r\n".encode() + event + b"\r\n0\r\n\r\n")
+            streamed = True
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+    writer.close()
+
+
+async def test_a_connection_that_carried_a_stream_is_not_used_again() -> None:
+    """The router asks for a stream to such an engine with `Connection: close` (its shard says the engine drops
+    connections after streams): the gate's connection to the engine ends with it too."""
+    engine_port, port = loopback_ports(2)
+    server = await asyncio.start_server(_drops_after_streams, "127.0.0.1", engine_port)
+    gate = EngineGate(SECRET, f"http://127.0.0.1:{engine_port}")
+    await gate.open(NODE, port)
+    key = {"Authorization": f"Bearer {SECRET}"}
+    try:
+        async with aiohttp.ClientSession() as http:
+            for body in ({}, {"stream": True}, {}, {"stream": True}, {}):
+                said = {**key, "Connection": "close"} if body else key
+                async with http.post(f"http://{NODE}:{port}/v1/chat/completions", json=body, headers=said) as r:
+                    assert r.status == 200, (body, r.status, await r.text())
+                    await r.read()
+    finally:
+        await gate.close()
+        server.close()

@@ -31,6 +31,7 @@ T = TypeVar("T")
 
 HEADER_TIMEOUT = 10.0  # above the router's keep-alive (it drops idle connections first), as the engines' own were
 CONNECT_S = 5.0
+ENGINE_KEEPALIVE_S = 2.0
 CLIENT_CHECK_S = 5.0  # while the engine is quiet, how often the gate looks whether the router is still there
 # connections: the router holds up to connections_per_replica per worker; at the cap, connections that only wait
 # (an unauthenticated client's, say) are closed for new ones (control/listeners.py)
@@ -74,9 +75,9 @@ class EngineGate:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            # a fresh connection to the engine per request: llama-server drops its connection after a stream
-            # without saying so, and a request written into it would fail unretried; on loopback it costs little
-            connector = aiohttp.TCPConnector(force_close=True, limit=0)
+            # kept alive (a fresh connection per request doubles the gate's CPU), idle ones dropped before the
+            # engines drop theirs (after 5 s): a request written into a closing connection would fail unretried
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=ENGINE_KEEPALIVE_S)
             self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                                   timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_S))
         return self._session
@@ -95,6 +96,11 @@ class EngineGate:
         if not request.raw_path.startswith("/"):
             return _error(400, "a request target must be a path")
         headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
+        if "close" in request.headers.get("Connection", "").lower():
+            # the router's word that this exchange ends its connection (a stream to an engine that drops its
+            # connection after one without saying so: llama-server): the engine's connection ends with it too,
+            # rather than being pooled the moment the last byte arrives and failing the next request written into it
+            headers["Connection"] = "close"
         url = URL(self.upstream + request.raw_path, encoded=True)
         data = request.content if request.body_exists else None
         try:
