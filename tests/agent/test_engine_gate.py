@@ -5,7 +5,9 @@ elsewhere). Real sim engines on loopback, the gate on another loopback address a
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +22,7 @@ from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
 from llmgw.agent.engines.base import Loopback
 from llmgw.agent.gate import EngineGate, loopback_ports
 from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.supervisor.adopt import find_running
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import ConnectFailed
 from llmgw.router.proxy import Timeouts, forward
@@ -202,3 +205,50 @@ async def test_a_connection_that_carried_a_stream_is_not_used_again() -> None:
     finally:
         await gate.close()
         server.close()
+
+
+async def test_the_engine_dies_with_its_gate(gated: tuple[Supervisor, str]) -> None:
+    """However the gate goes (SIGKILL included), its engine goes too: no engine is left listening for nobody."""
+    sup, _ = gated
+    pid = sup.states()[0].pid
+    assert pid is not None
+    engines = [p for p in listening(pid) if p != pid]
+    assert engines, listening(pid)
+    os.kill(pid, signal.SIGKILL)
+    await await_until(lambda: _now(not any(Path(f"/proc/{p}").exists() and _running(p) for p in engines)), 10,
+                      "the engine gone with its gate")
+
+
+async def test_an_engine_left_by_an_agent_before_gates_is_restarted_not_adopted(tmp_path: Path) -> None:
+    """Its pid file records no loopback port: it listens on the network itself, and is replaced by a gated one."""
+    port = free_port()
+    spec = ShardSpec(replica_id="r1", model="m", engine="sim", source="org/m", rank=0, world_size=1, serve_port=port,
+                     api_key=SECRET)
+    old = Supervisor(FakeClock(), tmp_path, NODE, lambda s, _: sim_at_port(s, Loopback()))  # as before gates
+    await old.converge([spec])
+    pid = old.shards[("r1", 0)].proc.pid  # type: ignore[union-attr]
+    (pid_file,) = tmp_path.glob("*.pid")
+    pid_file.write_text(" ".join(pid_file.read_text().split()[:2]) + "\n")  # the old format: pid and identity
+    old.shards.clear()  # the old agent is gone; its engine runs on
+    await old.close()
+    new = Supervisor(FakeClock(), tmp_path, NODE, sim_at_port)
+    try:
+        new.adopt(find_running(tmp_path))
+        assert new.shards == {}
+        await await_until(lambda: _now(not _running(pid)), 10, "the old engine stopped")
+    finally:
+        if _running(pid):
+            os.killpg(pid, signal.SIGKILL)
+        await new.close()
+
+
+async def _now(v: bool) -> bool:
+    return v
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -127,7 +127,8 @@ class Supervisor:
         probed) from the first heartbeat, kept if the control plane still wants exactly that shard, else stopped
         by the next converge like anything else not wanted."""
         for key, run in found.items():
-            ports = Loopback(engine=run.engine_port, peers=tuple(loopback_ports(run.spec.world_size)))
+            peers = loopback_ports(run.spec.world_size) if run.spec.world_size > 1 else []
+            ports = Loopback(engine=run.engine_port, peers=tuple(peers))
             try:
                 launch, _ = self.resolve(run.spec, ports)
             except Exception:
