@@ -252,3 +252,33 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+async def test_the_engine_gets_the_headers_the_router_sent_and_no_others() -> None:
+    seen: list[dict[str, str]] = []
+
+    async def echo(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", echo)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    engine_port, port = loopback_ports(2)
+    await web.TCPSite(runner, "127.0.0.1", engine_port).start()
+    gate = EngineGate(SECRET, f"http://127.0.0.1:{engine_port}")
+    await gate.open(NODE, port)
+    try:
+        reader, writer = await asyncio.open_connection(NODE, port)
+        writer.write(f"POST /v1/x?a=1 HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer {SECRET}\r\nX-Mine: 1\r\n"
+                     f"Content-Length: 2\r\n\r\n{{}}".encode())
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        writer.close()
+        (got,) = seen
+        assert {k.lower() for k in got} <= {"host", "authorization", "x-mine", "content-length"}, got
+        assert got["X-Mine"] == "1" and got["Authorization"] == f"Bearer {SECRET}"
+    finally:
+        await gate.close()
+        await runner.cleanup()

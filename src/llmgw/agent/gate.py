@@ -40,6 +40,8 @@ GATE_CONNECTIONS = 4096
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "transfer-encoding", "upgrade", "host"})
 
+AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+
 
 class ClientGone(Exception):
     """The router closed its connection: the engine's answer has nobody to go to."""
@@ -78,8 +80,11 @@ class EngineGate:
             # kept alive (a fresh connection per request doubles the gate's CPU), idle ones dropped before the
             # engines drop theirs (after 5 s): a request written into a closing connection would fail unretried
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=ENGINE_KEEPALIVE_S)
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_S))
+            # the request as the router sent it: no headers of aiohttp's own (an Accept-Encoding it added could
+            # get the router a compressed answer it never asked for)
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, skip_auto_headers=AUTO_HEADERS,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_S))
         return self._session
 
     def allows(self, request: web.Request) -> bool:
