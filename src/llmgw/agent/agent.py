@@ -15,6 +15,8 @@ from llmgw.agent.client import ControlPlaneClient
 from llmgw.agent.discovery import HostRoot, check_fabrics, discover, hardware_warnings
 from llmgw.agent.discovery.infiniband import probe_adapters
 from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
+from llmgw.agent.engines.base import Loopback
+from llmgw.agent.gated import TlsFiles
 from llmgw.agent.identity import node_id, route_address
 from llmgw.agent.installs.installer import Installer
 from llmgw.agent.installs.packages import PackageTool
@@ -127,7 +129,7 @@ class Agent:
                 return e.path
         return None
 
-    def resolve(self, spec: ShardSpec) -> tuple[Launch | None, str | Problem | Pending]:
+    def resolve(self, spec: ShardSpec, ports: Loopback | None = None) -> tuple[Launch | None, str | Problem | Pending]:
         adapter = ADAPTERS.get(spec.engine)
         if adapter is None:
             return None, f"unknown engine {spec.engine}"
@@ -147,7 +149,8 @@ class Agent:
                 return None, Problem(code="WeightsUnusable", message=problem, subject="weights")
             path = found
         key_file = str(Path(self.cfg.state_dir) / "keys" / f"{state_name(spec.replica_id, spec.rank)}.key")
-        ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file)
+        ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file,
+                            serve_port=ports.engine if ports else 0, peer_tunnels=ports.peers if ports else ())
         return adapter.launch(spec, ctx), ""
 
     async def start(self) -> None:
@@ -164,7 +167,8 @@ class Agent:
         await self._serve_peers()
         logs = Path(self.cfg.state_dir) / "logs"
         restart = RestartPolicy(self.cfg.restart_backoff, self.cfg.restart_backoff_max, self.cfg.max_restarts)
-        self.supervisor = Supervisor(self.clock, logs, self.address, self.resolve, restart)
+        self.supervisor = Supervisor(self.clock, logs, self.address, self.resolve, restart,
+                                     tls=TlsFiles(self.cfg.tls.cert, self.cfg.tls.key, self.cfg.tls.ca))
         # engines a previous agent left running: adopted once this agent knows its engines (the first pass), kept
         # if still wanted, stopped at the first converge if not
         self._found = find_running(logs)

@@ -163,6 +163,11 @@ class EngineLoad(Strict):
     at: float = Field(default=0.0, ge=0)  # when it was read (the node's clock)
 
 
+# the agent's gate answers a request it could not hand to the engine with this header: it reached no engine, so the
+# router may send it to another replica (agent/gate.py)
+UNREACHED_HEADER = "X-Llmgw-Engine-Unreached"
+
+
 class ShardState(Strict):
     replica_id: Name
     rank: int = Field(ge=0, le=1023)

@@ -58,6 +58,21 @@ def test_llamacpp_multi_node_leader_offloads_to_worker_rpc_servers() -> None:
     assert not worker.serves_http
 
 
+def test_llamacpp_ranks_behind_the_agents_tunnels() -> None:
+    """Given loopback ports (as every agent gives them), no rank of llama.cpp listens on the network: the workers'
+    RPC servers bind loopback behind a tunnel's end, and the leader reaches them through loopback tunnels."""
+    s = spec(world_size=3, rendezvous_port=20001, peer_addresses=["10.0.0.5", "10.0.0.6", "10.0.0.7"])
+    ctx = LaunchContext(binary="/opt/llama/bin/llama-server", model_path="/m/x.gguf", host="10.0.0.5",
+                        serve_port=41000, peer_tunnels=(0, 41001, 41002))
+    leader = LlamaCpp().launch(s, ctx)
+    assert leader.argv[leader.argv.index("--rpc") + 1] == "127.0.0.1:41001,127.0.0.1:41002"
+    assert leader.argv[leader.argv.index("--host") + 1] == "127.0.0.1" and leader.http_port == 41000
+    assert leader.tunnels_out == ((41001, "10.0.0.6", 20002), (41002, "10.0.0.7", 20003))
+    worker = LlamaCpp().launch(s.model_copy(update={"rank": 2, "serve_port": None}), ctx)
+    assert worker.argv == ["/opt/llama/bin/ggml-rpc-server", "-H", "127.0.0.1", "-p", "41000"]
+    assert worker.tunnel_in == (20003, 41000) and not worker.serves_http
+
+
 def test_sim_workers_serve_nothing_and_know_their_leader() -> None:
     s = spec(engine="sim", world_size=2, rendezvous_port=21001, leader_address="10.0.0.9")
     ctx = LaunchContext(binary="/usr/bin/python3", model_path="org/m", host="10.0.0.5")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, http_bind, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -39,6 +39,7 @@ class SGLang:
             env[KEY_ENV] = spec.api_key
         else:
             start = [ctx.binary, "-m", "sglang.launch_server"]
+        host, port = http_bind(spec, ctx)
         argv = [
             *start,
             "--model-path",
@@ -48,9 +49,9 @@ class SGLang:
             "--tp-size",
             str(max(len(spec.gpus), 1) * spec.world_size),
             "--host",
-            ctx.host,
+            host,
             "--port",
-            str(spec.serve_port or 30000),
+            str(port or 30000),
             "--enable-metrics",
         ]
         if spec.world_size > 1:
@@ -64,7 +65,7 @@ class SGLang:
             ]
         argv += spec.args
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
-                      gauges=GAUGES)
+                      gauges=GAUGES, http_port=(port or 30000) if spec.rank == 0 else 0)
 
     def flags(self) -> list[str]:
         return [

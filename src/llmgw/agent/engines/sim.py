@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, http_bind, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -35,8 +35,10 @@ class Sim:
             "--host",
             ctx.host,
         ]
+        port = 0
         if spec.rank == 0 and spec.serve_port:
-            argv += ["--port", str(spec.serve_port)]
+            host, port = http_bind(spec, ctx)
+            argv += ["--http-host", host, "--port", str(port)]
         if spec.world_size > 1:
             argv += ["--rendezvous-port", str(spec.rendezvous_port), "--leader-address", spec.leader_address]
         argv += spec.args
@@ -46,7 +48,8 @@ class Sim:
         running = [int(v) for f, v in itertools.pairwise(argv) if f == "--max-running" and v.isdigit()]
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
                       slots=running[-1] if running and running[-1] > 0 else None,
-                      gauges=GAUGES, lost_peer=LOST_PEER)
+                      gauges=GAUGES, lost_peer=LOST_PEER, http_port=port)
 
     def flags(self) -> list[str]:
-        return ["--model", "--rank", "--world-size", "--host", "--port", "--rendezvous-port", "--leader-address"]
+        return ["--model", "--rank", "--world-size", "--host", "--http-host", "--port", "--rendezvous-port",
+                "--leader-address"]

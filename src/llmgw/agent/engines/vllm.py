@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import Bounds, Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import Bounds, Launch, LaunchContext, Packaging, http_bind, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -57,8 +57,10 @@ class VLLM:
                 "--master-port",
                 str(spec.rendezvous_port),
             ]
+        port = 0
         if spec.rank == 0:
-            argv += ["--host", ctx.host, "--port", str(spec.serve_port)]
+            host, port = http_bind(spec, ctx)
+            argv += ["--host", host, "--port", str(port)]
         else:
             argv += ["--headless"]
         argv += spec.args
@@ -67,7 +69,7 @@ class VLLM:
         if spec.api_key:
             env["VLLM_API_KEY"] = spec.api_key  # vLLM reads it as --api-key; the environment is private, argv is not
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
-                      gauges=GAUGES)
+                      gauges=GAUGES, http_port=port)
 
     def flags(self) -> list[str]:
         return [

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import aiohttp
 
-from llmgw.agent.engines.base import Launch
+from llmgw.agent.engines.base import Launch, Loopback
 from llmgw.agent.engines.gauges import read_load
+from llmgw.agent.gate import loopback_ports
+from llmgw.agent.gated import TlsFiles
 from llmgw.agent.supervisor import liveness
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
@@ -67,14 +69,17 @@ class Pending:
     reason: str
 
 
-# the launch, or why there is none: words, or a Problem when the resolver knows the code (WeightsUnusable), or
-# Pending when there will be one
-Resolver = Callable[[ShardSpec], tuple[Launch | None, "str | Problem | Pending"]]
+# the launch for a shard given the loopback ports picked for it (where it serves behind its gate, and through
+# which it reaches its peers), or why there is none: words, or a Problem when the resolver knows the code
+# (WeightsUnusable), or Pending when there will be one
+Resolver = Callable[[ShardSpec, Loopback], tuple[Launch | None, "str | Problem | Pending"]]
 
 
 class Supervisor:
     def __init__(self, clock: Clock, log_dir: Path, host: str, resolve: Resolver,
-                 restart: RestartPolicy | None = None, answer_within: float = liveness.TIMEOUT_S) -> None:
+                 restart: RestartPolicy | None = None, answer_within: float = liveness.TIMEOUT_S,
+                 tls: TlsFiles | None = None) -> None:
+        self.tls = tls  # the node's certificate: the tunnels between ranks (agent/tunnel.py) authenticate with it
         self.clock = clock
         self.answer_within = answer_within  # a one-token completion to an idle engine (liveness.py)
         self.restart = restart or RestartPolicy()
@@ -99,7 +104,9 @@ class Supervisor:
         for key, spec in want.items():
             if key not in self.shards:
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
-                sp = ShardProcess(spec=spec, launch=None, log_path=log, host=self.host)
+                picked = loopback_ports(1 + (spec.world_size if spec.world_size > 1 else 0))
+                sp = ShardProcess(spec=spec, launch=None, log_path=log, host=self.host, tls=self.tls,
+                                  ports=Loopback(engine=picked[0], peers=tuple(picked[1:])))
                 self._prepare(sp)
                 self.shards[key] = sp
         await self.tick()
@@ -107,7 +114,7 @@ class Supervisor:
     def _prepare(self, sp: ShardProcess) -> None:
         """Resolve a shard's launch: found, on its way (pending, with what it waits for), or failed with why."""
         try:
-            launch, why = self.resolve(sp.spec)
+            launch, why = self.resolve(sp.spec, sp.ports)
         except Exception as e:  # one shard's trouble fails that shard, never the agent and its engines
             launch, why = None, f"cannot prepare the shard: {type(e).__name__}: {e}"
         sp.launch = launch
@@ -126,15 +133,20 @@ class Supervisor:
         probed) from the first heartbeat, kept if the control plane still wants exactly that shard, else stopped
         by the next converge like anything else not wanted."""
         for key, run in found.items():
+            peers = loopback_ports(run.spec.world_size) if run.spec.world_size > 1 else []
+            ports = Loopback(engine=run.engine_port, peers=tuple(peers))
             try:
-                launch, _ = self.resolve(run.spec)
+                launch, _ = self.resolve(run.spec, ports)
             except Exception:
                 launch = None
-            if launch is None or not leads_its_session(run.pid):
+            # no loopback port recorded: started by an agent before gates, listening on the network itself; it is
+            # restarted behind one rather than adopted
+            if launch is None or not run.engine_port or not leads_its_session(run.pid):
                 discard(run)
                 continue
             log_path = self.log_dir / f"{state_name(run.spec.replica_id, run.spec.rank)}.log"
-            sp = ShardProcess(spec=run.spec, launch=launch, log_path=log_path, host=self.host)
+            sp = ShardProcess(spec=run.spec, launch=launch, log_path=log_path, host=self.host, tls=self.tls,
+                              ports=ports)
             sp.proc = AdoptedProcess(run.pid)
             sp.state = "starting" if launch.serves_http else "running"
             sp.message = "adopted from the previous agent"
