@@ -1,0 +1,119 @@
+"""The usage journal's files and the ledger's background flush, held directly: who may read the files, what a
+close leaves, which dead writers' segments are claimed and read, how a file system is told, and that the flush
+loop sends, retries and adopts on its own. The rules a mutation-testing run found unguarded."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+
+from llmgw.router.ledger import UNKNOWN, Journal, UsageLedger, claim_orphans, fs_type, read_segments
+from llmgw.store.base import AnyUsage, Usage, new_usage_id
+from tests.harness import await_true
+
+
+def usage(i: int, status: int = 200) -> Usage:
+    return Usage(new_usage_id(), "k", "m", "r", 1, i, float(i), 0.0, status)
+
+
+def dead_writer(directory: Path, *recs: Usage) -> list[Path]:
+    """Segments a writer left when it died (its lock file is there, and nobody holds it)."""
+    j = Journal(directory)
+    for r in recs:
+        j.append(r)
+    j.close(keep=True)
+    return sorted(directory.glob(f"{j.token}-*.jsonl"))
+
+
+def test_the_journals_files_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "journal" / "nested")  # made, parents and all
+    j.append(usage(1))
+    for f in (j.path, j.lock_path):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    j.close(keep=False)
+
+
+def test_a_close_keeps_segment_and_lock_only_when_asked(tmp_path: Path) -> None:
+    kept, gone = Journal(tmp_path / "a"), Journal(tmp_path / "b")
+    for j in (kept, gone):
+        j.append(usage(1))
+    kept.close(keep=True)
+    gone.close(keep=False)
+    assert kept.path.exists() and kept.lock_path.exists()
+    assert not gone.path.exists() and not gone.lock_path.exists()
+
+
+def test_a_rotation_with_nothing_written_since_the_last_is_none(tmp_path: Path) -> None:
+    j = Journal(tmp_path)
+    j.append(usage(1))
+    first = j.rotate([])
+    assert first is not None and first.exists()
+    assert j.rotate([]) is None
+    j.close(keep=False)
+
+
+def test_every_dead_writers_segments_are_claimed_and_read_past_a_bad_line_or_a_missing_file(tmp_path: Path) -> None:
+    a, b = usage(1), usage(2)
+    segments = dead_writer(tmp_path, a) + dead_writer(tmp_path, b)
+    alive = Journal(tmp_path)
+    alive.append(usage(3))
+    claimed, held = claim_orphans(tmp_path, alive.token)
+    assert sorted(claimed) == segments and len(held) == 2
+    with segments[0].open("r+b") as f:  # a line nobody can read, then one that must still count
+        good = f.read()
+        f.seek(0)
+        f.write(b'{"not a record"}\n' + good)
+    records = read_segments([tmp_path / "gone.jsonl", *segments])
+    assert sorted(r.id for r in records) == sorted([a.id, b.id])
+    alive.close(keep=False)
+
+
+def test_the_file_system_is_the_innermost_mount_and_the_last_mounted_at_a_point(tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text("\n".join([
+        "rootfs / ext4 rw 0 0",
+        "short line",
+        "d /data xfs rw 0 0",
+        "d /data tmpfs rw 0 0",  # mounted over the one before
+        "d /data/deep\\040dir btrfs rw 0 0",
+        "d /dat ext2",  # three fields are enough; /dat is no prefix of /data
+    ]))
+    data = tmp_path / "data"
+    assert fs_type(Path("/data/x"), mounts) == "tmpfs"
+    assert fs_type(Path("/data/deep dir/x"), mounts) == "btrfs"
+    assert fs_type(Path("/dat/x"), mounts) == "ext2"
+    assert fs_type(Path("/elsewhere"), mounts) == "ext4"
+    assert fs_type(data, tmp_path / "none") == ""
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    assert fs_type(data, empty) == ""
+
+
+async def test_the_background_flush_sends_retries_with_backoff_and_adopts_dead_writers(tmp_path: Path) -> None:
+    landed: dict[str, AnyUsage] = {}
+    failures_left = 2
+
+    async def sink(batch: list[AnyUsage]) -> None:
+        nonlocal failures_left
+        if failures_left:
+            failures_left -= 1
+            raise OSError("store unavailable")
+        landed.update((r.id, r) for r in batch)
+
+    ledger = UsageLedger(sink, tmp_path, adopt=True)
+    r = usage(1, UNKNOWN)
+    ledger.begin(r)
+    ledger.finish(r, "r", 1, 2, 0.1, 200)
+    task = asyncio.create_task(ledger.run(0.001))
+    try:
+        await await_true(lambda: r.id in landed or task.done(), 10, "the record flushed after two failures")
+        assert not task.done(), task
+        orphan = usage(2)
+        dead_writer(tmp_path, orphan)  # a worker that died after the server started: found within 30 flushes
+        await await_true(lambda: orphan.id in landed or task.done(), 10, "the dead writer's record adopted")
+        assert not task.done(), task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ledger.close()
