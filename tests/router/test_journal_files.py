@@ -59,7 +59,7 @@ def test_every_dead_writers_segments_are_claimed_and_read_past_a_bad_line_or_a_m
     alive = Journal(tmp_path)
     alive.append(usage(3))
     claimed, held = claim_orphans(tmp_path, alive.token)
-    assert sorted(claimed) == segments and len(held) == 2
+    assert sorted(claimed) == sorted(segments) and len(held) == 2
     with segments[0].open("r+b") as f:  # a line nobody can read, then one that must still count
         good = f.read()
         f.seek(0)
