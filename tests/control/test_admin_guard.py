@@ -4,6 +4,7 @@ hold the rules a mutation-testing run found unguarded there."""
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -25,6 +26,16 @@ def test_the_token_is_made_private_in_a_new_directory_and_read_back_as_it_was(tm
     made = load_or_create_token(f)
     assert len(made) == 43 and stat.S_IMODE(f.stat().st_mode) == 0o600  # 32 random bytes
     assert load_or_create_token(f) == made == read_token(f)
+
+
+def test_the_token_is_made_in_a_directory_that_exists_and_the_log_says_where(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    f = tmp_path / "admin.token"
+    caplog.set_level(logging.INFO, logger="llmgw.control.admin_auth")
+    assert len(load_or_create_token(f)) == 43
+    assert [r.getMessage() for r in caplog.records] == [
+        f"created the operator token in {f} (ctl reads it; keep it readable by operators only)"]
 
 
 def test_a_token_of_16_characters_is_taken_and_one_of_15_is_refused_naming_the_file(tmp_path: Path) -> None:
