@@ -79,8 +79,10 @@ def test_a_rank_of_a_multi_node_group_exiting_breaks_the_group_even_without_word
 
 def test_only_this_replicas_shard_of_that_rank_counts() -> None:
     """Another replica's rank 0 on the same node, failed, says nothing about this one."""
-    r = replica(("n1", "10.0.0.1", 20000))
-    nodes = {"n1": reporting("n1", shard(0, "failed", rid="other", message="x"), shard(0, "ready"))}
+    r = replica(("n1", "10.0.0.1", 20000), ("n2", "10.0.0.2", None))
+    nodes = {"n1": reporting("n1", shard(0, "ready"), shard(0, "failed", rid="other", message="x"),
+                             shard(1, "failed", message="not n1's rank")),
+             "n2": reporting("n2", shard(1, "running"), shard(1, "failed", rid="other", message="y"))}
     out = derive(r, nodes, NOW)
     assert not out.failed and out.endpoint == "http://10.0.0.1:20000"
 
@@ -101,6 +103,12 @@ def test_not_ready_says_each_ranks_state_and_the_first_reason_a_shard_gave() -> 
     assert not out.failed and out.endpoint == ""
     assert ready_condition(out) == (Status.FALSE, Reason.ModelNotLoaded,
                                     "rank 0: starting (loading), rank 1: running, rank 2: starting", NOW)
+
+
+def test_a_reason_no_shard_may_give_reads_as_starting() -> None:
+    r = replica(("n1", "10.0.0.1", 20000))
+    nodes = {"n1": reporting("n1", shard(0, "starting", reason="NoSuchCode"))}
+    assert ready_condition(derive(r, nodes, NOW))[1] == Reason.ShardsStarting
 
 
 def test_a_ready_shard_reporting_a_reason_does_not_make_the_replica_not_ready() -> None:
@@ -134,3 +142,4 @@ def test_a_stop_request_records_why_and_for_whom_and_takes_the_replica_out_of_ro
     assert out.stop == StopRequest(reason=Reason.Evicted, message="room for big", for_model="big", at=NOW)
     assert out.endpoint == "" and not out.failed
     assert ready_condition(out) == (Status.FALSE, Reason.Evicted, "room for big", NOW)
+    assert stopped(r, Reason.Idle, "unused", NOW).stop == StopRequest(reason=Reason.Idle, message="unused", at=NOW)
