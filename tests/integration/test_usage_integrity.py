@@ -159,8 +159,9 @@ def test_several_workers_stopping_record_each_request_once(tmp_path: Path, runni
 
 def test_a_killed_server_loses_no_request_its_clients_saw_complete(tmp_path: Path, running: list[Cluster]) -> None:
     """The crash window: none for whether a request is recorded (it is journaled before it is sent to an engine),
-    none for its outcome once the client has the whole answer (journaled before the answer goes out). Only a
-    request in flight at the crash may be recorded with status 0 (outcome unknown) and the tokens of none."""
+    none for the outcome of an answer the client has whole (a whole, not streamed, answer is journaled before it
+    goes out). Only a request in flight at the crash may be recorded with status 0 (outcome unknown) and the
+    tokens of none."""
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.63", port_range="26300-26399")], [MODEL],
              heartbeat_interval="0.3s", reconcile_interval="0.2s")
     c, key, key_id = up(p)
