@@ -5,10 +5,22 @@ loop sends, retries and adopts on its own. The rules a mutation-testing run foun
 from __future__ import annotations
 
 import asyncio
+import shutil
 import stat
 from pathlib import Path
 
-from llmgw.router.ledger import UNKNOWN, Journal, UsageLedger, claim_orphans, fs_type, read_segments
+import pytest
+
+from llmgw.router.ledger import (
+    ADOPT_EVERY,
+    UNKNOWN,
+    UNSENT,
+    Journal,
+    UsageLedger,
+    claim_orphans,
+    fs_type,
+    read_segments,
+)
 from llmgw.store.base import AnyUsage, Usage, new_usage_id
 from tests.harness import await_true
 
@@ -117,3 +129,81 @@ async def test_the_background_flush_sends_retries_with_backoff_and_adopts_dead_w
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await ledger.close()
+
+
+async def test_a_worker_never_adopts_what_dead_writers_left(tmp_path: Path) -> None:
+    """Only the server adopts (its workers would race it for the same segments)."""
+    landed: list[AnyUsage] = []
+
+    async def sink(batch: list[AnyUsage]) -> None:
+        landed.extend(batch)
+
+    orphan = usage(1)
+    dead_writer(tmp_path, orphan)
+    ledger = UsageLedger(sink, tmp_path, adopt=False)
+    assert UsageLedger(sink, None).adopt_orphans() == 0  # no journal: nothing to adopt
+    task = asyncio.create_task(ledger.run(0.0005))
+    try:
+        await await_true(lambda: ledger._flushes > 2 * ADOPT_EVERY or task.done(), 10, "60 flushes")
+        assert not task.done() and landed == []
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ledger.close()
+
+
+def test_a_request_that_reached_no_engine_leaves_nothing_to_record(tmp_path: Path) -> None:
+    async def sink(batch: list[AnyUsage]) -> None:
+        raise AssertionError("nothing to send")
+
+    ledger = UsageLedger(sink, tmp_path)
+    r = usage(1, UNKNOWN)
+    ledger.begin(r)
+    ledger.unsent(r)
+    assert ledger.inflight == {} and ledger.pending == [] and r.status == UNSENT
+    assert ledger.journal is not None and read_segments([ledger.journal.path]) == []
+
+
+def test_a_backlog_over_its_bound_leaves_the_oldest_to_the_journal_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def sink(batch: list[AnyUsage]) -> None:
+        return None
+
+    ledger = UsageLedger(sink, tmp_path, max_pending=2)
+    recs = [usage(i, UNKNOWN) for i in range(4)]
+    for r in recs[:2]:
+        ledger.begin(r)
+        ledger.finish(r, "r", 1, 1, 0.1, 200)
+    assert ledger.evicted == 0 and len(ledger.pending) == 2  # at the bound, not over it
+    for r in recs[2:]:
+        ledger.begin(r)
+        ledger.finish(r, "r", 1, 1, 0.1, 200)
+    assert ledger.evicted == 2 and [p.id for p in ledger.pending] == [r.id for r in recs[2:]]
+    said = [m for m in caplog.messages if "usage backlog over" in m]
+    assert said == ["usage backlog over 2 records: the oldest wait in the journal until it drains"]
+
+
+def test_a_journal_that_cannot_be_written_is_said_once_per_outage_and_loses_nothing_in_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def sink(batch: list[AnyUsage]) -> None:
+        return None
+
+    directory = tmp_path / "journal"
+    ledger = UsageLedger(sink, directory)
+    shutil.rmtree(directory)  # its first segment cannot be made
+    first, second = usage(1, UNKNOWN), usage(2, UNKNOWN)
+    ledger.begin(first)
+    ledger.begin(second)
+    directory.mkdir()
+    third = usage(3, UNKNOWN)
+    ledger.begin(third)  # written: the outage is over
+    assert set(ledger.inflight) == {first.id, second.id, third.id}
+    shutil.rmtree(directory)
+    assert ledger.journal is not None
+    ledger.journal.rotate([])  # a new segment, in a directory gone again
+    ledger.begin(usage(4, UNKNOWN))
+    said = [m for m in caplog.messages if "usage journal cannot be written" in m]
+    assert len(said) == 2 and all("a crash now would lose in-flight usage" in m and "No such file" in m
+                                  for m in said), said
