@@ -106,7 +106,7 @@ async def test_a_connection_flood_on_the_api_starves_nothing_else(tmp_path: Path
         status, body = await HostileNode(p, "node01", "127.0.0.1", (27100, 27199)).heartbeat()
         assert status == 200, body
         conn = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
-        async with aiohttp.ClientSession(connector=conn) as s, s.get(
+        async with aiohttp.ClientSession(connector=conn) as client, client.get(
             p.api + "/v1/models", headers={"Authorization": f"Bearer {key}"}
         ) as r:
             assert r.status == 200
