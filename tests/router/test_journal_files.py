@@ -171,17 +171,57 @@ def test_a_backlog_over_its_bound_leaves_the_oldest_to_the_journal_and_says_so_o
         return None
 
     ledger = UsageLedger(sink, tmp_path, max_pending=2)
-    recs = [usage(i, UNKNOWN) for i in range(4)]
+    recs = [usage(i, UNKNOWN) for i in range(5)]
+
+    def said() -> list[str]:
+        return [m for m in caplog.messages if "usage backlog over" in m]
+
     for r in recs[:2]:
         ledger.begin(r)
         ledger.finish(r, "r", 1, 1, 0.1, 200)
-    assert ledger.evicted == 0 and len(ledger.pending) == 2  # at the bound, not over it
-    for r in recs[2:]:
+    assert ledger.evicted == 0 and len(ledger.pending) == 2 and said() == []  # at the bound, not over it
+    for i, r in enumerate(recs[2:]):
         ledger.begin(r)
         ledger.finish(r, "r", 1, 1, 0.1, 200)
-    assert ledger.evicted == 2 and [p.id for p in ledger.pending] == [r.id for r in recs[2:]]
-    said = [m for m in caplog.messages if "usage backlog over" in m]
-    assert said == ["usage backlog over 2 records: the oldest wait in the journal until it drains"]
+        assert ledger.evicted == i + 1  # said at the first record pushed out, and only then
+        assert said() == ["usage backlog over 2 records: the oldest wait in the journal until it drains"]
+    assert [p.id for p in ledger.pending] == [r.id for r in recs[3:]]
+
+
+async def test_a_ledger_closing_with_usage_not_landed_keeps_its_journal_for_the_next_process(tmp_path: Path) -> None:
+    async def down(batch: list[AnyUsage]) -> None:
+        raise OSError("store unavailable")
+
+    async def up(batch: list[AnyUsage]) -> None:
+        return None
+
+    for sink, kept in ((down, True), (up, False)):
+        directory = tmp_path / str(kept)
+        ledger = UsageLedger(sink, directory)
+        r = usage(1, UNKNOWN)
+        ledger.begin(r)
+        ledger.finish(r, "r", 1, 1, 0.1, 200)
+        await ledger.close()
+        assert bool(list(directory.glob("*.jsonl"))) == kept and bool(list(directory.glob("*.lock"))) == kept
+
+
+async def test_what_two_adoptions_held_is_all_let_go_once_it_landed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def sink(batch: list[AnyUsage]) -> None:
+        return None
+
+    ledger = UsageLedger(sink, tmp_path, adopt=True)
+    assert ledger.journal is not None
+    for i in range(2):  # two workers dead at different times, adopted one by one
+        dead_writer(tmp_path, usage(i))
+        assert ledger.adopt_orphans() == 1
+    assert caplog.messages.count(
+        "recording 1 request(s) left in the usage journal by a process that stopped") == 2
+    assert await ledger.flush()
+    assert [p.name for p in tmp_path.glob("*.lock")] == [ledger.journal.lock_path.name]
+    assert ledger.orphan_locks == []
+    await ledger.close()
 
 
 def test_a_journal_that_cannot_be_written_is_said_once_per_outage_and_loses_nothing_in_memory(
