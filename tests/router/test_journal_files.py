@@ -13,6 +13,7 @@ import pytest
 
 from llmgw.router.ledger import (
     ADOPT_EVERY,
+    CHUNK,
     UNKNOWN,
     UNSENT,
     Journal,
@@ -247,3 +248,91 @@ def test_a_journal_that_cannot_be_written_is_said_once_per_outage_and_loses_noth
     said = [m for m in caplog.messages if "usage journal cannot be written" in m]
     assert len(said) == 2 and all("a crash now would lose in-flight usage" in m and "No such file" in m
                                   for m in said), said
+
+
+async def test_a_flush_cancelled_mid_send_keeps_the_batch_and_counts_it_unflushed(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    async def stuck(batch: list[AnyUsage]) -> None:
+        await gate.wait()
+
+    ledger = UsageLedger(stuck, tmp_path)
+    r = usage(1, UNKNOWN)
+    ledger.begin(r)
+    ledger.finish(r, "r", 1, 1, 0.1, 200)
+    flushing = asyncio.create_task(ledger.flush())
+    await await_true(lambda: ledger._sending == 1, 5, "the batch handed to the store")
+    flushing.cancel()
+    await asyncio.gather(flushing, return_exceptions=True)
+    assert [p.id for p in ledger.pending] == [r.id] and ledger._sending == 0 and ledger.unflushed == 1
+
+
+async def test_a_batch_of_several_chunks_leaves_nothing_counted_unflushed(tmp_path: Path) -> None:
+    sizes: list[int] = []
+
+    async def sink(batch: list[AnyUsage]) -> None:
+        sizes.append(len(batch))
+
+    ledger = UsageLedger(sink, None)
+    for i in range(CHUNK * 2 + 7):
+        r = usage(i, UNKNOWN)
+        ledger.begin(r)
+        ledger.finish(r, "r", 1, 1, 0.1, 200)
+    assert await ledger.flush()
+    assert sizes == [CHUNK, CHUNK, 7] and ledger.unflushed == 0
+
+
+async def test_each_outage_is_said_once_and_its_end_names_the_attempts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    down = True
+
+    async def sink(batch: list[AnyUsage]) -> None:
+        if down:
+            raise OSError("store unavailable")
+
+    ledger = UsageLedger(sink, tmp_path)
+    for outage in (2, 3):
+        down = True
+        for _ in range(outage):
+            r = usage(outage, UNKNOWN)
+            ledger.begin(r)
+            ledger.finish(r, "r", 1, 1, 0.1, 200)
+            assert not await ledger.flush()
+        down = False
+        assert await ledger.flush() and await ledger.flush()
+    errors = [m for m in caplog.messages if m.startswith("usage not recorded yet")]
+    again = [m for m in caplog.messages if m.startswith("usage recorded again")]
+    assert len(errors) == 2, errors
+    assert again == ["usage recorded again after 2 failed attempt(s)", "usage recorded again after 3 failed attempt(s)"]
+    await ledger.close()
+
+
+async def test_a_backlog_read_back_that_cannot_be_sent_keeps_its_segments(tmp_path: Path) -> None:
+    calls = 0
+
+    async def sink(batch: list[AnyUsage]) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the backlog read back from the journal
+            raise OSError("store unavailable")
+
+    ledger = UsageLedger(sink, tmp_path, max_pending=1)
+    for i in range(3):
+        r = usage(i, UNKNOWN)
+        ledger.begin(r)
+        ledger.finish(r, "r", 1, 1, 0.1, 200)
+    assert ledger.evicted == 2
+    assert not await ledger.flush()
+    assert ledger.segments and all(p.exists() for p in ledger.segments)
+    await ledger.close()
+
+
+async def test_a_ledger_closing_with_a_request_in_flight_keeps_its_journal(tmp_path: Path) -> None:
+    async def sink(batch: list[AnyUsage]) -> None:
+        return None
+
+    ledger = UsageLedger(sink, tmp_path)
+    ledger.begin(usage(1, UNKNOWN))  # never finished: its begin line is all there is
+    await ledger.close()
+    assert list(tmp_path.glob("*.jsonl")) and list(tmp_path.glob("*.lock"))
