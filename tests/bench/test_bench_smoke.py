@@ -20,6 +20,7 @@ BENCHES = {
     "coldstart": "overhead beyond the engine's load",
     "dashboard": "/metrics",
     "fetch": "peer:   llmgw / curl",
+    "gate": "through the tunnel",
     "heartbeats": "reconcile pass",
     "placement": "(snapshot build)",
     "router": "llmgw router",
