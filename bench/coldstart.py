@@ -3,6 +3,7 @@ alone takes to start and load, measured in the same run.
 
     .venv/bin/python -m bench.coldstart                 # about a minute
     .venv/bin/python -m bench.coldstart --load 2 --runs 5 --heartbeat 3s --reconcile 1s
+    .venv/bin/python -m bench.coldstart --smoke         # one run, a 0.2 s load, 1 s heartbeats: that it runs
 
 A real control plane and agent (processes, mutual TLS, the default heartbeat and reconcile intervals) and a sim
 engine that takes --load seconds to load its model. Each run asks for a different on-demand model (none loaded),
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,18 +25,16 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from tests.harness import free_port
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up, prepare
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
+def wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -97,7 +95,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--heartbeat", default="3s")
     ap.add_argument("--reconcile", default="1s")
+    ap.add_argument("--smoke", action="store_true", help="one run, a 0.2 s load, 1 s heartbeats: that it runs")
     a = ap.parse_args()
+    if a.smoke:
+        a.load, a.runs, a.heartbeat, a.reconcile = 0.2, 1, "1s", "0.5s"
     names = [f"cold-{i}" for i in range(a.runs)]
     models = [{"name": n, "source": f"org/{n}", "engine": "sim",
                "profile": {"gpus_per_shard": 1, "gpu_class": "H100-80G",

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.dashboard                # the table (building the million rows takes a minute)
     .venv/bin/python -m bench.dashboard --rows 100000  # smaller, quicker
+    .venv/bin/python -m bench.dashboard --smoke        # 20 nodes, 2,000 rows, 3 requests each: that it runs
 
 CPU is the serving process's own CPU time per request (from /proc), steadier than wall time on a shared machine.
 Real HTTP requests on loopback to the real management API (the operator token, the guard, the Summary, the store's
@@ -111,7 +112,7 @@ def cpu_ms(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-async def timed_gets(url: str, pid: int) -> tuple[dict[str, list[float]], dict[str, int], dict[str, float]]:
+async def timed_gets(url: str, pid: int, runs: int) -> tuple[dict[str, list[float]], dict[str, int], dict[str, float]]:
     out: dict[str, list[float]] = {p: [] for p in PATHS}
     size: dict[str, int] = {}
     cpu: dict[str, float] = {}
@@ -120,18 +121,18 @@ async def timed_gets(url: str, pid: int) -> tuple[dict[str, list[float]], dict[s
             async with s.get(url + p) as r:  # a first request: the node facts are derived once per record
                 await r.read()
             c0 = cpu_ms(pid)
-            for _ in range(RUNS):
+            for _ in range(runs):
                 t0 = time.perf_counter()
                 async with s.get(url + p) as r:
                     body = await r.read()
                     assert r.status == 200, (p, r.status, body[:200])
                 out[p].append((time.perf_counter() - t0) * 1000)
                 size[p] = len(body)
-            cpu[p] = (cpu_ms(pid) - c0) / RUNS
+            cpu[p] = (cpu_ms(pid) - c0) / runs
     return out, size, cpu
 
 
-def measure(db: Path, cfg: ServerConfig) -> tuple[dict[str, list[float]], dict[str, int], dict[str, float]]:
+def measure(db: Path, cfg: ServerConfig, runs: int) -> tuple[dict[str, list[float]], dict[str, int], dict[str, float]]:
     from tests.harness import free_port
 
     ctx = multiprocessing.get_context("spawn")
@@ -143,7 +144,7 @@ def measure(db: Path, cfg: ServerConfig) -> tuple[dict[str, list[float]], dict[s
         if not ready.wait(600):
             raise SystemExit("the bench server did not start")
         assert proc.pid is not None
-        return asyncio.run(timed_gets(f"http://127.0.0.1:{port}", proc.pid))
+        return asyncio.run(timed_gets(f"http://127.0.0.1:{port}", proc.pid, runs))
     finally:
         proc.kill()
         proc.join()
@@ -171,17 +172,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--nodes", type=int, default=1_000)
+    ap.add_argument("--runs", type=int, default=RUNS, help="requests per path")
+    ap.add_argument("--smoke", action="store_true", help="20 nodes, 2,000 rows, 3 requests each: that it runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.nodes, args.rows, args.runs = 20, 2_000, 3
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         big_db, small_db = Path(d) / "big.db", Path(d) / "small.db"
         big = build(big_db, args.nodes, args.rows)
         built = time.perf_counter() - t0
         small = build(small_db, 10, 0)
-        base, _, base_cpu = measure(small_db, small)
-        res, size, cpu = measure(big_db, big)
+        base, _, base_cpu = measure(small_db, small, args.runs)
+        res, size, cpu = measure(big_db, big, args.runs)
         lib, scan = in_process(big_db, big)
-    print(f"{args.nodes} nodes, {args.rows:,} usage rows (built in {built:.0f} s); median and p90 of {RUNS} "
+    print(f"{args.nodes} nodes, {args.rows:,} usage rows (built in {built:.0f} s); median and p90 of {args.runs} "
           f"requests each, milliseconds, served by a process of its own")
     print(f"{'request':<14}{'median':>9}{'p90':>9}{'CPU':>7}{'10 nodes, no usage':>21}{'ratio':>8}{'bytes':>11}")
     for p, ms in res.items():

@@ -1,6 +1,7 @@
 """Weights transfer throughput against curl, measured in one run on this machine.
 
     .venv/bin/python bench/fetch.py [--size-mib 512] [--runs 3]
+    .venv/bin/python bench/fetch.py --smoke          # 4 MiB, one run: that it runs
 
 Two transfers of the same file, each done by llmgw's agent (the Fetcher a shard's weights go through: written
 beside the target, sha256 checked against the catalog's, renamed) and by curl writing to a file:
@@ -24,6 +25,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tests.harness import free_port
+
+from llmgw.wire.messages import WeightsPlan
 
 ORIGIN = """
 import sys
@@ -49,13 +54,6 @@ asyncio.run(main())
 """
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def wait_port(port: int) -> None:
     import socket
@@ -77,7 +75,7 @@ def curl(args: list[str], out: Path) -> float:
     return dt
 
 
-def llmgw_fetch(work: Path, url: str, plan: object, pki: Path | None) -> float:
+def llmgw_fetch(work: Path, url: str, plan: WeightsPlan, pki: Path | None) -> float:
     from llmgw.agent.weights.fetcher import Fetcher, Ready, Waiting
     from llmgw.core.clock import SystemClock
     from llmgw.pki.tls import client_context
@@ -86,7 +84,7 @@ def llmgw_fetch(work: Path, url: str, plan: object, pki: Path | None) -> float:
         tls = (lambda: client_context(pki / "node01.crt", pki / "node01.key", pki / "ca.crt")) if pki else None
         f = Fetcher(work, SystemClock(), tls, "node01", None, 1 << 42, network=lambda: False, in_use=set)
         t = time.perf_counter()
-        while isinstance(got := f.ensure(url, plan), Waiting):  # type: ignore[arg-type]
+        while isinstance(got := f.ensure(url, plan), Waiting):
             await asyncio.sleep(0.005)
         dt = time.perf_counter() - t
         assert isinstance(got, Ready), got
@@ -103,10 +101,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=int, default=512)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="4 MiB, one run: that it runs")
     a = ap.parse_args()
+    if a.smoke:
+        a.size_mib, a.runs = 4, 1
     from llmgw.agent.weights import local
     from llmgw.pki.ca import init_ca, issue
-    from llmgw.wire.messages import WeightsPeer, WeightsPlan
+    from llmgw.wire.messages import WeightsPeer
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-fetch-"))
     procs: list[subprocess.Popen[bytes]] = []

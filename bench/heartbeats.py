@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.heartbeats --nodes 10000 --interval 5 --seconds 30               # one server, SQLite
     .venv/bin/python -m bench.heartbeats --nodes 10000 --servers 3 --store postgres
     .venv/bin/python -m bench.heartbeats --reconcile                                         # pass times only
+    .venv/bin/python -m bench.heartbeats --smoke               # 10 nodes for 1 s, and passes at 100 nodes
 
 A simulated agent is a client certificate of its own (issued by the bench's CA, kept in --workdir between runs:
 issuing 10,000 takes a while the first time) and one kept-alive TLS connection; it posts the report a node with 8
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.harness import free_port
 
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context
@@ -75,13 +77,6 @@ def certificates(workdir: Path, n: int) -> Path:
         print(f"issued {made} node certificates in {time.monotonic() - t0:.0f}s", flush=True)
     return pki
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def server_configs(workdir: Path, servers: int, store: dict[str, Any], interval: float) -> list[tuple[Path, int, int]]:
@@ -330,7 +325,13 @@ def main() -> None:
     ap.add_argument("--reconcile", action="store_true", help="only the reconcile pass times")
     ap.add_argument("--profile", action="store_true", help="run the servers under cProfile and print the top")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--smoke", action="store_true", help="10 nodes for 1 s, then passes at 100 nodes: that it runs")
     args = ap.parse_args()
+    if args.smoke:
+        with tempfile.TemporaryDirectory() as d:
+            args.nodes, args.interval, args.seconds, args.generators, args.workdir = 10, 0.5, 1.0, 1, d
+            smoke(args)
+        return
     results: dict[str, Any] = {}
     if args.reconcile:
         results["reconcile_pass_ms"] = reconcile_times()
@@ -343,6 +344,16 @@ def main() -> None:
               f"wanted, p99 {results['p99_ms']} ms (aim: all of them, p99 < 100 ms)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+def smoke(args: argparse.Namespace) -> None:
+    """Both halves on a few nodes; any heartbeat not answered fails it."""
+    results = run_heartbeats(args)
+    print(json.dumps(results, indent=2))
+    if results["errors"] or not results["answered_per_s"]:
+        raise SystemExit(f"heartbeats not answered: {results['errors']}, {results['answered_per_s']}/s answered")
+    passes = reconcile_times(sizes=(100,), replicas=20, runs=1)
+    print(f"reconcile pass, 20 ready replicas: {passes} (ms by node count)")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/placement.py            # the table
     .venv/bin/python bench/placement.py --profile  # cProfile of the 10,000-node cases
+    .venv/bin/python bench/placement.py --smoke    # 100 to 1,000 nodes, one run each: that it runs
 
 Every node has 8 GPUs; nodes sit on several fabrics (a few on none); some run single-node replicas on some of
 their cards, some are held whole by two-node replicas, some have a faulty card, some are lost, some hold the
@@ -16,6 +17,7 @@ import argparse
 import cProfile
 import gc
 import io
+import itertools
 import platform
 import pstats
 import random
@@ -139,7 +141,7 @@ def timed(fn: Callable[[], object]) -> float:
 def bench(runs: dict[int, int]) -> tuple[dict[tuple[int, str], tuple[float, float]], dict[int, float]]:
     results: dict[tuple[int, str], tuple[float, float]] = {}
     builds: dict[int, float] = {}
-    for n in SIZES:
+    for n in runs:
         nodes, replicas, models = cluster(n)
         models = {**models, **{r.model.name: r.model for _, r in REQUESTS}}
         build = partial(build_snapshot, nodes, replicas, models, NOW)
@@ -159,16 +161,17 @@ def bench(runs: dict[int, int]) -> tuple[dict[tuple[int, str], tuple[float, floa
 
 
 def table(results: dict[tuple[int, str], tuple[float, float]], builds: dict[int, float]) -> str:
-    head = "| request | " + " | ".join(f"{n:,} nodes: cold / warm ms" for n in SIZES) + " | 1k/100 | 10k/1k |"
-    lines = [head, "|" + "---|" * (len(SIZES) + 3)]
+    sizes = sorted(builds)
+    steps = list(itertools.pairwise(sizes))  # each size against the one before: how time grows
+    head = ("| request | " + " | ".join(f"{n:,} nodes: cold / warm ms" for n in sizes) + " | "
+            + " | ".join(f"{hi:,}/{lo:,}" for lo, hi in steps) + " |")
+    lines = [head, "|" + "---|" * (len(sizes) + len(steps) + 1)]
     for name, _ in REQUESTS:
-        cells = [f"{results[(n, name)][0]:.2f} / {results[(n, name)][1]:.2f}" for n in SIZES]
-        r1 = results[(1_000, name)][0] / results[(100, name)][0]
-        r2 = results[(10_000, name)][0] / results[(1_000, name)][0]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {r1:.1f}x | {r2:.1f}x |")
-    r1, r2 = builds[1_000] / builds[100], builds[10_000] / builds[1_000]
-    cells = [f"{builds[n]:.1f}" for n in SIZES]
-    lines.append("| (snapshot build) | " + " | ".join(cells) + f" | {r1:.1f}x | {r2:.1f}x |")
+        cells = [f"{results[(n, name)][0]:.2f} / {results[(n, name)][1]:.2f}" for n in sizes]
+        grew = [f"{results[(hi, name)][0] / results[(lo, name)][0]:.1f}x" for lo, hi in steps]
+        lines.append(f"| {name} | " + " | ".join(cells + grew) + " |")
+    cells = [f"{builds[n]:.1f}" for n in sizes] + [f"{builds[hi] / builds[lo]:.1f}x" for lo, hi in steps]
+    lines.append("| (snapshot build) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -191,11 +194,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer runs")
+    ap.add_argument("--smoke", action="store_true", help="100 to 1,000 nodes, one run each: that it runs")
     args = ap.parse_args()
     if args.profile:
         profile()
         return
-    runs = {100: 21, 1_000: 11, 10_000: 7} if not args.quick else {100: 5, 1_000: 3, 10_000: 3}
+    runs = dict(zip(SIZES, (21, 11, 7) if not args.quick else (5, 3, 3), strict=True))
+    if args.smoke:
+        runs = {100: 1, 300: 1, 1_000: 1}
     started = time.perf_counter()
     print(f"python {platform.python_version()} on {platform.machine()}, median of {runs} runs per cell")
     results, builds = bench(runs)

@@ -13,7 +13,8 @@ PID at the end); this process is only the load generator. (b) and (c) run on uvl
 
     .venv/bin/python -m bench.router                 # everything, about 3-4 minutes on 2 cores
     .venv/bin/python -m bench.router --repeat 2      # best of two rounds for (a)-(c), about 5.5 minutes
-    .venv/bin/python -m bench.router --quick         # 0.5 s cells, no retries: a smoke run, under a minute
+    .venv/bin/python -m bench.router --quick         # 0.5 s cells, no retries: under a minute
+    .venv/bin/python -m bench.router --smoke         # (a)-(c), (p), (l) on asyncio, c=8, 0.3 s cells: it runs
     .venv/bin/python -m bench.router --only a,c --loops asyncio --json /tmp/out.json
 
 Results, method and what they showed: docs/benchmarks-router.md.
@@ -30,7 +31,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import aiohttp
+from tests.harness import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "bench"
@@ -66,7 +67,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     from llmgw.control.server import api_limiter, quiet_gc
     from llmgw.control.writer import StoreWriter
     from llmgw.core.clock import SystemClock
-    from llmgw.core.conditions import Status, set_condition
+    from llmgw.core.conditions import ConditionType, Status, set_condition
     from llmgw.core.reasons import Reason
     from llmgw.core.state import ReplicaRecord
     from llmgw.reconcile.intents import PutReplica
@@ -96,7 +97,8 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     keys = KeyRing(store)
     keys.reload()
     now = clock.now()
-    ready = set_condition([], "Ready", Status.TRUE, Reason.AllShardsReady, "the bench's engine stand-in", now)
+    ready = set_condition([], ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "the bench's engine stand-in",
+                          now)
     replica = ReplicaRecord(
         id="bench-0", model=MODEL, created_at=now, shards_expected=1, conditions=ready, ready_at=now, endpoint=upstream
     )
@@ -136,11 +138,6 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
 
 # ---------------------------------------------------------------- servers under test
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -720,7 +717,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--repeat", type=int, default=1, help="rounds over the (a)-(c) grid; the best of each cell counts")
     ap.add_argument("--retries", type=int, default=2, help="re-measure a cell this often while the machine is busy")
     ap.add_argument("--retry-budget", type=float, default=60.0, help="seconds that re-measuring may add, in all")
-    ap.add_argument("--quick", action="store_true", help="500 requests or 0.5 s per cell, no retries: a smoke run")
+    ap.add_argument("--quick", action="store_true", help="500 requests or 0.5 s per cell, no retries")
+    ap.add_argument("--smoke", action="store_true", help="every server but LiteLLM, one loop, c=8, 0.3 s cells, "
+                    "failing on any error: that it runs")
     ap.add_argument("--json", help="also write the cells here")
     ap.add_argument("--system-chars", type=int, default=0, help="a system prompt this long in every request")
     # internal: the process that serves (c)
@@ -745,6 +744,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.requests, args.seconds, args.litellm_seconds, args.warmup, args.warmup_seconds = 500, 0.5, 2.0, 50, 0.3
         args.retries = 0
+    if args.smoke:
+        args.requests, args.seconds, args.warmup, args.warmup_seconds, args.retries = 300, 0.3, 20, 0.2, 0
+        args.only, args.loops, args.concurrency, args.repeat = {"a", "b", "c", "p", "l"}, ["asyncio"], [8], 1
     return args
 
 
@@ -781,6 +783,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\ntotal {time.monotonic() - started:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(x) for x in cells], indent=1))
+    failed = [x for x in cells if x.errors or not x.ok]
+    if args.smoke and failed:
+        raise SystemExit(f"{len(failed)} cells had errors, the first: ({failed[0].target}) {failed[0].first_error}")
 
 
 if __name__ == "__main__":

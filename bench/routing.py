@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.routing                  # both workloads, about a minute each
     .venv/bin/python -m bench.routing --requests 300   # quicker
+    .venv/bin/python -m bench.routing --smoke          # a few seconds: that it runs, not what it measures
 
 Four sim replicas (llmgw.sim.server, in this process) each with a prefix cache that holds about half of the shared
 prompts, prefill at --prefill tokens/s (cached blocks are free), at most --slots requests generating at once and a
@@ -9,7 +10,8 @@ queue behind them. The real router (llmgw.router.app) serves them over loopback 
 policy set to least_loaded or prefix; round-robin is the client sending to the engines directly in turn (no router:
 a baseline with no router cost at all). Requests arrive at fixed, seeded, exponentially spaced times at --rate per
 second (an open loop: a slow answer does not slow the arrivals), each a stream; time to first token is measured
-at the client, to the first content event.
+at the client, to the first content event. Everything runs in this one process: "CPU/s" is the CPU it got per
+second of a cell and "load" the machine's load average, so a run starved by other processes shows as one.
 
 Workloads: "shared": 16 system prompts of about 2,000 words (sim counts a word as a token) and a short random
 user turn; "unique": every request its own system prompt of the same size. Aim (issue 13): prefix-aware mean TTFT
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -32,16 +35,16 @@ import aiohttp
 from aiohttp import web
 
 from llmgw.config.server import ModelSpec, RouterConfig
-from llmgw.core.clock import SystemClock
+from llmgw.core.clock import Clock, SystemClock
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
 from llmgw.router.stats import Recorder
 from llmgw.sim.behaviour import Behaviour
 from llmgw.sim.server import make_app
-from llmgw.store.base import UsageRecord
+from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import EngineLoad
-from llmgw.wire.router import ModelExplanation, ReadyReplica, Wanted
+from llmgw.wire.router import Admission, ModelExplanation, ReadyReplica, Wanted
 
 REPLICAS = 4
 PROMPTS = 16
@@ -49,11 +52,12 @@ WORDS = 2000
 
 
 class BenchState:
-    """The router's view of a control plane that holds four ready replicas of one model (RouterState)."""
+    """The router's view of a control plane that holds four ready replicas of one model (RouterState). It keeps no
+    limits: the router asks it to admit only a key with limits, and the bench has none (auth off)."""
 
     def __init__(self, spec: ModelSpec, urls: list[str], closes_after_stream: bool = False,
                  slots: int | None = None) -> None:
-        self.clock = SystemClock()
+        self.clock: Clock = SystemClock()
         self.models = {spec.name: spec}
         self._ready = {spec.name: [ReadyReplica(id=f"r{i}", endpoint=u, secret="",
                                                 closes_after_stream=closes_after_stream, slots=slots)
@@ -61,6 +65,12 @@ class BenchState:
 
     def generation(self) -> int:
         return 1
+
+    def stale_for(self) -> float:
+        return 0.0  # its table is the bench's own: never in doubt
+
+    def not_answering(self) -> dict[str, str]:
+        return {}  # its stand-in engines always answer
 
     def keys_version(self) -> int:
         return 0
@@ -77,7 +87,7 @@ class BenchState:
     def used(self, replica_id: str, at: float, outstanding: int) -> None:
         pass
 
-    async def store_usage(self, batch: list[UsageRecord]) -> None:
+    async def store_usage(self, batch: list[AnyUsage]) -> None:
         pass
 
     async def explain(self, model: str) -> ModelExplanation | None:
@@ -85,6 +95,12 @@ class BenchState:
 
     async def flush(self) -> None:
         pass
+
+    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
+        raise RuntimeError(f"key {key.id} has limits: this bench's state keeps none")
+
+    def settle(self, ticket: str, used: int) -> None:
+        raise RuntimeError("this bench's state admits nothing, so it has nothing to settle")
 
     def attach(self, recorder: Recorder) -> None:
         pass
@@ -97,9 +113,8 @@ async def on_loopback(app: web.Application) -> tuple[web.AppRunner, str]:
     """An app served on a free loopback port: its runner (to clean up) and its URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    await web.TCPSite(runner, "127.0.0.1", 0).start()  # bound at once: no port to find free first
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
 def router_for(policy: str, spec_kw: dict[str, object], urls: list[str], db: Path,
@@ -112,7 +127,7 @@ def router_for(policy: str, spec_kw: dict[str, object], urls: list[str], db: Pat
     store = SqliteStore(db).open()
     state = BenchState(spec, urls, closes_after_stream, slots)
     cfg = RouterConfig(auth=False) if margin is None else RouterConfig(auth=False, prefix_margin=margin)
-    return Router(state, KeyRing(store), cfg, 5.0, 8 << 20), store  # type: ignore[arg-type]
+    return Router(state, KeyRing(store), cfg, 5.0, 8 << 20), store
 
 
 @dataclass
@@ -120,6 +135,9 @@ class Result:
     ttft: list[float]
     elapsed: float
     failed: int
+    first_failure: str = ""
+    cpu: float = 0.0  # this process's CPU seconds per second of the cell: engines, router and client share it
+    load: float = 0.0  # the machine's 1-minute load average at the cell's end
 
 
 def prompts(rng: random.Random, workload: str, n: int) -> list[str]:
@@ -149,12 +167,9 @@ async def run(policy: str, workload: str, args: argparse.Namespace, tmp: Path) -
     b = Behaviour(prefill_tokens_per_second=args.prefill, cache_blocks=args.cache_blocks, max_running=args.slots)
     runners, urls = [], []
     for _ in range(REPLICAS):
-        runner = web.AppRunner(make_app("m", tokens=8, tokens_per_second=400, behaviour=b), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        runner, url = await on_loopback(make_app("m", tokens=8, tokens_per_second=400, behaviour=b))
         runners.append(runner)
-        urls.append(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}")  # type: ignore[union-attr]
+        urls.append(url)
     router, store = router_for(policy, {"source": "org/m", "engine": "sim",
                                         "scaling": {"min": REPLICAS, "max": REPLICAS}},
                                urls, tmp / f"{policy}-{workload}.db",
@@ -164,19 +179,18 @@ async def run(policy: str, workload: str, args: argparse.Namespace, tmp: Path) -
     systems = prompts(rng, workload, args.requests)
     gaps = [rng.expovariate(args.rate) for _ in range(args.requests)]
     ttft: list[float] = []
-    failed = 0
+    failures: list[str] = []
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
             async def send(i: int) -> None:
-                nonlocal failed
                 url = urls[i % REPLICAS] if policy == "round_robin" else router_url
                 try:
                     ttft.append(await one(s, url, systems[i], f"question {i} {rng.random()}", {}))
-                except (RuntimeError, aiohttp.ClientError):
-                    failed += 1
+                except (RuntimeError, aiohttp.ClientError) as e:
+                    failures.append(f"{type(e).__name__}: {e}")
 
             tasks = []
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             start = asyncio.get_running_loop().time()
             at = 0.0
             for i in range(args.requests):
@@ -185,13 +199,14 @@ async def run(policy: str, workload: str, args: argparse.Namespace, tmp: Path) -
                 tasks.append(asyncio.create_task(send(i)))
             await asyncio.gather(*tasks)
             elapsed = time.perf_counter() - t0
+            cpu = (time.process_time() - cpu0) / elapsed
     finally:
         await rrunner.cleanup()
         await router.close()
         for r in runners:
             await r.cleanup()
         store.close()
-    return Result(ttft, elapsed, failed)
+    return Result(ttft, elapsed, len(failures), failures[0] if failures else "", cpu, os.getloadavg()[0])
 
 
 def main() -> None:
@@ -202,20 +217,38 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=2, help="requests generating at once per replica")
     ap.add_argument("--cache-blocks", type=int, default=1_750, help="prefix cache per replica, 64-char blocks")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--smoke", action="store_true", help="24 requests per cell: that it runs, in a few seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.requests = 24
+    failed = 0
     with tempfile.TemporaryDirectory() as d:
         for workload in ("shared", "unique"):
             print(f"workload {workload}: {args.requests} requests at {args.rate}/s, 4 replicas, prefill "
                   f"{args.prefill:.0f} tok/s, {args.slots} slots, cache {args.cache_blocks} blocks each")
-            print(f"{'policy':<14}{'mean TTFT':>11}{'p90 TTFT':>10}{'req/s':>8}{'failed':>8}{'vs least':>10}")
             results = {p: asyncio.run(run(p, workload, args, Path(d))) for p in ("round_robin", "least_loaded",
                                                                                    "prefix")}
-            base = statistics.mean(results["least_loaded"].ttft)
-            for p, r in results.items():
-                mean = statistics.mean(r.ttft)
-                p90 = sorted(r.ttft)[int(0.9 * (len(r.ttft) - 1))]
-                print(f"{p:<14}{mean * 1000:>9.0f}ms{p90 * 1000:>8.0f}ms{len(r.ttft) / r.elapsed:>8.1f}"
-                      f"{r.failed:>8}{mean / base:>10.2f}")
+            failed += print_table(results)
+    if failed:
+        raise SystemExit(f"{failed} requests failed: the figures above leave them out")
+
+
+def print_table(results: dict[str, Result]) -> int:
+    """One workload's table; the number of requests that failed (each policy's first failure is printed)."""
+    for p, r in results.items():
+        if r.failed:
+            print(f"{p}: {r.failed} of {r.failed + len(r.ttft)} requests failed, the first: {r.first_failure}")
+        if not r.ttft:
+            raise SystemExit(f"{p}: every request failed: nothing to measure")
+    print(f"{'policy':<14}{'mean TTFT':>11}{'p90 TTFT':>10}{'req/s':>8}{'failed':>8}{'vs least':>10}{'CPU/s':>7}"
+          f"{'load':>6}")
+    base = statistics.mean(results["least_loaded"].ttft)
+    for p, r in results.items():
+        mean = statistics.mean(r.ttft)
+        p90 = sorted(r.ttft)[int(0.9 * (len(r.ttft) - 1))]
+        print(f"{p:<14}{mean * 1000:>9.0f}ms{p90 * 1000:>8.0f}ms{len(r.ttft) / r.elapsed:>8.1f}"
+              f"{r.failed:>8}{mean / base:>10.2f}{r.cpu:>7.2f}{r.load:>6.1f}")
+    return sum(r.failed for r in results.values())
 
 
 if __name__ == "__main__":

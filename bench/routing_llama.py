@@ -3,6 +3,7 @@ router, least-loaded against prefix-aware.
 
     .venv/bin/python -m bench.routing_llama                       # about two minutes
     .venv/bin/python -m bench.routing_llama --families 2 --cache-ram 8192
+    .venv/bin/python -m bench.routing_llama --smoke      # 2 prompts, 3 requests per policy: that it runs
 
 llama-server keeps the prompts it served in a host-memory cache (`--cache-ram`, 8 GiB by default) and restores
 one when it is asked again, so on a small model every replica soon holds every prompt and routing makes no
@@ -21,7 +22,6 @@ import argparse
 import asyncio
 import json
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+from tests.harness import free_port
 
 from bench.routing import on_loopback, router_for
 from llmgw.agent.engines.base import LaunchContext
@@ -67,10 +68,12 @@ def start_llama(port: int, log: Path, cache_ram: int = 8192) -> subprocess.Popen
         return subprocess.Popen(launch.argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-async def healthy(url: str, timeout: float = 120) -> None:
+async def healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as s:
         while time.monotonic() < deadline:
+            if proc.poll() is not None:  # a crash at load (a build for another CPU: SIGILL) fails now, not at 120 s
+                raise SystemExit(f"{url}: llama-server exited {proc.returncode} before answering")
             try:
                 async with s.get(url + "/health") as r:
                     if r.status == 200:
@@ -140,7 +143,10 @@ def main() -> None:
     ap.add_argument("--families", type=int, default=8, help="distinct system prompts")
     ap.add_argument("--cache-ram", type=int, default=16, help="each replica's prompt cache, MiB")
     ap.add_argument("--margin", type=float, default=None, help="router.prefix_margin (default: the router's)")
+    ap.add_argument("--smoke", action="store_true", help="2 prompts, 3 requests per policy: that it runs")
     a = ap.parse_args()
+    if a.smoke:
+        a.families, a.clients, a.rounds = 2, 1, 3
     results = {}
     for policy in ("least_loaded", "prefix"):  # fresh engines for each: nothing cached from the other's run
         with tempfile.TemporaryDirectory() as d:
@@ -149,7 +155,7 @@ def main() -> None:
             procs = [start_llama(port, tmp / f"llama{i}.log", a.cache_ram) for i, port in enumerate(ports)]
             urls = [f"http://127.0.0.1:{p}" for p in ports]
             try:
-                asyncio.run(all_healthy(urls))
+                asyncio.run(all_healthy(urls, procs))
                 results[policy] = asyncio.run(run(policy, urls, a, tmp))
             except BaseException:
                 for i in range(2):
@@ -171,14 +177,9 @@ def main() -> None:
               f"{n:>14.0f} per request   {statistics.mean(t) / base:.2f}x least-loaded")
 
 
-async def all_healthy(urls: list[str]) -> None:
-    await asyncio.gather(*(healthy(u) for u in urls))
+async def all_healthy(urls: list[str], procs: list[subprocess.Popen[bytes]]) -> None:
+    await asyncio.gather(*(healthy(u, p) for u, p in zip(urls, procs, strict=True)))
 
-
-def free_port() -> int:
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        return int(sk.getsockname()[1])
 
 
 if __name__ == "__main__":

@@ -73,10 +73,30 @@ done
 [[ "$name" =~ ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ ]] \
     || die 2 "'$name' is not a hostname (lowercase letters, digits and '-', at most 63): it is the node's hostname, id and certificate CN"
 [ -n "$control_planes" ] || die 2 "--control-plane is required: the https:// address(es) of the control plane's agent listener"
-for url in ${control_planes//,/ }; do
-    [[ "$url" =~ ^https://[^/]+$ ]] || die 2 "--control-plane $url: must be https://HOST:PORT (agents speak mutual TLS)"
-done
 [[ "$wait_ssh" =~ ^[0-9]+$ && "$wait_node" =~ ^[0-9]+$ ]] || die 2 "--wait-ssh and --wait-node take whole seconds"
+# every value is checked before it reaches ssh or the node: one that ssh would read as an option of its own
+# (--ssh-user -oProxyCommand=...) runs a command here, one with a newline writes another key into agent.yaml
+wrong() { die 2 "$1 $(printf '%q' "$2"): $3"; }
+plain() { [ -n "$1" ] && [[ "$1" != -* && ! "$1" =~ [[:space:][:cntrl:]] ]]; }  # no option, no blank, no control
+for url in ${control_planes//,/ }; do
+    [[ "$url" =~ ^https://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$ ]] \
+        || wrong --control-plane "$url" "must be https://HOST:PORT"
+done
+[[ "$admin" =~ ^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?$ ]] \
+    || wrong --admin "$admin" "must be http(s)://HOST[:PORT] (the management API)"
+[[ "$ssh_user" =~ ^[A-Za-z_][A-Za-z0-9_.-]{0,31}$ ]] \
+    || wrong --ssh-user "$ssh_user" "a user name: letters, digits, '_', '.' and '-', not starting with '-'"
+[[ "$ssh_port" =~ ^[0-9]{1,5}$ ]] && [ "$ssh_port" -ge 1 ] && [ "$ssh_port" -le 65535 ] \
+    || wrong --ssh-port "$ssh_port" "a port, 1-65535"
+[ -z "$identity" ] || { plain "$identity" && [ -f "$identity" ] && [ -r "$identity" ]; } \
+    || wrong --identity "$identity" "not a readable key file (or a name with a blank, or starting with '-')"
+plain "$known_hosts" || wrong --known-hosts "$known_hosts" "a file name without blanks, not starting with '-'"
+[ -z "$python" ] || [[ "$python" =~ ^[A-Za-z0-9_./+][A-Za-z0-9_./+-]*$ ]] \
+    || wrong --python "$python" "a path or command name, not a command line"
+for kv in "${sets[@]+"${sets[@]}"}"; do
+    [[ "$kv" =~ ^[a-z_][a-z0-9_]*= && ! "$kv" =~ [[:cntrl:]] ]] \
+        || wrong --set "$kv" "must be KEY=VALUE on one line, KEY a key of agent.yaml"
+done
 
 llmgw=$(command -v llmgw || true)
 [ -n "$llmgw" ] || llmgw="$here/../.venv/bin/llmgw"
@@ -98,16 +118,28 @@ host_entry="$address"
 [ "$ssh_port" = 22 ] || host_entry="'[$address]:$ssh_port'"  # how known_hosts records a host on another port
 
 ssh_opts=(-o BatchMode=yes -o StrictHostKeyChecking=accept-new -o "UserKnownHostsFile=$known_hosts"
-          -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o LogLevel=ERROR -p "$ssh_port")
+          -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o LogLevel=ERROR -p "$ssh_port"
+          -l "$ssh_user")
 [ -z "$identity" ] || ssh_opts+=(-i "$identity" -o IdentitiesOnly=yes)
 mkdir -p "$(dirname "$known_hosts")"
 err=$(mktemp)
 stage=""
 copied=""  # set once the node's key may be on the machine: removed from there however this ends
+issued=""  # set once the CA has issued for this node: on a failure, taken back (the key always)
+installed=""  # set once the node runs with the new certificate: the CA's copy of it then stays
 incoming=/opt/llmgw/incoming
 finish() {
+    local rc=$?
+    if [ -n "$issued" ] && [ "$rc" -ne 0 ]; then
+        rm -f "$ca/$name.key"
+        if [ -n "$installed" ]; then :
+        elif [ -f "$stage/previous.crt" ]; then mv -f "$stage/previous.crt" "$ca/$name.crt"
+        else rm -f "$ca/$name.crt"; fi
+        printf 'onboard-node: the key issued for %s is removed from %s%s\n' "$name" "$ca" \
+            "$([ -n "$installed" ] || echo ', and its certificate taken back')" >&2
+    fi
     if [ -n "$copied" ]; then
-        ssh -n "${ssh_opts[@]}" "$ssh_user@$address" "rm -rf $incoming" >/dev/null 2>&1 \
+        ssh -n "${ssh_opts[@]}" -- "$address" "rm -rf $incoming" >/dev/null 2>&1 \
             || printf 'onboard-node: could not remove %s from %s: it holds a copy of the node key\n' "$incoming" "$address" >&2
     fi
     rm -f "$err"
@@ -136,7 +168,7 @@ remote() {
     local rc
     while true; do
         rc=0
-        ssh -n "${ssh_opts[@]}" "$ssh_user@$address" "$1" 2>"$err" | clean || rc=${PIPESTATUS[0]}
+        ssh -n "${ssh_opts[@]}" -- "$address" "$1" 2>"$err" | clean || rc=${PIPESTATUS[0]}
         if [ "$rc" -ne 255 ]; then
             clean < "$err" >&2
             return "$rc"
@@ -149,6 +181,8 @@ q() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }  # quoted for
 # 1. the node's identity
 stage=$(mktemp -d)
 say "issuing the certificate for $name (CN and SAN $name, IP $address) from $ca"
+[ ! -f "$ca/$name.crt" ] || cp -p "$ca/$name.crt" "$stage/previous.crt"  # an onboarding again: kept if it fails
+issued=1
 "$llmgw" ca issue "$ca" "$name" --ip "$address" >/dev/null || die 4 "could not issue the certificate"
 mkdir "$stage/pki"
 cp "$ca/ca.crt" "$stage/pki/ca.crt"
@@ -182,7 +216,7 @@ copy() {
         copied=1
         rc=0
         tar -C "$stage" -cf - pki -C "$(cd "$(dirname "$bundle")" && pwd)" "$bundle_name" "$bundle_name.sha256" \
-            | ssh "${ssh_opts[@]}" "$ssh_user@$address" \
+            | ssh "${ssh_opts[@]}" -- "$address" \
                 "umask 077 && rm -rf $incoming && mkdir -p $incoming && tar -xf - -C $incoming" 2>"$err" \
             || { local st=("${PIPESTATUS[@]}"); rc=${st[1]}
                  # tar fails too when ssh breaks off under it (SIGPIPE): only with ssh standing is it tar's fault
@@ -210,7 +244,7 @@ say "installing on $name"
 rc=0
 remote "if [ -f $incoming/.status ]; then exit \$(cat $incoming/.status); fi; $cmd; rc=\$?; echo \$rc > $incoming/.status; exit \$rc" || rc=$?
 case "$rc" in
-    0) ;;
+    0) installed=1 ;;
     2|3|4) die "$rc" "the install on $name failed (above)" ;;
     *) die 4 "the install on $name failed with status $rc (above)" ;;
 esac
@@ -220,7 +254,7 @@ remote "rm -rf $incoming" && copied=""
 say "waiting for $name to register with the control plane ($admin)"
 if ! "$llmgw" ctl nodes wait "$name" --cert "$ca/$name.crt" --timeout "$wait_node" --admin "$admin"; then
     say "what the node's service manager says:"
-    ssh -n "${ssh_opts[@]}" "$ssh_user@$address" "systemctl status llmgw-agent --no-pager -n 30" 2>&1 | clean || true
+    ssh -n "${ssh_opts[@]}" -- "$address" "systemctl status llmgw-agent --no-pager -n 30" 2>&1 | clean || true
     die 4 "$name was installed but has not registered with the control plane"
 fi
 rm -f "$ca/$name.key"  # the node holds its key now; the CA keeps the certificate (for renewals and revocations)

@@ -81,6 +81,22 @@ fi
 [[ "$vmid" =~ ^[0-9]+$ ]] && [ "$vmid" -ge 100 ] || die 2 "--vmid $vmid: Proxmox VMIDs are whole numbers from 100"
 [ -n "$gateway" ] || gateway="${address%.*}.1"
 [ -n "$nameserver" ] || nameserver="$gateway"
+# each value goes into one qm option, some of them lists of key=value (net0, ipconfig0): a comma or a blank in
+# one would add properties or options of its own choosing, so every value is held to what it names
+wrong() { die 2 "$1 $(printf '%q' "$2"): $3"; }
+ipv4() {
+    [[ "$1" =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] || return 1
+    for o in "${BASH_REMATCH[@]:1}"; do [ "$((10#$o))" -le 255 ] || return 1; done
+}
+ipv4 "$gateway" || wrong --gateway "$gateway" "an IPv4 address"
+ipv4 "$nameserver" || wrong --nameserver "$nameserver" "an IPv4 address"
+[[ "$template" =~ ^[0-9]{1,9}$ ]] || wrong --template "$template" "a VMID (a whole number)"
+[[ "$cores" =~ ^[0-9]{1,4}$ ]] && [ "$cores" -ge 1 ] || wrong --cores "$cores" "a whole number of cores"
+[[ "$memory" =~ ^[0-9]{1,8}$ ]] && [ "$memory" -ge 16 ] || wrong --memory "$memory" "MiB, a whole number"
+[[ "$disk" =~ ^[0-9]{1,6}[KMGT]?$ ]] || wrong --disk "$disk" "a size such as 200G"
+[[ "$bridge" =~ ^[A-Za-z][A-Za-z0-9_.-]{0,14}$ ]] || wrong --bridge "$bridge" "a bridge name such as vmbr0"
+[[ "$storage" =~ ^[A-Za-z][A-Za-z0-9_.-]{0,63}$ ]] || wrong --storage "$storage" "a storage name such as local-lvm"
+[[ "$ssh_key" != -* && ! "$ssh_key" =~ [[:cntrl:]] ]] || wrong --ssh-key "$ssh_key" "a file name not starting with '-'"
 [ -f "$ssh_key" ] || die 2 "no public key at $ssh_key (give --ssh-key): without one nothing can log in to onboard the node"
 
 run() {

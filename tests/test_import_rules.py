@@ -84,7 +84,7 @@ def plane_writes(path: Path) -> list[str]:
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS
               and isinstance(node.func.value, (ast.Attribute, ast.Subscript))):
             targets = [node.func.value]
-        out += [f"{node.lineno}: {ast.unparse(t)}" for t in targets
+        out += [f"{t.lineno}: {ast.unparse(t)}" for t in targets
                 if isinstance(t, (ast.Attribute, ast.Subscript)) and _on_the_plane(t)]
     return out
 

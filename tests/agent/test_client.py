@@ -9,14 +9,14 @@ from aiohttp import web
 
 from llmgw.agent.client import ControlPlaneClient
 from llmgw.core.errors import UpstreamError
-from llmgw.dev.cluster import NodePlan
+from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.pki.tls import client_context
 from llmgw.wire.messages import WIRE_VERSION, DesiredState, Hardware, NodeReport
 from tests.agent.weights.kit import Pki, make_pki
 from tests.harness import InProcessServer, free_port, plan
 
 
-def _client(p, node: str, urls: list[str]) -> ControlPlaneClient:  # type: ignore[no-untyped-def]
+def _client(p: ClusterPlan, node: str, urls: list[str]) -> ControlPlaneClient:
     pki = p.workdir / "pki"
     crt, key = pki / f"{node}.crt", pki / f"{node}.key"
     return ControlPlaneClient(urls, lambda: client_context(crt, key, pki / "ca.crt"), 3.0)

@@ -8,14 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llmgw.dev.cluster import NodePlan
+from llmgw.dev.cluster import ClusterPlan, NodePlan
 from tests.harness import InProcessServer, plan
 from tests.integration.forger import HostileNode
 
 WARNING = "[/bold] [link=file:///etc/passwd]click[/link] \x1b]0;pwned\x07\x1b[2J\x1b[31mred\u202eevil\nFAKE line"
 
 
-async def ctl(p, *args: str) -> subprocess.CompletedProcess[bytes]:  # type: ignore[no-untyped-def]
+async def ctl(p: ClusterPlan, *args: str) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "COLUMNS": "300", "LLMGW_ADMIN_TOKEN_FILE": str(p.workdir / "state" / "admin.token")}
     env.pop("FORCE_COLOR", None)  # a pipe: Rich adds no styling of its own, so any escape would be the node's
     argv = [sys.executable, "-m", "llmgw.cli.main", "ctl", *args, "--admin", p.admin]

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import aiohttp
 
+from llmgw.dev.cluster import ClusterPlan
 from tests.harness import InProcessServer, plan
 
 
-async def ctl(p, *args: str, token_file: Path | None = None) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+async def ctl(p: ClusterPlan, *args: str, token_file: Path | None = None) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "llmgw.cli.main", "ctl", *args, "--admin", p.admin]
     env = {**os.environ, "LLMGW_ADMIN_TOKEN_FILE": str(token_file or p.workdir / "state" / "admin.token"),
            "COLUMNS": "200"}
@@ -22,7 +23,7 @@ async def ctl(p, *args: str, token_file: Path | None = None) -> subprocess.Compl
     return await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=30, env=env)
 
 
-async def status_with(p, key: str) -> int:  # type: ignore[no-untyped-def]
+async def status_with(p: ClusterPlan, key: str) -> int:
     async with aiohttp.ClientSession() as s, s.get(p.api + "/v1/models",
                                                     headers={"Authorization": f"Bearer {key}"}) as r:
         return r.status

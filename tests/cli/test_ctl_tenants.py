@@ -11,13 +11,14 @@ from pathlib import Path
 
 import aiohttp
 
+from llmgw.dev.cluster import ClusterPlan
 from llmgw.store.base import UsageRecord
 from llmgw.wire.router import Activity
 from tests.cli.test_ctl_keys import ctl
 from tests.harness import InProcessServer, plan
 
 
-def cluster(tmp_path: Path):  # type: ignore[no-untyped-def]
+def cluster(tmp_path: Path) -> ClusterPlan:
     return plan(tmp_path, [], [{"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 0, "max": 1}}])
 
 

@@ -7,6 +7,7 @@ import asyncio
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -16,21 +17,21 @@ from llmgw.config.server import ServerConfig
 from llmgw.control.server import serve
 from llmgw.core.clock import SystemClock
 from llmgw.core.errors import ConfigError
-from llmgw.dev.cluster import admin_get
+from llmgw.dev.cluster import ClusterPlan, admin_get
 from tests.harness import InProcessServer, plan
 
 
-def token(p) -> str:  # type: ignore[no-untyped-def]
+def token(p: ClusterPlan) -> str:
     f = p.workdir / "state" / "admin.token"
     return f.read_text().strip() if f.exists() else ""
 
 
-async def call(p, method: str, path: str, **kw) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+async def call(p: ClusterPlan, method: str, path: str, **kw: Any) -> tuple[int, str]:
     async with aiohttp.ClientSession() as s, s.request(method, p.admin + path, **kw) as r:
         return r.status, await r.text()
 
 
-def key_names(p) -> list[str]:  # type: ignore[no-untyped-def]
+def key_names(p: ClusterPlan) -> list[str]:
     return [k["name"] for k in admin_get(p, "/api/keys")]
 
 

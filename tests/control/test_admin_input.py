@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
-from llmgw.dev.cluster import admin_get
+from llmgw.dev.cluster import ClusterPlan, admin_get
 from tests.harness import InProcessServer, failures_logged, plan
 
 
-async def call(p, method: str, path: str, **kw) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+async def call(p: ClusterPlan, method: str, path: str, **kw: Any) -> tuple[int, str]:
     tf = p.workdir / "state" / "admin.token"
     headers = {"Authorization": f"Bearer {tf.read_text().strip()}"} if tf.exists() else {}
     async with aiohttp.ClientSession(headers=headers) as s, s.request(method, p.admin + path, **kw) as r:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
-from llmgw.dev.cluster import NodePlan
+from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context
 from llmgw.wire.messages import WIRE_VERSION, DesiredState, Hardware, NodeReport
@@ -16,13 +17,13 @@ from tests.harness import InProcessServer, aget, plan
 
 
 @pytest.fixture
-def cluster(tmp_path: Path):  # type: ignore[no-untyped-def]
+def cluster(tmp_path: Path) -> ClusterPlan:
     return plan(
         tmp_path, [NodePlan(id="node01", address="127.0.0.11"), NodePlan(id="node02", address="127.0.0.12")], []
     )
 
 
-def ctx(p, node: str) -> ssl.SSLContext:  # type: ignore[no-untyped-def]
+def ctx(p: ClusterPlan, node: str) -> ssl.SSLContext:
     pki = p.workdir / "pki"
     return client_context(pki / f"{node}.crt", pki / f"{node}.key", pki / "ca.crt")
 
@@ -31,7 +32,7 @@ def report(node_id: str) -> NodeReport:
     return NodeReport(node_id=node_id, address="127.0.0.11", hardware=Hardware(mem_total_bytes=2**30))
 
 
-async def post(p, sslctx: ssl.SSLContext, body: str) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+async def post(p: ClusterPlan, sslctx: ssl.SSLContext, body: str) -> tuple[int, str]:
     url = f"https://127.0.0.1:{p.agent_port}/v1/agent/heartbeat"
     async with (
         aiohttp.ClientSession() as s,
@@ -40,7 +41,7 @@ async def post(p, sslctx: ssl.SSLContext, body: str) -> tuple[int, str]:  # type
         return r.status, await r.text()
 
 
-async def test_heartbeat_registers_the_certificates_node(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_heartbeat_registers_the_certificates_node(cluster: ClusterPlan) -> None:
     async with InProcessServer(cluster):
         status, text = await post(cluster, ctx(cluster, "node01"), report("node01").model_dump_json())
         assert status == 200
@@ -49,7 +50,7 @@ async def test_heartbeat_registers_the_certificates_node(cluster) -> None:  # ty
         assert [r["node"] for r in rows] == ["node01"]
 
 
-async def test_a_node_cannot_write_another_nodes_record(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_a_node_cannot_write_another_nodes_record(cluster: ClusterPlan) -> None:
     async with InProcessServer(cluster):
         status, text = await post(cluster, ctx(cluster, "node01"), report("node02").model_dump_json())
         assert status == 403
@@ -57,7 +58,7 @@ async def test_a_node_cannot_write_another_nodes_record(cluster) -> None:  # typ
         assert await aget(cluster, "/api/nodes") == []
 
 
-async def test_malformed_heartbeat_is_422_naming_the_field_and_changes_nothing(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_malformed_heartbeat_is_422_naming_the_field_and_changes_nothing(cluster: ClusterPlan) -> None:
     async with InProcessServer(cluster):
         ok = report("node01")
         assert (await post(cluster, ctx(cluster, "node01"), ok.model_dump_json()))[0] == 200
@@ -73,7 +74,7 @@ async def test_malformed_heartbeat_is_422_naming_the_field_and_changes_nothing(c
         assert await aget(cluster, "/api/nodes") == before
 
 
-async def test_certificate_from_another_ca_is_refused_at_the_handshake(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_certificate_from_another_ca_is_refused_at_the_handshake(cluster: ClusterPlan, tmp_path: Path) -> None:
     other = tmp_path / "other-ca"
     init_ca(other)
     issue(other, "node01")
@@ -84,14 +85,14 @@ async def test_certificate_from_another_ca_is_refused_at_the_handshake(cluster, 
         assert await aget(cluster, "/api/nodes") == []
 
 
-async def test_no_client_certificate_is_refused(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_no_client_certificate_is_refused(cluster: ClusterPlan) -> None:
     bare = ssl.create_default_context(cafile=str(cluster.workdir / "pki" / "ca.crt"))
     async with InProcessServer(cluster):
         with pytest.raises((aiohttp.ClientConnectorError, aiohttp.ClientOSError, ssl.SSLError)):
             await post(cluster, bare, report("node01").model_dump_json())
 
 
-def admin_call(p, method: str, path: str, body: object | None = None) -> tuple[int, object]:  # type: ignore[no-untyped-def]
+def admin_call(p: ClusterPlan, method: str, path: str, body: object | None = None) -> tuple[int, object]:
     import json
     import urllib.error
     import urllib.request
@@ -109,7 +110,7 @@ def admin_call(p, method: str, path: str, body: object | None = None) -> tuple[i
         return e.code, e.read().decode()
 
 
-async def test_the_control_planes_own_certificate_is_not_a_node(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_the_control_planes_own_certificate_is_not_a_node(cluster: ClusterPlan) -> None:
     async with InProcessServer(cluster):
         try:
             status, text = await post(cluster, ctx(cluster, "controlplane"), report("controlplane").model_dump_json())
@@ -119,7 +120,7 @@ async def test_the_control_planes_own_certificate_is_not_a_node(cluster) -> None
         assert await aget(cluster, "/api/nodes") == []
 
 
-async def test_a_revoked_node_is_refused_and_a_revoked_certificate_too_until_renewed(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_a_revoked_node_is_refused_and_a_revoked_certificate_too_until_renewed(cluster: ClusterPlan) -> None:
     import asyncio
 
     from llmgw.pki.ca import renew
@@ -173,7 +174,8 @@ async def test_a_revoked_node_is_refused_and_a_revoked_certificate_too_until_ren
         ({"hardware": {"mem_total_bytes": 2**70}}, "mem_total_bytes"),
     ],
 )
-async def test_unbounded_or_impossible_claims_are_refused_and_change_nothing(cluster, change, words) -> None:  # type: ignore[no-untyped-def]
+async def test_unbounded_or_impossible_claims_are_refused_and_change_nothing(
+        cluster: ClusterPlan, change: dict[str, Any], words: str) -> None:
     import json
 
     async with InProcessServer(cluster):
@@ -186,14 +188,14 @@ async def test_unbounded_or_impossible_claims_are_refused_and_change_nothing(clu
         assert await aget(cluster, "/api/nodes") == before
 
 
-async def test_a_node_heartbeating_in_a_loop_is_told_to_slow_down(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_a_node_heartbeating_in_a_loop_is_told_to_slow_down(cluster: ClusterPlan) -> None:
     async with InProcessServer(cluster):
         body = report("node01").model_dump_json()
         statuses = [(await post(cluster, ctx(cluster, "node01"), body))[0] for _ in range(40)]
         assert statuses[0] == 200 and 429 in statuses and statuses.count(200) <= 25
 
 
-async def test_a_newer_agent_is_told_its_wire_version_not_an_unknown_key(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_a_newer_agent_is_told_its_wire_version_not_an_unknown_key(cluster: ClusterPlan) -> None:
     import json
 
     newer = report("node01").model_dump(mode="json")
@@ -208,7 +210,7 @@ async def test_a_newer_agent_is_told_its_wire_version_not_an_unknown_key(cluster
         assert await aget(cluster, "/api/nodes") == []
 
 
-async def test_a_version_1_agent_keeps_its_words(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_a_version_1_agent_keeps_its_words(cluster: ClusterPlan) -> None:
     import json
 
     old = report("node01").model_dump(mode="json", exclude={"problems"})
@@ -220,7 +222,7 @@ async def test_a_version_1_agent_keeps_its_words(cluster) -> None:  # type: igno
         assert row["warnings"] == ["fabric ib-a: adapter mlx5_3 is not here"]
 
 
-async def test_a_node_is_answered_in_its_own_wire_version(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_a_node_is_answered_in_its_own_wire_version(cluster: ClusterPlan) -> None:
     import json
 
     old = report("node01").model_dump(mode="json", exclude={"problems"})
@@ -233,7 +235,7 @@ async def test_a_node_is_answered_in_its_own_wire_version(cluster) -> None:  # t
         assert json.loads(text)["engine_sources"], "version 3 is told where engines come from"
 
 
-async def test_a_version_2_agent_is_not_sent_fields_it_would_refuse(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_a_version_2_agent_is_not_sent_fields_it_would_refuse(cluster: ClusterPlan) -> None:
     """A version 2 agent reads the desired state strictly: one unknown key and it refuses the whole answer."""
     import json
 

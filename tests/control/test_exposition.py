@@ -4,10 +4,11 @@ of its cost (the library checks every label name of every sample)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client import generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from llmgw.control.exposition import render
@@ -24,7 +25,7 @@ def test_the_known_clusters_scrape_is_byte_for_byte_the_librarys() -> None:
 
 
 class Hostile(Collector):
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[Metric]:
         g = GaugeMetricFamily("llmgw_x", "quotes \" and \\ and\nlines", labels=["node", "model"])
         g.add_metric(['a"b', "c\\d\ne"], 1e21)
         g.add_metric(["ünï", ""], float("nan"))
@@ -45,7 +46,7 @@ def test_label_values_are_escaped_as_the_library_does() -> None:
 
 def test_a_name_that_is_not_a_prometheus_name_is_refused() -> None:
     class Bad(Collector):
-        def collect(self):  # type: ignore[no-untyped-def]
+        def collect(self) -> Iterator[Metric]:
             g = GaugeMetricFamily("llmgw_y", "", labels=["bad-label"])
             g.add_metric(["v"], 1)
             yield g

@@ -19,7 +19,7 @@ def _reg(name: str, label: str) -> CollectorRegistry:
             yield g
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(C())  # type: ignore[arg-type]
+    reg.register(C())
     return reg
 
 

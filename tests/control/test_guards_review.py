@@ -146,9 +146,11 @@ async def _stuck_idle(port: int, lim: Limiter, loop: asyncio.AbstractEventLoop) 
     h = await new_handler(lim, before)
     for sent in range(1, 5000):
         await loop.sock_sendall(s, f"GET {LONG_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        await until(lambda sent=sent: h._request_count == sent and not h._request_in_progress
-                    and not h._messages, 5,
-                    "the 404 answered")
+
+        def answered(sent: int = sent) -> bool:
+            return bool(h._request_count == sent and not h._request_in_progress and not h._messages)
+
+        await until(answered, 5, "the 404 answered")
         if h.transport is not None and h.transport.get_write_buffer_size() > 0:
             return s, h
     raise AssertionError("the server's write buffer never filled")
@@ -196,8 +198,12 @@ async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever()
                 h = await new_handler(lim, before)
                 senders.append(asyncio.create_task(
                     loop.sock_sendall(s, f"GET {LONG_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * 2000)))
-                await until(lambda h=h: h._request_in_progress and h.transport is not None
-                            and h.transport.get_write_buffer_size() > 64 * 1024, 10, "blocked writing")
+
+                def blocked(h: Any = h) -> bool:
+                    return bool(h._request_in_progress and h.transport is not None
+                                and h.transport.get_write_buffer_size() > 64 * 1024)
+
+                await until(blocked, 10, "blocked writing")
             deadline = time.monotonic() + 1.0 + 3.0
             last = b""
             while time.monotonic() < deadline:

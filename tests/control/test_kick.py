@@ -5,6 +5,8 @@ instead of one per reconcile_interval), by flipping a made-up shard's state in e
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from llmgw.config.server import ServerConfig, TLSFiles
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
@@ -13,7 +15,7 @@ from llmgw.wire.messages import ShardState
 from tests.clusters import node
 
 
-def test_a_shard_that_is_not_the_nodes_does_not_kick_a_pass(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_shard_that_is_not_the_nodes_does_not_kick_a_pass(tmp_path: Path) -> None:
     cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[])
     plane = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), FakeClock())
     plane.load()

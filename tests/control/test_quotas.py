@@ -31,8 +31,9 @@ async def test_a_budget_moved_to_another_period_counts_what_was_spent_before(tmp
     p = plane(tmp_path, clock)
     _, key = await p.create_key("t", [], KeyLimits(budget=1_000, budget_period="month"))
     spend(p, key, 600, 600)
-    key = await p.update_key(key.id, {"limits": KeyLimits(budget=1_000, budget_period="day")})
-    assert isinstance(key, ApiKeyRecord)
+    updated = await p.update_key(key.id, {"limits": KeyLimits(budget=1_000, budget_period="day")})
+    assert isinstance(updated, ApiKeyRecord)
+    key = updated
     d, _ = p.quotas.admit(key, 500)
     assert d.refusal == Refusal.Quota, "600 tokens spent today under a month budget were forgotten at the change"
     assert p.quotas.use_of(key)["budget_used"] == 600
@@ -44,8 +45,9 @@ async def test_a_budget_added_counts_what_the_key_spent_without_one(tmp_path: Pa
     _, key = await p.create_key("t", [])
     p.store.add_usage_new([UsageRecord(key_id=key.id, model="m", replica_id="r", prompt_tokens=300,
                                        completion_tokens=500, started_at=clock.now(), duration_s=1.0, status=200)])
-    key = await p.update_key(key.id, {"limits": KeyLimits(budget=1_000, budget_period="day")})
-    assert isinstance(key, ApiKeyRecord)
+    updated = await p.update_key(key.id, {"limits": KeyLimits(budget=1_000, budget_period="day")})
+    assert isinstance(updated, ApiKeyRecord)
+    key = updated
     d, _ = p.quotas.admit(key, 500)
     assert d.refusal == Refusal.Quota, "800 tokens spent today, before the budget was set, were not counted"
 

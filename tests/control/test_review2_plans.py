@@ -75,13 +75,13 @@ def test_fetch_leaders_does_not_grow_with_every_fabric_name_ever_reported(tmp_pa
     assert len(p.fetch_leaders) <= 16, f"{len(p.fetch_leaders)} leaders remembered for one node and one file"
 
 
-def test_a_revoked_certificate_is_not_offered_as_a_peer(tmp_path: Path) -> None:
+async def test_a_revoked_certificate_is_not_offered_as_a_peer(tmp_path: Path) -> None:
     """node03's certificate (serial abc123) is revoked: its heartbeats are refused from now on, but its record
     stays live until node_lost_after, and the plane keeps sending node01 to copy the file from it (the copier
     does not consult the revocation list for the server it copies from)."""
     p = plane(tmp_path, "node01")
     p.heartbeat(report("node03", ["ib-a"], holds=True), serial="abc123")
-    p.revoke("node03", "abc123", "key leaked")
+    await p.revoke("node03", "abc123", "key leaked")
     desired = p.heartbeat(report("node01", ["ib-a"]), serial="def456")
     plan = desired.shards[0].weights
     assert plan is not None

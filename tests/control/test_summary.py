@@ -6,11 +6,11 @@ from prometheus_client import generate_latest
 
 from llmgw.control.metrics import registry
 from llmgw.control.summary import summarize
-from llmgw.core.state import ReplicaRecord, ShardAssignment
+from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
 from tests.clusters import node
 
 
-def cluster() -> tuple[list, list]:  # type: ignore[type-arg]
+def cluster() -> tuple[list[NodeRecord], list[ReplicaRecord]]:
     nodes = [node("n1", fabric="ib-a", faulty=(7,)), node("n2", fabric="ib-a"), node("n3", fabric="ib-b"),
              node("n4", fabric="ib-b", lost=True)]
     reps = [ReplicaRecord(id="r1", model="m", created_at=0, shards_expected=1,

@@ -8,6 +8,7 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -84,7 +85,7 @@ def as_node(pki: Path, name: str) -> ssl.SSLContext:
     return client_context(pki / f"{name}.crt", pki / f"{name}.key", pki / "ca.crt")
 
 
-async def watch(url: str, tls: ssl.SSLContext, seen: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+async def watch(url: str, tls: ssl.SSLContext, seen: str) -> tuple[int, dict[str, Any]]:
     async with aiohttp.ClientSession() as s, s.get(url, params={"seen": seen}, ssl=tls) as r:
         return r.status, await r.json()
 
@@ -109,6 +110,6 @@ async def test_a_watch_answers_when_a_shard_is_placed_on_its_node_and_not_before
 
 async def test_a_revoked_node_may_not_watch(tmp_path: Path) -> None:
     async with agent_door(tmp_path) as (plane, url, pki):
-        plane.revoke("node02", "", "stolen")
+        await plane.revoke("node02", "", "stolen")
         status, body = await watch(url, as_node(pki, "node02"), "")
         assert status == 403 and body["error"] == "node node02 is revoked: stolen"

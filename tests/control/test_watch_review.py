@@ -33,7 +33,7 @@ async def test_a_node_revoked_while_it_watches_is_let_go_at_once(tmp_path: Path)
     async with agent_door(tmp_path) as (plane, url, pki):
         held = asyncio.create_task(watch(url, as_node(pki, "node02"), EMPTY))
         await await_true(lambda: plane.watch.waiting() == 1, 10, "node02 watching")
-        plane.revoke("node02", "", "stolen")
+        await plane.revoke("node02", "", "stolen")
         done, _ = await asyncio.wait({held}, timeout=3)
         plane.watch.close()
         await asyncio.gather(held, return_exceptions=True)

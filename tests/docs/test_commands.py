@@ -4,7 +4,6 @@ is run), and every configuration key they name exists in server.yaml's or agent.
 from __future__ import annotations
 
 import re
-import types
 import typing
 from pathlib import Path
 
@@ -99,8 +98,7 @@ def test_every_llmgw_command_the_docs_print_exists_with_its_options() -> None:
 def _models_in(annotation: object) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
-    if isinstance(annotation, (types.UnionType, typing._GenericAlias, types.GenericAlias)) or typing.get_origin(
-            annotation) is not None:
+    if typing.get_origin(annotation) is not None:  # X | Y, Optional[X], list[X], Annotated[X, ...]
         return [m for a in typing.get_args(annotation) for m in _models_in(a)]
     return []
 
@@ -182,7 +180,7 @@ def _unknown_keys(block: str, only: type[BaseModel] | None = None) -> list[str]:
             model.model_validate({**minimal, **data})
             return []
         except Exception as e:  # a ValidationError: keep only the unknown keys, not the placeholder values
-            errors = getattr(e, "errors", lambda: [])()
+            errors: list[typing.Any] = getattr(e, "errors", lambda: [])()
             per_model.append([".".join(map(str, err["loc"])) for err in errors if err["type"] == "extra_forbidden"])
     unknown = min(per_model, key=len)
     return [f"unknown key {k} in a yaml block" for k in unknown]

@@ -9,7 +9,7 @@ import signal
 import sqlite3
 from pathlib import Path
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -21,16 +21,16 @@ MODELS = [
 ]
 
 
-def ready(p) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def ready(p: ClusterPlan) -> dict[str, str]:
     return {r["id"]: r["model"] for r in admin_get(p, "/api/status")["replicas"] if r["state"] == "ready"}
 
 
-def engines(p) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def engines(p: ClusterPlan) -> dict[str, int]:
     shards = admin_get(p, "/api/nodes/node01")["report"]["shards"]
     return {s["replica_id"]: s["pid"] for s in shards if s["pid"] and s["state"] == "ready"}
 
 
-def failures(p) -> list[str]:  # type: ignore[no-untyped-def]
+def failures(p: ClusterPlan) -> list[str]:
     with sqlite3.connect(p.workdir / "state" / "llmgw.db") as db:
         said = [json.loads(b)["message"] for (b,) in db.execute("SELECT body FROM events ORDER BY seq")]
     return [e for e in said if " failed" in e or " lost" in e]

@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -19,7 +19,7 @@ MODELS = [
 ]
 
 
-def chat(p, key: str, model: str = "m") -> tuple[int, str]:  # type: ignore[no-untyped-def]
+def chat(p: ClusterPlan, key: str, model: str = "m") -> tuple[int, str]:
     req = urllib.request.Request(
         p.api + "/v1/chat/completions",
         data=json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode(),
@@ -32,7 +32,7 @@ def chat(p, key: str, model: str = "m") -> tuple[int, str]:  # type: ignore[no-u
         return e.code, e.headers.get("X-Llmgw-Worker", "")
 
 
-def test_two_api_workers_share_the_port(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+def test_two_api_workers_share_the_port(tmp_path: Path, running: list[Cluster]) -> None:
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.60", port_range="26000-26099")], MODELS,
              heartbeat_interval="0.3s", reconcile_interval="0.2s",
              extra_server={"api_workers": 2, "router": {"expose_routing": True}})  # answers name their worker

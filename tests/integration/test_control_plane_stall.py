@@ -10,7 +10,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -19,12 +19,12 @@ MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_
          "scaling": {"min": 3, "max": 3}}
 
 
-def shard_pids(p) -> set[int]:  # type: ignore[no-untyped-def]
+def shard_pids(p: ClusterPlan) -> set[int]:
     return {s["pid"] for n in admin_get(p, "/api/nodes") for s in admin_get(p, f"/api/nodes/{n['node']}")["report"]
             ["shards"] if s["pid"]}
 
 
-def events(p) -> list[str]:  # type: ignore[no-untyped-def]
+def events(p: ClusterPlan) -> list[str]:
     with sqlite3.connect(p.workdir / "state" / "llmgw.db") as db:
         return [json.loads(b)["message"] for (b,) in db.execute("SELECT body FROM events ORDER BY seq")]
 

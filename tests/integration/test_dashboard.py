@@ -144,7 +144,10 @@ def test_metrics_carry_the_known_clusters_values(cluster: tuple[ClusterPlan, int
         return s if n == ttft0 + STREAMS else None
 
     s = wait_until(counted, 10, f"{STREAMS} more time-to-first-token observations for sim-8b")
-    v = lambda name, **labels: _value(s, name, **labels)  # noqa: E731
+
+    def v(name: str, **labels: str) -> float | None:
+        return _value(s, name, **labels)
+
     assert v("llmgw_requests_total", model="sim-8b", status="200") == ttft0 + STREAMS
     assert v("llmgw_time_between_tokens_seconds_count", model="sim-8b") == ttft0 + STREAMS  # 8 tokens each
     assert v("llmgw_request_duration_seconds_count", model="sim-8b") == ttft0 + STREAMS
@@ -201,7 +204,10 @@ def test_the_page_shows_what_ctl_status_shows(cluster: tuple[ClusterPlan, int, s
             page.goto(f"{p.admin}/admin#token={token}")
             page.wait_for_selector("#nodes-live", timeout=15000)
             assert "token" not in page.url  # taken out of the address once read
-            text = lambda sel: page.locator(sel).first.inner_text().strip()  # noqa: E731
+
+            def text(sel: str) -> str:
+                return page.locator(sel).first.inner_text().strip()
+
             assert text("#nodes-live") == str(status["nodes_live"])
             assert text("#nodes-total") == str(status["nodes_total"])
             for c in status["capacity"]:

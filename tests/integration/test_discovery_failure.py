@@ -4,8 +4,9 @@ heartbeating and keeps its shards running, and says why in the probe's own words
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -14,16 +15,17 @@ MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_
 LOST_AFTER = 3.0
 
 
-def _node(p, node_id: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    return next(n for n in admin_get(p, "/api/nodes") if n["node"] == node_id)  # type: ignore[no-any-return]
+def _node(p: ClusterPlan, node_id: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(n for n in admin_get(p, "/api/nodes") if n["node"] == node_id)
+    return found
 
 
-def _discovered(p) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
+def _discovered(p: ClusterPlan) -> tuple[str, str, str]:
     c = next(c for c in _node(p, "node01")["conditions"] if c["type"] == "Discovered")
     return c["status"], c["reason"], c["message"]
 
 
-def _serving(p) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _serving(p: ClusterPlan) -> dict[str, int]:
     """Ready replicas on node01 and the pid of their engine, as the node reports it."""
     ready = {r["id"] for r in admin_get(p, "/api/status")["replicas"] if r["state"] == "ready"}
     shards = admin_get(p, "/api/nodes/node01")["report"]["shards"]

@@ -9,7 +9,7 @@ import json
 import threading
 from pathlib import Path
 
-from llmgw.dev.cluster import NodePlan, admin_get, admin_post
+from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 
@@ -50,8 +50,8 @@ def replica_of(route: str) -> str:
     return route.split("replica=")[1].split(";")[0] if "replica=" in route else ""
 
 
-def test_a_stream_on_a_replica_scaled_down_under_it_finishes_and_new_requests_go_elsewhere(  # type: ignore[no-untyped-def]
-    tmp_path: Path, running
+def test_a_stream_on_a_replica_scaled_down_under_it_finishes_and_new_requests_go_elsewhere(
+    tmp_path: Path, running: list[Cluster]
 ) -> None:
     model = {"name": "d", "source": "org/d", "engine": "sim",
              "profile": {"gpus_per_shard": 1, "gpu_class": "H100-80G", "sim": {"tokens": 100,

@@ -12,10 +12,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.netstate import listening_ports
@@ -38,7 +39,7 @@ def nodes() -> list[NodePlan]:
     ]
 
 
-def post_chat(url: str, key: str | None = None) -> dict:  # type: ignore[type-arg]
+def post_chat(url: str, key: str | None = None) -> dict[str, Any]:
     body = {"model": "big", "messages": [{"role": "user", "content": "hi"}]}
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
     req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), headers=headers)
@@ -46,14 +47,14 @@ def post_chat(url: str, key: str | None = None) -> dict:  # type: ignore[type-ar
         return json.loads(r.read())  # type: ignore[no-any-return]
 
 
-def replica_secret(p, replica_id: str) -> str:  # type: ignore[no-untyped-def]
+def replica_secret(p: ClusterPlan, replica_id: str) -> str:
     """Read from the control plane's own store: no API hands a replica's secret out."""
     with sqlite3.connect(p.workdir / "state" / "llmgw.db") as db:
         (body,) = db.execute("SELECT body FROM replicas WHERE id = ?", (replica_id,)).fetchone()
     return str(json.loads(body)["secret"])
 
 
-def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running: list[Cluster]) -> None:
     p = plan(tmp_path, nodes(), [MODEL], heartbeat_interval=f"{HEARTBEAT}s", node_lost_after=f"{LOST_AFTER}s",
              reconcile_interval="0.3s")
     c = Cluster(p)
@@ -61,7 +62,7 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
     c.start()
     pairings: list[set[str]] = []
 
-    def replicas() -> list[dict]:  # type: ignore[type-arg]
+    def replicas() -> list[dict[str, Any]]:
         reps = admin_get(p, "/api/replicas")
         pairings.extend({a["node_id"] for a in r["assignments"]} for r in reps if r["assignments"])
         return reps  # type: ignore[no-any-return]
@@ -69,7 +70,7 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
     try:
         wait_until(lambda: admin_up(p), 20, "control plane up")
 
-        def two_ready() -> list[dict] | None:  # type: ignore[type-arg]
+        def two_ready() -> list[dict[str, Any]] | None:
             ready = [r for r in admin_get(p, "/api/status")["replicas"] if r["state"] == "ready"]
             return ready if len(ready) == 2 else None
 
@@ -114,7 +115,7 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
         wait_until(ib_a_failed, LOST_AFTER / 2, "the broken two-node replica failed before node02's timer ran out")
 
         def node02_lost() -> bool:
-            return next(n for n in admin_get(p, "/api/nodes") if n["node"] == "node02")["state"] == "lost"
+            return bool(next(n for n in admin_get(p, "/api/nodes") if n["node"] == "node02")["state"] == "lost")
 
         wait_until(node02_lost, LOST_AFTER + HEARTBEAT + 3, "node02 declared lost")
         lost_at = time.monotonic() - killed
@@ -125,7 +126,7 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
 
         wait_until(ib_a_released, 20, "ib-a replica failed, its shards gone")
 
-        def replacement_waits() -> dict | None:  # type: ignore[type-arg]
+        def replacement_waits() -> dict[str, Any] | None:
             pending = [r for r in replicas() if not r["assignments"] and r["explanation"]]
             return pending[0] if pending else None
 
@@ -148,6 +149,10 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running) 
             assert len({FABRIC[n] for n in nodeset}) == 1, f"replica spanned fabrics: {nodeset}"
         events = " | ".join(e["message"] for e in admin_get(p, "/api/events?limit=200"))
         assert "node node02 lost" in events and f"replica {ib_a} of big failed" in events
+        # the failure names the node that went (its worker's), not only the leader whose engine exited after it
+        failed_line = next(e["message"] for e in admin_get(p, "/api/events?limit=200")
+                           if e["message"].startswith(f"replica {ib_a} of big failed"))
+        assert "worker rank 1 on node02 disconnected" in failed_line, failed_line
     except BaseException:
         print(dump_logs(p))
         raise

@@ -189,8 +189,11 @@ def test_killing_the_leader_under_traffic(tmp_path: Path, running: list[Cluster]
             t.c.stop_process(t.name(i), signal.SIGKILL)
         t.alive = []
         for n in ("node01", "node02"):
-            wait_until(lambda n=n: "no control plane answered" in t.c.log(f"agent-{n}"), 20,
-                       f"{n}'s agent finding no control plane")
+
+            def alone(n: str = n) -> bool:
+                return "no control plane answered" in t.c.log(f"agent-{n}")
+
+            wait_until(alone, 20, f"{n}'s agent finding no control plane")
         for url, secret in engines:  # asked directly, with the replica's engine secret, as routers ask
             req = urllib.request.Request(url + "/v1/models", headers={"Authorization": f"Bearer {secret}"})
             with urllib.request.urlopen(req, timeout=5) as r:

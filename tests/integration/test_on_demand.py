@@ -7,19 +7,20 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from llmgw.dev.cluster import NodePlan, admin_get, admin_post
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 
 
-def od(name: str, idle: str) -> dict:  # type: ignore[type-arg]
+def od(name: str, idle: str) -> dict[str, Any]:
     return {"name": name, "source": f"org/{name}", "engine": "sim",
             "profile": {"gpus_per_shard": 8, "gpu_class": "H100-80G", "sim": {"tokens": 3}},
             "scaling": {"min": 0, "max": 1, "idle_timeout": idle}}
 
 
-def chat(p, key: str, model: str) -> tuple[int, dict, float]:  # type: ignore[no-untyped-def, type-arg]
+def chat(p: ClusterPlan, key: str, model: str) -> tuple[int, dict[str, Any], float]:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
     req = urllib.request.Request(p.api + "/v1/chat/completions", data=body,
                                  headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
@@ -31,7 +32,7 @@ def chat(p, key: str, model: str) -> tuple[int, dict, float]:  # type: ignore[no
         return e.code, json.loads(e.read()), time.monotonic() - t0
 
 
-def test_load_on_demand_evict_idle_and_stop_when_unused(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+def test_load_on_demand_evict_idle_and_stop_when_unused(tmp_path: Path, running: list[Cluster]) -> None:
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.50", port_range="25000-25099")],
              [od("od-a", "10m"), od("od-b", "4s")], heartbeat_interval="0.3s", reconcile_interval="0.2s",
              load_wait="12s", extra_server={"eviction": {"idle_after": "1s", "protect_after_ready": "2s"}})
@@ -65,7 +66,7 @@ def test_load_on_demand_evict_idle_and_stop_when_unused(tmp_path: Path, running)
         raise
 
 
-def test_a_model_that_cannot_load_answers_503_loading_after_load_wait(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+def test_a_model_that_cannot_load_answers_503_loading_after_load_wait(tmp_path: Path, running: list[Cluster]) -> None:
     big = od("od-huge", "10m")
     big["profile"]["gpus_per_shard"] = 16
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.51", port_range="25100-25199")], [big],
@@ -84,7 +85,7 @@ def test_a_model_that_cannot_load_answers_503_loading_after_load_wait(tmp_path: 
         raise
 
 
-def test_a_cold_start_does_not_wait_for_heartbeats(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+def test_a_cold_start_does_not_wait_for_heartbeats(tmp_path: Path, running: list[Cluster]) -> None:
     """Heartbeats 20 s apart and a reconcile pass every 5 s: the request that asks for the model is answered once
     the engine has loaded (1 s), without waiting for any of them. The control plane places the model as soon as it
     is asked for; the node hears of its shard from its watch; the agent reports the engine serving the moment it

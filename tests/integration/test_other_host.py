@@ -1,9 +1,11 @@
 """A node on another host (its own network namespace): it finds its own address from the route to the control
-plane, and the router reaches its engine across the link."""
+plane, the router reaches its engine across the link (through the node's gate, streams too), and nobody else
+does."""
 
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -21,7 +23,7 @@ MODEL = {
 }
 
 
-def test_node_in_another_namespace_discovers_its_address_and_serves(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+def test_node_in_another_namespace_discovers_its_address_and_serves(tmp_path: Path, running: list[Cluster]) -> None:
     with host(subnet=17) as h:
         p = plan(
             tmp_path,
@@ -53,6 +55,20 @@ def test_node_in_another_namespace_discovers_its_address_and_serves(tmp_path: Pa
             )
             with urllib.request.urlopen(req, timeout=20) as r:
                 assert json.loads(r.read())["usage"]["completion_tokens"] == 3
+            # streamed across the link through the node's gate, event by event
+            req = urllib.request.Request(
+                p.api + "/v1/chat/completions", data=json.dumps({**body, "stream": True}).encode(),
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=20) as r:
+                events = [ln for ln in r.read().decode().split("\n\n") if ln.startswith("data: ")]
+            assert len(events) >= 4 and events[-1] == "data: [DONE]", events
+            # from this host, the replica's port on the node answers no one without the replica's secret
+            for path in ("/health", "/metrics", "/v1/models", "/tokenize", "/v1/chat/completions"):
+                try:
+                    urllib.request.urlopen(urllib.request.Request(ready[0]["endpoint"] + path, data=b"{}"), timeout=10)
+                    raise AssertionError(f"{path} answered without the secret")
+                except urllib.error.HTTPError as e:
+                    assert e.code == 401, (path, e.code)
         except BaseException:
             print(dump_logs(p))
             raise

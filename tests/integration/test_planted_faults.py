@@ -176,9 +176,9 @@ def _shows(seen: Seen, with_words: bool) -> list[str]:
         if ready is None or ready[:2] != ("True", "NodeReady"):
             missing.append(f"{node} Ready: {ready} (every fault here leaves the node usable and reporting)")
     for model, phase, reason, words in REPLICA_FAULTS:
-        got = seen.replicas.get(model, set())
-        if not any(g[:2] == (phase, reason) and (not with_words or words in g[2]) for g in got):
-            missing.append(f"{model}: {sorted(got)}")
+        shown = seen.replicas.get(model, set())
+        if not any(g[:2] == (phase, reason) and (not with_words or words in g[2]) for g in shown):
+            missing.append(f"{model}: {sorted(shown)}")
     return missing
 
 

@@ -17,7 +17,7 @@ from llmgw.config.server import ServerConfig
 from llmgw.control.server import serve
 from llmgw.core.clock import SystemClock
 from llmgw.core.errors import StoreError
-from llmgw.dev.cluster import NodePlan, admin_get, admin_post
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
 from llmgw.store.postgres import PostgresStore
 from tests.harness import InProcessServer, aget, plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
@@ -27,7 +27,8 @@ MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_
          "scaling": {"min": 1, "max": 1}}
 
 
-def on_postgres(tmp_path: Path, running, postgres: Postgres, address: str, ports: str):  # type: ignore[no-untyped-def]
+def on_postgres(tmp_path: Path, running: list[Cluster], postgres: Postgres, address: str,
+                ports: str) -> tuple[ClusterPlan, str, str]:
     """A cluster of one node whose server's store is a fresh PostgreSQL database (the password in a file), with
     model m ready and a key: (plan, key, DSN)."""
     dsn = postgres.fresh_db()
@@ -42,7 +43,7 @@ def on_postgres(tmp_path: Path, running, postgres: Postgres, address: str, ports
     return p, admin_post(p, "/api/keys", {"name": "t"})["key"], dsn
 
 
-def chat(p, key: str) -> int:  # type: ignore[no-untyped-def]
+def chat(p: ClusterPlan, key: str) -> int:
     req = urllib.request.Request(p.api + "/v1/chat/completions", headers={
         "Authorization": f"Bearer {key}", "Content-Type": "application/json"},
         data=json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode())
@@ -54,7 +55,7 @@ def chat(p, key: str) -> int:  # type: ignore[no-untyped-def]
         return e.code
 
 
-def refusal(p, key: str) -> str:  # type: ignore[no-untyped-def]
+def refusal(p: ClusterPlan, key: str) -> str:
     """The error code of a chat request's answer ("" when it was answered)."""
     req = urllib.request.Request(p.api + "/v1/chat/completions", headers={
         "Authorization": f"Bearer {key}", "Content-Type": "application/json"},
@@ -74,7 +75,7 @@ def usage_in(dsn: str) -> int:
         db.close()
 
 
-def store_unreachable(p) -> float:  # type: ignore[no-untyped-def]
+def store_unreachable(p: ClusterPlan) -> float:
     req = urllib.request.Request(p.admin + "/metrics", headers={
         "Authorization": f"Bearer {p.token_file.read_text().strip()}"})
     with urllib.request.urlopen(req, timeout=5) as r:
@@ -82,7 +83,7 @@ def store_unreachable(p) -> float:  # type: ignore[no-untyped-def]
     return float(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("llmgw_store_unreachable_seconds")))
 
 
-def test_a_cluster_serves_and_bills_on_postgres(tmp_path: Path, running, postgres: Postgres) -> None:  # type: ignore[no-untyped-def]
+def test_a_cluster_serves_and_bills_on_postgres(tmp_path: Path, running: list[Cluster], postgres: Postgres) -> None:
     p, key, dsn = on_postgres(tmp_path, running, postgres, "127.0.0.61", "26100-26199")
     try:
         assert chat(p, key) == 200
@@ -103,7 +104,8 @@ def test_a_cluster_serves_and_bills_on_postgres(tmp_path: Path, running, postgre
         raise
 
 
-def test_serving_outlives_a_postgres_outage_and_no_usage_is_lost(tmp_path: Path, running, postgres: Postgres) -> None:  # type: ignore[no-untyped-def]
+def test_serving_outlives_a_postgres_outage_and_no_usage_is_lost(tmp_path: Path, running: list[Cluster],
+                                                                  postgres: Postgres) -> None:
     """The database stops for 20 s under traffic: requests to the ready replica keep being answered, the metrics
     and /health say the store is unreachable, and when it is back every request's usage lands, once, and the
     server leads again (its lease ran out meanwhile: no placement happened without the store)."""
@@ -113,9 +115,13 @@ def test_serving_outlives_a_postgres_outage_and_no_usage_is_lost(tmp_path: Path,
         postgres.outage()
         try:
             answers = [chat(p, key)]
-            # requests all along, until the metrics say the store has failed every write for 8 s
-            wait_until(lambda: answers.append(chat(p, key)) or store_unreachable(p) >= 20, 45,
-                       "the metrics saying the store has been unreachable for 20 s", interval=0.2)
+
+            def asked_again_and_unreachable() -> bool:  # requests all along, until the metrics say it
+                answers.append(chat(p, key))
+                return store_unreachable(p) >= 20
+
+            wait_until(asked_again_and_unreachable, 45, "the metrics saying the store has been unreachable for 20 s",
+                       interval=0.2)
             assert answers == [200] * len(answers), answers  # serving outlived the store
             with urllib.request.urlopen(p.admin + "/health", timeout=5) as r:
                 health = json.loads(r.read())
@@ -145,7 +151,7 @@ async def test_a_second_server_on_the_same_sqlite_file_is_refused(tmp_path: Path
         assert await aget(p, "/api/nodes") == []  # the first one serves on, untouched
 
 
-def test_a_router_serves_from_what_it_knew_for_the_configured_time_only(tmp_path: Path, running,  # type: ignore[no-untyped-def]
+def test_a_router_serves_from_what_it_knew_for_the_configured_time_only(tmp_path: Path, running: list[Cluster],
                                                                           postgres: Postgres) -> None:
     """router.serve_stale_for 3s: with the shared store unreachable, requests to the ready replica are answered at
     first, then refused 503 routing_table_stale (engines may have moved meanwhile), /health saying so; answered

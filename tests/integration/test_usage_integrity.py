@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import plan, wait_until
@@ -27,6 +27,13 @@ MODEL = {"name": "m", "source": "org/m", "engine": "sim",
 
 def chat(p: ClusterPlan, key: str, timeout: float = 30) -> tuple[int, float]:
     """(status, seconds); status 0 when the connection broke."""
+    status, seconds, _ = chat_usage(p, key, timeout)
+    return status, seconds
+
+
+def chat_usage(p: ClusterPlan, key: str, timeout: float = 30) -> tuple[int, float, tuple[int, int]]:
+    """(status, seconds, the (prompt, completion) tokens the answer said it used); status 0 when the connection
+    broke."""
     req = urllib.request.Request(
         p.api + "/v1/chat/completions",
         data=json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode(),
@@ -35,18 +42,33 @@ def chat(p: ClusterPlan, key: str, timeout: float = 30) -> tuple[int, float]:
     t0 = time.monotonic()
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            r.read()
-            return r.status, time.monotonic() - t0
+            usage = json.loads(r.read())["usage"]
+            return r.status, time.monotonic() - t0, (usage["prompt_tokens"], usage["completion_tokens"])
     except urllib.error.HTTPError as e:
-        return e.code, time.monotonic() - t0
-    except (urllib.error.URLError, OSError):
-        return 0, time.monotonic() - t0
+        return e.code, time.monotonic() - t0, (0, 0)
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0, time.monotonic() - t0, (0, 0)
 
 
-def rows(p: ClusterPlan, key_id: str) -> list[tuple[str, int]]:
+class Row(NamedTuple):
+    id: str | None
+    status: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def rows(p: ClusterPlan, key_id: str) -> list[Row]:
+    """One per recording, by the usage id the router gave the request (not the table's own row number, which is
+    new for every row and so could never show a request recorded twice)."""
     with sqlite3.connect(p.workdir / "state" / "llmgw.db") as db:
-        # one row per recording: a request recorded twice shows as two rows
-        return [(str(a), int(b)) for a, b in db.execute("SELECT seq, status FROM usage WHERE key_id = ?", (key_id,))]
+        return [Row(*r) for r in db.execute(
+            "SELECT id, status, prompt_tokens, completion_tokens FROM usage WHERE key_id = ?", (key_id,))]
+
+
+def recorded_once(recorded: list[Row]) -> None:
+    ids = [r.id for r in recorded]
+    assert None not in ids, "a usage row without its request's id"
+    assert len(ids) == len(set(ids)), "a request recorded twice"
 
 
 def up(p: ClusterPlan, extra: dict[str, Any] | None = None) -> tuple[Cluster, str, str]:
@@ -90,6 +112,7 @@ def test_a_store_locked_by_another_process_delays_usage_but_loses_none_and_block
         assert [s for s, _ in results] == [200] * 40
         assert max(t for _, t in results) < 2.0, "a request waited on the store"
         wait_until(lambda: len(rows(p, key_id)) == 40, 30, "every request recorded once the lock is gone")
+        recorded_once(rows(p, key_id))
         assert unflushed is not None and unflushed > 0, f"llmgw_usage_unflushed was {unflushed} during the lock"
         assert metric(p, "llmgw_usage_unflushed") == 0
     except BaseException:
@@ -118,8 +141,10 @@ def test_several_workers_stopping_record_each_request_once(tmp_path: Path, runni
         workers = worker_pids(server.pid)
         assert len(workers) == 2
         c.stop_process("server", signal.SIGTERM, timeout=30)  # graceful: workers report their last batches
-        ids = [i for i, _ in rows(p, key_id)]
-        assert len(ids) == len(set(ids)) == statuses.count(200) == 120
+        recorded = rows(p, key_id)
+        recorded_once(recorded)
+        assert len(recorded) == statuses.count(200) == 120
+        assert {(r.status, r.prompt_tokens, r.completion_tokens) for r in recorded} == {(200, 1, 3)}
         # and a server killed outright takes its workers with it
         c.start_server()
         wait_until(lambda: admin_up(p), 20, "control plane up again")
@@ -133,38 +158,49 @@ def test_several_workers_stopping_record_each_request_once(tmp_path: Path, runni
 
 
 def test_a_killed_server_loses_no_request_its_clients_saw_complete(tmp_path: Path, running: list[Cluster]) -> None:
-    """The crash window: none for whether a request is recorded (it is journaled before it is sent to an
-    engine); a request in flight at the crash is recorded with status 0 (outcome unknown) and the tokens of none."""
+    """The crash window: none for whether a request is recorded (it is journaled before it is sent to an engine),
+    none for the outcome of an answer the client has whole (a whole, not streamed, answer is journaled before it
+    goes out). Only a request in flight at the crash may be recorded with status 0 (outcome unknown) and the
+    tokens of none."""
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.63", port_range="26300-26399")], [MODEL],
              heartbeat_interval="0.3s", reconcile_interval="0.2s")
     c, key, key_id = up(p)
     running.append(c)
+    clients = 4
     try:
-        statuses: list[int] = []
+        answers: list[tuple[int, tuple[int, int]]] = []
         stop = threading.Event()
 
         def load() -> None:
             while not stop.is_set():
-                statuses.append(chat(p, key, timeout=5)[0])
+                status, _, used = chat_usage(p, key, timeout=5)
+                answers.append((status, used))
 
-        threads = [threading.Thread(target=load) for _ in range(4)]
+        threads = [threading.Thread(target=load) for _ in range(clients)]
         for t in threads:
             t.start()
-        wait_until(lambda: statuses.count(200) >= 40, 30, "traffic flowing")
+        wait_until(lambda: sum(1 for s, _ in answers if s == 200) >= 40, 30, "traffic flowing")
         c.stop_process("server", signal.SIGKILL)
         stop.set()
         for t in threads:
             t.join(30)
-        completed = statuses.count(200)
+        completed = [used for s, used in answers if s == 200]
+        assert set(completed) == {(1, 3)}, set(completed)  # what each completed answer said it used
         c.start_server()
         wait_until(lambda: admin_up(p), 20, "control plane up again")
-        recorded = wait_until(lambda: (r := rows(p, key_id)) and len(r) >= completed and r, 30, "journal replayed")
-        ok = sum(1 for _, s in recorded if s == 200)
-        unknown = sum(1 for _, s in recorded if s == 0)
-        ids = [i for i, _ in recorded]
-        assert len(ids) == len(set(ids))
-        assert completed <= ok + unknown and ok <= completed + 4, (completed, ok, unknown)  # 4 clients in flight
-        assert unknown <= 4
+        wait_until(lambda: sum(1 for r in rows(p, key_id) if r.status == 200) >= len(completed), 30,
+                   f"all {len(completed)} requests the clients saw complete recorded ok")
+        recorded = rows(p, key_id)
+        recorded_once(recorded)
+        ok = [r for r in recorded if r.status == 200]
+        unknown = [r for r in recorded if r.status == 0]
+        assert len(ok) + len(unknown) == len(recorded), recorded  # nothing else happened to these requests
+        assert len(recorded) <= len(answers), (len(recorded), len(answers))  # none recorded more than once
+        # every request a client saw complete is recorded ok with its tokens; beyond those, only the requests in
+        # flight at the crash (one per client), which the engine may have finished as the server died
+        assert {(r.prompt_tokens, r.completion_tokens) for r in ok} == {(1, 3)}, ok
+        assert len(completed) <= len(ok) <= len(completed) + clients, (len(completed), len(ok))
+        assert len(unknown) <= clients and all(r.prompt_tokens == r.completion_tokens == 0 for r in unknown), unknown
     except BaseException:
         print(dump_logs(p))
         raise

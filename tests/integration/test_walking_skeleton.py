@@ -8,8 +8,9 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from llmgw.dev.cluster import SMOLLM2, Cluster, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import SMOLLM2, Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -31,7 +32,7 @@ MODELS = [
 ]
 
 
-def ctl(p, *args: str) -> str:  # type: ignore[no-untyped-def]
+def ctl(p: ClusterPlan, *args: str) -> str:
     r = subprocess.run(
         [sys.executable, "-m", "llmgw.cli.main", "ctl", *args, "--admin", p.admin],
         capture_output=True,
@@ -43,7 +44,7 @@ def ctl(p, *args: str) -> str:  # type: ignore[no-untyped-def]
     return r.stdout
 
 
-def chat(p, key: str, model: str, stream: bool = False) -> tuple[int, bytes]:  # type: ignore[no-untyped-def]
+def chat(p: ClusterPlan, key: str, model: str, stream: bool = False) -> tuple[int, bytes]:
     body = {
         "model": model,
         "max_tokens": 12,
@@ -60,11 +61,11 @@ def chat(p, key: str, model: str, stream: bool = False) -> tuple[int, bytes]:  #
         return r.status, r.read()
 
 
-def ready_replicas(p) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+def ready_replicas(p: ClusterPlan) -> dict[str, dict[str, Any]]:
     return {r["model"]: r for r in admin_get(p, "/api/status")["replicas"] if r["state"] == "ready"}
 
 
-def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Path, running) -> None:  # type: ignore[no-untyped-def]
+def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Path, running: list[Cluster]) -> None:
     p = plan(
         tmp_path,
         [
@@ -112,7 +113,7 @@ def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Pa
         assert len(events) >= 3 and events[-1] == "data: [DONE]"
         assert json.loads(events[1][6:])["object"] == "chat.completion.chunk"
 
-        def llama_load() -> dict | None:  # type: ignore[type-arg]
+        def llama_load() -> dict[str, Any] | None:
             line = next(r for r in admin_get(p, "/api/status")["replicas"] if r["model"] == "smollm2")
             return line["load"]  # type: ignore[no-any-return]
 

@@ -10,6 +10,7 @@ import ast
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -338,7 +339,7 @@ def check_fast_paths(res: Placement | Refusal, snap: Snapshot, m: ModelSpec,
     if need == 1:
         expect = [min((_score(n, req) for n in ok), key=_rank)] if ok else []
     else:
-        best: tuple[float, str, list] | None = None  # type: ignore[type-arg]
+        best: tuple[float, str, list[Any]] | None = None
         for f in sorted({f for n in ok for f in n.fabrics}):
             members = [n for n in ok if f in n.fabrics]
             if len(members) >= need:

@@ -1,14 +1,18 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from llmgw.config.server import ModelSpec
 from llmgw.core.explanation import Shortfall, explanation_lines
 from llmgw.core.reasons import Reason
+from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, Refusal, place
 from llmgw.placement.snapshot import build_snapshot
 from tests.clusters import model, node
 
 
-def _place(nodes, m, replicas=()):  # type: ignore[no-untyped-def]
+def _place(nodes: Iterable[NodeRecord], m: ModelSpec, replicas: Iterable[ReplicaRecord] = ()) -> Placement | Refusal:
     snap = build_snapshot(list(nodes), list(replicas), {m.name: m}, now=100.0)
     return place(Request("r1", m), snap)
 

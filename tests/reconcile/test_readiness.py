@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.config.server import ServerConfig, TLSFiles
+from llmgw.config.server import ModelSpec, ServerConfig, TLSFiles
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
@@ -89,7 +89,7 @@ def test_a_replica_short_of_a_shard_fails_even_when_every_shard_it_has_is_ready(
     assert sim.replicas[r.id].failed
 
 
-def _plane(clock: FakeClock, store: SqliteStore, *models: object) -> ControlPlane:
+def _plane(clock: FakeClock, store: SqliteStore, *models: ModelSpec) -> ControlPlane:
     cfg = ServerConfig(tls=TLSFiles(ca="ca.pem", cert="c.pem", key="k.pem"), models=list(models))
     plane = ControlPlane(cfg, store, clock)
     plane.load()
@@ -184,6 +184,50 @@ def test_a_rank_of_a_multi_node_replica_that_exits_fails_it_at_once() -> None:
     assert not new.placed
 
 
+def _exited(sim: Sim, node_id: str, r: ReplicaRecord, rank: int, message: str, lost_peer: int | None) -> None:
+    """The node reports its rank of r exited, in the engine's words, naming the peer that went when it did."""
+    sim.heartbeat(node_id, overrides={(r.id, rank): "exited"})
+    rec = sim.nodes[node_id]
+    shards = [s.model_copy(update={"message": message, "lost_peer": lost_peer}) if s.rank == rank else s
+              for s in rec.report.shards]
+    sim.nodes[node_id] = rec.model_copy(update={"report": rec.report.model_copy(update={"shards": shards})})
+
+
+def test_a_broken_group_names_the_node_of_the_rank_that_went() -> None:
+    """The leader's node reports; the worker's node died silent: the failure says which node went, at once."""
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    sim.advance(2)
+    _exited(sim, "node01", r, 0, "exited with code 1: collective broken: worker rank 1 disconnected", 1)
+    sim.step()
+    msg = sim.replicas[r.id].conditions[-1].message
+    assert msg.startswith("worker rank 1 on node02 disconnected: rank 0 on node01 exited ("), msg
+
+
+def test_a_worker_that_lost_its_leader_names_the_leaders_node() -> None:
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    sim.advance(2)
+    _exited(sim, "node02", r, 1, "exited with code 1: lost the leader", 0)
+    sim.step()
+    msg = sim.replicas[r.id].conditions[-1].message
+    assert msg.startswith("leader rank 0 on node01 disconnected: rank 1 on node02 exited ("), msg
+
+
+def test_the_rank_that_exited_of_itself_is_named_before_the_one_its_going_ended() -> None:
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    sim.advance(2)
+    _exited(sim, "node01", r, 0, "worker rank 1 disconnected", 1)
+    _exited(sim, "node02", r, 1, "exited with code 139: segfault", None)
+    sim.step()
+    msg = sim.replicas[r.id].conditions[-1].message
+    assert msg.startswith("rank 1 on node02 exited (exited with code 139: segfault)"), msg
+
+
 def test_a_single_node_shard_that_exits_is_restarted_not_failed() -> None:
     sim = Sim([model("small", gpus_per_shard=1)], [node("node01")])
     sim.step()
@@ -193,3 +237,37 @@ def test_a_single_node_shard_that_exits_is_restarted_not_failed() -> None:
     sim.heartbeat(overrides={(r.id, 0): "exited"})
     sim.step()
     assert not sim.replicas[r.id].failed
+
+
+def test_a_replica_whose_engine_stopped_answering_is_unresponsive_not_starting() -> None:
+    """Its shard served and now misses its health probes: the replica's phase says so (ctl status, the dashboard),
+    and a model with no other replica is one a router refuses at once; one still loading is not."""
+    from llmgw.core.state import Phase, not_answering, replica_phase
+
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    assert replica_phase(sim.replicas[r.id]) == Phase.Ready
+    words = "not answering since 2027-01-15 08:00:00 UTC: 3 health probes missed in a row"
+    sim.heartbeat(overrides={(r.id, 0): "unresponsive"})
+    rec = sim.nodes["node01"]
+    shards = [s.model_copy(update={"reason": "EngineUnresponsive", "message": words}) for s in rec.report.shards]
+    sim.nodes["node01"] = rec.model_copy(update={"report": rec.report.model_copy(update={"shards": shards})})
+    sim.step()
+    hung = sim.replicas[r.id]
+    assert not hung.failed and sim.ready_reason(hung) == Reason.EngineUnresponsive
+    assert replica_phase(hung) == Phase.Unresponsive
+    assert words in hung.conditions[-1].message
+    assert not_answering(sim.replicas.values()) == {"big": f"replica {r.id}: {hung.conditions[-1].message}"}
+    loading = ReplicaRecord(id="big-new", model="big", created_at=sim.now, shards_expected=2)  # on its way
+    assert not_answering([hung, loading]) == {}
+
+
+def test_an_engine_never_ready_is_starting() -> None:
+    from llmgw.core.state import Phase, not_answering, replica_phase
+
+    sim, r = _two_node()
+    sim.heartbeat(overrides={(r.id, 0): "starting"})
+    sim.step()
+    assert replica_phase(sim.replicas[r.id]) == Phase.Starting
+    assert not_answering(sim.replicas.values()) == {}

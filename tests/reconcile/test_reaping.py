@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from llmgw.core.state import ReplicaRecord, ShardAssignment
+from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.reconcile.intents import PutReplica, Reap
 from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.world import World
@@ -19,7 +19,7 @@ def failed_on(node_id: str) -> ReplicaRecord:
                          assignments=[ShardAssignment(rank=0, node_id=node_id, address="10.0.0.1", gpus=[0])])
 
 
-def world(nodes: list, replicas: list) -> World:  # type: ignore[type-arg]
+def world(nodes: list[NodeRecord], replicas: list[ReplicaRecord]) -> World:
     return World(now=T, started_at=T, models={"m": model("m", min_=0, max_=0)}, nodes=nodes, replicas=replicas)
 
 

@@ -79,8 +79,11 @@ def test_an_agent_killed_twenty_times_mid_download_leaves_only_whole_files_and_i
                 seen = arrived()
                 if weights_file.exists() and installed():
                     break
-                wait_until(lambda seen=seen: arrived() >= seen + 64 * 1024 or (weights_file.exists() and installed()),
-                           30, "the downloads moving on")
+
+                def moved_on(seen: int = seen) -> bool:
+                    return arrived() >= seen + 64 * 1024 or (weights_file.exists() and installed())
+
+                wait_until(moved_on, 30, "the downloads moving on")
                 c.stop_process("agent-kill01", signal.SIGKILL)  # the agent and everything it started
                 kills += 1
                 assert not whole(), whole()

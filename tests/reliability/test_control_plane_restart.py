@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.reliability.figures import record
@@ -23,7 +23,7 @@ MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_
          "scaling": {"min": 2, "max": 2}}
 
 
-def shards(p) -> dict[str, tuple[int, int]]:  # type: ignore[no-untyped-def]
+def shards(p: ClusterPlan) -> dict[str, tuple[int, int]]:
     """replica id -> (engine pid, shards the replica expects)"""
     expected = {r["id"]: r["shards_expected"] for r in admin_get(p, "/api/replicas")}
     return {s["replica_id"]: (s["pid"], expected.get(s["replica_id"], 0)) for n in admin_get(p, "/api/nodes")

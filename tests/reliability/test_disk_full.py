@@ -20,7 +20,7 @@ from pathlib import Path
 
 from llmgw.agent.installs.recipes import MARKER
 from llmgw.agent.weights.local import target_for
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from tests.agent.installs.archives import llama_archive
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until
@@ -179,12 +179,12 @@ def test_the_store_disk_full_keeps_usage_and_the_database_and_resumes(tmp_path: 
             db.close()
 
 
-def _requests(p) -> int:  # type: ignore[no-untyped-def]
+def _requests(p: ClusterPlan) -> int:
     rows = admin_get(p, "/api/usage?by=key&since=3600")["rows"]
     return sum(int(r["requests"]) for r in rows if r.get("name") == "billed")
 
 
-def _unflushed(p) -> float:  # type: ignore[no-untyped-def]
+def _unflushed(p: ClusterPlan) -> float:
     req = urllib.request.Request(p.admin + "/metrics",
                                  headers={"Authorization": f"Bearer {p.token_file.read_text().strip()}"})
     with urllib.request.urlopen(req, timeout=5) as r:
@@ -194,5 +194,5 @@ def _unflushed(p) -> float:  # type: ignore[no-untyped-def]
     raise AssertionError("llmgw_usage_unflushed is not in /metrics")
 
 
-def _logged(p, words: str) -> bool:  # type: ignore[no-untyped-def]
+def _logged(p: ClusterPlan, words: str) -> bool:
     return any(words in f.read_text(errors="replace") for f in (p.workdir / "logs").glob("*.log"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from llmgw.router.keys import PREFIX_LEN
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
@@ -34,7 +34,7 @@ def ask(api: str, key: str, stream: bool = False) -> int:
         return int(e.code)
 
 
-def admin_raw(p, path: str, timeout: float = 10) -> bytes:  # type: ignore[no-untyped-def]
+def admin_raw(p: ClusterPlan, path: str, timeout: float = 10) -> bytes:
     token = p.token_file.read_text().strip()
     req = urllib.request.Request(p.admin + path, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, timeout=timeout) as r:

@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 
 from llmgw.config.server import ModelSpec
-from llmgw.core.clock import FakeClock
+from llmgw.core.clock import Clock, FakeClock
 from llmgw.router.stats import Recorder
-from llmgw.store.base import UsageRecord
+from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import EngineLoad
-from llmgw.wire.router import ModelExplanation, ReadyReplica, Wanted
+from llmgw.wire.router import Admission, ModelExplanation, ReadyReplica, Wanted
 
 
 class FakeState:
+    """It keeps no limits: a key with limits is the control plane's to admit (tests/router/test_limits.py runs over
+    it), and a test that gives one to this double fails instead of passing unlimited."""
+
     def __init__(self, models: list[ModelSpec], clock: FakeClock, store: SqliteStore) -> None:
-        self.clock = clock
+        self.clock: Clock = clock  # the tests keep the FakeClock they gave it
         self.models = {m.name: m for m in models}
         self.store = store
         self._ready: dict[str, list[ReadyReplica]] = {}
@@ -26,6 +29,7 @@ class FakeState:
         self.outstanding: dict[str, int] = {}  # what the router last said it has in flight, per replica
         self.engine_loads: dict[str, EngineLoad] = {}  # what a test says the engines report
         self.ejections: list[tuple[str, str]] = []
+        self.hung: dict[str, str] = {}  # model -> why, for a model a test says no replica of answers
 
     # what a test arranges
     def put_ready(self, rid: str, model: str, endpoint: str, secret: str = "",
@@ -33,6 +37,11 @@ class FakeState:
         self.remove(rid)
         self._ready.setdefault(model, []).append(ReadyReplica(id=rid, endpoint=endpoint, secret=secret,
                                                               closes_after_stream=closes_after_stream))
+        self._generation += 1
+
+    def put_not_answering(self, model: str, words: str) -> None:
+        """The control plane now says no replica of the model answers, in these words."""
+        self.hung[model] = words
         self._generation += 1
 
     def remove(self, rid: str) -> None:
@@ -53,6 +62,9 @@ class FakeState:
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return {m: list(reps) for m, reps in self._ready.items() if reps}
 
+    def not_answering(self) -> dict[str, str]:
+        return dict(self.hung)
+
     def loads(self) -> dict[str, EngineLoad]:
         return self.engine_loads
 
@@ -66,8 +78,14 @@ class FakeState:
         else:
             self.outstanding.pop(replica_id, None)
 
-    async def store_usage(self, batch: list[UsageRecord]) -> None:
+    async def store_usage(self, batch: list[AnyUsage]) -> None:
         await asyncio.to_thread(self.store.add_usage, batch)
+
+    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
+        raise AssertionError(f"key {key.id} has limits: FakeState keeps none (test limits over the control plane)")
+
+    def settle(self, ticket: str, used: int) -> None:
+        raise AssertionError("FakeState admits nothing, so it has nothing to settle")
 
     async def explain(self, model: str) -> ModelExplanation | None:
         spec = self.models.get(model)

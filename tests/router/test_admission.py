@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from llmgw.router.admission import MAX_COST, Unreservable, reserve
+from llmgw.router.admission import MAX_COST, Unreservable, bounded, reserve, used_of
+from llmgw.router.stats import Measure
 
 
 def res(payload: dict[str, object], path: str = "/v1/chat/completions") -> tuple[dict[str, object], int, int]:
@@ -61,6 +62,71 @@ def test_each_image_audio_or_file_part_reserves_what_one_may_cost() -> None:
     body = json.dumps(responses).encode()
     _, cost = reserve("/v1/responses", responses, body, 1024, media_tokens=5000)
     assert cost == len(body) + 10 + 2 * 5000
-    nested = {"model": "m", "max_tokens": 1, "messages": [[[[[[image]]]]]]}  # deeper than any API nests: not walked
+    nested = {"model": "m", "max_tokens": 1, "messages": [[[[[[image]]]]]]}  # however deep: counted
     body = json.dumps(nested).encode()
-    assert reserve("/v1/chat/completions", nested, body, 1, media_tokens=5000)[1] == len(body) + 1
+    assert reserve("/v1/chat/completions", nested, body, 1, media_tokens=5000)[1] == len(body) + 1 + 5000
+
+
+def test_images_inside_an_anthropic_tool_result_are_counted() -> None:
+    """The defect: 50 images in a tool_result (message -> content -> tool_result -> content -> image) reserved
+    nothing for them."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    msg = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": [image] * 50}]}]}
+    body = json.dumps(msg).encode()
+    assert reserve("/v1/messages", msg, body, 1024, media_tokens=1000)[1] == len(body) + 10 + 50 * 1000
+
+
+def test_a_part_whose_type_is_not_a_name_is_no_media_and_no_crash() -> None:
+    schema = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+        {"type": ["image"], "text": "pick an image"}, {"type": {"image": 1}}]}]}
+    body = json.dumps(schema).encode()
+    assert reserve("/v1/chat/completions", schema, body, 1, media_tokens=5000)[1] == len(body) + 1
+
+
+# llama-server reads n_predict before max_completion_tokens before max_tokens, on every endpoint
+@pytest.mark.parametrize(("path", "given"), [
+    ("/v1/chat/completions", {"max_tokens": 5, "n_predict": 400}),
+    ("/v1/completions", {"max_tokens": 5, "max_completion_tokens": 400}),
+    ("/v1/completions", {"max_tokens": 5, "n_predict": 400}),
+    ("/v1/responses", {"max_output_tokens": 5, "n_predict": 400}),
+    ("/v1/responses", {"max_output_tokens": 5, "max_completion_tokens": 400}),
+    ("/v1/messages", {"max_tokens": 5, "n_predict": 400}),
+])
+def test_every_length_field_an_engine_reads_is_reserved_and_told_the_bound(path: str, given: dict[str, int]
+                                                                            ) -> None:
+    sent, cost, size = res({"model": "m", **given}, path)
+    assert cost == size + 400
+    assert {f: sent[f] for f in given} == dict.fromkeys(given, 400)
+
+
+def test_llama_servers_own_count_of_choices_reserves_each_in_full() -> None:
+    _, cost, size = res({"model": "m", "prompt": "x", "max_tokens": 10, "n_cmpl": 4}, "/v1/completions")
+    assert cost == size + 40
+    with pytest.raises(Unreservable):
+        res({"model": "m", "n_predict": -1})  # llama-server's "until the context is full"
+
+
+def test_what_an_engine_reports_beyond_the_reservation_is_an_alarm_not_a_bill(caplog: pytest.LogCaptureFixture
+                                                                              ) -> None:
+    m = Measure(start=0.0, status=200, prompt_tokens=2**31, completion_tokens=2**31)
+    bounded(m, 500, "r-1")
+    assert (m.prompt_tokens, m.completion_tokens, m.overrun) == (500, 0, True)
+    assert "reserved 500" in caplog.text
+    m = Measure(start=0.0, status=200, prompt_tokens=20, completion_tokens=2**31)
+    assert used_of(m, True, 500) == 500  # settled at most at its reservation, however it is reached
+    bounded(m, 500, "r-1")
+    assert (m.prompt_tokens, m.completion_tokens) == (20, 480)
+    m = Measure(start=0.0, status=200, prompt_tokens=20, completion_tokens=30)
+    bounded(m, 500, "r-1")
+    assert (m.prompt_tokens, m.completion_tokens, m.overrun) == (20, 30, False)
+
+
+@pytest.mark.parametrize("raw", [b'{"model": "m", "n_predict": 400, "n_predict": 5}',
+                                 b'{"model": "m", "n_predict": 5, "n_pr\\u0065dict": 400}',
+                                 b'{"model": "m", "max_tokens": 5, "n": 9, "n": 1}'])
+def test_a_field_given_twice_reaches_the_engine_once_as_reserved(raw: bytes) -> None:
+    """An engine's decoder may keep the first of two; the body sent is the one decoded here."""
+    payload = json.loads(raw)
+    sent, cost = reserve("/v1/chat/completions", payload, raw, 1024, media_tokens=0)
+    assert sent != raw and json.loads(sent) == payload and cost == len(sent) + payload.get("n_predict", 5)

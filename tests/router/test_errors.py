@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
+from typing import Any
 
 import aiohttp
 
@@ -15,7 +16,8 @@ from tests.router.conftest import PlaneRouter, RouterUnderTest, settle
 from tests.router.engines import Engine
 
 
-async def post(rut: RouterUnderTest, body: bytes, key: str | None = "default") -> tuple[int, dict, dict]:  # type: ignore[type-arg]
+async def post(rut: RouterUnderTest, body: bytes,
+               key: str | None = "default") -> tuple[int, dict[str, Any], dict[str, Any]]:
     headers = {"Content-Type": "application/json"}
     if key is not None:
         headers["Authorization"] = f"Bearer {rut.key if key == 'default' else key}"
@@ -38,7 +40,7 @@ def prompt_tokens_seen(engine: Engine) -> float:
     raise AssertionError("llama-server exposes no prompt token counter")
 
 
-def envelope(body: dict, code: str) -> str:  # type: ignore[type-arg]
+def envelope(body: dict[str, Any], code: str) -> str:
     assert set(body) == {"error"}
     assert set(body["error"]) == {"message", "type", "param", "code"}
     assert body["error"]["code"] == code, body

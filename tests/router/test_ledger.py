@@ -115,6 +115,32 @@ async def test_a_dead_writers_journal_is_recorded_whatever_its_pid_and_a_live_on
     assert ledger.adopt_orphans() == 0  # once
 
 
+async def test_budgets_are_read_again_once_what_a_dead_writer_left_has_landed(tmp_path: Path) -> None:
+    """Not before (the store does not hold it yet: a store failing at first delays it), and only then."""
+    store = Store()
+    dead = Journal(tmp_path)
+    dead.append(rec(1))
+    os.close(dead._lock)
+    ledger = UsageLedger(store.add, tmp_path, adopt=True)
+    seen: list[int] = []
+
+    async def reseed() -> None:
+        seen.append(len(store.rows))
+
+    ledger.on_replayed = reseed
+    await ledger.flush()
+    assert seen == []  # nothing adopted yet
+    assert ledger.adopt_orphans() == 1
+    store.failing = True
+    assert not await ledger.flush()
+    assert seen == []
+    store.failing = False
+    assert await ledger.flush()
+    assert seen == [1]
+    await served(ledger, 2, flush_each=True)
+    assert seen == [1]  # its own records are settled as they end: no reading again
+
+
 async def test_a_batch_waiting_on_a_slow_store_still_counts_as_unflushed(tmp_path: Path) -> None:
     """Found by a flaky test: while a batch waited on a locked store, the gauge said nothing was waiting."""
     gate, entered = asyncio.Event(), asyncio.Event()

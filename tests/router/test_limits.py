@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -62,21 +63,24 @@ class Limited:
 
 @contextlib.asynccontextmanager
 async def limited(tmp_path: Path, clock: Clock, tokens_per_second: float = 0.0, engine: web.Application | None = None,
-                  engine_up: bool = True, router_cfg: RouterConfig | None = None) -> AsyncIterator[Limited]:
+                  engine_up: bool = True, router_cfg: RouterConfig | None = None, engine_url: str = ""
+                  ) -> AsyncIterator[Limited]:
     """The real router over a real control plane (SQLite in tmp_path) with one ready replica of model "m": a sim
-    engine by default, or `engine` (not listening at all unless `engine_up`)."""
+    engine by default, or `engine` (not listening at all unless `engine_up`), or the engine already listening at
+    `engine_url`."""
     erun = web.AppRunner(engine or make_app("m", tokens=4, tokens_per_second=tokens_per_second, behaviour=Behaviour()))
     await erun.setup()
     eport = free_port()
-    if engine_up:
+    if engine_up and not engine_url:
         await web.TCPSite(erun, "127.0.0.1", eport).start()
+    engine_url = engine_url or f"http://127.0.0.1:{eport}"
     spec = ModelSpec.model_validate({"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 1, "max": 1}})
     cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec], router=router_cfg or RouterConfig())
     store = SqliteStore(tmp_path / "llmgw.db").open()
     now = clock.now()
     ready = set_condition([], ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", now)
     store.put_replica(ReplicaRecord(id="m-1", model="m", created_at=now, shards_expected=1, conditions=ready,
-                                    endpoint=f"http://127.0.0.1:{eport}"))
+                                    endpoint=engine_url))
     plane = ControlPlane(cfg, store, clock)
     plane.load()
     router = Router(LocalState(plane), KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body)
@@ -85,7 +89,7 @@ async def limited(tmp_path: Path, clock: Clock, tokens_per_second: float = 0.0, 
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        yield Limited(f"http://127.0.0.1:{port}", plane, router, store, engine_url=f"http://127.0.0.1:{eport}")
+        yield Limited(f"http://127.0.0.1:{port}", plane, router, store, engine_url=engine_url)
     finally:
         await runner.cleanup()
         await router.close()
@@ -181,8 +185,29 @@ async def test_a_spent_budget_is_insufficient_quota_and_the_client_does_not_retr
         assert await env.engine_requests() == 1
 
 
+def spends_what_it_may(asked: list[int]) -> web.Application:
+    """An engine that uses all a request could cost: a prompt token per byte of the body it is sent and every token
+    its max_tokens allows, each answer taking 0.2 s (so the requests overlap). `asked` gets each request's cost."""
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.read()
+        prompt, completion = len(body), json.loads(body)["max_tokens"]
+        asked.append(prompt + completion)
+        await asyncio.sleep(0.2)
+        return web.json_response({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "w"}, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
 async def test_a_budget_hammered_by_64_concurrent_requests_is_not_overspent(tmp_path: Path) -> None:
-    async with limited(tmp_path, FakeClock(), tokens_per_second=20) as env:  # each holds its reservation 0.2 s
+    """Each request spends its whole reservation: as many are admitted as the budget holds reservations, no more
+    (with reservations too small, more get through and overspend) and no fewer."""
+    asked: list[int] = []
+    async with limited(tmp_path, FakeClock(), engine=spends_what_it_may(asked)) as env:
         budget = 2000
         c = env.client(await env.key(KeyLimits(budget=budget)))
 
@@ -196,14 +221,15 @@ async def test_a_budget_hammered_by_64_concurrent_requests_is_not_overspent(tmp_
 
         results = await asyncio.gather(*(one() for _ in range(64)))
         admitted = sum(results)
-        assert 0 < admitted < 64, admitted  # the budget bit, and not before it had to
         await await_until(lambda: asyncio.sleep(0, not env.router.ledger.inflight), 10, "every request finished")
         assert await env.router.ledger.flush()
         rows = env.store.usage_recent(0.0)
         spent = sum(r.prompt_tokens + r.completion_tokens for r in rows)
         requests = sum(r.requests for r in rows)
-        assert requests == admitted == await env.engine_requests()  # the refused reached no engine and cost nothing
-        assert spent <= budget
+        assert requests == admitted == len(asked)  # the refused reached no engine and cost nothing
+        (reservation,) = set(asked)  # every request alike: what the engine was allowed, it used
+        assert admitted == budget // reservation, (admitted, reservation)
+        assert budget - reservation < spent <= budget
         counters = env.plane.quotas.counters
         (key_counters,) = counters.values()
         assert env.plane.quotas.spent_in(next(iter(counters)), "total") == spent

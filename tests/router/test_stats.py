@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -17,11 +18,11 @@ from llmgw.router.usage import StreamUsage
 from tests.router.conftest import RouterUnderTest, router_over, settle
 
 
-def sse(event: dict) -> bytes:  # type: ignore[type-arg]
+def sse(event: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
-async def post(url: str, key: str, body: dict) -> tuple[int, bytes]:  # type: ignore[type-arg]
+async def post(url: str, key: str, body: dict[str, Any]) -> tuple[int, bytes]:
     async with aiohttp.ClientSession() as s, s.post(
         url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
     ) as r:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from llmgw.router.usage import StreamUsage, usage_from_body
 
 
-def sse(event: dict) -> bytes:  # type: ignore[type-arg]
+def sse(event: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -28,7 +29,7 @@ async def test_waiting_is_bounded_and_a_client_that_leaves_stops_waiting(tmp_pat
         async with serving(LocalState(plane), store, cfg, "t") as (url, router, key):
             auth = {"Authorization": f"Bearer {key}"}
 
-            async def ask(session: aiohttp.ClientSession) -> tuple[int, dict]:  # type: ignore[type-arg]
+            async def ask(session: aiohttp.ClientSession) -> tuple[int, dict[str, Any]]:
                 async with session.post(url + "/v1/chat/completions", json=body, headers=auth) as r:
                     return r.status, await r.json()
 

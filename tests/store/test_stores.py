@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -118,7 +119,7 @@ def test_a_wrong_password_is_a_store_error_that_does_not_say_the_password(postgr
     assert str(e.value).startswith(f"postgres 127.0.0.1:{postgres.port}/postgres")
 
 
-def test_sqlite_and_postgres_are_both_stores(tmp_path, postgres: Postgres) -> None:  # type: ignore[no-untyped-def]
+def test_sqlite_and_postgres_are_both_stores(tmp_path: Path, postgres: Postgres) -> None:
     for s in (SqliteStore(tmp_path / "s.db").open(), PostgresStore(postgres.fresh_db(), PASSWORD).open()):
         assert isinstance(s, SqlStore) and s.schema_version() >= 1
         s.close()

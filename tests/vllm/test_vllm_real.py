@@ -19,6 +19,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +147,20 @@ def answer(p: ClusterPlan, key: str, model: str) -> dict[str, Any]:
     return data
 
 
+# vLLM checks its API key only under /v1; these answer anyone who reaches vLLM itself
+NOT_V1 = ("/tokenize", "/detokenize", "/pooling", "/invocations", "/health", "/metrics", "/version", "/ping")
+
+
+def keyless(url: str) -> int:
+    """The status a request without the replica's secret gets (a POST with an empty JSON body)."""
+    req = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
 def single(model: Path, on: int) -> dict[str, Any]:
     return {"name": "smollm2", "source": str(model), "engine": "vllm",
             "profile": {"args": ["--enforce-eager", "--max-model-len", "2048"]},
@@ -166,7 +182,7 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
     installs = tmp_path / "nodes" / "cpu01" / "state" / "engines" / "vllm"
     # vl02 and vl03 are simulated hosts only so that placement sees a fabric joining them (a multi-node replica
     # needs one); no GPU is asked for, and vLLM runs on this CPU. Until cpu01 has installed vLLM they run nothing.
-    sim = {"fabric": "ib-v", "adapters": {"mlx5_0": "ACTIVE"}, "gpus": 0}
+    sim: dict[str, Any] = {"fabric": "ib-v", "adapters": {"mlx5_0": "ACTIVE"}, "gpus": 0}
     p = plan(
         tmp_path,
         [
@@ -230,6 +246,11 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
         said["one rank"] = answer(p, key, "smollm2")["choices"][0]["message"]["content"]
         marks["one-rank answered"] = time.monotonic() - t0
+        # the replica's port is the agent's gate: without the secret, every path is refused, not only /v1's
+        url = next(r["endpoint"] for r in admin_get(p, "/api/replicas") if r["model"] == "smollm2")
+        assert url.startswith("http://127.0.0.101:"), url
+        refused = {path: keyless(url + path) for path in NOT_V1}
+        assert set(refused.values()) == {401}, refused
 
         # -- 3. two ranks on two nodes of one fabric: the one-rank replica is stopped to make room -------------
         set_models(c, p, [single(model_dir, 0), pipelined(model_dir, 1)])

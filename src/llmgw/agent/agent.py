@@ -15,11 +15,14 @@ from llmgw.agent.client import ControlPlaneClient
 from llmgw.agent.discovery import HostRoot, check_fabrics, discover, hardware_warnings
 from llmgw.agent.discovery.infiniband import probe_adapters
 from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
+from llmgw.agent.engines.base import Loopback
+from llmgw.agent.gated import TlsFiles
 from llmgw.agent.identity import node_id, route_address
 from llmgw.agent.installs.installer import Installer
 from llmgw.agent.installs.packages import PackageTool
 from llmgw.agent.installs.probe import probe_named
 from llmgw.agent.installs.recipes import Context, Limits
+from llmgw.agent.redirects import Redirects
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor.adopt import Running, discard, find_running
 from llmgw.agent.supervisor.process import state_name, write_private
@@ -29,6 +32,7 @@ from llmgw.agent.weights.fetcher import Failed, Fetcher, Waiting
 from llmgw.agent.weights.resolve import resolve_source
 from llmgw.agent.weights.serve import start_peer_listener
 from llmgw.config.agent import AgentConfig
+from llmgw.config.types import heartbeat_within
 from llmgw.control.listeners import Listener
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError, UpstreamError
@@ -59,7 +63,7 @@ class Agent:
         self.installer = Installer(Context(
             root=Path(cfg.engines_dir()), clock=clock, python=cfg.engine_python,
             packages=PackageTool(apt_get=cfg.apt_get, dpkg_query=cfg.dpkg_query),
-            limits=Limits(download_bytes=cfg.max_download),
+            limits=Limits(download_bytes=cfg.max_download), redirects=Redirects(tuple(cfg.redirects_allowed)),
         ))
         self.supervisor: Supervisor | None = None
         self.client: ControlPlaneClient | None = None
@@ -74,6 +78,7 @@ class Agent:
         self.fetcher = Fetcher(
             self.weights_dir, clock, self._client_tls, self.node_id, cfg.weights_budget, cfg.max_weights_file,
             network=self._weights_on_network, in_use=self._weights_in_use,
+            redirects=Redirects(tuple(cfg.redirects_allowed)),
         )
         self._peer_listener: Listener | None = None
         # node ids and serials the control plane revoked: kept on disk, so a restarted agent refuses them at once
@@ -124,7 +129,7 @@ class Agent:
                 return e.path
         return None
 
-    def resolve(self, spec: ShardSpec) -> tuple[Launch | None, str | Problem | Pending]:
+    def resolve(self, spec: ShardSpec, ports: Loopback | None = None) -> tuple[Launch | None, str | Problem | Pending]:
         adapter = ADAPTERS.get(spec.engine)
         if adapter is None:
             return None, f"unknown engine {spec.engine}"
@@ -144,7 +149,8 @@ class Agent:
                 return None, Problem(code="WeightsUnusable", message=problem, subject="weights")
             path = found
         key_file = str(Path(self.cfg.state_dir) / "keys" / f"{state_name(spec.replica_id, spec.rank)}.key")
-        ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file)
+        ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file,
+                            serve_port=ports.engine if ports else 0, peer_tunnels=ports.peers if ports else ())
         return adapter.launch(spec, ctx), ""
 
     async def start(self) -> None:
@@ -161,7 +167,8 @@ class Agent:
         await self._serve_peers()
         logs = Path(self.cfg.state_dir) / "logs"
         restart = RestartPolicy(self.cfg.restart_backoff, self.cfg.restart_backoff_max, self.cfg.max_restarts)
-        self.supervisor = Supervisor(self.clock, logs, self.address, self.resolve, restart)
+        self.supervisor = Supervisor(self.clock, logs, self.address, self.resolve, restart,
+                                     tls=TlsFiles(self.cfg.tls.cert, self.cfg.tls.key, self.cfg.tls.ca))
         # engines a previous agent left running: adopted once this agent knows its engines (the first pass), kept
         # if still wanted, stopped at the first converge if not
         self._found = find_running(logs)
@@ -332,7 +339,7 @@ class Agent:
             self.last_error = str(e)
             return  # keep running what runs: a control plane outage is not a reason to stop serving
         self.last_error = ""
-        self.interval = desired.heartbeat_interval
+        self.interval = heartbeat_within(desired.heartbeat_interval)
         if desired.version >= 4:  # an older control plane sends no list, which is not an empty one
             self.learn_revoked(desired.revoked)
         if desired.version >= 3:  # an older control plane names no sources: the node keeps what it has

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+from yarl import URL
 
+from llmgw.agent import redirects as hops
+from llmgw.agent.redirects import PUBLIC_ONLY, GuardedResolver, Redirects
 from llmgw.core.errors import TransferFailed
 from llmgw.core.reasons import Reason
 from llmgw.core.units import mb
@@ -46,7 +49,7 @@ class Source:
     ssl: ssl.SSLContext | None = None
     server_hostname: str | None = None
     name: str = ""  # how progress and errors name it: "the origin", "peer node02"
-    redirects: bool = True  # an origin may send us to its CDN; a peer may not send us anywhere
+    redirects: Redirects | None = PUBLIC_ONLY  # where an origin may send us (its CDN); None: a peer, nowhere
     expect: tuple[str, str] | None = None  # (header, value) the answer must not contradict: a peer's digest
 
     def said(self) -> str:
@@ -112,20 +115,28 @@ async def fetch_part(
     client_timeout = aiohttp.ClientTimeout(total=deadline, connect=timeout, sock_read=timeout)
     name = part.name.removesuffix(".part")
     t = _Transfer(src, part, name, max_bytes, expected_size, room, progress, have, hasher, min_rate)
+    guard = GuardedResolver(URL(src.url), src.redirects) if src.redirects is not None else None
     try:
         # the bytes as they are: a body the server compressed would not be the file the catalog describes
-        async with aiohttp.ClientSession(timeout=client_timeout, auto_decompress=False,
-                                         read_bufsize=READ_BUFFER) as session:
+        async with aiohttp.ClientSession(timeout=client_timeout, auto_decompress=False, read_bufsize=READ_BUFFER,
+                                         connector=aiohttp.TCPConnector(resolver=guard, use_dns_cache=False)
+                                         if guard is not None else None) as session:
             async with asyncio.timeout(deadline):
                 while not await t.request(session):
                     pass
     except (aiohttp.ClientError, TimeoutError) as e:
+        if guard is not None and guard.refused:  # a name a redirect led to is a private address: not retried
+            raise TransferFailed(Reason.DownloadFailed, f"{name}: {src.said()} redirected to {guard.refused}: "
+                                 "refused") from None
         words = str(e) or type(e).__name__
         have = part.stat().st_size if part.exists() else 0
         raise TransferFailed(Reason.DownloadFailed, f"{name}: the transfer from {src.said()} stopped at {mb(have)} "
                              f"({words[:300]})", resumable=True) from None
     except OSError as e:
         raise TransferFailed.from_os(e, f"cannot write {part}") from None
+    finally:
+        if guard is not None:  # the connector closes only a resolver of its own making
+            await guard.close()
     return Result(t.have, t.hasher.hexdigest())
 
 
@@ -156,12 +167,36 @@ class _Transfer:
     open_ended: bool = False  # the last answer was a part of a file whose size the server did not say
     window: tuple[float, int] | None = None  # where the rate is measured from: across requests, not per request
 
+    @contextlib.asynccontextmanager
+    async def _answer(self, session: aiohttp.ClientSession, headers: dict[str, str],
+                      ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The answer at the end of the redirects the source's rule lets us follow (a 3xx as it is when it lets
+        none). A redirect it refuses ends the transfer for good: asking again would be sent there again."""
+        src = self.src
+        url = URL(src.url)
+        for _ in range(hops.MAX_HOPS + 1):
+            async with session.get(url, headers=headers, ssl=src.ssl if src.ssl is not None else True,
+                                   server_hostname=src.server_hostname, allow_redirects=False) as resp:
+                if src.redirects is None or resp.status not in hops.STATUSES or "Location" not in resp.headers:
+                    yield resp
+                    return
+                try:
+                    there = url.join(URL(resp.headers["Location"]))
+                except ValueError:
+                    there = URL("unreadable:")
+                why = src.redirects.refusal(url, there)
+                if why:
+                    raise TransferFailed(Reason.DownloadFailed, f"{self.name}: {src.said()} redirected to "
+                                         f"{hops.words(there)}, {why}: refused")
+            url = there
+        raise TransferFailed(Reason.DownloadFailed, f"{self.name}: {src.said()} sent more than {hops.MAX_HOPS} "
+                             "redirects in a row")
+
     async def request(self, session: aiohttp.ClientSession) -> bool:
         """One request for what is missing; True once the part holds the whole file."""
         src, have, name = self.src, self.have, self.name
         headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
-        async with session.get(src.url, headers=headers, ssl=src.ssl if src.ssl is not None else True,
-                               server_hostname=src.server_hostname, allow_redirects=src.redirects) as resp:
+        async with self._answer(session, headers) as resp:
             if resp.status == 416 and have:
                 # asked past the end: what we have is all there is, if the server says the file is that long
                 told = resp.headers.get("Content-Range", "")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from llmgw.config.types import ByteSize, ConfigPath, Duration
+from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, within
 
 
 class Strict(BaseModel):
@@ -53,6 +54,9 @@ class AgentConfig(Strict):
     install_dir: ConfigPath | None = None  # where engines are installed; default: state_dir/engines
     engine_python: str = "python3.11"  # what vLLM's and SGLang's environments are made from
     max_download: ByteSize = 16 * 1024**3
+    # where an origin of weights or engines may redirect this node besides public addresses: "host", "host:port"
+    # or a network ("10.0.0.0/8"); a redirect to anything else private (loopback, link-local, ...) is refused
+    redirects_allowed: list[str] = Field(default=[], max_length=256)
     apt_get: str = "apt-get"  # the OS package tools a build's packages are installed with
     dpkg_query: str = "dpkg-query"
     # a shard whose engine exits is started again after restart_backoff, doubling up to restart_backoff_max;
@@ -61,8 +65,9 @@ class AgentConfig(Strict):
     restart_backoff_max: Duration = 300.0
     max_restarts: int = Field(default=5, ge=0, le=1000)
     port_range: str = "20000-20999"
-    heartbeat_interval: Duration = 3.0
-    request_timeout: Duration = 5.0
+    # until the control plane names its own
+    heartbeat_interval: Annotated[Duration, within(HEARTBEAT_MIN_S, HEARTBEAT_MAX_S)] = 3.0
+    request_timeout: Annotated[Duration, within(0.1, 3600)] = 5.0
 
     @field_validator("control_planes")
     @classmethod
@@ -71,6 +76,13 @@ class AgentConfig(Strict):
             if not u.startswith("https://"):
                 raise ValueError(f"{u!r}: must be an https:// address (agents speak mutual TLS)")
         return v
+
+    @field_validator("redirects_allowed")
+    @classmethod
+    def _places(cls, v: list[str]) -> list[str]:
+        from llmgw.agent.redirects import check_allowed
+
+        return check_allowed(v)
 
     @field_validator("port_range")
     @classmethod

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from llmgw.config.engines import EngineConfig, EngineName, as_source
-from llmgw.config.types import ByteSize, ConfigPath, Duration, Listen
+from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
 from llmgw.core.quota import KeyLimits
 from llmgw.wire.engines import EngineSource
 
@@ -38,10 +38,28 @@ class StoreConfig(Strict):
     def _postgres_needs_a_dsn_without_a_password(self) -> StoreConfig:
         if self.kind == "postgres" and not self.dsn:
             raise ValueError("store.kind postgres needs store.dsn (host=... dbname=... user=...)")
-        if "password" in self.dsn.lower():
-            raise ValueError("store.dsn must not hold the password: put it in store.password_file or the "
-                             "environment variable store.password_env names")
+        if self.kind == "postgres":
+            secret = _dsn_secrets(self.dsn)
+            if secret:
+                raise ValueError(f"store.dsn must not hold the password (it gives {secret}=): put it in "
+                                 "store.password_file or the environment variable store.password_env names")
         return self
+
+
+DSN_SECRETS = ("password", "passfile", "sslpassword")
+
+
+def _dsn_secrets(dsn: str) -> str:
+    """The key of a secret the DSN gives, read as libpq reads it (key=value or a URI, its query included), or "".
+    Raises ValueError, in words that do not repeat the DSN, when it cannot be read."""
+    import psycopg  # only a postgres store needs it
+
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        raise ValueError("store.dsn is not a valid PostgreSQL connection string (key=value pairs or a "
+                         "postgresql:// URI)") from None
+    return next((k for k in DSN_SECRETS if info.get(k)), "")
 
 
 class SimSpeed(Strict):
@@ -96,6 +114,13 @@ class ModelSpec(Strict):
     # No scaling stanza means configured and off: a request must never start a model nobody meant to run.
     scaling: Scaling = Scaling(min=0, max=0)
 
+    @model_validator(mode="after")
+    def _plain_http_needs_a_digest(self) -> ModelSpec:
+        # over plain http anyone on the way (or an origin's redirect) decides the bytes; a digest is what says no
+        if self.source[:7].lower() == "http://" and not self.sha256:
+            raise ValueError("a plain http:// source needs sha256 (the digest its file must have); or use https://")
+        return self
+
     @property
     def on_demand(self) -> bool:
         return self.scaling.min == 0 and self.scaling.max > 0
@@ -108,7 +133,7 @@ class RouterConfig(Strict):
     # so it is long. Streaming responses are then held to idle_timeout between chunks.
     first_byte_timeout: Duration = 600.0
     idle_timeout: Duration = 120.0
-    usage_flush_interval: Duration = 1.0
+    usage_flush_interval: Annotated[Duration, within(0.01, 3600)] = 1.0
     # connections the router keeps open to one replica's engine; further requests wait up to queue_timeout for one
     connections_per_replica: int = Field(default=64, ge=1, le=4096)
     queue_timeout: Duration = 60.0
@@ -179,13 +204,14 @@ class ServerConfig(Strict):
     # a node may claim an engine address it reports from, one its certificate names, or one inside these networks
     node_networks: list[str] = []
     limits: Limits = Limits()
-    node_lost_after: Duration = 60.0
+    node_lost_after: Annotated[Duration, within(0.2)] = 60.0
     failed_kept_for: Duration = 300.0  # failed replicas stay on view (holding nothing) this long after they stop
-    heartbeat_interval: Duration = 3.0
-    reconcile_interval: Duration = 1.0
+    # node_lost_after must be longer
+    heartbeat_interval: Annotated[Duration, within(HEARTBEAT_MIN_S, HEARTBEAT_MAX_S)] = 3.0
+    reconcile_interval: Annotated[Duration, within(0.01, 3600)] = 1.0
     # how long the lease of the control plane that reconciles lasts unless renewed (renewed every third of it):
     # with several servers on one PostgreSQL, a new leader takes over within this long of the old one's end
-    leader_lease: Duration = 15.0
+    leader_lease: Annotated[Duration, within(0.3)] = 15.0
     load_wait: Duration = 15.0
     # a replica told to stop (idle, evicted, scaled down, removed) leaves the routing table at once; its engine runs
     # on while routers have requests on it, up to this long, so they finish
@@ -235,6 +261,13 @@ class ServerConfig(Strict):
         if dup:
             raise ValueError(f"engines: {dup[0]} named twice")
         self.engine_sources()  # a requirements file that cannot be read is a config error now, not on every node
+        return self
+
+    @model_validator(mode="after")
+    def _heartbeats_before_loss(self) -> ServerConfig:
+        if self.heartbeat_interval >= self.node_lost_after:
+            raise ValueError(f"heartbeat_interval ({self.heartbeat_interval:g}s) must be shorter than node_lost_after "
+                             f"({self.node_lost_after:g}s): every node would be lost between two heartbeats")
         return self
 
     @model_validator(mode="after")

@@ -58,6 +58,30 @@ def parse_listen(v: object) -> str:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+# how often an agent reports: what the control plane may set, and what an agent takes from it
+HEARTBEAT_MIN_S, HEARTBEAT_MAX_S = 0.1, 60.0
+
+
+def within(lo: float, hi: float = float("inf")) -> AfterValidator:
+    """A duration within [lo, hi], as `Annotated[Duration, within(lo, hi)]`: an interval a loop sleeps or divides
+    by (0 stops the process, or spins it)."""
+
+    def check(v: float) -> float:
+        if not v >= lo:  # NaN too
+            raise ValueError(f"must be at least {lo:g}s")
+        if v > hi:
+            raise ValueError(f"must be at most {hi:g}s")
+        return v
+
+    return AfterValidator(check)
+
+
+def heartbeat_within(v: float) -> float:
+    """An interval a control plane sent, clamped to what an agent will heartbeat at (garbage: the default)."""
+    if v != v:
+        return 3.0
+    return min(max(v, HEARTBEAT_MIN_S), HEARTBEAT_MAX_S)
 ByteSize = Annotated[int, BeforeValidator(parse_size)]
 Listen = Annotated[str, BeforeValidator(parse_listen)]
 

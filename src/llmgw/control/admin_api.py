@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import unicodedata
 from typing import Any
 
 from aiohttp import web
@@ -21,7 +22,9 @@ from llmgw.control.plane import ControlPlane
 from llmgw.control.summary import DAY, Demand, Summary, summarize
 from llmgw.control.tenants_api import BadRequest, json_body, tenant_routes
 from llmgw.control.views import node_row
-from llmgw.core.errors import StoreError
+from llmgw.core.errors import PKIError, StoreError, StoreRejected
+from llmgw.core.state import not_answering
+from llmgw.pki.ca import validate_node_id
 from llmgw.wire.router import Activity, Admission, AdmitRequest, RouterView
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,16 @@ def normal_serial(text: str) -> str | None:
     return f"{int(t, 16):x}"
 
 
+def plain_text(field: str, text: str) -> str:
+    """`text` if it holds no control character (C0, DEL, C1: a NUL cannot even be stored by PostgreSQL, and a
+    terminal would act on the rest) and is valid Unicode; else BadRequest naming the field and the character."""
+    bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Cs")), None)
+    if bad is None:
+        return text
+    what = "not text (a lone surrogate)" if unicodedata.category(bad) == "Cs" else "a control character"
+    raise BadRequest(f"{field} must be plain text: it holds {what}, U+{ord(bad):04X}")
+
+
 def limit_of(request: web.Request, default: int = 100) -> int:
     raw = request.query.get("limit", str(default))
     if not re.fullmatch(r"[0-9]{1,9}", raw):
@@ -112,6 +125,9 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         except StoreError as e:  # the store unreachable: the operator is told so, in the store's words
             log.warning("management API: %s %s: the store failed: %s", request.method, request.path, e)
             return js({"error": f"the store cannot be reached now: {e}"}, 503)
+        except StoreRejected as e:  # a value the database cannot keep: nothing was written, nothing changed
+            log.info("management API: %s %s: the store refused it: %s", request.method, request.path, e)
+            return js({"error": f"the store refused the value: {e}"}, 400)
 
     async def nodes(_: web.Request) -> web.Response:
         return js([node_row(n).model_dump() for n in sorted(plane.nodes.values(), key=lambda n: n.id)])
@@ -184,12 +200,17 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
         if not isinstance(body, dict):
             return js({"error": 'body must be {"serial": "...", "reason": "..."}'}, 400)
         serial = normal_serial(str(body.get("serial", "") or ""))
-        reason = str(body.get("reason", "") or "")[:256]
+        reason = plain_text("reason", str(body.get("reason", "") or "")[:256])
         if serial is None:
             return js({"error": "serial must be a certificate serial in hex (colons allowed)"}, 400)
-        if node_id not in plane.nodes and not serial:
-            return js({"error": f"no node {node_id} (a node never seen can still be revoked by --serial)"}, 404)
-        return js({"revoked": node_id, "serial": serial, "message": plane.revoke(node_id, serial, reason)})
+        if node_id not in plane.nodes:
+            try:
+                validate_node_id(node_id)
+            except PKIError as e:
+                raise BadRequest(str(e)[:300]) from None
+            if not serial:
+                return js({"error": f"no node {node_id} (a node never seen can still be revoked by --serial)"}, 404)
+        return js({"revoked": node_id, "serial": serial, "message": await plane.revoke(node_id, serial, reason)})
 
     async def router_view(_: web.Request) -> web.Response:
         view = RouterView(
@@ -198,6 +219,7 @@ def admin_app(plane: ControlPlane, token: str, hosts: frozenset[str], any_ip: bo
             models=list(plane.models.values()),
             ready=plane.ready_table(),
             loads=plane.engine_loads,
+            not_answering=not_answering(plane.replicas.values()),
             stale_for=plane.table_stale_for(),
         )
         return web.Response(text=view.model_dump_json(), content_type="application/json")

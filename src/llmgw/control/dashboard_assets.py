@@ -69,7 +69,8 @@ th, td { text-align: left; padding: .25rem .5rem; border-bottom: 1px solid #e6e9
 th { font-weight: 600; background: #f1f3f7; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
 svg.bar { width: 16rem; height: .8rem; background: #cde8d3; border-radius: 2px; }
 svg.bar rect.used { fill: #2f6fdb; } svg.bar rect.faulty { fill: #d92d20; }
-tr.down td, tr.failed td { color: #b42318; } tr.pending td.phase, tr.starting td.phase { color: #b54708; }
+tr.down td, tr.failed td, tr.unresponsive td { color: #b42318; }
+tr.pending td.phase, tr.starting td.phase { color: #b54708; }
 td.warnings ul { margin: 0; padding-left: 1rem; color: #b54708; } td.why { max-width: 40rem; }
 .tag { font-size: .8em; background: #fef0c7; padding: 0 .3em; border-radius: 3px; }
 p.empty { color: #6b7280; } p.idle { color: #b54708; }

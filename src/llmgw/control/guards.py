@@ -2,10 +2,13 @@
 
 - A body is refused (413) on its announced length when that is over the application's limit, before a byte of it
   is read.
-- A body must arrive by a deadline: the header timeout, plus the time its length takes at `BODY_MIN_RATE` (a
-  chunked body counts as the limit's length). A client that trickles its body in (slowloris) is answered 408 at
-  the deadline instead of holding a connection and a handler for as long as it likes. Only a handler still
-  waiting for the body is stopped: the deadline does not apply to an answer being streamed.
+- A body must keep `BODY_MIN_RATE` over every window (the header timeout) until it is all in. A client that
+  trickles its body in (slowloris) is answered 408 after one window below the rate, whatever length it announced,
+  instead of holding a connection and a handler for minutes. Only a handler still waiting for the body is
+  stopped: the rate does not apply to an answer being streamed. Bodies being received are listed (`Uploads`), so
+  that a listener at its cap can close the slowest for a new connection.
+- An answer given without reading the request's body (a refusal: no key, too large, a limit) closes the
+  connection (`Connection: close`, and no lingering read of the rest: see listeners.runner_options).
 - aiohttp's own refusals (404, 405, 413) are answered in the plain envelope, `{"error": "..."}`.
 - What a client's mistake or departure makes aiohttp log (a malformed request line, too many headers, a connection
   reset mid-body) is one line a minute per kind, with a count, not a traceback per request: an unauthenticated
@@ -19,56 +22,116 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.streams import StreamReader
 from aiohttp.typedefs import Middleware
 from aiohttp.web_urldispatcher import _default_expect_handler
 
 from llmgw.wire.http import in_plain, message_of, refusal
 
-BODY_MIN_RATE = 64 * 1024  # bytes per second, on average, that a body must keep up after its headers
+BODY_MIN_RATE = 64 * 1024  # bytes per second that a body must keep up, over every window, until it is all in
+UPLOAD_GRACE_S = 1.0  # an upload younger than this is not judged by its rate at a cap: it has barely started
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def request_bounds(header_timeout: float) -> Middleware:
+@dataclass
+class Upload:
+    content: StreamReader
+    started: float
+
+    def rate(self, now: float) -> float:
+        return self.content.total_bytes / max(now - self.started, UPLOAD_GRACE_S)
+
+
+class Uploads:
+    """The request bodies one listener is receiving, by aiohttp's RequestHandler (one per connection)."""
+
+    def __init__(self) -> None:
+        self.open: dict[Any, Upload] = {}
+
+    def slowest(self, among: Callable[[Any], bool], now: float) -> Any | None:
+        """The connection, of those `among` admits, whose body arrives most slowly on average (none under
+        UPLOAD_GRACE_S old)."""
+        judged = [(u.rate(now), h) for h, u in self.open.items() if now - u.started >= UPLOAD_GRACE_S and among(h)]
+        return min(judged, key=lambda x: x[0])[1] if judged else None
+
+
+def request_bounds(header_timeout: float, uploads: Uploads | None = None) -> Middleware:
+    window = header_timeout
+    listed = uploads if uploads is not None else Uploads()
+
     @web.middleware
     async def bounds(request: web.Request, handler: Handler) -> web.StreamResponse:
         limit = request.client_max_size
         length = request.content_length
         if _over_limit(request):
-            raise refusal(web.HTTPRequestEntityTooLarge, f"request body of {length} bytes is over the limit of {limit}",
-                          max_size=limit, actual_size=length or 0)
+            raise _closing(refusal(web.HTTPRequestEntityTooLarge,
+                                   f"request body of {length} bytes is over the limit of {limit}",
+                                   max_size=limit, actual_size=length or 0))
         if not request.can_read_body or request.content.is_eof():
             try:  # the common case, on every request: no timer, and no coroutine of plain_errors' own
                 return await handler(request)
             except web.HTTPException as e:
                 raise _plain(request, e) from None
-        allowed = header_timeout + (length if length is not None else limit) / BODY_MIN_RATE
         loop = asyncio.get_running_loop()
         deadline = asyncio.timeout(None)
+        content = request.content
+        listed.open[request.protocol] = Upload(content, loop.time())
+        seen = [content.total_bytes]
 
         def check() -> None:
-            if not request.content.is_eof():  # still waiting for the body: stop the handler
+            if content.is_eof():  # all in: the handler runs on as long as its answer takes
+                listed.open.pop(request.protocol, None)
+                return
+            got, seen[0] = content.total_bytes - seen[0], content.total_bytes
+            # unread bytes waiting: the handler, not the client, is behind (and reading may be paused for it)
+            if got < BODY_MIN_RATE * window and not _buffered(content):
                 deadline.reschedule(loop.time())
+                return
+            timers[0] = loop.call_later(window, check)
 
-        timer = loop.call_later(allowed, check)
+        timers = [loop.call_later(window, check)]
         try:
             async with deadline:
-                return await plain_errors(handler, request)
+                return _closing_unless_read(request, await plain_errors(handler, request))
         except TimeoutError:
             if not deadline.expired():
                 raise
-            raise refusal(
+            raise _closing(refusal(
                 web.HTTPRequestTimeout,
-                f"request body not received within {allowed:.1f}s (the header timeout, and one second per "
-                f"{BODY_MIN_RATE // 1024} KiB announced)",
-            ) from None
+                f"request body arriving slower than {BODY_MIN_RATE // 1024} KiB/s over {window:g}s",
+            )) from None
+        except web.HTTPException as e:
+            raise _closing_unless_read(request, e) from None
         finally:
-            timer.cancel()
+            timers[0].cancel()
+            listed.open.pop(request.protocol, None)
 
     return bounds
+
+
+def _buffered(content: StreamReader) -> int:
+    return int(getattr(content, "_size", 0))
+
+
+R = TypeVar("R", bound=web.StreamResponse)
+
+
+def _closing(resp: R) -> R:
+    resp.force_close()
+    return resp
+
+
+def _closing_unless_read(request: web.Request, resp: R) -> R:
+    """An answer that leaves the body unread ends the connection: what is left of the body is never read."""
+    if not request.content.is_eof() and not resp.prepared:
+        resp.force_close()
+    return resp
 
 
 async def expect_within_limits(request: web.Request) -> None:

@@ -2,8 +2,10 @@
 
 Each listener has its own cap on open connections and, per client address, a smaller one; a connection beyond
 either is answered 503 and closed at once, so one noisy client (or one listener under attack) cannot take the file
-descriptors the others need; at the listener's cap, a connection that only waits is closed to make room first.
-Headers are bounded in size and count, and (with a TLS handshake before them) must arrive within `header_timeout`
+descriptors the others need; at the listener's cap, a connection that only waits is closed to make room first, and
+failing that the slowest upload. An IPv6 client is its /64. Header lines are bounded in size and count, a request's
+headers in all by control/header_budget.py, connections still in their TLS handshake by control/handshakes.py, and
+headers (with a TLS handshake before them) must arrive within `header_timeout`
 of the connection opening or of the previous response (aiohttp's keep-alive timer does both), so slow or silent
 connections are closed instead of being kept for an hour; bodies are bounded by control/guards.py. The open-file
 limit is raised to its hard limit at start, and the caps are fitted under it. Repeated errors from the event loop
@@ -13,6 +15,7 @@ limit is raised to its hard limit at start, and the caps are fitted under it. Re
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import resource
 import ssl
@@ -24,7 +27,9 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.config.types import split_listen
-from llmgw.control.guards import OncePerKind, connection_logger, expect_within_limits, request_bounds
+from llmgw.control.guards import OncePerKind, Uploads, connection_logger, expect_within_limits, request_bounds
+from llmgw.control.handshakes import Handshakes, handshake_cap
+from llmgw.control.header_budget import HeaderBudget
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +54,10 @@ class Limiter:
     _counted: dict[Any, str] = field(default_factory=dict)  # aiohttp's RequestHandler -> its client
     _quiet_until: float = 0.0
     _unsent: dict[Any, int] = field(default_factory=dict)  # bytes each connection had left to send at the last sweep
-    # who a connection belongs to: its address by default; on the agent listener the certificate's node
+    # who a connection belongs to: its address (an IPv6 one's /64) by default; on the agent listener the
+    # certificate's node
     client_of: Callable[[asyncio.Transport], str] = field(default=lambda t: peer_address(t))
+    uploads: Uploads = field(default_factory=Uploads)  # the bodies being received, which start_listener fills
 
     def install(self, server: web.Server) -> None:
         made, lost = server.connection_made, server.connection_lost
@@ -92,13 +99,20 @@ class Limiter:
     def _make_room(self, only: str | None) -> None:
         """At a cap, the connection open longest that only waits for its next request (idle, or its headers not
         all in) is closed for the new one, as nginx reuses idle keep-alive connections: waiting connections cannot
-        keep a listener from its next client, though on loopback every client has one address. `only`: among that
-        client's connections. One whose request has arrived, or is being answered, is never closed."""
+        keep a listener from its next client, though on loopback every client has one address. Failing that, the
+        one whose request body arrives most slowly (a body trickled in must not hold a place a byte a second).
+        `only`: among that client's connections. One whose request has arrived, or is being answered, is never
+        closed."""
         for handler, client in self._counted.items():
             if (only is None or client == only) and _waiting(handler):
                 self._close(handler, client, "closing waiting connections for new ones")
                 self.evicted += 1
                 return
+        mine = (lambda h: self._counted.get(h) == only) if only is not None else (lambda h: h in self._counted)
+        slow = self.uploads.slowest(mine, asyncio.get_running_loop().time())
+        if slow is not None:
+            self._close(slow, self._counted[slow], "closing the slowest uploads for new connections")
+            self.evicted += 1
 
     def _close(self, handler: Any, client: str, why: str) -> None:
         """Closed at once, whatever it has left to send: counted until its socket is gone, which is now."""
@@ -145,7 +159,21 @@ def _waiting(handler: Any) -> bool:
 
 def peer_address(transport: asyncio.Transport) -> str:
     peer = transport.get_extra_info("peername")
-    return str(peer[0]) if peer else "?"
+    return client_of_address(str(peer[0])) if peer else "?"
+
+
+def client_of_address(address: str) -> str:
+    """Who an address counts as: an IPv4 address itself; an IPv6 one its /64, which one host is commonly given
+    whole (so it cannot take a fresh address for each connection)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def peer_node(transport: asyncio.Transport) -> str:
@@ -172,6 +200,9 @@ def runner_options(header_timeout: float, name: str) -> dict[str, Any]:
         "max_line_size": MAX_LINE,
         "max_field_size": MAX_LINE,
         "max_headers": MAX_HEADERS,
+        # an answer given before the body is read (a refusal) ends the connection at once: aiohttp would go on
+        # reading what is left of the body for 10 s, the connection counted against the caps meanwhile
+        "lingering_time": 0,
     }
 
 
@@ -226,10 +257,9 @@ class QuietErrors:
 
 
 class Listener:
-    def __init__(self, runner: web.AppRunner, limiter: Limiter, every: float,
-                 tls_server: asyncio.AbstractServer | None = None) -> None:
+    def __init__(self, runner: web.AppRunner, limiter: Limiter, every: float, server: asyncio.AbstractServer) -> None:
         self.runner = runner
-        self.tls_server = tls_server
+        self.server = server
         self.sweeper = asyncio.create_task(self._sweep(limiter, every))
 
     @staticmethod
@@ -240,8 +270,7 @@ class Listener:
 
     async def cleanup(self) -> None:
         self.sweeper.cancel()
-        if self.tls_server is not None:
-            self.tls_server.close()
+        self.server.close()
         await self.runner.cleanup()
 
 
@@ -253,20 +282,27 @@ async def start_listener(
     tls: ssl.SSLContext | None = None,
     reuse_port: bool = False,
 ) -> Listener:
-    app.middlewares.append(request_bounds(header_timeout))
+    app.middlewares.append(request_bounds(header_timeout, limiter.uploads))
     for route in app.router.routes():  # aiohttp answers "100 Continue" before any middleware runs
         route._expect_handler = expect_within_limits
     runner = web.AppRunner(app, **runner_options(header_timeout, limiter.name))
     await runner.setup()
-    assert runner.server is not None
-    limiter.install(runner.server)
+    web_server = runner.server
+    assert web_server is not None
+    limiter.install(web_server)
     host, port = split_listen(listen)
+    loop = asyncio.get_running_loop()
+
+    def connection() -> asyncio.Protocol:  # aiohttp's handler, each request's headers held to a budget
+        return HeaderBudget(web_server())
+
     if tls is None:
-        await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
-        return Listener(runner, limiter, header_timeout)
-    # aiohttp's sites cannot bound the TLS handshake, which happens before the limiter sees a connection: it is
-    # part of what a new connection must finish within the header timeout
-    server = await asyncio.get_running_loop().create_server(
-        runner.server, host, port, ssl=tls, ssl_handshake_timeout=header_timeout, reuse_address=True,
-    )
+        server = await loop.create_server(connection, host, port, reuse_address=True, reuse_port=reuse_port,
+                                          backlog=128)
+        return Listener(runner, limiter, header_timeout, server)
+    # the limiter sees a connection only once its TLS handshake is done: until then it is counted by Handshakes,
+    # and must finish it within the header timeout
+    handshakes = Handshakes(limiter.name, handshake_cap(limiter.max_total))
+    server = await loop.create_server(handshakes.factory(connection, tls, header_timeout), host, port,
+                                      reuse_address=True, backlog=128)
     return Listener(runner, limiter, header_timeout, server)

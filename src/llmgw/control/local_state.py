@@ -5,6 +5,7 @@ from __future__ import annotations
 from llmgw.config.server import ModelSpec
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import Clock
+from llmgw.core.state import not_answering
 from llmgw.router.stats import Recorder
 from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.wire.messages import EngineLoad
@@ -28,6 +29,9 @@ class LocalState:
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return self.plane.ready_table()
+
+    def not_answering(self) -> dict[str, str]:
+        return not_answering(self.plane.replicas.values())
 
     def loads(self) -> dict[str, EngineLoad]:
         return self.plane.engine_loads

@@ -45,7 +45,8 @@ FAMILIES = frozenset({
     "llmgw_engine_install_bytes",
     "llmgw_engine_install_total_bytes", "llmgw_engine_requests_running", "llmgw_engine_requests_waiting",
     "llmgw_engine_kv_cache_usage_ratio", "llmgw_requests_total", "llmgw_prompt_tokens_total",
-    "llmgw_completion_tokens_total", "llmgw_requests_in_flight", "llmgw_model_loads_total", "llmgw_evictions_total",
+    "llmgw_completion_tokens_total", "llmgw_token_overruns_total", "llmgw_requests_in_flight",
+    "llmgw_model_loads_total", "llmgw_evictions_total",
     "llmgw_scale_events_total", "llmgw_store_writes_queued", "llmgw_store_unreachable_seconds",
     "llmgw_usage_unflushed",
     *(name for name, _ in HISTOGRAMS.values()),
@@ -191,12 +192,16 @@ class SummaryCollector(Collector):
                                      labels=["model"])
         completion = CounterMetricFamily("llmgw_completion_tokens", "Completion tokens, as the engines counted them",
                                          labels=["model"])
+        overruns = CounterMetricFamily("llmgw_token_overruns", "Requests an engine reported more tokens for than "
+                                       "they reserved (recorded at the reservation) or streamed past them (cut "
+                                       "there): an engine ignoring its bound", labels=["model"])
         hists = {kind: HistogramMetricFamily(name, doc, labels=["model"]) for kind, (name, doc) in HISTOGRAMS.items()}
         for model, ms in sorted(s.requests.models.items()):
             for status, n in sorted(ms.requests.items()):
                 reqs.add_metric([model, status], n)
             prompt.add_metric([model], ms.prompt_tokens)
             completion.add_metric([model], ms.completion_tokens)
+            overruns.add_metric([model], ms.overruns)
             for kind, fam in hists.items():
                 h: Histogram = getattr(ms, kind)
                 fam.add_metric([model], _buckets(kind, h), h.sum)
@@ -204,7 +209,7 @@ class SummaryCollector(Collector):
                                    "(its id) and model", labels=["key", "model"])
         for f in s.requests.in_flight:
             flying.add_metric([f.key_id, f.model], f.n)
-        yield from (reqs, prompt, completion, *hists.values(), flying)
+        yield from (reqs, prompt, completion, overruns, *hists.values(), flying)
 
 
 def _replica_events(counts: Counter[tuple[str, str, str]]) -> Iterable[Metric]:

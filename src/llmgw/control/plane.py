@@ -210,8 +210,13 @@ class ControlPlane:
         mono = self.clock.monotonic()
         if mono - self._budgets_read_at >= BUDGETS_REREAD_S:  # what every server's requests spent, as recorded
             self._budgets_read_at = mono
-            for period, start, spent in await self.read(self._spent_by_period, self.clock.now(), None):
-                self.quotas.seed(period, start, spent)
+            await self.seed_budgets()
+
+    async def seed_budgets(self) -> None:
+        """What keys spent, read again from the store (kept where more than counted here): on a shared store
+        every so often, and once usage a dead process journaled has been recorded."""
+        for period, start, spent in await self.read(self._spent_by_period, self.clock.now(), None):
+            self.quotas.seed(period, start, spent)
 
     async def share_activity(self) -> None:
         """On a shared store, write what this server's routers saw (demand, use, requests in flight) and its keys'
@@ -325,11 +330,12 @@ class ControlPlane:
             return f"certificate {serial} of node {node_id} is revoked" + (f": {rv.reason}" if rv.reason else "")
         return ""
 
-    def revoke(self, node_id: str, serial: str, reason: str) -> str:
+    async def revoke(self, node_id: str, serial: str, reason: str) -> str:
         """Cut a node off (serial "") or one of its certificates. Takes effect at its next heartbeat; revoking the
-        whole node also fails its replicas now, so they are rebuilt elsewhere."""
+        whole node also fails its replicas now, so they are rebuilt elsewhere. Written before anything changes: the
+        operator is told it is done only once it outlives a restart (the store's failure is raised)."""
         rv = Revocation(node_id=node_id, serial=serial, at=self.clock.now(), reason=reason)
-        self.writer.submit(self.store.put_revocation, rv)
+        await self.writer.run(self.store.put_revocation, rv)
         if serial:
             self.revoked_serials[serial] = rv
             msg = f"certificate {serial} of node {node_id} revoked" + (f": {reason}" if reason else "")

@@ -99,7 +99,14 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
     router = Router(
         LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()), adopt=True
     )
-    router.ledger.adopt_orphans()  # what a killed predecessor (or its workers) journaled and never recorded
+    router.ledger.on_replayed = plane.seed_budgets
+    if router.ledger.adopt_orphans():  # what a killed predecessor (or its workers) journaled and never recorded
+        # recorded before anything is served, so the budgets, read again once it is, count it exactly (else at
+        # the flush that lands it)
+        try:
+            await router.ledger.flush()
+        except StoreError as e:  # read again after a later flush
+            log.warning("budgets not read again after recording what the journal held: %s", e)
     plane.gauges["llmgw_usage_unflushed"] = (
         "Requests served whose usage is not in the store yet (grows while the store fails)",
         lambda: float(router.ledger.unflushed),

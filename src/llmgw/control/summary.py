@@ -17,6 +17,7 @@ from llmgw.core.conditions import Condition
 from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
+from llmgw.reconcile import scaling
 from llmgw.store.base import UsageTotal
 from llmgw.wire.messages import EngineLoad, InstallStatus, ShardState
 from llmgw.wire.stats import RouterStats
@@ -75,7 +76,7 @@ class ModelLine(BaseModel):
     on_demand: bool
     min: int
     max: int
-    wanted: int  # replicas the catalog and recent demand want now
+    wanted: int  # replicas the model wants now: the reconciler's rule (reconcile.scaling.wanted)
     replicas: int
     ready: int
     why: list[str] = []  # when fewer are ready than wanted: what the replicas that are not say
@@ -110,14 +111,6 @@ class Demand:
     wanted_at: dict[str, float] = field(default_factory=dict)
     window: float = 60.0
     in_flight: dict[str, int] = field(default_factory=dict)  # per replica
-
-
-def _wanted(spec: ModelSpec, active: int, demanded: bool) -> int:
-    """The reconciler's rule (reconcile.py, scaling per model), for display: min, at least one while asked for."""
-    want = spec.scaling.min
-    if spec.on_demand:
-        want = max(want, 1 if (demanded or active) else 0)
-    return min(want, spec.scaling.max)
 
 
 def leader_shard(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> tuple[NodeRecord, ShardState] | None:
@@ -273,10 +266,10 @@ def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand:
     out = []
     for name, spec in sorted(models.items()):
         mine = [r for r in lines if r.model == name]
-        active = [r for r in mine if r.state in (Phase.Pending, Phase.Starting, Phase.Ready)]
+        active = [r for r in mine if r.state in (Phase.Pending, Phase.Starting, Phase.Ready, Phase.Unresponsive)]
         demanded = now - demand.wanted_at.get(name, float("-inf")) <= demand.window
         ready = sum(1 for r in mine if r.state == Phase.Ready)
-        wanted = _wanted(spec, len(active), demanded)
+        wanted = scaling.wanted(spec, active=len(active), ready=ready, demanded=demanded)
         why = []
         if ready < wanted:
             why = [f"{r.id}: {'; '.join(r.placement) or r.message or r.state.value}" for r in active

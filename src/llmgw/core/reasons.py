@@ -34,7 +34,8 @@ class Reason(StrEnum):
     WeightsUnusable = "WeightsUnusable"  # a shard's weights are missing, empty or unreadable on its node
     ModelNotLoaded = "ModelNotLoaded"  # the engine's health answers, but it serves no model
     EngineExited = "EngineExited"  # a shard's process ended (it is restarted, up to a limit)
-    EngineUnresponsive = "EngineUnresponsive"  # its health answers, a one-token completion does not
+    # it served, and no longer answers: its health probes go unanswered, or a one-token completion does
+    EngineUnresponsive = "EngineUnresponsive"
     # node conditions
     NodeReady = "NodeReady"
     NodeRevoked = "NodeRevoked"

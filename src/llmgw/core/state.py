@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
@@ -115,6 +116,7 @@ class Phase(StrEnum):
     Pending = "pending"  # not placed yet
     Starting = "starting"  # placed, not every shard serves
     Ready = "ready"
+    Unresponsive = "unresponsive"  # it served, and an engine of it no longer answers: nothing is loading
     Stopping = "stopping"  # no longer wanted; reaped once its shards are gone
     Failed = "failed"  # lost a node or a shard: replaced, and reaped once its shards are gone
 
@@ -127,7 +129,26 @@ def replica_phase(r: ReplicaRecord) -> Phase:
         return Phase.Stopping
     if not r.placed:
         return Phase.Pending
-    return Phase.Ready if r.ready else Phase.Starting
+    if r.ready:
+        return Phase.Ready
+    c = r.condition(ConditionType.Ready)
+    return Phase.Unresponsive if c is not None and c.reason == Reason.EngineUnresponsive else Phase.Starting
+
+
+def not_answering(replicas: Iterable[ReplicaRecord]) -> dict[str, str]:
+    """Models that have replicas, every one of them unresponsive (none ready, none on its way): model -> why, in the
+    replicas' words. A request for one is refused at once: no load is under way to wait for."""
+    live: dict[str, list[ReplicaRecord]] = {}
+    for r in replicas:
+        if not r.failed and r.stop is None:
+            live.setdefault(r.model, []).append(r)
+    out: dict[str, str] = {}
+    for model, reps in sorted(live.items()):
+        if all(replica_phase(r) == Phase.Unresponsive for r in reps):
+            words = [f"replica {r.id}: {c.message}" for r in sorted(reps, key=lambda r: r.id)[:2]
+                     if (c := r.condition(ConditionType.Ready)) is not None]
+            out[model] = "; ".join(words)
+    return out
 
 
 def phase_condition(r: ReplicaRecord) -> Condition | None:

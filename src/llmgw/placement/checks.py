@@ -188,7 +188,17 @@ class GPUsFree(Check):
         need, cls = r.model.profile.gpus_per_shard, r.model.profile.gpu_class
         faulty = [g for g in n.gpus if g.faulty and (cls is None or g.gpu_class == cls)]
         extra = f"; {len(faulty)} faulty ({faulty[0].fault or 'reported faulty'})" if faulty else ""
-        return f"{len(n.free_gpus(cls))} free healthy GPU(s), needs {need}{extra}"
+        return f"{len(n.free_gpus(cls))} free healthy GPU(s), needs {need}{extra}{_mig_words(n, cls)}"
+
+
+def _mig_words(n: NodeView, cls: str | None) -> str:
+    """Healthy cards cut into MIG instances: present, and not offered whole."""
+    cut = [len(g.mig) for g in n.gpus if g.mig is not None and not g.faulty and (cls is None or g.gpu_class == cls)]
+    if not cut:
+        return ""
+    counts = sorted(set(cut))
+    made = "no instances made yet" if counts == [0] else "/".join(map(str, counts)) + " instances each"
+    return f"; {len(cut)} in MIG mode ({made}; not offered whole)"
 
 
 class Memory(Check):

@@ -42,18 +42,18 @@ class NodeView:
     def __post_init__(self) -> None:
         cards = self.gpus
         classes = frozenset([g.gpu_class for g in cards])
-        every = tuple([g.index for g in cards if not g.faulty])
+        every = tuple([g.index for g in cards if g.offered_whole])
         healthy: dict[str | None, tuple[int, ...]] = {None: every}
         if len(classes) == 1:
             healthy.update(dict.fromkeys(classes, every))
         else:
             for c in classes:
-                healthy[c] = tuple([g.index for g in cards if not g.faulty and g.gpu_class == c])
+                healthy[c] = tuple([g.index for g in cards if g.offered_whole and g.gpu_class == c])
         object.__setattr__(self, "gpu_classes", classes)
         object.__setattr__(self, "_healthy", healthy)
 
     def free_gpus(self, gpu_class: str | None) -> tuple[int, ...]:
-        """Healthy, unused cards (of the class, when one is asked for), lowest index first."""
+        """Healthy, unused cards not in MIG mode (of the class, when one is asked for), lowest index first."""
         used = self.used_gpus
         if not used:
             return self._healthy.get(gpu_class, ())
@@ -78,7 +78,7 @@ class NodeView:
         return tuple(sorted(self.peers().items()))
 
     def healthy_gpus(self, gpu_class: str | None) -> int:
-        return sum(1 for g in self.gpus if not g.faulty and (gpu_class is None or g.gpu_class == gpu_class))
+        return sum(1 for g in self.gpus if g.offered_whole and (gpu_class is None or g.gpu_class == gpu_class))
 
     def topology_known(self) -> bool:
         return bool(self.gpus) and all(g.nvlink_peers is not None for g in self.gpus)

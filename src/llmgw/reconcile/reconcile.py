@@ -15,7 +15,7 @@ from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place, reservations
 from llmgw.placement.snapshot import Snapshot, build_snapshot
 from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap, SetScaleTimer
-from llmgw.reconcile.scaling import Step, Timer, decide
+from llmgw.reconcile.scaling import Step, Timer, decide, floor, wanted
 from llmgw.reconcile.status import derive, stopped
 from llmgw.reconcile.world import World
 
@@ -159,9 +159,8 @@ def reconcile(w: World) -> list[Intent]:
             (r for r in current.values() if r.model == name and not r.failed and r.stop is None),
             key=lambda r: (r.created_at, r.id),
         )
-        want = spec.scaling.min
+        demanded = w.now - w.demand.get(name, float("-inf")) <= w.timings.demand_window
         if spec.on_demand:
-            demanded = w.now - w.demand.get(name, float("-inf")) <= w.timings.demand_window
             # a replica with a request in flight is in use, however long ago that request began
             keep = [r for r in active if w.outstanding.get(r.id, 0) > 0
                     or w.now - _last_activity(r, w) < spec.scaling.idle_timeout]
@@ -172,11 +171,12 @@ def reconcile(w: World) -> list[Intent]:
                     current[r.id] = stopped(r, Reason.Idle, f"unused for {idle:.0f}s", w.now)
                     events[r.id] = f"replica {r.id} of {name} stopping: idle for {idle:.0f}s"
             active = [r for r in active if current[r.id].stop is None]
-            want = max(want, 1 if (demanded or active) else 0)
-        want = min(want, spec.scaling.max)
-        added_why, added_event, down_why = "", "", ""
+        step, added_event, down_why = Step.Hold, "", ""
         if spec.scaling.target_in_flight is not None:
-            want, added_why, added_event, down_why = _on_load(name, spec, active, want, w, intents)
+            step, added_event, down_why = _on_load(name, spec, active, demanded, w, intents)
+        want = wanted(spec, active=len(active), ready=sum(1 for r in active if r.ready), demanded=demanded,
+                      step=step)
+        added_why = step.value if step is Step.Up else ""
         if want > len(active) and _backing_off(name, current, w):
             want = len(active)  # failing again and again: the next try waits (CrashLoopBackOff, in small)
         for r in active[want:][::-1]:
@@ -253,24 +253,24 @@ def reconcile(w: World) -> list[Intent]:
     return intents
 
 
-def _on_load(name: str, spec: ModelSpec, active: list[ReplicaRecord], floor: int, w: World,
-             intents: list[Intent]) -> tuple[int, str, str, str]:
-    """How many replicas scaling on load wants (scaling.py decides; replicas it added stay until it removes them):
-    (want, the reason code and words for a replica it adds, the words for one it removes)."""
+def _on_load(name: str, spec: ModelSpec, active: list[ReplicaRecord], demanded: bool, w: World,
+             intents: list[Intent]) -> tuple[Step, str, str]:
+    """This pass's step of scaling on load (scaling.py decides; wanted() turns it into a count): (the step, the
+    words for a replica it adds, the words for one it removes)."""
     sc = spec.scaling
     assert sc.target_in_flight is not None
     ready = [r for r in active if r.ready]
     timer = w.scale_timers.get(name, Timer())
     d = decide(target=sc.target_in_flight, up_after=sc.scale_up_after, down_after=sc.scale_down_after,
-               lo=max(floor, sc.min), hi=sc.max, ready=len(ready),
+               lo=floor(spec, active=len(active), demanded=demanded), hi=sc.max, ready=len(ready),
                in_flight=float(sum(w.outstanding.get(r.id, 0) for r in ready)), timer=timer, now=w.now)
     if d.timer != timer:
         intents.append(SetScaleTimer(name, d.timer))
     if d.step is Step.Up:
-        return min(sc.max, max(floor, len(ready) + 1)), d.step.value, d.message, ""
+        return d.step, d.message, ""
     if d.step is Step.Down:
-        return max(floor, len(active) - 1), "", "", d.message
-    return min(sc.max, max(floor, len(active))), "", "", ""
+        return d.step, "", d.message
+    return d.step, "", ""
 
 
 def _eviction_victim(

@@ -40,18 +40,23 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
         for s in node.report.shards:
             if s.replica_id == r.id and s.rank == a.rank:
                 states[a.rank] = s
-    multi = len(r.assignments) > 1
     for rank, s in sorted(states.items()):
-        node_id = r.assignments[rank].node_id if rank < len(r.assignments) else "?"
         if s.state == "failed":
             # the node's code when it gave one we know (WeightsUnusable, ...), in its own words
             why = shard_reason(s.reason, Reason.ShardFailed)
-            return _fail(r, why, f"rank {rank} on {node_id} failed: {s.message}", now)
-        if multi and s.state == "exited":
-            # a group spanning nodes does not survive losing a member (a rank exits when its peer goes): restarting
-            # one rank cannot bring it back, and waiting for the silent node's timer leaves it "starting" for a minute
-            why = f"rank {rank} on {node_id} exited ({s.message or 'no reason given'}): the group is broken"
-            return _fail(r, Reason.ShardFailed, why, now)
+            return _fail(r, why, f"rank {rank} on {_node_of(r, rank)} failed: {s.message}", now)
+    # a group spanning nodes does not survive losing a member (a rank exits when its peer goes): restarting one rank
+    # cannot bring it back, and waiting for the silent node's timer leaves it "starting" for a minute. A rank that
+    # exited of itself is the cause; one that exited because a peer went names that peer, and its node
+    exited = sorted((s.lost_peer is not None, rank) for rank, s in states.items() if s.state == "exited")
+    if len(r.assignments) > 1 and exited:
+        rank = exited[0][1]
+        s = states[rank]
+        why = f"rank {rank} on {_node_of(r, rank)} exited ({s.message or 'no reason given'}): the group is broken"
+        if s.lost_peer is not None:
+            role = "leader" if s.lost_peer == 0 else "worker"
+            why = f"{role} rank {s.lost_peer} on {_node_of(r, s.lost_peer)} disconnected: {why}"
+        return _fail(r, Reason.ShardFailed, why, now)
     seen = sorted(set(r.seen_ranks) | set(states))
     missing = [rank for rank in seen if rank not in states]
     if missing:
@@ -74,6 +79,10 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
     conds = set_condition(out.conditions, ConditionType.Ready, Status.FALSE, told[0] if told else Reason.ShardsStarting,
                           pending, now)
     return out.model_copy(update={"conditions": conds, "endpoint": ""})
+
+
+def _node_of(r: ReplicaRecord, rank: int) -> str:
+    return next((a.node_id for a in r.assignments if a.rank == rank), "?")
 
 
 def assigned_endpoint(r: ReplicaRecord) -> str:

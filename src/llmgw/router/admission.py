@@ -4,30 +4,36 @@ how a refusal is answered, and what it is settled at when it ends."""
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 from typing import Any
 
 from aiohttp import web
 
+from llmgw.agent.engines import CHOICE_FIELDS, LENGTH_FIELDS
 from llmgw.core import quota
 from llmgw.router.errors import openai_error
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.stats import Measure
 from llmgw.wire.router import Admission
 
-# the body field bounding what a request generates, per endpoint (None: it generates nothing)
-MAX_FIELDS: dict[str, tuple[str, ...] | None] = {
-    "/v1/embeddings": None,
-    "/v1/responses": ("max_output_tokens",),
-    "/v1/completions": ("max_tokens",),  # completions have no max_completion_tokens: an engine ignores it there
-}
-DEFAULT_FIELDS = ("max_completion_tokens", "max_tokens")
-CHOICE_FIELDS = ("n", "best_of")  # each choice generated is generated in full: the bound is per choice
+log = logging.getLogger(__name__)
+
+# where a request generates nothing; elsewhere the field added when a request gives no bound of its own
+GENERATES_NOTHING = frozenset({"/v1/embeddings"})
+ADDED_FIELD = {"/v1/responses": "max_output_tokens"}
+# every field any engine reads as a bound or a number of choices, on any endpoint (an engine reads fields from
+# other APIs too: llama-server takes n_predict, then max_completion_tokens, on /v1/completions as well)
+MAX_FIELDS = tuple(dict.fromkeys(("max_tokens", "max_completion_tokens", "max_output_tokens", *LENGTH_FIELDS)))
+CHOICES = tuple(dict.fromkeys(("n", "best_of", *CHOICE_FIELDS)))  # each choice is generated in full
 MAX_COST = 10**15
-# content parts whose tokens the body's bytes do not bound (OpenAI's chat and Responses, Anthropic's Messages)
+# content parts whose tokens the body's bytes do not bound (OpenAI's chat and Responses, Anthropic's Messages),
+# counted wherever they are (an Anthropic tool_result holds images too)
 MEDIA_TYPES = frozenset({"image_url", "input_image", "image", "input_audio", "audio_url", "video_url", "input_file",
                          "file", "document"})
-MEDIA_DEPTH = 4  # messages/input -> item -> content -> part
+# a body without these bytes holds no media part (an escaped name could spell one: walked too)
+_MAYBE_MEDIA = re.compile(rb"image|audio|video|file|document|\\u")
 
 
 class Unreservable(ValueError):
@@ -38,17 +44,26 @@ def _whole(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def media_parts(v: object, depth: int = MEDIA_DEPTH) -> int:
-    """How many image, audio, video or file parts `v` (a request's messages or input) holds."""
-    if depth < 0:
-        return 0
-    if isinstance(v, list):
-        return sum(media_parts(x, depth - 1) for x in v)
-    if isinstance(v, dict):
-        if v.get("type") in MEDIA_TYPES:
-            return 1
-        return media_parts(v.get("content"), depth - 1)
-    return 0
+def media_parts(v: object) -> int:
+    """How many image, audio, video or file parts `v` holds, at any depth (walked without recursion: a body nested
+    as deeply as the JSON decoder allows is walked too)."""
+    n, todo = 0, [v]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            t = x.get("type")
+            if isinstance(t, str) and t in MEDIA_TYPES:
+                n += 1
+            todo.extend(x.values())
+        elif isinstance(x, list):
+            todo.extend(x)
+    return n
+
+
+def _ambiguous(body: bytes, fields: dict[str, int]) -> bool:
+    """Whether `body` may give a field twice (written twice, or spelled with escapes): the decoder here keeps the
+    last, an engine's might keep the first. Sent as decoded here, it gives each once."""
+    return b"\\u" in body or any(body.count(f'"{f}"'.encode()) > 1 for f in (*fields, *CHOICES))
 
 
 def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int, *,
@@ -57,19 +72,18 @@ def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int, *
     audio, video or file part, plus the most it may generate, times the choices it asks for. A request that does
     not bound what it generates is given `default_max` (in the body the engine sees); a bound that is not a whole
     number is refused (an engine might read 1e9 or "5000"): nothing admitted may cost more than it reserved."""
-    fields = MAX_FIELDS.get(path, DEFAULT_FIELDS)
-    media = media_tokens * (media_parts(payload.get("messages")) + media_parts(payload.get("input")))
-    if fields is None:
+    media = media_tokens * media_parts(payload) if media_tokens and _MAYBE_MEDIA.search(body) else 0
+    if path in GENERATES_NOTHING:
         return body, min(MAX_COST, quota.reservation(len(body), 0) + media)
     given = []
-    for f in fields:
+    for f in MAX_FIELDS:
         v = payload.get(f)
         if v is not None:
             if not _whole(v) or v < 0:
                 raise Unreservable(f"'{f}' must be a whole number of tokens, 0 or more")
             given.append(v)
     choices = 1
-    for f in CHOICE_FIELDS:
+    for f in CHOICES:
         v = payload.get(f)
         if v is not None:
             if not _whole(v) or v < 1:
@@ -78,11 +92,11 @@ def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int, *
     prompt = payload.get("prompt")
     if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
         choices *= len(prompt)  # a batch of prompts: each is answered in full
-    # the engine is told the bound reserved, in every field it might read: 0 reads as "none" to some (vLLM's
-    # `max_completion_tokens or max_tokens`), and with two fields given an engine may honour either
+    # the engine is told the bound reserved, in every field given that any engine reads: 0 reads as "none" to some
+    # (vLLM's `max_completion_tokens or max_tokens`), and with several given an engine honours its own first
     most = max(1, *given) if given else default_max
-    told = {f: most for f in fields if f in payload} or {fields[-1]: most}
-    if any(payload.get(f) != v for f, v in told.items()):
+    told = {f: most for f in MAX_FIELDS if f in payload} or {ADDED_FIELD.get(path, "max_tokens"): most}
+    if any(payload.get(f) != v for f, v in told.items()) or _ambiguous(body, told):
         payload.update(told)
         body = json.dumps(payload).encode()
     return body, min(MAX_COST, quota.reservation(len(body), most * choices) + media)
@@ -117,4 +131,16 @@ def used_of(m: Measure, reached: bool, cost: int) -> int:
         # the client left, the engine failed or timed out after it had the request, or an answer whose usage the
         # router cannot read (the Responses and Messages APIs report theirs otherwise): what it may have cost
         return cost
-    return used
+    return min(used, cost)  # more than reserved is an alarm (bounded), never a bill
+
+
+def bounded(m: Measure, cost: int, replica: str) -> None:
+    """Hold what a request that reserved `cost` tokens is recorded and billed at to its reservation: an engine
+    reporting more (it ignored its bound, or its count is a lie) is an alarm, logged and counted, not a bill."""
+    if not cost or m.prompt_tokens + m.completion_tokens <= cost:
+        return
+    log.warning("replica %s reported %d prompt and %d completion tokens for a request that reserved %d: recorded "
+                "at its reservation", replica, m.prompt_tokens, m.completion_tokens, cost)
+    m.overrun = True
+    m.prompt_tokens = min(m.prompt_tokens, cost)
+    m.completion_tokens = cost - m.prompt_tokens

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from llmgw.config.server import ModelSpec, RouterConfig
 from llmgw.core.errors import ConnectFailed, StoreError, StreamBroken
-from llmgw.router.admission import Unreservable, refused, reserve, used_of
+from llmgw.router.admission import Unreservable, bounded, refused, reserve, used_of
 from llmgw.router.errors import openai_envelope, openai_error, unsupported
 from llmgw.router.keys import KeyRing
 from llmgw.router.ledger import UNKNOWN, UsageLedger
@@ -25,6 +25,7 @@ from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, Decision, Rout
 from llmgw.router.state import RouterState
 from llmgw.router.stats import OTHER, Measure, Recorder
 from llmgw.router.table import EJECT_AFTER, UNSERVED_S, Route, RoutingTable
+from llmgw.router.uploads import Uploads, too_many_uploads
 from llmgw.router.usage import StreamUsage
 from llmgw.store.base import ApiKeyRecord, Usage, new_usage_id
 from llmgw.wire.router import model_explanation_lines
@@ -76,6 +77,7 @@ class Router:
         self.prefixes = PrefixIndex(cfg.prefix_entries)
         self._alone: dict[str, Decision] = {}  # the decision for a replica alone in rotation (made once: frozen)
         self.waiting: Counter[str] = Counter()  # per model, requests waiting for a replica to become ready
+        self._hung: tuple[int, dict[str, str]] = (-1, {})  # (generation, models whose every replica stopped answering)
         self.keys = keys
         self.cfg = cfg
         self.load_wait = load_wait
@@ -87,6 +89,7 @@ class Router:
         self.session: aiohttp.ClientSession | None = None
         self.changed = asyncio.Event()
         self._keys_lock = asyncio.Lock()
+        self.uploads = Uploads()  # bodies arriving, per key: no more at once than its concurrency
 
     # routing table follows the control plane's replicas
     def refresh(self) -> None:
@@ -150,6 +153,14 @@ class Router:
                                 "model_not_found", "model")
         return web.json_response({"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"})
 
+    def _not_answering(self, model: str) -> str | None:
+        """Why every replica of the model is unresponsive (none ready, none loading); None when not so. Asked of the
+        control plane's view once per generation of it."""
+        generation = self.state.generation()
+        if self._hung[0] != generation:
+            self._hung = (generation, self.state.not_answering())
+        return self._hung[1].get(model)
+
     async def _wait_ready(self, model: str, request: web.Request) -> bool | None:
         """Up to load_wait by the injected clock (a test drives it); the table is looked at again whenever the
         control plane says something changed, and at least every WAIT_POLL_S of real time. None: the client went
@@ -186,7 +197,8 @@ class Router:
             else:
                 reached: list[bool] = []
                 try:
-                    resp = await self._serve(request, m, got.key, got.spec, got.payload, got.body, got.rate, reached)
+                    resp = await self._serve(request, m, got.key, got.spec, got.payload, got.body, got.rate, reached,
+                                             got.cost)
                 finally:
                     if got.ticket:
                         self.state.settle(got.ticket, used_of(m, bool(reached), got.cost))
@@ -207,10 +219,15 @@ class Router:
             return key
         if request.content_length is not None and request.content_length > self.max_body:
             return self._too_large()
+        lim = key.limits if key.limits is not None else self.cfg.default_limits
+        if not self.uploads.take(key.id, lim.concurrency):
+            return too_many_uploads(lim.concurrency)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._too_large()
+        finally:
+            self.uploads.give(key.id)
         try:
             payload = json.loads(body)
         except ValueError as e:
@@ -240,7 +257,6 @@ class Router:
                 "service_unavailable",
                 "model_off",
             )
-        lim = key.limits if key.limits is not None else self.cfg.default_limits
         if not lim.any():
             return Admitted(key, spec, payload, body)
         try:
@@ -258,9 +274,10 @@ class Router:
 
     async def _serve(self, request: web.Request, m: Measure, key: ApiKeyRecord, spec: ModelSpec,
                      payload: dict[str, Any], body: bytes, rate: dict[str, str],
-                     reached: list[bool]) -> web.StreamResponse:
+                     reached: list[bool], cost: int = 0) -> web.StreamResponse:
         """Wait for a replica if need be, and forward. `rate`: the key's x-ratelimit-* headers, answered with it;
-        `reached` gets an entry once the request is sent to an engine."""
+        `reached` gets an entry once the request is sent to an engine; `cost`: the tokens it reserved (0: none), which
+        a stream is cut at and the request is recorded at most at."""
         model = spec.name
         m.key_id = key.id  # with recorder.begin: the end is counted only for a request begun
         self.recorder.begin(key.id, model)
@@ -271,6 +288,10 @@ class Router:
                                 f"{self.cfg.serve_stale_for:.0f}s at most)", "service_unavailable",
                                 "routing_table_stale")
         if self.table.pick(model) is None:
+            hung = self._not_answering(model)
+            if hung is not None:  # nothing is loading: waiting out load_wait would only hold the client
+                return openai_error(503, f"no replica of {model} is answering: {hung}", "service_unavailable",
+                                    "model_not_answering", headers={"Retry-After": str(RETRY_AFTER_S)})
             if spec.on_demand:
                 self.state.want(model)
             if self.waiting[model] >= self.cfg.max_waiting:
@@ -343,7 +364,7 @@ class Router:
                 # busy from now on, not from its end: a long generation must not look idle to eviction meanwhile
                 self.state.used(route.replica_id, now, route.outstanding)
                 reached[:] = [True]  # it may reach the engine from here on (a connection refused takes it back)
-                watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic) if stream else None
+                watch = StreamUsage(strip=strip_usage, now=self.state.clock.monotonic, limit=cost) if stream else None
                 try:
                     said = self._said(rate, decision, route, len(keys))
                     outcome = await forward(
@@ -381,8 +402,10 @@ class Router:
                     status, (p_tok, c_tok) = CLIENT_CLOSED, (watch.so_far() if watch is not None else (0, 0))
                 m.status, m.prompt_tokens, m.completion_tokens = status, p_tok, c_tok
                 if watch is not None:
-                    m.first_at, m.last_at = watch.first_at, watch.last_at
-                self.ledger.finish(rec, route.replica_id if route is not None else "", p_tok, c_tok,
+                    m.first_at, m.last_at, m.overrun = watch.first_at, watch.last_at, watch.over
+                replica = route.replica_id if route is not None else ""
+                bounded(m, cost, replica)
+                self.ledger.finish(rec, replica, m.prompt_tokens, m.completion_tokens,
                                    self.state.clock.monotonic() - t0, status)
 
     def _said(self, rate: dict[str, str], decision: Decision, route: Route, blocks: int) -> dict[str, str]:

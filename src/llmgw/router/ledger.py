@@ -241,6 +241,9 @@ class UsageLedger:
         self._journal_broken = False
         self._flushes = 0
         self._sending = 0  # records handed to the sink and not yet confirmed: still unflushed
+        # called once what dead processes left has landed (the store holds usage no budget has counted)
+        self.on_replayed: Callable[[], Awaitable[object]] | None = None
+        self._replaying = False
 
     def adopt_orphans(self) -> int:
         """Take over what dead processes left in the journal directory."""
@@ -251,6 +254,7 @@ class UsageLedger:
         self.pending.extend(records)
         self.segments.extend(segments)
         self.orphan_locks += held
+        self._replaying = self._replaying or bool(records)
         if records:
             log.warning("recording %d request(s) left in the usage journal by a process that stopped", len(records))
         return len(records)
@@ -328,6 +332,9 @@ class UsageLedger:
         if self._failing:
             log.warning("usage recorded again after %d failed attempt(s)", self.failures)
         self._failing, self.failures = False, 0
+        if self._replaying and self.on_replayed is not None:
+            await self.on_replayed()  # raising, it is called again after the next flush
+        self._replaying = False
         return True
 
     async def _send(self) -> bool:

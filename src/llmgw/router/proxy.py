@@ -13,6 +13,7 @@ from yarl import URL
 from llmgw.core.errors import ConnectFailed, StreamBroken
 from llmgw.router.errors import openai_error, sse_error
 from llmgw.router.usage import StreamUsage, usage_from_body
+from llmgw.wire.messages import UNREACHED_HEADER
 
 
 @dataclass(slots=True)
@@ -114,6 +115,9 @@ async def forward(
             # answers nothing and records nothing), so it is safe elsewhere, as a refused connection is
             raise ConnectFailed(f"the engine is gone ({e}; its port refuses new connections)") from e
         raise StreamBroken(f"the engine failed: {e}") from e
+    if resp.status == 502 and UNREACHED_HEADER in resp.headers:  # the node's gate: no engine had it
+        resp.release()
+        raise ConnectFailed("the engine is not reachable on its node (its agent's gate said so)")
     try:
         ctype = resp.headers.get("Content-Type", "application/json")
         if resp.status < 200 or 300 <= resp.status < 400:
@@ -176,7 +180,14 @@ async def _relay(sr: web.StreamResponse, resp: aiohttp.ClientResponse, watch: St
             raise StreamBroken(f"{why} ({type(e).__name__})", seen=watch.so_far(), answered=sr) from e
         if not chunk:
             break
-        await sr.write(watch.feed(chunk))
+        out = watch.feed(chunk)
+        if watch.over:  # the engine generates past what was reserved: what it could cost is all it gets to cost
+            resp.close()
+            why = "the engine went past the tokens reserved for this request"
+            await sr.write(out + sse_error(why, "reservation_exceeded"))
+            await sr.write_eof()
+            raise StreamBroken(f"{why} ({watch.limit})", status=502, seen=watch.so_far(), answered=sr)
+        await sr.write(out)
     await sr.write_eof()
     return Outcome(resp.status, *watch.so_far(), sr)
 

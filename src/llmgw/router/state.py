@@ -39,6 +39,7 @@ class RouterState(Protocol):
     def keys_version(self) -> int: ...
     def stale_for(self) -> float: ...  # seconds the routing table has gone unconfirmed
     def ready(self) -> dict[str, list[ReadyReplica]]: ...
+    def not_answering(self) -> dict[str, str]: ...  # model -> why, where every replica stopped answering
     def loads(self) -> dict[str, EngineLoad]: ...  # replica id -> its engine's own gauges
     def want(self, model: str) -> None: ...
     def used(self, replica_id: str, at: float, outstanding: int) -> None: ...
@@ -103,6 +104,9 @@ class RemoteState:
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return self._view.ready
+
+    def not_answering(self) -> dict[str, str]:
+        return self._view.not_answering
 
     def loads(self) -> dict[str, EngineLoad]:
         return self._view.loads

@@ -26,18 +26,20 @@ class Measure:
     completion_tokens: int = 0
     prompt_tokens: int = 0
     status: int = 0  # what the request is recorded as (a broken stream: not the 200 its headers said)
+    overrun: bool = False  # the engine reported more tokens than the request reserved (recorded at the reservation)
 
 
 class _Tally:
     """One model's numbers as plain Python while requests arrive (a pydantic model's attribute assignment costs
     a Python-level __setattr__ each): made into ModelStats only when a snapshot is asked for."""
 
-    __slots__ = ("completion_tokens", "counts", "prompt_tokens", "requests", "sums")
+    __slots__ = ("completion_tokens", "counts", "overruns", "prompt_tokens", "requests", "sums")
 
     def __init__(self) -> None:
         self.requests: dict[str, int] = {}
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.overruns = 0
         self.counts: dict[str, list[int]] = {}  # per kind of BUCKETS, once observed: one per bucket and +Inf
         self.sums: dict[str, float] = {}
 
@@ -53,7 +55,7 @@ class _Tally:
         hists = {kind: Histogram(counts=list(self.counts.get(kind, ())), sum=self.sums.get(kind, 0.0))
                  for kind in BUCKETS}
         return ModelStats(requests=dict(self.requests), prompt_tokens=self.prompt_tokens,
-                          completion_tokens=self.completion_tokens, **hists)
+                          completion_tokens=self.completion_tokens, overruns=self.overruns, **hists)
 
 
 class Recorder:
@@ -81,6 +83,8 @@ class Recorder:
         s.requests[code] = s.requests.get(code, 0) + 1
         s.prompt_tokens += m.prompt_tokens
         s.completion_tokens += m.completion_tokens
+        if m.overrun:
+            s.overruns += 1
         s.observe("e2e", now - m.start)
         if m.model:
             s.observe("queue", m.queue_s)

@@ -74,11 +74,15 @@ def usage_from_body(body: bytes) -> tuple[int, int]:
 class StreamUsage:
     """Watches an SSE stream for the usage chunk, across reads that split lines.
 
-    With `strip`, the usage-only chunk (asked for by the router, not by the client) is kept from the client.
+    With `strip`, the usage-only chunk (asked for by the router, not by the client) is kept from the client. With
+    `limit` (the tokens the request reserved), `over` says once the engine sent more events than that: each event
+    carries a token at least, and the reservation also counts the request's bytes, which cover the few events
+    that carry none (a role, a finish, the usage). What feed returns then ends before the first event past it.
     """
 
-    def __init__(self, strip: bool, now: Callable[[], float] | None = None) -> None:
+    def __init__(self, strip: bool, now: Callable[[], float] | None = None, limit: int = 0) -> None:
         self.strip = strip
+        self.limit = limit
         self.now = now  # when given, first_at and last_at say when tokens arrived
         self.first_at: float | None = None
         self.last_at: float | None = None
@@ -86,6 +90,16 @@ class StreamUsage:
         self.usage: tuple[int, int] | None = None
         self.events = 0  # data events relayed: about one per generated token
         self.done = False  # the engine's [DONE] went by: the answer was whole, whatever happens to the connection
+        self.over = False
+
+    def _cut(self, chunk: bytes, before: int, complete: bytes) -> bytes:
+        """`chunk` up to the first event past the limit (`before`: bytes of `complete` the client had already)."""
+        self.over = True
+        at = -1
+        for _ in range(self.limit - self.events + 1):
+            at = complete.find(b"data: {", at + 1)
+        self.events = self.limit
+        return chunk[: max(0, at - before)]
 
     def so_far(self) -> tuple[int, int]:
         """The engine's own count once it sent one; before that (a stream cut short) the events relayed, as the
@@ -102,6 +116,8 @@ class StreamUsage:
             self.last_at = self.now()
             if self.first_at is None:
                 self.first_at = self.last_at
+        if 0 < self.limit < self.events + events:
+            return self._cut(chunk, len(data) - len(chunk), complete)
         self.events += events
         if b"data: [DONE]" in complete:
             self.done = True

@@ -39,7 +39,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", required=True, help="the model name to serve")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)
-    p.add_argument("--host", default="127.0.0.1", help="address the leader binds (HTTP and rendezvous)")
+    p.add_argument("--host", default="127.0.0.1", help="address the leader binds (rendezvous, and HTTP by default)")
+    p.add_argument("--http-host", default="", help="address the leader's HTTP server binds (default: --host)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="the leader's HTTP port (0: any free port)")
     p.add_argument("--rendezvous-port", type=int, default=DEFAULT_RENDEZVOUS_PORT)
     p.add_argument("--leader-address", help="host of rank 0 (required for workers)")
@@ -130,15 +131,16 @@ async def _lead(args: argparse.Namespace, stop: asyncio.Event) -> int:
                               load_seconds=args.load_seconds)
         app = make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second, api_key=key,
                        load_failure=args.fail_load, behaviour=behaviour)
+        http_host = args.http_host or args.host
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE, access_log=None)
         await runner.setup()
         try:
-            await web.TCPSite(runner, args.host, args.port).start()
+            await web.TCPSite(runner, http_host, args.port).start()
         except OSError as e:
-            say(f"cannot bind HTTP port {args.host}:{args.port}: {e.strerror or e}")
+            say(f"cannot bind HTTP port {http_host}:{args.port}: {e.strerror or e}")
             return 1
         port = runner.addresses[0][1]  # the bound port, which differs from args.port when that is 0
-        say(f"serving {args.model} on http://{args.host}:{port}")
+        say(f"serving {args.model} on http://{http_host}:{port}")
 
         if leader is None:
             await stop.wait()

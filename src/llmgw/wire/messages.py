@@ -17,8 +17,10 @@ X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and 
 # 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state; 4: weights (the
 # directories and fetches a node reports, its peer port; how each shard's weights are to be had); 5: each shard's
 # engine load (the engine's own gauges under llmgw's names) and engine installs as numbers; 6: how many requests a
-# shard's engine generates at once, when it has a fixed number of slots
-WIRE_VERSION = 6
+# shard's engine generates at once, when it has a fixed number of slots; 7: the peer rank whose loss ended a shard,
+# and the shard state "unresponsive" (it served, and its engine no longer answers); 8: a card's MIG instances and the
+# CUDA version its driver supports
+WIRE_VERSION = 8
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
@@ -60,6 +62,16 @@ class Problem(Strict):
 Problems = Annotated[list[Problem], Field(max_length=64)]
 
 
+class MigInstance(Strict):
+    """One MIG slice of a card, as the driver describes it."""
+
+    gpu_instance: int = Field(ge=0, le=1023)
+    compute_instance: int = Field(default=0, ge=0, le=1023)
+    memory_mib: Count
+    multiprocessors: Count = 0
+    profile: Name = ""  # NVIDIA's name for the slice ("3g.40gb") where the source says it
+
+
 class GPU(Strict):
     index: int = Field(ge=0, le=1023)
     uuid: Name = ""
@@ -70,6 +82,13 @@ class GPU(Strict):
     fault: Text = ""  # the machine's own words: "Xid 79: GPU has fallen off the bus"
     # indices this card has NVLink to; None = topology unknown (no NVML), [] = known to have none
     nvlink_peers: Annotated[list[Annotated[int, Field(ge=0, le=1023)]], Field(max_length=1024)] | None = None
+    # MIG mode is on: the card is cut into these instances ([] = none made yet); None = MIG off or not supported
+    mig: Annotated[list[MigInstance], Field(max_length=64)] | None = None
+
+    @property
+    def offered_whole(self) -> bool:
+        """Placement may give this card to a shard: healthy, and not cut into MIG instances."""
+        return not self.faulty and self.mig is None
 
 
 class IBPort(Strict):
@@ -114,6 +133,7 @@ class Hardware(Strict):
     disk: Disk | None = None
     gpu_source: Literal["nvml", "nvidia-smi", "inventory", "none"] = "none"
     nvidia_driver: Name = ""
+    nvidia_cuda: Name = ""  # the newest CUDA the driver supports ("12.2"), as nvidia-smi or NVML says it
     gpus: Annotated[list[GPU], Field(max_length=1024)] = []
     gpu_problems: Texts = []  # discovery trouble that is not absence, e.g. an NVML/driver mismatch
     ib_adapters: Annotated[list[IBAdapter], Field(max_length=64)] = []
@@ -143,10 +163,15 @@ class EngineLoad(Strict):
     at: float = Field(default=0.0, ge=0)  # when it was read (the node's clock)
 
 
+# the agent's gate answers a request it could not hand to the engine with this header: it reached no engine, so the
+# router may send it to another replica (agent/gate.py)
+UNREACHED_HEADER = "X-Llmgw-Engine-Unreached"
+
+
 class ShardState(Strict):
     replica_id: Name
     rank: int = Field(ge=0, le=1023)
-    state: Literal["pending", "starting", "running", "ready", "exited", "failed"]
+    state: Literal["pending", "starting", "running", "ready", "unresponsive", "exited", "failed"]
     message: Text = ""
     reason: Name = ""  # a code for message when it says why the shard is not ready: WeightsUnusable, ModelNotLoaded
     pid: int | None = Field(default=None, ge=0, le=2**32)
@@ -158,6 +183,9 @@ class ShardState(Strict):
     load: EngineLoad | None = None  # the engine's gauges at its last scrape; None: not scraped (yet)
     closes_after_stream: bool = False  # its engine drops the connection after a streamed answer (engine knowledge)
     slots: int | None = Field(default=None, ge=1, le=1_000_000)  # requests its engine runs at once; None: not fixed
+    # version 7: the rank of the group whose going ended this shard's engine, as the engine said (the control
+    # plane names that rank's node); None: not said
+    lost_peer: int | None = Field(default=None, ge=0, le=1023)
 
 
 class WeightsDir(Strict):

@@ -33,6 +33,7 @@ class RouterView(BaseModel):
     models: list[ModelSpec]
     ready: dict[str, list[ReadyReplica]]
     loads: dict[str, EngineLoad] = {}  # replica id -> its engine's own gauges, as last reported
+    not_answering: dict[str, str] = {}  # model -> why, where every replica of it stopped answering (core.state)
     stale_for: float = 0.0  # seconds the control plane has not been able to confirm this table (its store failing)
 
 

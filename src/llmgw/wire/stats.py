@@ -52,6 +52,7 @@ class ModelStats(BaseModel):
     requests: Annotated[dict[Annotated[str, Field(max_length=3)], Count], Field(max_length=1000)] = {}
     prompt_tokens: Count = 0
     completion_tokens: Count = 0
+    overruns: Count = 0  # requests whose engine reported more tokens than they reserved (an alarm)
     ttft: Histogram = Histogram()  # request arrival to the first token of a stream
     tbt: Histogram = Histogram()  # a stream's time per output token after the first
     queue: Histogram = Histogram()  # waiting for a replica to load and for a connection to it
@@ -72,6 +73,7 @@ class ModelStats(BaseModel):
             self.requests[status] = self.requests.get(status, 0) + n
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
+        self.overruns += other.overruns
         for kind in BUCKETS:
             getattr(self, kind).add(getattr(other, kind))
 

@@ -12,7 +12,7 @@ from llmgw.agent.discovery import CommandResult, DeclaredFabric, check_fabrics, 
 from llmgw.agent.discovery.warnings import NO_AVX2, NVLINK_UNKNOWN
 from llmgw.wire.messages import Fabric, Hardware
 
-from .fakes import NVML_ABSENT, FakeRunner, Forbidden, smi_not_installed
+from .fakes import NVML_ABSENT, FakeRunner, Forbidden, smi_not_installed, smi_xml
 from .hosts import host, inventory
 
 GiB = 2**30
@@ -99,9 +99,7 @@ def test_l40sx4_pcie_pairs(tmp_path: Path) -> None:
 
 
 def test_nvidia_smi_node_warns_topology_unknown_and_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    smi = FakeRunner(
-        CommandResult(0, "0, NVIDIA L40S, 46068, GPU-1, 550.54.15\n1, NVIDIA L40S, 46068, GPU-2, 550.54.15\n")
-    )
+    smi = FakeRunner(CommandResult(0, smi_xml(("NVIDIA L40S", 46068, "GPU-1"), ("NVIDIA L40S", 46068, "GPU-2"))))
     with caplog.at_level(logging.WARNING):
         hw = discover(
             host("cpu-avx2"), inventory=None, weights_dir=None, default_arch="x86_64", run=smi, nvml=NVML_ABSENT

@@ -16,6 +16,13 @@ from llmgw.agent.discovery import gpu_class
         ("Tesla V100-SXM2-32GB", 32768, "V100-32G"),
         ("NVIDIA GeForce RTX 4090", 24564, "RTX4090-24G"),
         ("NVIDIA RTX A6000", 49140, "RTXA6000-48G"),
+        ("NVIDIA GH200 480GB", 97871, "GH200-96G"),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", 97887, "RTXPRO6000-96G"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887, "RTXPRO6000-96G"),
+        ("Quadro RTX 8000", 48601, "RTX8000-47G"),
+        ("NVIDIA RTX 4000 SFF Ada Generation", 20475, "RTX4000-20G"),
+        # a driver older than the card does not know its name: no model, not a model called "GRAPHICS"
+        ("Graphics Device", 5912, "UNKNOWN-6G"),
     ],
 )
 def test_class_is_model_and_reported_gib(name: str, memory_mib: int, expected: str) -> None:

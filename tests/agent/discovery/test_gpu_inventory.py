@@ -102,3 +102,23 @@ def test_invalid_inventory_names_file_and_key(tmp_path: Path, body: str, problem
 def test_unreadable_inventory_is_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         probe_inventory(tmp_path / "missing.yaml")
+
+
+def test_a_simulated_card_in_mig_mode_is_not_offered_whole(tmp_path: Path) -> None:
+    probe = probe_inventory(
+        write(
+            tmp_path,
+            'cuda: "12.4"\n'
+            "gpus:\n"
+            '  - {index: 0, name: "NVIDIA A100-SXM4-80GB", memory_mib: 81920,\n'
+            '     mig: [{gpu_instance: 1, memory_mib: 40192, profile: "3g.40gb"},\n'
+            "           {gpu_instance: 2, memory_mib: 40192}]}\n"
+            '  - {index: 1, name: "NVIDIA A100-SXM4-80GB", memory_mib: 81920, mig: []}\n'
+            '  - {index: 2, name: "NVIDIA A100-SXM4-80GB", memory_mib: 81920}\n',
+        )
+    )
+    assert probe.cuda == "12.4"
+    assert [(g.index, g.offered_whole) for g in probe.gpus] == [(0, False), (1, False), (2, True)]
+    mig = probe.gpus[0].mig
+    assert mig is not None and [(m.gpu_instance, m.profile) for m in mig] == [(1, "3g.40gb"), (2, "")]
+    assert probe.gpus[1].mig == []

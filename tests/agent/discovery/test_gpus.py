@@ -6,10 +6,10 @@ import pynvml  # type: ignore[import-untyped]
 
 from llmgw.agent.discovery import CommandResult, probe_gpus
 
-from .fakes import NVML_ABSENT, FakeCard, FakeNvml, FakeRunner, Forbidden
+from .fakes import NVML_ABSENT, FakeCard, FakeNvml, FakeRunner, Forbidden, smi_xml
 from .hosts import inventory
 
-SMI_ONE_L40S = "0, NVIDIA L40S, 46068, GPU-1, 550.54.15\n"
+SMI_ONE_L40S = smi_xml(("NVIDIA L40S", 46068, "GPU-1"))
 
 
 def test_inventory_is_the_truth_when_configured() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from llmgw.agent.discovery import hardware_warnings
 from llmgw.agent.discovery.warnings import NO_AVX2, NVLINK_UNKNOWN
-from llmgw.wire.messages import CPU, GPU, Hardware
+from llmgw.wire.messages import CPU, GPU, Hardware, MigInstance
 
 
 def words(hw: Hardware) -> list[str]:
@@ -63,3 +63,14 @@ def test_gpu_discovery_problems_reach_the_warnings() -> None:
 
     hw = Hardware(gpu_problems=["NVML: Driver/library version mismatch"])
     assert "GPU discovery: NVML: Driver/library version mismatch" in words(hw)
+
+
+def test_a_card_in_mig_mode_is_named_and_its_links_do_not_matter() -> None:
+    slices = [MigInstance(gpu_instance=i, compute_instance=0, memory_mib=19968) for i in (3, 4)]
+    cut = gpu(0, None).model_copy(update={"mig": slices})
+    unmade = gpu(1, None).model_copy(update={"mig": []})
+    problems = hardware_warnings(Hardware(arch="x86_64", cpu=AVX2_CPU, gpus=[cut, unmade]))
+    assert [(p.code, p.subject, p.message) for p in problems] == [
+        ("GPUInMIGMode", "gpu0", "GPU 0 (H100-80G) is in MIG mode with 2 instances: not offered whole"),
+        ("GPUInMIGMode", "gpu1", "GPU 1 (H100-80G) is in MIG mode with no instances made: not offered whole"),
+    ]

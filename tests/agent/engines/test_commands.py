@@ -58,6 +58,21 @@ def test_llamacpp_multi_node_leader_offloads_to_worker_rpc_servers() -> None:
     assert not worker.serves_http
 
 
+def test_llamacpp_ranks_behind_the_agents_tunnels() -> None:
+    """Given loopback ports (as every agent gives them), no rank of llama.cpp listens on the network: the workers'
+    RPC servers bind loopback behind a tunnel's end, and the leader reaches them through loopback tunnels."""
+    s = spec(world_size=3, rendezvous_port=20001, peer_addresses=["10.0.0.5", "10.0.0.6", "10.0.0.7"])
+    ctx = LaunchContext(binary="/opt/llama/bin/llama-server", model_path="/m/x.gguf", host="10.0.0.5",
+                        serve_port=41000, peer_tunnels=(0, 41001, 41002))
+    leader = LlamaCpp().launch(s, ctx)
+    assert leader.argv[leader.argv.index("--rpc") + 1] == "127.0.0.1:41001,127.0.0.1:41002"
+    assert leader.argv[leader.argv.index("--host") + 1] == "127.0.0.1" and leader.http_port == 41000
+    assert leader.tunnels_out == ((41001, "10.0.0.6", 20002), (41002, "10.0.0.7", 20003))
+    worker = LlamaCpp().launch(s.model_copy(update={"rank": 2, "serve_port": None}), ctx)
+    assert worker.argv == ["/opt/llama/bin/ggml-rpc-server", "-H", "127.0.0.1", "-p", "41000"]
+    assert worker.tunnel_in == (20003, 41000) and not worker.serves_http
+
+
 def test_sim_workers_serve_nothing_and_know_their_leader() -> None:
     s = spec(engine="sim", world_size=2, rendezvous_port=21001, leader_address="10.0.0.9")
     ctx = LaunchContext(binary="/usr/bin/python3", model_path="org/m", host="10.0.0.5")
@@ -93,3 +108,16 @@ def test_engines_with_a_fixed_number_of_slots_say_how_many() -> None:
     assert Sim().launch(sim, LaunchContext(binary="python", model_path="m", host="h")).slots == 2
     assert Sim().launch(spec(engine="sim"), LaunchContext(binary="python", model_path="m", host="h")).slots is None
     assert ADAPTERS["vllm"].launch(spec(engine="vllm"), CTX).slots is None  # batches: no fixed number
+
+
+def test_the_rank_an_engine_says_it_lost_is_read_from_its_words_within_its_group() -> None:
+    from llmgw.agent.engines.base import Launch
+    from llmgw.agent.engines.sim import LOST_PEER
+
+    launch = Launch(argv=["x"], lost_peer=LOST_PEER)
+    assert launch.peer_lost("sim[rank 0]: collective broken: worker rank 3 disconnected; exiting", 4) == 3
+    assert launch.peer_lost("sim[rank 2]: lost the leader: leader 10.0.0.1:9 closed the connection", 4) == 0
+    assert launch.peer_lost("worker rank 4 disconnected", 4) is None  # outside the group: not believed
+    assert launch.peer_lost("worker rank 99999999999999999999 disconnected", 4) is None
+    assert launch.peer_lost("exited with code 139", 4) is None
+    assert Launch(argv=["x"]).peer_lost("worker rank 1 disconnected", 2) is None  # an engine that says nothing

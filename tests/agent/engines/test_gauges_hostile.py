@@ -63,7 +63,7 @@ async def _probe_against(tmp_path: Path, page: str) -> tuple[ShardProcess, Super
                       host="127.0.0.1")
     sp.proc = _Alive()  # type: ignore[assignment]
     sp.state = "starting"
-    return sp, Supervisor(FakeClock(), tmp_path, "127.0.0.1", lambda s: (None, "")), runner
+    return sp, Supervisor(FakeClock(), tmp_path, "127.0.0.1", lambda s, _: (None, "")), runner
 
 
 async def test_a_page_with_a_huge_integer_leaves_the_probe_and_readiness_alone(tmp_path: Path) -> None:

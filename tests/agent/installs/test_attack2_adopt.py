@@ -53,7 +53,7 @@ async def test_a_restarted_agent_kills_the_installed_engine_it_should_adopt(tmp_
         assert first.installer.statuses()[0].runs
     # the first agent's shard of llamacpp (a stand-in process that keeps running), then the agent goes
     spec = ShardSpec(replica_id="r", model="m", engine="llamacpp", source="org/m", rank=0, world_size=1)
-    prev = Supervisor(clock, logs, "127.0.0.1", lambda s: (Launch(argv=["sleep", "30"]), ""))
+    prev = Supervisor(clock, logs, "127.0.0.1", lambda s, _: (Launch(argv=["sleep", "30"]), ""))
     await prev.converge([spec])
     pid = prev.shards[("r", 0)].proc.pid  # type: ignore[union-attr]
     prev.shards.clear()  # handed over: nothing stopped

@@ -39,7 +39,7 @@ async def test_a_build_whose_shard_waits_to_restart_is_removed_under_it(tmp_path
         spec = ShardSpec(replica_id="r", model="m", engine="llamacpp", source="/m", rank=0, world_size=1)
         # the shard runs b1's llama-server; this one exits at once, as an engine that crashes would
         a.supervisor = Supervisor(clock, tmp_path / "logs", "127.0.0.1",
-                                  lambda s: (Launch(argv=[str(old), "serve"]), ""))
+                                  lambda s, _: (Launch(argv=[str(old), "serve"]), ""))
         try:
             await a.supervisor.converge([spec])
             sp = a.supervisor.shards[("r", 0)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from tests.agent.installs.release import Release, release_server
 from tests.agent.installs.test_install import attempt, context, publish, tree
 
 
-def _tar(build) -> bytes:  # type: ignore[no-untyped-def]
+def _tar(build: Callable[[tarfile.TarFile], None]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
         build(tar)

@@ -64,7 +64,10 @@ async def test_each_step_in_order_and_only_the_download_counts_bytes(tmp_path: P
 async def test_a_servers_claim_of_an_absurd_size_stays_within_the_wire(tmp_path: Path) -> None:
     inst = Installer(context(tmp_path / "engines"))
     t = inst.tracks["llamacpp"] = Track(source=EngineSource(name="llamacpp", version="b1"))
-    t.task = asyncio.create_task(asyncio.Event().wait())  # an install under way, as far as the report can tell
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    t.task = asyncio.create_task(forever())  # an install under way, as far as the report can tell
     try:
         t.step, t.done_bytes, t.total_bytes = "downloading", 10, 2**80
         assert inst.installs() == [InstallStatus(engine="llamacpp", version="b1", step="downloading", done_bytes=10,

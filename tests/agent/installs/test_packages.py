@@ -42,7 +42,9 @@ echo "dpkg-query: no packages found matching $p" >&2; exit 1
 async def test_a_held_lock_is_waited_out_and_reported_as_waiting(tmp_path: Path) -> None:
     tool, lock, _ = stand_ins(tmp_path)
     lock.touch()  # another apt-get (cloud-init, unattended-upgrades) holds it
-    clock, said, waits = FakeClock(), [], []
+    clock = FakeClock()
+    said: list[str] = []
+    waits: list[float] = []
 
     async def sleep(s: float) -> None:
         waits.append(s)

@@ -12,12 +12,14 @@ import aiohttp
 import pytest
 
 from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
+from llmgw.agent.engines.base import Loopback
 from llmgw.agent.supervisor import Supervisor
 from llmgw.core.clock import FakeClock
 from llmgw.wire.messages import ShardSpec, ShardState
 from tests.harness import await_until, free_port
 
 KEY = "k-engine-load"
+NONE = Loopback()  # no loopback ports: the engine binds the replica's port itself
 
 
 def spec(port: int, *args: str) -> ShardSpec:
@@ -25,8 +27,8 @@ def spec(port: int, *args: str) -> ShardSpec:
                      api_key=KEY, args=list(args))
 
 
-def sim(s: ShardSpec) -> tuple[Launch | None, str]:
-    ctx = LaunchContext(binary=sys.executable, model_path="org/m", host="127.0.0.1")
+def sim(s: ShardSpec, ports: Loopback = NONE) -> tuple[Launch | None, str]:
+    ctx = LaunchContext(binary=sys.executable, model_path="org/m", host="127.0.0.1", serve_port=ports.engine)
     return ADAPTERS["sim"].launch(s, ctx), ""
 
 
@@ -77,8 +79,8 @@ async def test_an_idle_engine_reports_nothing_running_and_one_held_stream_as_one
 
 async def test_a_failing_scrape_leaves_the_shard_ready_and_is_logged_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    def wrong_page(sp: ShardSpec) -> tuple[Launch | None, str]:
-        launch, why = sim(sp)
+    def wrong_page(sp: ShardSpec, ports: Loopback) -> tuple[Launch | None, str]:
+        launch, why = sim(sp, ports)
         assert launch is not None
         return dataclasses.replace(launch, metrics_path="/no-such-page"), why
 

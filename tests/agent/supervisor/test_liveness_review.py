@@ -65,6 +65,7 @@ async def test_a_restarted_engine_does_not_inherit_its_predecessors_verdict(tmp_
 
     async with found_unresponsive(tmp_path) as (s, clock):
         (sp,) = s.shards.values()
+        assert sp.proc is not None
         old_pid = sp.proc.pid
         os.killpg(old_pid, signal.SIGKILL)  # the engine dies (OOM, a crash); the supervisor restarts it
 

@@ -10,18 +10,21 @@ from pathlib import Path
 import pytest
 
 from llmgw.agent.engines import Launch
+from llmgw.agent.engines.base import Loopback
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor import supervisor as sup
 from llmgw.core.clock import FakeClock
 from llmgw.wire.messages import ShardSpec
 from tests.harness import await_until, free_port
 
+NONE = Loopback()  # no loopback ports: the engine binds the replica's port itself
+
 
 def spec(port: int, rid: str = "r1") -> ShardSpec:
     return ShardSpec(replica_id=rid, model="m", engine="sim", source="org/m", rank=0, world_size=1, serve_port=port)
 
 
-def sim_launch(s: ShardSpec) -> tuple[Launch | None, str]:
+def sim_launch(s: ShardSpec, ports: Loopback = NONE) -> tuple[Launch | None, str]:
     argv = [
         sys.executable,
         "-m",
@@ -36,7 +39,7 @@ def sim_launch(s: ShardSpec) -> tuple[Launch | None, str]:
     return Launch(argv=argv, serves_http=True), ""
 
 
-def crashing_launch(s: ShardSpec) -> tuple[Launch | None, str]:
+def crashing_launch(s: ShardSpec, ports: Loopback = NONE) -> tuple[Launch | None, str]:
     code = "import sys; print('error while loading shared libraries: libgomp.so.1'); sys.exit(127)"
     return Launch(argv=[sys.executable, "-c", code], serves_http=True), ""
 
@@ -96,7 +99,7 @@ def test_the_backoff_stops_doubling_at_its_cap() -> None:
 
 
 async def test_unresolvable_shard_fails_with_the_reason(tmp_path: Path) -> None:
-    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", lambda sp: (None, "weights not found on this node: /m/x"))
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", lambda sp, _: (None, "weights not found on this node: /m/x"))
     await s.converge([spec(free_port())])
     st = s.states()[0]
     assert st.state == "failed" and st.message == "weights not found on this node: /m/x"
@@ -156,7 +159,7 @@ async def test_one_shard_that_cannot_be_prepared_fails_alone(tmp_path: Path) -> 
     long for a file name) ended the agent, whose shutdown stopped every engine on the node."""
     from llmgw.agent.weights.resolve import resolve_source
 
-    def resolve(s: ShardSpec) -> tuple[Launch | None, str]:
+    def resolve(s: ShardSpec, ports: Loopback = NONE) -> tuple[Launch | None, str]:
         if s.replica_id == "bad":
             path, why = resolve_source("pypkg://not_installed_pkg.sub/model.gguf")
             assert path is None and "not installed" in why

@@ -51,7 +51,8 @@ async def settled(f: Fetcher, url: str, plan: WeightsPlan | None = None) -> Outc
         o = f.ensure(url, plan)
         return None if isinstance(o, Waiting) else o
 
-    return await await_true(ended, 30, f"{url} fetched or refused")
+    got: Outcome = await await_true(ended, 30, f"{url} fetched or refused")
+    return got
 
 
 def hold(weights_dir: Path, url: str, data: bytes) -> Path:

@@ -11,7 +11,7 @@ from llmgw.agent.weights import local
 from llmgw.agent.weights.fetcher import Ready, Waiting
 from llmgw.wire.messages import WeightsPlan
 from tests.agent.installs.release import Release, release_server
-from tests.agent.weights.test_attack_local import fetcher, settled
+from tests.agent.weights.kit import fetcher, settled
 from tests.harness import await_true
 
 DATA = os.urandom(12_000_000)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.agent.weights import fetcher as fetcher_mod
 from llmgw.agent.weights import local
 from llmgw.agent.weights.fetcher import Ready
 from llmgw.wire.messages import WeightsPlan
@@ -62,7 +61,7 @@ async def test_a_crash_between_record_and_rename_does_not_vouch_for_the_old_file
             raise OSError(5, "simulated crash before the rename")
         real_replace(src, dst)
 
-    monkeypatch.setattr(fetcher_mod.os, "replace", crash)
+    monkeypatch.setattr(os, "replace", crash)  # the module the fetcher renames with
     f = fetcher(tmp_path)
     got = await settled(f, url, WeightsPlan(sha256=sha(NEW)))
     await f.close()

@@ -50,7 +50,7 @@ async def test_a_job_cancelled_during_finish_and_wanted_again_keeps_the_file(
         os.replace(src, dst)
         renamed.set()
 
-    def hash_of(path: Path, upto: int | None = None):  # type: ignore[no-untyped-def]
+    def hash_of(path: Path, upto: int | None = None) -> hashlib._Hash:
         if state["second_job"]:
             hashed.set()  # the second job read the .part: before the first rename ended, it would rename it again
         return real_hash_of(path, upto)
@@ -91,7 +91,7 @@ async def test_making_room_survives_a_new_job_started_meanwhile(tmp_path: Path, 
     main = threading.get_ident()
 
     class SlowJob(_Job):
-        @property  # type: ignore[override]
+        @property
         def status(self) -> FetchStatus:
             if threading.get_ident() != main and not go.is_set():
                 entered.set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -65,7 +66,7 @@ async def test_a_copier_does_not_pull_a_whole_stale_file_from_a_peer(tmp_path: P
     from_peer: list[int] = []
     real = transfer._receive
 
-    async def receive(resp, part, have, *a, **kw):  # type: ignore[no-untyped-def]
+    async def receive(resp: aiohttp.ClientResponse, part: Path, have: int, *a: Any, **kw: Any) -> int:
         n = await real(resp, part, have, *a, **kw)
         if "/v1/weights" in str(resp.url):
             from_peer.append(n - have)

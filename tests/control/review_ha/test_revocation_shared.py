@@ -20,7 +20,7 @@ async def test_a_node_revoked_through_one_server_is_refused_by_the_others(
     b.reconcile_once()
     await a.follow_store()
     assert "n1" in a.nodes
-    a.revoke("n1", "", "stolen certificate")
+    await a.revoke("n1", "", "stolen certificate")
     assert a.refusal("n1", "") != ""
     assert [r.node_id for r in b.store.list_revocations()] == ["n1"]
     for _ in range(3):  # b's passes

@@ -48,7 +48,7 @@ def engine_may_generate(path: str, body: bytes) -> int:
 
 
 MSG = [{"role": "user", "content": "hi"}]
-CASES = {
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "max_completion_tokens 0 falls back to max_tokens": (
         "/v1/chat/completions", {"model": "m", "messages": MSG, "max_completion_tokens": 0, "max_tokens": 100000}),
     "max_completion_tokens 0 alone: no bound at all": (

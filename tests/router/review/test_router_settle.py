@@ -236,7 +236,8 @@ def streamer() -> web.Application:
 async def test_a_stream_cannot_hide_its_usage_from_the_router(tmp_path: Path) -> None:
     """app._serve asks the engine for usage unless the client's include_usage is truthy *in Python*: "false" is
     truthy for the router, False for the engine, so no usage chunk comes and the request is settled at the events
-    seen: its prompt is free."""
+    seen: its prompt is free. The prompt is long enough for the engine's 5,000 to be within what it could cost (the
+    router bills no more than that)."""
     globals()["vllm_like"] = streamer
     try:
         async with env(tmp_path) as (url, plane, _):
@@ -245,7 +246,7 @@ async def test_a_stream_cannot_hide_its_usage_from_the_router(tmp_path: Path) ->
                 before = plane.quotas.spent_in(rec.id, "total")
                 async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", headers={
                         "Authorization": f"Bearer {raw}"}, json={"model": "m", "stream": True, "max_tokens": 3,
-                        "stream_options": opts, "messages": [{"role": "user", "content": "hi"}]}) as r:
+                        "stream_options": opts, "messages": [{"role": "user", "content": "hi " * 2000}]}) as r:
                     assert r.status == 200
                     await r.read()
                 charged = plane.quotas.spent_in(rec.id, "total") - before

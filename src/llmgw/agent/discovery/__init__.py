@@ -69,6 +69,7 @@ def discover(
         disk=probe_disk(weights_dir),
         gpu_source=gpus.source,
         nvidia_driver=gpus.driver,
+        nvidia_cuda=gpus.cuda,
         gpus=gpus.gpus,
         gpu_problems=list(gpus.problems),
         ib_adapters=probe_adapters(root),

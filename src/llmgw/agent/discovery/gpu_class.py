@@ -8,6 +8,8 @@ import re
 _BRANDS = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO"}
 # Series prefixes that are not a model on their own: "RTX 4090" is the model "RTX4090".
 _SERIES = {"RTX", "GTX"}
+# What nvidia-smi and NVML call a card the driver is too old to know: no model at all.
+_NAMELESS = {"GRAPHICS DEVICE"}
 
 
 def gpu_class(name: str, memory_mib: int) -> str:
@@ -17,8 +19,10 @@ def gpu_class(name: str, memory_mib: int) -> str:
     inconsistent ("A100-SXM4-40GB", "H100 80GB HBM3", "L40S") and some say nothing about memory.
     """
     words = [w for w in re.split(r"[\s\-_]+", name.upper()) if w and w not in _BRANDS]
-    if not words:
+    if not words or " ".join(words) in _NAMELESS:
         model = "UNKNOWN"
+    elif words[0] in _SERIES and len(words) > 2 and words[1] == "PRO":
+        model = "".join(words[:3])  # "RTX PRO 6000 Blackwell": the number is the model, as in "RTX 4090"
     elif words[0] in _SERIES and len(words) > 1:
         model = words[0] + words[1]
     else:

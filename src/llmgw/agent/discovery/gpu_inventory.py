@@ -3,6 +3,7 @@
 The format, one YAML mapping:
 
     driver: "550.54.15"
+    cuda: "12.4"                           # optional: the newest CUDA the driver supports
     gpus:
       - index: 0
         name: "NVIDIA H100 80GB HBM3"    # the class ("H100-80G") is derived, as for a real card
@@ -12,6 +13,7 @@ The format, one YAML mapping:
         xid: 79                            # optional: the card raised this Xid, so it is faulty
         fault: "GPU has fallen off the bus"  # optional: the machine's words; makes the card faulty
         faulty: true                       # optional: faulty without words
+        mig: [{gpu_instance: 1, memory_mib: 40192, profile: "3g.40gb"}]  # optional: MIG on, these instances
 
 Problems name the file and the key path, like every config file.
 """
@@ -25,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from llmgw.agent.discovery.gpu_class import gpu_class
 from llmgw.agent.discovery.gpu_probe import GpuProbe
 from llmgw.config.loader import load
-from llmgw.wire.messages import GPU
+from llmgw.wire.messages import GPU, MigInstance
 
 # NVIDIA's words for the Xids that take a card out of service (from the Xid catalog), so a simulated fault reads
 # like a real one.
@@ -62,6 +64,7 @@ class InventoryGPU(_Strict):
     fault: str = ""
     xid: int | None = Field(default=None, ge=0)
     nvlink_peers: list[int] | None = None
+    mig: list[MigInstance] | None = Field(default=None, max_length=64)
 
     def fault_words(self) -> str:
         if self.xid is not None:
@@ -73,6 +76,7 @@ class InventoryGPU(_Strict):
 
 class Inventory(_Strict):
     driver: str = ""
+    cuda: str = ""
     gpus: list[InventoryGPU] = []
 
     @model_validator(mode="after")
@@ -109,6 +113,7 @@ def to_gpu(card: InventoryGPU) -> GPU:
         faulty=bool(words),
         fault=words,
         nvlink_peers=sorted(card.nvlink_peers) if card.nvlink_peers is not None else None,
+        mig=card.mig,
     )
 
 
@@ -116,4 +121,4 @@ def probe_inventory(path: Path) -> GpuProbe:
     """Raises ConfigError, naming the file and key, when the inventory is unreadable or invalid."""
     inventory = load(Inventory, path)
     gpus = sorted((to_gpu(card) for card in inventory.gpus), key=lambda g: g.index)
-    return GpuProbe(source="inventory", driver=inventory.driver, gpus=gpus)
+    return GpuProbe(source="inventory", driver=inventory.driver, cuda=inventory.cuda, gpus=gpus)

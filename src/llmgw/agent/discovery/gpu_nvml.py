@@ -7,6 +7,7 @@ and words; nothing from pynvml leaks past this module.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,7 +16,7 @@ import pynvml  # type: ignore[import-untyped]
 
 from llmgw.agent.discovery.gpu_class import gpu_class
 from llmgw.agent.discovery.gpu_probe import GpuProbe
-from llmgw.wire.messages import GPU
+from llmgw.wire.messages import GPU, MigInstance
 
 # No libnvidia-ml, or no kernel driver behind it: this host has no NVIDIA cards to offer, which is not an error.
 _ABSENT = {pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED}
@@ -40,6 +41,13 @@ class NvmlApi(Protocol):
     def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> Any: ...
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any: ...
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> Any: ...
+    def nvmlSystemGetCudaDriverVersion(self) -> Any: ...
+    def nvmlDeviceGetMigMode(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any: ...
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetAttributes(self, handle: Any) -> Any: ...
 
 
 class _NvmlError(Exception):
@@ -85,6 +93,7 @@ class _Card:
     uuid: str = ""
     bus_id: str = ""
     faults: list[str] = field(default_factory=list)
+    mig: list[MigInstance] | None = None
 
 
 def _health_faults(nvml: NvmlApi, handle: Any) -> list[str]:
@@ -125,7 +134,66 @@ def _probe_card(nvml: NvmlApi, index: int) -> _Card:
     except _NvmlError:
         pass  # identity extras: without a bus id the card only loses its NVLink peers
     card.faults.extend(_health_faults(nvml, card.handle))
+    card.mig = _mig_instances(nvml, card.handle)
     return card
+
+
+_MIG_PROFILE = re.compile(r"\bMIG\s+(\S+)")
+_MAX_MIG = 64
+
+
+def _mig_instance(nvml: NvmlApi, handle: Any) -> MigInstance:
+    """One instance; a detail NVML will not give is left at zero rather than losing the instance."""
+    found: dict[str, Any] = {}
+    for key, fn in (
+        ("name", nvml.nvmlDeviceGetName),
+        ("memory", nvml.nvmlDeviceGetMemoryInfo),
+        ("gi", nvml.nvmlDeviceGetGpuInstanceId),
+        ("ci", nvml.nvmlDeviceGetComputeInstanceId),
+        ("attrs", nvml.nvmlDeviceGetAttributes),
+    ):
+        with contextlib.suppress(_NvmlError):
+            found[key] = _call(fn, handle)
+    profile = _MIG_PROFILE.search(_text(found.get("name", "")))  # "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+    memory = found.get("memory")
+    return MigInstance(
+        gpu_instance=int(found.get("gi", 0)),
+        compute_instance=int(found.get("ci", 0)),
+        memory_mib=int(memory.total) // (1024 * 1024) if memory is not None else 0,
+        multiprocessors=int(getattr(found.get("attrs"), "multiprocessorCount", 0)),
+        profile=profile.group(1)[:128] if profile else "",
+    )
+
+
+def _mig_instances(nvml: NvmlApi, handle: Any) -> list[MigInstance] | None:
+    """The card's MIG instances when MIG mode is on; None when it is off or the card has no MIG."""
+    try:
+        current = _call(nvml.nvmlDeviceGetMigMode, handle)[0]
+    except _NvmlError:
+        return None
+    if current != pynvml.NVML_DEVICE_MIG_ENABLE:
+        return None
+    instances: list[MigInstance] = []
+    try:
+        slots = int(_call(nvml.nvmlDeviceGetMaxMigDeviceCount, handle))
+    except _NvmlError:
+        return instances  # MIG is on, its instances unknown: still not a whole card
+    for slot in range(min(slots, _MAX_MIG)):
+        try:
+            mig_handle = _call(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+        except _NvmlError:
+            continue  # an empty slot answers NOT_FOUND
+        instances.append(_mig_instance(nvml, mig_handle))
+    return instances
+
+
+def _cuda_version(nvml: NvmlApi) -> str:
+    """The newest CUDA the driver supports: NVML's 12020 is "12.2"."""
+    try:
+        version = int(_call(nvml.nvmlSystemGetCudaDriverVersion))
+    except (_NvmlError, TypeError, ValueError):
+        return ""
+    return f"{version // 1000}.{version % 1000 // 10}" if version > 0 else ""
 
 
 @dataclass
@@ -193,6 +261,7 @@ def probe_nvml(nvml: NvmlApi) -> GpuProbe:
             driver = _text(_call(nvml.nvmlSystemGetDriverVersion))
         except _NvmlError:
             driver = ""
+        cuda = _cuda_version(nvml)
         try:
             count = int(_call(nvml.nvmlDeviceGetCount))
         except _NvmlError as f:
@@ -212,7 +281,8 @@ def probe_nvml(nvml: NvmlApi) -> GpuProbe:
             faulty=bool(c.faults),
             fault="; ".join(c.faults),
             nvlink_peers=peers[c.index],
+            mig=c.mig,
         )
         for c in cards
     ]
-    return GpuProbe(source="nvml", driver=driver, gpus=gpus)
+    return GpuProbe(source="nvml", driver=driver, cuda=cuda, gpus=gpus)

@@ -14,6 +14,7 @@ GpuSource = Literal["nvml", "nvidia-smi", "inventory", "none"]
 class GpuProbe:
     source: GpuSource
     driver: str = ""
+    cuda: str = ""  # the newest CUDA the driver supports, "12.2"
     gpus: list[GPU] = field(default_factory=list)
     # The machine's words for anything that is not plain absence ("nvidia-smi exited 18: Failed to initialize
     # NVML: Driver/library version mismatch"), so a node reporting zero cards can say why.

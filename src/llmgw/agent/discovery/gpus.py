@@ -25,4 +25,6 @@ def probe_gpus(*, inventory: Path | None, nvml: NvmlApi, run: CommandRunner) -> 
     from_smi = probe_nvidia_smi(run)
     # Keep NVML's complaint: it often explains why nvidia-smi failed too.
     problems = from_nvml.problems + from_smi.problems
-    return GpuProbe(source=from_smi.source, driver=from_smi.driver, gpus=from_smi.gpus, problems=problems)
+    return GpuProbe(
+        source=from_smi.source, driver=from_smi.driver, cuda=from_smi.cuda, gpus=from_smi.gpus, problems=problems
+    )

@@ -16,8 +16,12 @@ def hardware_warnings(hw: Hardware) -> list[Problem]:
         if gpu.faulty:
             words = f"GPU {gpu.index} ({gpu.gpu_class}) is faulty: {gpu.fault or 'no reason given'}"
             warnings.append(Problem(code="GPUFaulty", message=words, subject=f"gpu{gpu.index}"))
-    # a faulty card's links do not matter: it will not be placed on
-    if any(g.nvlink_peers is None for g in hw.gpus if not g.faulty):
+        elif gpu.mig is not None:
+            made = f"{len(gpu.mig)} instances" if gpu.mig else "no instances made"
+            words = f"GPU {gpu.index} ({gpu.gpu_class}) is in MIG mode with {made}: not offered whole"
+            warnings.append(Problem(code="GPUInMIGMode", message=words, subject=f"gpu{gpu.index}"))
+    # the links of a card that is not offered whole do not matter: it will not be placed on
+    if any(g.nvlink_peers is None for g in hw.gpus if g.offered_whole):
         warnings.append(Problem(code="NVLinkUnknown", message=NVLINK_UNKNOWN, subject="gpus"))
     warnings.extend(Problem(code="GPUDiscoveryProblem", message=f"GPU discovery: {p}", subject="gpus")
                     for p in hw.gpu_problems)

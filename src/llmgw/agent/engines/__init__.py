@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import EngineAdapter, Launch, LaunchContext
+from llmgw.agent.engines.base import Bounds, EngineAdapter, Launch, LaunchContext
 from llmgw.agent.engines.llamacpp import LlamaCpp
 from llmgw.agent.engines.sglang import SGLang
 from llmgw.agent.engines.sim import Sim
@@ -10,4 +10,8 @@ from llmgw.agent.engines.vllm import VLLM
 
 ADAPTERS: dict[str, EngineAdapter] = {a.name: a for a in (LlamaCpp(), Sim(), VLLM(), SGLang())}
 
-__all__ = ["ADAPTERS", "EngineAdapter", "Launch", "LaunchContext"]
+# what any supported engine reads as a request's bound and its number of choices: a router rewrites them all
+LENGTH_FIELDS = tuple(dict.fromkeys(f for a in ADAPTERS.values() for f in a.bounds.length))
+CHOICE_FIELDS = tuple(dict.fromkeys(f for a in ADAPTERS.values() for f in a.bounds.choices))
+
+__all__ = ["ADAPTERS", "CHOICE_FIELDS", "LENGTH_FIELDS", "Bounds", "EngineAdapter", "Launch", "LaunchContext"]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
+
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -16,8 +19,15 @@ class LaunchContext:
 
     binary: str  # the engine's executable (for sim: the Python interpreter)
     model_path: str  # the source resolved on this node
-    host: str  # address to bind
+    host: str  # the node's address: what ranks bind and tell each other
     threads: int = 1
+    # where the serving rank's HTTP server binds: loopback, behind the agent's gate (agent/gate.py), which alone
+    # listens on the replica's port at the node's address. Port 0: the replica's own (spec.serve_port) at `host`
+    serve_host: str = LOOPBACK
+    serve_port: int = 0
+    # by rank: a loopback port that reaches that rank's peer server through the agents' tunnel (agent/tunnel.py),
+    # for engines whose ranks talk without authentication (llama.cpp's RPC). Empty: peers' addresses as they are
+    peer_tunnels: tuple[int, ...] = ()
     key_file: str = ""  # where a secret file for this shard may be written (0600), for engines that read one
 
 
@@ -27,10 +37,31 @@ KEY_ENV = "LLMGW_ENGINE_KEY"
 
 
 @dataclass(frozen=True)
+class Loopback:
+    """Loopback ports the supervisor picked for one shard: where its engine serves behind the gate, and one per
+    peer rank through which to reach that rank (by rank; its own entry unused)."""
+
+    engine: int = 0
+    peers: tuple[int, ...] = ()
+
+
+def http_bind(spec: ShardSpec, ctx: LaunchContext) -> tuple[str, int]:
+    """Where the serving rank's HTTP server binds: behind the gate, or (no gate port given) the replica's port."""
+    if ctx.serve_port:
+        return ctx.serve_host, ctx.serve_port
+    return ctx.host, spec.serve_port or 0
+
+
+@dataclass(frozen=True)
 class Launch:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     serves_http: bool = False
+    http_port: int = 0  # the port its HTTP server binds (http_bind): behind the gate, a loopback one
+    # a peer server reached through the tunnel: (the port at the node's address, the loopback port it binds)
+    tunnel_in: tuple[int, int] | None = None
+    # tunnels to peers' servers: (loopback port the engine is given, peer's address, peer's tunnel port)
+    tunnels_out: tuple[tuple[int, str, int], ...] = ()
     health_path: str = "/health"
     # where the engine lists what it serves: healthy and listing no model is not ready ("" skips the check)
     models_path: str = "/v1/models"
@@ -47,6 +78,19 @@ class Launch:
     slots: int | None = None
     # where a one-token completion proves the engine answers requests, not just its health check ("": not asked)
     completion_path: str = "/v1/completions"
+    # how the engine says a peer rank of its group went (a regular expression over its last log lines: its first
+    # group is that rank; a match without one names the leader, rank 0), so the control plane can name the node
+    # that went. "": it does not say
+    lost_peer: str = ""
+
+    def peer_lost(self, words: str, world_size: int) -> int | None:
+        """The rank whose going the engine gave as why it ended, from its last words; None: not said."""
+        m = re.search(self.lost_peer, words) if self.lost_peer else None
+        if m is None:
+            return None
+        got = next((g for g in m.groups() if g is not None), "0")
+        rank = int(got) if got.isdigit() and len(got) < 5 else -1
+        return rank if 0 <= rank < world_size else None
 
 
 @dataclass(frozen=True)
@@ -73,9 +117,20 @@ class Packaging:
         return [binary, *self.help_args]
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The body fields an engine reads, on any endpoint it serves, as the most it may generate per choice and as how
+    many choices it generates: a router that reserves tokens for a request rewrites every one given (all engines')
+    to the bound it reserved, so no field it left alone lets the engine generate more."""
+
+    length: tuple[str, ...] = ("max_tokens", "max_completion_tokens")
+    choices: tuple[str, ...] = ("n",)
+
+
 class EngineAdapter(Protocol):
     name: str
     packaging: Packaging
+    bounds: Bounds
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         """Pure: the command for one shard. No I/O."""

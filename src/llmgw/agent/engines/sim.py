@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from llmgw.agent.engines.base import KEY_ENV, Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, http_bind, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -12,10 +12,14 @@ from llmgw.wire.messages import ShardSpec
 GAUGES = Gauges(running=("sim:requests_running",), waiting=("sim:requests_waiting",),
                 kv_cache_usage=("sim:kv_cache_usage_ratio",))
 
+# llmgw.sim.engine's words when its group broke: the leader names the worker that went, a worker its leader
+LOST_PEER = r"worker rank (\d+) disconnected|lost the leader"
+
 
 class Sim:
     name = "sim"
     packaging = Packaging(kind="builtin")
+    bounds = Bounds()
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         argv = [
@@ -31,8 +35,10 @@ class Sim:
             "--host",
             ctx.host,
         ]
+        port = 0
         if spec.rank == 0 and spec.serve_port:
-            argv += ["--port", str(spec.serve_port)]
+            host, port = http_bind(spec, ctx)
+            argv += ["--http-host", host, "--port", str(port)]
         if spec.world_size > 1:
             argv += ["--rendezvous-port", str(spec.rendezvous_port), "--leader-address", spec.leader_address]
         argv += spec.args
@@ -42,7 +48,8 @@ class Sim:
         running = [int(v) for f, v in itertools.pairwise(argv) if f == "--max-running" and v.isdigit()]
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
                       slots=running[-1] if running and running[-1] > 0 else None,
-                      gauges=GAUGES)
+                      gauges=GAUGES, lost_peer=LOST_PEER, http_port=port)
 
     def flags(self) -> list[str]:
-        return ["--model", "--rank", "--world-size", "--host", "--port", "--rendezvous-port", "--leader-address"]
+        return ["--model", "--rank", "--world-size", "--host", "--http-host", "--port", "--rendezvous-port",
+                "--leader-address"]

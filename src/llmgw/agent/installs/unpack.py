@@ -68,6 +68,8 @@ def _refusal(m: tarfile.TarInfo, links: set[str], files: set[str]) -> str:
     if len(name.encode()) > MAX_NAME or len(m.linkname.encode()) > MAX_NAME:
         return f"member {name[:80]!r}… has a name or link target longer than {MAX_NAME} bytes"
     parts = _parts(name)
+    if parts == [] and m.isdir() and not name.startswith("/"):
+        return ""  # `.` or `./`: the install directory itself, as `tar -C dir -czf x.tgz .` writes it
     if parts is None or not parts:
         why = "has an absolute path" if name.startswith("/") or name[1:2] == ":" else (
             "would land outside the install directory" if parts is None else "has no name")

@@ -27,6 +27,7 @@ class Running:
     pid: int
     spec: ShardSpec
     pid_path: Path
+    engine_port: int = 0  # the loopback port its HTTP server binds behind the gate (0: none recorded)
 
 
 class AdoptedProcess:
@@ -85,10 +86,10 @@ def find_running(state_dir: Path) -> dict[tuple[str, int], Running]:
     for pid_path in sorted(state_dir.glob("*.pid")):
         spec_path = pid_path.with_suffix(SPEC_SUFFIX)
         try:
-            number, _, who = pid_path.read_text().strip().partition(" ")
-            pid = int(number)
+            number, who, *rest = [*pid_path.read_text().split(), ""]
+            pid, port = int(number), int(rest[0] or 0)
         except (OSError, ValueError):
-            pid, who = 0, ""
+            pid, who, port = 0, "", 0
         # ours only if it is the very process we started: same boot, same start time, still its own session
         alive = pid > 0 and bool(who) and identity(pid) == who and leads_its_session(pid)
         spec = None
@@ -98,7 +99,7 @@ def find_running(state_dir: Path) -> dict[tuple[str, int], Running]:
             except (OSError, ValidationError):
                 stop_group(pid)
         if alive and spec is not None:
-            found[(spec.replica_id, spec.rank)] = Running(pid, spec, pid_path)
+            found[(spec.replica_id, spec.rank)] = Running(pid, spec, pid_path, port)
         else:
             pid_path.unlink(missing_ok=True)
             spec_path.unlink(missing_ok=True)

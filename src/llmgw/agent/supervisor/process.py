@@ -7,10 +7,12 @@ import hashlib
 import os
 import re
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmgw.agent.engines.base import Launch
+from llmgw.agent.engines.base import LOOPBACK, Launch, Loopback
+from llmgw.agent.gated import GATE_KEY_ENV, TlsFiles, gated_argv, host_port
 from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess, identity
 from llmgw.agent.supervisor.liveness import Liveness
 from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState
@@ -49,15 +51,19 @@ class ShardProcess:
     state: str = "pending"
     message: str = ""
     reason: str = ""  # a code for message, when it says why the shard is not ready
+    lost_peer: int | None = None  # exited: the rank of its group whose going ended it, as its engine said
     restarts: int = 0
     exit_code: int | None = None
     next_start: float = 0.0
-    health_failures: int = 0
+    health_failures: int = 0  # health probes in a row that got no good answer
+    answered_at: float | None = None  # the clock's time of its last good health answer; None: never (yet)
     load: EngineLoad | None = None  # the engine's gauges at the last probe that found it ready
     load_failure_logged: bool = False  # a scrape failed and was logged: later ones are not (they come every probe)
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     liveness: Liveness = field(default_factory=Liveness)  # whether it answers a completion (liveness.py)
+    ports: Loopback = field(default_factory=Loopback)  # its loopback ports behind the gate (none: not gated)
+    tls: TlsFiles | None = None  # the node's certificate, for tunnels between ranks
 
     @property
     def key(self) -> tuple[str, int]:
@@ -69,9 +75,35 @@ class ShardProcess:
 
     @property
     def endpoint(self) -> str:
+        """Where the router and the agent's probes reach it: the node's address and the replica's port (its gate,
+        when gated: the probes go the router's way, secret and all)."""
         if self.launch is not None and self.launch.serves_http and self.spec.serve_port:
             return f"http://{self.host}:{self.spec.serve_port}"
         return ""
+
+    @property
+    def gated(self) -> bool:
+        """Its HTTP server binds the loopback port given it: the gate in front of it (started with it, in the same
+        process group) is its only door from the network."""
+        return (self.launch is not None and self.launch.serves_http and bool(self.spec.serve_port)
+                and self.ports.engine != 0 and self.launch.http_port == self.ports.engine)
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        """The argv and extra environment that start it: behind its gate when gated (agent/gated.py)."""
+        launch = self.launch
+        assert launch is not None
+        listen = upstream = tunnel_in = ""
+        if self.gated:
+            assert self.spec.serve_port is not None
+            listen, upstream = host_port(self.host, self.spec.serve_port), f"http://{LOOPBACK}:{self.ports.engine}"
+        if launch.tunnel_in is not None:
+            tunnel_in = f"{host_port(self.host, launch.tunnel_in[0])}={launch.tunnel_in[1]}"
+        outs = [f"{local}={host_port(addr, port)}" for local, addr, port in launch.tunnels_out]
+        if not (listen or tunnel_in or outs):
+            return launch.argv, launch.env
+        argv = gated_argv(sys.executable, launch.argv, listen=listen, upstream=upstream, tunnel_in=tunnel_in,
+                          tunnels_out=outs, tls=self.tls)
+        return argv, {**launch.env, GATE_KEY_ENV: self.spec.api_key}
 
     async def start(self) -> None:
         assert self.launch is not None
@@ -88,10 +120,11 @@ class ShardProcess:
             self.state, self.exit_code = "exited", 126
             self.message = f"cannot write {e.filename or 'a file'}: {e.strerror}"
             return
+        argv, env = self.command()
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.launch.argv,
-                env={**os.environ, **self.launch.env},
+                *argv,
+                env={**os.environ, **env},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
@@ -106,12 +139,13 @@ class ShardProcess:
         finally:
             log.close()
         # the pid and who it is (boot and start time): after a reboot or a pid's reuse it names someone else
-        self.pid_path.write_text(f"{self.proc.pid} {identity(self.proc.pid)}\n")
+        # and the loopback port it binds behind its gate (none: an engine a next agent must not adopt as gated)
+        self.pid_path.write_text(f"{self.proc.pid} {identity(self.proc.pid)} {self.ports.engine}\n")
         # its spec beside it, so a next agent can adopt it rather than restart it (0600: it holds the secret)
         write_private(self.pid_path.with_suffix(SPEC_SUFFIX), self.spec.model_dump_json())
         self.state = "starting" if self.launch.serves_http else "running"
         self.message = self.reason = ""
-        self.exit_code = None
+        self.exit_code = self.lost_peer = self.answered_at = None
         self.health_failures = 0
 
     async def stop(self, grace: float = 10.0) -> None:
@@ -147,6 +181,7 @@ class ShardProcess:
             load=self.load if self.state == "ready" else None,  # an engine not serving has no load to speak of
             closes_after_stream=self.launch.closes_after_stream if self.launch is not None else False,
             slots=self.launch.slots if self.launch is not None else None,
+            lost_peer=self.lost_peer if self.state in ("exited", "failed") else None,
         )
 
 

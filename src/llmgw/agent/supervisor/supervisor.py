@@ -7,12 +7,15 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
 
-from llmgw.agent.engines.base import Launch
+from llmgw.agent.engines.base import Launch, Loopback
 from llmgw.agent.engines.gauges import read_load
+from llmgw.agent.gate import loopback_ports
+from llmgw.agent.gated import TlsFiles
 from llmgw.agent.supervisor import liveness
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
@@ -35,6 +38,7 @@ class RestartPolicy:
         return doubling(self.base, self.cap, restarts)
 
 HEALTH_FAILURES_BEFORE_UNREADY = 3
+SERVED = ("ready", "unresponsive")  # states of an engine that has served since it started
 NO_MODEL = "no model loaded"
 MODELS_BODY_MAX = 256 * 1024
 METRICS_BODY_MAX = 1024 * 1024  # vLLM's page, histograms and all, is a few hundred kB
@@ -50,6 +54,10 @@ async def _read_capped(content: aiohttp.StreamReader, cap: int) -> bytes:
     return b"".join(parts)
 
 
+def _utc(t: float | None) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if t is not None else "its start"
+
+
 def _words(body: bytes) -> str:
     return body[:300].decode(errors="replace").strip()
 
@@ -61,14 +69,17 @@ class Pending:
     reason: str
 
 
-# the launch, or why there is none: words, or a Problem when the resolver knows the code (WeightsUnusable), or
-# Pending when there will be one
-Resolver = Callable[[ShardSpec], tuple[Launch | None, "str | Problem | Pending"]]
+# the launch for a shard given the loopback ports picked for it (where it serves behind its gate, and through
+# which it reaches its peers), or why there is none: words, or a Problem when the resolver knows the code
+# (WeightsUnusable), or Pending when there will be one
+Resolver = Callable[[ShardSpec, Loopback], tuple[Launch | None, "str | Problem | Pending"]]
 
 
 class Supervisor:
     def __init__(self, clock: Clock, log_dir: Path, host: str, resolve: Resolver,
-                 restart: RestartPolicy | None = None, answer_within: float = liveness.TIMEOUT_S) -> None:
+                 restart: RestartPolicy | None = None, answer_within: float = liveness.TIMEOUT_S,
+                 tls: TlsFiles | None = None) -> None:
+        self.tls = tls  # the node's certificate: the tunnels between ranks (agent/tunnel.py) authenticate with it
         self.clock = clock
         self.answer_within = answer_within  # a one-token completion to an idle engine (liveness.py)
         self.restart = restart or RestartPolicy()
@@ -93,7 +104,9 @@ class Supervisor:
         for key, spec in want.items():
             if key not in self.shards:
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
-                sp = ShardProcess(spec=spec, launch=None, log_path=log, host=self.host)
+                picked = loopback_ports(1 + (spec.world_size if spec.world_size > 1 else 0))
+                sp = ShardProcess(spec=spec, launch=None, log_path=log, host=self.host, tls=self.tls,
+                                  ports=Loopback(engine=picked[0], peers=tuple(picked[1:])))
                 self._prepare(sp)
                 self.shards[key] = sp
         await self.tick()
@@ -101,7 +114,7 @@ class Supervisor:
     def _prepare(self, sp: ShardProcess) -> None:
         """Resolve a shard's launch: found, on its way (pending, with what it waits for), or failed with why."""
         try:
-            launch, why = self.resolve(sp.spec)
+            launch, why = self.resolve(sp.spec, sp.ports)
         except Exception as e:  # one shard's trouble fails that shard, never the agent and its engines
             launch, why = None, f"cannot prepare the shard: {type(e).__name__}: {e}"
         sp.launch = launch
@@ -120,15 +133,20 @@ class Supervisor:
         probed) from the first heartbeat, kept if the control plane still wants exactly that shard, else stopped
         by the next converge like anything else not wanted."""
         for key, run in found.items():
+            peers = loopback_ports(run.spec.world_size) if run.spec.world_size > 1 else []
+            ports = Loopback(engine=run.engine_port, peers=tuple(peers))
             try:
-                launch, _ = self.resolve(run.spec)
+                launch, _ = self.resolve(run.spec, ports)
             except Exception:
                 launch = None
-            if launch is None or not leads_its_session(run.pid):
+            # no loopback port recorded: started by an agent before gates, listening on the network itself; it is
+            # restarted behind one rather than adopted
+            if launch is None or not run.engine_port or not leads_its_session(run.pid):
                 discard(run)
                 continue
             log_path = self.log_dir / f"{state_name(run.spec.replica_id, run.spec.rank)}.log"
-            sp = ShardProcess(spec=run.spec, launch=launch, log_path=log_path, host=self.host)
+            sp = ShardProcess(spec=run.spec, launch=launch, log_path=log_path, host=self.host, tls=self.tls,
+                              ports=ports)
             sp.proc = AdoptedProcess(run.pid)
             sp.state = "starting" if launch.serves_http else "running"
             sp.message = "adopted from the previous agent"
@@ -155,6 +173,7 @@ class Supervisor:
                     f"exited with code {p.returncode}")
                 sp.message = how + (f": {words}" if words else "")
                 sp.reason = "EngineExited"
+                sp.lost_peer = sp.launch.peer_lost(words, sp.spec.world_size)
                 if sp.restarts >= self.restart.limit:
                     sp.state = "failed"
                     sp.message = f"gave up after {sp.restarts} restarts; {sp.message}"
@@ -164,7 +183,7 @@ class Supervisor:
                 if sp.state == "exited":
                     sp.restarts += 1
                 await sp.start()
-            if (sp.state == "starting" or (sp.state == "ready" and not starting_only)) and sp.launch.serves_http:
+            if (sp.state == "starting" or (sp.state in SERVED and not starting_only)) and sp.launch.serves_http:
                 probes.append(self._probe(sp))
         if probes:
             await asyncio.gather(*probes)
@@ -194,8 +213,8 @@ class Supervisor:
             lv.wedged = words
             lv.due_at = now + (liveness.WEDGED_EVERY_S if words else liveness.IDLE_EVERY_S)
             if words and sp.state == "ready":
-                sp.state, sp.message, sp.reason = "starting", words, "EngineUnresponsive"
-            elif not words and sp.reason == "EngineUnresponsive":
+                sp.state, sp.message, sp.reason = "unresponsive", words, "EngineUnresponsive"
+            elif not words and sp.reason == "EngineUnresponsive" and sp.health_failures == 0:  # its health answers too
                 sp.state, sp.message, sp.reason = "ready", "", ""
         if lv.task is not None or not (sp.state == "ready" or lv.wedged):
             return
@@ -223,18 +242,20 @@ class Supervisor:
         if healthy and sp.launch.models_path:
             healthy, code, detail = await self._serves_a_model(sp, headers)
         if healthy:
-            sp.health_failures = 0
+            sp.health_failures, sp.answered_at = 0, self.clock.now()
             if sp.liveness.wedged:  # its health answers; completions do not (liveness.py)
-                sp.state, sp.message, sp.reason = "starting", sp.liveness.wedged, "EngineUnresponsive"
+                sp.state, sp.message, sp.reason = "unresponsive", sp.liveness.wedged, "EngineUnresponsive"
             else:
                 sp.state, sp.message, sp.reason = "ready", "", ""
             sp.load = await self._scrape(sp, headers)
             return
         sp.load = None
-        if sp.state == "ready":
+        if sp.state in SERVED:  # it served: no answer now is a hang or a fault, never a load ("starting")
             sp.health_failures += 1
             if sp.health_failures >= HEALTH_FAILURES_BEFORE_UNREADY:
-                sp.state, sp.message = "starting", f"not healthy: {detail}"
+                sp.state, sp.reason = "unresponsive", "EngineUnresponsive"
+                sp.message = (f"not answering since {_utc(sp.answered_at)}: {sp.health_failures} health probes "
+                              f"missed in a row (the last: {detail})")
         else:
             sp.message = f"waiting for health: {detail}"
             sp.reason = code

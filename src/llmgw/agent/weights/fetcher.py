@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from llmgw.agent.redirects import PUBLIC_ONLY, Redirects
 from llmgw.agent.space import free_bytes, room_again
 from llmgw.agent.transfer import MinRate, Result, Source, fetch_part
 from llmgw.agent.weights import local
@@ -73,7 +74,8 @@ class _Job:
 class Fetcher:
     def __init__(self, weights_dir: Path, clock: Clock, tls: Callable[[], ssl.SSLContext] | None, node_id: str,
                  budget: int | None, max_bytes: int, network: Callable[[], bool], in_use: Callable[[], set[Path]],
-                 timeout: float = 60.0, min_rate: float = MIN_RATE, rate_window: float = RATE_WINDOW) -> None:
+                 timeout: float = 60.0, min_rate: float = MIN_RATE, rate_window: float = RATE_WINDOW,
+                 redirects: Redirects = PUBLIC_ONLY) -> None:
         self.dir = weights_dir
         self.clock = clock
         self.tls = tls
@@ -84,6 +86,7 @@ class Fetcher:
         self.in_use = in_use
         self.timeout = timeout
         self.min_rate = MinRate(min_rate, rate_window, clock.monotonic)
+        self.redirects = redirects  # where an origin may send this node
         self.jobs: dict[str, _Job] = {}
         # the jobs as threads read them: a tuple swapped whole on the event loop, never a dict changing under them
         self._job_list: tuple[_Job, ...] = ()
@@ -197,7 +200,7 @@ class Fetcher:
         sources = [self._peer(job.url, p.node_id, p.address, p.port, plan.sha256) for p in plan.peers
                    if p.node_id != self.node_id]
         if plan.origin or sources:  # peers that fail fall back on the origin
-            sources.append(Source(job.url, name="the origin"))
+            sources.append(Source(job.url, name="the origin", redirects=self.redirects))
         if not sources:
             job.status = _status(source=job.url, state="waiting", reason=Reason.WeightsFetching,
                                      message=f"waiting for {plan.wait_for or 'a node of this fabric'} to fetch it "
@@ -231,7 +234,7 @@ class Fetcher:
         host = f"[{address}]" if ":" in address else address
         return Source(f"https://{host}:{port}/v1/weights?source={quote(url, safe='')}",
                       ssl=self.tls() if self.tls is not None else None, server_hostname=node_id,
-                      name=f"peer {node_id}", redirects=False, expect=(DIGEST_HEADER, sha256) if sha256 else None)
+                      name=f"peer {node_id}", redirects=None, expect=(DIGEST_HEADER, sha256) if sha256 else None)
 
     async def _from(self, job: _Job, src: Source, part: Path, size: int | None) -> Result:
         via = "origin" if src.name == "the origin" else src.name.removeprefix("peer ")

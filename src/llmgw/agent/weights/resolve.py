@@ -19,7 +19,10 @@ def resolve_source(source: str) -> tuple[str | None, str]:
             spec = None
         if spec is None or not spec.submodule_search_locations:
             return None, f"package {pkg} is not installed on this node"
-        path = Path(next(iter(spec.submodule_search_locations))) / rel
+        top = Path(next(iter(spec.submodule_search_locations))).resolve()
+        path = (top / rel).resolve()  # links and `..` followed, as the engine opening it would
+        if not path.is_relative_to(top) or path == top:
+            return None, f"{source}: the path leads outside the package {pkg}"
         if not path.is_file() or path.stat().st_size == 0:
             return None, f"{path} is missing or empty"
         return str(path), ""

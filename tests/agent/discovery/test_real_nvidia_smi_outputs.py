@@ -1,0 +1,141 @@
+"""Discovery over real `nvidia-smi -q -x` outputs (tests/fixtures/nvidia-smi/README.md says where each is from).
+
+NVML is absent, so the agent falls back to nvidia-smi; the nvidia-smi it runs is a real program on PATH that prints
+the recorded output, and discovery runs it through its real command runner.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from llmgw.agent.discovery import discover, hardware_warnings
+from llmgw.agent.discovery.commands import run_command
+from llmgw.wire.messages import Hardware
+
+from .fakes import NVML_ABSENT
+from .hosts import host
+
+OUTPUTS = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
+
+
+def fake_nvidia_smi(bin_dir: Path, output: Path) -> None:
+    """An nvidia-smi that answers `-q -x` with the recorded output and refuses anything else."""
+    script = bin_dir / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        '[ "$*" = "-q -x" ] || { echo "unexpected arguments: $*" >&2; exit 2; }\n'
+        f"exec cat '{output}'\n"
+    )
+    script.chmod(0o755)
+
+
+def discover_with(output: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Hardware:
+    path = OUTPUTS / output
+    assert path.is_file(), f"no recorded output {path}"
+    fake_nvidia_smi(tmp_path, path)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return discover(
+        host("cpu-avx2"), inventory=None, weights_dir=None, default_arch="x86_64", run=run_command, nvml=NVML_ABSENT
+    )
+
+
+@dataclass(frozen=True)
+class Seen:
+    name: str
+    gpu_class: str
+    memory_mib: int
+    uuid: str
+    driver: str
+    cuda: str
+
+
+MACHINES = {
+    "a10g.xml": Seen(
+        "NVIDIA A10G", "A10G-22G", 23028, "GPU-9a9a6c50-2a47-2f51-a902-b82c3b127e94", "515.105.01", "11.7"
+    ),
+    "tesla-t4.xml": Seen(
+        "Tesla T4", "T4-15G", 15360, "GPU-d37e67a5-91dd-3774-a5cb-99096249601a", "515.105.01", "11.7"
+    ),
+    "rtx-4000-sff-ada.xml": Seen(
+        "NVIDIA RTX 4000 SFF Ada Generation", "RTX4000-20G", 20475, "GPU-37037c3f-65c8-ec4d-24a9-420204ad8026",
+        "595.84", "13.2",
+    ),
+    "rtx-3090.xml": Seen(
+        "NVIDIA GeForce RTX 3090", "RTX3090-24G", 24576, "GPU-12345678-aaaa-bbbb-cccc-0123456789ab", "525.147.05",
+        "12.0",
+    ),
+    "quadro-p2000.xml": Seen(
+        "Quadro P2000", "P2000-5G", 5120, "GPU-396caaed-39ca-3199-2e68-717cdb786ec6", "525.125.06", "12.0"
+    ),
+    "rtx-pro-6000-blackwell.xml": Seen(
+        "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "RTXPRO6000-96G", 97887,
+        "GPU-12345678-aaaa-bbbb-cccc-0123456789ab", "590.44.01", "13.1",
+    ),
+    "gtx-1660-ti.xml": Seen(
+        "Graphics Device", "UNKNOWN-6G", 5912, "GPU-304a277d-3545-63b8-3a36-dfde3c992989", "418.43", "10.1"
+    ),
+}
+
+
+@pytest.mark.parametrize("output", sorted(MACHINES))
+def test_each_healthy_machine_is_one_whole_card(output: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    want = MACHINES[output]
+    hw = discover_with(output, tmp_path, monkeypatch)
+    assert (hw.gpu_source, hw.nvidia_driver, hw.nvidia_cuda, hw.gpu_problems) == (
+        "nvidia-smi", want.driver, want.cuda, []
+    )
+    assert [(g.index, g.name, g.gpu_class, g.memory_mib, g.uuid) for g in hw.gpus] == [
+        (0, want.name, want.gpu_class, want.memory_mib, want.uuid)
+    ]
+    card = hw.gpus[0]
+    assert (card.faulty, card.fault, card.mig, card.offered_whole) == (False, "", None, True)
+    assert card.nvlink_peers is None  # nvidia-smi -q -x does not say
+    assert [p.code for p in hardware_warnings(hw)] == ["NVLinkUnknown"]
+
+
+def test_two_cards_in_nvidia_smis_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hw = discover_with("rtx-a5000x2.xml", tmp_path, monkeypatch)
+    assert (hw.gpu_source, hw.nvidia_driver, hw.nvidia_cuda, hw.gpu_problems) == ("nvidia-smi", "590.44.01", "13.1", [])
+    assert [(g.index, g.gpu_class, g.memory_mib, g.uuid[-2:], g.offered_whole) for g in hw.gpus] == [
+        (0, "RTXA5000-24G", 24564, "ab", True),
+        (1, "RTXA5000-24G", 24564, "cd", True),
+    ]
+
+
+def test_a_mig_card_reports_its_instances_and_is_not_offered_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hw = discover_with("a100-sxm4-80gb-mig.xml", tmp_path, monkeypatch)
+    assert (hw.nvidia_driver, hw.nvidia_cuda) == ("535.54.03", "12.2")
+    [card] = hw.gpus
+    assert (card.name, card.gpu_class, card.memory_mib) == ("NVIDIA A100-SXM4-80GB", "A100-80G", 81920)
+    assert not card.faulty
+    assert card.mig is not None and not card.offered_whole
+    assert [(m.gpu_instance, m.compute_instance, m.memory_mib, m.multiprocessors) for m in card.mig] == [
+        (3, 0, 19968, 14),
+        (4, 0, 19968, 14),
+        (5, 0, 19968, 14),
+        (6, 0, 19968, 14),
+    ]
+    # what ctl nodes and the dashboard show; a card not offered whole has no topology to miss
+    assert [(p.code, p.message) for p in hardware_warnings(hw)] == [
+        ("GPUInMIGMode", "GPU 0 (A100-80G) is in MIG mode with 4 instances: not offered whole")
+    ]
+
+
+def test_a_pending_row_remap_keeps_the_card_out_in_nvidia_smis_terms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hw = discover_with("a10g-row-remap-pending.xml", tmp_path, monkeypatch)
+    [card] = hw.gpus
+    assert card.faulty and not card.offered_whole
+    assert card.fault == (
+        "row remapping pending: reset the GPU to apply it; 1 uncorrectable ECC error(s) since the driver loaded"
+    )
+    assert [p.code for p in hardware_warnings(hw)] == ["GPUFaulty"]
+    # the healthy original of the same card is not faulty: the four changed values are what made it so
+    assert not discover_with("a10g.xml", tmp_path, monkeypatch).gpus[0].faulty
