@@ -48,8 +48,9 @@ def engine(embeddings_status: int, hits: Counter[str]) -> web.Application:
 
 @contextlib.asynccontextmanager
 async def two_replicas(tmp_path: Path, embeddings_status: int) -> AsyncIterator[tuple[str, str, FakeState,
-                                                                                      Counter[str]]]:
-    """The router over two replicas of sim-a, both on one engine served here: (url, key, state, hits per path)."""
+                                                                                      FakeClock, Counter[str]]]:
+    """The router over two replicas of sim-a, both on one engine served here: (url, key, state, its clock, hits per
+    path)."""
     hits: Counter[str] = Counter()
     runner = web.AppRunner(engine(embeddings_status, hits))
     await runner.setup()
@@ -57,12 +58,13 @@ async def two_replicas(tmp_path: Path, embeddings_status: int) -> AsyncIterator[
     await web.TCPSite(runner, "127.0.0.1", port).start()
     cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=models(), router=RouterConfig())
     store = SqliteStore(tmp_path / "llmgw.db").open()
-    state = FakeState(cfg.models, FakeClock(), store)
+    clock = FakeClock()
+    state = FakeState(cfg.models, clock, store)
     for rid in ("sim-a-1", "sim-a-2"):
         state.put_ready(rid, "sim-a", f"http://127.0.0.1:{port}")
     try:
         async with serving(state, store, cfg, "t") as (url, _, key):
-            yield url, key, state, hits
+            yield url, key, state, clock, hits
     finally:
         await runner.cleanup()
         store.close()
@@ -76,12 +78,12 @@ async def post(url: str, key: str, path: str, body: dict[str, object]) -> tuple[
 
 
 async def test_a_501_is_remembered_per_replica_and_never_ejects_one(tmp_path: Path) -> None:
-    async with two_replicas(tmp_path, 501) as (url, key, state, hits):
+    async with two_replicas(tmp_path, 501) as (url, key, state, clock, hits):
         for n in range(1, EJECT_AFTER + 1):  # a 501 from each replica EJECT_AFTER times in a row: no failure
             for _ in range(2 * EJECT_AFTER):
                 assert await post(url, key, "/v1/embeddings", {"input": "x"}) == (404, "unsupported_endpoint")
             assert hits["/v1/embeddings"] == 2 * n  # once per replica: then answered without sending
-            state.clock.advance(UNSERVED_S + 1)  # asked again after a while (an engine restarted with other flags)
+            clock.advance(UNSERVED_S + 1)  # asked again after a while (an engine restarted with other flags)
         assert state.ejections == []
         for _ in range(4):
             assert await post(url, key, "/v1/chat/completions", CHAT) == (200, "")
@@ -91,7 +93,7 @@ async def test_a_501_is_remembered_per_replica_and_never_ejects_one(tmp_path: Pa
 async def test_a_404_is_never_remembered_nor_counted_against_the_replica(tmp_path: Path) -> None:
     """Engines answer 404 for what a request names too (a stored response, a model): one client must not be able
     to close a path for everyone with it."""
-    async with two_replicas(tmp_path, 404) as (url, key, state, hits):
+    async with two_replicas(tmp_path, 404) as (url, key, state, _, hits):
         for _ in range(2 * EJECT_AFTER):
             assert await post(url, key, "/v1/embeddings", {"input": "x"}) == (404, "unsupported_endpoint")
         assert hits["/v1/embeddings"] == 2 * EJECT_AFTER and state.ejections == []
