@@ -31,7 +31,7 @@ def config(p: ClusterPlan, tmp: Path) -> AgentConfig:
         "state_dir": str(tmp / "state"),
         "probe_engines": ["sim"],
         "peer_port": 0,
-        "heartbeat_interval": "0.05s",
+        "heartbeat_interval": "0.1s",
     })
 
 
