@@ -112,7 +112,8 @@ def test_what_an_engine_reports_beyond_the_reservation_is_an_alarm_not_a_bill(ca
     m = Measure(start=0.0, status=200, prompt_tokens=2**31, completion_tokens=2**31)
     bounded(m, 500, "r-1")
     assert (m.prompt_tokens, m.completion_tokens, m.overrun) == (500, 0, True)
-    assert "reserved 500" in caplog.text
+    assert "replica r-1 reported 2147483648 prompt and 2147483648 completion tokens for a request that reserved 500: " \
+        "recorded at its reservation" in caplog.text  # the operator's alarm names the replica whose count it doubts
     m = Measure(start=0.0, status=200, prompt_tokens=20, completion_tokens=2**31)
     assert used_of(m, True, 500) == 500  # settled at most at its reservation, however it is reached
     bounded(m, 500, "r-1")
@@ -120,6 +121,9 @@ def test_what_an_engine_reports_beyond_the_reservation_is_an_alarm_not_a_bill(ca
     m = Measure(start=0.0, status=200, prompt_tokens=20, completion_tokens=30)
     bounded(m, 500, "r-1")
     assert (m.prompt_tokens, m.completion_tokens, m.overrun) == (20, 30, False)
+    m = Measure(start=0.0, status=200, prompt_tokens=20, completion_tokens=480)
+    bounded(m, 500, "r-1")  # exactly what it reserved: what it was allowed, no alarm
+    assert (m.prompt_tokens, m.completion_tokens, m.overrun) == (20, 480, False)
 
 
 @pytest.mark.parametrize("raw", [b'{"model": "m", "n_predict": 400, "n_predict": 5}',
