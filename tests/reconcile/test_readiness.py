@@ -271,3 +271,15 @@ def test_an_engine_never_ready_is_starting() -> None:
     sim.step()
     assert replica_phase(sim.replicas[r.id]) == Phase.Starting
     assert not_answering(sim.replicas.values()) == {}
+
+
+def test_a_peer_rank_outside_the_group_is_named_as_unknown_not_trusted() -> None:
+    """A node's report is a claim: a lost peer rank the replica has no shard for names no node (and breaks nothing)."""
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    sim.advance(2)
+    _exited(sim, "node01", r, 0, "worker rank 7 disconnected", 7)
+    sim.step()
+    msg = sim.replicas[r.id].conditions[-1].message
+    assert msg.startswith("worker rank 7 on ? disconnected: rank 0 on node01 exited ("), msg
