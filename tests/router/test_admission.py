@@ -100,6 +100,32 @@ def test_every_length_field_an_engine_reads_is_reserved_and_told_the_bound(path:
     assert {f: sent[f] for f in given} == dict.fromkeys(given, 400)
 
 
+# a field only some engine reads (n_predict: llama.cpp; max_new_tokens) given alone must not leave the engine that
+# serves the request without a bound: the path's own field, which every engine reads there, carries it too
+@pytest.mark.parametrize(("path", "given", "own"), [
+    ("/v1/chat/completions", {"n_predict": 1}, "max_tokens"),
+    ("/v1/completions", {"n_predict": 1}, "max_tokens"),
+    ("/v1/chat/completions", {"max_output_tokens": 1}, "max_tokens"),
+    ("/v1/responses", {"max_tokens": 1}, "max_output_tokens"),
+    ("/v1/messages", {"n_predict": 1}, "max_tokens"),
+])
+def test_the_paths_own_bound_is_always_told(path: str, given: dict[str, int], own: str) -> None:
+    sent, cost, size = res({"model": "m", **given}, path)
+    assert cost == size + 1
+    assert sent[own] == 1 and {f: sent[f] for f in given} == dict.fromkeys(given, 1)
+
+
+def test_a_batch_of_llama_prompt_objects_reserves_each_prompt() -> None:
+    """llama.cpp answers each {"prompt_string": ...} of a prompt list as a prompt of its own."""
+    _, cost_one, size_one = res({"model": "m", "prompt": [{"prompt_string": "hi"}], "max_tokens": 100},
+                                  "/v1/completions")
+    _, cost, size = res({"model": "m", "prompt": [{"prompt_string": "hi"}] * 50, "max_tokens": 100},
+                        "/v1/completions")
+    assert cost == size + 50 * 100 and cost_one == size_one + 100
+    _, cost, size = res({"model": "m", "prompt": [1, 2, 3], "max_tokens": 100}, "/v1/completions")
+    assert cost == size + 100  # token ids: one prompt
+
+
 def test_llama_servers_own_count_of_choices_reserves_each_in_full() -> None:
     _, cost, size = res({"model": "m", "prompt": "x", "max_tokens": 10, "n_cmpl": 4}, "/v1/completions")
     assert cost == size + 40

@@ -90,12 +90,15 @@ def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int, *
                 raise Unreservable(f"'{f}' must be a whole number, 1 or more")
             choices = max(choices, v)
     prompt = payload.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
-        choices *= len(prompt)  # a batch of prompts: each is answered in full
+    if isinstance(prompt, list) and prompt and not all(_whole(p) for p in prompt):
+        choices *= len(prompt)  # a batch of prompts (strings, token lists, llama.cpp's objects): each answered in full
     # the engine is told the bound reserved, in every field given that any engine reads: 0 reads as "none" to some
-    # (vLLM's `max_completion_tokens or max_tokens`), and with several given an engine honours its own first
+    # (vLLM's `max_completion_tokens or max_tokens`), and with several given an engine honours its own first; and
+    # always in the path's own field, which every engine reads there: a field only some engine reads (n_predict on
+    # vLLM) would otherwise leave the serving engine unbounded
     most = max(1, *given) if given else default_max
-    told = {f: most for f in MAX_FIELDS if f in payload} or {ADDED_FIELD.get(path, "max_tokens"): most}
+    told = {f: most for f in MAX_FIELDS if f in payload}
+    told[ADDED_FIELD.get(path, "max_tokens")] = most
     if any(payload.get(f) != v for f, v in told.items()) or _ambiguous(body, told):
         payload.update(told)
         body = json.dumps(payload).encode()
