@@ -184,6 +184,15 @@ def test_a_rank_of_a_multi_node_replica_that_exits_fails_it_at_once() -> None:
     assert not new.placed
 
 
+def _running_two_node() -> tuple[Sim, ReplicaRecord]:
+    """A two-node replica both nodes reported on, a moment later: ready for one to report its rank exited."""
+    sim, r = _two_node()
+    sim.heartbeat()
+    sim.step()
+    sim.advance(2)
+    return sim, r
+
+
 def _exited(sim: Sim, node_id: str, r: ReplicaRecord, rank: int, message: str, lost_peer: int | None) -> None:
     """The node reports its rank of r exited, in the engine's words, naming the peer that went when it did."""
     sim.heartbeat(node_id, overrides={(r.id, rank): "exited"})
@@ -195,10 +204,7 @@ def _exited(sim: Sim, node_id: str, r: ReplicaRecord, rank: int, message: str, l
 
 def test_a_broken_group_names_the_node_of_the_rank_that_went() -> None:
     """The leader's node reports; the worker's node died silent: the failure says which node went, at once."""
-    sim, r = _two_node()
-    sim.heartbeat()
-    sim.step()
-    sim.advance(2)
+    sim, r = _running_two_node()
     _exited(sim, "node01", r, 0, "exited with code 1: collective broken: worker rank 1 disconnected", 1)
     sim.step()
     msg = sim.replicas[r.id].conditions[-1].message
@@ -206,10 +212,7 @@ def test_a_broken_group_names_the_node_of_the_rank_that_went() -> None:
 
 
 def test_a_worker_that_lost_its_leader_names_the_leaders_node() -> None:
-    sim, r = _two_node()
-    sim.heartbeat()
-    sim.step()
-    sim.advance(2)
+    sim, r = _running_two_node()
     _exited(sim, "node02", r, 1, "exited with code 1: lost the leader", 0)
     sim.step()
     msg = sim.replicas[r.id].conditions[-1].message
@@ -217,10 +220,7 @@ def test_a_worker_that_lost_its_leader_names_the_leaders_node() -> None:
 
 
 def test_the_rank_that_exited_of_itself_is_named_before_the_one_its_going_ended() -> None:
-    sim, r = _two_node()
-    sim.heartbeat()
-    sim.step()
-    sim.advance(2)
+    sim, r = _running_two_node()
     _exited(sim, "node01", r, 0, "worker rank 1 disconnected", 1)
     _exited(sim, "node02", r, 1, "exited with code 139: segfault", None)
     sim.step()
@@ -275,10 +275,7 @@ def test_an_engine_never_ready_is_starting() -> None:
 
 def test_a_peer_rank_outside_the_group_is_named_as_unknown_not_trusted() -> None:
     """A node's report is a claim: a lost peer rank the replica has no shard for names no node (and breaks nothing)."""
-    sim, r = _two_node()
-    sim.heartbeat()
-    sim.step()
-    sim.advance(2)
+    sim, r = _running_two_node()
     _exited(sim, "node01", r, 0, "worker rank 7 disconnected", 7)
     sim.step()
     msg = sim.replicas[r.id].conditions[-1].message
