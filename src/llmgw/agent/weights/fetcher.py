@@ -114,8 +114,8 @@ class Fetcher:
                     and not room_again(self.dir, job.free_when_failed)):
                 return Failed(st.reason, st.message)
             job.task = asyncio.create_task(self._run(job))
-            job.status = st = _status(source=url, state="waiting", message="starting")
-        if st is None:  # a transfer still ending for the plan before this one: the next look starts one if need be
+            st = None
+        if st is None:  # a transfer just started, or one still ending for the plan before this one
             job.status = st = _status(source=url, state="waiting", message="starting")
         if st.state == "failed":
             return Failed(st.reason, st.message)
