@@ -83,15 +83,33 @@ def _text(what: str, media: str) -> dict[str, Any]:
     return {"description": what, "content": {media: {"schema": {"type": "string"}}}}
 
 
+NO_SUCH = {"404": "no such thing"}
+
+
 def openapi() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "llmgw management API", "version": __version__},
+        "paths": {**_cluster_paths(), **_key_paths(), **_router_paths()},
+        "components": {"schemas": _components(),
+                       "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"token": []}],
+    }
+
+
+def _components() -> dict[str, Any]:
+    """The schemas of SCHEMAS, with the models they refer to, and the error envelope."""
     components: dict[str, Any] = {"Error": ERROR}
     for name, model in SCHEMAS.items():
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
         components[name] = schema
-    since = _query("since", {"type": "integer", "minimum": 0})
-    no_such = {"404": "no such thing"}
-    paths: dict[str, Any] = {
+    return components
+
+
+def _cluster_paths() -> dict[str, Any]:
+    """What the cluster holds: health, metrics, nodes, models, replicas, events, this schema."""
+    return {
         "/health": {"get": _op("Whether this control plane answers", _json(OBJECT, "it does"), open_=True)},
         "/metrics": {"get": _op("Prometheus metrics", _text("the exposition", "text/plain"),
                                 more={"503": "not ready yet (the first pass), or the store cannot be reached"})},
@@ -105,10 +123,10 @@ def openapi() -> dict[str, Any]:
         "/api/nodes": {"get": _op("One row per node: hardware, engines, conditions, warnings in the node's words",
                                   _json({"type": "array", "items": _ref("NodeRow")}, "every node"))},
         "/api/nodes/{id}": {"get": _op("What a node reported, and the control plane's bookkeeping of it",
-                                       _json(OBJECT, "the node"), params=[_path_param("id")], more=no_such)},
+                                       _json(OBJECT, "the node"), params=[_path_param("id")], more=NO_SUCH)},
         "/api/nodes/{id}/revoke": {"post": _op(
             "Revoke a node (or one certificate of it, by its serial): refused from its next request on",
-            _json(OBJECT, "revoked"), params=[_path_param("id")], more=no_such,
+            _json(OBJECT, "revoked"), params=[_path_param("id")], more=NO_SUCH,
             body={"type": "object", "properties": {"serial": {"type": "string", "pattern": "^[0-9A-Fa-f:]{0,128}$"},
                                                    "reason": {"type": "string"}}})},
         "/api/models": {"get": _op("The catalog, each model with its replicas", _json(ROWS, "every model"))},
@@ -116,6 +134,13 @@ def openapi() -> dict[str, Any]:
         "/api/events": {"get": _op("The latest events, newest first", _json(ROWS, "events"),
                                    params=[_query("limit", {"type": "integer", "minimum": 1})])},
         "/api/openapi.json": {"get": _op("This schema", _json(OBJECT, "OpenAPI 3.1"))},
+    }
+
+
+def _key_paths() -> dict[str, Any]:
+    """API keys and their usage."""
+    since = _query("since", {"type": "integer", "minimum": 0})
+    return {
         "/api/keys": {
             "get": _op("Every API key (its public prefix, never the key), with use against its limits",
                        _json(ROWS, "every key")),
@@ -128,16 +153,22 @@ def openapi() -> dict[str, Any]:
             "patch": _op("Change a key's limits or models", _json(OBJECT, "the key now"),
                          params=[_path_param("id")], body={"type": "object", "minProperties": 1, "properties": {
                              "models": MODELS, "limits": KEY_LIMITS}},
-                         more={**no_such, "409": "the key is revoked"}),
-            "delete": _op("Revoke a key", _json(OBJECT, "revoked"), params=[_path_param("id")], more=no_such),
+                         more={**NO_SUCH, "409": "the key is revoked"}),
+            "delete": _op("Revoke a key", _json(OBJECT, "revoked"), params=[_path_param("id")], more=NO_SUCH),
         },
-        "/api/keys/revoke": {"post": _op("Revoke a key by its name", _json(OBJECT, "revoked"), more=no_such,
+        "/api/keys/revoke": {"post": _op("Revoke a key by its name", _json(OBJECT, "revoked"), more=NO_SUCH,
                                          body={"type": "object", "properties": {"name": NAME},
                                                "required": ["name"]})},
         "/api/usage": {"get": _op("Usage by key or by model since a time", _json(OBJECT, "totals"),
                                   params=[_query("by", {"type": "string", "enum": ["key", "model"]}), since])},
         "/api/usage.csv": {"get": _op("Usage per hour, key and model, for billing",
                                       _text("RFC 4180 CSV", "text/csv"), params=[since])},
+    }
+
+
+def _router_paths() -> dict[str, Any]:
+    """What the router workers ask of the control plane."""
+    return {
         "/api/router/view": {"get": _op("The routing table for router workers",
                                         _json(_ref("RouterView"), "ready replicas per model"))},
         "/api/router/admit": {"post": _op("A router worker asks to admit one request against its key's limits",
@@ -147,11 +178,4 @@ def openapi() -> dict[str, Any]:
                                              _json(OBJECT, "recorded"), body=_ref("Activity"),
                                              more={"503": "usage not recorded (the store cannot be reached): "
                                                           "send it again"})},
-    }
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "llmgw management API", "version": __version__},
-        "paths": paths,
-        "components": {"schemas": components, "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}}},
-        "security": [{"token": []}],
     }

@@ -184,18 +184,43 @@ def summarize(
     facts: Callable[[NodeRecord], NodeFacts] = node_facts,  # the plane passes its memo (one per record)
 ) -> Summary:
     demand = demand or Demand()
+    of = {n.id: facts(n) for n in nodes}
+    capacity, fabrics = _capacity(nodes, of, _gpus_in_use(replicas), sources)
+    lines, idle = _replica_lines(replicas, nodes, last_used, now, idle_after, demand)
+    return Summary(
+        at=now,
+        nodes_total=len(nodes),
+        nodes_live=sum(1 for n in nodes if not n.lost),
+        nodes=[of[n.id].line for n in sorted(nodes, key=lambda n: n.id)],
+        capacity=capacity,
+        fabrics=fabrics,
+        models=_model_lines(models or {}, lines, demand, now),
+        replicas=lines,
+        idle_replicas=idle,
+        usage=_usage_lines(usage, recent or [], key_names or {}, requests),
+        requests=requests or RouterStats(),
+    )
+
+
+def _gpus_in_use(replicas: list[ReplicaRecord]) -> dict[str, set[int]]:
+    """Node id -> the GPU indices some replica holds there."""
     used: dict[str, set[int]] = {}
     for r in replicas:
         if r.released:
             continue  # failed and its shards gone: on view, holding nothing
         for a in r.assignments:
             used.setdefault(a.node_id, set()).update(a.gpus)
+    return used
+
+
+def _capacity(nodes: list[NodeRecord], of: dict[str, NodeFacts], used: dict[str, set[int]],
+              sources: dict[str, list[str]] | None) -> tuple[list[ClassCapacity], list[FabricCapacity]]:
+    """Cards per GPU class and nodes per fabric, over the live nodes."""
     # counted in plain integers, made into records once: at 10,000 cards a model's attribute writes add up
     caps: dict[str, list[int]] = {}  # class -> [total, used, free, faulty]
     fabrics: dict[str, list[int]] = {}  # fabric -> [nodes, free whole nodes]
     held: dict[str, set[str]] = {}
     none: set[int] = set()
-    of = {n.id: facts(n) for n in nodes}
     for n in nodes:
         if n.lost:
             continue
@@ -219,6 +244,16 @@ def summarize(
                 fc[1] += 1
             if sources and n.report.weights:
                 held[f.name].update(m for w in n.report.weights for m in sources.get(w, ()))
+    return (
+        [ClassCapacity(gpu_class=k, total=c[0], used=c[1], free=c[2], faulty=c[3]) for k, c in sorted(caps.items())],
+        [FabricCapacity(fabric=k, nodes=f[0], free_whole_nodes=f[1], models_held=sorted(held[k]))
+         for k, f in sorted(fabrics.items())],
+    )
+
+
+def _replica_lines(replicas: list[ReplicaRecord], nodes: list[NodeRecord], last_used: dict[str, float], now: float,
+                   idle_after: float, demand: Demand) -> tuple[list[ReplicaLine], list[str]]:
+    """One line per replica, by model then id, and the ids of the ready replicas idle for idle_after or more."""
     by_id = {n.id: n for n in nodes}
     lines = []
     idle = []
@@ -244,21 +279,7 @@ def summarize(
                 in_flight=demand.in_flight.get(r.id, 0),
             )
         )
-    return Summary(
-        at=now,
-        nodes_total=len(nodes),
-        nodes_live=sum(1 for n in nodes if not n.lost),
-        nodes=[of[n.id].line for n in sorted(nodes, key=lambda n: n.id)],
-        capacity=[ClassCapacity(gpu_class=k, total=c[0], used=c[1], free=c[2], faulty=c[3])
-                  for k, c in sorted(caps.items())],
-        fabrics=[FabricCapacity(fabric=k, nodes=f[0], free_whole_nodes=f[1], models_held=sorted(held[k]))
-                 for k, f in sorted(fabrics.items())],
-        models=_model_lines(models or {}, lines, demand, now),
-        replicas=lines,
-        idle_replicas=idle,
-        usage=_usage_lines(usage, recent or [], key_names or {}, requests),
-        requests=requests or RouterStats(),
-    )
+    return lines, idle
 
 
 def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand: Demand,

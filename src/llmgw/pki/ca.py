@@ -136,18 +136,32 @@ def issue(
         days = SERVER_DAYS if server else NODE_DAYS
     if days < 1:
         raise PKIError(f"days must be at least 1, got {days}")
+    addresses = _ip_names(ips)
+    ca_cert, ca_key = _load_ca(dir)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _leaf(ca_cert, ca_key, key, node_id, addresses, _utc(clock), days, server)
+    cert_path, key_path = dir / f"{node_id}.crt", dir / f"{node_id}.key"
+    _write_atomic(key_path, _key_pem(key), mode=0o600, exclusive=False)
+    _write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), mode=0o644, exclusive=False)
+    return cert_path, key_path
+
+
+def _ip_names(ips: Sequence[str]) -> list[x509.GeneralName]:
     addresses: list[x509.GeneralName] = []
     for ip in ips:
         try:
             addresses.append(x509.IPAddress(ipaddress.ip_address(ip)))
         except ValueError as e:
             raise PKIError(f"{ip!r} is not an IP address") from e
-    ca_cert, ca_key = _load_ca(dir)
+    return addresses
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = _utc(clock)
+
+def _leaf(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, key: ec.EllipticCurvePrivateKey,
+          node_id: str, addresses: list[x509.GeneralName], now: datetime.datetime, days: int,
+          server: bool) -> x509.Certificate:
+    """The node's (or, with server, a control plane's) certificate for `key`, signed by the CA."""
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node_id)]))
         .issuer_name(ca_cert.subject)
@@ -183,10 +197,6 @@ def issue(
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    cert_path, key_path = dir / f"{node_id}.crt", dir / f"{node_id}.key"
-    _write_atomic(key_path, _key_pem(key), mode=0o600, exclusive=False)
-    _write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), mode=0o644, exclusive=False)
-    return cert_path, key_path
 
 
 def renew(dir: Path, name: str, *, days: int | None = None, clock: Clock | None = None) -> tuple[Path, Path]:

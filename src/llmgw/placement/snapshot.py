@@ -9,7 +9,7 @@ from operator import attrgetter
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.state import NodeRecord, ReplicaRecord
-from llmgw.wire.messages import GPU, EngineStatus, Fabric
+from llmgw.wire.messages import GPU, EngineStatus, Fabric, NodeReport
 
 
 @dataclass(frozen=True)
@@ -157,20 +157,10 @@ def build_snapshot(
             count[a.node_id] = count.get(a.node_id, 0) + 1
             if multi:
                 whole[a.node_id] = r.id
-    held: dict[str, set[str]] = {}  # per fabric, the sources its live nodes hold
-    for rec in nodes:
-        if not rec.lost and rec.report.weights and rec.report.peer_port:  # a holder others can copy from
-            for f in rec.report.fabrics:
-                held.setdefault(f.name, set()).update(rec.report.weights)
+    held = _fabric_sources(nodes)
     views = []
     for rec in nodes:
         rep = rec.report
-        # shards a node reports, placed or not, keep their ports: an agent may still be stopping them
-        for s in rep.shards:
-            if s.endpoint:
-                port = s.endpoint.rsplit(":", 1)[-1]
-                if port.isdigit():
-                    ports.setdefault(rec.id, set()).add(int(port))
         views.append(
             NodeView(
                 id=rec.id,
@@ -186,7 +176,7 @@ def build_snapshot(
                 mem_reserved=mem.get(rec.id, 0),
                 fabrics={f.name: f for f in rep.fabrics},
                 weights=frozenset(rep.weights),
-                used_ports=frozenset(ports.get(rec.id, ())),
+                used_ports=frozenset(ports.get(rec.id, set()) | _reported_ports(rep)),
                 port_low=rep.port_low,
                 port_high=rep.port_high,
                 shard_count=count.get(rec.id, 0),
@@ -196,3 +186,18 @@ def build_snapshot(
         )
     views.sort(key=lambda v: v.id)
     return Snapshot(nodes=tuple(views), now=now)
+
+
+def _fabric_sources(nodes: list[NodeRecord]) -> dict[str, set[str]]:
+    """Per fabric, the sources its live nodes hold."""
+    held: dict[str, set[str]] = {}
+    for rec in nodes:
+        if not rec.lost and rec.report.weights and rec.report.peer_port:  # a holder others can copy from
+            for f in rec.report.fabrics:
+                held.setdefault(f.name, set()).update(rec.report.weights)
+    return held
+
+
+def _reported_ports(rep: NodeReport) -> set[int]:
+    """The ports of the shards a node reports, placed or not: an agent may still be stopping them."""
+    return {int(port) for s in rep.shards if s.endpoint and (port := s.endpoint.rsplit(":", 1)[-1]).isdigit()}

@@ -124,15 +124,8 @@ async def _lead(args: argparse.Namespace, stop: asyncio.Event) -> int:
                 return 1
             say("all workers joined")
 
-        # the replica's secret comes through the environment (never argv) and leaves it at once
-        key = os.environ.pop(KEY_ENV, "")
-        behaviour = Behaviour(prefill_tokens_per_second=args.prefill_tokens_per_second,
-                              cache_blocks=args.cache_blocks, max_running=args.max_running, fault=args.fault,
-                              load_seconds=args.load_seconds)
-        app = make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second, api_key=key,
-                       load_failure=args.fail_load, behaviour=behaviour)
         http_host = args.http_host or args.host
-        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE, access_log=None)
+        runner = web.AppRunner(_app(args), handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE, access_log=None)
         await runner.setup()
         try:
             await web.TCPSite(runner, http_host, args.port).start()
@@ -157,6 +150,17 @@ async def _lead(args: argparse.Namespace, stop: asyncio.Event) -> int:
             await runner.cleanup()
         if leader is not None:
             await leader.close(orderly=orderly)
+
+
+def _app(args: argparse.Namespace) -> web.Application:
+    """The OpenAI-compatible app the leading rank serves, as the arguments describe it."""
+    # the replica's secret comes through the environment (never argv) and leaves it at once
+    key = os.environ.pop(KEY_ENV, "")
+    behaviour = Behaviour(prefill_tokens_per_second=args.prefill_tokens_per_second,
+                          cache_blocks=args.cache_blocks, max_running=args.max_running, fault=args.fault,
+                          load_seconds=args.load_seconds)
+    return make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second, api_key=key,
+                    load_failure=args.fail_load, behaviour=behaviour)
 
 
 async def _work(args: argparse.Namespace, stop: asyncio.Event) -> int:
