@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from llmgw.cli.ctl import DEFAULT_ADMIN, AdminOpt, JsonOpt, call, console, ctl, json_out, keys_cli, safe
+from llmgw.cli.admin_client import DEFAULT_ADMIN, AdminOpt, JsonOpt, call, console, json_out, safe
 
 Rpm = Annotated[int | None, typer.Option("--rpm", help="requests per minute")]
 Tpm = Annotated[int | None, typer.Option("--tpm", help="tokens (prompt + completion) per minute")]
@@ -54,7 +54,6 @@ def used(use: dict[str, Any]) -> str:
     return "; ".join(parts) or "-"
 
 
-@keys_cli.command("create")
 def keys_create(
     name: Annotated[str, typer.Option("--name", help="who or what the key is for")],
     model: Annotated[list[str] | None, typer.Option("--model", help="allow only these models (repeatable)")] = None,
@@ -72,7 +71,6 @@ def keys_create(
     print(out["key"])
 
 
-@keys_cli.command("update")
 def keys_update(
     key_id: Annotated[str, typer.Argument(help="the key's id (`ctl keys list`)")],
     rpm: Rpm = None, tpm: Tpm = None, concurrency: Conc = None, budget: Budget = None,
@@ -89,7 +87,6 @@ def keys_update(
     console.print(f"key {safe(out['id'])} ({safe(out['name'])}): limits {safe(described(out['use']['limits']))}")
 
 
-@keys_cli.command("list")
 def keys_list(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     """Keys, their limits (their own, or the default) and their use against them now."""
     rows = call(admin, "GET", "/api/keys")
@@ -114,7 +111,6 @@ def seconds(text: str) -> int:
     return int(m.group(1)) * UNITS[m.group(2)]
 
 
-@ctl.command("usage")
 def usage(
     by: Annotated[str, typer.Option("--by", help="key or model")] = "key",
     since: Annotated[str, typer.Option("--since", help="how far back: 30m, 24h, 7d (from the hour holding it)")]
