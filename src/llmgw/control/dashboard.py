@@ -1,11 +1,8 @@
 """The /admin page: the Summary rendered as HTML on the server, refreshed by a few lines of script.
 
-The page itself (/admin) is an empty shell anyone who reaches the listener may load; its contents come from
-/admin/view, which needs the operator token like the rest of the management API. The script takes the token from
-the address's fragment (`/admin#token=...`, which browsers never send to a server) or from a form, keeps it in
-the tab's session storage, and sends it as a bearer token: no cookie, so no other site can make the browser use
-it. Nothing is fetched from anywhere else (no CDN: nodes and operators may have no internet), and a
-Content-Security-Policy lets the page run only its own script.
+/admin is an empty shell anyone who reaches the listener may load; its contents come from /admin/view, which needs
+the operator token, sent as a bearer header, never a cookie (docs/observability.md). Nothing is fetched from
+elsewhere, and a Content-Security-Policy lets the page run only its own script.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The Prometheus text format (0.0.4), written for llmgw's own collectors at the cost a 1,000-node scrape allows.
 
-prometheus_client builds the families and is the reference: `render(reg)` writes exactly what its
-`generate_latest(reg)` writes (a test compares them byte for byte), but checks each metric's and label's name once
-per family instead of once per label of every sample, which is most of the library's time at a few thousand
-samples. Label values are escaped as the library does; names that are not plain Prometheus names are refused, as
-no llmgw family has one.
+`render(reg)` writes byte for byte what prometheus_client's `generate_latest(reg)` writes (a test compares them),
+but checks names once per family rather than once per sample's label; a name that is not a plain Prometheus name is
+refused (no llmgw family has one).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """How each node is to have the remote weights of the shards it runs, decided for the whole fabric: one node of a
-fabric fetches a file from its origin, the others copy it from a node of their fabric that holds it. Pure, over
-the nodes' reports and the replicas.
-
-- Nodes of the node's fabrics that hold the file whole and serve weights are its peers (in an order that differs
-  per copier, so copies spread over the holders); the origin stays the fallback when every peer fails.
-- When no node of the fabric holds it, one of those that want it fetches it from the origin: the one already
-  doing so, else the first by name among those that serve weights and have not failed to fetch it. The others wait
-  for it, then copy. A node without a fabric, or whose fabric has no node that could serve, fetches for itself.
+fabric fetches a file from its origin, the others wait for it and copy it from a node of their fabric that holds it
+(the origin stays the fallback). Pure, over the nodes' reports and the replicas. The rules: docs/weights.md.
 """
 
 from __future__ import annotations

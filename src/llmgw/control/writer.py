@@ -1,9 +1,8 @@
-"""The one writer of the control plane's store: every write runs in order on one thread, never on the event loop.
+"""The one writer of the control plane's store: every write runs in order on one thread, never on the event loop,
+so a store that waits delays persistence, not the API, the heartbeats or reconcile (the state is in memory).
 
-A store that waits (another process holds SQLite's write lock, a disk stalls) then delays persistence, not the
-API, the agents' heartbeats or the reconcile loop: the control plane's state is in memory and the store follows.
-`submit` is for writes that must land eventually: retried, in order, with backoff, logged once per outage. `run`
-is for a caller that waits for the answer (a new API key, a usage batch) and handles the failure itself.
+`submit`: writes that must land eventually (retried in order, with backoff). `run`: a caller waits for the answer
+and handles the failure itself.
 """
 
 from __future__ import annotations

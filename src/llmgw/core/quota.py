@@ -1,14 +1,9 @@
 """Tenant limits: what a key may use, and the decision to admit one request against it. Pure: the counters and
 the time are handed in; control/quotas.py keeps the counters, in one place for every router process.
 
-A request reserves, before it is forwarded, an upper bound of what it can cost: its prompt (at most one token per
-byte of the request body: every token covers at least one byte) plus its `max_tokens` (or the router's default).
-The reservation is taken from the per-minute buckets and held against the budget; when the request ends it is
-settled to the tokens the engine reported (the unused part given back). Since nothing admitted can cost more than
-it reserved, concurrent requests never overspend a budget.
-
-Rates are token buckets: `rpm` requests (or `tpm` tokens) a minute, refilled continuously, a minute's worth at
-most. Budgets count tokens per period: a UTC day, a UTC month, or in total.
+The rule: a request reserves the most it can cost (a token per byte of its body plus its `max_tokens`) before it
+is forwarded, and is settled to what the engine reported after; nothing admitted can cost more than it reserved, so
+concurrent requests never overspend a budget (docs/tenants.md, "Admission").
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Feasibility checks: can this node take one shard of the request? Order matters: the first that fails wins.
 
-Each check is one object holding its question once. `prepare(request)` works out in advance everything the
-request decides and returns a test of one node; place() runs that test over every node, and `fits` asks the
-same test of a single node. `explain` gives the node's own words and is asked only of the few nodes an
-explanation shows, so deciding which nodes fail builds no strings.
+Each check is one object: `prepare(request)` returns its test of one node (run over every node by place(), of one
+by `fits`); `explain` gives the node's own words, asked only of the few nodes an explanation shows, so deciding
+which nodes fail builds no strings.
 """
 
 from __future__ import annotations

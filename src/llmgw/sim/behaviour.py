@@ -1,12 +1,5 @@
-"""What the sim engine models of a real engine's serving, so routing has something real to act on.
-
-- A prefix cache: the prompt's text in blocks of BLOCK_CHARS, each keyed by the whole prefix up to it, in an LRU of
-  `cache_blocks` keys. A request's leading blocks found in it are "cached"; the rest must be computed.
-- Prefill: time to first token is the uncached share of the prompt's tokens over `prefill_tokens_per_second`
-  (0: instant), as a real engine spends its prefill on what its KV cache does not hold.
-- A concurrency limit: at most `max_running` requests generate at once (0: no limit); the others wait in order,
-  and the engine's gauges say how many run and how many wait.
-- Faults: `hang` accepts a request and never answers; `slow` takes ten times as long; `error` answers 503.
+"""What the sim engine models of a real engine's serving, so routing has something real to act on: a prefix
+cache, prefill time for what the cache does not hold, a concurrency limit, and faults (Behaviour's fields).
 """
 
 from __future__ import annotations
@@ -23,10 +16,12 @@ Fault = Literal["", "hang", "slow", "error"]
 
 @dataclass(frozen=True)
 class Behaviour:
+    # time to first token: the prompt's uncached tokens over this (0: instant), as a real engine's prefill
     prefill_tokens_per_second: float = 0.0
+    # prefix cache: an LRU of this many blocks of BLOCK_CHARS, each keyed by the whole prefix up to it (0: none)
     cache_blocks: int = 0
-    max_running: int = 0
-    fault: Fault = ""
+    max_running: int = 0  # requests generating at once (0: no limit); the rest wait in order, and the gauges say so
+    fault: Fault = ""  # hang: accept and never answer; slow: ten times as long; error: answer 503
     load_seconds: float = 0.0  # the model "loads" this long after the server starts: every path answers 503 meanwhile
 
 

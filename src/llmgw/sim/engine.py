@@ -1,11 +1,8 @@
 """`python -m llmgw.sim.engine`: the sim engine process, standing in for vLLM/SGLang on machines without GPUs.
 
-Rank 0 (the leader) waits on its rendezvous port until every worker has said hello, then serves the OpenAI API
-over HTTP. Workers (rank > 0) join the leader and serve nothing. If any member of a formed group goes away the
-others exit non-zero, as a broken collective would make a real engine do. SIGTERM or SIGINT: exit 0; a
-leader stopped that way tells its workers, which then exit 0 as well.
-
-Exit codes: 0 stopped by signal; 1 the group broke or could not form, or a port could not be bound; 2 bad usage.
+Rank 0 waits until every worker has joined (sim/rendezvous.py), then serves the OpenAI API; workers serve nothing.
+Exit codes: 0 stopped by SIGTERM or SIGINT (a leader's workers too); 1 the group broke or could not form (as a
+broken collective ends a real engine), or a port could not be bound; 2 bad usage.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """How a sim engine's ranks form a group, standing in for torch.distributed / NCCL setup.
 
-Protocol, one TCP connection per worker to the leader's rendezvous port:
-    worker -> leader   `hello <rank>\\n`
-    leader -> worker   `ok\\n`, or `error <why>\\n` and close
-The connection then stays open and silent. Either end seeing it close means the collective is broken: the
-leader reports which worker went, the worker reports that the leader went. The one exception is an orderly
-stop of the leader: it first sends `shutdown\\n`, and its workers end cleanly too.
+Each worker holds one TCP connection to the leader's rendezvous port: it sends `hello <rank>\\n`, the leader answers
+`ok\\n` (or `error <why>\\n` and closes), then the connection stays silent. Either end seeing it close means the
+collective broke, unless the leader first sent `shutdown\\n` (an orderly stop): then its workers end cleanly too.
 """
 
 from __future__ import annotations

@@ -36,15 +36,10 @@ def make_app(
     load_failure: str = "",
     behaviour: Behaviour | None = None,
 ) -> web.Application:
-    """An aiohttp app serving `model`: /health, /metrics, /v1/models, /v1/chat/completions, /v1/completions,
-    /v1/embeddings. /metrics is Prometheus text with the engine's own gauges, as real engines have theirs:
-    sim:requests_running (completions being generated now), sim:requests_waiting (queued behind the concurrency
-    limit) and, with a prefix cache, sim:kv_cache_usage_ratio. `behaviour` (sim/behaviour.py): prefix cache, prefill
-    time, concurrency limit, faults, and a model that takes a while to load.
-
-    With `api_key`, every path answers 401 unless the request carries `Authorization: Bearer <api_key>`.
-    With `load_failure`, it plays an engine whose model failed to load while its HTTP server stays up: /health
-    answers 200 and everything else 503 with those words (a fault the agent must not take for ready).
+    """An aiohttp app serving `model`: /health, /metrics (the engine's own gauges, sim:requests_running,
+    sim:requests_waiting, sim:kv_cache_usage_ratio), /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings.
+    With `api_key`, every path answers 401 without `Authorization: Bearer <api_key>`. With `load_failure`, a model
+    that failed to load behind a live HTTP server: /health 200, everything else 503 with those words.
     """
     if tokens < 0:
         raise ValueError(f"tokens must be >= 0, got {tokens}")

@@ -1,9 +1,8 @@
-"""SQLite (WAL) implementation of the store (its operations: store/sql.py). Opening happens in open(), never in
-the constructor.
+"""SQLite (WAL) implementation of the store (its operations: store/sql.py), opened in open(), never the constructor.
 
-Two connections: one that writes and one that reads, each behind its own lock, so a read never waits behind a
-write that waits for another process's lock. Every transaction commits whole or rolls back whole, whatever is
-raised inside it (a number SQLite cannot bind included): a transaction left open would swallow every later write.
+A writing and a reading connection, each behind its own lock, so a read never waits behind a write that waits for
+another process's lock. Every transaction commits or rolls back whole, whatever is raised inside it (a number SQLite
+cannot bind included): a transaction left open would swallow every later write.
 """
 
 from __future__ import annotations
@@ -121,10 +120,8 @@ class SqliteStore(SqlStore):
         first, in the same transaction; the new rows then go in USAGE_ROWS_PER_STATEMENT at a time.
 
         Never one statement per row (executemany): Python's sqlite3 lets go of the GIL around each row's step and
-        must win it back for the next row, and while another thread runs Python each win can wait up to the
-        interpreter's switch interval (5 ms). Measured: 3,000 rows took 14 s and 56 us of CPU per row beside a
-        thread that never lets go, against 0.1 s and 5 us as multi-row statements; beside the router's event loop
-        the writer thread took 16% of the router process's samples (py-spy), about 5% after."""
+        must win it back for the next, which beside a busy thread waits up to the switch interval each time
+        (figures: docs/benchmarks.md, "usage inserts")."""
         width = len(USAGE_COLUMNS)
         per_statement = max(1, min(USAGE_ROWS_PER_STATEMENT,
                                    tx.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
