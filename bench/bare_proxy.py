@@ -1,8 +1,6 @@
-"""The least a Python proxy can do on llmgw's HTTP stack (aiohttp server + aiohttp client).
-
-No auth, no routing, no usage, no JSON parsing: read the body, POST it upstream, relay the answer; stream it
-chunk by chunk when the engine answers with text/event-stream. Whatever this reaches is what Python and aiohttp
-allow on the machine; the router is measured against it.
+"""The least a Python proxy can do on llmgw's HTTP stack (aiohttp server + aiohttp client): no auth, routing, usage
+or JSON parsing; read the body, POST it upstream, relay the answer (chunk by chunk for text/event-stream). The
+router is measured against it (docs/benchmarks.md, "Router").
 
 Run: python -m bench.bare_proxy --port 18001 --upstream http://127.0.0.1:18000 [--no-uvloop]
 """

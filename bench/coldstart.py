@@ -1,16 +1,10 @@
 """Cold start: from the request that asks for an on-demand model to its first token, against the time the engine
-alone takes to start and load, measured in the same run.
+alone takes to start and load, measured in the same run (real control plane and agent, a sim engine that loads for
+--load seconds). Method and figures: docs/benchmarks.md, "Cold start".
 
     .venv/bin/python -m bench.coldstart                 # about a minute
     .venv/bin/python -m bench.coldstart --load 2 --runs 5 --heartbeat 3s --reconcile 1s
     .venv/bin/python -m bench.coldstart --smoke         # one run, a 0.2 s load, 1 s heartbeats: that it runs
-
-A real control plane and agent (processes, mutual TLS, the default heartbeat and reconcile intervals) and a sim
-engine that takes --load seconds to load its model. Each run asks for a different on-demand model (none loaded),
-streaming, and times the first content event at the client. The baseline starts the same sim engine directly
-(the command the agent runs) and times it until its /health answers 200, polled every 10 ms. The overhead is the
-difference: placement, the agent hearing of its shard, starting it, seeing it serve, reporting it, the control
-plane marking it ready and the router sending the request.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""What a dashboard view (/admin/view) and a scrape (/metrics) cost at 1,000 nodes and a million usage rows.
+"""What a dashboard view (/admin/view) and a scrape (/metrics) cost at 1,000 nodes and a million usage rows: real
+HTTP on loopback to the real management API in a process of its own, CPU per request from /proc, baselines in the
+same run. Method and figures: docs/benchmarks.md, "Dashboard and scrape".
 
     .venv/bin/python -m bench.dashboard                # the table (building the million rows takes a minute)
     .venv/bin/python -m bench.dashboard --rows 100000  # smaller, quicker
     .venv/bin/python -m bench.dashboard --smoke        # 20 nodes, 2,000 rows, 3 requests each: that it runs
-
-CPU is the serving process's own CPU time per request (from /proc), steadier than wall time on a shared machine.
-Real HTTP requests on loopback to the real management API (the operator token, the guard, the Summary, the store's
-reads off the event loop, the renderers), served by a process of its own so the client's reading of the answer is
-not counted. The cluster is bench/placement.py's (8 GPUs per node, several fabrics, replicas single- and
-multi-node, some faults, some lost nodes), every node with the six conditions the control plane keeps and every
-replica with its engine's gauges; the usage table holds `--rows` requests of 100 keys over 4 models across 90 days,
-and the hourly aggregate that goes with them. Baselines, measured in the same run: the same requests at 10 nodes
-with no usage; the scrape written by prometheus_client's own generate_latest (what control/exposition.py
-replaces); the view's "last day" by a scan of the usage table (what the hourly aggregate replaces).
 """
 
 from __future__ import annotations

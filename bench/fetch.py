@@ -1,15 +1,9 @@
-"""Weights transfer throughput against curl, measured in one run on this machine.
+"""Weights transfer throughput against curl, in one run on this machine: the same file moved by the agent's Fetcher
+and by curl, from a local origin (plain HTTP) and from a node's peer listener (mutual TLS); medians of --runs, the
+source in the page cache. Method and figures: docs/benchmarks.md, "Weights".
 
     .venv/bin/python bench/fetch.py [--size-mib 512] [--runs 3]
     .venv/bin/python bench/fetch.py --smoke          # 4 MiB, one run: that it runs
-
-Two transfers of the same file, each done by llmgw's agent (the Fetcher a shard's weights go through: written
-beside the target, sha256 checked against the catalog's, renamed) and by curl writing to a file:
-  origin: plain HTTP from a local origin (aiohttp's FileResponse, sendfile) in a process of its own;
-  peer:   HTTPS with client certificates (mutual TLS) from a node's real peer listener, in a process of its own,
-          curl presenting the same node certificate.
-Each figure is the median of --runs; the ratio is llmgw's throughput over curl's (the issue's aim: >= 0.8).
-The page cache holds the source file, so this measures the transfer path, not a disk.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """What the agent's gate costs a request: the same sim engine asked directly on its loopback port and through its
-gate process (agent/gated.py), alternating in rounds so that both see the same machine.
-
-Per request, one kept-alive client connection: a chat completion (8 tokens) and a streamed one (time to its first
-event, and to its end). Also requests a second at 16 concurrent clients, each way; and what llama.cpp's RPC
-tunnel (agent/tunnel.py: TLS between two loopback addresses) carries in MB/s, against a plain loopback connection.
+gate process (agent/gated.py), alternating in rounds so that both see the same machine; and what llama.cpp's RPC
+tunnel carries against a plain loopback connection. Method and figures: docs/benchmarks.md, "The agent's gate".
 
 Run: python -m bench.gate [--requests 400] [--smoke]
 """

@@ -1,21 +1,13 @@
-"""Heartbeats at scale: many lightweight simulated agents posting realistic reports over mutual TLS to one or three
-`llmgw server` processes, on SQLite or PostgreSQL; and the reconcile pass time at 1,000 and 10,000 nodes.
+"""Heartbeats at scale: many lightweight simulated agents (a certificate and one kept-alive TLS connection each)
+posting realistic reports, open loop, to one or three `llmgw server` processes on SQLite or PostgreSQL; and the
+reconcile pass time at 1,000 and 10,000 nodes. Method and figures: docs/benchmarks.md, "Heartbeats".
 
     .venv/bin/python -m bench.heartbeats --nodes 10000 --interval 5 --seconds 30               # one server, SQLite
     .venv/bin/python -m bench.heartbeats --nodes 10000 --servers 3 --store postgres
     .venv/bin/python -m bench.heartbeats --reconcile                                         # pass times only
     .venv/bin/python -m bench.heartbeats --smoke               # 10 nodes for 1 s, and passes at 100 nodes
 
-A simulated agent is a client certificate of its own (issued by the bench's CA, kept in --workdir between runs:
-issuing 10,000 takes a while the first time) and one kept-alive TLS connection; it posts the report a node with 8
-GPUs, two InfiniBand adapters and the sim engine sends, every --interval seconds, the nodes spread evenly over
-the interval, node i to server i mod --servers (no failover: a heartbeat not answered is an error). The load is
-open-loop: a heartbeat goes at its time whether or not the last was answered; how late they went says whether the
-load generator kept up. Measured over --seconds after two intervals of warm-up (connected, registered): heartbeats
-answered per second, latency p50/p99 (and p99 per 5 s), errors, the servers' CPU per heartbeat and memory (from
-/proc), and the load generator's own CPU. The reconcile pass: the control plane in process over SQLite, N nodes
-reporting their shards ready, 1,000 replicas of them ready, median of several passes (steady state: nothing to
-place).
+Certificates are kept in --workdir between runs: issuing 10,000 takes a while the first time.
 """
 
 from __future__ import annotations

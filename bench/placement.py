@@ -1,14 +1,10 @@
-"""How long place() takes on simulated clusters of 100, 1,000 and 10,000 nodes.
+"""How long place() takes on simulated clusters of 100, 1,000 and 10,000 nodes, cold (empty per-node caches, as the
+first placement of a pass) and warm; snapshot construction timed apart; medians of several runs. The cluster and
+the method: docs/benchmarks.md, "Placement".
 
     .venv/bin/python bench/placement.py            # the table
     .venv/bin/python bench/placement.py --profile  # cProfile of the 10,000-node cases
     .venv/bin/python bench/placement.py --smoke    # 100 to 1,000 nodes, one run each: that it runs
-
-Every node has 8 GPUs; nodes sit on several fabrics (a few on none); some run single-node replicas on some of
-their cards, some are held whole by two-node replicas, some have a faulty card, some are lost, some hold the
-weights. Snapshot construction is timed separately from placement. Each placement is timed on a snapshot
-whose per-node caches are empty ("cold", the first placement of a reconcile pass) and again on the same
-snapshot ("warm", the next placements of the pass); the figure is the median of several runs.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ PID at the end); this process is only the load generator. (b) and (c) run on uvl
     .venv/bin/python -m bench.router --smoke         # (a)-(c), (p), (l) on asyncio, c=8, 0.3 s cells: it runs
     .venv/bin/python -m bench.router --only a,c --loops asyncio --json /tmp/out.json
 
-Results, method and what they showed: docs/benchmarks-router.md.
+Results, method and what they showed: docs/benchmarks.md, "Router".
 
 LiteLLM: python3.11 -m venv .bench-venv && .bench-venv/bin/pip install 'litellm[proxy]'
 """

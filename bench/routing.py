@@ -1,21 +1,10 @@
-"""Prefix-aware routing against least-loaded and round-robin, on sim replicas with prefix caches.
+"""Prefix-aware routing against least-loaded and round-robin, on four sim replicas with prefix caches behind the
+real router, all in this process; open-loop streamed requests, time to first token at the client, on a "shared"
+and a "unique" prompt workload. Method, aims and figures: docs/benchmarks.md, "Routing".
 
     .venv/bin/python -m bench.routing                  # both workloads, about a minute each
     .venv/bin/python -m bench.routing --requests 300   # quicker
     .venv/bin/python -m bench.routing --smoke          # a few seconds: that it runs, not what it measures
-
-Four sim replicas (llmgw.sim.server, in this process) each with a prefix cache that holds about half of the shared
-prompts, prefill at --prefill tokens/s (cached blocks are free), at most --slots requests generating at once and a
-queue behind them. The real router (llmgw.router.app) serves them over loopback HTTP, with the model's routing
-policy set to least_loaded or prefix; round-robin is the client sending to the engines directly in turn (no router:
-a baseline with no router cost at all). Requests arrive at fixed, seeded, exponentially spaced times at --rate per
-second (an open loop: a slow answer does not slow the arrivals), each a stream; time to first token is measured
-at the client, to the first content event. Everything runs in this one process: "CPU/s" is the CPU it got per
-second of a cell and "load" the machine's load average, so a run starved by other processes shows as one.
-
-Workloads: "shared": 16 system prompts of about 2,000 words (sim counts a word as a token) and a short random
-user turn; "unique": every request its own system prompt of the same size. Aim (issue 13): prefix-aware mean TTFT
-at most 0.5x least-loaded on "shared", and within 10% of it on "unique".
 """
 
 from __future__ import annotations

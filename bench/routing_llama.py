@@ -1,19 +1,10 @@
 """The prefix effect on real engines: two llama-server replicas (SmolLM2-135M, one slot each) behind the real
-router, least-loaded against prefix-aware.
+router, least-loaded against prefix-aware, with more system prompts (--families) than a replica's --cache-ram holds,
+as on a real fleet; prompt tokens computed are read from the engines' own timings. Figures: docs/benchmarks.md.
 
     .venv/bin/python -m bench.routing_llama                       # about two minutes
     .venv/bin/python -m bench.routing_llama --families 2 --cache-ram 8192
     .venv/bin/python -m bench.routing_llama --smoke      # 2 prompts, 3 requests per policy: that it runs
-
-llama-server keeps the prompts it served in a host-memory cache (`--cache-ram`, 8 GiB by default) and restores
-one when it is asked again, so on a small model every replica soon holds every prompt and routing makes no
-difference. The effect shows when the prompts in use outnumber what a replica's cache holds, as on a real fleet
-(long contexts, big models): here --families system prompts of about 230 tokens (about 5 MB of KV cache each)
-against a cache of --cache-ram MiB per replica. Prefix-aware sends each prompt to one replica, so each holds about
-half of them; least-loaded sends every prompt anywhere, so each replica cycles through all of them. --clients
-clients send --rounds requests each, one at a time, each with a family drawn at random (seeded) and a short
-changing question. Time to first token is measured at the client, to the first content event; the prompt tokens
-the engine computed are read from its own timings (a cache hit computes only the question).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A fast engine stand-in: answers /v1/chat/completions at once from precomputed bytes.
-
-Non-streaming: one chat.completion JSON with usage. Streaming: 32 SSE chunks (role, 30 content tokens, finish) and
-`data: [DONE]`, each written separately as an engine would; with `stream_options.include_usage` it does what OpenAI
-and llmgw's sim do: `"usage": null` in every chunk and a usage chunk before [DONE]. The point is to cost as little CPU
-as possible, because on a 2-core machine the stand-in shares the cores with the proxy and the load generator.
-(llmgw's sim engine speaks the same API but builds every chunk with json.dumps; see docs/benchmarks-router.md.)
+"""A fast engine stand-in: answers /v1/chat/completions at once from precomputed bytes, a chat.completion or 32 SSE
+chunks (with a usage chunk when asked) and `data: [DONE]`. It costs as little CPU as it can, since it shares the
+cores with the proxy under test and the load generator (docs/benchmarks.md, "Router": what runs).
 
 Run: python -m bench.standin --port 18000 [--no-uvloop]
 """
