@@ -26,7 +26,7 @@ from llmgw.core.quota import KeyLimits
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
 from llmgw.store.sqlite import SqliteStore
-from tests.control.test_guards_review import connect, response
+from tests.control.test_guards_connection_caps import connect, response
 from tests.harness import free_port
 from tests.router.conftest import models
 

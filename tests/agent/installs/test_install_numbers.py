@@ -11,7 +11,7 @@ from llmgw.agent.installs.installer import COUNT_MAX, Installer, Track
 from llmgw.agent.installs.recipes import Step, install
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import InstallStatus
-from tests.agent.installs.attack_fakes import fake_archive, fake_server_script
+from tests.agent.installs.fake_builds import fake_archive, fake_server_script
 from tests.agent.installs.release import CHUNK, Release, release_server
 from tests.agent.installs.test_install import context, name_of, publish
 from tests.agent.installs.test_installer import X86, settle

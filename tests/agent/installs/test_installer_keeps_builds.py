@@ -13,7 +13,7 @@ from llmgw.agent.installs.installer import Installer
 from llmgw.wire.engines import EngineSource, EngineVariant
 from llmgw.wire.messages import Hardware
 from tests.agent.installs.archives import sha256
-from tests.agent.installs.attack_fakes import fake_archive, fake_server_script
+from tests.agent.installs.fake_builds import fake_archive, fake_server_script
 from tests.agent.installs.release import Release, release_server
 from tests.agent.installs.test_install import context, name_of, publish
 from tests.agent.installs.test_installer import X86, settle

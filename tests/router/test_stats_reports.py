@@ -45,7 +45,7 @@ async def test_a_request_the_router_fails_is_not_counted_as_a_client_that_left(t
 
 
 async def test_an_idle_worker_sends_no_report_at_all() -> None:
-    """The premise of the double count (test_router_stats_review): with nothing new, flush posts nothing, so the
+    """The premise of the double count (test_router_stats_sums): with nothing new, flush posts nothing, so the
     control plane hears nothing from an idle worker and retires it after REPORTER_SILENT_AFTER. Passes today."""
     rs = RemoteState("http://127.0.0.1:9", FakeClock(), "token-not-used")
     rec = Recorder()

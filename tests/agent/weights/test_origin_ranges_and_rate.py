@@ -13,7 +13,7 @@ from llmgw.agent.weights.fetcher import Ready
 from llmgw.core.errors import TransferFailed
 from llmgw.wire.messages import WeightsPlan
 from tests.agent.weights.kit import fetcher, settled
-from tests.agent.weights.test_attack_transfer import DATA, HALF, cut_at_half, honest, raw_origin
+from tests.agent.weights.test_origin_hostile_answers import DATA, HALF, cut_at_half, honest, raw_origin
 
 SMALL = os.urandom(20_000)
 

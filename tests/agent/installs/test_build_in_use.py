@@ -18,7 +18,7 @@ from llmgw.agent.supervisor import Supervisor
 from llmgw.config.agent import AgentConfig
 from llmgw.core.clock import FakeClock
 from llmgw.wire.messages import ShardSpec
-from tests.agent.installs.attack_fakes import fake_archive, fake_server_script
+from tests.agent.installs.fake_builds import fake_archive, fake_server_script
 from tests.agent.installs.release import Release, release_server
 from tests.agent.installs.test_install import publish
 from tests.agent.installs.test_installer import X86

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from llmgw.agent.installs.recipes import install
 from llmgw.agent.installs.unpack import check_members, unpack
-from tests.agent.installs.attack_fakes import fake_archive, fake_server_script
+from tests.agent.installs.fake_builds import fake_archive, fake_server_script
 from tests.agent.installs.release import Release, release_server
 from tests.agent.installs.test_install import context, publish
 
