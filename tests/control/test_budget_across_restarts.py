@@ -1,6 +1,5 @@
-"""Found by an attack review: budgets across restarts and limit changes (control/quotas.py, ControlPlane.load), an
-in-process control
-plane over SQLite in tmp_path with a FakeClock."""
+"""Budgets across restarts and limit changes (control/quotas.py, ControlPlane.load): an in-process control plane
+over SQLite in tmp_path with a FakeClock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Attack review of the listener bounds (control/listeners.py, control/guards.py): real listeners started through
+"""The listeners' connection caps (control/listeners.py, control/guards.py): real listeners started through
 start_listener on loopback, spoken to with raw sockets."""
 
 from __future__ import annotations
@@ -111,12 +111,7 @@ def server_side_established(port: int) -> int:
 
 
 async def test_a_client_refused_at_its_own_cap_still_closes_another_clients_connection() -> None:
-    """Found by an attack review. At the listener's cap, `_make_room` closes the oldest waiting connection before
-    the per-client cap is looked at: a client already at its per-client cap, whose new connection is refused 503
-    anyway, still closes another client's kept-alive connection each time it tries, gaining nothing by it. Here a
-    client on 127.0.0.2 has a kept-alive connection; the attacker on 127.0.0.1 holds its 2 allowed connections
-    (the listener at its cap of 3) and opens a third: refused, as it should be, and the victim's connection is
-    closed too."""
+    """A client refused at its own per-client cap closes no other client's kept-alive connection to make room."""
     async with listening(max_total=3, per_client=2, header_timeout=30.0) as (lim, port, socks):
         loop = asyncio.get_running_loop()
         victim = await connect(port, "127.0.0.2")
@@ -157,12 +152,8 @@ async def _stuck_idle(port: int, lim: Limiter, loop: asyncio.AbstractEventLoop) 
 
 
 async def test_an_evicted_connection_that_does_not_read_holds_its_socket_uncounted_for_ever() -> None:
-    """Found by an attack review. `_make_room` uncounts the connection it evicts at once and asks aiohttp to close
-    it; but a plain TCP transport closes only once its write buffer is flushed, and a client that never reads
-    never lets it flush, so the socket stays open for ever, no longer counted against any cap. An unauthenticated
-    client asks for 404s on a connection it never reads, lets it be evicted by its next connection, and so on:
-    the listener (cap 2) ends with more open sockets than its cap, past its header timeout, and the cap no longer
-    bounds the descriptors it holds (before the change the stuck connection stayed counted until it closed)."""
+    """A connection evicted to make room, whose client never reads, is closed anyway: the cap bounds the sockets the
+    listener holds."""
     async with listening(max_total=2, per_client=2, header_timeout=1.0) as (lim, port, socks):
         loop = asyncio.get_running_loop()
         for _ in range(4):
@@ -181,12 +172,8 @@ async def test_an_evicted_connection_that_does_not_read_holds_its_socket_uncount
 
 
 async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever() -> None:
-    """Found by an attack review. A client that pipelines unauthenticated requests (404s here) and never reads
-    the answers leaves its handler blocked writing: `_request_in_progress` stays True, so `_make_room` never
-    closes it, and no timer bounds a write (the header timeout does not run while a request is in progress).
-    Two such connections hold a listener with a cap of 2 (on loopback, where the management API and metrics
-    listen, every client has the attacker's address): the operator is refused 503 long past the header timeout,
-    the lock-out the change says it ended."""
+    """Clients that pipeline requests and never read the answers do not lock the operator out of a listener at its
+    cap past the header timeout."""
     async with listening(max_total=2, per_client=2, header_timeout=1.0) as (lim, port, socks):
         loop = asyncio.get_running_loop()
         senders: list[asyncio.Task[None]] = []
@@ -221,11 +208,7 @@ async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever()
 
 
 async def test_a_request_that_has_arrived_is_dropped_for_a_new_connection() -> None:
-    """Found by an attack review. `_request_in_progress` turns True only when aiohttp's handler task first runs,
-    two turns of the loop after the request has been read. A kept-alive connection whose next request has
-    arrived (a pooled client, the routers' POSTs to the management API) is closed with no answer when a new
-    connection reaches the cap in that moment: the client loses a request it sent (a POST, not retried). Here
-    the new connection is made just before the request is sent, as an attacker flooding connections makes it."""
+    """A kept-alive connection whose next request has arrived is not closed to make room for a new connection."""
     async with listening(max_total=2, per_client=2, header_timeout=30.0) as (lim, port, socks):
         loop = asyncio.get_running_loop()
         victim = await connect(port)
@@ -245,10 +228,7 @@ async def test_a_request_that_has_arrived_is_dropped_for_a_new_connection() -> N
 
 
 async def test_expect_100_continue_invites_a_body_the_listener_refuses_413() -> None:
-    """Found by an attack review. The claim: a body announced over the limit is 413 before any of it is read. With
-    `Expect: 100-continue` (curl sends it for any body over 1 MB) aiohttp answers `100 Continue` before the
-    middleware runs, so the client is told to send the whole oversized body, which the server then reads and
-    throws away (lingering) after its 413."""
+    """A body announced over the limit with `Expect: 100-continue` is answered 413, not invited with `100 Continue`."""
     async with listening(max_total=8, per_client=8, header_timeout=30.0) as (_, port, socks):
         loop = asyncio.get_running_loop()
         s = await connect(port)

@@ -1,4 +1,4 @@
-"""Found by an attack review: PATCH /api/keys/{id} (control/tenants_api.py) against revocation and malformed input."""
+"""PATCH /api/keys/{id} (control/tenants_api.py) against revocation and malformed input."""
 
 from __future__ import annotations
 

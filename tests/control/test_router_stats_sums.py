@@ -1,4 +1,4 @@
-"""Review 12: what the control plane sums of router workers' cumulative reports, and what they render as."""
+"""What the control plane sums of router workers' cumulative reports, and what they render as."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Found by an attack review: a node's second watch did not end its first (the two handlers woke each other in a
-loop at full CPU; an agent that restarts mid-watch does this by itself), and a revoked node's watch was held."""
+"""A node's second watch ends its first (two would wake each other in a loop, as an agent restarting mid-watch
+makes them), and a revoked node's watch is let go at once."""
 
 from __future__ import annotations
 

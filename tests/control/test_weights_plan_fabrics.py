@@ -1,4 +1,5 @@
-"""Second review: who fetches from the origin, per fabric; what the plane remembers; what placement believes."""
+"""Weights plans across fabrics: who fetches from the origin, what the plane remembers, what placement believes of
+peer copies."""
 
 from __future__ import annotations
 

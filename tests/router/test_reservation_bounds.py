@@ -1,6 +1,5 @@
-"""Found by an attack review: the reservation must bound what the engine may generate (docs/tenants.md: "nothing
-admitted can cost more
-than it reserved"). The engine's reading of a body is modelled on vLLM's (an engine llmgw ships):
+"""The reservation bounds what the engine may generate (docs/tenants.md: "nothing admitted can cost more than it
+reserved"). The engine's reading of a body is modelled on vLLM's:
   * chat: `max_tokens = self.max_completion_tokens or self.max_tokens` (vllm/entrypoints/openai/protocol.py,
     ChatCompletionRequest.to_sampling_params); fields are pydantic `int | None`, lax mode (1e5, "100000" accepted);
   * completions: CompletionRequest has `max_tokens` only (OpenAI's legacy API has no max_completion_tokens);

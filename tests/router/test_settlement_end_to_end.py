@@ -1,6 +1,5 @@
-"""Found by an attack review: what admitted requests are settled at, through the real router over a real control plane
-(LocalState,
-SQLite in tmp_path, FakeClock), with a small in-process engine that answers as vLLM does."""
+"""What admitted requests are settled at, through the real router over a real control plane (LocalState, SQLite in
+tmp_path, FakeClock), with a small in-process engine that answers as vLLM does."""
 
 from __future__ import annotations
 

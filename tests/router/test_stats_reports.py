@@ -1,4 +1,5 @@
-"""Review 12: requests the router fails with 500 are recorded as 499 ("the client left")."""
+"""What a router worker reports: a request the router fails is a 500, not a client that left (499); an idle worker
+sends no report."""
 
 from __future__ import annotations
 

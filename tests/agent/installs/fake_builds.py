@@ -1,5 +1,5 @@
-"""Fast stand-ins for the attack tests: a llama-server that is a shell script (ldd calls it "not a dynamic
-executable", so only the version and help checks decide), optionally slow or failing while a flag file exists."""
+"""Fast stand-in builds: a llama-server that is a shell script (ldd calls it "not a dynamic executable", so
+only the version and help checks decide), optionally slow or failing while a flag file exists."""
 
 from __future__ import annotations
 

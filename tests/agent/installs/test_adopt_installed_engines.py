@@ -1,12 +1,5 @@
-"""Second review: a restarted agent kills the installed engines its predecessor handed over.
-
-Agent.step (agent.py:209-212): when engines were found running, probe_engines() runs *before* the first
-discover(), so self._hardware is None. Its converge (agent.py:119-120 -> installer.converge with hw None) only makes
-tracks and sets `settled`; statuses() has nothing to say for them (no status, no failure, no task), so
-self.engines lists sim and agent.yaml's engines only. supervisor.adopt() then resolves each found shard,
-_engine_binary() finds no installed llamacpp/vLLM, the launch is None, and adopt() calls discard(): SIGKILL to the
-engine's process group. An upgrade with hand-over (SIGUSR2) or a crash restarts every replica of an installed
-engine on the node. (tests/integration/test_agent_restart.py uses sim engines only, which probe_named reports.)"""
+"""A restarted agent adopts the running engines of installed builds its predecessor handed over, instead of
+killing them because no hardware was discovered yet when it looked for their builds."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Second review: "apt gets SIGTERM first" (probe.py:165-175, packages.py:299).
-
-_end() sends the first signal with os.killpg to the whole process group: apt-get *and* the dpkg it runs (and the
-maintainer scripts dpkg runs) get SIGTERM at the same moment. Interrupting dpkg is what the gentle signal was for
-avoiding: "dpkg was interrupted, you must manually run 'dpkg --configure -a'", and every later apt-get install on the
-node (this agent's and the operator's) fails until someone does. An install cancelled (the engine no longer
-wanted, its source changed, the agent stopped or upgraded) or timed out while apt runs does this."""
+"""Cancelling an install signals apt-get first, never the dpkg it runs: an interrupted dpkg breaks every later
+apt-get install on the node until someone runs `dpkg --configure -a`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Second review (functional): recipes.archive_name keeps a URL's own file name whenever it is "plain"
-(recipes.py:106-109), but unpack refuses any name without a tar suffix (unpack.py:102-104) as ArchiveUnsafe, and
-install_archive then deletes the verified download (recipes.py:166-167). A release URL without a suffix
-(a redirector such as .../download?id=..., .../latest) is downloaded, verified, refused and downloaded again at every
-retry, for ever; the fallback name `<engine>-<build>.tar.gz` exists but is used only for names that are not plain."""
+"""A release URL without a tar suffix is saved under a name unpack accepts (else it would be downloaded, refused
+and downloaded again at every retry)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Second review: what counts as "in use" when old builds are removed.
-
-agent.py:134-148 (_in_use) reads /proc/<pid>/cmdline of each shard's process. A shard whose engine exited and is
-waiting out its restart backoff (10 s doubling to 5 min) has a dead pid, so its build is not in use, and
-installer.py:443-446 removes it. The supervisor restarts the shard from the Launch it kept (the old binary path,
-process.py:85): "cannot start ...: No such file or directory", five times, then the shard fails. The node has a
-working build all along; the docs promise "a build no longer wanted is removed once no shard of this node runs
-from it"."""
+"""A build is in use while a shard of it waits out its restart backoff: old builds are removed only once no shard
+runs from them."""
 
 from __future__ import annotations
 

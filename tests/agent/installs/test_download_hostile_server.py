@@ -1,6 +1,5 @@
-"""Found by attacking the engine installer (issue 10's review); each test failed before its fix.
-
-a hostile or broken release server against download(). Raw sockets, so the server can lie."""
+"""download() against a release server that lies, trickles or never ends (raw sockets, so it can lie): bounded on
+disk and in time, and nothing it did not vouch for is kept."""
 
 from __future__ import annotations
 

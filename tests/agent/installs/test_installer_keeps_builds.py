@@ -1,8 +1,5 @@
-"""Found by attacking the engine installer (issue 10's review); each test failed before its fix.
-
-the installer's state machine against the promises "old versions removed only when no shard uses them",
-"reported only when installed and seen to run", "a failure leaves the previous working install untouched", and
-bounded disk."""
+"""The installer's promises: an old build is removed only when no shard uses it, a build is reported only when
+installed and seen to run, a failure leaves the working build untouched, and the disk it uses is bounded."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Found by attacking the engine installer (issue 10's review); each test failed before its fix.
-
-the pip recipe works in the build's own final directory (recipes.py:140 rmtree(final) first), and
-probe.run() does not kill its child when cancelled (probe.py:39). Stand-in python/pip/vllm scripts make it fast."""
+"""The pip recipe: a failed re-check or a cancelled install never destroys the venv a shard serves from, and a
+cancelled run() ends its child. Stand-in python/pip/vllm scripts make it fast."""
 
 from __future__ import annotations
 

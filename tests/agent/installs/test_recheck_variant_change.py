@@ -1,13 +1,5 @@
-"""Second review: a re-check in flight when the wanted build changes.
-
-installer.py:355-357: a driver that appears (or goes) changes t.variant and clears t.status; the re-check task
-started earlier for the *old* build (installer.py:366) is not cancelled, and no install starts while it runs
-(installer.py:368 waits for t.check). When it ends, installer.py:385-386 stores the old build's status as this
-track's status (t.task is None). From then on the track says "runs" for a build that is not the wanted variant,
-no install of the wanted one ever starts (status.runs), and every re-check re-probes the old path: a CPU build is
-reported (and used) on a node whose driver asks for CUDA for good, and a CUDA build whose driver is gone is kept as
-the build that runs. (Without a shard on the old build, _remove_unused deletes it under the re-check's feet:
-busy, installer.py:434, counts installs, not re-checks.)"""
+"""A re-check in flight when the wanted build changes (a driver appears or goes) does not leave the old build
+recorded as the one that runs."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Second review: requirement lines (wire/engines.py:351-371).
-
-An option line is let through when it is `--opt=value` *and* has a second word (wire/engines.py:359: `given` is
-true for any two words). pip reads every word of an option line: `-r/path`, `-c/path`, `-e/path`, `--pre`,
-`--no-index` ... glued to their value stay one word. So `--find-links=/x -r/etc/shadow` makes the node's pip read a
-local file as requirements (its first line comes back in the node's report, "pip install failed: Invalid
-requirement: '...'"), `-e/dir` installs a local checkout. pip also expands ${VAR} from the agent's environment in
-every line (a URL then carries it off); `name @ file:///...` and `@ git+...` reach local files and checkouts."""
+"""Requirement lines pip would read as more than the one requirement they show are refused: an option line with a
+second option glued to its value, and ${VAR} that pip would fill from the agent's environment."""
 
 from __future__ import annotations
 

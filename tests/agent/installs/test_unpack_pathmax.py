@@ -1,11 +1,5 @@
-"""Found by attacking the engine installer (issue 10's review); each test failed before its fix.
-
-tarfile `data` filter bypass through PATH_MAX (CVE-2025-4517 family) on the Python this project runs on
-(3.11.7 here; fixed upstream in 3.11.13 / 3.12.11 / 3.13.4; pyproject allows any >=3.11).
-
-Every link in this archive is lexically inside (so unpack._refusal lets it through) and os.path.realpath (used by the
-data filter) gives up resolving once the path passes PATH_MAX, so the filter sees it inside too. The kernel follows
-the short links: the member `escape/<x>` is written through `escape` wherever the archive wants."""
+"""An archive whose links all stay inside as text but whose real path passes PATH_MAX (the tarfile `data` filter
+bypass, CVE-2025-4517, on the Python this project runs on) writes nothing outside the install root."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Attacks that HELD (these pass): kept as regression tests."""
+"""Archives and names from the wire that the installer refuses: links and long names that climb out, huge declared
+sizes, and names or versions that would make paths."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Second review: the unpacked-size limit (unpack.py:109-112) counts regular files only.
-
-A hardlink whose target, as the kernel reads it, does not exist (`nosuch/../big`: text and the data filter both
-say "big") is not linked by tarfile but extracted again from the archive member it names (tarfile makelink ->
-_find_link_target, normalized), so every such hardlink writes the whole file anew. One compressible member and N
-hardlinks write N times its size, past `unpack_bytes` (32 GiB by default), filling the node's disk before the
-staging directory is removed; the archive is kept (DiskFull, not ArchiveUnsafe) and tried again after the backoff."""
+"""The unpacked-size limit also counts hardlinks that tarfile extracts as fresh copies of their member, so an
+archive cannot fill the node's disk past `unpack_bytes`."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Second review: the archive checks of unpack.py.
-
-_refusal() normalizes a path before asking whether it passes through a symlink of the archive's own
-(unpack.py:63, :73-74): "L/../X" becomes "X", so the symlink L is never seen. The kernel does not normalize: it
-follows L first, then climbs from where L leads. With that, short names build a real directory path longer than
-PATH_MAX (os.path.realpath in the `data` filter then stops resolving links, CVE-2025-4517, Python 3.11.7 here), and
-a chain of links `m_k -> m_{k-1}/..` (each "stays inside" as text) climbs out. A regular file member with the same
-name as an earlier symlink (unpack.py only checks a name's *ancestors* against the links) is then written through
-it: open("wb") follows the link and truncates whatever it points at."""
+"""Members reached through the archive's own symlinks are refused: the kernel follows `L/../X` through L where
+the text check normalises it away, so a link chain, a PATH_MAX path or a file named like an earlier link escapes."""
 
 from __future__ import annotations
 

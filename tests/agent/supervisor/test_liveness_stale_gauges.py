@@ -1,7 +1,5 @@
-"""Found by an attack review: between heartbeats, while another shard is starting, the agent ticks with
-starting_only=True every 0.1 s (agent.py _pause). Those ticks do not scrape ready engines, yet _liveness runs in
-them and decides "idle" on gauges up to a heartbeat old: a one-slot engine that took a long request since is asked
-for a token, the token waits behind the request, and a healthy, busy engine is taken out of ready."""
+"""Liveness decides on fresh gauges only: a busy one-slot engine is not asked for a token (and taken out of ready)
+on gauges a heartbeat old, and a restarted engine does not inherit its predecessor's verdict."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Attacks that held up (kept as passing checks)."""
+"""A transfer cancelled again and again leaves a part it resumes from; a changed plan wakes a job waiting for a peer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Second review: a job cancelled while its file is being put in place, and wanted again at once."""
+"""A job cancelled while its file is being put in place and wanted again at once keeps the file; making room
+survives a job started meanwhile."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Second review: where the heartbeat goes after the first connection."""
+"""The heartbeat stays on mutual TLS with the control plane: it follows no redirect elsewhere."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Second review: origins that answer in ways fetch_part's loop and its MinRate do not expect."""
+"""Origins that answer ranges in ways fetch_part does not expect: capping every range does not dodge the minimum
+rate, and a 206 of unknown length is not taken for the rest of the file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Second review: what a peer listener and a copier check, and when."""
+"""What a peer listener and a copier check, and when: a node revoked mid-copy is cut off, a stale file is not
+pulled whole from a peer."""
 
 from __future__ import annotations
 

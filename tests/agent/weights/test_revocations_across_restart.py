@@ -1,4 +1,4 @@
-"""Second review: what a restarted agent remembers of the revocations it was told."""
+"""A restarted agent still refuses the nodes it was told are revoked."""
 
 from __future__ import annotations
 

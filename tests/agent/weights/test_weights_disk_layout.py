@@ -1,5 +1,5 @@
-"""The on-disk layout and the budget under attack: names that collide, a crash at the worst moment, two
-transfers sharing one budget."""
+"""The weights' on-disk layout and budget: names that collide, a crash at the worst moment, two transfers sharing
+one budget."""
 
 from __future__ import annotations
 

@@ -15,12 +15,8 @@ def replica(rid: str, at: float) -> ReplicaRecord:
 
 async def test_a_deposed_leader_forgets_the_writes_the_store_refused(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
-    """Found by an attack review.
-    a leader that wakes from a pause still believing it leads applies a pass's intents to its memory;
-    the store refuses the writes (Deposed), but when it learns it lost the lease nothing makes it read the
-    replicas again (`_revs["replicas"]` already equals the store's, so follow_store sees no change). As a follower
-    it then serves agents desired states and its router a table with a replica that does not exist (r2) and
-    without one that does (r1), until the new leader happens to write a replica."""
+    """A leader deposed while paused does not keep in memory the replica changes the store refused: as a follower it
+    serves agents and its router what the store holds."""
     a, b, clock = two
     a.apply([PutReplica(replica("r1", clock.now()))])
     await a.follow_store()  # a pass: a's revisions are the store's

@@ -18,12 +18,8 @@ def replica(rid: str, at: float) -> ReplicaRecord:
 
 
 async def test_a_replica_written_while_a_server_loads_reaches_it(dsn: str, tmp_path: Path) -> None:
-    """Found by an attack review.
-    ControlPlane.load reads the replicas (list_replicas) and only afterwards the revisions (revs()),
-    which it then takes as 'seen'. A leader's write committed between the two reads is in the revision but not in
-    the replicas read, so follow_store never sees a change and the new server's router and agents miss the
-    replica until the leader writes replicas again (hours, in a steady state). Reading revs() first (and
-    following from there) would not miss it. The same gap exists for nodes (list_nodes ... revs())."""
+    """A replica a leader writes between a loading server's read of the replicas and its read of the revisions still
+    reaches that server."""
     cfg, clock = config(dsn, tmp_path), FakeClock()
     a = ControlPlane(cfg, PostgresStore(dsn, PASSWORD).open(), clock)
     a.load()

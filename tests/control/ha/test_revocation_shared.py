@@ -9,11 +9,7 @@ from tests.clusters import node
 
 async def test_a_node_revoked_through_one_server_is_refused_by_the_others(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
-    """Found by an attack review.
-    revocations are written to the store (put_revocation) but carry no revision and follow_store never
-    reads them; a server reads them only in load(). A node an operator cuts off through one server's management
-    API (a stolen certificate, a compromised host) keeps talking to every other server sharing the store, which
-    go on answering its heartbeats with desired states (engine secrets included) until they restart."""
+    """A node revoked through one server is refused by every other server sharing the store, without a restart."""
     a, b, clock = two
     clock.advance(1)
     b.heartbeat(node("n1").report)

@@ -13,12 +13,8 @@ from llmgw.wire.router import Activity
 
 async def test_a_dead_servers_requests_in_flight_stop_holding_a_keys_concurrency(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
-    """Found by an attack review.
-    Quotas._from_elsewhere, which sets a key's in_flight_elsewhere, runs only while `_elsewhere` or
-    `_pending` holds something. Once the dead server's rows age out, absorb empties `_elsewhere`, so the call is
-    skipped and the key keeps the last in_flight_elsewhere it was given, for good: a server that died with the
-    key's whole concurrency in flight leaves the key refused on every other server forever (and
-    reserved_elsewhere, stuck the same way, holds its budget)."""
+    """A dead server's requests in flight stop holding a key's concurrency on the other servers once its rows age
+    out."""
     a, b, clock = two
     _, key = await a.create_key("t", [], KeyLimits(concurrency=2))
     for p in (a, b):
@@ -38,12 +34,8 @@ async def test_a_dead_servers_requests_in_flight_stop_holding_a_keys_concurrency
 
 async def test_a_dead_servers_replica_in_flight_counts_stop_after_30s(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
-    """Found by an attack review.
-    the leader marks another server's in-flight table as heard from (monotonic, at its read) each time
-    it re-reads that server's last row, and it re-reads rows up to ACTIVITY_SLACK_S (10 s) older than its last
-    read; the 30 s silence then runs from that re-read, not from the row. A dead server's requests in flight
-    keep counting for about 40 s, not the 30 s claimed (REPORTER_SILENT_AFTER): a drain waits, an idle replica
-    stays, that much longer."""
+    """A dead server's requests in flight stop counting for a replica REPORTER_SILENT_AFTER (30 s) after its last row,
+    not after the leader last re-read that row."""
     a, b, clock = two
     a.apply([PutReplica(ReplicaRecord(id="r1", model="m", created_at=clock.now(), shards_expected=1,
                                       secret="s" * 64))])
@@ -63,12 +55,8 @@ async def test_a_dead_servers_replica_in_flight_counts_stop_after_30s(
 
 async def test_a_keys_budget_holds_across_servers_when_requests_end(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
-    """Found by an attack review.
-    another server's requests count against a key's budget only while in flight (kres, its tokens
-    held). When they end, their tokens leave reserved_elsewhere at this server's next read, but reach this
-    server's Spent only when it re-reads the store's usage (every BUDGETS_REREAD_S, 10 s, and only once the other
-    server's router has flushed its usage). In between the spent tokens count nowhere here, so the key is admitted
-    past its budget: with a budget of 1000, 600 spent through b, a admits a request that may cost 900."""
+    """Tokens spent through another server keep counting against the key's budget here between the end of their
+    reservation and this server's next read of the store's usage."""
     a, b, clock = two
     _, key = await a.create_key("t", [], KeyLimits(budget=1000, budget_period="total"))
     for p in (a, b):
@@ -92,12 +80,7 @@ async def test_a_keys_budget_holds_across_servers_when_requests_end(
 
 async def test_tokens_given_back_elsewhere_are_given_back_here(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
-    """Found by an attack review.
-    `ktok` (a server's tokens taken, net of what settling gave back) goes down when a request ends
-    under its reservation, but absorb only counts increases: a reservation read while in flight is taken from this
-    server's tokens-per-minute bucket and never given back, though the server that admitted it got it back. With
-    tpm 1000, one request through b reserving 900 and using 10 leaves a unable to admit 500 tokens for most of a
-    minute, whereas on one server it would be admitted at once."""
+    """Tokens that settling gave back on another server are given back to this server's tokens-per-minute bucket too."""
     a, b, clock = two
     _, key = await a.create_key("t", [], KeyLimits(tpm=1000))
     for p in (a, b):

@@ -14,14 +14,8 @@ from tests.clusters import node
 
 async def test_a_pass_during_the_takeover_reads_does_not_declare_nodes_lost(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
-    """Found by an attack review.
-    hold_lease marks this server as leading (_lease_seen) and then awaits two store reads
-    (list_replicas, list_nodes) before it sets resumed_at and adopts the replicas. The reconcile loop is another
-    task: a pass that runs while those reads are in flight is a leader's pass (leading is already true) with the
-    old resumed_at and the follower's replica table, so a node the last leader heard (its silence known only from
-    the store) is declared lost because the leader changed, the very thing resumed_at is there to prevent. Here:
-    a node n1 that talks to the old leader, a takeover after the store was out for all for a minute (n2 keeps
-    heartbeating to the new leader)."""
+    """A reconcile pass that runs while a new leader still reads the store, before it adopts the replicas, declares
+    no node lost for the change of leader (here after the store was out for a minute)."""
     a, b, clock = two
     lost_after = a.cfg.node_lost_after
     clock.advance(1)
