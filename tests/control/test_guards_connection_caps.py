@@ -5,28 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from aiohttp import web
 
 from llmgw.control.listeners import Limiter, refusal, start_listener
-from tests.harness import free_port
+from tests.harness import await_until, free_port
 
 PLAIN = refusal(b'{"error": "too many connections"}')
 LONG_PATH = "/" + "a" * 7900  # an unknown path: a 404 of some 8 KB, which echoes it, to anyone, unauthenticated
+TURN = 0.001  # the server answers within a turn or two of the loop: poll that often
 
 
-async def until(cond: Callable[[], Any], within: float, what: str) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        await asyncio.sleep(0.001)  # the server answers within a turn or two of the loop: poll that often
-    raise AssertionError(f"not within {within}s: {what}")
 
 
 def ok_app() -> web.Application:
@@ -68,14 +60,14 @@ async def connect(port: int, local: str = "127.0.0.1", rcvbuf: int | None = None
 
 
 async def settle(lim: Limiter) -> None:
-    """Until the listener has seen every client's close (its cleanup then waits for no handler), 5 s at most."""
-    deadline = time.monotonic() + 5
-    while lim.total and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-
+    """Until the listener has seen every client's close (its cleanup then waits for no handler), 5 s at most:
+    best effort, as a test's end may leave a close unseen."""
+    with suppress(AssertionError):
+        await await_until(lambda: not lim.total, 5, "every client's close seen", interval=0.02)
 
 async def new_handler(lim: Limiter, before: set[Any]) -> Any:
-    return await until(lambda: next((h for h in lim._counted if h not in before), None), 5, "connection counted")
+    return await await_until(lambda: next((h for h in lim._counted if h not in before), None), 5, "connection counted",
+                             interval=TURN)
 
 
 async def response(s: socket.socket, within: float) -> bytes:
@@ -120,11 +112,12 @@ async def test_a_client_refused_at_its_own_cap_still_closes_another_clients_conn
         assert b" 200 " in (await response(victim, 5)).split(b"\r\n")[0]
         for _ in range(2):
             socks.append(await connect(port))
-        await until(lambda: lim.total == 3, 5, "three connections counted")
+        await await_until(lambda: lim.total == 3, 5, "three connections counted", interval=TURN)
         extra = await connect(port)
         socks.append(extra)
         # (since the fix, the client at its own cap replaces its own oldest waiting connection: never more than 2)
-        await until(lambda: lim.evicted + lim.refused >= 1, 5, "the third connection refused or replacing another")
+        await await_until(lambda: lim.evicted + lim.refused >= 1, 5,
+                          "the third connection refused or replacing another", interval=TURN)
         assert lim.per_client["127.0.0.1"] <= 2 and lim.per_client["127.0.0.2"] == 1, lim.per_client
         await loop.sock_sendall(victim, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         again = await response(victim, 5)
@@ -145,7 +138,7 @@ async def _stuck_idle(port: int, lim: Limiter, loop: asyncio.AbstractEventLoop) 
         def answered(sent: int = sent) -> bool:
             return bool(h._request_count == sent and not h._request_in_progress and not h._messages)
 
-        await until(answered, 5, "the 404 answered")
+        await await_until(answered, 5, "the 404 answered", interval=TURN)
         if h.transport is not None and h.transport.get_write_buffer_size() > 0:
             return s, h
     raise AssertionError("the server's write buffer never filled")
@@ -159,16 +152,19 @@ async def test_an_evicted_connection_that_does_not_read_holds_its_socket_uncount
         for _ in range(4):
             s, h = await _stuck_idle(port, lim, loop)
             socks.append(s)
-            while h in lim._counted:  # new connections until this one is closed for them
+
+            async def evicted(h: Any = h) -> bool:  # new connections until this one is closed for them
+                if h not in lim._counted:
+                    return True
                 socks.append(await connect(port))
-                await asyncio.sleep(0.01)
-        deadline = time.monotonic() + 1.0 + 3.0  # the header timeout, and a margin
-        while time.monotonic() < deadline and server_side_established(port) > lim.max_total:
-            await asyncio.sleep(0.1)
-        open_now = server_side_established(port)
-        assert open_now <= lim.max_total, (
-            f"{open_now} sockets of the listener still open with a cap of {lim.max_total} "
-            f"({lim.total} counted, {lim.evicted} evicted)")
+                return False
+
+            await await_until(evicted, 5, "the idle connection evicted for a new one", interval=0.01)
+        await await_until(
+            lambda: server_side_established(port) <= lim.max_total, 1.0 + 3.0,  # the header timeout, and a margin
+            lambda: f"the listener's open sockets down to its cap of {lim.max_total}: "
+                    f"{server_side_established(port)} open ({lim.total} counted, {lim.evicted} evicted)",
+            interval=0.1)
 
 
 async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever() -> None:
@@ -190,18 +186,18 @@ async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever()
                     return bool(h._request_in_progress and h.transport is not None
                                 and h.transport.get_write_buffer_size() > 64 * 1024)
 
-                await until(blocked, 10, "blocked writing")
-            deadline = time.monotonic() + 1.0 + 3.0
-            last = b""
-            while time.monotonic() < deadline:
+                await await_until(blocked, 10, "blocked writing", interval=TURN)
+            answers = [b""]
+
+            async def operator_served() -> bool:
                 op = await connect(port)
                 socks.append(op)
                 await loop.sock_sendall(op, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-                last = await response(op, 2)
-                if last.startswith(b"HTTP/1.1 200"):
-                    break
-                await asyncio.sleep(0.2)
-            assert last.startswith(b"HTTP/1.1 200"), f"the operator still refused: {last[:40]!r}"
+                answers.append(await response(op, 2))
+                return answers[-1].startswith(b"HTTP/1.1 200")
+
+            await await_until(operator_served, 1.0 + 3.0,
+                              lambda: f"the operator served; still refused: {answers[-1][:40]!r}", interval=0.2)
         finally:
             for t in senders:
                 t.cancel()
@@ -216,7 +212,7 @@ async def test_a_request_that_has_arrived_is_dropped_for_a_new_connection() -> N
         await loop.sock_sendall(victim, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
         assert (await response(victim, 5)).startswith(b"HTTP/1.1 200")
         socks.append(await connect(port))
-        await until(lambda: lim.total == 2, 5, "at the cap")
+        await await_until(lambda: lim.total == 2, 5, "at the cap", interval=TURN)
         # no turn of the loop between these two: both are there when it next looks
         newcomer = socket.create_connection(("127.0.0.1", port))
         socks.append(newcomer)

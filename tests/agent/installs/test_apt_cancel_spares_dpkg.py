@@ -10,7 +10,7 @@ from pathlib import Path
 
 from llmgw.agent.installs.packages import PackageTool, apt_install
 from llmgw.core.clock import FakeClock
-from tests.harness import alive, await_true
+from tests.harness import alive, await_until
 
 
 async def test_cancelling_an_install_signals_the_dpkg_apt_runs(tmp_path: Path) -> None:
@@ -26,14 +26,14 @@ wait
 """)
     apt.chmod(0o755)
     task = asyncio.create_task(apt_install(PackageTool(apt_get=str(apt)), ["libgomp1"], lambda w: None, FakeClock()))
-    await await_true(dpkg_pid.exists, 10, "apt-get running dpkg, its TERM trap set")
+    await await_until(dpkg_pid.exists, 10, "apt-get running dpkg, its TERM trap set")
     task.cancel()  # what Installer._cancel / close does to an install under way
     try:
         await task
     except asyncio.CancelledError:
         pass
     # dpkg writes the flag as it handles a TERM, before it ends: once it is gone, the flag tells
-    await await_true(lambda: not alive(int(dpkg_pid.read_text())), 40, "dpkg gone")
+    await await_until(lambda: not alive(int(dpkg_pid.read_text())), 40, "dpkg gone")
     try:
         os.killpg(int(pid_file.read_text()), signal.SIGKILL)  # what this test started, if anything is left
     except (ProcessLookupError, ValueError):

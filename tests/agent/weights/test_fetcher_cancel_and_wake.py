@@ -12,7 +12,7 @@ from llmgw.agent.weights.fetcher import Ready, Waiting
 from llmgw.wire.messages import WeightsPlan
 from tests.agent.installs.release import Release, release_server
 from tests.agent.weights.kit import fetcher, settled
-from tests.harness import await_true
+from tests.harness import await_until
 
 DATA = os.urandom(12_000_000)
 
@@ -24,7 +24,7 @@ async def test_keep_cancelling_mid_transfer_leaves_a_resumable_part(tmp_path: Pa
         url = origin.url("m.gguf")
         part = local.target_for(tmp_path, url).with_name("m.gguf.part")
         f.ensure(url, None)
-        await await_true(lambda: part.exists() and part.stat().st_size > 0, 10, "bytes on disk")
+        await await_until(lambda: part.exists() and part.stat().st_size > 0, 10, "bytes on disk")
         f.keep(set())
         gate.set()
         plan = WeightsPlan(sha256=hashlib.sha256(DATA).hexdigest())
@@ -39,7 +39,7 @@ async def test_a_plan_change_wakes_a_waiting_job(tmp_path: Path) -> None:
         url = origin.url("m.gguf")
         wait = WeightsPlan(origin=False, wait_for="node02")
         assert isinstance(f.ensure(url, wait), Waiting)
-        await await_true(lambda: "waiting for node02" in f.statuses()[0].message, 5, "waiting")
+        await await_until(lambda: "waiting for node02" in f.statuses()[0].message, 5, "waiting")
         got = await settled(f, url, WeightsPlan())
         assert isinstance(got, Ready) and got.path.read_bytes() == DATA
         await f.close()

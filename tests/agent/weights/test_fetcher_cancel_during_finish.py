@@ -18,7 +18,7 @@ from llmgw.agent.weights.fetcher import Ready
 from llmgw.wire.messages import WeightsPlan
 from tests.agent.installs.release import Release
 from tests.agent.weights.kit import fetcher, settled
-from tests.harness import await_true
+from tests.harness import await_until
 
 DATA = os.urandom(3_000_000)
 DIGEST = hashlib.sha256(DATA).hexdigest()
@@ -64,7 +64,7 @@ async def test_a_job_cancelled_during_finish_and_wanted_again_keeps_the_file(
 
     f = fetcher(tmp_path)
     f.ensure(url, plan)
-    await await_true(first_record.is_set, 20, "the first job in _finish")
+    await await_until(first_record.is_set, 20, "the first job in _finish")
     f.keep(set())  # no shard wants it for one heartbeat
     state["second_job"] = True
     f.ensure(url, plan)  # wanted again at the next: a second job, while the first rename is held in its thread
@@ -73,7 +73,7 @@ async def test_a_job_cancelled_during_finish_and_wanted_again_keeps_the_file(
         st = f.jobs[url].status
         return hashed.is_set() or (st is not None and st.message == "finishing the last transfer of this file")
 
-    await await_true(second_job_acted, 10, "the second job read the .part, or waits for the first rename")
+    await await_until(second_job_acted, 10, "the second job read the .part, or waits for the first rename")
     release_first.set()  # the first thread goes on and renames the file into place
     got = await settled(f, url, plan)
     assert renamed.is_set() and not hashed.is_set(), "the second job waited for the first rename, read nothing"
@@ -109,7 +109,7 @@ async def test_making_room_survives_a_new_job_started_meanwhile(tmp_path: Path, 
     f = fetcher(tmp_path)
     f.jobs["http://elsewhere/slow.gguf"] = SlowJob("http://elsewhere/slow.gguf", WeightsPlan(origin=False))
     f.ensure(url, WeightsPlan(sha256=DIGEST, size=len(DATA)))
-    await await_true(entered.is_set, 20, "room() reading the other jobs in its thread")
+    await await_until(entered.is_set, 20, "room() reading the other jobs in its thread")
     f.ensure(origin.url("other.gguf"), None)  # a shard placed meanwhile: a new job
     go.set()
     got = await settled(f, url, WeightsPlan(sha256=DIGEST, size=len(DATA)))

@@ -15,7 +15,7 @@ from llmgw.agent.weights.fetcher import Ready
 from llmgw.wire.messages import WeightsPlan
 from tests.agent.installs.release import Release
 from tests.agent.weights.kit import fetcher, settled
-from tests.harness import await_true
+from tests.harness import await_until
 
 OLD = os.urandom(1_000_000)
 NEW = os.urandom(1_000_000)  # the same size: a re-upload at the same URL, the catalog's digest updated
@@ -87,7 +87,7 @@ async def test_two_transfers_at_once_stay_within_the_budget(tmp_path: Path, orig
     plans = {n: WeightsPlan(size=1_000_000) for n in ("a.gguf", "b.gguf")}
     for n, p in plans.items():
         f.ensure(origin.url(n), p)
-    await await_true(lambda: len(origin.ranges) == 2 or any(s.state == "failed" for s in f.statuses()), 10,
+    await await_until(lambda: len(origin.ranges) == 2 or any(s.state == "failed" for s in f.statuses()), 10,
                      "both transfers under way (or one refused)")
     gate.set()
     outcomes = [await settled(f, origin.url(n), p) for n, p in plans.items()]
