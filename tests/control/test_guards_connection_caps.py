@@ -102,7 +102,7 @@ def server_side_established(port: int) -> int:
     return n
 
 
-async def test_a_client_refused_at_its_own_cap_still_closes_another_clients_connection() -> None:
+async def test_a_client_refused_at_its_own_cap_closes_no_other_clients_connection() -> None:
     """A client refused at its own per-client cap closes no other client's kept-alive connection to make room."""
     async with listening(max_total=3, per_client=2, header_timeout=30.0) as (lim, port, socks):
         loop = asyncio.get_running_loop()
@@ -144,7 +144,7 @@ async def _stuck_idle(port: int, lim: Limiter, loop: asyncio.AbstractEventLoop) 
     raise AssertionError("the server's write buffer never filled")
 
 
-async def test_an_evicted_connection_that_does_not_read_holds_its_socket_uncounted_for_ever() -> None:
+async def test_an_evicted_connection_that_does_not_read_is_closed_within_the_cap() -> None:
     """A connection evicted to make room, whose client never reads, is closed anyway: the cap bounds the sockets the
     listener holds."""
     async with listening(max_total=2, per_client=2, header_timeout=1.0) as (lim, port, socks):
@@ -167,7 +167,7 @@ async def test_an_evicted_connection_that_does_not_read_holds_its_socket_uncount
             interval=0.1)
 
 
-async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever() -> None:
+async def test_clients_that_pipeline_and_never_read_do_not_lock_the_listener() -> None:
     """Clients that pipeline requests and never read the answers do not lock the operator out of a listener at its
     cap past the header timeout."""
     async with listening(max_total=2, per_client=2, header_timeout=1.0) as (lim, port, socks):
@@ -203,7 +203,7 @@ async def test_clients_that_pipeline_and_never_read_lock_the_listener_for_ever()
                 t.cancel()
 
 
-async def test_a_request_that_has_arrived_is_dropped_for_a_new_connection() -> None:
+async def test_a_request_that_has_arrived_is_not_dropped_for_a_new_connection() -> None:
     """A kept-alive connection whose next request has arrived is not closed to make room for a new connection."""
     async with listening(max_total=2, per_client=2, header_timeout=30.0) as (lim, port, socks):
         loop = asyncio.get_running_loop()
@@ -223,7 +223,7 @@ async def test_a_request_that_has_arrived_is_dropped_for_a_new_connection() -> N
         assert got.startswith(b"HTTP/1.1 200"), f"a request that had arrived was dropped: {got[:40]!r}"
 
 
-async def test_expect_100_continue_invites_a_body_the_listener_refuses_413() -> None:
+async def test_expect_100_continue_over_the_limit_is_refused_413_before_the_body() -> None:
     """A body announced over the limit with `Expect: 100-continue` is answered 413, not invited with `100 Continue`."""
     async with listening(max_total=8, per_client=8, header_timeout=30.0) as (_, port, socks):
         loop = asyncio.get_running_loop()

@@ -32,7 +32,7 @@ class Unreachable:
         pass
 
 
-async def test_a_restarted_agent_kills_the_installed_engine_it_should_adopt(tmp_path: Path) -> None:
+async def test_a_restarted_agent_adopts_the_installed_engine_it_was_handed(tmp_path: Path) -> None:
     cfg = AgentConfig.model_validate({**config(tmp_path, "h100x8-ib2", []).model_dump(),
                                       "probe_engines": ["sim", "llamacpp"]})
     logs = Path(cfg.state_dir) / "logs"

@@ -13,7 +13,7 @@ from llmgw.core.clock import FakeClock
 from tests.harness import alive, await_until
 
 
-async def test_cancelling_an_install_signals_the_dpkg_apt_runs(tmp_path: Path) -> None:
+async def test_cancelling_an_install_spares_the_dpkg_apt_runs(tmp_path: Path) -> None:
     flag, pid_file = tmp_path / "dpkg-got-TERM", tmp_path / "apt.pid"
     apt = tmp_path / "apt-get"
     # apt-get runs "dpkg" as its child and waits for it, as the real one does

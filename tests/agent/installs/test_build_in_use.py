@@ -19,7 +19,7 @@ from tests.agent.installs.test_installer import X86
 from tests.agent.test_agent_report import config
 
 
-async def test_a_build_whose_shard_waits_to_restart_is_removed_under_it(tmp_path: Path) -> None:
+async def test_a_build_whose_shard_waits_to_restart_is_kept(tmp_path: Path) -> None:
     cfg = AgentConfig.model_validate({**config(tmp_path, "h100x8-ib2", []).model_dump(),
                                       "probe_engines": ["sim", "llamacpp"]})
     clock = FakeClock()

@@ -58,10 +58,9 @@ BODY = bytes(range(256)) * 4096  # 1 MiB
 DIGEST = hashlib.sha256(BODY).hexdigest()
 
 
-async def test_an_endless_body_over_the_limit_is_kept_on_disk_forever(tmp_path: Path) -> None:
-    """No Content-Length, never ends: refused at max_bytes, but the max_bytes of junk stays as .part (download.py:46
-    only drops a .part *larger* than the limit, and the loop never writes past it), so every later attempt resumes
-    the junk and the disk keeps max_download (16 GiB by default) of it."""
+async def test_an_endless_body_over_the_limit_is_not_kept_on_disk(tmp_path: Path) -> None:
+    """No Content-Length and no end: refused at max_bytes, and its junk is not kept as a .part for every later
+    attempt to resume."""
     def serve(c: socket.socket, req: str) -> None:
         c.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
         while True:
@@ -94,7 +93,7 @@ async def test_a_trickling_server_is_stopped_by_the_download_deadline(tmp_path: 
         assert time.monotonic() - t0 < 10
 
 
-async def test_a_206_that_lies_about_its_start(tmp_path: Path) -> None:
+async def test_a_206_that_lies_about_its_start_is_refused_and_dropped(tmp_path: Path) -> None:
     """A resume answered 206 from byte 0: refused for what it is (not blamed on the published digest), and what was
     kept is dropped so the next attempt starts over."""
     def serve(c: socket.socket, req: str) -> None:

@@ -29,12 +29,11 @@ async def _installed(
     return inst, src
 
 
-async def test_a_failed_hardware_discovery_deletes_the_working_build_and_it_is_still_reported_running(
+async def test_a_failed_hardware_discovery_keeps_the_working_build(
     tmp_path: Path,
 ) -> None:
-    """agent.py:130: before any discovery succeeded, a failed one gives Hardware() (arch ""). choose_variant finds no
-    build, t.variant is None, so _remove_unused keeps nothing (installer.py:160) and deletes the installed build,
-    while statuses() goes on reporting the old status (runs=True) because it is checked before t.failure."""
+    """A failed hardware discovery before any succeeded (no arch, so no variant) deletes no installed build, and
+    nothing is reported running from a deleted one."""
     with release_server(Release()) as rel:
         inst, src = await _installed(tmp_path, rel)
         path = Path(inst.statuses()[0].path)
@@ -45,9 +44,9 @@ async def test_a_failed_hardware_discovery_deletes_the_working_build_and_it_is_s
         assert not (st.runs and not path.exists()), "reported running from a deleted directory"
 
 
-async def test_a_driver_that_appears_deletes_the_running_cpu_build_and_keeps_reporting_it(tmp_path: Path) -> None:
-    """cuda and cpu variants offered; the node installed cpu (no driver yet). The driver loads: t.variant becomes the
-    cuda one, the cpu status still 'runs' so nothing is installed, and _remove_unused deletes the cpu build."""
+async def test_a_driver_that_appears_leaves_no_deleted_build_reported_running(tmp_path: Path) -> None:
+    """cuda and cpu variants offered, cpu installed (no driver yet); the driver loads: no build is reported running
+    from a directory the installer deleted."""
     with release_server(Release()) as rel:
         data = fake_archive("b1", fake_server_script())
         rel.files[name_of("b1")] = data
@@ -65,9 +64,9 @@ async def test_a_driver_that_appears_deletes_the_running_cpu_build_and_keeps_rep
         assert not (st.runs and not path.exists()), "reported running from a build the installer just deleted"
 
 
-async def test_a_build_named_in_agent_yaml_inside_the_engines_dir_is_deleted(tmp_path: Path) -> None:
-    """agent.py:132 leaves an engine agent.yaml names out of `sources`, so there is no track for it, and
-    _remove_unused deletes every marked build of that engine: including the very one agent.yaml pins."""
+async def test_a_build_named_in_agent_yaml_inside_the_engines_dir_is_kept(tmp_path: Path) -> None:
+    """A build agent.yaml pins ('used as it is') is kept, even inside the engines directory whose unused builds
+    are removed."""
     with release_server(Release()) as rel:
         inst, _ = await _installed(tmp_path, rel)
         pinned = Path(inst.statuses()[0].path)  # agent.yaml: engines: {llamacpp: {path: <this>}}
@@ -76,11 +75,9 @@ async def test_a_build_named_in_agent_yaml_inside_the_engines_dir_is_deleted(tmp
         assert pinned.exists(), f"{pinned}, named in agent.yaml ('used as it is'), was deleted"
 
 
-async def test_a_restart_deletes_the_build_an_adopted_engine_still_runs_from(tmp_path: Path) -> None:
-    """b1 serves a shard; the control plane moves to b2; b1 is kept while the shard runs. The agent restarts
-    (KillMode=process, hand-over: the engine keeps running). The new agent's first pass (agent.py step -> probe_engines
-    -> converge_engines) computes in_use from supervisor.shards, empty until adopt() runs after it; and after adopt()
-    an adopted shard's launch is re-resolved to the *current* binary (b2), never b1. Either way b1 goes."""
+async def test_a_restart_keeps_the_build_an_adopted_engine_still_runs_from(tmp_path: Path) -> None:
+    """b1 serves a shard, the control plane moves to b2, the agent restarts and adopts the engine (hand-over): b1 is
+    kept while the adopted engine runs from it."""
     with release_server(Release()) as rel:
         inst, _ = await _installed(tmp_path, rel, "b1")
         b1_bin_dir = Path(inst.statuses()[0].path).parent
@@ -95,9 +92,9 @@ async def test_a_restart_deletes_the_build_an_adopted_engine_still_runs_from(tmp
         assert b1_bin_dir.exists(), "deleted while the adopted engine still runs from it"
 
 
-async def test_a_slow_recheck_holds_up_the_agents_pass(tmp_path: Path) -> None:
-    """converge() awaits the re-check inline (installer.py:103, probe timeouts 10 + 120 + 120 s); the agent's step
-    awaits converge before its next heartbeat. node_lost_after is 60 s."""
+async def test_a_slow_recheck_does_not_hold_up_the_agents_pass(tmp_path: Path) -> None:
+    """A re-check of a build (probe timeouts of minutes) runs beside the agent's pass, so the heartbeat is not held up
+    (node_lost_after is 60 s)."""
     slow = tmp_path / "slow"
     with release_server(Release()) as rel:
         inst, src = await _installed(tmp_path, rel, slow_flag=slow)
@@ -111,10 +108,9 @@ async def test_a_slow_recheck_holds_up_the_agents_pass(tmp_path: Path) -> None:
         assert took < 1.0, f"the agent's pass (and its heartbeat) waited {took:.1f}s on an engine's --version"
 
 
-async def test_leftovers_of_a_version_no_longer_wanted_are_never_removed(tmp_path: Path) -> None:
+async def test_leftovers_of_a_version_no_longer_wanted_are_removed(tmp_path: Path) -> None:
     """A cut download's .part, a verified archive whose build then failed, a staging dir of an agent killed
-    mid-unpack: each is removed only by another attempt at the same build. Once the version changes they stay
-    forever (each .part can be max_download, 16 GiB)."""
+    mid-unpack: removed once their version is no longer wanted (a .part can be max_download, 16 GiB)."""
     root = tmp_path / "engines"
     with release_server(Release()) as rel:
         b1 = publish(rel, "b1", fake_archive("b1", fake_server_script()))
@@ -139,10 +135,9 @@ async def test_leftovers_of_a_version_no_longer_wanted_are_never_removed(tmp_pat
         assert not left, f"kept forever: {left}"
 
 
-def test_a_wanted_json_that_is_not_a_list_breaks_every_agent_pass(tmp_path: Path) -> None:
-    """load_wanted catches OSError and ValueError only (installer.py:62-66). `null` (or any non-iterable) raises
-    TypeError out of probe_engines -> report -> step, on every pass, since `settled` is only set by converge:
-    the node never sends another heartbeat."""
+def test_a_wanted_json_that_is_not_a_list_is_read_as_nothing_wanted(tmp_path: Path) -> None:
+    """A wanted.json that is JSON but not a list (`null`) is read as nothing wanted, not raised out of every agent
+    pass (which would stop the node's heartbeats)."""
     root = tmp_path / "engines"
     root.mkdir()
     (root / "wanted.json").write_text("null")
@@ -154,9 +149,9 @@ def test_a_wanted_json_that_is_not_a_list_breaks_every_agent_pass(tmp_path: Path
     assert got == []
 
 
-async def test_two_sources_with_one_name_restart_each_other_every_pass(tmp_path: Path) -> None:
-    """The wire list is not checked for one entry per name (wire/messages.py engine_sources); converge() cancels and
-    restarts both installs on every pass: nothing ever finishes (the server dedupes; the agent does not)."""
+async def test_two_sources_with_one_name_do_not_restart_each_other(tmp_path: Path) -> None:
+    """Two sources on the wire with one engine name: the first is used, and a later pass does not cancel the install
+    under way (the agent does not rely on the server's dedup)."""
     import threading
 
     with release_server(Release()) as rel:

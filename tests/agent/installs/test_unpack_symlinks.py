@@ -60,7 +60,7 @@ def dotdot_archive(up: int, outside: str, payload: bytes, levels: int = 6, t: in
     return buf.getvalue()
 
 
-def test_the_text_check_accepts_a_name_through_a_symlink_followed_by_dotdot() -> None:
+def test_the_text_check_refuses_a_name_through_a_symlink_followed_by_dotdot() -> None:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         _dir(tar, "a")
@@ -77,7 +77,7 @@ def test_the_text_check_accepts_a_name_through_a_symlink_followed_by_dotdot() ->
     assert refused, "a member path through the archive's own symlink 'a/x' passed the check"
 
 
-async def test_a_hostile_archive_rewrites_the_previous_builds_executable(tmp_path: Path) -> None:
+async def test_a_hostile_archive_cannot_rewrite_the_previous_builds_executable(tmp_path: Path) -> None:
     with release_server(Release()) as rel:
         ctx = context(tmp_path / "engines")
         b1 = publish(rel, "b1", fake_archive("b1", fake_server_script()))
@@ -94,7 +94,7 @@ async def test_a_hostile_archive_rewrites_the_previous_builds_executable(tmp_pat
         assert after == before, f"b2's archive rewrote b1's {server}: now {after!r}"
 
 
-async def test_a_hostile_archive_writes_outside_the_install_root(tmp_path: Path) -> None:
+async def test_a_hostile_archive_cannot_write_outside_the_install_root(tmp_path: Path) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("original\n")
     staging = tmp_path / "node" / "engines" / "llamacpp" / ".staging-b2-cpu-x86_64"
