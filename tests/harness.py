@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,20 +79,30 @@ def plan(tmp: Path, nodes: list[NodePlan], models: list[dict[str, Any]], **kw: A
     return p
 
 
-def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll until cond() is truthy; fail with `what` at the deadline. Returns the truthy value."""
+Said = str | Callable[[], str]  # what is awaited; a callable is asked at the deadline, to say what it saw then
+
+
+def wait_until(cond: Callable[[], Any], timeout: float, what: Said, interval: float = 0.05) -> Any:
+    """Poll cond() from a thread (blocking) until it is truthy; fail with `what` at the deadline. Returns the truthy
+    value. An exception from cond() counts as not yet (things may still be starting) and is shown at the deadline."""
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None
-    while time.monotonic() < deadline:
+    while True:
         try:
             v = cond()
             if v:
                 return v
         except Exception as e:  # the condition may raise while things start
             last_exc = e
+        if time.monotonic() >= deadline:
+            raise _timed_out(timeout, what, last_exc)
         time.sleep(interval)
-    raise AssertionError(
-        f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else "")
+
+
+def _timed_out(timeout: float, what: Said, last_exc: Exception | None = None) -> AssertionError:
+    said = what() if callable(what) else what
+    return AssertionError(
+        f"timed out after {timeout}s waiting for {said}" + (f" (last error: {last_exc})" if last_exc else "")
     )
 
 
@@ -115,14 +126,19 @@ def holds_for(cond: Callable[[], Any], seconds: float, what: str, interval: floa
         time.sleep(interval)
 
 
-async def await_until(cond: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
+async def await_until(cond: Callable[[], Any], timeout: float, what: Said, interval: float = 0.05) -> Any:
+    """wait_until from inside the event loop: cond() may return a value or an awaitable; the loop runs while this
+    waits. Returns the truthy value; an exception from cond() fails the test at once."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = await cond()
+    while True:
+        v = cond()
+        if inspect.isawaitable(v):
+            v = await v
         if v:
             return v
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        if time.monotonic() >= deadline:
+            raise _timed_out(timeout, what)
+        await asyncio.sleep(interval)
 
 
 class InProcessServer:
@@ -150,30 +166,6 @@ async def aget(p: ClusterPlan, path: str) -> Any:
     from llmgw.dev.cluster import admin_get
 
     return await asyncio.to_thread(admin_get, p, path)
-
-
-async def await_true(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Like wait_until, for a synchronous condition checked from inside the event loop."""
-
-    async def check() -> Any:
-        return cond()
-
-    return await await_until(check, timeout, what)
-
-
-async def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.05) -> None:
-    """Poll a sync or async predicate from inside the event loop; raise TimeoutError at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if loop.time() >= deadline:
-            raise TimeoutError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
 
 
 def alive(pid: int) -> bool:

@@ -12,7 +12,7 @@ from llmgw.agent.agent import Agent
 from llmgw.agent.client import ControlPlaneClient
 from llmgw.control.watch import EMPTY
 from tests.control.test_watch import agent_door, as_node
-from tests.harness import await_true
+from tests.harness import await_until
 
 
 async def test_a_watch_during_a_session_close_is_an_upstream_error(tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ async def test_the_agents_watch_survives_an_unexpected_error() -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(Agent._watch(fake, stop))  # type: ignore[arg-type]
     try:
-        await await_true(lambda: fake.wake.is_set() or task.done(), 10, "the watch woke the loop, or ended")
+        await await_until(lambda: fake.wake.is_set() or task.done(), 10, "the watch woke the loop, or ended")
         assert not task.done(), f"the watch task ended for good: {task.exception()!r}"
     finally:
         stop.set()

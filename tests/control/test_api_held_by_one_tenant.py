@@ -26,8 +26,8 @@ from llmgw.core.quota import KeyLimits
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
 from llmgw.store.sqlite import SqliteStore
-from tests.control.test_guards_review import connect, response
-from tests.harness import free_port
+from tests.control.test_guards_connection_caps import connect, response, settle
+from tests.harness import await_until, free_port
 from tests.router.conftest import models
 
 MB8 = 8 * 1024 * 1024
@@ -84,9 +84,7 @@ async def api(tmp_path: Path, max_total: int = 64, per_client: int = 64, header_
     finally:
         for s in a.socks:
             s.close()
-        deadline = time.monotonic() + 5
-        while lim.total and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await settle(lim)
         await listener.cleanup()
         await router.close()
         store.close()
@@ -127,9 +125,7 @@ async def test_a_key_uploads_no_more_bodies_at_once_than_its_concurrency(tmp_pat
     async with api(tmp_path) as a:
         key = await a.key(KeyLimits(concurrency=1))
         first = await a.upload(key)
-        deadline = time.monotonic() + 5
-        while not a.limiter.uploads.open and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await await_until(lambda: a.limiter.uploads.open, 5, "the first upload open", interval=0.01)
         second = await a.upload(key, local="127.0.0.2")
         answer = await response(second, 3)
         assert status_of(answer) == 429, answer[:200]
@@ -183,9 +179,7 @@ async def test_at_the_cap_the_slowest_upload_is_closed_for_a_new_connection(tmp_
     async with api(tmp_path, max_total=4, per_client=4) as a:
         key = await a.key()
         uploads = [await a.upload(key, sent=b"{" * (i + 1)) for i in range(4)]
-        deadline = time.monotonic() + 5
-        while len(a.limiter.uploads.open) < 4 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await await_until(lambda: len(a.limiter.uploads.open) >= 4, 5, "four uploads open", interval=0.01)
         assert len(a.limiter.uploads.open) == 4
         await asyncio.sleep(UPLOAD_GRACE_S + 0.1)  # younger uploads are not judged by their rate yet
         other = await connect(a.port, "127.0.0.2")
@@ -210,7 +204,5 @@ async def test_an_ipv6_connection_is_counted_under_its_64(tmp_path: Path) -> Non
         s = await connect_to(a.port, "::1", socket.AF_INET6)
         a.socks.append(s)
         await asyncio.get_running_loop().sock_sendall(s, b"GET /v1/models HTTP/1.1\r\n")  # and waits
-        deadline = time.monotonic() + 5
-        while not a.limiter.per_client and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await await_until(lambda: a.limiter.per_client, 5, "the connection counted", interval=0.01)
         assert list(a.limiter.per_client) == ["::/64"]

@@ -11,7 +11,7 @@ from typing import Any
 from llmgw.core.reasons import Reason
 from llmgw.dev.cluster import admin_get
 from llmgw.wire.router import ModelExplanation, Wanted
-from tests.harness import InProcessServer, plan
+from tests.harness import InProcessServer, await_until, plan
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "management-api.openapi.json"
 BIG = {"name": "big", "source": "org/big", "engine": "sim", "profile": {"gpus_per_shard": 8, "nodes": 2},
@@ -41,10 +41,7 @@ async def test_explain_is_structured_and_described(tmp_path: Path) -> None:
             reps = e.get("replicas") or []
             return e if reps and reps[0]["placement"] else None
 
-        deadline = asyncio.get_running_loop().time() + 15
-        while (raw := await explained()) is None:
-            assert asyncio.get_running_loop().time() < deadline, "no placement decision for big"
-            await asyncio.sleep(0.1)
+        raw = await await_until(explained, 15, "a placement decision for big", interval=0.1)
         e = ModelExplanation.model_validate(raw)  # what was sent is what the schema names
         assert e.wanted == Wanted.Replicas and e.replicas[0].phase == "pending"
         placement = e.replicas[0].placement

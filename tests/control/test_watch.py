@@ -25,7 +25,7 @@ from llmgw.dev.cluster import NodePlan
 from llmgw.pki.tls import client_context, server_context
 from llmgw.store.sqlite import SqliteStore
 from tests.clusters import node
-from tests.harness import await_true, free_port, plan
+from tests.harness import await_until, free_port, plan
 
 
 def replica(rid: str, *nodes: str, **kw: object) -> ReplicaRecord:
@@ -49,7 +49,7 @@ def test_a_nodes_digest_changes_with_its_own_shards_only() -> None:
 async def test_a_wait_ends_on_a_change_and_a_nodes_second_wait_ends_its_first() -> None:
     w = Watch()
     first = asyncio.create_task(w.wait("a", 30))
-    await await_true(lambda: w.waiting() == 1, 5, "a waiting")
+    await await_until(lambda: w.waiting() == 1, 5, "a waiting")
     second = asyncio.create_task(w.wait("a", 30))
     await asyncio.wait_for(first, 5)  # superseded: a node holds one wait at most
     assert not second.done()
@@ -96,13 +96,13 @@ async def test_a_watch_answers_when_a_shard_is_placed_on_its_node_and_not_before
         assert status == 200 and body["digest"] == EMPTY  # differs from what it had seen (nothing): at once
         held = asyncio.create_task(watch(url, as_node(pki, "node01"), EMPTY))
         other = asyncio.create_task(watch(url, as_node(pki, "node02"), EMPTY))
-        await await_true(lambda: plane.watch.waiting() == 2, 10, "both nodes waiting")
+        await await_until(lambda: plane.watch.waiting() == 2, 10, "both nodes waiting")
         plane.heartbeat(node("node01", address="127.0.0.11").report)
         plane.reconcile_once()  # places the min-1 model on node01, the only node with room
         assert [a.node_id for r in plane.replicas.values() for a in r.assignments] == ["node01"]
         status, body = await asyncio.wait_for(held, 10)
         assert status == 200 and body["digest"] == plane.node_digest("node01") != EMPTY
-        await await_true(lambda: plane.watch.waiting() == 1, 10, "node02 waiting again: its shards did not change")
+        await await_until(lambda: plane.watch.waiting() == 1, 10, "node02 waiting again: its shards did not change")
         assert not other.done()
         plane.watch.close()
         assert (await asyncio.wait_for(other, 10))[1]["digest"] == EMPTY

@@ -4,9 +4,11 @@ is run), and every configuration key they name exists in server.yaml's or agent.
 from __future__ import annotations
 
 import re
+import sys
 import typing
 from pathlib import Path
 
+import pytest
 import typer.main
 import yaml
 from pydantic import BaseModel
@@ -184,3 +186,46 @@ def _unknown_keys(block: str, only: type[BaseModel] | None = None) -> list[str]:
             per_model.append([".".join(map(str, err["loc"])) for err in errors if err["type"] == "extra_forbidden"])
     unknown = min(per_model, key=len)
     return [f"unknown key {k} in a yaml block" for k in unknown]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the checks above catch what they should
+
+
+# the commands the checks require every page set to show
+REQUIRED = ("```sh\nllmgw ctl nodes wait gpu12 --timeout 5\nllmgw ca issue /etc/llmgw/pki gpu12\n"
+            "llmgw server --check -c /etc/llmgw/server.yaml\nllmgw agent --check -c /etc/llmgw/agent.yaml\n```\n")
+
+
+def _doc(tmp: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """Point the checks above at one made-up page, to show what they catch."""
+    doc = tmp / "x.md"
+    doc.write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "DOCS", [doc])
+    monkeypatch.setattr(sys.modules[__name__], "STRICT", [doc])
+
+
+def test_the_doc_test_sees_a_subcommand_typo_after_an_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A misspelt subcommand after a group's option (`ctl nodes --json wiat`) is caught."""
+    _doc(tmp_path, monkeypatch, REQUIRED + "```sh\nllmgw ctl nodes --json wiat gpu12\n```\n")
+    with pytest.raises(AssertionError, match="wiat"):
+        test_every_llmgw_command_the_docs_print_exists_with_its_options()
+
+
+def test_the_doc_test_sees_a_command_in_a_code_span_broken_across_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command in a code span broken across lines is checked, and the spans after it pair up right."""
+    _doc(tmp_path, monkeypatch, REQUIRED + "Then run `llmgw ca\nisue /etc/llmgw/pki gpu12` on the CA host.\n")
+    with pytest.raises(AssertionError, match="isue"):
+        test_every_llmgw_command_the_docs_print_exists_with_its_options()
+
+
+def test_the_doc_test_checks_the_keys_inside_a_set_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keys inside a `--set KEY=VALUE`'s YAML value are checked, not only KEY."""
+    _doc(tmp_path, monkeypatch,
+         "```sh\nscripts/onboard-node.sh gpu12 10.0.0.12 --control-plane https://cp:7443 \\\n"
+         "  --set 'fabrics=[{name: ib-a, adaptors: [mlx5_0]}]'\n```\n")
+    with pytest.raises(AssertionError):
+        test_every_config_key_the_docs_name_exists()
+

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from tests.scripts.machine import PATH, Machine
-from tests.scripts.test_onboarding import _need_machine
+from tests.scripts.onboarding_kit import need_machine
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = ROOT / "docs" / "install.md"
@@ -33,7 +33,7 @@ def test_the_doc_names_its_two_one_machine_blocks() -> None:
 
 
 def test_following_install_md_on_one_machine_gives_a_working_request(tmp_path: Path) -> None:
-    _need_machine()
+    need_machine()
     blocks = walkthrough()
     built = subprocess.run(["bash", "-euo", "pipefail", "-c", blocks["the release"]], cwd=ROOT, capture_output=True,
                            text=True, timeout=600)

@@ -1,4 +1,4 @@
-"""Seeing the cluster (issue 12), against one running cluster: a real control plane with metrics_listen, real
+"""Seeing the cluster (metrics, /admin) against one running cluster: a real control plane with metrics_listen, real
 agents with their own host roots, sim engines, a multi-node replica, a planted GPU fault and a model that cannot
 be placed anywhere.
 

@@ -1,4 +1,4 @@
-"""Issue 10's proof: a node with no engine installs llama.cpp from a release server, and says so while it does.
+"""A node with no engine installs llama.cpp from a release server, and says so while it does.
 
 Real processes throughout: a control plane, an agent with nothing installed, a release server on loopback serving
 an archive of the llama-server built here (held part way, so the test can look at the node mid-download), the

@@ -1,4 +1,4 @@
-"""Issue 3's experiment: two fabrics, two-node replicas, one node lost; no replica ever spans two fabrics."""
+"""Two fabrics, two-node replicas, one node lost; no replica ever spans two fabrics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 2's proof: real server and agent processes, real TLS, a real llama-server, one request end to end."""
+"""One request end to end: real server and agent processes, real TLS, a real llama-server."""
 
 from __future__ import annotations
 

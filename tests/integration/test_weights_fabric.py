@@ -1,4 +1,4 @@
-"""Issue 11's proof: a new model placed on four nodes of one fabric is downloaded from its origin once; the other
+"""A new model placed on four nodes of one fabric is downloaded from its origin once; the other
 three nodes copy it from the node that fetched it, over the nodes' own mutual TLS.
 
 Real processes throughout: a control plane, four agents (each with its own weights directory and peer listener on

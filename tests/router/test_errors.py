@@ -11,7 +11,7 @@ import aiohttp
 
 from llmgw.core.clock import FakeClock
 from llmgw.router.keys import new_key
-from tests.harness import await_true
+from tests.harness import await_until
 from tests.router.conftest import PlaneRouter, RouterUnderTest, settle
 from tests.router.engines import Engine
 
@@ -97,7 +97,7 @@ async def test_on_demand_model_triggers_a_load_then_says_loading(plane_router: P
     asked_at = clock.now()
 
     async def load_wait_passes() -> None:  # the router waits by the injected clock: the test moves it
-        await await_true(lambda: bool(pr.plane.demand), 10, "the request asked for a load")
+        await await_until(lambda: bool(pr.plane.demand), 10, "the request asked for a load")
         clock.advance(5)
 
     mover = asyncio.create_task(load_wait_passes())

@@ -23,7 +23,7 @@ from llmgw.router.ledger import (
     read_segments,
 )
 from llmgw.store.base import AnyUsage, Usage, new_usage_id
-from tests.harness import await_true
+from tests.harness import await_until
 
 
 def usage(i: int, status: int = 200) -> Usage:
@@ -120,11 +120,11 @@ async def test_the_background_flush_sends_retries_with_backoff_and_adopts_dead_w
     ledger.finish(r, "r", 1, 2, 0.1, 200)
     task = asyncio.create_task(ledger.run(0.001))
     try:
-        await await_true(lambda: r.id in landed or task.done(), 10, "the record flushed after two failures")
+        await await_until(lambda: r.id in landed or task.done(), 10, "the record flushed after two failures")
         assert not task.done(), task
         orphan = usage(2)
         dead_writer(tmp_path, orphan)  # a worker that died after the server started: found within 30 flushes
-        await await_true(lambda: orphan.id in landed or task.done(), 10, "the dead writer's record adopted")
+        await await_until(lambda: orphan.id in landed or task.done(), 10, "the dead writer's record adopted")
         assert not task.done(), task
     finally:
         task.cancel()
@@ -145,7 +145,7 @@ async def test_a_worker_never_adopts_what_dead_writers_left(tmp_path: Path) -> N
     assert UsageLedger(sink, None).adopt_orphans() == 0  # no journal: nothing to adopt
     task = asyncio.create_task(ledger.run(0.0005))
     try:
-        await await_true(lambda: ledger._flushes > 2 * ADOPT_EVERY or task.done(), 10, "60 flushes")
+        await await_until(lambda: ledger._flushes > 2 * ADOPT_EVERY or task.done(), 10, "60 flushes")
         assert not task.done() and landed == []
     finally:
         task.cancel()
@@ -261,7 +261,7 @@ async def test_a_flush_cancelled_mid_send_keeps_the_batch_and_counts_it_unflushe
     ledger.begin(r)
     ledger.finish(r, "r", 1, 1, 0.1, 200)
     flushing = asyncio.create_task(ledger.flush())
-    await await_true(lambda: ledger._sending == 1, 5, "the batch handed to the store")
+    await await_until(lambda: ledger._sending == 1, 5, "the batch handed to the store")
     flushing.cancel()
     await asyncio.gather(flushing, return_exceptions=True)
     assert [p.id for p in ledger.pending] == [r.id] and ledger._sending == 0 and ledger.unflushed == 1

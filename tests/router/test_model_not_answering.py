@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tests.harness import await_true
+from tests.harness import await_until
 from tests.router.conftest import RouterUnderTest
 from tests.router.test_errors import chat, envelope, post
 
@@ -31,7 +31,7 @@ async def test_a_model_that_is_loading_is_still_waited_for(rut: RouterUnderTest)
     rut.state.put_not_answering("sim-b", WORDS)  # another model's trouble is not this one's
 
     async def load_wait_passes() -> None:  # the router waits by the injected clock: the test moves it
-        await await_true(lambda: "sim-od" in rut.state.demand, 10, "the request asked for a load")
+        await await_until(lambda: "sim-od" in rut.state.demand, 10, "the request asked for a load")
         rut.clock.advance(rut.router.load_wait)
 
     mover = asyncio.create_task(load_wait_passes())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.harness import await_true, free_port
+from tests.harness import await_until, free_port
 from tests.router.conftest import RouterUnderTest, ready_replica, settle
 from tests.router.engines import sim
 
@@ -48,9 +48,9 @@ async def test_least_outstanding_requests_wins(rut: RouterUnderTest, tmp_path: P
         for i, e in enumerate(slow):
             ready_replica(rut.state, f"sim-b-slow{i}", "sim-b", e.wait().url)
         first = asyncio.create_task(_post(rut, "sim-b"))
-        await await_true(lambda: _outstanding(rut) == 1, 5, "first request in flight")
+        await await_until(lambda: _outstanding(rut) == 1, 5, "first request in flight")
         second = asyncio.create_task(_post(rut, "sim-b"))
-        await await_true(lambda: _outstanding(rut) == 2, 5, "second request in flight")
+        await await_until(lambda: _outstanding(rut) == 2, 5, "second request in flight")
         # one each: the second went to the replica with nothing outstanding, not to the first in order
         assert sorted(r.outstanding for r in rut.router.table.routes["sim-b"]) == [1, 1]
         assert (await first)[0] == 200 and (await second)[0] == 200

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.harness import failures_logged
+from tests.harness import await_until, failures_logged
 from tests.router.conftest import Bench, router_over
 
 engine_saw_hangup: list[int] = []
@@ -60,10 +60,7 @@ async def recorded(b: Bench, n: int) -> list[tuple[int, int, int]]:
     async def done() -> bool:
         return not b.router.ledger.inflight
 
-    for _ in range(200):
-        if await done():
-            break
-        await asyncio.sleep(0.05)
+    await await_until(done, 10, "every request finished in the router")
     assert await b.router.ledger.flush()
     rows = b.store.db.execute("SELECT status, prompt_tokens, completion_tokens FROM usage ORDER BY seq").fetchall()
     assert len(rows) == n, rows
@@ -89,10 +86,8 @@ async def test_a_stream_abandoned_half_way_is_recorded_once_with_what_was_seen(
     async with router_over(tmp_path, engine(pause_after_done=0.0, tokens=50, gap=0.05)) as b:
         await read_until(b, b'"content": "2"')
         rows = await recorded(b, 1)
-        for _ in range(100):  # the engine notices the hang-up when it next writes
-            if engine_saw_hangup:
-                break
-            await asyncio.sleep(0.05)
+        # the engine notices the hang-up when it next writes
+        await await_until(lambda: engine_saw_hangup, 5, "the engine told of the hang-up: it would generate for nobody")
     status, _, completion = rows[0]
     assert status == 499 and 3 <= completion < 50
     assert engine_saw_hangup, "the engine was not told: it would generate for nobody"

@@ -14,7 +14,7 @@ from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.store.sqlite import SqliteStore
-from tests.harness import await_true
+from tests.harness import await_until
 from tests.router.conftest import server_config, serving
 
 
@@ -35,7 +35,7 @@ async def test_waiting_is_bounded_and_a_client_that_leaves_stops_waiting(tmp_pat
 
             sessions = [aiohttp.ClientSession() for _ in range(2)]
             waiters = [asyncio.create_task(ask(s)) for s in sessions]
-            await await_true(lambda: router.waiting["sim-od"] == 2, 10, "two requests waiting for sim-od")
+            await await_until(lambda: router.waiting["sim-od"] == 2, 10, "two requests waiting for sim-od")
             async with aiohttp.ClientSession() as third:
                 status, err = await ask(third)
             assert status == 429 and err["error"]["code"] == "too_many_waiting"
@@ -44,6 +44,6 @@ async def test_waiting_is_bounded_and_a_client_that_leaves_stops_waiting(tmp_pat
                 w.cancel()
             for s in sessions:
                 await s.close()  # the clients go away
-            await await_true(lambda: router.waiting["sim-od"] == 0, 10, "the waiters gone")
+            await await_until(lambda: router.waiting["sim-od"] == 0, 10, "the waiters gone")
     finally:
         store.close()

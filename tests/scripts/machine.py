@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.harness import wait_until
 from tests.integration.netns import ip
 
 SSHD = "/usr/sbin/sshd"
@@ -141,11 +142,10 @@ class Machine:
                  SSHD, "-D", "-e", "-f", str(self.dir / "sshd_config")],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
-        deadline = time.monotonic() + 10
-        while b"Server listening" not in path.read_bytes()[since:]:
-            assert self.sshd.poll() is None, f"sshd exited: {path.read_text()[-2000:]}"
-            assert time.monotonic() < deadline, "sshd did not start listening in 10 s"
-            time.sleep(0.05)
+        sshd = self.sshd
+        wait_until(lambda: b"Server listening" in path.read_bytes()[since:] or sshd.poll() is not None, 10,
+                   "sshd listening")
+        assert sshd.poll() is None, f"sshd exited: {path.read_text()[-2000:]}"
 
     def stop_sshd(self) -> None:
         """The listener only, as `systemctl restart ssh` does: sessions already open carry on."""

@@ -4,56 +4,20 @@ the agent started and the node registered with a real control plane (tests/scrip
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import yaml
 from cryptography import x509
 
 from llmgw.dev.cluster import Cluster, admin_get, admin_up
-from llmgw.pki.ca import init_ca
 from llmgw.pki.tls import serial_text
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
-from tests.scripts.machine import SSHD, Machine
-from tests.tools import unavailable
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ROOT / "scripts"
-QM = '#!/bin/sh\necho "$*" >> "$QM_LOG"\n[ "$1" != status ] || exit 2\n'  # Proxmox's qm: records; no VM exists
-
-
-def _need_machine() -> None:
-    missing = [t for t in ("ip", "ssh", "ssh-keygen", "unshare", "nsenter") if shutil.which(t) is None]
-    if not os.path.exists(SSHD):
-        missing.append(f"{SSHD} (apt-get install openssh-server)")
-    why = f"onboarding tests need root and {', '.join(missing)}" if missing else "onboarding tests need root"
-    if os.geteuid() == 0 and not missing:
-        return
-    unavailable(why)
-
-
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    run = subprocess.run([str(SCRIPTS / "build-bundle.sh"), "--tree", "--out", str(out), "--python", sys.executable],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return Path(run.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture
-def machines() -> Iterator[list[Machine]]:
-    made: list[Machine] = []
-    yield made
-    for m in made:
-        m.close()
+from tests.scripts.machine import Machine
+from tests.scripts.onboarding_kit import SCRIPTS, booted, need_machine, node_python, script_env
 
 
 class Script:
@@ -88,23 +52,10 @@ class Script:
         return "\n".join(self.lines)
 
 
-def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "qm").write_text(QM)
-    (bin_dir / "qm").chmod(0o755)
-    path = f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"
-    return {**os.environ, "PATH": path, "QM_LOG": str(tmp / "qm.log"), **extra}
-
-
-def _node_python() -> str:
-    return os.path.realpath(sys.executable)  # the interpreter the bundle's wheels were built for, by its own path
-
-
 def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
-    _need_machine()
+    need_machine()
     m = Machine(tmp_path / "machine", name="node105", address="10.251.5.105", gateway="10.251.5.1")
     machines.append(m)
     m.boot()  # the VM exists and is booting: no sshd yet
@@ -118,9 +69,9 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
             [str(SCRIPTS / "add-node.sh"), "node105", "10.251.5.105/24", "--template", "9000",
              "--ssh-key", str(m.client_key) + ".pub", "--control-plane", f"https://{m.gateway}:{p.agent_port}",
              "--ca", str(p.workdir / "pki"), "--bundle", str(bundle), "--admin", p.admin,
-             "--identity", str(m.client_key), "--known-hosts", str(known_hosts), "--python", _node_python(),
+             "--identity", str(m.client_key), "--known-hosts", str(known_hosts), "--python", node_python(),
              "--set", "heartbeat_interval=1s", "--wait-ssh", "60", "--wait-node", "60"],
-            _env(tmp_path, LLMGW_ADMIN_TOKEN_FILE=str(p.token_file)),
+            script_env(tmp_path, LLMGW_ADMIN_TOKEN_FILE=str(p.token_file)),
         )
         s.wait_for("waiting for ssh on 10.251.5.105:22 (")  # refused: the machine has no sshd yet
         m.start_sshd()
@@ -173,8 +124,9 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
             [str(SCRIPTS / "onboard-node.sh"), "node105", "10.251.5.105", "--control-plane",
              f"https://{m.gateway}:{p.agent_port}", "--ca", str(p.workdir / "pki"), "--bundle", str(bundle),
              "--admin", p.admin, "--identity", str(m.client_key), "--known-hosts", str(known_hosts),
-             "--python", _node_python(), "--set", "heartbeat_interval=1s", "--wait-node", "60"],
-            env=_env(tmp_path, LLMGW_ADMIN_TOKEN_FILE=str(p.token_file)), capture_output=True, text=True, timeout=120,
+             "--python", node_python(), "--set", "heartbeat_interval=1s", "--wait-node", "60"],
+            env=script_env(tmp_path, LLMGW_ADMIN_TOKEN_FILE=str(p.token_file)), capture_output=True, text=True,
+            timeout=120,
         )
         said = again.stdout + again.stderr
         assert again.returncode == 0, said
@@ -189,23 +141,12 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
         c.stop()
 
 
-def booted(tmp: Path, machines: list[Machine], name: str, subnet: int, host: int) -> Machine:
-    """A machine with sshd up, and a CA in tmp/pki to onboard it from."""
-    _need_machine()
-    m = Machine(tmp / "machine", name=name, address=f"10.251.{subnet}.{host}", gateway=f"10.251.{subnet}.1")
-    machines.append(m)
-    m.boot()
-    m.start_sshd()
-    init_ca(tmp / "pki")
-    return m
-
-
 def onboard(tmp: Path, m: Machine, node: str, bundle: Path, known_hosts: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(SCRIPTS / "onboard-node.sh"), node, m.address, "--control-plane", f"https://{m.gateway}:7443",
          "--ca", str(tmp / "pki"), "--bundle", str(bundle), "--identity", str(m.client_key),
-         "--known-hosts", str(known_hosts), "--python", _node_python(), "--wait-ssh", "30"],
-        env=_env(tmp), capture_output=True, text=True, timeout=120,
+         "--known-hosts", str(known_hosts), "--python", node_python(), "--wait-ssh", "30"],
+        env=script_env(tmp), capture_output=True, text=True, timeout=120,
     )
 
 

@@ -10,7 +10,7 @@ import signal
 import aiohttp
 import pytest
 
-from tests.harness import wait_for
+from tests.harness import await_until
 
 from .conftest import StartEngine
 from .procs import DEADLINE, EngineProc, free_port, listening_ports, tcp_sockets
@@ -64,7 +64,7 @@ async def _pair(start_engine: StartEngine, *extra: str) -> tuple[EngineProc, Eng
     rdv = _port(await leader.wait_line("waiting for 1 worker"))
     worker = await start_engine(*_worker_args("sim-2", 1, rdv, 2))
     http = _port(await leader.wait_line("serving sim-2 on http://"))
-    await wait_for(lambda: _health(http), DEADLINE)
+    await await_until(lambda: _health(http), DEADLINE, "the sim engine healthy")
     return leader, worker, http, rdv
 
 
@@ -78,7 +78,7 @@ async def test_leader_serves_only_after_the_worker_joins(start_engine: StartEngi
     assert listening_ports(leader.pid) == {rdv}
 
     worker = await start_engine(*_worker_args("sim-2", 1, rdv, 2))
-    await wait_for(lambda: _health(http), DEADLINE)
+    await await_until(lambda: _health(http), DEADLINE, "the sim engine healthy")
     assert listening_ports(leader.pid) == {rdv, http}
     await worker.wait_line("joined")
 
@@ -163,7 +163,7 @@ async def test_a_worker_started_first_waits_for_the_leader(start_engine: StartEn
     leader = await start_engine(*_leader_args("sim-2", http, rdv, 2))
     await worker.wait_line("joined")
     await leader.wait_line("serving sim-2")
-    await wait_for(lambda: _health(http), DEADLINE)
+    await await_until(lambda: _health(http), DEADLINE, "the sim engine healthy")
     assert worker.proc.returncode is None
 
 
@@ -171,7 +171,7 @@ async def test_a_worker_started_first_waits_for_the_leader(start_engine: StartEn
 async def test_world_size_one_serves_at_once_without_a_rendezvous_port(start_engine: StartEngine) -> None:
     leader = await start_engine(*_leader_args("solo", 0, free_port(), 1))
     http = _port(await leader.wait_line("serving solo on http://"))
-    await wait_for(lambda: _health(http), DEADLINE)
+    await await_until(lambda: _health(http), DEADLINE, "the sim engine healthy")
     assert listening_ports(leader.pid) == {http}
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{http}/v1/models") as resp:

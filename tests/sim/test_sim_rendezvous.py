@@ -10,7 +10,7 @@ import pytest
 import pytest_asyncio
 
 from llmgw.sim.rendezvous import Leader, RendezvousError, Worker
-from tests.harness import wait_for
+from tests.harness import await_until
 
 from .procs import DEADLINE, free_port
 
@@ -107,7 +107,7 @@ async def test_a_worker_retries_until_the_leader_listens(workers: list[Worker]) 
     worker = Worker("127.0.0.1", port, 1, retry_interval=0.05, log=logged.append)
     workers.append(worker)
     joining = asyncio.ensure_future(worker.join())
-    await wait_for(lambda: bool(logged), DEADLINE, interval=0.01)  # it has tried and been refused at least once
+    await await_until(lambda: logged, DEADLINE, "the worker tried and was refused at least once", interval=0.01)
     assert not joining.done()
     lead = Leader("127.0.0.1", port, world_size=2)
     await lead.start()

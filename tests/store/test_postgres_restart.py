@@ -7,9 +7,8 @@ from tests.pg import PASSWORD, Postgres
 
 
 def test_a_read_after_the_database_restarted_is_answered(postgres: Postgres) -> None:
-    """Found by a stop's CI (reliability check 10 with PostgreSQL): the pool handed out a connection the restart
-    had cut, and the first read on each such connection failed (a 503 on the management API) though the database
-    was back."""
+    """A read on a pooled connection that the database's restart cut is answered on a fresh one, not failed (a 503
+    on the management API) though the database is back."""
     store = PostgresStore(postgres.fresh_db(), PASSWORD).open()
     try:
         assert store.list_keys() == []  # the pool holds a connection now

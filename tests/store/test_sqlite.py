@@ -38,11 +38,8 @@ def test_an_error_inside_a_transaction_rolls_it_back_and_later_writes_land(tmp_p
 
 
 def test_a_usage_batch_is_written_in_a_few_statements_not_one_per_row(tmp_path: Path) -> None:
-    """The defect: a batch went in with executemany, one statement run per row. Python's sqlite3 lets go of the
-    GIL around every row and must win it back for the next, and beside a thread running Python each win can wait
-    up to the switch interval (5 ms): 3,000 rows took 14 s and 56 us of CPU each beside a busy thread, and the
-    writer took 16% of the router's samples under load. A batch is now a handful of statements: counted here with
-    SQLite's own trace of each one run."""
+    """A usage batch goes in as a handful of statements, counted with SQLite's own trace, not one per row: per-row
+    statements retake the GIL each time and are slow beside a busy thread (docs/benchmarks.md, SQLite usage batches)."""
     s = SqliteStore(tmp_path / "s.db").open()
     try:
         first = [UsageRecord(key_id="k", model="m", replica_id="r", prompt_tokens=1, completion_tokens=2,

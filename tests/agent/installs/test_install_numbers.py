@@ -11,11 +11,11 @@ from llmgw.agent.installs.installer import COUNT_MAX, Installer, Track
 from llmgw.agent.installs.recipes import Step, install
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import InstallStatus
-from tests.agent.installs.attack_fakes import fake_archive, fake_server_script
+from tests.agent.installs.fake_builds import fake_archive, fake_server_script
 from tests.agent.installs.release import CHUNK, Release, release_server
 from tests.agent.installs.test_install import context, name_of, publish
 from tests.agent.installs.test_installer import X86, settle
-from tests.harness import await_true
+from tests.harness import await_until
 
 
 def downloading(inst: Installer) -> InstallStatus | None:
@@ -32,7 +32,7 @@ async def test_a_download_under_way_reports_its_bytes_done_and_in_all(tmp_path: 
         inst = Installer(context(tmp_path / "engines"))
         try:
             await inst.converge([source], X86, set())
-            st = await await_true(lambda: downloading(inst), 10, "the download under way")
+            st = await await_until(lambda: downloading(inst), 10, "the download under way")
             assert st.engine == "llamacpp" and st.version == "b1"
             assert 0 < st.done_bytes <= CHUNK < len(archive), "no more than the server has sent"
             assert st.total_bytes == len(archive), "the size the server announced"

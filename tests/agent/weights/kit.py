@@ -14,7 +14,7 @@ from llmgw.core.clock import SystemClock
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.messages import WeightsPlan
-from tests.harness import await_true
+from tests.harness import await_until
 
 
 @dataclass
@@ -51,7 +51,7 @@ async def settled(f: Fetcher, url: str, plan: WeightsPlan | None = None) -> Outc
         o = f.ensure(url, plan)
         return None if isinstance(o, Waiting) else o
 
-    got: Outcome = await await_true(ended, 30, f"{url} fetched or refused")
+    got: Outcome = await await_until(ended, 30, f"{url} fetched or refused")
     return got
 
 

@@ -15,7 +15,7 @@ from llmgw.agent.weights.fetcher import Failed, Fetcher, Ready, Waiting
 from llmgw.wire.messages import WeightsPlan
 from tests.agent.installs.release import Release
 from tests.agent.weights.kit import fetcher, settled
-from tests.harness import await_true
+from tests.harness import await_until
 
 DATA = os.urandom(5_000_000)
 DIGEST = hashlib.sha256(DATA).hexdigest()
@@ -42,7 +42,7 @@ async def test_a_partial_file_never_has_the_targets_name(tmp_path: Path, origin:
     url = origin.url("model.gguf")
     target = local.target_for(tmp_path, url)
     f.ensure(url, None)
-    await await_true(lambda: target.with_name(target.name + ".part").exists(), 10, "the download under way")
+    await await_until(lambda: target.with_name(target.name + ".part").exists(), 10, "the download under way")
     o = f.ensure(url, None)
     assert isinstance(o, Waiting) and "fetching from the origin" in o.message, o
     assert not target.exists(), "half a file under the name engines load"
@@ -73,7 +73,7 @@ async def test_concurrent_shards_make_one_origin_request(tmp_path: Path, origin:
     url = origin.url("model.gguf")
     first = [f.ensure(url, WeightsPlan(sha256=DIGEST)) for _ in range(4)]
     assert all(isinstance(o, Waiting) for o in first)
-    await await_true(lambda: origin.ranges, 10, "the origin asked")
+    await await_until(lambda: origin.ranges, 10, "the origin asked")
     again = [f.ensure(url, WeightsPlan(sha256=DIGEST)) for _ in range(4)]
     assert all(isinstance(o, Waiting) for o in again)
     gate.set()

@@ -22,7 +22,7 @@ from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.messages import WeightsPeer, WeightsPlan
 from tests.agent.installs.release import Release, release_server
 from tests.agent.weights.kit import Pki, fetcher, hold, settled
-from tests.harness import await_true, free_port
+from tests.harness import await_until, free_port
 
 DATA = os.urandom(6_000_000)
 DIGEST = hashlib.sha256(DATA).hexdigest()
@@ -105,7 +105,7 @@ async def test_a_peer_is_known_by_its_certificate_not_its_address(tmp_path: Path
     f = copier(tmp_path / "node01", pki)
     plan = WeightsPlan(peers=[WeightsPeer(node_id="node03", address="127.0.0.1", port=peer02)])
     f.ensure(URL, plan)
-    await await_true(lambda: f.statuses() and "trying again" in f.statuses()[0].message, 20, "both sources failed")
+    await await_until(lambda: f.statuses() and "trying again" in f.statuses()[0].message, 20, "both sources failed")
     assert not local.target_for(tmp_path / "node01", URL).exists()
     await f.close()
 

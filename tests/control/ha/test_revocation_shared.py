@@ -1,0 +1,27 @@
+"""A node revoked through one server is still let in by the others sharing the store."""
+
+from __future__ import annotations
+
+from llmgw.control.plane import ControlPlane
+from llmgw.core.clock import FakeClock
+from tests.clusters import node
+
+
+async def test_a_node_revoked_through_one_server_is_refused_by_the_others(
+        two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
+    """A node revoked through one server is refused by every other server sharing the store, without a restart."""
+    a, b, clock = two
+    clock.advance(1)
+    b.heartbeat(node("n1").report)
+    b.reconcile_once()
+    await a.follow_store()
+    assert "n1" in a.nodes
+    await a.revoke("n1", "", "stolen certificate")
+    assert a.refusal("n1", "") != ""
+    assert [r.node_id for r in b.store.list_revocations()] == ["n1"]
+    for _ in range(3):  # b's passes
+        clock.advance(1)
+        await b.follow_store()
+        await b.share_activity()
+        b.reconcile_once()
+    assert b.refusal("n1", "") != "", "the other server still accepts the revoked node's heartbeats"

@@ -1,0 +1,22 @@
+"""PATCH /api/keys/{id} (control/tenants_api.py) against revocation and malformed input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from llmgw.control.tenants_api import tenant_routes
+from llmgw.core.clock import FakeClock
+from tests.control.test_budget_across_restarts import plane
+
+
+async def test_patch_with_unhashable_models_is_a_400(tmp_path: Path) -> None:
+    p = plane(tmp_path, FakeClock())
+    _, rec = await p.create_key("t", [], None)
+    app = web.Application()
+    app.add_routes(tenant_routes(p))
+    async with TestClient(TestServer(app)) as client:
+        r = await client.patch(f"/api/keys/{rec.id}", json={"models": [{"a": 1}]})
+        assert r.status == 400, f"answered {r.status}: {(await r.text())[:200]}"
