@@ -14,7 +14,7 @@ from llmgw import __version__
 from llmgw.agent.client import ControlPlaneClient
 from llmgw.agent.discovery import HostRoot, check_fabrics, discover, hardware_warnings
 from llmgw.agent.discovery.infiniband import probe_adapters
-from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
+from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext, builtin
 from llmgw.agent.engines.base import Loopback
 from llmgw.agent.gated import TlsFiles
 from llmgw.agent.identity import node_id, route_address
@@ -245,7 +245,7 @@ class Agent:
     async def converge_engines(self, sources: list[EngineSource]) -> None:
         """Install what the control plane names and this node runs, except what agent.yaml names on purpose."""
         mine = [s for s in sources if s.name in self.cfg.probe_engines and s.name not in self.cfg.engines
-                and s.name != "sim"]
+                and not builtin(s.name)]
         if self._hardware is None:
             await self.discover()  # the build chosen depends on the processor and driver: read them first
         # until discovery has worked once, nothing is chosen or removed (what is installed is still reported)
