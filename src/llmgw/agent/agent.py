@@ -3,41 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-import platform
 import ssl
 from pathlib import Path
 
 from llmgw import __version__
+from llmgw.agent import launches, observe
 from llmgw.agent.client import ControlPlaneClient
-from llmgw.agent.discovery import HostRoot, check_fabrics, discover, hardware_warnings
+from llmgw.agent.discovery import HostRoot, check_fabrics, hardware_warnings
 from llmgw.agent.discovery.infiniband import probe_adapters
-from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
+from llmgw.agent.engines import builtin
 from llmgw.agent.engines.base import Loopback
 from llmgw.agent.gated import TlsFiles
 from llmgw.agent.identity import node_id, route_address
 from llmgw.agent.installs.installer import Installer
 from llmgw.agent.installs.packages import PackageTool
-from llmgw.agent.installs.probe import probe_named
 from llmgw.agent.installs.recipes import Context, Limits
+from llmgw.agent.named_engines import NamedEngines
 from llmgw.agent.redirects import Redirects
+from llmgw.agent.revocations import Revocations
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor.adopt import Running, discard, find_running
-from llmgw.agent.supervisor.process import state_name, write_private
-from llmgw.agent.supervisor.supervisor import Pending, RestartPolicy
+from llmgw.agent.supervisor.supervisor import RestartPolicy
 from llmgw.agent.weights import local
-from llmgw.agent.weights.fetcher import Failed, Fetcher, Waiting
-from llmgw.agent.weights.resolve import resolve_source
+from llmgw.agent.weights.fetcher import Fetcher
 from llmgw.agent.weights.serve import start_peer_listener
 from llmgw.config.agent import AgentConfig
 from llmgw.config.types import heartbeat_within
 from llmgw.control.listeners import Listener
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError, UpstreamError
-from llmgw.core.reasons import Reason
-from llmgw.pki.tls import PeerIdentity, client_context, server_context
+from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec, WeightsDir, is_remote
 
@@ -45,8 +41,6 @@ log = logging.getLogger(__name__)
 FAST_PROBE_S = 0.1  # how often an engine that is starting is probed, between heartbeats
 WATCH_RETRY_S = 600.0
 WATCH_ERROR_RETRY_S = 1.0  # the first retry after a failed watch; doubled per failure, up to an interval
-
-ENGINE_REPROBE_S = 60.0
 
 
 class Agent:
@@ -57,9 +51,7 @@ class Agent:
         self.address = cfg.address or ""
         self.engines: list[EngineStatus] = []
         self.engines_probed = False
-        self._engines_at = float("-inf")
-        self._named: list[EngineStatus] = []  # sim and the engines agent.yaml names, as last probed
-        self._named_probe: asyncio.Task[None] | None = None
+        self.named = NamedEngines(cfg, clock)
         self.installer = Installer(Context(
             root=Path(cfg.engines_dir()), clock=clock, python=cfg.engine_python,
             packages=PackageTool(apt_get=cfg.apt_get, dpkg_query=cfg.dpkg_query),
@@ -81,34 +73,12 @@ class Agent:
             redirects=Redirects(tuple(cfg.redirects_allowed)),
         )
         self._peer_listener: Listener | None = None
-        # node ids and serials the control plane revoked: kept on disk, so a restarted agent refuses them at once
-        self.revoked: frozenset[str] = self._load_revoked()
+        self.revocations = Revocations(Path(cfg.state_dir) / "revoked.json")
         self.peer_port = 0
         self._network_fs = False
 
-    def _revoked_path(self) -> Path:
-        return Path(self.cfg.state_dir) / "revoked.json"
-
-    def _load_revoked(self) -> frozenset[str]:
-        try:
-            items = json.loads(self._revoked_path().read_text())
-        except (OSError, ValueError):
-            return frozenset()
-        return frozenset(str(x) for x in items) if isinstance(items, list) else frozenset()
-
     def learn_revoked(self, items: list[str]) -> None:
-        """The control plane's revocations, from its desired state: used, and kept for the next start."""
-        if frozenset(items) == self.revoked:
-            return
-        self.revoked = frozenset(items)
-        try:
-            self._revoked_path().parent.mkdir(parents=True, exist_ok=True)
-            write_private(self._revoked_path(), json.dumps(sorted(self.revoked)) + "\n")
-        except OSError as e:
-            log.error("cannot keep the revocation list in %s: %s", self._revoked_path(), e)
-
-    def _revoked_peer(self, ident: PeerIdentity) -> bool:
-        return ident.node_id in self.revoked or ident.serial in self.revoked
+        self.revocations.learn(items)
 
     def _client_tls(self) -> ssl.SSLContext:
         return client_context(Path(self.cfg.tls.cert), Path(self.cfg.tls.key), Path(self.cfg.tls.ca))
@@ -123,35 +93,10 @@ class Agent:
         return {local.target_for(self.weights_dir, sp.spec.source) for sp in self.supervisor.shards.values()
                 if is_remote(sp.spec.source) and sp.state != "failed"}
 
-    def _engine_binary(self, name: str) -> str | None:
-        for e in self.engines:
-            if e.name == name and e.runs:
-                return e.path
-        return None
-
-    def resolve(self, spec: ShardSpec, ports: Loopback | None = None) -> tuple[Launch | None, str | Problem | Pending]:
-        adapter = ADAPTERS.get(spec.engine)
-        if adapter is None:
-            return None, f"unknown engine {spec.engine}"
-        binary = self._engine_binary(spec.engine)
-        if binary is None:
-            return None, f"engine {spec.engine} is not installed and running on {self.node_id}"
-        if is_remote(spec.source):
-            got = self.fetcher.ensure(spec.source, spec.weights)
-            if isinstance(got, Waiting):
-                return None, Pending(got.message, Reason.WeightsFetching)
-            if isinstance(got, Failed):
-                return None, Problem(code=got.reason, message=got.message, subject="weights")
-            path = str(got.path)
-        else:
-            found, problem = resolve_source(spec.source)
-            if found is None:
-                return None, Problem(code="WeightsUnusable", message=problem, subject="weights")
-            path = found
-        key_file = str(Path(self.cfg.state_dir) / "keys" / f"{state_name(spec.replica_id, spec.rank)}.key")
-        ctx = LaunchContext(binary=binary, model_path=path, host=self.address, threads=1, key_file=key_file,
-                            serve_port=ports.engine if ports else 0, peer_tunnels=ports.peers if ports else ())
-        return adapter.launch(spec, ctx), ""
+    def resolve(self, spec: ShardSpec, ports: Loopback | None = None) -> launches.Resolved:
+        node = launches.Node(node_id=self.node_id, address=self.address, engines=self.engines, fetcher=self.fetcher,
+                             keys_dir=Path(self.cfg.state_dir) / "keys")
+        return launches.resolve(node, spec, ports)
 
     async def start(self) -> None:
         ca, cert, key = (Path(self.cfg.tls.ca), Path(self.cfg.tls.cert), Path(self.cfg.tls.key))
@@ -190,7 +135,7 @@ class Agent:
             tls = server_context(Path(self.cfg.tls.cert), Path(self.cfg.tls.key), Path(self.cfg.tls.ca),
                                  require_client=True)
             self._peer_listener = await start_peer_listener(self.weights_dir, self.address, self.cfg.peer_port, tls,
-                                                            self._revoked_peer)
+                                                            self.revocations.refuses)
         except (OSError, LlmgwError) as e:
             log.error("cannot serve weights to other nodes on %s:%d: %s (they fetch from the origin instead)",
                       self.address, self.cfg.peer_port, e)
@@ -199,29 +144,16 @@ class Agent:
         log.info("serving held weights to the cluster's nodes on %s:%d", self.address, self.peer_port)
 
     async def probe_engines(self) -> None:
-        """The engines this node has: sim and those agent.yaml names (probed each minute: the first time before the
-        first report, later beside the heartbeat, since a vLLM check takes 20 s), and those the control plane
+        """The engines this node has: those it runs on purpose (named_engines.py), and those the control plane
         names, installed here and seen to run (or being installed, or why not)."""
-        due = self.clock.monotonic() - self._engines_at >= ENGINE_REPROBE_S
-        if due and self._named_probe is None:
-            self._engines_at = self.clock.monotonic()
-            self._named_probe = asyncio.create_task(self._probe_named())
-            if not self.engines_probed:
-                await self._named_probe
+        await self.named.refresh(first=not self.engines_probed)
         if not self.installer.settled:
             await self.converge_engines(self.installer.load_wanted())
-        named = {e.name for e in self._named}
-        engines = self._named + [e for e in self.installer.statuses() if e.name not in named]
+        named = {e.name for e in self.named.statuses}
+        engines = self.named.statuses + [e for e in self.installer.statuses() if e.name not in named]
         if engines != self.engines:
             log.info("engines: %s", ", ".join(f"{e.name} {e.version} runs={e.runs}" for e in engines))
         self.engines, self.engines_probed = engines, True
-
-    async def _probe_named(self) -> None:
-        try:
-            overrides = {k: v.path for k, v in self.cfg.engines.items()}
-            self._named = await probe_named(overrides, self.cfg.probe_engines)
-        finally:
-            self._named_probe = None
 
     def _in_use(self) -> set[Path]:
         """Every path a running engine's command line names (its executable, its environment's interpreter), and
@@ -234,18 +166,12 @@ class Agent:
             # a shard waiting to be restarted has no process, and is started again from its launch's executable
             out |= {Path(a) for sp in self.supervisor.shards.values() if sp.launch is not None
                     and sp.state != "failed" for a in sp.launch.argv if a.startswith("/")}
-        for pid in pids:
-            try:
-                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            out |= {Path(os.fsdecode(a)) for a in args if a.startswith(b"/")}
-        return out
+        return out | observe.command_line_paths(pids)
 
     async def converge_engines(self, sources: list[EngineSource]) -> None:
         """Install what the control plane names and this node runs, except what agent.yaml names on purpose."""
         mine = [s for s in sources if s.name in self.cfg.probe_engines and s.name not in self.cfg.engines
-                and s.name != "sim"]
+                and not builtin(s.name)]
         if self._hardware is None:
             await self.discover()  # the build chosen depends on the processor and driver: read them first
         # until discovery has worked once, nothing is chosen or removed (what is installed is still reported)
@@ -256,13 +182,7 @@ class Agent:
         what it had last time, and the probe's words as a problem. A node that cannot read itself still reports
         and still runs its shards: going silent would get them rebuilt elsewhere for a fault that harms nothing."""
         try:
-            hw = await asyncio.to_thread(
-                discover,
-                HostRoot(Path(self.cfg.host_root)),
-                inventory=Path(self.cfg.gpu_inventory) if self.cfg.gpu_inventory else None,
-                weights_dir=Path(self.cfg.weights_dir),
-                default_arch=platform.machine(),
-            )
+            hw = await asyncio.to_thread(observe.read_hardware, self.cfg)
         except Exception as e:
             words = str(e).strip().replace("\n", "; ")[:1500] or type(e).__name__
             if words != self._discovery_error:
@@ -305,23 +225,9 @@ class Agent:
         )
 
     def _observe_weights(self) -> tuple[list[str], list[WeightsDir]]:
-        """What this node holds, and the directories it looks in with the file systems under them."""
-        dirs = [Path(d) for d in (*self.cfg.weights_dirs, self.cfg.weights_dir)]
-        mountinfo = ""
-        # the host root's (a test's or a simulated node's), else this process's own: the files are real either way
-        for table in (Path(self.cfg.host_root) / "proc/self/mountinfo", Path("/proc/self/mountinfo")):
-            try:
-                mountinfo = table.read_text()
-                break
-            except OSError:
-                continue
-        described = []
-        for d in dirs[:64]:
-            mine = d == self.weights_dir
-            described.append(local.describe_dir(d, mountinfo, self.cfg.weights_budget if mine else None,
-                                                local.managed_bytes(d) if mine else 0))
-        self._network_fs = described[-1].network
-        return local.visible(dirs)[:1024], described
+        held, dirs = observe.observe_weights(self.cfg)
+        self._network_fs = dirs[-1].network  # whether the fetcher writes to a network file system
+        return held, dirs
 
     async def step(self) -> None:
         assert self.client is not None and self.supervisor is not None
@@ -421,8 +327,7 @@ class Agent:
                 pass
 
     async def close(self) -> None:
-        if self._named_probe is not None:
-            self._named_probe.cancel()
+        self.named.close()
         await self.installer.close()
         await self.fetcher.close()
         if self._peer_listener is not None:

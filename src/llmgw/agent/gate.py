@@ -1,12 +1,7 @@
-"""The agent's door to an engine: the only way to a replica's HTTP engine from the network.
-
-The engine binds loopback on its node; the gate listens where the control plane told the router to send (the node's
-address, the replica's port) and passes a request on only when it carries the replica's secret: on every path and
-every request of a kept-alive connection (vLLM checks its own key only under /v1, llama-server not on /health).
-Bodies stream both ways as they arrive, so an event stream reaches the router chunk by chunk. A request that never
-reached the engine (nothing listens there: it exited) is answered 502 with UNREACHED_HEADER, which tells the router
-it may try another replica.
-"""
+"""The agent's door to an engine: the only way to a replica's HTTP engine from the network. The engine binds
+loopback; the gate listens at the replica's address and port and passes on only requests that carry the replica's
+secret, on every path and every request of a kept-alive connection. Bodies stream both ways as they arrive. A
+request that never reached the engine is answered 502 with UNREACHED_HEADER: the router may try another replica."""
 
 from __future__ import annotations
 

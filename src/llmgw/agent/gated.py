@@ -1,16 +1,8 @@
-"""`python -m llmgw.agent.gated [--listen HOST:PORT --upstream URL] [--tunnel-in ...] -- ENGINE...`: an engine
-behind its gate.
-
-One process per shard, as the engine was before: it opens the gate (agent/gate.py) on the replica's port, or the
-tunnels between ranks (agent/tunnel.py), then runs the engine as its child, which binds loopback only, and exits
-with the engine's exit code. Kept apart from the agent so that traffic does not stop when the agent does: an agent
-restarted, upgraded or stalled leaves its engines serving, and the next agent adopts them whole. The engine dies
-with it (the kernel's parent-death signal).
-
-The secret comes in GATE_KEY_ENV and leaves the environment before the engine starts. Exit codes: the engine's
-(128 + signal when a signal ended it); 1 a port could not be had, or the node's certificate read; 2 bad usage;
-127 the engine would not start.
-"""
+"""`python -m llmgw.agent.gated [--listen HOST:PORT --upstream URL] [--tunnel-in ...] -- ENGINE...`: one shard's
+engine behind its gate (agent/gate.py) or tunnels (agent/tunnel.py), the engine its child on loopback and dying
+with it. Apart from the agent, so traffic goes on while the agent restarts. The secret comes in GATE_KEY_ENV and
+leaves the environment before the engine starts. Exit codes: the engine's (128 + signal for a signal); 1 a port or
+the node's certificate could not be had; 2 bad usage; 127 the engine would not start."""
 
 from __future__ import annotations
 

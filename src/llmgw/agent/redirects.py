@@ -1,12 +1,7 @@
-"""Where a redirect may send a transfer from an origin (weights, engine archives).
-
-Within the origin (same scheme, host and port) anything goes. To another host only over http(s), never from
-https to plain http, and only to a public address unless agent.yaml's `redirects_allowed` names the place (a
-host, a host:port, or a network): a hostile or compromised origin must not make a node fetch its own control
-plane's /metrics, a cloud metadata service or anything else only the node can reach, and offer the answer to its
-peers as weights. An address given as a number is judged before anything is sent; a name is judged as it is
-resolved (`GuardedResolver`), so what is checked is what is connected to.
-"""
+"""Where a redirect may send a transfer from an origin (weights, engine archives). Within the origin anything
+goes; elsewhere only over http(s), never down to plain http, and only to a public address unless agent.yaml's
+`redirects_allowed` names the place. A name is judged as it is resolved (`GuardedResolver`), so what is checked is
+what is connected to."""
 
 from __future__ import annotations
 

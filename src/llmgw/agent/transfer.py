@@ -198,56 +198,11 @@ class _Transfer:
         headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
         async with self._answer(session, headers) as resp:
             if resp.status == 416 and have:
-                # asked past the end: what we have is all there is, if the server says the file is that long
-                told = resp.headers.get("Content-Range", "")
-                size = int(told[8:]) if told.startswith("bytes */") and told[8:].isdigit() else None
-                said_end = size == have or (size is None and self.open_ended)  # "*": the end is where 416 starts
-                if said_end and self.expected in (None, have):
-                    return True
-                self.part.unlink(missing_ok=True)
-                raise TransferFailed(Reason.DownloadFailed, f"{src.said()} says {name} ends before the {mb(have)} "
-                                     f"already here ({told[:60] or 'no Content-Range'}): starting over",
-                                     resumable=True)
-            if resp.status not in (200, 206):
-                raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered {resp.status} "
-                                     f"{resp.reason or ''}".strip(), resumable=resp.status >= 500)
-            told_digest = resp.headers.get(src.expect[0]) if src.expect else None
-            if src.expect and told_digest and told_digest != src.expect[1]:  # not a byte of another version
-                raise TransferFailed(Reason.DigestMismatch, f"{src.said()} holds another {name} (sha256 "
-                                     f"{told_digest[:64]}), not the one the catalog names")
-            if resp.headers.get("Content-Encoding", "identity").lower() != "identity":
-                raise TransferFailed(Reason.DownloadFailed, f"{src.said()} sent {name} encoded "
-                                     f"({resp.headers['Content-Encoding'][:40]}), though asked for the bytes as they "
-                                     "are", resumable=True)
-            span = _content_range(resp.headers.get("Content-Range"))
-            if resp.status == 206 and (span is None or span[0] != have):
-                self.part.unlink(missing_ok=True)  # a range it was not asked for: ask again, whole, next time
-                raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered a range it was not asked for",
-                                     resumable=True)
+                return self._past_the_end(resp)
+            span = self._check_answer(resp)
             if resp.status == 200 and have:  # the server does not resume: start over, from a clean file
                 have, self.hasher, self.window = 0, hashlib.sha256(), None
-            length = resp.content_length
-            total: int | None
-            end: int | None
-            if resp.status == 206 and span is not None:
-                if length is not None and length != span[1] - span[0] + 1:
-                    raise TransferFailed(Reason.DownloadFailed, f"{src.said()}'s Content-Length and Content-Range "
-                                         "disagree", resumable=True)
-                total, end = span[2], span[1] + 1
-            else:
-                total = have + length if length is not None else None
-                end = total
-            total = total if total is not None else self.expected
-            if self.total is not None and total is not None and total != self.total:
-                raise TransferFailed(Reason.SizeMismatch, f"{src.said()} said {name} was {self.total} bytes, now "
-                                     f"{total}")
-            self.total = total
-            if total is not None and self.expected is not None and total != self.expected:
-                raise TransferFailed(Reason.SizeMismatch, f"{src.said()} serves {name} as {total} bytes; the "
-                                     f"catalog says {self.expected}")
-            if total is not None and total > self.max_bytes:
-                raise TransferFailed(Reason.DownloadFailed, f"{name} is {mb(total)}, more than the "
-                                     f"{mb(self.max_bytes)} allowed")
+            total, end = self._sizes(resp, have, span)
             if self.room is not None and total is not None:
                 await asyncio.to_thread(self.room, total - have)
             room = self.room if total is None else None  # an unknown size: room asked as bytes arrive
@@ -261,6 +216,69 @@ class _Transfer:
             # a part of a file of unsaid size: ask for what follows until the server says there is no more
             self.open_ended = resp.status == 206 and total is None
             return not self.open_ended and (total is None or have >= total)
+
+    def _past_the_end(self, resp: aiohttp.ClientResponse) -> bool:
+        """A 416 to a resumed request: what we have is all there is, if the server says the file is that long;
+        otherwise the part is thrown away and the next attempt starts over."""
+        have = self.have
+        told = resp.headers.get("Content-Range", "")
+        size = int(told[8:]) if told.startswith("bytes */") and told[8:].isdigit() else None
+        said_end = size == have or (size is None and self.open_ended)  # "*": the end is where 416 starts
+        if said_end and self.expected in (None, have):
+            return True
+        self.part.unlink(missing_ok=True)
+        raise TransferFailed(Reason.DownloadFailed, f"{self.src.said()} says {self.name} ends before the {mb(have)} "
+                             f"already here ({told[:60] or 'no Content-Range'}): starting over", resumable=True)
+
+    def _check_answer(self, resp: aiohttp.ClientResponse) -> tuple[int, int, int | None] | None:
+        """Refuse an answer that is not the bytes asked for; its Content-Range when it has one."""
+        src, name = self.src, self.name
+        if resp.status not in (200, 206):
+            raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered {resp.status} "
+                                 f"{resp.reason or ''}".strip(), resumable=resp.status >= 500)
+        told_digest = resp.headers.get(src.expect[0]) if src.expect else None
+        if src.expect and told_digest and told_digest != src.expect[1]:  # not a byte of another version
+            raise TransferFailed(Reason.DigestMismatch, f"{src.said()} holds another {name} (sha256 "
+                                 f"{told_digest[:64]}), not the one the catalog names")
+        if resp.headers.get("Content-Encoding", "identity").lower() != "identity":
+            raise TransferFailed(Reason.DownloadFailed, f"{src.said()} sent {name} encoded "
+                                 f"({resp.headers['Content-Encoding'][:40]}), though asked for the bytes as they "
+                                 "are", resumable=True)
+        span = _content_range(resp.headers.get("Content-Range"))
+        if resp.status == 206 and (span is None or span[0] != self.have):
+            self.part.unlink(missing_ok=True)  # a range it was not asked for: ask again, whole, next time
+            raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered a range it was not asked for",
+                                 resumable=True)
+        return span
+
+    def _sizes(self, resp: aiohttp.ClientResponse, have: int, span: tuple[int, int, int | None] | None,
+               ) -> tuple[int | None, int | None]:
+        """(the file's whole size, where this answer ends), when said; a size that changed, is not the catalog's or
+        is over the bound is refused. Records the size as the file's."""
+        src, name = self.src, self.name
+        length = resp.content_length
+        total: int | None
+        end: int | None
+        if resp.status == 206 and span is not None:
+            if length is not None and length != span[1] - span[0] + 1:
+                raise TransferFailed(Reason.DownloadFailed, f"{src.said()}'s Content-Length and Content-Range "
+                                     "disagree", resumable=True)
+            total, end = span[2], span[1] + 1
+        else:
+            total = have + length if length is not None else None
+            end = total
+        total = total if total is not None else self.expected
+        if self.total is not None and total is not None and total != self.total:
+            raise TransferFailed(Reason.SizeMismatch, f"{src.said()} said {name} was {self.total} bytes, now "
+                                 f"{total}")
+        self.total = total
+        if total is not None and self.expected is not None and total != self.expected:
+            raise TransferFailed(Reason.SizeMismatch, f"{src.said()} serves {name} as {total} bytes; the "
+                                 f"catalog says {self.expected}")
+        if total is not None and total > self.max_bytes:
+            raise TransferFailed(Reason.DownloadFailed, f"{name} is {mb(total)}, more than the "
+                                 f"{mb(self.max_bytes)} allowed")
+        return total, end
 
 
 async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:

@@ -1,11 +1,6 @@
-"""Authenticated tunnels for engine ranks that talk to each other without authentication (ggml-rpc-server).
-
-A worker's engine binds loopback; its gate process listens on the node's address with mutual TLS (the nodes' own
-certificates) and passes a connection on only after the client has sent the replica's secret over it. On the leader's
-node, the leader's gate listens on a loopback port per worker and carries each connection there: the engine is given
-those loopback ports instead of the workers' addresses. The secret proves the client runs a shard of this very
-replica; TLS keeps it, and the tensors, off the wire.
-"""
+"""Authenticated tunnels for engine ranks that talk to each other without authentication (ggml-rpc-server). A
+worker's gate listens on the node's address with mutual TLS and passes a connection on only after the replica's
+secret came over it; the leader's gate carries a loopback port per worker there, and the engine is given those."""
 
 from __future__ import annotations
 

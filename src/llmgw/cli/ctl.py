@@ -268,12 +268,14 @@ def engine_check(
     """Check every flag llmgw would ever pass the engine (multi-node included) against the engine's own --help."""
     import asyncio
 
+    from llmgw.agent.engines import installable
     from llmgw.agent.installs.engine_check import check_flags
     from llmgw.agent.installs.probe import engine_help, worker_problem
     from llmgw.agent.installs.recipes import newest_installed
 
-    if engine not in ("llamacpp", "vllm", "sglang"):
-        console.print(f"[red]unknown engine {safe(engine)}[/red]: llamacpp, vllm or sglang")
+    known = installable()
+    if engine not in known:
+        console.print(f"[red]unknown engine {safe(engine)}[/red]: {', '.join(known[:-1])} or {known[-1]}")
         raise typer.Exit(2)
     worker = None
     if help_file is not None:
@@ -293,8 +295,7 @@ def engine_check(
         if result.code != 0:
             console.print(f"[red]{safe(where)} failed:[/red] {safe(text.strip()[-500:])}")
             raise typer.Exit(1)
-        if engine == "llamacpp":
-            worker = asyncio.run(worker_problem(binary))
+        worker = asyncio.run(worker_problem(engine, binary))
     report = check_flags(engine, text, multi_node=True)
     console.print(f"checked against: {safe(where)}")
     t = Table("flag", "in --help")

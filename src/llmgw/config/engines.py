@@ -16,6 +16,9 @@ from llmgw.wire.engines import VERSION_PATTERN, EngineSource, EngineVariant
 from llmgw.wire.engines import Strict as WireStrict
 
 EngineName = Literal["llamacpp", "vllm", "sglang", "sim"]
+# What the control plane knows of engines without their adapters (agent/engines/, which it does not import), read
+# as data rather than by comparing names. The engines that take a model profile's `sim:` block (a speed) as flags:
+TAKES_SPEED_FLAGS: frozenset[str] = frozenset({"sim"})
 
 # llama.cpp publishes Ubuntu archives for x86-64 and arm64 CPUs (no Ubuntu CUDA build as of b10507). The digests are
 # the sha256 GitHub publishes for these assets. They were not downloaded from here (no internet on the machines this
@@ -83,4 +86,4 @@ def as_source(entry: str | EngineConfig) -> EngineSource | None:
     return entry.source()
 
 
-__all__ = ["DEFAULTS", "EngineConfig", "EngineName", "as_source"]
+__all__ = ["DEFAULTS", "TAKES_SPEED_FLAGS", "EngineConfig", "EngineName", "as_source"]

@@ -67,6 +67,11 @@ class SimSpeed(Strict):
     tokens: int = Field(default=16, ge=1)
     load_seconds: Duration = Field(default=0.0, ge=0)  # how long the sim engine takes to load its model
 
+    def flags(self) -> list[str]:
+        """This block on the command line of an engine that reads it (config/engines.py: TAKES_SPEED_FLAGS)."""
+        out = ["--tokens-per-second", str(self.tokens_per_second), "--tokens", str(self.tokens)]
+        return out + (["--load-seconds", str(self.load_seconds)] if self.load_seconds else [])
+
 
 class Profile(Strict):
     gpus_per_shard: int = Field(default=0, ge=0)

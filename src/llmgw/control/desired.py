@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmgw.config.engines import TAKES_SPEED_FLAGS
 from llmgw.config.server import ModelSpec
 from llmgw.core.state import ReplicaRecord
 from llmgw.wire.engines import EngineSource
@@ -9,13 +10,8 @@ from llmgw.wire.messages import DesiredState, ShardSpec, WeightsPlan
 
 
 def engine_args(spec: ModelSpec) -> list[str]:
-    args = list(spec.profile.args)
-    if spec.engine == "sim":
-        s = spec.profile.sim
-        args += ["--tokens-per-second", str(s.tokens_per_second), "--tokens", str(s.tokens)]
-        if s.load_seconds:
-            args += ["--load-seconds", str(s.load_seconds)]
-    return args
+    speed = spec.profile.sim.flags() if spec.engine in TAKES_SPEED_FLAGS else []
+    return [*spec.profile.args, *speed]
 
 
 def draining(replicas: list[ReplicaRecord], in_flight: dict[str, int], now: float, timeout: float) -> set[str]:

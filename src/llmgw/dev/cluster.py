@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -36,7 +36,7 @@ GPU_MIB = {"NVIDIA A100-SXM4-80GB": 81920, "NVIDIA L40S": 46068}  # what NVML wo
 class NodePlan:
     id: str
     address: str
-    kind: str = "sim"  # sim: GPU inventory and sysfs directory; cpu: this machine as it is
+    kind: Literal["sim", "cpu"] = "sim"  # sim: GPU inventory and sysfs directory; cpu: this machine as it is
     fabric: str | None = None
     adapters: dict[str, str] = field(default_factory=dict)
     gpus: int = 8
@@ -161,19 +161,19 @@ def prepare(plan: ClusterPlan) -> None:
             "restart_backoff_max": "10s",
             "max_restarts": 3,
         }
-        if n.kind == "sim":
+        if n.kind == "cpu":
+            # the llama.cpp this environment built, named on purpose (a node installs its own: docs/engines.md)
+            llama = dev_llama_server()
+            agent.update(probe_engines=["llamacpp"])
+            if llama is not None:
+                agent["engines"] = {"llamacpp": {"path": str(llama)}}
+        else:
             inv = write_sim_host(nd / "root", gpus=n.gpus, adapters=n.adapters, faulty=n.faulty, nvlink=n.nvlink,
                                  gpu_name=n.gpu_name, memory_mib=GPU_MIB.get(n.gpu_name, 81559), avx2=n.avx2)
             agent.update(host_root="root", gpu_inventory=str(inv.relative_to(nd)), probe_engines=["sim"])
             if n.fabric:
                 declared = n.declared if n.declared is not None else sorted(n.adapters)
                 agent["fabrics"] = [{"name": n.fabric, "adapters": declared}]
-        else:
-            # the llama.cpp this environment built, named on purpose (a node installs its own: docs/engines.md)
-            llama = dev_llama_server()
-            agent.update(probe_engines=["llamacpp"])
-            if llama is not None:
-                agent["engines"] = {"llamacpp": {"path": str(llama)}}
         agent.update(n.agent_extra)
         (nd / "agent.yaml").write_text(yaml.safe_dump(agent, sort_keys=False))
 

@@ -1,22 +1,5 @@
-"""A simulated node's GPUs, read from an inventory file instead of NVML.
-
-The format, one YAML mapping:
-
-    driver: "550.54.15"
-    cuda: "12.4"                           # optional: the newest CUDA the driver supports
-    gpus:
-      - index: 0
-        name: "NVIDIA H100 80GB HBM3"    # the class ("H100-80G") is derived, as for a real card
-        memory_mib: 81559
-        uuid: "GPU-..."                    # optional
-        nvlink_peers: [1, 2, 3]            # optional; absent = topology unknown, [] = no NVLink
-        xid: 79                            # optional: the card raised this Xid, so it is faulty
-        fault: "GPU has fallen off the bus"  # optional: the machine's words; makes the card faulty
-        faulty: true                       # optional: faulty without words
-        mig: [{gpu_instance: 1, memory_mib: 40192, profile: "3g.40gb"}]  # optional: MIG on, these instances
-
-Problems name the file and the key path, like every config file.
-"""
+"""A simulated node's GPUs, read from an inventory file instead of NVML (its format: docs/node-onboarding.md).
+Problems name the file and the key path, like every config file."""
 
 from __future__ import annotations
 

@@ -14,4 +14,16 @@ ADAPTERS: dict[str, EngineAdapter] = {a.name: a for a in (LlamaCpp(), Sim(), VLL
 LENGTH_FIELDS = tuple(dict.fromkeys(f for a in ADAPTERS.values() for f in a.bounds.length))
 CHOICE_FIELDS = tuple(dict.fromkeys(f for a in ADAPTERS.values() for f in a.bounds.choices))
 
-__all__ = ["ADAPTERS", "CHOICE_FIELDS", "LENGTH_FIELDS", "Bounds", "EngineAdapter", "Launch", "LaunchContext"]
+
+def builtin(name: str) -> bool:
+    """Whether the engine is part of llmgw (sim): it runs wherever the agent runs and is never installed."""
+    adapter = ADAPTERS.get(name)
+    return adapter is not None and adapter.packaging.kind == "builtin"
+
+
+def installable() -> list[str]:
+    """The engines a node installs and checks (every one not part of llmgw), in a stable order."""
+    return [name for name in ADAPTERS if not builtin(name)]
+
+__all__ = ["ADAPTERS", "CHOICE_FIELDS", "LENGTH_FIELDS", "Bounds", "EngineAdapter", "Launch", "LaunchContext",
+           "builtin", "installable"]

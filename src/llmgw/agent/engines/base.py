@@ -107,6 +107,9 @@ class Packaging:
     # pip: (name, local version suffix) of a distribution the engine's CLI asks for under another name
     dist_alias: tuple[str, str] = ("", "")
     version_runner: str = ""  # run the version check with this file beside the executable (the env's python)
+    # a program beside the executable that the ranks after the first run (llama.cpp's RPC server): engine-check
+    # proves it runs too. "": the engine's every rank runs the executable
+    worker: str = ""
 
     def version_argv(self, binary: str) -> list[str]:
         if self.version_runner:

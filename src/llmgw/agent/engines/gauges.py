@@ -1,12 +1,6 @@
-"""An engine's own gauges, read from its Prometheus text, under the names every engine shares (EngineLoad).
-
-Which of an engine's metrics mean "running", "waiting" and "KV cache in use" is engine knowledge: each adapter
-declares it as a `Gauges`. Reading is pure: text in, EngineLoad (or None) out.
-
-The text is the engine's claim and is treated as hostile: only the lines of the declared metrics are parsed (a page
-of histograms costs a scan, not a parse, and a garbled line elsewhere does not hide the gauges), a value that is not
-a number (NaN, infinity) is no reading, and every reading is clamped into the range the wire allows.
-"""
+"""An engine's own gauges, read from its Prometheus text, under the names every engine shares (EngineLoad). Each
+adapter declares which of its metrics they are (a `Gauges`). Pure, and the text is hostile: only the declared
+lines are parsed, a value that is not a number is no reading, every reading is clamped to what the wire allows."""
 
 from __future__ import annotations
 

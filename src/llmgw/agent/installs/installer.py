@@ -1,10 +1,7 @@
 """Converge a node on the engines its control plane names. Level-triggered: converge() is called every pass and
-starts, at most once per engine, an install that runs in the background while the agent goes on reporting.
-
-What the node reports of each engine it was told to have: the build it installed and saw run (re-checked every ten
-minutes: an unrelated upgrade can remove a library), or the install under way in its own words, or why the last
-attempt failed (retried after a minute, backing off to ten). A build is never reported because it is on disk.
-"""
+starts, at most once per engine, an install that runs in the background while the agent goes on reporting. An
+engine is reported from the build installed and seen to run (re-checked), the install under way, or why the last
+attempt failed; never because it is on disk."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 
 from llmgw import __version__
-from llmgw.agent.engines import ADAPTERS
+from llmgw.agent.engines import ADAPTERS, builtin
 from llmgw.agent.engines.base import Packaging
 from llmgw.agent.installs.engine_check import check_flags
 from llmgw.core.reasons import Reason
@@ -123,9 +123,13 @@ async def engine_help(engine: str, binary: str) -> tuple[RunResult, list[str]]:
     return await run(argv, timeout=120.0, env=dict(packaging.probe_env)), argv
 
 
-async def worker_problem(binary: str) -> tuple[str, str]:
-    """llama.cpp's multi-node worker beside `binary`: (its path, "" if it runs, else its words)."""
-    worker = os.path.join(os.path.dirname(binary), "ggml-rpc-server")
+async def worker_problem(engine: str, binary: str) -> tuple[str, str] | None:
+    """The multi-node worker the engine's packaging names beside `binary` (llama.cpp's): (its path, "" if it runs,
+    else its words); None for an engine without one."""
+    packaging = ADAPTERS[engine].packaging
+    if not packaging.worker:
+        return None
+    worker = os.path.join(os.path.dirname(binary), packaging.worker)
     r = await run([worker, "--help"], timeout=30.0)
     return worker, "" if r.code == 0 else (r.output.strip()[-200:] or f"exit {r.code}")
 
@@ -146,15 +150,16 @@ async def checked(engine: str, binary: str, version: str) -> EngineStatus:
     return ok.model_copy(update={"runs": False, "message": words[:2000], "reason": Reason.EngineFlagsMissing})
 
 
-def sim_status() -> EngineStatus:
-    """The sim engine is part of llmgw: it runs wherever the agent runs."""
-    return EngineStatus(name="sim", version=__version__, path=sys.executable, runs=True)
+def builtin_status(name: str) -> EngineStatus:
+    """An engine that is part of llmgw (sim) runs wherever the agent runs."""
+    return EngineStatus(name=name, version=__version__, path=sys.executable, runs=True)
 
 
 async def probe_named(overrides: dict[str, str], names: list[str]) -> list[EngineStatus]:
-    """sim, if this node runs it, and each engine agent.yaml names on purpose: never what happens to be on PATH."""
-    out = [sim_status()] if "sim" in names else []
+    """Those engines part of llmgw this node runs, and each engine agent.yaml names on purpose: never what happens
+    to be on PATH."""
+    out = [builtin_status(name) for name in ADAPTERS if builtin(name) and name in names]
     for name, path in sorted(overrides.items()):
-        if name in names and name in ADAPTERS and name != "sim":
+        if name in names and name in ADAPTERS and not builtin(name):
             out.append(await probe(name, path))
     return out

@@ -1,12 +1,7 @@
-"""The two ways an engine build reaches a node: a release archive unpacked into a directory of its own, or a
-virtual environment of its own filled by pip. Each ends with the engine run and checked; only then is its
-directory marked installed.
-
-Every attempt builds a new directory: `<version>-<variant>` the first time, `<version>-<variant>.2` the next (a
-repair after a library went missing, say), and so on. Nothing an attempt does touches a directory another attempt
-made, so a failure, or a cancelled attempt, leaves every build that works as it was, and a shard running from one
-keeps running. Builds no longer current are removed by the installer once no shard runs from them.
-"""
+"""The two ways an engine build reaches a node: a release archive unpacked, or a virtual environment filled by
+pip, each in a directory of its own and marked installed only once the engine ran and was checked. Every attempt
+builds a new directory (`<version>-<variant>`, then `.2`, ...) and touches no other, so a failed attempt leaves
+every working build, and the shards running from it, as they were."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
 """Unpack a release archive into a directory of its own, refusing any member that would land outside it.
-
-Every member is read first, and the archive refused, in our words, if a name is absolute or climbs out with `..`,
-if a link's target is absolute or climbs out, if any path (a member's or a link's target) passes through a symlink
-the archive itself makes, if it is a device, FIFO or other special file, or if it carries a setuid or setgid bit.
-An engine build has none of these. With no path through a link of the archive's own, each path means on disk what
-it says as text, so the text check is the whole check: no chain of links (`d/s1 -> ..`, then `d/s1/s2 -> ..`),
-however long its names, can lead out. Extraction then also goes through the standard library's `data` filter.
-
-Reading an archive is done in a child process with a time and memory limit (`python -m ...unpack`): a hostile
-tar header can make the parser loop or allocate without end (CVE-2025-8194, CVE-2024-6232 in Pythons before their
-fixes), and the agent's heartbeat must not stop for it.
-"""
+Every member is checked before anything is written (docs/engines.md lists the refusals); no path may pass through a
+link the archive makes, so each path means on disk what it says as text. Read in a child process with time and
+memory limits: a hostile tar header can make the parser loop or allocate without end."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Engines a previous agent left running, adopted by the next instead of restarted.
-
-An agent upgrade or crash must not restart every model its node serves. Each shard leaves beside its log a pid
-file and a copy of its spec (0600: it holds the replica's secret). A new agent finds those still running (the pid
-still leads its own session, as only our engines do: pids get reused), and when the control plane asks for exactly
-that shard again, takes the process over; its health probe decides whether it is ready. Whatever is running and
-not asked for is stopped.
-"""
+"""Engines a previous agent left running, adopted by the next instead of restarted. Each shard leaves beside its
+log a pid file and its spec (0600: it holds the secret); a new agent takes over a process that still leads its own
+session (pids get reused) when the control plane asks for exactly that shard again, and stops the rest."""
 
 from __future__ import annotations
 

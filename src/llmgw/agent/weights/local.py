@@ -1,14 +1,6 @@
 """Weights on this node's disks: where a fetched file lives, what the node holds, the file systems under its
-weights directories, and room made within a budget.
-
-A fetched file lives in a folder of its own under `weights_dir/fetched/`, named after the URL it came from:
-the file under its own name, beside it `.source.json` (the URL, size and sha256) and, while it arrives,
-`<name>.part`. A file under its final name is whole and verified; nothing else ever has that name. Replacing a
-file removes the old one before the new description is written, and the new file is renamed into place last: a
-crash anywhere in between leaves a description without its file (not held), never a file described as another.
-`.source.json`'s modification time is when a shard last used the file: the least recently used file nobody runs
-is the first removed when room is needed.
-"""
+weights directories, and room made within a budget (the layout: docs/weights.md). A file under its final name is
+whole and verified; a crash at any point leaves a description without its file, never a file described as another."""
 
 from __future__ import annotations
 

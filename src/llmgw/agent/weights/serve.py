@@ -1,10 +1,6 @@
 """The weights a node holds, served to the other nodes of its cluster so that a fabric downloads a file once.
-
-Mutual TLS with the nodes' own certificates: only a client whose certificate our CA issued as a node certificate,
-and that the control plane has not revoked (its list comes with every desired state), gets a byte. Only whole
-fetched files are served (never a `.part`, never anything named by a path), looked up by the URL they came from;
-Range requests are answered, so a copier that lost its connection resumes.
-"""
+Only a node certificate of our CA that the control plane has not revoked gets a byte, and only whole fetched files
+are served, looked up by the URL they came from (never a path); Range requests are answered."""
 
 from __future__ import annotations
 
