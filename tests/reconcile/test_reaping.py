@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 
 from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
-from llmgw.reconcile.intents import PutReplica, Reap
+from llmgw.reconcile.intents import Add, Reap
 from llmgw.reconcile.reconcile import reconcile
+from llmgw.reconcile.transitions import added
 from llmgw.reconcile.world import World
 from llmgw.wire.messages import ShardState
 from tests.clusters import model, node
@@ -40,7 +41,7 @@ def test_ids_made_in_one_pass_share_nothing_guessable_and_each_has_its_own_secre
 
     def new(entropy: bytes) -> list[ReplicaRecord]:
         w = World(now=T, started_at=T, models=models, nodes=[node("node01", seen=T)], replicas=[], entropy=entropy)
-        return [i.replica for i in reconcile(w) if isinstance(i, PutReplica)]
+        return [added(i, T) for i in reconcile(w) if isinstance(i, Add)]
 
     first = new(hashlib.sha256(b"one").digest())
     suffixes = [r.id.rsplit("-", 1)[1] for r in first]
