@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 
+from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.reconcile.intents import Add, Reap
 from llmgw.reconcile.reconcile import reconcile
-from llmgw.reconcile.transitions import added
+from llmgw.reconcile.transitions import added, failed
 from llmgw.reconcile.world import World
 from llmgw.wire.messages import ShardState
 from tests.clusters import model, node
@@ -16,8 +17,9 @@ T = 1_800_000_000.0
 
 
 def failed_on(node_id: str) -> ReplicaRecord:
-    return ReplicaRecord(id="m-0001", model="m", created_at=T, shards_expected=1, failed=True,
-                         assignments=[ShardAssignment(rank=0, node_id=node_id, address="10.0.0.1", gpus=[0])])
+    r = ReplicaRecord(id="m-0001", model="m", created_at=T, shards_expected=1,
+                      assignments=[ShardAssignment(rank=0, node_id=node_id, address="10.0.0.1", gpus=[0])])
+    return failed(r, Reason.ShardFailed, "", 0.0)
 
 
 def world(nodes: list[NodeRecord], replicas: list[ReplicaRecord]) -> World:

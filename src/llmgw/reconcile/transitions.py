@@ -38,7 +38,15 @@ def stopped(r: ReplicaRecord, reason: Reason, message: str, now: float, for_mode
 
 def failed(r: ReplicaRecord, reason: Reason, message: str, now: float) -> ReplicaRecord:
     conds = set_condition(r.conditions, ConditionType.Ready, Status.FALSE, reason, message, now)
-    return r.model_copy(update={"failed": True, "failed_at": now, "conditions": conds, "endpoint": ""})
+    conds = set_condition(conds, ConditionType.Failed, Status.TRUE, reason, message, now)
+    return r.model_copy(update={"conditions": conds, "endpoint": ""})
+
+
+def released(r: ReplicaRecord, now: float) -> ReplicaRecord:
+    if r.released:
+        return r
+    conds = set_condition(r.conditions, ConditionType.Released, Status.TRUE, Reason.ShardsGone, "", now)
+    return r.model_copy(update={"conditions": conds})
 
 
 def added(i: Add, now: float) -> ReplicaRecord:
@@ -91,4 +99,4 @@ def after(r: ReplicaRecord | None, i: ReplicaIntent, now: float) -> ReplicaRecor
         case Evict():
             return stopped(r, Reason.Evicted, EVICTED_FOR + i.for_model, now, for_model=i.for_model)
         case Release():
-            return r if r.released else r.model_copy(update={"released": True})
+            return released(r, now)
