@@ -83,7 +83,8 @@ class Count:
 
 @dataclass(frozen=True)
 class Served:
-    """A replica of the model is ready: the request that asked for a load has it."""
+    """A replica of the model is ready: the demand that asked for a load is met (a later eviction of it must not
+    load the model again on that old demand)."""
 
     model: str
 
