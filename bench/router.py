@@ -67,10 +67,9 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     from llmgw.control.server import api_limiter, quiet_gc
     from llmgw.control.writer import StoreWriter
     from llmgw.core.clock import SystemClock
-    from llmgw.core.conditions import ConditionType, Status, set_condition
+    from llmgw.core.conditions import Status
     from llmgw.core.reasons import Reason
-    from llmgw.core.state import ReplicaRecord
-    from llmgw.reconcile.intents import PutReplica
+    from llmgw.reconcile.intents import Add, Observe
     from llmgw.router.app import Router
     from llmgw.router.keys import KeyRing, new_key
     from llmgw.store.sqlite import SqliteStore
@@ -96,14 +95,9 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     store.put_key(rec)
     keys = KeyRing(store)
     keys.reload()
-    now = clock.now()
-    ready = set_condition([], ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "the bench's engine stand-in",
-                          now)
-    replica = ReplicaRecord(
-        id="bench-0", model=MODEL, created_at=now, shards_expected=1, conditions=ready, ready_at=now, endpoint=upstream
-    )
     # No reconcile loop: with no nodes it would rightly retire this replica. Routing, keys and usage are all on.
-    plane.apply([PutReplica(replica)])
+    plane.apply([Add("bench-0", MODEL, 1, ""),
+                 Observe("bench-0", Status.TRUE, Reason.AllShardsReady, "the bench's engine stand-in", upstream, ())])
     router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body, db.parent / "usage-journal")
     key_file.write_text(raw)
     quiet_gc()  # as the server does once it has loaded

@@ -12,6 +12,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
 from llmgw.core.state import ReplicaRecord, ShardAssignment
+from llmgw.reconcile import transitions
 from llmgw.reconcile.status import stopped
 from llmgw.store.sqlite import SqliteStore
 from tests.clusters import model, node
@@ -34,7 +35,8 @@ def test_the_rule() -> None:
     assert draining([r], {"m-1": 1}, T0 + 60, 60.0) == set()  # past the timeout
     assert draining([r], {}, T0 + 1, 60.0) == set()  # nothing in flight: stopped at once
     assert draining([replica(stop_at=None)], {"m-1": 1}, T0, 60.0) == set()  # not stopping: not draining
-    failed = r.model_copy(update={"failed": True})
+    failed = transitions.failed(r, Reason.ShardFailed, "rank 0 failed", T0)
+    assert failed.failed
     assert draining([failed], {"m-1": 1}, T0, 60.0) == set()
 
 

@@ -6,20 +6,16 @@ from __future__ import annotations
 
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.state import ReplicaRecord
-from llmgw.reconcile.intents import PutReplica
+from llmgw.core.reasons import Reason
+from llmgw.reconcile.intents import Add, Stop
 from tests.control.conftest import LEASE
-
-
-def replica(rid: str, at: float) -> ReplicaRecord:
-    return ReplicaRecord(id=rid, model="m", created_at=at, shards_expected=1)
 
 
 async def test_one_leads_and_the_other_follows_until_the_lease_runs_out(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
     a, b, clock = two
     assert a.leading and not b.leading
-    a.apply([PutReplica(replica("r1", clock.now()))])
+    a.apply([Add("r1", "m", 1, "")])
     assert b.reconcile_once() == [] and b.passes == 1  # a follower's pass writes nothing
     clock.advance(LEASE / 3)
     await a.hold_lease()
@@ -34,14 +30,13 @@ async def test_one_leads_and_the_other_follows_until_the_lease_runs_out(
 
 async def test_a_paused_leader_that_wakes_up_cannot_write(two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
     a, b, clock = two
-    a.apply([PutReplica(replica("r1", clock.now()))])
+    a.apply([Add("r1", "m", 1, "")])
     clock.advance(LEASE + 1)
     await b.hold_lease()  # a slept through its lease (SIGSTOP); b took over
     assert b.leading and a.leading  # a has not noticed yet: it still believes it leads
-    a.apply([PutReplica(replica("r2", clock.now())), PutReplica(replica("r1", clock.now()).model_copy(
-        update={"model": "overwritten-by-a-deposed-leader"}))])
-    stored = {r.id: r.model for r in b.store.list_replicas()}
-    assert stored == {"r1": "m"}, f"the store took a deposed leader's writes: {stored}"
+    a.apply([Add("r2", "m", 1, ""), Stop("r1", Reason.ScaledDown, "by a deposed leader")])
+    stored = {r.id: r.stop for r in b.store.list_replicas()}
+    assert stored == {"r1": None}, f"the store took a deposed leader's writes: {stored}"
     await a.hold_lease()
     assert not a.leading and a.reconcile_once() == []
     assert any("no longer leads" in e.message for e in a.store.list_events())
@@ -59,7 +54,7 @@ async def test_each_server_learns_what_the_others_wrote(two: tuple[ControlPlane,
     b.reconcile_once()  # a follower's pass writes the reports it received
     await a.follow_store()
     assert "n1" in a.nodes and a.nodes["n1"].last_seen == clock.now()
-    a.apply([PutReplica(replica("r1", clock.now()))])
+    a.apply([Add("r1", "m", 1, "")])
     versions = b.keys_version
     await a.create_key("team", [])
     await b.follow_store()
@@ -78,7 +73,7 @@ async def test_the_leader_counts_what_the_followers_routers_saw(
     from llmgw.wire.router import Activity
 
     a, b, clock = two
-    a.apply([PutReplica(replica("r1", clock.now()))])
+    a.apply([Add("r1", "m", 1, "")])
     await b.follow_store()
     clock.advance(1)
     b.record_activity(Activity(reporter="local", demand={"m": clock.now()}, used={"r1": clock.now()},

@@ -24,6 +24,7 @@ from llmgw.placement import checks
 from llmgw.placement.checks import CHECKS, Request, feasible, prepared
 from llmgw.placement.place import VERDICTS_PER_REASON, Placement, Refusal, _rank, _score, place, reservations
 from llmgw.placement.snapshot import Snapshot, build_snapshot
+from llmgw.reconcile.transitions import failed
 from llmgw.wire.messages import GPU, EngineStatus, Fabric, Hardware, NodeReport, ShardState
 
 GiB = 2**30
@@ -48,6 +49,10 @@ class Cluster:
 
 
 # ---------------------------------------------------------------- generation
+
+
+def _failed_if(yes: bool, r: ReplicaRecord) -> ReplicaRecord:
+    return failed(r, Reason.ShardFailed, "drawn failed", 0.0) if yes else r
 
 
 @st.composite
@@ -145,8 +150,9 @@ def clusters(draw: st.DrawFn, max_nodes: int = 30, uniform: bool | None = None) 
                 serve_port=ports[0] if ports else None, rendezvous_port=ports[1] if len(ports) > 1 else None,
             ))
             busy.add(rec.id)
-        replicas.append(ReplicaRecord(id=rid, model=draw(st.sampled_from(("other", "gone"))), created_at=0.0,
-                                      shards_expected=size, assignments=assigns, failed=draw(st.booleans())))
+        name = draw(st.sampled_from(("other", "gone")))
+        replicas.append(_failed_if(draw(st.booleans()), ReplicaRecord(
+            id=rid, model=name, created_at=0.0, shards_expected=size, assignments=assigns)))
     # single-node replicas on some of the rest
     for rec in nodes:
         if rec.id in busy:
@@ -154,12 +160,12 @@ def clusters(draw: st.DrawFn, max_nodes: int = 30, uniform: bool | None = None) 
         for _ in range(draw(st.sampled_from((0, 1, 1, 2)))):
             ports = _free_ports(rec, ports_taken[rec.id], 1)
             ports_taken[rec.id].update(ports)
-            replicas.append(ReplicaRecord(
-                id=f"single-{len(replicas)}", model=draw(st.sampled_from(("other", "other", "gone"))),
-                created_at=0.0, shards_expected=1, failed=draw(st.integers(0, 5)) == 0,
+            name = draw(st.sampled_from(("other", "other", "gone")))
+            replicas.append(_failed_if(draw(st.integers(0, 5)) == 0, ReplicaRecord(
+                id=f"single-{len(replicas)}", model=name, created_at=0.0, shards_expected=1,
                 assignments=[ShardAssignment(rank=0, node_id=rec.id, address=rec.report.address, gpus=take(rec),
                                              serve_port=ports[0] if ports else None)],
-            ))
+            )))
     return Cluster(nodes=nodes, replicas=replicas, models={"other": OTHER})
 
 

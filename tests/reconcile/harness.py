@@ -1,5 +1,6 @@
-"""A pure stand-in for the control plane around reconcile(): it applies intents the way control.plane does,
-plays the agents (a node runs exactly what it is asked to, and stops the rest), and moves a fake clock.
+"""A pure stand-in for the control plane around reconcile(): it applies intents with reconcile.apply, as
+control.plane does, plays the agents (a node runs exactly what it is asked to, and stops the rest), and moves a
+fake clock.
 
 No sleeps and no I/O: time is FakeClock's number, handed to World.now.
 """
@@ -13,7 +14,8 @@ from llmgw.config.server import ModelSpec
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import ConditionType, get_condition
 from llmgw.core.state import NodeRecord, ReplicaRecord
-from llmgw.reconcile.intents import Intent, MarkLost, PutReplica, Reap, SetScaleTimer
+from llmgw.reconcile.apply import DeleteReplica, Log, State, apply
+from llmgw.reconcile.intents import Intent
 from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.scaling import Timer
 from llmgw.reconcile.world import Timings, World
@@ -38,6 +40,7 @@ class Sim:
         self.scale_timers: dict[str, Timer] = {}
         self.timings = timings or Timings()
         self.intents: list[Intent] = []  # every intent so far, in order
+        self.holding = ""  # why node losses are held, while they are
         self.events: list[str] = []
 
     @property
@@ -63,21 +66,17 @@ class Sim:
     def step(self) -> list[Intent]:
         """One reconcile pass, applied."""
         out = reconcile(self.world())
-        for i in out:
-            if isinstance(i, MarkLost):
-                self.nodes[i.node_id] = self.nodes[i.node_id].model_copy(update={"lost": True})
-                self.events.append(i.message)
-            elif isinstance(i, PutReplica):
-                self.replicas[i.replica.id] = i.replica
-                if i.event:
-                    self.events.append(i.event)
-            elif isinstance(i, SetScaleTimer):
-                self.scale_timers[i.model] = i.timer
-            elif isinstance(i, Reap):
-                self.replicas.pop(i.replica_id)
-                self.last_used.pop(i.replica_id, None)
-                self.outstanding.pop(i.replica_id, None)
-                self.events.append(i.message)
+        done = apply(State(now=self.now, models=self.models, nodes=self.nodes, replicas=self.replicas,
+                           demand=self.demand, holding=self.holding, scale_timers=self.scale_timers), out)
+        s = done.state
+        self.nodes, self.replicas, self.demand = dict(s.nodes), dict(s.replicas), dict(s.demand)
+        self.holding, self.scale_timers = s.holding, dict(s.scale_timers)
+        for e in done.effects:
+            if isinstance(e, Log) and e.kind != "control":
+                self.events.append(e.message)
+            elif isinstance(e, DeleteReplica):
+                self.last_used.pop(e.replica_id, None)
+                self.outstanding.pop(e.replica_id, None)
         self.intents.extend(out)
         return out
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from llmgw.core.conditions import ConditionType, Status
 from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment, StopRequest
+from llmgw.reconcile import transitions
 from llmgw.reconcile.status import assigned_endpoint, derive, shard_reason, stopped
 from llmgw.wire.messages import ShardState
 from tests.clusters import node
@@ -42,7 +43,8 @@ def test_a_node_may_name_only_its_own_reasons_for_a_shard() -> None:
 
 def test_a_failed_stopped_or_unplaced_replica_is_left_as_it_is() -> None:
     nodes = {"n1": reporting("n1", shard(0, "ready"))}
-    failed = replica(("n1", "10.0.0.1", 20000)).model_copy(update={"failed": True})
+    failed = transitions.failed(replica(("n1", "10.0.0.1", 20000)), Reason.NodeLost, "gone", 1.0)
+    assert failed.failed
     assert derive(failed, nodes, NOW) is failed
     stop = StopRequest(reason=Reason.Idle, message="idle", at=1.0)
     halted = replica(("n1", "10.0.0.1", 20000)).model_copy(update={"stop": stop})

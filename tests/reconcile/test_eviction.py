@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
-from llmgw.core.state import StopRequest
-from llmgw.reconcile.intents import PutReplica
+from llmgw.core.state import ReplicaRecord, StopRequest
+from llmgw.reconcile.intents import Evict
 from llmgw.reconcile.world import Timings
 from tests.clusters import model, node
 from tests.reconcile.harness import Sim
@@ -55,9 +55,8 @@ def _evicted(sim: Sim) -> list[str]:
     """Every replica ever evicted, reaped or not, in the order it happened."""
     out: list[str] = []
     for i in sim.intents:
-        if isinstance(i, PutReplica) and i.replica.stop is not None and i.replica.stop.reason == Reason.Evicted:
-            if i.replica.id not in out:
-                out.append(i.replica.id)
+        if isinstance(i, Evict) and i.replica_id not in out:
+            out.append(i.replica_id)
     return out
 
 
@@ -266,3 +265,30 @@ def test_the_least_recently_used_victim_goes_first() -> None:
     sim.last_used[ids["a"]] = sim.now - 100
     _ask(sim, "b")
     assert _evicted(sim) == [ids["c"]]
+
+
+def test_the_what_if_of_a_replica_gone_is_the_snapshot_rebuilt_without_it() -> None:
+    """Eviction tries each candidate on the pass's snapshot with one node counted again, not on a snapshot rebuilt
+    whole per candidate: both must be the same picture, with a multi-node replica and a shared node beside it."""
+    from llmgw.placement.snapshot import build_snapshot
+    from llmgw.reconcile.eviction import without
+
+    sim = Sim([on_demand("a", gpus=4), on_demand("c", gpus=4), on_demand("wide", gpus=8, nodes=2)],
+              [node(f"n{i}", fabric="ib-a") for i in range(4)], timings=TIMINGS)
+    # n3 holds weights its fabric peers may copy: a node's view names them, however it is counted
+    n3 = sim.nodes["n3"]
+    sim.nodes["n3"] = n3.model_copy(update={"report": n3.report.model_copy(update={"weights": ["/w"], "peer_port": 7})})
+    ids = _start(sim, "a", "c", "wide")
+    w = sim.world()
+    current = {r.id: r for r in w.replicas}
+    snap = build_snapshot(w.nodes, w.replicas, w.models, w.now)
+    on_node: dict[str, list[ReplicaRecord]] = {}
+    for r in w.replicas:
+        for a in r.assignments:
+            on_node.setdefault(a.node_id, []).append(r)
+    for name in ("a", "c"):
+        gone = current[ids[name]]
+        others = [r for r in w.replicas if r.id != gone.id]
+        expected = build_snapshot(w.nodes, others, w.models, w.now)
+        assert without(snap, gone, on_node, {n.id: n for n in w.nodes}, w) == expected
+        assert expected != snap  # the replica held something: the comparison is not of two equal pictures

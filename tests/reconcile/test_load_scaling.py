@@ -66,7 +66,8 @@ def test_no_ready_replica_or_no_target_decides_nothing() -> None:
 def test_the_reconciler_adds_on_load_one_step_at_a_time_and_removes_when_it_falls() -> None:
     from llmgw.config.server import Scaling
     from llmgw.core.reasons import Reason
-    from llmgw.reconcile.intents import PutReplica
+    from llmgw.reconcile.intents import Add
+    from llmgw.reconcile.scaling import Step
     from tests.clusters import model, node
     from tests.reconcile.harness import Sim
 
@@ -83,8 +84,9 @@ def test_the_reconciler_adds_on_load_one_step_at_a_time_and_removes_when_it_fall
     sim.run(10)
     live = sim.live("m")
     assert len(live) == 2
-    added = [i for i in sim.intents if isinstance(i, PutReplica) and i.why == "LoadAboveTarget"]
-    assert len(added) == 1 and "above 2 for" in added[0].event
+    added = [i for i in sim.intents if isinstance(i, Add) and i.step is Step.Up]
+    assert len(added) == 1 and "above 2 for" in added[0].words
+    assert any(e.startswith(f"replica {added[0].replica_id} of m added: ") for e in sim.events)
     sim.run(20)  # the new one became ready; 5 over 2 replicas is still above 2, but its period starts again
     assert len(sim.live("m")) == 2
     sim.outstanding[first.id] = 0  # quiet: below 1 per replica

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmgw.core.explanation import Shortfall
 from llmgw.core.reasons import Reason
-from llmgw.reconcile.intents import MarkLost, PutReplica, Reap
+from llmgw.reconcile.intents import Fail, MarkLost, Place, Reap
 from llmgw.reconcile.world import Timings
 from tests.clusters import model, node
 from tests.reconcile.harness import Sim
@@ -24,10 +24,10 @@ def _cluster(n: int = 4) -> Sim:
 
 def _never_across_fabrics(sim: Sim) -> None:
     for i in sim.intents:
-        if isinstance(i, PutReplica) and i.replica.assignments:
-            fabrics = {FABRIC[a.node_id] for a in i.replica.assignments}
-            assert len(fabrics) == 1, f"{i.replica.id} spans {fabrics}: {i.replica.node_ids()}"
-            assert {a.fabric for a in i.replica.assignments} == fabrics
+        if isinstance(i, Place):
+            fabrics = {FABRIC[a.node_id] for a in i.assignments}
+            assert len(fabrics) == 1, f"{i.replica_id} spans {fabrics}: {[a.node_id for a in i.assignments]}"
+            assert {a.fabric for a in i.assignments} == fabrics
 
 
 def test_a_node_is_lost_only_after_node_lost_after_of_silence() -> None:
@@ -40,7 +40,7 @@ def test_a_node_is_lost_only_after_node_lost_after_of_silence() -> None:
     out = sim.step()
     lost = [i for i in out if isinstance(i, MarkLost)]
     assert [i.node_id for i in lost] == ["node02"]
-    assert "silent for 61s" in lost[0].message and "limit 60s" in lost[0].message
+    assert "node node02 lost: silent for 61s (limit 60s)" in sim.events
     sim.advance(5)
     assert not [i for i in sim.step() if isinstance(i, MarkLost)], "a lost node is marked lost once"
 
@@ -131,8 +131,7 @@ def test_a_single_node_replica_on_a_lost_node_fails_with_node_lost() -> None:
     assert r.ready and r.node_ids() == ["node01"]
     sim.run(65, silent={"node01"})
     assert r.id not in sim.replicas or sim.replicas[r.id].failed
-    assert any(isinstance(i, PutReplica) and i.replica.id == r.id and sim.ready_reason(i.replica) == Reason.NodeLost
-               for i in sim.intents)
+    assert any(isinstance(i, Fail) and i.replica_id == r.id and i.reason == Reason.NodeLost for i in sim.intents)
     (new,) = sim.live("small")
     assert new.node_ids() == ["node02"]
 
@@ -144,7 +143,8 @@ def test_more_than_half_the_nodes_silent_at_once_is_the_control_planes_fault_not
     sim.run(30, silent={"n1", "n2", "n3"})  # only n0 is heard: 3 of 4 silent
     assert not [i for i in sim.intents if isinstance(i, MarkLost)]
     holds = [i for i in sim.intents if isinstance(i, HoldLosses)]
-    assert holds and "3 of 4 live nodes are silent at once" in holds[-1].message
+    assert holds and (holds[-1].silent, holds[-1].live) == (3, 4)
+    assert "3 of 4 live nodes are silent at once" in sim.holding
     sim.run(5)  # contact returns: nobody was lost, nothing is rebuilt
     assert not any(n.lost for n in sim.nodes.values())
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 
+from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
-from llmgw.reconcile.intents import PutReplica, Reap
+from llmgw.reconcile.intents import Add, Reap
 from llmgw.reconcile.reconcile import reconcile
+from llmgw.reconcile.transitions import added, failed
 from llmgw.reconcile.world import World
 from llmgw.wire.messages import ShardState
 from tests.clusters import model, node
@@ -15,8 +17,9 @@ T = 1_800_000_000.0
 
 
 def failed_on(node_id: str) -> ReplicaRecord:
-    return ReplicaRecord(id="m-0001", model="m", created_at=T, shards_expected=1, failed=True,
-                         assignments=[ShardAssignment(rank=0, node_id=node_id, address="10.0.0.1", gpus=[0])])
+    r = ReplicaRecord(id="m-0001", model="m", created_at=T, shards_expected=1,
+                      assignments=[ShardAssignment(rank=0, node_id=node_id, address="10.0.0.1", gpus=[0])])
+    return failed(r, Reason.ShardFailed, "", 0.0)
 
 
 def world(nodes: list[NodeRecord], replicas: list[ReplicaRecord]) -> World:
@@ -40,7 +43,7 @@ def test_ids_made_in_one_pass_share_nothing_guessable_and_each_has_its_own_secre
 
     def new(entropy: bytes) -> list[ReplicaRecord]:
         w = World(now=T, started_at=T, models=models, nodes=[node("node01", seen=T)], replicas=[], entropy=entropy)
-        return [i.replica for i in reconcile(w) if isinstance(i, PutReplica)]
+        return [added(i, T) for i in reconcile(w) if isinstance(i, Add)]
 
     first = new(hashlib.sha256(b"one").digest())
     suffixes = [r.id.rsplit("-", 1)[1] for r in first]

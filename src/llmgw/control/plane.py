@@ -26,7 +26,8 @@ from llmgw.core.buckets import Buckets
 from llmgw.core.clock import Clock
 from llmgw.core.errors import StoreError
 from llmgw.core.state import Event, NodeRecord, ReplicaRecord, replica_phase
-from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap, SetScaleTimer
+from llmgw.reconcile import apply as effects
+from llmgw.reconcile.intents import Intent, SetScaleTimer
 from llmgw.reconcile.node_status import node_conditions
 from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.scaling import Timer
@@ -456,53 +457,44 @@ class ControlPlane:
             self.writer.submit(self.store.put_nodes, batch)
 
     def apply(self, intents: list[Intent]) -> None:
+        """Carry out a pass's intents: reconcile.apply decides what they change; this writes it."""
+        state = effects.State(now=self.clock.now(), models=self.models, nodes=self.nodes, replicas=self.replicas,
+                            demand=self.demand, holding=self.holding, scale_timers=self.scale_timers)
         changed = False
-        hold = next((i.message for i in intents if isinstance(i, HoldLosses)), "")
-        if hold and not self.holding:
-            log.warning("%s", hold)
-            self.event("control", "plane", hold)
-        elif self.holding and not hold:
-            self.event("control", "plane", "nodes are heard from again: losses are declared as usual")
-        self.holding = hold
-        for i in intents:
-            if isinstance(i, MarkLost):
-                n = self.nodes.get(i.node_id)
-                if n is not None:
-                    self._set_node(n, lost=True, revoked=n.revoked)
-                    self.event("node", n.id, i.message)
-            elif isinstance(i, SetScaleTimer):
-                self.scale_timers[i.model] = i.timer
-            elif isinstance(i, PutReplica):
-                self._count(self.replicas.get(i.replica.id), i.replica, i.why)
-                if i.replica.ready:
-                    # the request that asked for a load has its replica: a later eviction must not re-load it
-                    self.demand.pop(i.replica.model, None)
-                self.replicas[i.replica.id] = i.replica
-                self.writer.submit(self.store.put_replica, i.replica, self.leadership.epoch)
+        for e in effects.apply(state, intents).effects:
+            if isinstance(e, effects.WriteReplica):
+                self.replicas[e.record.id] = e.record
+                self.writer.submit(self.store.put_replica, e.record, self.leadership.epoch)
                 changed = True
-                if i.event:
-                    self.event("replica", i.replica.id, i.event)
-            elif isinstance(i, Reap):
-                self.replicas.pop(i.replica_id, None)
-                self.writer.submit(self.store.delete_replica, i.replica_id, self.leadership.epoch)
-                self.last_used.pop(i.replica_id, None)
-                self.engine_loads.pop(i.replica_id, None)
+            elif isinstance(e, effects.DeleteReplica):
+                self.replicas.pop(e.replica_id, None)
+                self.writer.submit(self.store.delete_replica, e.replica_id, self.leadership.epoch)
+                self.last_used.pop(e.replica_id, None)
+                self.engine_loads.pop(e.replica_id, None)
                 for counts in self.in_flight_by.values():
-                    counts.pop(i.replica_id, None)
+                    counts.pop(e.replica_id, None)
                 changed = True
-                self.event("replica", i.replica_id, i.message)
+            elif isinstance(e, effects.WriteNode):
+                self.nodes[e.record.id] = e.record
+                self._dirty.add(e.record.id)
+            elif isinstance(e, effects.Log):
+                if e.warn:
+                    log.warning("%s", e.message)
+                self.event(e.kind, e.subject, e.message)
+            elif isinstance(e, effects.Count):
+                self._count(e)
+            elif isinstance(e, effects.Served):
+                self.demand.pop(e.model, None)  # the request that asked for a load has its replica
+            elif isinstance(e, effects.Holding):
+                self.holding = e.message
+            elif isinstance(e, SetScaleTimer):
+                self.scale_timers[e.model] = e.timer
         if changed:
             self.generation += 1
             self.watch.changed()
 
-    def _count(self, old: ReplicaRecord | None, new: ReplicaRecord, why: str = "") -> None:
-        if old is None:
-            spec = self.models.get(new.model)
-            if not why:
-                why = "demand" if spec is not None and spec.on_demand and new.model in self.demand else "wanted"
-            self.replica_counts[(new.model, "start", why)] += 1
-        elif old.stop is None and new.stop is not None:
-            self.replica_counts[(new.model, "stop", new.stop.reason.value)] += 1
+    def _count(self, c: effects.Count) -> None:
+        self.replica_counts[(c.model, c.what, c.why)] += 1
 
     # what the router tells us
     def attach_router(self, stats: Callable[[], RouterStats]) -> None:

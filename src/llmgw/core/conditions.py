@@ -20,6 +20,8 @@ class ConditionType(StrEnum):
     # replicas
     Scheduled = "Scheduled"  # placed on nodes
     Ready = "Ready"  # replica: every shard serves; node: reporting, admitted, usable for placement
+    Failed = "Failed"  # replica: it failed (lost a node or a shard), and why; replaced, then reaped
+    Released = "Released"  # replica: failed and none of its shards runs any more: on view, holding nothing
     # nodes
     Discovered = "Discovered"  # the last hardware probe completed
     EnginesReady = "EnginesReady"  # every engine it has runs and accepts the flags llmgw passes

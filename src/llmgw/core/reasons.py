@@ -31,6 +31,7 @@ class Reason(StrEnum):
     Evicted = "Evicted"
     ScaledDown = "ScaledDown"
     Removed = "Removed"  # the model left the catalog
+    ShardsGone = "ShardsGone"  # a failed replica none of whose shards runs any more: it holds nothing
     WeightsUnusable = "WeightsUnusable"  # a shard's weights are missing, empty or unreadable on its node
     ModelNotLoaded = "ModelNotLoaded"  # the engine's health answers, but it serves no model
     EngineExited = "EngineExited"  # a shard's process ended (it is restarted, up to a limit)

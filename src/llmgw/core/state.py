@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, computed_field, model_validator
 
 from llmgw.core.conditions import Condition, ConditionType, Status, get_condition
 from llmgw.core.explanation import Explanation
@@ -68,22 +68,41 @@ class ReplicaRecord(BaseModel):
     # the engine secret the control plane made for this replica: its engines answer only requests carrying it
     secret: str = Field(default="", repr=False)
     stop: StopRequest | None = None
-    failed: bool = False
-    failed_at: float | None = None
-    released: bool = False  # failed and none of its shards runs any more: kept on view, holding nothing
     seen_ranks: list[int] = []  # ranks some node has reported: one that disappears afterwards is missing
 
     @model_validator(mode="before")
     @classmethod
-    def _stop_reason_of_old(cls, data: Any) -> Any:
-        """Records written before stop requests were typed held "Reason: words"."""
+    def _of_old(cls, data: Any) -> Any:
+        """Records written before stop requests were typed held "Reason: words"; before failure was a condition,
+        flags."""
         if isinstance(data, dict) and "stop_reason" in data:
             data = dict(data)
             old = str(data.pop("stop_reason") or "")
             if old and data.get("stop") is None:
                 code, _, words = old.partition(": ")
                 data["stop"] = {"reason": reason_or(code, Reason.ScaledDown), "message": words}
-        return data
+        return _flags_as_conditions(data)
+
+    # Failure is the Failed condition and release the Released one. The flags are still written beside the
+    # conditions (a server of the previous release reads them) and read from rows that have only the flags.
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def failed(self) -> bool:
+        c = get_condition(self.conditions, ConditionType.Failed)
+        return c is not None and c.true
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def failed_at(self) -> float | None:
+        c = get_condition(self.conditions, ConditionType.Failed)
+        return c.last_transition if c is not None and c.true else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def released(self) -> bool:
+        """Failed, and none of its shards runs any more: kept on view, holding nothing."""
+        c = get_condition(self.conditions, ConditionType.Released)
+        return c is not None and c.true
 
     @property
     def placed(self) -> bool:
@@ -103,6 +122,27 @@ class ReplicaRecord(BaseModel):
 
     def node_ids(self) -> list[str]:
         return [a.node_id for a in self.assignments]
+
+
+def _flags_as_conditions(data: Any) -> Any:
+    """Rows written before failure was a condition hold `failed`, `failed_at` and `released` flags: they become
+    the Failed and Released conditions (the Ready condition's reason and words say why it failed). Where the
+    conditions are there already (rows written since, which carry both), the flags are dropped."""
+    if not isinstance(data, dict) or not {"failed", "failed_at", "released"} & data.keys():
+        return data
+    data = dict(data)
+    failed, at, released = data.pop("failed", False), data.pop("failed_at", None), data.pop("released", False)
+    conds = [c if isinstance(c, Condition) else Condition.model_validate(c) for c in data.get("conditions") or []]
+    if failed and get_condition(conds, ConditionType.Failed) is None:
+        ready = get_condition(conds, ConditionType.Ready)
+        why = ready.reason if ready is not None and not ready.true else Reason.ShardFailed
+        conds.append(Condition(type=ConditionType.Failed, status=Status.TRUE, reason=why,
+                               message=ready.message if ready is not None else "", last_transition=at or 0.0))
+        if released and get_condition(conds, ConditionType.Released) is None:
+            conds.append(Condition(type=ConditionType.Released, status=Status.TRUE, reason=Reason.ShardsGone,
+                                   last_transition=at or 0.0))
+    data["conditions"] = conds
+    return data
 
 
 class Event(BaseModel):

@@ -109,6 +109,10 @@ class Snapshot:
                 return n
         return None
 
+    def with_node(self, view: NodeView) -> Snapshot:
+        """A snapshot with this view in place of the node's (a what-if for one node)."""
+        return Snapshot(nodes=tuple(view if n.id == view.id else n for n in self.nodes), now=self.now)
+
     def with_reservation(self, replica_id: str, reservations: Iterable[Reservation]) -> Snapshot:
         """A snapshot in which what these reservations name is taken by the replica."""
         by_node = {r.node_id: r for r in reservations}

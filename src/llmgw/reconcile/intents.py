@@ -1,39 +1,35 @@
-"""What the reconciler asks for. One place (control.apply) carries these out against the store."""
+"""What the reconciler asks for, as typed decisions: a reason code and the facts behind it, never rendered text.
+
+`apply.apply(state, intents)` turns them into new records, events and counts; the control plane and the test
+harness both carry out what it returns.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmgw.core.state import ReplicaRecord
-from llmgw.reconcile.scaling import Timer
+from llmgw.core.conditions import Status
+from llmgw.core.explanation import Explanation
+from llmgw.core.reasons import Reason
+from llmgw.core.state import ShardAssignment
+from llmgw.reconcile.scaling import Step, Timer
 
 
 @dataclass(frozen=True)
 class MarkLost:
+    """A node silent past the limit is lost."""
+
     node_id: str
-    message: str
-
-
-@dataclass(frozen=True)
-class PutReplica:
-    """Create or update a replica record: placement, conditions, failure, stop."""
-
-    replica: ReplicaRecord
-    event: str = ""  # written to the log when not empty
-    why: str = ""  # a new replica: why it was added (LoadAboveTarget), for the metrics' scale events
-
-
-@dataclass(frozen=True)
-class Reap:
-    replica_id: str
-    message: str
+    silent_for: float
+    limit: float
 
 
 @dataclass(frozen=True)
 class HoldLosses:
     """Nodes are silent, but too many at once to blame them: none is declared lost this pass."""
 
-    message: str
+    silent: int
+    live: int
 
 
 @dataclass(frozen=True)
@@ -44,4 +40,87 @@ class SetScaleTimer:
     timer: Timer
 
 
-Intent = MarkLost | PutReplica | Reap | HoldLosses | SetScaleTimer
+@dataclass(frozen=True)
+class Add:
+    """A new replica of the model. `step` is Up when scaling on load added it, `words` what the load was."""
+
+    replica_id: str
+    model: str
+    shards_expected: int
+    secret: str
+    step: Step = Step.Hold
+    words: str = ""
+
+
+@dataclass(frozen=True)
+class Place:
+    replica_id: str
+    assignments: tuple[ShardAssignment, ...]
+    explanation: Explanation
+    shards_expected: int
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """Placement found no room; `room` is the replica stopping to make room for it, if any."""
+
+    replica_id: str
+    explanation: Explanation
+    room: str = ""
+    room_model: str = ""
+
+
+@dataclass(frozen=True)
+class Observe:
+    """A placed replica's readiness as its nodes report it (not a failure: that is Fail)."""
+
+    replica_id: str
+    status: Status
+    reason: Reason
+    words: str
+    endpoint: str
+    seen_ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Fail:
+    """The replica failed: a node lost, a shard failed or gone. `words`: the node's own, where it gave any."""
+
+    replica_id: str
+    reason: Reason
+    words: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The replica is no longer wanted: Removed (words: none), Idle (words: for how long), ScaledDown (why)."""
+
+    replica_id: str
+    reason: Reason
+    words: str = ""
+
+
+@dataclass(frozen=True)
+class Evict:
+    """An idle replica stops to make room for another model."""
+
+    replica_id: str
+    for_model: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """A failed replica none of whose shards runs any more: kept on view, holding nothing."""
+
+    replica_id: str
+
+
+@dataclass(frozen=True)
+class Reap:
+    """A replica let go (failed or stopped) whose shards are gone: its record is removed."""
+
+    replica_id: str
+
+
+ReplicaIntent = Add | Place | Unplaced | Observe | Fail | Stop | Evict | Release
+Intent = MarkLost | HoldLosses | SetScaleTimer | ReplicaIntent | Reap

@@ -1,23 +1,83 @@
-"""reconcile(world) -> intents. Pure: reads the world, never the clock or the store."""
+"""reconcile(world) -> intents. Pure: reads the world, never the clock or the store.
+
+A pass runs in stages, each reading what the earlier ones decided: nodes lost, replicas let go (reaped or kept on
+view), status of the rest (failed, ready, removed from the catalog), scaling, then placement, with eviction for a
+request that fits nowhere.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from dataclasses import dataclass, field
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.backoff import doubling
-from llmgw.core.conditions import ConditionType, Status, set_condition
-from llmgw.core.explanation import explanation_lines
+from llmgw.core.conditions import ConditionType
 from llmgw.core.reasons import Reason
 from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place, reservations
-from llmgw.placement.snapshot import Snapshot, build_snapshot
-from llmgw.reconcile.intents import HoldLosses, Intent, MarkLost, PutReplica, Reap, SetScaleTimer
+from llmgw.placement.snapshot import build_snapshot
+from llmgw.reconcile.eviction import victim
+from llmgw.reconcile.intents import (
+    Add,
+    Evict,
+    HoldLosses,
+    Intent,
+    MarkLost,
+    Place,
+    Reap,
+    Release,
+    ReplicaIntent,
+    SetScaleTimer,
+    Stop,
+    Unplaced,
+)
 from llmgw.reconcile.scaling import Step, Timer, decide, floor, wanted
-from llmgw.reconcile.status import derive, stopped
+from llmgw.reconcile.status import observe
+from llmgw.reconcile.transitions import EVICTED_FOR as EVICTED_FOR
+from llmgw.reconcile.transitions import after
 from llmgw.reconcile.world import World
+
+MAX_KEPT_FAILED = 5  # per model: older failures are reaped even inside keep_failed
+NOT_ITS_FAULT = {Reason.NodeLost, Reason.ShardMissing}  # the node went, not the replica: replaced without delay
+
+
+@dataclass
+class Pass:
+    """One pass's working state: the replicas as decided so far, and the intents that decided them."""
+
+    w: World
+    nodes: list[NodeRecord]
+    by_id: dict[str, NodeRecord]
+    current: dict[str, ReplicaRecord]
+    intents: list[Intent] = field(default_factory=list)
+
+    def do(self, i: Intent) -> None:
+        """Decide: the intent is kept, and `current` shows its effect. A replica intent that changes nothing (the
+        same readiness, the same refusal) is dropped: there is nothing to write."""
+        if isinstance(i, Reap):
+            self.current.pop(i.replica_id, None)
+        elif isinstance(i, ReplicaIntent):
+            old = self.current.get(i.replica_id)
+            new = after(old, i, self.w.now)
+            if new == old:
+                return
+            self.current[i.replica_id] = new
+        self.intents.append(i)
+
+
+def reconcile(w: World) -> list[Intent]:
+    nodes, intents = _liveness(w)
+    p = Pass(w, nodes, {n.id: n for n in nodes}, {r.id: r for r in w.replicas}, intents)
+    _let_go(p)
+    _status(p)
+    taken = {r.id for r in w.replicas}
+    for name, spec in w.models.items():
+        _scale(p, name, spec, taken)
+    _place_pending(p)
+    return p.intents
 
 
 def _liveness(w: World) -> tuple[list[NodeRecord], list[Intent]]:
@@ -38,22 +98,38 @@ def _liveness(w: World) -> tuple[list[NodeRecord], list[Intent]]:
     if not silent:
         return list(w.nodes), []
     if len(near) == len(live) or (len(live) >= 3 and len(near) > w.timings.silent_majority * len(live)):
-        msg = (f"{len(near)} of {len(live)} live nodes are silent at once: assuming the control plane or its "
-               "network is at fault, no node is declared lost until contact returns")
-        return list(w.nodes), [HoldLosses(msg)]
+        return list(w.nodes), [HoldLosses(silent=len(near), live=len(live))]
     budget = max(1, int(len(w.nodes) * w.timings.lost_per_pass))
     lost_now = {n.id for n in silent[:budget]}
     out: list[NodeRecord] = []
     intents: list[Intent] = []
     for n in w.nodes:
         if n.id in lost_now:
-            intents.append(MarkLost(n.id, f"node {n.id} lost: silent for {quiet(n):.0f}s (limit {limit:.0f}s)"))
+            intents.append(MarkLost(n.id, silent_for=quiet(n), limit=limit))
             n = n.model_copy(update={"lost": True})
         out.append(n)
     return out, intents
 
 
-EVICTED_FOR = "idle, to make room for "
+def _let_go(p: Pass) -> None:
+    """Failed and stopping replicas whose shards are gone: reaped, or kept on view a while holding nothing."""
+    kept = _failed_to_keep(p.w)
+    for r in p.w.replicas:
+        if (r.failed or r.stop is not None) and not _still_running(r, p.by_id):
+            p.do(Release(r.id) if r.id in kept else Reap(r.id))
+
+
+def _status(p: Pass) -> None:
+    """Live replicas: removed from the catalog, or failed, ready or starting as their nodes report."""
+    for r in list(p.current.values()):
+        if r.failed or r.stop is not None:
+            continue
+        if r.model not in p.w.models:
+            p.do(Stop(r.id, Reason.Removed))
+            continue
+        seen = observe(r, p.by_id)
+        if seen is not None:
+            p.do(seen)
 
 
 def _still_running(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> bool:
@@ -74,11 +150,7 @@ def _last_activity(r: ReplicaRecord, w: World) -> float:
     return max(r.ready_at or r.created_at, w.started_at)
 
 
-MAX_KEPT_FAILED = 5  # per model: older failures are reaped even inside keep_failed
-NOT_ITS_FAULT = {Reason.NodeLost, Reason.ShardMissing}  # the node went, not the replica: replaced without delay
-
-
-def _failed_to_keep(w: World, by_id: dict[str, NodeRecord]) -> set[str]:
+def _failed_to_keep(w: World) -> set[str]:
     """Failed replicas whose shards are gone that stay on view: failed within keep_failed, the newest few a model."""
     by_model: dict[str, list[ReplicaRecord]] = {}
     for r in w.replicas:
@@ -105,6 +177,94 @@ def _backing_off(model: str, current: dict[str, ReplicaRecord], w: World) -> boo
     return w.now - failures[0] < delay
 
 
+def _scale(p: Pass, name: str, spec: ModelSpec, taken: set[str]) -> None:
+    """One model's count: idle on-demand replicas stop, then wanted() says how many run; the newest go first."""
+    w = p.w
+    active = sorted(
+        (r for r in p.current.values() if r.model == name and not r.failed and r.stop is None),
+        key=lambda r: (r.created_at, r.id),
+    )
+    demanded = w.now - w.demand.get(name, float("-inf")) <= w.timings.demand_window
+    if spec.on_demand:
+        active = _stop_idle(p, spec, active, demanded)
+    step, words = Step.Hold, ""
+    if spec.scaling.target_in_flight is not None:
+        step, words = _on_load(p, name, spec, active, demanded)
+    want = wanted(spec, active=len(active), ready=sum(1 for r in active if r.ready), demanded=demanded, step=step)
+    if want > len(active) and _backing_off(name, p.current, w):
+        want = len(active)  # failing again and again: the next try waits (CrashLoopBackOff, in small)
+    for r in active[want:][::-1]:
+        why = (words if step is Step.Down else "") or f"{len(active)} running, max {spec.scaling.max}"
+        p.do(Stop(r.id, Reason.ScaledDown, why))
+    for _ in range(want - len(active)):
+        rid = _new_id(name, w.entropy, taken)
+        p.do(Add(rid, name, spec.profile.nodes, _derive(w.entropy, f"secret:{rid}"),
+                 step=step if step is Step.Up else Step.Hold, words=words if step is Step.Up else ""))
+
+
+def _stop_idle(p: Pass, spec: ModelSpec, active: list[ReplicaRecord], demanded: bool) -> list[ReplicaRecord]:
+    """An on-demand model's replicas unused for its idle_timeout stop; the rest are returned."""
+    w = p.w
+    left = []
+    for r in active:
+        # a replica with a request in flight is in use, however long ago that request began; one still loading
+        # (placed or not) while requests keep asking is wanted, not idle
+        idle = w.now - _last_activity(r, w)
+        if w.outstanding.get(r.id, 0) > 0 or idle < spec.scaling.idle_timeout or (demanded and not r.ready):
+            left.append(r)
+        else:
+            p.do(Stop(r.id, Reason.Idle, f"{idle:.0f}s"))
+    return left
+
+
+def _on_load(p: Pass, name: str, spec: ModelSpec, active: list[ReplicaRecord],
+             demanded: bool) -> tuple[Step, str]:
+    """This pass's step of scaling on load (scaling.py decides; wanted() turns it into a count), and its words."""
+    w, sc = p.w, spec.scaling
+    assert sc.target_in_flight is not None
+    ready = [r for r in active if r.ready]
+    timer = w.scale_timers.get(name, Timer())
+    d = decide(target=sc.target_in_flight, up_after=sc.scale_up_after, down_after=sc.scale_down_after,
+               lo=floor(spec, active=len(active), demanded=demanded), hi=sc.max, ready=len(ready),
+               in_flight=float(sum(w.outstanding.get(r.id, 0) for r in ready)), timer=timer, now=w.now)
+    if d.timer != timer:
+        p.do(SetScaleTimer(name, d.timer))
+    return d.step, d.message
+
+
+def _place_pending(p: Pass) -> None:
+    """Everything not yet placed, oldest first, on one snapshot updated as replicas are placed."""
+    w = p.w
+    pending = sorted(
+        (r for r in p.current.values() if not (r.placed or r.failed or r.stop is not None)),
+        key=lambda r: (r.created_at, r.id),
+    )
+    if not pending:
+        return  # a pass with nothing to place builds no snapshot: at 10,000 nodes that is most of a pass's cost
+    snap = build_snapshot(p.nodes, list(p.current.values()), w.models, w.now)
+    evicting = any(r.stop is not None and r.stop.reason == Reason.Evicted for r in p.current.values())
+    failed_on: dict[str, frozenset[str]] = {}
+    for f in p.current.values():  # failed replicas stay on view a while (failed_kept_for): their nodes are avoided
+        if f.failed:
+            failed_on[f.model] = failed_on.get(f.model, frozenset()) | {a.node_id for a in f.assignments}
+    for r in pending:
+        spec = w.models[r.model]
+        req = Request(replica_id=r.id, model=spec, failed_on=failed_on.get(r.model, frozenset()))
+        result = place(req, snap)
+        if isinstance(result, Placement):
+            p.do(Place(r.id, tuple(result.assignments), result.explanation, spec.profile.nodes))
+            snap = snap.with_reservation(r.id, reservations(req, result.assignments))
+            continue
+        # a model asked for now (on demand) or promised (min >= 1) may have an idle on-demand replica stopped for it
+        if not evicting:
+            v = victim(req, snap, p.current, p.by_id, w)
+            if v is not None:
+                p.do(Evict(v.id, spec.name))
+                evicting = True
+        room = next((v for v in p.current.values() if v.stop is not None and v.stop.for_model == spec.name), None)
+        p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else ""))
+
+
 def _new_id(model: str, entropy: bytes, taken: set[str]) -> str:
     n = 0
     while True:
@@ -117,184 +277,3 @@ def _new_id(model: str, entropy: bytes, taken: set[str]) -> str:
 
 def _derive(entropy: bytes, label: str) -> str:
     return hmac.new(entropy, label.encode(), hashlib.sha256).hexdigest()
-
-
-def reconcile(w: World) -> list[Intent]:
-    nodes, intents = _liveness(w)
-    by_id = {n.id: n for n in nodes}
-    current: dict[str, ReplicaRecord] = {}
-    events: dict[str, str] = {}
-
-    # 1. status of what exists, and reaping of what was let go
-    kept = _failed_to_keep(w, by_id)
-    for r in w.replicas:
-        if r.failed or r.stop is not None:
-            if not _still_running(r, by_id):
-                if r.id in kept:
-                    current[r.id] = r if r.released else r.model_copy(update={"released": True})
-                    continue
-                why = f"{r.stop.reason}: {r.stop.message}" if r.stop is not None else "failed"
-                intents.append(Reap(r.id, f"replica {r.id} of {r.model} reaped ({why})"))
-                continue
-            current[r.id] = r
-            continue
-        spec = w.models.get(r.model)
-        if spec is None:
-            current[r.id] = stopped(r, Reason.Removed, f"model {r.model} is no longer in the catalog", w.now)
-            events[r.id] = f"replica {r.id} stopping: model {r.model} removed from the catalog"
-            continue
-        d = derive(r, by_id, w.now)
-        if d.failed and not r.failed:
-            c = d.conditions[-1] if d.conditions else None
-            events[r.id] = f"replica {r.id} of {r.model} failed: {c.message if c else ''}"
-        elif d.ready and not r.ready:
-            events[r.id] = f"replica {r.id} of {r.model} ready at {d.endpoint}"
-        current[r.id] = d
-
-    # 2. scaling per model
-    taken = {r.id for r in w.replicas}
-    added: dict[str, str] = {}  # new replica -> why, when scaling on load added it
-    for name, spec in w.models.items():
-        active = sorted(
-            (r for r in current.values() if r.model == name and not r.failed and r.stop is None),
-            key=lambda r: (r.created_at, r.id),
-        )
-        demanded = w.now - w.demand.get(name, float("-inf")) <= w.timings.demand_window
-        if spec.on_demand:
-            # a replica with a request in flight is in use, however long ago that request began
-            keep = [r for r in active if w.outstanding.get(r.id, 0) > 0
-                    or w.now - _last_activity(r, w) < spec.scaling.idle_timeout]
-            for r in active:
-                # a replica still loading (placed or not) while requests keep asking is wanted, not idle
-                if r not in keep and not (demanded and not r.ready):
-                    idle = w.now - _last_activity(r, w)
-                    current[r.id] = stopped(r, Reason.Idle, f"unused for {idle:.0f}s", w.now)
-                    events[r.id] = f"replica {r.id} of {name} stopping: idle for {idle:.0f}s"
-            active = [r for r in active if current[r.id].stop is None]
-        step, added_event, down_why = Step.Hold, "", ""
-        if spec.scaling.target_in_flight is not None:
-            step, added_event, down_why = _on_load(name, spec, active, demanded, w, intents)
-        want = wanted(spec, active=len(active), ready=sum(1 for r in active if r.ready), demanded=demanded,
-                      step=step)
-        added_why = step.value if step is Step.Up else ""
-        if want > len(active) and _backing_off(name, current, w):
-            want = len(active)  # failing again and again: the next try waits (CrashLoopBackOff, in small)
-        for r in active[want:][::-1]:
-            why = down_why or f"{len(active)} running, max {spec.scaling.max}"
-            current[r.id] = stopped(r, Reason.ScaledDown, why, w.now)
-            events[r.id] = f"replica {r.id} of {name} stopping: scaled down ({why})"
-        for _ in range(want - len(active)):
-            rid = _new_id(name, w.entropy, taken)
-            current[rid] = ReplicaRecord(
-                id=rid, model=name, created_at=w.now, shards_expected=spec.profile.nodes,
-                secret=_derive(w.entropy, f"secret:{rid}"),
-            )
-            if added_why:
-                added[rid] = added_why
-                events[rid] = f"replica {rid} of {name} added: {added_event}"
-
-    # 3. placement of everything still pending, oldest first, on a snapshot updated as we go
-    pending = sorted(
-        (r for r in current.values() if not (r.placed or r.failed or r.stop is not None)),
-        key=lambda r: (r.created_at, r.id),
-    )
-    # a pass with nothing to place builds no snapshot: at 10,000 nodes that is most of a pass's cost
-    snap = build_snapshot(nodes, list(current.values()), w.models, w.now) if pending else None
-    evicting = any(r.stop is not None and r.stop.reason == Reason.Evicted for r in current.values())
-    failed_on: dict[str, frozenset[str]] = {}
-    for f in current.values():  # failed replicas stay on view a while (failed_kept_for): their nodes are avoided
-        if f.failed and pending:
-            failed_on[f.model] = failed_on.get(f.model, frozenset()) | {a.node_id for a in f.assignments}
-    for r in pending:
-        assert snap is not None
-        spec = w.models[r.model]
-        req = Request(replica_id=r.id, model=spec, failed_on=failed_on.get(r.model, frozenset()))
-        result = place(req, snap)
-        if isinstance(result, Placement):
-            conds = set_condition(r.conditions, ConditionType.Scheduled, Status.TRUE, Reason.Placed,
-                                  "on " + ", ".join(a.node_id for a in result.assignments), w.now)
-            conds = set_condition(conds, ConditionType.Ready, Status.FALSE, Reason.ShardsStarting, "placed", w.now)
-            current[r.id] = r.model_copy(update={
-                "assignments": result.assignments, "explanation": result.explanation, "conditions": conds,
-                "shards_expected": spec.profile.nodes,
-            })
-            where = ", ".join(a.node_id for a in result.assignments)
-            placed = f"replica {r.id} of {spec.name} placed on {where}"
-            events[r.id] = f"{events[r.id]}; {placed}" if r.id in events else placed  # after why it was added
-            snap = snap.with_reservation(r.id, reservations(req, result.assignments))
-            continue
-        expl = result.explanation
-        first = not expl.same_as(r.explanation)
-        if not first:
-            assert r.explanation is not None
-            expl = r.explanation  # saying it again is no change: no write, no router woken
-        why = "; ".join(explanation_lines(expl)[1:3])
-        # a model asked for now (on demand) or promised (min >= 1) may have an idle on-demand replica stopped for it
-        if not evicting:
-            victim = _eviction_victim(req, current, nodes, w, exclude_model=spec.name)
-            if victim is not None:
-                msg = f"{EVICTED_FOR}{spec.name}"
-                current[victim.id] = stopped(victim, Reason.Evicted, msg, w.now, for_model=spec.name)
-                events[victim.id] = f"replica {victim.id} of {victim.model} evicted: {msg}"
-                evicting = True
-        room = next((v for v in current.values() if v.stop is not None and v.stop.for_model == spec.name), None)
-        if room is not None:
-            why = f"waiting for idle replica {room.id} of {room.model}, evicted to make room, to stop; {why}"
-        conds = set_condition(r.conditions, ConditionType.Scheduled, Status.FALSE, Reason.Unschedulable, why, w.now)
-        current[r.id] = r.model_copy(update={"explanation": expl, "conditions": conds})
-        if first:
-            nowhere = f"replica {r.id} of {spec.name} cannot be placed: " + " | ".join(explanation_lines(expl)[1:])
-            events[r.id] = f"{events[r.id]}; {nowhere}" if r.id in events else nowhere
-
-    for r in current.values():
-        old = next((o for o in w.replicas if o.id == r.id), None)
-        if old is None or old != r:
-            intents.append(PutReplica(r, events.get(r.id, ""), added.get(r.id, "")))
-    return intents
-
-
-def _on_load(name: str, spec: ModelSpec, active: list[ReplicaRecord], demanded: bool, w: World,
-             intents: list[Intent]) -> tuple[Step, str, str]:
-    """This pass's step of scaling on load (scaling.py decides; wanted() turns it into a count): (the step, the
-    words for a replica it adds, the words for one it removes)."""
-    sc = spec.scaling
-    assert sc.target_in_flight is not None
-    ready = [r for r in active if r.ready]
-    timer = w.scale_timers.get(name, Timer())
-    d = decide(target=sc.target_in_flight, up_after=sc.scale_up_after, down_after=sc.scale_down_after,
-               lo=floor(spec, active=len(active), demanded=demanded), hi=sc.max, ready=len(ready),
-               in_flight=float(sum(w.outstanding.get(r.id, 0) for r in ready)), timer=timer, now=w.now)
-    if d.timer != timer:
-        intents.append(SetScaleTimer(name, d.timer))
-    if d.step is Step.Up:
-        return d.step, d.message, ""
-    if d.step is Step.Down:
-        return d.step, "", d.message
-    return d.step, "", ""
-
-
-def _eviction_victim(
-    req: Request, current: dict[str, ReplicaRecord], nodes: list[NodeRecord], w: World, exclude_model: str
-) -> ReplicaRecord | None:
-    """One idle single-node replica of another on-demand model whose removal lets this request fit."""
-    candidates = []
-    for r in current.values():
-        spec: ModelSpec | None = w.models.get(r.model)
-        if spec is None or r.model == exclude_model or not spec.on_demand:
-            continue  # min >= 1 is a promise that the model stays up
-        if not r.ready or len(r.assignments) != 1:
-            continue  # a multi-node replica frees several machines and takes long to rebuild
-        used = w.last_used.get(r.id)
-        if used is None:
-            continue  # unknown is not idle: after a restart nothing has reported usage yet
-        if w.outstanding.get(r.id, 0) > 0 or w.now - used < w.timings.evict_idle_after:
-            continue
-        if r.ready_at is not None and w.now - r.ready_at < w.timings.evict_protect:
-            continue  # recently started: evicting it now would let two models take turns
-        candidates.append((used, r.id, r))
-    for _, _, victim in sorted(candidates, key=lambda c: (c[0], c[1])):
-        others = [r for r in current.values() if r.id != victim.id]
-        snap: Snapshot = build_snapshot(nodes, others, w.models, w.now)
-        if isinstance(place(req, snap), Placement):
-            return victim
-    return None

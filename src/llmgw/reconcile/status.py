@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 
-from llmgw.core.conditions import ConditionType, Status, set_condition
+from llmgw.core.conditions import Status
 from llmgw.core.reasons import Reason, reason_or
-from llmgw.core.state import NodeRecord, ReplicaRecord, StopRequest
+from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.reconcile.intents import Fail, Observe
+from llmgw.reconcile.transitions import after
+from llmgw.reconcile.transitions import stopped as stopped
 from llmgw.wire.messages import ShardState
 
 # what a node may say of its own shard: anything else it sends (NodeLost, AllShardsReady, ...) is the control
@@ -29,22 +32,50 @@ def _ready_state(s: ShardState) -> bool:
 
 def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> ReplicaRecord:
     """The replica with failure, readiness and endpoint brought up to date."""
+    seen = observe(r, nodes)
+    return r if seen is None else after(r, seen, now)
+
+
+def observe(r: ReplicaRecord, nodes: dict[str, NodeRecord]) -> Fail | Observe | None:
+    """What the nodes' reports say of a placed, live replica: failed, or how ready (None: nothing to observe)."""
     if r.failed or r.stop is not None or not r.assignments:
-        return r
+        return None
     states: dict[int, ShardState] = {}
     for a in r.assignments:
         node = nodes.get(a.node_id)
         if node is None or node.lost:
-            why = f"node {a.node_id} lost (rank {a.rank})"
-            return _fail(r, Reason.NodeLost, why, now)
+            return Fail(r.id, Reason.NodeLost, f"node {a.node_id} lost (rank {a.rank})")
         for s in node.report.shards:
             if s.replica_id == r.id and s.rank == a.rank:
                 states[a.rank] = s
+    broken = _broken(r, states)
+    if broken is not None:
+        return broken
+    seen = tuple(sorted(set(r.seen_ranks) | set(states)))
+    missing = [rank for rank in seen if rank not in states]
+    if missing:
+        return Fail(r.id, Reason.ShardMissing, f"rank(s) {missing} no longer reported by their node")
+    if len(r.assignments) < r.shards_expected:
+        return Fail(r.id, Reason.ShardMissing, f"{len(r.assignments)} of {r.shards_expected} shards assigned")
+    if len(states) == r.shards_expected and all(_ready_state(s) for s in states.values()):
+        return Observe(r.id, Status.TRUE, Reason.AllShardsReady, "", assigned_endpoint(r), seen)
+    pending = ", ".join(
+        f"rank {a.rank}: {states[a.rank].state}{' (' + states[a.rank].message + ')' if states[a.rank].message else ''}"
+        if a.rank in states else f"rank {a.rank}: not yet started on {a.node_id}"
+        for a in r.assignments
+    )
+    # a shard that says why it is not ready (ModelNotLoaded, EngineExited) names the reason; else still starting
+    told = [shard_reason(s.reason, Reason.ShardsStarting) for s in states.values() if s.reason and not _ready_state(s)]
+    return Observe(r.id, Status.FALSE, told[0] if told else Reason.ShardsStarting, pending, "", seen)
+
+
+def _broken(r: ReplicaRecord, states: dict[int, ShardState]) -> Fail | None:
+    """A shard that failed, or a multi-node group broken by a rank that exited."""
     for rank, s in sorted(states.items()):
         if s.state == "failed":
             # the node's code when it gave one we know (WeightsUnusable, ...), in its own words
-            why = shard_reason(s.reason, Reason.ShardFailed)
-            return _fail(r, why, f"rank {rank} on {_node_of(r, rank)} failed: {s.message}", now)
+            code = shard_reason(s.reason, Reason.ShardFailed)
+            return Fail(r.id, code, f"rank {rank} on {_node_of(r, rank)} failed: {s.message}")
     # a group spanning nodes does not survive losing a member (a rank exits when its peer goes): restarting one rank
     # cannot bring it back, and waiting for the silent node's timer leaves it "starting" for a minute. A rank that
     # exited of itself is the cause; one that exited because a peer went names that peer, and its node
@@ -56,29 +87,8 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
         if s.lost_peer is not None:
             role = "leader" if s.lost_peer == 0 else "worker"
             why = f"{role} rank {s.lost_peer} on {_node_of(r, s.lost_peer)} disconnected: {why}"
-        return _fail(r, Reason.ShardFailed, why, now)
-    seen = sorted(set(r.seen_ranks) | set(states))
-    missing = [rank for rank in seen if rank not in states]
-    if missing:
-        return _fail(r, Reason.ShardMissing, f"rank(s) {missing} no longer reported by their node", now)
-    if len(r.assignments) < r.shards_expected:
-        msg = f"{len(r.assignments)} of {r.shards_expected} shards assigned"
-        return _fail(r, Reason.ShardMissing, msg, now)
-    out = r.model_copy(update={"seen_ranks": seen})
-    if len(states) == r.shards_expected and all(_ready_state(s) for s in states.values()):
-        endpoint = assigned_endpoint(r)
-        conds = set_condition(out.conditions, ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", now)
-        return out.model_copy(update={"conditions": conds, "ready_at": out.ready_at or now, "endpoint": endpoint})
-    pending = ", ".join(
-        f"rank {a.rank}: {states[a.rank].state}{' (' + states[a.rank].message + ')' if states[a.rank].message else ''}"
-        if a.rank in states else f"rank {a.rank}: not yet started on {a.node_id}"
-        for a in r.assignments
-    )
-    # a shard that says why it is not ready (ModelNotLoaded, EngineExited) names the reason; else still starting
-    told = [shard_reason(s.reason, Reason.ShardsStarting) for s in states.values() if s.reason and not _ready_state(s)]
-    conds = set_condition(out.conditions, ConditionType.Ready, Status.FALSE, told[0] if told else Reason.ShardsStarting,
-                          pending, now)
-    return out.model_copy(update={"conditions": conds, "endpoint": ""})
+        return Fail(r.id, Reason.ShardFailed, why)
+    return None
 
 
 def _node_of(r: ReplicaRecord, rank: int) -> str:
@@ -99,14 +109,3 @@ def assigned_endpoint(r: ReplicaRecord) -> str:
         return ""
     host = f"[{ip.compressed}]" if ip.version == 6 else ip.compressed
     return f"http://{host}:{leader.serve_port}"
-
-
-def _fail(r: ReplicaRecord, reason: Reason, message: str, now: float) -> ReplicaRecord:
-    conds = set_condition(r.conditions, ConditionType.Ready, Status.FALSE, reason, message, now)
-    return r.model_copy(update={"failed": True, "failed_at": now, "conditions": conds, "endpoint": ""})
-
-
-def stopped(r: ReplicaRecord, reason: Reason, message: str, now: float, for_model: str = "") -> ReplicaRecord:
-    conds = set_condition(r.conditions, ConditionType.Ready, Status.FALSE, reason, message, now)
-    stop = StopRequest(reason=reason, message=message, for_model=for_model, at=now)
-    return r.model_copy(update={"stop": stop, "conditions": conds, "endpoint": ""})

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.state import ReplicaRecord
-from llmgw.reconcile.intents import PutReplica, Reap
+from llmgw.reconcile.intents import Add, Reap
 from tests.control.conftest import LEASE
-
-
-def replica(rid: str, at: float) -> ReplicaRecord:
-    return ReplicaRecord(id=rid, model="m", created_at=at, shards_expected=1, secret="s" * 64)
 
 
 async def test_a_deposed_leader_forgets_the_writes_the_store_refused(
@@ -18,13 +13,13 @@ async def test_a_deposed_leader_forgets_the_writes_the_store_refused(
     """A leader deposed while paused does not keep in memory the replica changes the store refused: as a follower it
     serves agents and its router what the store holds."""
     a, b, clock = two
-    a.apply([PutReplica(replica("r1", clock.now()))])
+    a.apply([Add("r1", "m", 1, "s" * 64)])
     await a.follow_store()  # a pass: a's revisions are the store's
     clock.advance(LEASE + 1)  # a paused past its lease
     await b.hold_lease()
     assert b.leading
     # a wakes and runs one pass before its lease loop notices: its writes are refused
-    a.apply([Reap("r1", "idle"), PutReplica(replica("r2", clock.now()))])
+    a.apply([Reap("r1"), Add("r2", "m", 1, "s" * 64)])
     assert {r.id for r in a.store.list_replicas()} == {"r1"}
     await a.hold_lease()
     assert not a.leading

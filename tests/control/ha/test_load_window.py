@@ -7,14 +7,10 @@ from pathlib import Path
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.state import ReplicaRecord
-from llmgw.reconcile.intents import PutReplica
+from llmgw.reconcile.intents import Add
 from llmgw.store.postgres import PostgresStore
 from tests.control.conftest import config
 from tests.pg import PASSWORD
-
-
-def replica(rid: str, at: float) -> ReplicaRecord:
-    return ReplicaRecord(id=rid, model="m", created_at=at, shards_expected=1, secret="s" * 64)
 
 
 async def test_a_replica_written_while_a_server_loads_reaches_it(dsn: str, tmp_path: Path) -> None:
@@ -31,7 +27,7 @@ async def test_a_replica_written_while_a_server_loads_reaches_it(dsn: str, tmp_p
     def racing() -> list[ReplicaRecord]:
         got = real()
         if not any(r.id == "r1" for r in a.replicas.values()):  # the leader's write lands just after this read
-            a.apply([PutReplica(replica("r1", clock.now()))])
+            a.apply([Add("r1", "m", 1, "s" * 64)])
         return got
 
     bstore.list_replicas = racing  # type: ignore[method-assign]

@@ -5,8 +5,7 @@ from __future__ import annotations
 from llmgw.control.plane import REPORTER_SILENT_AFTER, ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.quota import KeyLimits, Refusal
-from llmgw.core.state import ReplicaRecord
-from llmgw.reconcile.intents import PutReplica
+from llmgw.reconcile.intents import Add
 from llmgw.store.base import UsageRecord
 from llmgw.wire.router import Activity
 
@@ -37,8 +36,7 @@ async def test_a_dead_servers_replica_in_flight_counts_stop_after_30s(
     """A dead server's requests in flight stop counting for a replica REPORTER_SILENT_AFTER (30 s) after its last row,
     not after the leader last re-read that row."""
     a, b, clock = two
-    a.apply([PutReplica(ReplicaRecord(id="r1", model="m", created_at=clock.now(), shards_expected=1,
-                                      secret="s" * 64))])
+    a.apply([Add("r1", "m", 1, "s" * 64)])
     await b.follow_store()
     b.record_activity(Activity(reporter="local", outstanding={"r1": 2}))
     await b.share_activity()
