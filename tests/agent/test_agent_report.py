@@ -137,9 +137,8 @@ async def test_a_build_an_engine_runs_from_counts_as_in_use_read_from_proc(tmp_p
 
 
 async def test_a_held_url_is_reported_however_many_local_files_there_are(tmp_path: Path) -> None:
-    """The report's weights are bounded (1024): a node whose weights_dirs hold more files (a shared model tree, an
-    HF cache) must still report the files it fetched, or the control plane never sees it as a holder and the nodes
-    of its fabric told to wait for it wait for good. (Found by review: local paths sorted before URLs.)"""
+    """The report's weights are bounded (1024), yet a node whose weights_dirs hold more files still reports the files
+    it fetched: otherwise it is never seen as a holder and its fabric's nodes wait for it for good."""
     from tests.agent.weights.kit import hold
 
     url = "https://origin.example/models/model.gguf"

@@ -118,8 +118,8 @@ async def _impostor(node_pki: Pki, pad: int) -> tuple[web.AppRunner, int]:
 
 @pytest.mark.parametrize("pad", [0, 2_000_000], ids=["small-answer", "large-answer"])
 async def test_a_node_certificate_never_passes_for_the_control_plane(node_pki: Pki, pad: int) -> None:
-    """client.py checks the answering certificate through `r.connection`; aiohttp releases the connection (and
-    sets it to None) as soon as the whole body has arrived with the headers, so a small answer skips the check."""
+    """The answering certificate is checked even on a small answer, whose connection aiohttp releases (and sets to
+    None) as soon as the whole body has arrived with the headers."""
     runner, port = await _impostor(node_pki, pad)
     c = ControlPlaneClient([f"https://127.0.0.1:{port}"], lambda: node_pki.client("node01"), 5.0)
     try:

@@ -1,6 +1,5 @@
-"""Found by an attack review: the agent's watch task ends for good on any error that is not an UpstreamError, and
-the client lets one through: a watch started while the session is being closed for a renewed certificate (client.py
-_reload_if_renewed, called by the heartbeat) raises RuntimeError('Session is closed')."""
+"""A watch started while the client's session is closed for a renewed certificate raises UpstreamError, the one
+error the agent's watch task survives, not RuntimeError('Session is closed')."""
 
 from __future__ import annotations
 

@@ -57,8 +57,8 @@ async def test_create_list_revoke(tmp_path: Path) -> None:
 
 
 async def test_after_a_rotation_revoking_by_name_leaves_no_key_of_that_name_live(tmp_path: Path) -> None:
-    """The defect: revoking "alice" revoked the first key named alice, even one already revoked, so the key made
-    by a rotation stayed live."""
+    """Revoking by name revokes the live key of that name, not the first one ever made (already revoked), so the key
+    a rotation made does not stay live."""
     p = plan(tmp_path, [], [])
     async with InProcessServer(p):
         old = (await ctl(p, "keys", "create", "--name", "alice")).stdout.strip().splitlines()[-1]
@@ -71,7 +71,7 @@ async def test_after_a_rotation_revoking_by_name_leaves_no_key_of_that_name_live
 
         # the old API: a name where an id belongs. Either it is refused, or it revokes what is live, never a no-op
         tf = p.workdir / "state" / "admin.token"
-        token = tf.read_text().strip() if tf.exists() else ""  # (main before issue 7 had no token)
+        token = tf.read_text().strip() if tf.exists() else ""
         async with aiohttp.ClientSession() as s, s.delete(
             f"{p.admin}/api/keys/alice", headers={"Authorization": f"Bearer {token}"}
         ) as r:

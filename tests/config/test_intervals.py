@@ -50,7 +50,7 @@ def test_an_agent_interval_that_cannot_work_is_refused(tmp_path: Path, line: str
 
 
 def test_server_check_refuses_a_zero_heartbeat(tmp_path: Path) -> None:
-    """`llmgw server --check` said such a config was fine, and the server then died at start."""
+    """`llmgw server --check` refuses a config the server would die on at start."""
     p = tmp_path / "server.yaml"
     p.write_text(BASE + "heartbeat_interval: 0s\n")
     r = subprocess.run([sys.executable, "-m", "llmgw.cli.main", "server", "--check", "-c", str(p)],

@@ -1,6 +1,6 @@
 """core/quota's admission decision held at its edges: every refusal is a refusal (not only the right code), the
 counts of other servers add in, a request exactly at a limit passes, refusals carry their words and headers, and
-settling gives back exactly what was not used. The rules a mutation-testing run found unguarded."""
+settling gives back exactly what was not used."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """core/quota's arithmetic held directly: how fast a bucket refills and how long a wait it names, where a budget
-period ends, how a reset time is written, and what other servers' admissions take from this one's buckets. The
-rules a mutation-testing run found unguarded by the admission tests."""
+period ends, how a reset time is written, and what other servers' admissions take from this one's buckets."""
 
 from __future__ import annotations
 

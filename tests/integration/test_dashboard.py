@@ -1,13 +1,6 @@
-"""Seeing the cluster (metrics, /admin) against one running cluster: a real control plane with metrics_listen, real
-agents with their own host roots, sim engines, a multi-node replica, a planted GPU fault and a model that cannot
-be placed anywhere.
-
-- metrics_listen serves /metrics and /health and nothing else;
-- /metrics carries the families, with the values of this known cluster, time-to-first-token counts after known
-  requests included;
-- the /admin page, in a real headless Chromium (Debian's, driven by Playwright; no browser is downloaded), shows
-  what `ctl status --json` shows, and the planted fault's words; a screenshot is kept as a test artifact.
-"""
+"""Seeing one running cluster (real control plane, agents, sim engines, a multi-node replica, a planted GPU fault, an
+unplaceable model): metrics_listen serves only /metrics and /health, /metrics carries this cluster's values, and
+/admin, in a real headless Chromium, shows what `ctl status --json` shows (a screenshot is kept as an artifact)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""A node with no engine installs llama.cpp from a release server, and says so while it does.
-
-Real processes throughout: a control plane, an agent with nothing installed, a release server on loopback serving
-an archive of the llama-server built here (held part way, so the test can look at the node mid-download), the
-router, and a chat completion from the engine the node installed for itself.
-"""
+"""A node with no engine installs llama.cpp from a release server (held part way, to watch it mid-download), says so
+while it does, and then answers a chat completion from the engine it installed. Real processes throughout."""
 
 from __future__ import annotations
 

@@ -127,7 +127,6 @@ async def test_a_connection_flood_on_the_api_starves_nothing_else(tmp_path: Path
     text = log.read_text(errors="replace")
     assert text.count("refusing connections") <= 2 and "Traceback" not in text, text[-3000:]
     print(f"server RSS {rss_before} KiB before the flood, {rss_after} KiB during it")
-    # what the flood may cost the server while it lasts: about 10 MiB today for the slow connections it holds
-    # (at most FD_LIMIT // 4, each with a 2 kB unfinished header); the bound is generous so a change in the
-    # listener's buffering shows up only when it is gross (issue 12: 0.5-1 MB per connection would be 64-128 MiB)
+    # what the flood may cost while it lasts (docs/benchmarks.md): the bound is generous, so only a gross change in
+    # the listener's buffering (such as 0.5-1 MB per slow connection) trips it
     assert rss_after - rss_before < FLOOD_RSS_BOUND_KIB, f"the flood cost {rss_after - rss_before} KiB of RSS"

@@ -1,11 +1,6 @@
-"""The planted-fault table (docs/truthful-state.md): each fault is put into a running cluster, and each must show as
-not so, with the same reason code on every surface an operator reads (`ctl nodes --json`, `ctl status --json`,
-`/api/status`, `/metrics`) and the machine's own words where words are shown.
-
-One cluster holds most faults at once, one per node or model, so the table costs one cluster start: real agents
-(processes with their own host roots), a real control plane, real engines; two nodes are hostile-node stand-ins
-with real node certificates, for what no honest agent would report on cue (never probed; a shard gone).
-"""
+"""The planted-fault table (docs/truthful-state.md): each fault, put into one running cluster, shows with the same
+reason code on every surface an operator reads, and the machine's own words where words are shown. Two nodes are
+hostile stand-ins with real certificates, for what no honest agent reports on cue."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""A node with a valid certificate and a user with a key limited to one model cannot make the router write to the
-management API: not by naming it as the engine's endpoint, not by answering with a redirect to it, and not by
-offering the control plane's own port as one of its engine ports.
-
-The management API refuses a request without the operator's token anyway, so each rule is also held against a
-loopback bystander that needs no token and answers like an engine: the router must never reach it."""
+"""A node with a valid certificate and a user with a one-model key cannot make the router reach the management API:
+not as an engine endpoint, a redirect or an engine port. Each rule is also held against a tokenless loopback
+bystander, since the management API's token would refuse the request anyway."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""A new model placed on four nodes of one fabric is downloaded from its origin once; the other
-three nodes copy it from the node that fetched it, over the nodes' own mutual TLS.
-
-Real processes throughout: a control plane, four agents (each with its own weights directory and peer listener on
-its own address), an origin on loopback made by the test (held after its first chunk so the test can watch the
-node fetching it and the others waiting), and the sim engine serving the model on every node once its file is
-whole and verified.
-"""
+"""A new model placed on four nodes of one fabric is downloaded from its origin once; the other three copy it from
+the node that fetched it over mutual TLS. Real processes throughout, the origin held after its first chunk."""
 
 from __future__ import annotations
 

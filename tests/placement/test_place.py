@@ -125,9 +125,8 @@ def test_impossible_profile_is_a_refusal_not_a_crash() -> None:
 
 
 def test_every_port_a_rank_binds_is_reserved_on_its_own_node() -> None:
-    """llama.cpp's RPC workers bind a port on their own node. Placement gives it from that node's range and holds
-    it; before, a worker bound the leader's rendezvous port plus its rank: a port from another node's range that
-    nothing reserved."""
+    """llama.cpp's RPC workers bind a port on their own node: placement gives it from that node's range and holds it,
+    never the leader's rendezvous port plus the rank (another node's range, reserved by nothing)."""
     from llmgw.core.state import ReplicaRecord
 
     m = model(nodes=2, gpus_per_shard=4)

@@ -1,9 +1,6 @@
-"""Check 12: a full disk, on a node while it fetches weights and installs an engine, and under the control plane's
-store while requests are served. Each says so in the machine's words (DiskFull, "No space left on device"), leaves
-nothing half-written under a final name, and service resumes by itself once space returns: the weights and the
-engine whole, every request's usage recorded once, the database intact.
-
-The "disk" is a small tmpfs mounted over the directory under test and filled by a file of the test's own."""
+"""Check 12: a full disk (a small tmpfs over the directory under test) on a node fetching weights and installing an
+engine, and under the store while requests are served: said in the machine's words, nothing half-written under a
+final name, and service resumes by itself once space returns."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Checks 5, 6 and 7: engines that fail, on a real cluster of sim engines (real processes, killed or stopped by
-signal).
-
-5. An engine that crash-loops: its restarts back off, the reason is shown, its replica is not Ready and is placed
-   on another node.
-6. An engine killed mid-stream: the client gets an error event and no [DONE], the request is not sent again to the
-   other replica, its usage is recorded once. An engine that is gone (connection refused) while the control plane
-   still lists it: the request is retried on the other replica and answered.
-7. An engine that accepts connections and never answers (SIGSTOP: the kernel still accepts): the other replica's
-   latency is unaffected, the stuck one is ejected from routing and the ejection is an event."""
+"""Checks 5, 6 and 7, on a real cluster of sim engines killed or stopped by signal: a crash-looping engine backs off
+and is placed elsewhere; one killed mid-stream ends its stream with an error, unretried and billed once, while one
+refusing connections is retried on the other replica; one that never answers (SIGSTOP) is ejected from routing."""
 
 from __future__ import annotations
 

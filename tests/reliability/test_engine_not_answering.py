@@ -1,8 +1,7 @@
 """An engine that served and then stopped answering (SIGSTOP: its socket still accepts, nothing answers) is not
 "starting": its replica says since when it has not answered and how many probes it missed, ctl status and the
 dashboard show it as unresponsive, and a request for a model whose only replica is in that state is answered 503 at
-once with that reason and a Retry-After, not held for load_wait. Once it answers again it serves again. A real
-cluster of sim engines; every wait is on a condition with a deadline."""
+once with that reason and a Retry-After, not held for load_wait. Once it answers again it serves again."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Check 13: hostile clients on every listener of a real control plane (agents' mTLS, the API, the management API,
-metrics): headers and bodies trickled in (slowloris), headers and bodies over the limits, invalid UTF-8 and
-deeply nested JSON, and 2,000 idle connections. Each is bounded by a timeout or a limit, answered in the
-listener's own envelope where an answer is possible, and every listener goes on serving other clients.
-
-The header timeout is configured short (2 s) so the deadlines are seen within the suite's time."""
+"""Check 13: hostile clients on every listener of a real control plane (slowloris, oversize headers and bodies,
+invalid UTF-8, deep JSON, 2,000 idle connections) are bounded, answered in the listener's envelope where possible,
+and every listener goes on serving others. The header timeout is short (2 s) so deadlines fall within the suite."""
 
 from __future__ import annotations
 

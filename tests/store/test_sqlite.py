@@ -13,8 +13,8 @@ def test_wal_mode(tmp_path: Path) -> None:
 
 
 def test_an_error_inside_a_transaction_rolls_it_back_and_later_writes_land(tmp_path: Path) -> None:
-    """The defect: a count SQLite cannot bind (2^63) raised outside sqlite3.Error, the transaction stayed open, and
-    every later write went into it, invisible to everyone else and lost at the next crash."""
+    """A count SQLite cannot bind (2^63) raises outside sqlite3.Error; the transaction must not stay open, or every
+    later write goes into it, invisible to everyone else and lost at the next crash."""
     path = tmp_path / "s.db"
     s = SqliteStore(path).open()
     bad = UsageRecord.model_construct(

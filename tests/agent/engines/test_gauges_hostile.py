@@ -1,4 +1,4 @@
-"""Review 12: a hostile or broken engine /metrics page must neither crash nor block the agent, nor touch readiness."""
+"""A hostile or broken engine /metrics page neither crashes nor blocks the agent, nor touches readiness."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ HUGE_INT_PAGE = "sim:requests_running 1" + "0" * 400 + "\n"
 
 
 def test_a_huge_integer_value_is_no_reading_not_an_exception() -> None:
-    # fails today: OverflowError escapes read_load (only ValueError/TypeError/IndexError/KeyError are caught)
     load = read_load(HUGE_INT_PAGE, GAUGES, 1.0)
     assert load is None or load.running in (None, 1e9)
 
@@ -67,8 +66,8 @@ async def _probe_against(tmp_path: Path, page: str) -> tuple[ShardProcess, Super
 
 
 async def test_a_page_with_a_huge_integer_leaves_the_probe_and_readiness_alone(tmp_path: Path) -> None:
-    """Fails today: the OverflowError leaves _probe, so Supervisor.tick raises, Agent.step aborts before the
-    heartbeat: one engine's page stops its whole node from reporting (the node goes lost)."""
+    """An OverflowError out of _probe would abort the agent's step before its heartbeat: one engine's page
+    would stop its whole node from reporting."""
     sp, s, runner = await _probe_against(tmp_path, HUGE_INT_PAGE)
     try:
         await s._probe(sp)  # must not raise
@@ -79,9 +78,8 @@ async def test_a_page_with_a_huge_integer_leaves_the_probe_and_readiness_alone(t
 
 
 async def test_a_hostile_page_within_the_cap_does_not_stall_the_agents_loop(tmp_path: Path) -> None:
-    """One sample line of ~1 MiB (under METRICS_BODY_MAX) with ~100,000 distinct empty labels: prometheus_client's
-    parser is quadratic on it (each label term copies the rest of the line), and read_load runs on the agent's
-    event loop. Fails today: the loop stalls for seconds (about 8 s here) at every probe, delaying heartbeats."""
+    """One ~1 MiB sample line (under METRICS_BODY_MAX) of ~100,000 empty labels, on which prometheus_client's
+    parser is quadratic, must not stall the agent's event loop (and its heartbeats) at every probe."""
     labels = ",".join(f'l{i}=""' for i in range(100_000))
     page = "sim:requests_running{" + labels + "} 1\n"
     assert len(page) < 1024 * 1024

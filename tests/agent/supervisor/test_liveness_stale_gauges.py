@@ -52,9 +52,8 @@ async def test_a_busy_one_slot_engine_is_not_probed_on_stale_gauges(tmp_path: Pa
 
 
 async def test_a_restarted_engine_does_not_inherit_its_predecessors_verdict(tmp_path: Path) -> None:
-    """ShardProcess.start() left `liveness` as it was: an engine that exited while taken for hung was started again
-    still "wedged", so once its health answered it was held out of ready with the dead process's words, and
-    settling() was False for it (the fast probing of a starting engine was off)."""
+    """An engine that exited while taken for hung starts again with a fresh liveness: once its health answers it is
+    ready, not held out with the dead process's words, and it is probed fast while it starts (settling())."""
     import os
     import signal
 

@@ -155,8 +155,8 @@ async def _async(v: bool) -> bool:
 
 
 async def test_one_shard_that_cannot_be_prepared_fails_alone(tmp_path: Path) -> None:
-    """The defect: an exception preparing one shard (a pypkg:// source whose package is missing, a model name too
-    long for a file name) ended the agent, whose shutdown stopped every engine on the node."""
+    """An exception preparing one shard (a pypkg:// source whose package is missing, a model name too long for a
+    file name) fails that shard only; it must not end the agent and so stop every engine on the node."""
     from llmgw.agent.weights.resolve import resolve_source
 
     def resolve(s: ShardSpec, ports: Loopback = NONE) -> tuple[Launch | None, str]:
@@ -182,7 +182,7 @@ async def _is_rid(s: Supervisor, rid: str, state: str) -> bool:
 
 
 async def test_a_pid_file_naming_another_process_is_never_acted_on(tmp_path: Path) -> None:
-    """Found by review: after a reboot or a pid's reuse, a pid file names an unrelated session leader."""
+    """After a reboot or a pid's reuse, a pid file may name an unrelated session leader."""
     from llmgw.agent.supervisor.adopt import find_running
 
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)

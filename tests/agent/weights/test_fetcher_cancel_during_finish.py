@@ -26,10 +26,8 @@ DIGEST = hashlib.sha256(DATA).hexdigest()
 
 async def test_a_job_cancelled_during_finish_and_wanted_again_keeps_the_file(
         tmp_path: Path, origin: Release, monkeypatch: pytest.MonkeyPatch) -> None:
-    """keep() cancels a job whose _finish runs in a thread (fsync of tens of GB takes a while); the thread goes
-    on and renames the file into place. The next heartbeat wants the file again: ensure() starts a second job,
-    which finds the whole .part, and its own _finish unlinks the target (the verified file the first thread just
-    renamed there), then fails on the .part that is gone. The node is left without the file it had, Failed."""
+    """A job cancelled while its _finish thread renames the file into place, then wanted again: the second job must not
+    unlink the verified file the first just put there, and the node keeps the file, not Failed."""
     origin.files["m.gguf"] = DATA
     url = origin.url("m.gguf")
     plan = WeightsPlan(sha256=DIGEST, size=len(DATA))
@@ -82,9 +80,8 @@ async def test_a_job_cancelled_during_finish_and_wanted_again_keeps_the_file(
 
 
 async def test_making_room_survives_a_new_job_started_meanwhile(tmp_path: Path, origin: Release) -> None:
-    """room() runs in a worker thread and iterates `self.jobs` there, while the event loop's ensure() inserts
-    new jobs into the same dict: "dictionary changed size during iteration", and the transfer fails for a
-    minute. Forced here by one job whose status is read slowly (a GIL switch at that point does the same)."""
+    """room() iterates the jobs in a worker thread while ensure() adds jobs on the event loop: no "dictionary changed
+    size during iteration". Forced here by one job whose status is read slowly (a GIL switch there does the same)."""
     from llmgw.agent.weights.fetcher import _Job
     from llmgw.wire.messages import FetchStatus
 

@@ -23,10 +23,9 @@ async def _site(app: web.Application, **kw: object) -> tuple[web.AppRunner, int]
 
 
 async def test_the_heartbeat_does_not_follow_a_redirect_off_mutual_tls(pki: Pki, tmp_path: Path) -> None:
-    """ControlPlaneConnector vouches for the first hop only by the certificate; aiohttp follows a 307 (body and
-    all) to wherever Location says, http:// included: the whole node report goes out in clear and the desired
-    state comes from a server that proved nothing (a mis-set proxy or ingress in front of a control plane is
-    enough). The heartbeat should not follow redirects at all."""
+    """The certificate vouches for the first hop only, so a 307 from the control plane's address (a mis-set proxy is
+    enough) is not followed: the report would go out in clear and the desired state come from a server that proved
+    nothing."""
     seen: list[bytes] = []
 
     async def plain(request: web.Request) -> web.Response:

@@ -20,9 +20,8 @@ SMALL = os.urandom(20_000)
 
 
 async def test_a_source_that_caps_every_range_cannot_dodge_the_min_rate(tmp_path: Path) -> None:
-    """The least rate is measured from the start of each request's body: an origin (or a peer) that answers every
-    range with 100 bytes and a 206 is asked again and again, each request a fresh window, so a source far below
-    MinRate (50 B/s here on the test's clock, 64 kB/s required) is never left for the next one."""
+    """An origin or peer that answers every range with 100 bytes and a 206 is still left for the next source when far
+    below MinRate (50 B/s here on the test's clock, 64 kB/s required): each new request is not a fresh window."""
     ticks = itertools.count()
     rate = MinRate(64 * 1024.0, 5.0, lambda: float(next(ticks)))  # every reading of the clock: one second later
 
@@ -41,9 +40,8 @@ async def test_a_source_that_caps_every_range_cannot_dodge_the_min_rate(tmp_path
 
 
 async def test_a_206_of_unknown_length_is_not_taken_for_the_rest_of_the_file(tmp_path: Path) -> None:
-    """A cut transfer is resumed; the server answers the open range with a slice and a complete-length of "*"
-    (RFC 9110 allows it: "bytes 1000000-1000999/*"). fetch_part returns after that slice, and with no size or
-    digest in the catalog the 1.001 MB on disk are renamed as the whole 2 MB file."""
+    """A resume answered with a slice of complete-length "*" (RFC 9110 allows "bytes 1000000-1000999/*"): with no size
+    or digest in the catalog, the 1.001 MB on disk are not renamed as the whole 2 MB file."""
     async def answer(h: dict[str, str], n: int) -> bytes:
         if n == 1:
             return cut_at_half()

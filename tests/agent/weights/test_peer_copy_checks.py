@@ -23,8 +23,8 @@ BIG = os.urandom(48 << 20)
 
 
 async def test_revoking_a_node_stops_a_copy_it_already_started(tmp_path: Path, pki: Pki) -> None:
-    """The revocation list is consulted once, when a request arrives: a stolen node that asked for a 48 MB (in
-    production: 140 GB) file just before the desired state brought its revocation gets every byte of it."""
+    """A stolen node that asked for a large file (140 GB in production) just before the desired state brought its
+    revocation does not get every byte of it: revocation is checked during a copy, not only at its start."""
     url = "http://127.0.0.1:9/models/big.gguf"
     hold(tmp_path / "node02", url, BIG)
     revoked: set[str] = set()
@@ -53,10 +53,9 @@ async def test_revoking_a_node_stops_a_copy_it_already_started(tmp_path: Path, p
 
 async def test_a_copier_does_not_pull_a_whole_stale_file_from_a_peer(tmp_path: Path, pki: Pki, origin: Release,
                                                                      monkeypatch: object) -> None:
-    """The file at the URL was re-uploaded (the catalog's sha256 changed). node02 still holds the old one and
-    reports it by URL, so the plan names it as a peer; its listener even says the digest (X-Llmgw-Sha256), but
-    the copier never reads that header: it copies every byte, then the digest refuses it, then it downloads from
-    the origin. Every copier of the fabric does the same."""
+    """The file at the URL was re-uploaded (the catalog's sha256 changed) and node02, still holding the old one, is
+    named as a peer: the copier takes none of the stale bytes (its listener says the digest, X-Llmgw-Sha256) and
+    gets the file from the origin."""
     new = os.urandom(8 << 20)
     old = os.urandom(8 << 20)
     origin.files["m.gguf"] = new

@@ -25,8 +25,8 @@ DIGEST = hashlib.sha256(DATA).hexdigest()
 
 async def test_a_peer_with_a_bad_copy_falls_back_to_the_origin(tmp_path: Path, pki: Pki, origin: Release) -> None:
     """node03 serves the right size but wrong bytes (bit rot, a copy made before the catalog had a digest, a
-    compromised node). The digest catches it, but the whole job then fails instead of trying the next source:
-    one bad holder keeps the fabric from ever getting the file, though the origin is allowed and healthy."""
+    compromised node): the digest catches it and the job tries the next source, so one bad holder cannot keep
+    the fabric from the file while the origin is healthy."""
     origin.files["model.gguf"] = DATA
     bad = bytearray(DATA)
     bad[-1] ^= 0xFF

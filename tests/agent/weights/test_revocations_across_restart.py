@@ -16,9 +16,8 @@ from tests.harness import free_port
 
 
 async def test_a_restarted_agent_does_not_serve_a_node_it_was_told_is_revoked(tmp_path: Path) -> None:
-    """The revocation list lives only in memory and is refilled by the next desired state; the peer listener
-    starts before the first heartbeat. After a restart (an upgrade, a crash) and for as long as the control plane
-    does not answer, node03, revoked, is served every file again."""
+    """The peer listener starts before the first heartbeat brings the revocation list: after a restart, and while the
+    control plane does not answer, a revoked node03 is still refused."""
     cfg = config(tmp_path, "h100x8-ib2", []).model_copy(update={"peer_port": free_port(), "address": "127.0.0.1"})
     pki = Path(cfg.tls.ca).parent
     issue(pki, "node03")

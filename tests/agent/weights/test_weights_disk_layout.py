@@ -43,10 +43,8 @@ async def test_a_url_named_like_the_metadata_is_held_like_any_other(tmp_path: Pa
 
 async def test_a_crash_between_record_and_rename_does_not_vouch_for_the_old_file(
         tmp_path: Path, origin: Release, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A held file is re-fetched because the catalog's digest changed. _finish writes source.json (new digest)
-    before renaming the new file over the old one; a crash (or a failed rename) between the two leaves the OLD
-    bytes described by the NEW digest, and ensure() answers Ready from source.json without hashing anything. The
-    same holds, without any crash, for an ensure() that runs while _finish's thread is between the two."""
+    """A held file re-fetched for a new digest: a crash (or a failed rename, or an ensure() racing _finish's thread)
+    between writing source.json and the rename must not leave the old bytes answered Ready under the new digest."""
     url = origin.url("model.gguf")
     origin.files["model.gguf"] = OLD
     f = fetcher(tmp_path)
@@ -76,8 +74,8 @@ async def test_a_crash_between_record_and_rename_does_not_vouch_for_the_old_file
 
 
 async def test_two_transfers_at_once_stay_within_the_budget(tmp_path: Path, origin: Release) -> None:
-    """Each transfer asks make_room for its own size against what is on disk now; nothing is reserved, so two
-    1 MB files both pass a 1.5 MB budget check and 2 MB end up under it."""
+    """Two transfers at once stay within the budget together: two 1 MB files cannot both pass a 1.5 MB check and put
+    2 MB under it."""
     gate = threading.Event()
     for n in ("a.gguf", "b.gguf"):
         origin.files[n] = os.urandom(1_000_000)
@@ -98,8 +96,8 @@ async def test_two_transfers_at_once_stay_within_the_budget(tmp_path: Path, orig
 
 async def test_a_changed_digest_is_not_answered_with_the_file_fetched_for_the_old_one(tmp_path: Path,
                                                                                     origin: Release) -> None:
-    """The catalog's sha256 for a URL changes (the file was re-uploaded) while the agent runs. ensure() returns
-    `job.done` before it looks at the plan, so the node keeps launching the old bytes until it restarts."""
+    """The catalog's sha256 for a URL changes (the file was re-uploaded) while the agent runs: ensure() looks at the
+    plan before answering with a finished job, so the node does not go on launching the old bytes."""
     url = origin.url("model.gguf")
     origin.files["model.gguf"] = OLD
     f = fetcher(tmp_path)
@@ -113,9 +111,8 @@ async def test_a_changed_digest_is_not_answered_with_the_file_fetched_for_the_ol
 
 async def test_making_room_never_runs_on_the_event_loop(tmp_path: Path, origin: Release,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """make_room walks the whole fetched tree, reads every source.json and rmtree()s files of many GB. _from calls
-    it in a thread, but fetch_part calls `room(total - have)` directly, on the event loop: heartbeats, the peer
-    listener and every other transfer stop while it runs (on every transfer whose answer has a Content-Length)."""
+    """make_room walks the whole fetched tree and removes files of many GB, so every caller runs it in a thread:
+    on the event loop, heartbeats, the peer listener and every other transfer would stop while it runs."""
     origin.files["model.gguf"] = OLD
     loop_thread = threading.current_thread()
     on_loop: list[int] = []
