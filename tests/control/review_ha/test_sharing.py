@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from llmgw.control.plane import REPORTER_SILENT_AFTER, ControlPlane
+from llmgw.control.activity import REPORTER_SILENT_AFTER
+from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.quota import KeyLimits, Refusal
 from llmgw.core.state import ReplicaRecord
@@ -20,18 +21,18 @@ async def test_a_dead_servers_requests_in_flight_stop_holding_a_keys_concurrency
     key's whole concurrency in flight leaves the key refused on every other server forever (and
     reserved_elsewhere, stuck the same way, holds its budget)."""
     a, b, clock = two
-    _, key = await a.create_key("t", [], KeyLimits(concurrency=2))
+    _, key = await a.credentials.create_key("t", [], KeyLimits(concurrency=2))
     for p in (a, b):
-        await p.share_activity()
+        await p.following.share_activity()
     assert b.quotas.admit(key, 10)[0].admitted and b.quotas.admit(key, 10)[0].admitted  # two in flight via b
-    await b.share_activity()
-    await a.share_activity()
+    await b.following.share_activity()
+    await a.following.share_activity()
     d, _ = a.quotas.admit(key, 10)
     assert d.refusal == Refusal.Rate, d  # right: b holds the key's two
     # b dies with them in flight; a goes on passing once a second
     for _ in range(600):  # ten minutes
         clock.advance(1)
-        await a.share_activity()
+        await a.following.share_activity()
     d, _ = a.quotas.admit(key, 10)
     assert d.admitted, f"ten minutes after the other server died: {d.message}"
 
@@ -45,20 +46,20 @@ async def test_a_dead_servers_replica_in_flight_counts_stop_after_30s(
     keep counting for about 40 s, not the 30 s claimed (REPORTER_SILENT_AFTER): a drain waits, an idle replica
     stays, that much longer."""
     a, b, clock = two
-    a.apply([PutReplica(ReplicaRecord(id="r1", model="m", created_at=clock.now(), shards_expected=1,
+    a.registry.apply([PutReplica(ReplicaRecord(id="r1", model="m", created_at=clock.now(), shards_expected=1,
                                       secret="s" * 64))])
-    await b.follow_store()
-    b.record_activity(Activity(reporter="local", outstanding={"r1": 2}))
-    await b.share_activity()
-    await a.share_activity()
-    assert a.outstanding().get("r1") == 2
+    await b.following.follow_store()
+    b.activity.record_activity(Activity(reporter="local", outstanding={"r1": 2}))
+    await b.following.share_activity()
+    await a.following.share_activity()
+    assert a.activity.outstanding().get("r1") == 2
     # b dies now (its last row was written at this time); a passes once a second
     for _ in range(int(REPORTER_SILENT_AFTER) + 2):
         clock.advance(1)
-        await a.share_activity()
-    assert a.outstanding().get("r1", 0) == 0, (
+        await a.following.share_activity()
+    assert a.activity.outstanding().get("r1", 0) == 0, (
         f"{REPORTER_SILENT_AFTER + 2:.0f}s after the other server's last row its requests still count: "
-        f"{a.outstanding()}")
+        f"{a.activity.outstanding()}")
 
 
 async def test_a_keys_budget_holds_across_servers_when_requests_end(
@@ -70,22 +71,22 @@ async def test_a_keys_budget_holds_across_servers_when_requests_end(
     server's router has flushed its usage). In between the spent tokens count nowhere here, so the key is admitted
     past its budget: with a budget of 1000, 600 spent through b, a admits a request that may cost 900."""
     a, b, clock = two
-    _, key = await a.create_key("t", [], KeyLimits(budget=1000, budget_period="total"))
+    _, key = await a.credentials.create_key("t", [], KeyLimits(budget=1000, budget_period="total"))
     for p in (a, b):
         clock.advance(0.1)
-        await p.follow_store()
-        await p.share_activity()
+        await p.following.follow_store()
+        await p.following.share_activity()
     d, ticket = b.quotas.admit(key, 600)
     assert d.admitted
-    await b.share_activity()
-    await a.share_activity()
+    await b.following.share_activity()
+    await a.following.share_activity()
     clock.advance(1)
     assert b.quotas.settle(ticket, 600)  # it used all 600
-    await b.record_usage([UsageRecord(key_id=key.id, model="m", replica_id="r1", prompt_tokens=100,
+    await b.activity.record_usage([UsageRecord(key_id=key.id, model="m", replica_id="r1", prompt_tokens=100,
                                       completion_tokens=500, started_at=clock.now(), duration_s=1, status=200)])
-    await b.share_activity()
-    await a.follow_store()  # a's next pass, a second later
-    await a.share_activity()
+    await b.following.share_activity()
+    await a.following.follow_store()  # a's next pass, a second later
+    await a.following.share_activity()
     d, _ = a.quotas.admit(key, 900)
     assert not d.admitted, "600 of 1000 spent through b, yet a admitted a request that may cost 900"
 
@@ -99,17 +100,17 @@ async def test_tokens_given_back_elsewhere_are_given_back_here(
     tpm 1000, one request through b reserving 900 and using 10 leaves a unable to admit 500 tokens for most of a
     minute, whereas on one server it would be admitted at once."""
     a, b, clock = two
-    _, key = await a.create_key("t", [], KeyLimits(tpm=1000))
+    _, key = await a.credentials.create_key("t", [], KeyLimits(tpm=1000))
     for p in (a, b):
-        await p.share_activity()
+        await p.following.share_activity()
     d, ticket = b.quotas.admit(key, 900)
     assert d.admitted
-    await b.share_activity()
-    await a.share_activity()  # read while in flight
+    await b.following.share_activity()
+    await a.following.share_activity()  # read while in flight
     clock.advance(0.5)
     assert b.quotas.settle(ticket, 10)
-    await b.share_activity()
-    await a.share_activity()
+    await b.following.share_activity()
+    await a.following.share_activity()
     clock.advance(0.5)
     assert b.quotas.admit(key, 500)[0].admitted  # b itself has its 890 back
     d, _ = a.quotas.admit(key, 400)
