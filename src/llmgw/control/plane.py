@@ -15,6 +15,7 @@ changes go through that owner's named operations:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.activity import Activity
@@ -98,6 +99,10 @@ class ControlPlane:
         reg = self.registry
         self.storage.event("control", "plane", f"started with {len(reg.nodes)} node(s), {len(reg.replicas)} "
                            f"replica(s), {len(reg.models)} model(s)")
+
+    def add_gauge(self, name: str, words: str, read: Callable[[], float]) -> None:
+        """One more of the control plane's own gauges (the server adds its router's)."""
+        self.gauges[name] = (words, read)
 
     def status(self) -> Status:
         """The owners the summary (management API, dashboard, metrics) is read from."""

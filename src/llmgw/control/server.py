@@ -127,10 +127,9 @@ async def start_router(cfg: ServerConfig, plane: ControlPlane) -> Router:
             await router.ledger.flush()
         except StoreError as e:  # read again after a later flush
             log.warning("budgets not read again after recording what the journal held: %s", e)
-    plane.gauges["llmgw_usage_unflushed"] = (
-        "Requests served whose usage is not in the store yet (grows while the store fails)",
-        lambda: float(router.ledger.unflushed),
-    )
+    plane.add_gauge("llmgw_usage_unflushed",
+                    "Requests served whose usage is not in the store yet (grows while the store fails)",
+                    lambda: float(router.ledger.unflushed))
     return router
 
 
