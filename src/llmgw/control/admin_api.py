@@ -16,8 +16,8 @@ from llmgw.control.dashboard import dashboard_routes
 from llmgw.control.exposition import render
 from llmgw.control.metrics import Gauges, registry
 from llmgw.control.openapi import openapi
-from llmgw.control.plane import revoke_node
 from llmgw.control.quotas import Quotas
+from llmgw.control.registry import revoke_node
 from llmgw.control.router_api import RouterRoutes
 from llmgw.control.status import Status, summary_of
 from llmgw.control.summary import Summary

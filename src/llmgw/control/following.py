@@ -4,6 +4,7 @@ shared with them (control/sharing.py), and what keys spent read again for their 
 
 from __future__ import annotations
 
+from llmgw.config.server import ServerConfig
 from llmgw.control.activity import REPORTER_SILENT_AFTER, Activity
 from llmgw.control.credentials import Credentials, spent_by_period
 from llmgw.control.leadership import Leadership, Turn
@@ -134,3 +135,23 @@ class Following:
             self._storage.event("control", "plane", f"this server no longer leads: {lease.holder} does (epoch "
                                 f"{lease.epoch})")
         return turn
+
+
+def health_of(cfg: ServerConfig, storage: Storage, leadership: Leadership) -> dict[str, object]:
+    """What /health says: whether the store answers, who leads. Serving goes on while the store is away, so a
+    server whose store is unreachable is degraded, not down."""
+    down, stale = storage.failing_for(), storage.stale_for()
+    lease = leadership.lease
+    leading = leadership.leading
+    return {
+        "status": "ok" if down == 0 else "degraded",
+        "store": {"kind": cfg.store.kind, "reachable": down == 0, "unreachable_seconds": round(down, 1),
+                  **({"words": f"the store has failed for {down:.0f}s: serving goes on from what this server "
+                               "knows; no placement happens until it is back"} if down else {})},
+        # no holder names: /health answers anyone (a load balancer's probe), and names say host and pid
+        "routing": {"stale_seconds": round(stale, 1), "serves_stale_for": cfg.router.serve_stale_for,
+                    "refusing": stale > cfg.router.serve_stale_for},
+        "leader": {"leading": leading, "epoch": lease.epoch if lease else 0,
+                   "elsewhere": bool(lease and lease.holder and not leading and lease.expires_at
+                                     >= storage.clock.now())},
+    }

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.activity import Activity
 from llmgw.control.credentials import Credentials, spent_by_period
-from llmgw.control.following import Following
+from llmgw.control.following import Following, health_of
 from llmgw.control.heartbeats import Heartbeats
 from llmgw.control.leadership import Leadership, holder_id
 from llmgw.control.metrics import Gauges
 from llmgw.control.passes import Passes
 from llmgw.control.quotas import Quotas
-from llmgw.control.registry import Registry
+from llmgw.control.registry import Registry, revoke_node
 from llmgw.control.status import Status
 from llmgw.control.storage import Storage
 from llmgw.control.summary import DAY
@@ -117,32 +117,3 @@ class ControlPlane:
     def health(self) -> dict[str, object]:
         return health_of(self.cfg, self.storage, self.leadership)
 
-
-async def revoke_node(credentials: Credentials, registry: Registry, storage: Storage, node_id: str, serial: str,
-                      reason: str) -> str:
-    msg = await credentials.revoke(node_id, serial, reason)
-    if not serial:
-        registry.cut_off(node_id, reason)
-    storage.event("node", node_id, msg)
-    registry.watch.changed()  # a watch it holds is let go now, not at the end of its hold
-    return msg
-
-
-def health_of(cfg: ServerConfig, storage: Storage, leadership: Leadership) -> dict[str, object]:
-    """What /health says: whether the store answers, who leads. Serving goes on while the store is away, so a
-    server whose store is unreachable is degraded, not down."""
-    down, stale = storage.failing_for(), storage.stale_for()
-    lease = leadership.lease
-    leading = leadership.leading
-    return {
-        "status": "ok" if down == 0 else "degraded",
-        "store": {"kind": cfg.store.kind, "reachable": down == 0, "unreachable_seconds": round(down, 1),
-                  **({"words": f"the store has failed for {down:.0f}s: serving goes on from what this server "
-                               "knows; no placement happens until it is back"} if down else {})},
-        # no holder names: /health answers anyone (a load balancer's probe), and names say host and pid
-        "routing": {"stale_seconds": round(stale, 1), "serves_stale_for": cfg.router.serve_stale_for,
-                    "refusing": stale > cfg.router.serve_stale_for},
-        "leader": {"leading": leading, "epoch": lease.epoch if lease else 0,
-                   "elsewhere": bool(lease and lease.holder and not leading and lease.expires_at
-                                     >= storage.clock.now())},
-    }

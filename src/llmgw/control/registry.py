@@ -12,6 +12,7 @@ from collections import Counter
 
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity import Activity
+from llmgw.control.credentials import Credentials
 from llmgw.control.leadership import Leadership
 from llmgw.control.storage import Storage
 from llmgw.control.summary import NodeFacts, leader_shard, node_facts
@@ -262,3 +263,15 @@ class Registry:
             replicas=[ReplicaExplanation(id=r.id, phase=replica_phase(r), nodes=r.node_ids(), conditions=r.conditions,
                                          stop=r.stop, placement=r.explanation) for r in reps],
         )
+
+
+async def revoke_node(credentials: Credentials, registry: Registry, storage: Storage, node_id: str, serial: str,
+                      reason: str) -> str:
+    """A node (serial "") or one certificate cut off: kept by the credentials, and a whole node lost now in the
+    registry, so its replicas are rebuilt elsewhere; a watch it holds is let go. What it says."""
+    msg = await credentials.revoke(node_id, serial, reason)
+    if not serial:
+        registry.cut_off(node_id, reason)
+    storage.event("node", node_id, msg)
+    registry.watch.changed()  # a watch it holds is let go now, not at the end of its hold
+    return msg
