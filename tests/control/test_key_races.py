@@ -1,4 +1,4 @@
-"""A key's update and its revocation racing (ControlPlane.update_key, revoke_keys): an in-process control plane over
+"""A key's update and its revocation racing (Credentials.update_key, revoke_keys): an in-process control plane over
 SQLite in tmp_path, the store's reads and writes on their threads as in a server."""
 
 from __future__ import annotations

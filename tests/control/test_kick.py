@@ -1,4 +1,4 @@
-"""Found by an attack review: plane.heartbeat() kicks a reconcile pass whenever the raw list of (replica, rank,
+"""Found by an attack review: heartbeats.heartbeat() kicks a reconcile pass whenever the raw list of (replica, rank,
 state) a node reports differs from its last, including shards of replicas that do not exist or are not placed on it.
 A node may only affect its own state; here it sets the pace of every pass (up to one per KICKED_PASS_GAP_S, 20/s,
 instead of one per reconcile_interval), by flipping a made-up shard's state in each heartbeat its rate limit allows."""
