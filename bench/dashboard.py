@@ -25,10 +25,11 @@ from prometheus_client import generate_latest
 
 from bench.placement import NOW, cluster
 from llmgw.config.server import ServerConfig, TLSFiles
-from llmgw.control.admin_api import admin_app, summary_of
+from llmgw.control.admin_api import admin_app
 from llmgw.control.admin_auth import allowed_hosts
 from llmgw.control.metrics import registry
 from llmgw.control.plane import ControlPlane
+from llmgw.control.status import summary_of
 from llmgw.control.summary import DAY, Demand, summarize
 from llmgw.core.clock import FakeClock
 from llmgw.reconcile.node_status import node_conditions
@@ -83,13 +84,15 @@ def build(db: Path, n_nodes: int, rows: int) -> ServerConfig:
 def loaded(db: Path, cfg: ServerConfig) -> ControlPlane:
     plane = ControlPlane(cfg, SqliteStore(db).open(), FakeClock(start=NOW))
     plane.load()
-    plane.reconcile_once()  # the first pass: /metrics answers from now on
+    plane.passes.reconcile_once()  # the first pass: /metrics answers from now on
     return plane
 
 
 def serve(db: Path, cfg: ServerConfig, port: int, ready: multiprocessing.synchronize.Event) -> None:
     async def run() -> None:
-        runner = web.AppRunner(admin_app(loaded(db, cfg), TOKEN, allowed_hosts("127.0.0.1", [])), access_log=None)
+        plane = loaded(db, cfg)
+        app = admin_app(plane.status(), plane.quotas, plane.gauges, plane.health, TOKEN, allowed_hosts("127.0.0.1", []))
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         ready.set()
@@ -145,17 +148,18 @@ def measure(db: Path, cfg: ServerConfig, runs: int) -> tuple[dict[str, list[floa
 def in_process(db: Path, cfg: ServerConfig) -> tuple[float, float]:
     """(the library's writer, the view's summary with the last day by a table scan), ms, medians of 5."""
     plane = loaded(db, cfg)
-    s = asyncio.run(summary_of(plane))
-    reg = registry(lambda: s, plane.gauges, lambda: plane.replica_counts)
+    s = asyncio.run(summary_of(plane.status()))
+    reg = registry(lambda: s, plane.gauges, lambda: plane.registry.replica_counts)
     lib, scan = [], []
     for _ in range(5):
         t0 = time.perf_counter()
         generate_latest(reg)
         lib.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
-        summarize(list(plane.nodes.values()), list(plane.replicas.values()), plane.store.usage_totals(),
-                  plane.last_used, NOW, models=plane.models, demand=Demand(),
-                  recent=plane.store.usage_totals(NOW - DAY), facts=plane.node_facts)
+        held = plane.registry
+        summarize(list(held.nodes.values()), list(held.replicas.values()), plane.store.usage_totals(),
+                  plane.activity.last_used, NOW, models=plane.registry.models, demand=Demand(),
+                  recent=plane.store.usage_totals(NOW - DAY), facts=plane.registry.node_facts)
         scan.append((time.perf_counter() - t0) * 1000)
     return statistics.median(lib), statistics.median(scan)
 

@@ -292,12 +292,12 @@ def reconcile_times(sizes: tuple[int, ...] = (1_000, 10_000), replicas: int = 1_
             plane = ControlPlane(ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec]), store, clock,
                                  writer=writer)
             plane.load()
-            plane.reconcile_once()  # the first pass settles whatever the made-up cluster needs
+            plane.passes.reconcile_once()  # the first pass settles whatever the made-up cluster needs
             times = []
             for _ in range(runs):
                 clock.advance(1.0)
                 t0 = time.perf_counter()
-                plane.reconcile_once()
+                plane.passes.reconcile_once()
                 times.append(time.perf_counter() - t0)
             writer.close()
             store.close()

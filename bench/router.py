@@ -61,10 +61,11 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     """Build the router the way `llmgw server` does, with one key and one ready replica, and serve only its API,
     through the listener the server gives it (connection limiter, request bounds), with the server's GC settings."""
     from llmgw.config.server import ModelSpec, Scaling, ServerConfig, StoreConfig, TLSFiles
+    from llmgw.control.api_listener import api_limiter
     from llmgw.control.listeners import start_listener
     from llmgw.control.local_state import LocalState
     from llmgw.control.plane import ControlPlane
-    from llmgw.control.server import api_limiter, quiet_gc
+    from llmgw.control.server import quiet_gc
     from llmgw.control.writer import StoreWriter
     from llmgw.core.clock import SystemClock
     from llmgw.core.conditions import Status
@@ -96,9 +97,11 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     keys = KeyRing(store)
     keys.reload()
     # No reconcile loop: with no nodes it would rightly retire this replica. Routing, keys and usage are all on.
-    plane.apply([Add("bench-0", MODEL, 1, ""),
-                 Observe("bench-0", Status.TRUE, Reason.AllShardsReady, "the bench's engine stand-in", upstream, ())])
-    router = Router(LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body, db.parent / "usage-journal")
+    plane.registry.apply([Add("bench-0", MODEL, 1, ""),
+                          Observe("bench-0", Status.TRUE, Reason.AllShardsReady, "the bench's engine stand-in",
+                                  upstream, ())])
+    state = LocalState(plane.registry, plane.activity, plane.credentials, plane.quotas, plane.storage)
+    router = Router(state, keys, cfg.router, cfg.load_wait, cfg.max_body, db.parent / "usage-journal")
     key_file.write_text(raw)
     quiet_gc()  # as the server does once it has loaded
 

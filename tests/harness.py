@@ -15,6 +15,7 @@ from typing import Any
 
 from llmgw.config.loader import load
 from llmgw.config.server import ServerConfig, TLSFiles
+from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.control.server import serve
 from llmgw.core.clock import FakeClock, SystemClock
@@ -31,6 +32,11 @@ def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
     p = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), clock or FakeClock())
     p.load()
     return p
+
+
+def local_state(plane: ControlPlane) -> LocalState:
+    """The in-process router's view of `plane`, handed the owners it reads and asks, as the server builds it."""
+    return LocalState(plane.registry, plane.activity, plane.credentials, plane.quotas, plane.storage)
 
 
 # Listening ports for tests come from 10000-19999: below the kernel's ephemeral range (32768-60999 here), where an

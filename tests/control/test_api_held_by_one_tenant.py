@@ -16,18 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.config.server import ServerConfig, TLSFiles
+from llmgw.control.api_listener import api_refusal
 from llmgw.control.guards import UPLOAD_GRACE_S
 from llmgw.control.listeners import Limiter, client_of_address, start_listener
-from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
-from llmgw.control.server import api_refusal
 from llmgw.core.clock import FakeClock
 from llmgw.core.quota import KeyLimits
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
 from llmgw.store.sqlite import SqliteStore
 from tests.control.test_guards_connection_caps import connect, response, settle
-from tests.harness import await_until, free_port
+from tests.harness import await_until, free_port, local_state
 from tests.router.conftest import models
 
 MB8 = 8 * 1024 * 1024
@@ -42,7 +41,7 @@ class Api:
     socks: list[socket.socket]
 
     async def key(self, limits: KeyLimits | None = None) -> str:
-        raw, _ = await self.plane.create_key("tenant", [], limits)
+        raw, _ = await self.plane.credentials.create_key("tenant", [], limits)
         return raw
 
     async def upload(self, key: str | None, announced: int = MB8, sent: bytes = b"{", local: str = "127.0.0.1",
@@ -73,7 +72,7 @@ async def api(tmp_path: Path, max_total: int = 64, per_client: int = 64, header_
     store = SqliteStore(tmp_path / "llmgw.db").open()
     plane = ControlPlane(cfg, store, FakeClock())
     plane.load()
-    router = Router(LocalState(plane), KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body)
+    router = Router(local_state(plane), KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body)
     lim = Limiter("api", max_total, per_client, api_refusal())
     port = free_port()
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

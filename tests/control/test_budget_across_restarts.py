@@ -25,7 +25,7 @@ async def test_a_total_budget_spent_before_a_restart_stays_spent(tmp_path: Path)
     clock = FakeClock()
     p = plane(tmp_path, clock)
     for period in ("day", "total"):
-        _, rec = await p.create_key(period, [], KeyLimits(budget=1_000, budget_period=period))
+        _, rec = await p.credentials.create_key(period, [], KeyLimits(budget=1_000, budget_period=period))
         spend(p, rec.id, 900, clock.now())  # recorded before the restart
     p.store.close()
     p = plane(tmp_path, clock)  # a restart: the plane seeds what each key spent from the store

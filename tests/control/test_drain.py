@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.config.server import ServerConfig, TLSFiles
+from llmgw.control.activity import LOCAL
 from llmgw.control.desired import draining
-from llmgw.control.plane import LOCAL, ControlPlane
+from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
@@ -49,16 +50,16 @@ def test_a_stopping_replica_keeps_its_shards_while_requests_finish(tmp_path: Pat
     p = ControlPlane(cfg, store, clock)
     p.load()
     report = node("n1", address="10.0.0.1").report
-    assert p.ready_table().get("m", []) == []  # out of the routing table: no new request reaches it
-    p.in_flight(LOCAL, {"m-1": 1}, whole=False)  # a long stream still on it
-    assert [s.replica_id for s in p.heartbeat(report).shards] == ["m-1"]
+    assert p.registry.ready_table().get("m", []) == []  # out of the routing table: no new request reaches it
+    p.activity.in_flight(LOCAL, {"m-1": 1}, whole=False)  # a long stream still on it
+    assert [s.replica_id for s in p.heartbeats.heartbeat(report).shards] == ["m-1"]
     clock.advance(30)
-    assert [s.replica_id for s in p.heartbeat(report).shards] == ["m-1"]
-    p.in_flight(LOCAL, {"m-1": 0}, whole=False)  # it finished
-    assert p.heartbeat(report).shards == []
-    p.in_flight(LOCAL, {"m-1": 1}, whole=False)
+    assert [s.replica_id for s in p.heartbeats.heartbeat(report).shards] == ["m-1"]
+    p.activity.in_flight(LOCAL, {"m-1": 0}, whole=False)  # it finished
+    assert p.heartbeats.heartbeat(report).shards == []
+    p.activity.in_flight(LOCAL, {"m-1": 1}, whole=False)
     clock.advance(31)  # 61 s after the stop: whatever is left is cut
-    assert p.heartbeat(report).shards == []
+    assert p.heartbeats.heartbeat(report).shards == []
 
 
 def test_the_ready_table_says_what_the_leading_shard_says_of_its_engines_connections(tmp_path: Path) -> None:
@@ -69,9 +70,9 @@ def test_the_ready_table_says_what_the_leading_shard_says_of_its_engines_connect
     cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[model("m", min_=0, max_=1)])
     p = ControlPlane(cfg, store, FakeClock(T0))
     p.load()
-    (ready,) = p.ready_table()["m"]
+    (ready,) = p.registry.ready_table()["m"]
     assert not ready.closes_after_stream and ready.slots is None  # nothing reported yet
     shard = ShardState(replica_id="m-1", rank=0, state="ready", closes_after_stream=True, slots=1)
-    p.heartbeat(node("n1", address="10.0.0.1", shards=[shard]).report)
-    (ready,) = p.ready_table()["m"]
+    p.heartbeats.heartbeat(node("n1", address="10.0.0.1", shards=[shard]).report)
+    (ready,) = p.registry.ready_table()["m"]
     assert ready.closes_after_stream and ready.slots == 1

@@ -9,7 +9,8 @@ import aiohttp
 from aiohttp import web
 
 from llmgw.config.server import ServerConfig, TLSFiles
-from llmgw.control.plane import LOCAL, REPORTER_SILENT_AFTER, ControlPlane
+from llmgw.control.activity import LOCAL, REPORTER_SILENT_AFTER
+from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
 from llmgw.store.sqlite import SqliteStore
@@ -24,16 +25,16 @@ def test_a_replica_busy_in_one_worker_stays_busy_whatever_the_others_report(tmp_
     """The defect: each worker's report overwrote the others' counts (`outstanding.update`), so a replica busy in
     one worker looked idle to eviction as soon as another worker reported none on it."""
     p = plane_in(tmp_path)
-    p.in_flight("worker-1", {"r": 1}, whole=True)
-    p.in_flight("worker-2", {"r": 0, "s": 2}, whole=True)
-    p.in_flight(LOCAL, {"r": 1}, whole=False)
-    assert p.outstanding() == {"r": 2, "s": 2}
-    p.in_flight("worker-1", {}, whole=True)  # its request ended
-    assert p.outstanding() == {"r": 1, "s": 2}
-    assert p.world().outstanding == {"r": 1, "s": 2}
+    p.activity.in_flight("worker-1", {"r": 1}, whole=True)
+    p.activity.in_flight("worker-2", {"r": 0, "s": 2}, whole=True)
+    p.activity.in_flight(LOCAL, {"r": 1}, whole=False)
+    assert p.activity.outstanding() == {"r": 2, "s": 2}
+    p.activity.in_flight("worker-1", {}, whole=True)  # its request ended
+    assert p.activity.outstanding() == {"r": 1, "s": 2}
+    assert p.passes.world().outstanding == {"r": 1, "s": 2}
     assert isinstance(p.clock, FakeClock)
     p.clock.advance(REPORTER_SILENT_AFTER + 1)  # worker-2 died: its counts go with it; ours stay
-    assert p.outstanding() == {"r": 1}
+    assert p.activity.outstanding() == {"r": 1}
 
 
 async def test_a_replica_is_busy_from_the_start_of_a_request_not_its_end(tmp_path: Path) -> None:
@@ -74,24 +75,24 @@ def test_with_two_api_workers_a_replica_busy_in_one_is_never_evicted(tmp_path: P
 
     def beat(*ready: str) -> None:
         shards = [ShardState(replica_id=rid, rank=0, state="ready", endpoint="http://10.0.0.1:20000") for rid in ready]
-        p.heartbeat(n1.model_copy(update={"shards": shards}))
+        p.heartbeats.heartbeat(n1.model_copy(update={"shards": shards}))
 
     beat()
-    p.record_activity(Activity(reporter="worker-1", demand={"a": clock.now()}))
-    p.reconcile_once()
-    (ra,) = p.replicas.values()
+    p.activity.record_activity(Activity(reporter="worker-1", demand={"a": clock.now()}))
+    p.passes.reconcile_once()
+    (ra,) = p.registry.replicas.values()
     beat(ra.id)
-    p.reconcile_once()
-    assert p.replicas[ra.id].ready
-    p.record_activity(Activity(reporter="worker-1", used={ra.id: clock.now()}, outstanding={ra.id: 1}))
+    p.passes.reconcile_once()
+    assert p.registry.replicas[ra.id].ready
+    p.activity.record_activity(Activity(reporter="worker-1", used={ra.id: clock.now()}, outstanding={ra.id: 1}))
     clock.advance(cfg.eviction.protect_after_ready + cfg.eviction.idle_after + 1)  # idle by its last use, long up
     beat(ra.id)
-    p.record_activity(Activity(reporter="worker-1", outstanding={ra.id: 1}))  # a long stream, still going
-    p.record_activity(Activity(reporter="worker-2", demand={"b": clock.now()}, outstanding={}))
+    p.activity.record_activity(Activity(reporter="worker-1", outstanding={ra.id: 1}))  # a long stream, still going
+    p.activity.record_activity(Activity(reporter="worker-2", demand={"b": clock.now()}, outstanding={}))
     for _ in range(3):
-        p.reconcile_once()
-        assert p.replicas[ra.id].stop is None, "evicted while a request was in flight in worker-1"
-    p.record_activity(Activity(reporter="worker-1", outstanding={}))  # the stream ended
-    p.reconcile_once()
-    stop = p.replicas[ra.id].stop
+        p.passes.reconcile_once()
+        assert p.registry.replicas[ra.id].stop is None, "evicted while a request was in flight in worker-1"
+    p.activity.record_activity(Activity(reporter="worker-1", outstanding={}))  # the stream ended
+    p.passes.reconcile_once()
+    stop = p.registry.replicas[ra.id].stop
     assert stop is not None and stop.reason == Reason.Evicted and stop.for_model == "b"

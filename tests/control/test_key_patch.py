@@ -14,9 +14,9 @@ from tests.control.test_budget_across_restarts import plane
 
 async def test_patch_with_unhashable_models_is_a_400(tmp_path: Path) -> None:
     p = plane(tmp_path, FakeClock())
-    _, rec = await p.create_key("t", [], None)
+    _, rec = await p.credentials.create_key("t", [], None)
     app = web.Application()
-    app.add_routes(tenant_routes(p))
+    app.add_routes(tenant_routes(p.credentials, p.quotas, p.storage, p.registry.models))
     async with TestClient(TestServer(app)) as client:
         r = await client.patch(f"/api/keys/{rec.id}", json={"models": [{"a": 1}]})
         assert r.status == 400, f"answered {r.status}: {(await r.text())[:200]}"

@@ -14,31 +14,31 @@ from tests.control.conftest import LEASE
 async def test_one_leads_and_the_other_follows_until_the_lease_runs_out(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
     a, b, clock = two
-    assert a.leading and not b.leading
-    a.apply([Add("r1", "m", 1, "")])
-    assert b.reconcile_once() == [] and b.passes == 1  # a follower's pass writes nothing
+    assert a.leadership.leading and not b.leadership.leading
+    a.registry.apply([Add("r1", "m", 1, "")])
+    assert b.passes.reconcile_once() == [] and b.passes.done == 1  # a follower's pass writes nothing
     clock.advance(LEASE / 3)
-    await a.hold_lease()
-    await b.hold_lease()
-    assert a.leading and not b.leading  # renewed in time: nothing changes hands
+    await a.following.hold_lease()
+    await b.following.hold_lease()
+    assert a.leadership.leading and not b.leadership.leading  # renewed in time: nothing changes hands
     clock.advance(LEASE + 1)  # a is paused past its lease; b tries
-    await b.hold_lease()
-    assert b.leading and b.leadership.epoch == 2
-    assert set(b.replicas) == {"r1"}, "the new leader adopts the replicas the last one wrote"
-    assert b.resumed_at == clock.now(), "node silence must count from the change, not from before it"
+    await b.following.hold_lease()
+    assert b.leadership.leading and b.leadership.epoch == 2
+    assert set(b.registry.replicas) == {"r1"}, "the new leader adopts the replicas the last one wrote"
+    assert b.registry.resumed_at == clock.now(), "node silence must count from the change, not from before it"
 
 
 async def test_a_paused_leader_that_wakes_up_cannot_write(two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
     a, b, clock = two
-    a.apply([Add("r1", "m", 1, "")])
+    a.registry.apply([Add("r1", "m", 1, "")])
     clock.advance(LEASE + 1)
-    await b.hold_lease()  # a slept through its lease (SIGSTOP); b took over
-    assert b.leading and a.leading  # a has not noticed yet: it still believes it leads
-    a.apply([Add("r2", "m", 1, ""), Stop("r1", Reason.ScaledDown, "by a deposed leader")])
+    await b.following.hold_lease()  # a slept through its lease (SIGSTOP); b took over
+    assert b.leadership.leading and a.leadership.leading  # a has not noticed yet: it still believes it leads
+    a.registry.apply([Add("r2", "m", 1, ""), Stop("r1", Reason.ScaledDown, "by a deposed leader")])
     stored = {r.id: r.stop for r in b.store.list_replicas()}
     assert stored == {"r1": None}, f"the store took a deposed leader's writes: {stored}"
-    await a.hold_lease()
-    assert not a.leading and a.reconcile_once() == []
+    await a.following.hold_lease()
+    assert not a.leadership.leading and a.passes.reconcile_once() == []
     assert any("no longer leads" in e.message for e in a.store.list_events())
 
 
@@ -50,47 +50,47 @@ async def test_each_server_learns_what_the_others_wrote(two: tuple[ControlPlane,
 
     a, b, clock = two
     clock.advance(1)
-    b.heartbeat(node("n1").report)
-    b.reconcile_once()  # a follower's pass writes the reports it received
-    await a.follow_store()
-    assert "n1" in a.nodes and a.nodes["n1"].last_seen == clock.now()
-    a.apply([Add("r1", "m", 1, "")])
-    versions = b.keys_version
-    await a.create_key("team", [])
-    await b.follow_store()
-    assert set(b.replicas) == {"r1"} and b.keys_version > versions
+    b.heartbeats.heartbeat(node("n1").report)
+    b.passes.reconcile_once()  # a follower's pass writes the reports it received
+    await a.following.follow_store()
+    assert "n1" in a.registry.nodes and a.registry.nodes["n1"].last_seen == clock.now()
+    a.registry.apply([Add("r1", "m", 1, "")])
+    versions = b.credentials.keys_version
+    await a.credentials.create_key("team", [])
+    await b.following.follow_store()
+    assert set(b.registry.replicas) == {"r1"} and b.credentials.keys_version > versions
     clock.advance(1)
-    a.heartbeat(node("n1").report)  # the node moved to the leader: its newer report wins over the older row
-    await a.follow_store()
-    assert a.nodes["n1"].last_seen == clock.now()
+    a.heartbeats.heartbeat(node("n1").report)  # the node moved to the leader: its newer report wins over the older row
+    await a.following.follow_store()
+    assert a.registry.nodes["n1"].last_seen == clock.now()
 
 
 async def test_the_leader_counts_what_the_followers_routers_saw(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
     """A request for a model through a follower is demand the leader loads for; a replica busy through a follower
     is busy (never idle-evicted); its requests in flight count until that server stops saying so."""
-    from llmgw.control.plane import REPORTER_SILENT_AFTER
+    from llmgw.control.activity import REPORTER_SILENT_AFTER
     from llmgw.wire.router import Activity
 
     a, b, clock = two
-    a.apply([Add("r1", "m", 1, "")])
-    await b.follow_store()
+    a.registry.apply([Add("r1", "m", 1, "")])
+    await b.following.follow_store()
     clock.advance(1)
-    b.record_activity(Activity(reporter="local", demand={"m": clock.now()}, used={"r1": clock.now()},
+    b.activity.record_activity(Activity(reporter="local", demand={"m": clock.now()}, used={"r1": clock.now()},
                                outstanding={"r1": 2}))
-    await b.share_activity()
-    await a.share_activity()
-    assert a.demand.get("m") == clock.now() and a.last_used.get("r1") == clock.now()
-    assert a.outstanding().get("r1") == 2
-    b.record_activity(Activity(reporter="local", outstanding={}))
-    await b.share_activity()
-    await a.share_activity()
-    assert a.outstanding().get("r1", 0) == 0
-    b.record_activity(Activity(reporter="local", outstanding={"r1": 1}))
-    await b.share_activity()
+    await b.following.share_activity()
+    await a.following.share_activity()
+    assert a.activity.demand.get("m") == clock.now() and a.activity.last_used.get("r1") == clock.now()
+    assert a.activity.outstanding().get("r1") == 2
+    b.activity.record_activity(Activity(reporter="local", outstanding={}))
+    await b.following.share_activity()
+    await a.following.share_activity()
+    assert a.activity.outstanding().get("r1", 0) == 0
+    b.activity.record_activity(Activity(reporter="local", outstanding={"r1": 1}))
+    await b.following.share_activity()
     clock.advance(REPORTER_SILENT_AFTER + 1)  # b stops writing (it died): its count stops counting
-    await a.share_activity()
-    assert a.outstanding().get("r1", 0) == 0
+    await a.following.share_activity()
+    assert a.activity.outstanding().get("r1", 0) == 0
 
 
 async def test_a_keys_limits_hold_across_servers(two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
@@ -99,13 +99,13 @@ async def test_a_keys_limits_hold_across_servers(two: tuple[ControlPlane, Contro
     from llmgw.core.quota import KeyLimits, Refusal
 
     a, b, _clock = two
-    _, key = await a.create_key("t", [], KeyLimits(rpm=4, concurrency=3))
+    _, key = await a.credentials.create_key("t", [], KeyLimits(rpm=4, concurrency=3))
     for p in (a, b):
-        await p.share_activity()  # each has read the other's (nothing yet)
+        await p.following.share_activity()  # each has read the other's (nothing yet)
     tickets = [a.quotas.admit(key, 10)[1] for _ in range(2)]  # two in flight through a
     assert all(tickets)
-    await a.share_activity()
-    await b.share_activity()
+    await a.following.share_activity()
+    await b.following.share_activity()
     d, t3 = b.quotas.admit(key, 10)  # a third through b: within both limits
     assert d.admitted
     d, _ = b.quotas.admit(key, 10)
@@ -113,8 +113,8 @@ async def test_a_keys_limits_hold_across_servers(two: tuple[ControlPlane, Contro
     for t in tickets:
         assert a.quotas.settle(t, 5)
     assert b.quotas.settle(t3, 5)
-    await a.share_activity()
-    await b.share_activity()
+    await a.following.share_activity()
+    await b.following.share_activity()
     d, _ = b.quotas.admit(key, 10)  # nothing in flight now; 3 of 4 requests this minute were taken (2 through a)
     assert d.admitted
     d, _ = b.quotas.admit(key, 10)

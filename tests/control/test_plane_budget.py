@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from llmgw.control.plane import NODE_EVENT_BURST, NODE_EVENT_EVERY
+from llmgw.control.heartbeats import NODE_EVENT_BURST, NODE_EVENT_EVERY
 from llmgw.core.clock import FakeClock
 from llmgw.core.state import ReplicaRecord
 from llmgw.store.sqlite import SqliteStore
@@ -19,12 +19,12 @@ def test_a_node_changing_its_words_every_heartbeat_cannot_fill_the_event_log(tmp
     base = node("node01").report
     for i in range(500):
         words = [Problem(code="FabricProblem", message=f"problem {i}-{j}") for j in range(10)]
-        p.heartbeat(base.model_copy(update={"problems": words}))
+        p.heartbeats.heartbeat(base.model_copy(update={"problems": words}))
     logged = [e for e in p.store.list_events(10_000) if e.subject == "node01"]
     assert NODE_EVENT_BURST <= len(logged) <= NODE_EVENT_BURST + 1
     assert isinstance(p.clock, FakeClock)
     p.clock.advance(NODE_EVENT_EVERY * 3)
-    p.heartbeat(base.model_copy(update={"problems": [Problem(code="FabricProblem", message="again")]}))
+    p.heartbeats.heartbeat(base.model_copy(update={"problems": [Problem(code="FabricProblem", message="again")]}))
     last = p.store.list_events(1)[0].message
     assert "again" in last and "earlier change(s) of this node not logged" in last
 
@@ -35,5 +35,5 @@ def test_the_store_is_the_owners_alone_and_old_replicas_get_a_secret(tmp_path: P
     s.close()
     p = plane_in(tmp_path)
     assert stat.S_IMODE((tmp_path / "s.db").stat().st_mode) == 0o600
-    assert len(p.replicas["m-old"].secret) >= 32
-    assert p.store.list_replicas()[0].secret == p.replicas["m-old"].secret
+    assert len(p.registry.replicas["m-old"].secret) >= 32
+    assert p.store.list_replicas()[0].secret == p.registry.replicas["m-old"].secret

@@ -19,27 +19,27 @@ def test_passes_over_an_unchanged_unplaceable_cluster_write_nothing(tmp_path: Pa
     plane = ControlPlane(cfg, SqliteStore(tmp_path / "s.db").open(), clock)
     plane.load()
     for n in (node("n1", n_gpus=4), node("n2", n_gpus=2)):
-        plane.heartbeat(n.report)
-    plane.reconcile_once()  # creates the replica and finds no room for it
+        plane.heartbeats.heartbeat(n.report)
+    plane.passes.reconcile_once()  # creates the replica and finds no room for it
     clock.advance(1)
-    plane.reconcile_once()
-    (r,) = plane.replicas.values()
+    plane.passes.reconcile_once()
+    (r,) = plane.registry.replicas.values()
     assert not r.placed and r.explanation is not None and not r.explanation.placed
 
     watcher = sqlite3.connect(tmp_path / "s.db")  # data_version counts commits by connections other than this one
     before = int(watcher.execute("PRAGMA data_version").fetchone()[0])
-    generation = plane.generation
+    generation = plane.registry.generation
     for _ in range(5):
         clock.advance(1)
-        assert plane.reconcile_once() == []
+        assert plane.passes.reconcile_once() == []
     after = int(watcher.execute("PRAGMA data_version").fetchone()[0])
     assert after == before, f"{after - before} commit(s) from passes that found nothing new"
-    assert plane.generation == generation, "routers were woken for nothing"
-    assert plane.replicas[r.id].explanation == r.explanation
+    assert plane.registry.generation == generation, "routers were woken for nothing"
+    assert plane.registry.replicas[r.id].explanation == r.explanation
 
     # something new is still news: a node that could take it gets it placed
-    plane.heartbeat(node("n3", n_gpus=8).report)
+    plane.heartbeats.heartbeat(node("n3", n_gpus=8).report)
     clock.advance(1)
-    plane.reconcile_once()
-    assert plane.replicas[r.id].placed
+    plane.passes.reconcile_once()
+    assert plane.registry.replicas[r.id].placed
     assert int(watcher.execute("PRAGMA data_version").fetchone()[0]) > after

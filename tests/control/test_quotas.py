@@ -29,9 +29,9 @@ def spend(p: ControlPlane, key: ApiKeyRecord, cost: int, used: int) -> None:
 async def test_a_budget_moved_to_another_period_counts_what_was_spent_before(tmp_path: Path) -> None:
     clock = FakeClock(NOON)
     p = plane(tmp_path, clock)
-    _, key = await p.create_key("t", [], KeyLimits(budget=1_000, budget_period="month"))
+    _, key = await p.credentials.create_key("t", [], KeyLimits(budget=1_000, budget_period="month"))
     spend(p, key, 600, 600)
-    updated = await p.update_key(key.id, {"limits": KeyLimits(budget=1_000, budget_period="day")})
+    updated = await p.credentials.update_key(key.id, {"limits": KeyLimits(budget=1_000, budget_period="day")})
     assert isinstance(updated, ApiKeyRecord)
     key = updated
     d, _ = p.quotas.admit(key, 500)
@@ -42,10 +42,10 @@ async def test_a_budget_moved_to_another_period_counts_what_was_spent_before(tmp
 async def test_a_budget_added_counts_what_the_key_spent_without_one(tmp_path: Path) -> None:
     clock = FakeClock(NOON)
     p = plane(tmp_path, clock)
-    _, key = await p.create_key("t", [])
+    _, key = await p.credentials.create_key("t", [])
     p.store.add_usage_new([UsageRecord(key_id=key.id, model="m", replica_id="r", prompt_tokens=300,
                                        completion_tokens=500, started_at=clock.now(), duration_s=1.0, status=200)])
-    updated = await p.update_key(key.id, {"limits": KeyLimits(budget=1_000, budget_period="day")})
+    updated = await p.credentials.update_key(key.id, {"limits": KeyLimits(budget=1_000, budget_period="day")})
     assert isinstance(updated, ApiKeyRecord)
     key = updated
     d, _ = p.quotas.admit(key, 500)
@@ -55,7 +55,7 @@ async def test_a_budget_added_counts_what_the_key_spent_without_one(tmp_path: Pa
 async def test_a_request_that_ends_after_midnight_is_charged_to_the_day_that_admitted_it(tmp_path: Path) -> None:
     clock = FakeClock(BEFORE_MIDNIGHT)
     p = plane(tmp_path, clock)
-    _, key = await p.create_key("t", [], KeyLimits(budget=1_000, budget_period="day"))
+    _, key = await p.credentials.create_key("t", [], KeyLimits(budget=1_000, budget_period="day"))
     _, late = p.quotas.admit(key, 900)  # admitted yesterday
     clock.advance(20)  # midnight passed
     _, early = p.quotas.admit(key, 100)  # admitted today
@@ -70,7 +70,7 @@ async def test_a_ticket_released_before_its_admission_arrives_is_never_held(tmp_
     """A worker whose admission answer was lost releases the ticket it chose (settled at 0); the admission, arriving
     late, must not hold a slot that nobody will ever settle."""
     p = plane(tmp_path, FakeClock(NOON))
-    _, key = await p.create_key("t", [], KeyLimits(concurrency=1))
+    _, key = await p.credentials.create_key("t", [], KeyLimits(concurrency=1))
     assert not p.quotas.settle("w1-lost", 0)
     late = p.quotas.admission(key, 10, "w1-lost")
     assert not late.admitted and late.refusal == "rate_limit_exceeded"

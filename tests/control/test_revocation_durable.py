@@ -93,10 +93,10 @@ async def test_a_revocation_the_store_refuses_is_an_error_and_changes_nothing(
         plane.load()
         with pytest.raises(StoreRejected):
             await plane.revoke("node07", "ab12", "stolen\x00laptop")
-        assert plane.refusal("node07", "ab12") == ""
+        assert plane.credentials.refusal("node07", "ab12") == ""
         assert _revocations(dsn) == []
         assert await plane.revoke("node07", "ab12", "stolen") == "certificate ab12 of node node07 revoked: stolen"
-        assert plane.refusal("node07", "ab12") != "" and _revocations(dsn) == [("node07", "ab12", "stolen")]
+        assert plane.credentials.refusal("node07", "ab12") != "" and _revocations(dsn) == [("node07", "ab12", "stolen")]
     finally:
         writer.close()
         plane.store.close()

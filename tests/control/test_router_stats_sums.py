@@ -8,9 +8,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
+from llmgw.control.activity import REPORTER_SILENT_AFTER
 from llmgw.control.exposition import render
 from llmgw.control.metrics import registry
-from llmgw.control.plane import REPORTER_SILENT_AFTER
 from llmgw.control.summary import summarize
 from llmgw.core.clock import FakeClock
 from llmgw.wire.router import Activity
@@ -29,12 +29,12 @@ def test_a_worker_idle_for_30s_and_then_busy_again_is_not_counted_twice(tmp_path
     both. Fails today: 5 requests, then 1 more, read as 11."""
     p = plane_in(tmp_path)
     assert isinstance(p.clock, FakeClock)
-    p.record_activity(Activity(reporter="worker-7", stats=cumulative(5)))
-    assert p.request_stats().models["m"].requests == {"200": 5}
+    p.activity.record_activity(Activity(reporter="worker-7", stats=cumulative(5)))
+    assert p.activity.request_stats().models["m"].requests == {"200": 5}
     p.clock.advance(REPORTER_SILENT_AFTER + 1)  # idle: the worker had nothing to say (a scrape happens meanwhile)
-    assert p.request_stats().models["m"].requests == {"200": 5}
-    p.record_activity(Activity(reporter="worker-7", stats=cumulative(6)))  # one more request: cumulative 6
-    total = p.request_stats()
+    assert p.activity.request_stats().models["m"].requests == {"200": 5}
+    p.activity.record_activity(Activity(reporter="worker-7", stats=cumulative(6)))  # one more request: cumulative 6
+    total = p.activity.request_stats()
     assert total.models["m"].requests == {"200": 6}, total.models["m"].requests
     assert total.models["m"].completion_tokens == 60
 

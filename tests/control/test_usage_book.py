@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmgw.control.admin_api import summary_of
 from llmgw.control.plane import ControlPlane
+from llmgw.control.status import summary_of
 from llmgw.control.summary import DAY
 from llmgw.store.base import UsageRecord
 from tests.harness import plane_in
@@ -23,9 +23,9 @@ async def test_recorded_usage_is_in_the_summary_once_and_agrees_with_the_store(t
     p = plane_in(tmp_path)
     now = p.clock.now()
     batch = recs("k1", [now - 2 * DAY, now - 2 * H, now - 60]) + recs("k2", [now - 30])
-    assert await p.record_usage(batch) == 4
-    assert await p.record_usage(batch) == 0  # a report sent again
-    s = await summary_of(p)
+    assert await p.activity.record_usage(batch) == 4
+    assert await p.activity.record_usage(batch) == 0  # a report sent again
+    s = await summary_of(p.status())
     by_key = {u.key_id: u for u in s.usage}
     assert (by_key["k1"].requests, by_key["k1"].day_requests, by_key["k1"].completion_tokens) == (3, 2, 9)
     assert (by_key["k2"].requests, by_key["k2"].day_requests) == (1, 1)
@@ -36,7 +36,7 @@ async def test_recorded_usage_is_in_the_summary_once_and_agrees_with_the_store(t
 async def test_the_totals_are_read_back_from_the_store_aggregates_after_a_restart(tmp_path: Path) -> None:
     p = plane_in(tmp_path)
     now = p.clock.now()
-    await p.record_usage(recs("k1", [now - 3 * DAY, now - 5 * H, now - 10]))
+    await p.activity.record_usage(recs("k1", [now - 3 * DAY, now - 5 * H, now - 10]))
     again = ControlPlane(p.cfg, p.store, p.clock)
     again.load()
     assert again.usage.totals() == p.usage.totals()
@@ -46,15 +46,15 @@ async def test_the_totals_are_read_back_from_the_store_aggregates_after_a_restar
 
 async def test_key_names_are_read_again_only_when_keys_change(tmp_path: Path) -> None:
     p = plane_in(tmp_path)
-    assert p.key_names() is None  # never read
-    assert p.refresh_key_names() == {}
-    assert p.key_names() == {}
-    _, rec = await p.create_key("alice", [])
-    assert p.key_names() == {rec.id: "alice"}  # a key this plane wrote is known without reading the store
-    await p.revoke_keys(lambda k: True)
-    assert p.key_names() is None  # changed otherwise: read again
-    await summary_of(p)  # reads them again
-    assert p.key_names() == {rec.id: "alice"}
+    assert p.credentials.key_names() is None  # never read
+    assert p.credentials.refresh_key_names() == {}
+    assert p.credentials.key_names() == {}
+    _, rec = await p.credentials.create_key("alice", [])
+    assert p.credentials.key_names() == {rec.id: "alice"}  # a key this plane wrote is known without reading the store
+    await p.credentials.revoke_keys(lambda k: True)
+    assert p.credentials.key_names() is None  # changed otherwise: read again
+    await summary_of(p.status())  # reads them again
+    assert p.credentials.key_names() == {rec.id: "alice"}
 
 
 def test_the_days_window_follows_new_records_and_rolls_by_the_hour() -> None:

@@ -69,7 +69,7 @@ async def agent_door(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, str, P
                          FakeClock())
     plane.load()
     pki = p.workdir / "pki"
-    runner = web.AppRunner(agent_app(plane), shutdown_timeout=0.5)
+    runner = web.AppRunner(agent_app(plane.registry, plane.heartbeats, plane.credentials), shutdown_timeout=0.5)
     await runner.setup()
     port = free_port()
     tls = server_context(pki / "controlplane.crt", pki / "controlplane.key", pki / "ca.crt", require_client=True)
@@ -77,7 +77,7 @@ async def agent_door(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, str, P
     try:
         yield plane, f"https://127.0.0.1:{port}/v1/agent/watch", pki
     finally:
-        plane.watch.close()
+        plane.registry.watch.close()
         await runner.cleanup()
 
 
@@ -96,15 +96,16 @@ async def test_a_watch_answers_when_a_shard_is_placed_on_its_node_and_not_before
         assert status == 200 and body["digest"] == EMPTY  # differs from what it had seen (nothing): at once
         held = asyncio.create_task(watch(url, as_node(pki, "node01"), EMPTY))
         other = asyncio.create_task(watch(url, as_node(pki, "node02"), EMPTY))
-        await await_until(lambda: plane.watch.waiting() == 2, 10, "both nodes waiting")
-        plane.heartbeat(node("node01", address="127.0.0.11").report)
-        plane.reconcile_once()  # places the min-1 model on node01, the only node with room
-        assert [a.node_id for r in plane.replicas.values() for a in r.assignments] == ["node01"]
+        await await_until(lambda: plane.registry.watch.waiting() == 2, 10, "both nodes waiting")
+        plane.heartbeats.heartbeat(node("node01", address="127.0.0.11").report)
+        plane.passes.reconcile_once()  # places the min-1 model on node01, the only node with room
+        assert [a.node_id for r in plane.registry.replicas.values() for a in r.assignments] == ["node01"]
         status, body = await asyncio.wait_for(held, 10)
-        assert status == 200 and body["digest"] == plane.node_digest("node01") != EMPTY
-        await await_until(lambda: plane.watch.waiting() == 1, 10, "node02 waiting again: its shards did not change")
+        assert status == 200 and body["digest"] == plane.registry.node_digest("node01") != EMPTY
+        await await_until(lambda: plane.registry.watch.waiting() == 1, 10,
+                         "node02 waiting again: its shards did not change")
         assert not other.done()
-        plane.watch.close()
+        plane.registry.watch.close()
         assert (await asyncio.wait_for(other, 10))[1]["digest"] == EMPTY
 
 

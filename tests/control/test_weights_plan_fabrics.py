@@ -72,8 +72,9 @@ def test_fetch_leaders_does_not_grow_with_every_fabric_name_ever_reported(tmp_pa
     agent.yaml, a node that makes them up) grows the plane's memory at 16 entries per heartbeat, forever."""
     p = plane(tmp_path, "n1")
     for i in range(200):
-        p.heartbeat(report("n1", [f"ib-{i}-{j}" for j in range(16)]))
-    assert len(p.fetch_leaders) <= 16, f"{len(p.fetch_leaders)} leaders remembered for one node and one file"
+        p.heartbeats.heartbeat(report("n1", [f"ib-{i}-{j}" for j in range(16)]))
+    leaders = p.heartbeats.fetch_leaders
+    assert len(leaders) <= 16, f"{len(leaders)} leaders remembered for one node and one file"
 
 
 async def test_a_revoked_certificate_is_not_offered_as_a_peer(tmp_path: Path) -> None:
@@ -81,9 +82,9 @@ async def test_a_revoked_certificate_is_not_offered_as_a_peer(tmp_path: Path) ->
     stays live until node_lost_after, and the plane keeps sending node01 to copy the file from it (the copier
     does not consult the revocation list for the server it copies from)."""
     p = plane(tmp_path, "node01")
-    p.heartbeat(report("node03", ["ib-a"], holds=True), serial="abc123")
+    p.heartbeats.heartbeat(report("node03", ["ib-a"], holds=True), serial="abc123")
     await p.revoke("node03", "abc123", "key leaked")
-    desired = p.heartbeat(report("node01", ["ib-a"]), serial="def456")
+    desired = p.heartbeats.heartbeat(report("node01", ["ib-a"]), serial="def456")
     plan = desired.shards[0].weights
     assert plan is not None
     assert "node03" not in {x.node_id for x in plan.peers}, f"the revoked certificate's node is a peer: {plan}"

@@ -117,21 +117,21 @@ def test_a_restart_adopts_running_replicas_where_they_are() -> None:
 
     clock.advance(900)  # the control plane was down for 15 minutes; every node's last_seen is stale
     plane = _plane(clock, store, big, small)
-    assert {r.id: r.shards_expected for r in plane.replicas.values()} == {
+    assert {r.id: r.shards_expected for r in plane.registry.replicas.values()} == {
         r.id: r.shards_expected for r in before.values()}
-    intents = plane.reconcile_once()
+    intents = plane.passes.reconcile_once()
     assert not [i for i in intents if isinstance(i, MarkLost)], "timers restart from the restart"
-    after = plane.replicas
+    after = plane.registry.replicas
     assert set(after) == set(before), "adopted, not replaced"
     for rid, r in after.items():
         assert r.assignments == before[rid].assignments
         assert r.ready and r.stop is None and not r.failed
     # unknown use counts from the restart, not from a ready_at 15 minutes old: still running after 599s more
     clock.advance(599)
-    for n in list(plane.nodes.values()):
-        plane.heartbeat(n.report)
-    plane.reconcile_once()
-    assert plane.replicas[next(r.id for r in before.values() if r.model == "small")].stop is None
+    for n in list(plane.registry.nodes.values()):
+        plane.heartbeats.heartbeat(n.report)
+    plane.passes.reconcile_once()
+    assert plane.registry.replicas[next(r.id for r in before.values() if r.model == "small")].stop is None
 
 
 def test_a_restart_over_half_a_replica_does_not_call_it_ready() -> None:
@@ -149,9 +149,9 @@ def test_a_restart_over_half_a_replica_does_not_call_it_ready() -> None:
         store.put_node(n)
     clock.advance(30)
     plane = _plane(clock, store, big)
-    assert plane.replicas[r.id].shards_expected == 2
-    plane.reconcile_once()
-    got = plane.replicas[r.id]
+    assert plane.registry.replicas[r.id].shards_expected == 2
+    plane.passes.reconcile_once()
+    got = plane.registry.replicas[r.id]
     assert not got.ready and got.endpoint == ""
     assert "rank 1: not yet started on node02" in got.conditions[-1].message
 

@@ -13,7 +13,6 @@ from aiohttp import web
 
 from llmgw.agent.engines.base import LaunchContext
 from llmgw.config.server import ModelSpec, RouterConfig, ServerConfig, TLSFiles
-from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import SMOLLM2
@@ -22,7 +21,7 @@ from llmgw.router.keys import KeyRing, new_key
 from llmgw.router.state import RouterState
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import ShardSpec
-from tests.harness import await_until, free_port
+from tests.harness import await_until, free_port, local_state
 from tests.router.engines import Engine, llama_server, sim
 from tests.router.fakes import FakeState
 
@@ -153,7 +152,7 @@ async def plane_router(tmp_path: Path) -> AsyncIterator[PlaneRouter]:
     plane = ControlPlane(cfg, store, FakeClock())
     plane.load()
     try:
-        async with serving(LocalState(plane), store, cfg, "tester") as (url, _, raw):
+        async with serving(local_state(plane), store, cfg, "tester") as (url, _, raw):
             yield PlaneRouter(url, plane, raw)
     finally:
         store.close()

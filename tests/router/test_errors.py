@@ -97,7 +97,7 @@ async def test_on_demand_model_triggers_a_load_then_says_loading(plane_router: P
     asked_at = clock.now()
 
     async def load_wait_passes() -> None:  # the router waits by the injected clock: the test moves it
-        await await_until(lambda: bool(pr.plane.demand), 10, "the request asked for a load")
+        await await_until(lambda: bool(pr.plane.activity.demand), 10, "the request asked for a load")
         clock.advance(5)
 
     mover = asyncio.create_task(load_wait_passes())
@@ -108,10 +108,10 @@ async def test_on_demand_model_triggers_a_load_then_says_loading(plane_router: P
     assert status == 503
     assert envelope(b, "model_loading").startswith("the model is loading")
     assert h["Retry-After"] == "10"
-    assert pr.plane.demand["sim-od"] == asked_at
+    assert pr.plane.activity.demand["sim-od"] == asked_at
     # the reconciler turns that demand into a replica (which here cannot be placed: no nodes)
-    pr.plane.reconcile_once()
-    od = [r for r in pr.plane.replicas.values() if r.model == "sim-od"]
+    pr.plane.passes.reconcile_once()
+    od = [r for r in pr.plane.registry.replicas.values() if r.model == "sim-od"]
     assert len(od) == 1 and not od[0].placed
     assert od[0].explanation is not None and not od[0].explanation.placed
 

@@ -18,7 +18,6 @@ import pytest
 from aiohttp import web
 
 from llmgw.config.server import ModelSpec, RouterConfig, ServerConfig, TLSFiles
-from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import Clock, FakeClock, SystemClock
 from llmgw.core.conditions import ConditionType, Status, set_condition
@@ -30,7 +29,7 @@ from llmgw.router.keys import KeyRing
 from llmgw.sim.behaviour import Behaviour
 from llmgw.sim.server import make_app
 from llmgw.store.sqlite import SqliteStore
-from tests.harness import await_until, free_port
+from tests.harness import await_until, free_port, local_state
 
 
 @dataclass
@@ -42,7 +41,7 @@ class Limited:
     statuses: list[int] = field(default_factory=list)  # every HTTP answer the clients saw, retries included
 
     async def key(self, limits: KeyLimits) -> str:
-        raw, _ = await self.plane.create_key("tenant", [], limits)
+        raw, _ = await self.plane.credentials.create_key("tenant", [], limits)
         return raw
 
     def client(self, key: str, retries: int = 0) -> openai.AsyncOpenAI:
@@ -83,7 +82,7 @@ async def limited(tmp_path: Path, clock: Clock, tokens_per_second: float = 0.0, 
                                     endpoint=engine_url))
     plane = ControlPlane(cfg, store, clock)
     plane.load()
-    router = Router(LocalState(plane), KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body)
+    router = Router(local_state(plane), KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body)
     runner = web.AppRunner(router.app())
     await runner.setup()
     port = free_port()

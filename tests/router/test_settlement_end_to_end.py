@@ -66,7 +66,7 @@ async def test_a_request_that_reached_no_engine_costs_nothing(tmp_path: Path) ->
     says such a request is settled at 0; it is settled at its whole reservation (reached=True is set before any
     attempt, and m.status stays 0 since the ledger record is dropped)."""
     async with env(tmp_path, engine_up=False) as (url, plane, _):
-        raw, rec = await plane.create_key("t", [], KeyLimits(budget=10_000, budget_period="day"))
+        raw, rec = await plane.credentials.create_key("t", [], KeyLimits(budget=10_000, budget_period="day"))
         status, out = await post(url, raw, "/v1/chat/completions",
                                  {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000})
         assert status == 503 and out["error"]["code"] == "no_reachable_replica"
@@ -80,7 +80,7 @@ async def test_responses_api_usage_is_settled(tmp_path: Path) -> None:
     """/v1/responses reports usage as input_tokens/output_tokens: the router reads only prompt_tokens /
     completion_tokens, so the request is settled at 0 and the budget never moves."""
     async with env(tmp_path) as (url, plane, _):
-        raw, rec = await plane.create_key("t", [], KeyLimits(budget=3_000, budget_period="day"))
+        raw, rec = await plane.credentials.create_key("t", [], KeyLimits(budget=3_000, budget_period="day"))
         ok = 0
         for _ in range(10):  # each really costs 20 + 1000 tokens: a 3,000-token budget allows at most 2
             status, _out = await post(url, raw, "/v1/responses",
@@ -95,7 +95,7 @@ async def test_n_choices_cannot_overspend_a_budget(tmp_path: Path) -> None:
     """n=8 choices of max_tokens 200 cost 1,620 tokens; the reservation counts one choice: a 1,000-token budget
     admits it and ends overspent (claim: nothing admitted can cost more than it reserved)."""
     async with env(tmp_path) as (url, plane, _):
-        raw, rec = await plane.create_key("t", [], KeyLimits(budget=1_000, budget_period="day"))
+        raw, rec = await plane.credentials.create_key("t", [], KeyLimits(budget=1_000, budget_period="day"))
         status, _out = await post(url, raw, "/v1/chat/completions",
                                  {"model": "m", "messages": [{"role": "user", "content": "hi"}],
                                   "max_tokens": 200, "n": 8})
@@ -133,7 +133,7 @@ async def test_a_refused_request_does_not_end_another_requests_in_flight_count(t
     globals()["vllm_like"] = gated
     try:
         async with env(tmp_path) as (url, plane, router):
-            raw, rec = await plane.create_key("t", [], KeyLimits(concurrency=1))
+            raw, rec = await plane.credentials.create_key("t", [], KeyLimits(concurrency=1))
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
             first = asyncio.create_task(post(url, raw, "/v1/chat/completions", body))
             await await_until(lambda: asyncio.sleep(0, GATE.get("asked") == 1), 10, "the first at the engine")
@@ -159,7 +159,7 @@ async def test_a_client_that_leaves_mid_request_is_settled_once(tmp_path: Path) 
     globals()["vllm_like"] = gated
     try:
         async with env(tmp_path) as (url, plane, _router):
-            raw, rec = await plane.create_key("t", [], KeyLimits(concurrency=1, budget=100_000))
+            raw, rec = await plane.credentials.create_key("t", [], KeyLimits(concurrency=1, budget=100_000))
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
             task = asyncio.create_task(post(url, raw, "/v1/chat/completions", body))
             await await_until(lambda: asyncio.sleep(0, GATE.get("asked") == 1), 10, "the request at the engine")
@@ -191,7 +191,7 @@ async def test_an_engine_timeout_after_the_request_was_sent_is_not_free(tmp_path
     globals()["vllm_like"] = gated
     try:
         async with env(tmp_path, first_byte_timeout=0.5) as (url, plane, _):
-            raw, rec = await plane.create_key("t", [], KeyLimits(budget=100_000))
+            raw, rec = await plane.credentials.create_key("t", [], KeyLimits(budget=100_000))
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50_000}
             status, _out = await post(url, raw, "/v1/chat/completions", body)
             GATE["open"].set()
@@ -240,7 +240,7 @@ async def test_a_stream_cannot_hide_its_usage_from_the_router(tmp_path: Path) ->
     globals()["vllm_like"] = streamer
     try:
         async with env(tmp_path) as (url, plane, _):
-            raw, rec = await plane.create_key("t", [], KeyLimits(budget=1_000_000))
+            raw, rec = await plane.credentials.create_key("t", [], KeyLimits(budget=1_000_000))
             for opts in ({"include_usage": True}, {"include_usage": "false"}):
                 before = plane.quotas.spent_in(rec.id, "total")
                 async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", headers={

@@ -48,7 +48,8 @@ class LossyRelay:
 
 async def test_an_admission_whose_answer_is_lost_does_not_hold_the_keys_slot(tmp_path: Path) -> None:
     plane = plane_in(tmp_path)
-    runner = web.AppRunner(admin_app(plane, TOKEN, frozenset({"127.0.0.1"})))
+    runner = web.AppRunner(admin_app(plane.status(), plane.quotas, plane.gauges, plane.health, TOKEN,
+                                         frozenset({"127.0.0.1"})))
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -57,7 +58,7 @@ async def test_an_admission_whose_answer_is_lost_does_not_hold_the_keys_slot(tmp
     rport = server.sockets[0].getsockname()[1]
     state = RemoteState(f"http://127.0.0.1:{rport}", plane.clock, TOKEN)
     try:
-        _, key = await plane.create_key("t", [], KeyLimits(concurrency=1))
+        _, key = await plane.credentials.create_key("t", [], KeyLimits(concurrency=1))
         relay.lose = True
         lost = await state.admit(key, 10)
         assert relay.lost == 1 and not lost.admitted and lost.refusal == "limits_unavailable"

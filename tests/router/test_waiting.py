@@ -10,11 +10,10 @@ from typing import Any
 import aiohttp
 
 from llmgw.config.server import RouterConfig
-from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.store.sqlite import SqliteStore
-from tests.harness import await_until
+from tests.harness import await_until, local_state
 from tests.router.conftest import server_config, serving
 
 
@@ -26,7 +25,7 @@ async def test_waiting_is_bounded_and_a_client_that_leaves_stops_waiting(tmp_pat
     plane.load()
     body = {"model": "sim-od", "messages": [{"role": "user", "content": "x"}]}
     try:
-        async with serving(LocalState(plane), store, cfg, "t") as (url, router, key):
+        async with serving(local_state(plane), store, cfg, "t") as (url, router, key):
             auth = {"Authorization": f"Bearer {key}"}
 
             async def ask(session: aiohttp.ClientSession) -> tuple[int, dict[str, Any]]:

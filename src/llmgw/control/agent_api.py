@@ -17,7 +17,9 @@ from pydantic import ValidationError
 
 from llmgw.config.loader import describe
 from llmgw.control.admission import IPNetwork, address_problem, ports_problem
-from llmgw.control.plane import ControlPlane
+from llmgw.control.credentials import Credentials
+from llmgw.control.heartbeats import Heartbeats
+from llmgw.control.registry import Registry
 from llmgw.core.buckets import Buckets
 from llmgw.pki.tls import PeerIdentity, peer_identity
 from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, DesiredState, NodeReport
@@ -34,89 +36,108 @@ def _refuse(status: int, error: str, **extra: object) -> web.Response:
     return web.json_response({"error": error, **extra}, status=status)
 
 
-def agent_app(
-    plane: ControlPlane, listeners: Sequence[tuple[str, int]] = (), networks: Sequence[IPNetwork] = ()
-) -> web.Application:
-    buckets = Buckets(plane.clock, HEARTBEATS_PER_INTERVAL / plane.cfg.heartbeat_interval, BURST)
+class AgentDoor:
+    """The agent listener's two requests: a heartbeat (its report in, its desired state out) and a watch."""
 
-    watches = Buckets(plane.clock, HEARTBEATS_PER_INTERVAL / plane.cfg.heartbeat_interval, BURST)
+    def __init__(self, registry: Registry, heartbeats: Heartbeats, credentials: Credentials,
+                 listeners: Sequence[tuple[str, int]] = (), networks: Sequence[IPNetwork] = ()) -> None:
+        self.registry = registry
+        self.heartbeats = heartbeats
+        self.credentials = credentials
+        self.listeners = listeners
+        self.networks = networks
+        rate = HEARTBEATS_PER_INTERVAL / heartbeats.cfg.heartbeat_interval
+        self.beats = Buckets(heartbeats.clock, rate, BURST)
+        self.watches = Buckets(heartbeats.clock, rate, BURST)
 
-    def too_often(ident: PeerIdentity, what: str) -> web.Response:
-        return _refuse(429, f"node {ident.node_id}: {what} too frequent (at most {HEARTBEATS_PER_INTERVAL} per "
-                            f"heartbeat interval)")
-
-    def node_of(request: web.Request) -> PeerIdentity | web.Response:
+    def node_of(self, request: web.Request) -> PeerIdentity | web.Response:
         ident = peer_identity(request.transport.get_extra_info("ssl_object") if request.transport else None)
         if ident is None:
             return _refuse(401, "no verified client certificate")
         if not ident.node_role:
             return _refuse(403, f"certificate for {ident.node_id!r} is not a node certificate (issue one with "
                                 "`llmgw ca issue`; the control plane's own certificate is not a node)")
-        refused = plane.refusal(ident.node_id, ident.serial)
+        refused = self.credentials.refusal(ident.node_id, ident.serial)
         if refused:
             return _refuse(403, refused)
         return ident
 
-    async def watch(request: web.Request) -> web.Response:
+    async def watch(self, request: web.Request) -> web.Response:
         """GET /v1/agent/watch?seen=DIGEST: answers the digest of the shards this node is to run as soon as it
         differs from `seen`, or after WATCH_HOLD_S with it unchanged (control/watch.py)."""
-        ident = node_of(request)
+        ident = self.node_of(request)
         if isinstance(ident, web.Response):
             return ident
-        if not watches.take(ident.node_id):
-            return too_often(ident, "watches")
+        if not self.watches.take(ident.node_id):
+            return _too_often(ident, "watches")
         seen = request.query.get("seen", "")[:64]
         # a hold on a connection, timed like a socket timeout (the event loop's time), not by the plane's clock
         loop = asyncio.get_running_loop()
         deadline = loop.time() + WATCH_HOLD_S
-        digest = plane.node_digest(ident.node_id)
-        while digest == seen and not plane.watch.closed and (left := deadline - loop.time()) > 0:
-            if not await plane.watch.wait(ident.node_id, left):
+        reg = self.registry
+        digest = reg.node_digest(ident.node_id)
+        while digest == seen and not reg.watch.closed and (left := deadline - loop.time()) > 0:
+            if not await reg.watch.wait(ident.node_id, left):
                 break  # the node watches again on another request: this one is answered now
-            if plane.refusal(ident.node_id, ident.serial):  # revoked while it waited: it hears so from a heartbeat
+            if self.credentials.refusal(ident.node_id, ident.serial):  # revoked meanwhile: a heartbeat says so
                 break
-            digest = plane.node_digest(ident.node_id)
+            digest = reg.node_digest(ident.node_id)
         return web.json_response({"digest": digest})
 
-    async def heartbeat(request: web.Request) -> web.Response:
-        ident = node_of(request)
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        ident = self.node_of(request)
         if isinstance(ident, web.Response):
             return ident
-        if not buckets.take(ident.node_id):
-            return too_often(ident, "heartbeats")
-        raw = await request.read()  # by a deadline (control/guards.py)
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):
-            return _refuse(422, "invalid heartbeat: not JSON")
-        version = data.get("version", WIRE_VERSION) if isinstance(data, dict) else WIRE_VERSION
-        # the version first: a newer agent's new fields would otherwise read as "unknown key", which sends its
-        # operator looking for a typo rather than at the upgrade order
-        if not isinstance(version, int) or not OLDEST_WIRE_VERSION <= version <= WIRE_VERSION:
-            return _refuse(422, f"wire version {str(version)[:20]} not understood by this control plane (speaks "
-                                f"{OLDEST_WIRE_VERSION}-{WIRE_VERSION}): upgrade control planes before agents",
-                           speaks=WIRE_VERSION)
-        try:
-            report = NodeReport.model_validate(data)
-        except ValidationError as e:
-            return _refuse(422, "invalid heartbeat", problems=describe(e)[:20])
-        except RecursionError:
-            return _refuse(422, "invalid heartbeat: nested too deeply")
+        if not self.beats.take(ident.node_id):
+            return _too_often(ident, "heartbeats")
+        report = read_report(await request.read())  # by a deadline (control/guards.py)
+        if isinstance(report, web.Response):
+            return report
         if report.node_id != ident.node_id:
             return _refuse(403, f"certificate is for node {ident.node_id!r}; it may not write node {report.node_id!r}")
-        problem = address_problem(report.address, request.remote, ident.ips, networks) or ports_problem(
-            report.address, report.port_low, report.port_high, listeners
+        problem = address_problem(report.address, request.remote, ident.ips, self.networks) or ports_problem(
+            report.address, report.port_low, report.port_high, self.listeners
         )
         if problem:
             return _refuse(403, f"node {ident.node_id}: {problem}")
-        desired = plane.heartbeat(report, ident.serial, ident.not_after)
+        desired = self.heartbeats.heartbeat(report, ident.serial, ident.not_after)
         # answered in the node's own version: an agent older than this control plane (the upgrade order) must be
         # able to read what it is told
         return web.Response(text=answer_in(desired, report.version), content_type="application/json")
 
+
+def _too_often(ident: PeerIdentity, what: str) -> web.Response:
+    return _refuse(429, f"node {ident.node_id}: {what} too frequent (at most {HEARTBEATS_PER_INTERVAL} per "
+                        f"heartbeat interval)")
+
+
+def read_report(raw: bytes) -> NodeReport | web.Response:
+    """A heartbeat's body as a report, or the refusal that says why it is none."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return _refuse(422, "invalid heartbeat: not JSON")
+    version = data.get("version", WIRE_VERSION) if isinstance(data, dict) else WIRE_VERSION
+    # the version first: a newer agent's new fields would otherwise read as "unknown key", which sends its
+    # operator looking for a typo rather than at the upgrade order
+    if not isinstance(version, int) or not OLDEST_WIRE_VERSION <= version <= WIRE_VERSION:
+        return _refuse(422, f"wire version {str(version)[:20]} not understood by this control plane (speaks "
+                            f"{OLDEST_WIRE_VERSION}-{WIRE_VERSION}): upgrade control planes before agents",
+                       speaks=WIRE_VERSION)
+    try:
+        return NodeReport.model_validate(data)
+    except ValidationError as e:
+        return _refuse(422, "invalid heartbeat", problems=describe(e)[:20])
+    except RecursionError:
+        return _refuse(422, "invalid heartbeat: nested too deeply")
+
+
+def agent_app(registry: Registry, heartbeats: Heartbeats, credentials: Credentials,
+              listeners: Sequence[tuple[str, int]] = (), networks: Sequence[IPNetwork] = ()) -> web.Application:
+    door = AgentDoor(registry, heartbeats, credentials, listeners, networks)
     app = web.Application(client_max_size=MAX_HEARTBEAT_BYTES)
-    app.router.add_post("/v1/agent/heartbeat", heartbeat)
-    app.router.add_get("/v1/agent/watch", watch)
+    app.router.add_post("/v1/agent/heartbeat", door.heartbeat)
+    app.router.add_get("/v1/agent/watch", door.watch)
     return app
 
 

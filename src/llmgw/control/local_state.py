@@ -1,9 +1,14 @@
-"""The router in the control plane's own process: it reads the plane and writes only through its named operations."""
+"""The router in the control plane's own process: it reads the owners it is handed and writes only through their
+named operations."""
 
 from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
-from llmgw.control.plane import ControlPlane
+from llmgw.control.activity import Activity
+from llmgw.control.credentials import Credentials
+from llmgw.control.quotas import Quotas
+from llmgw.control.registry import Registry
+from llmgw.control.storage import Storage
 from llmgw.core.clock import Clock
 from llmgw.core.state import not_answering
 from llmgw.router.stats import Recorder
@@ -13,53 +18,58 @@ from llmgw.wire.router import Admission, ModelExplanation, ReadyReplica
 
 
 class LocalState:
-    def __init__(self, plane: ControlPlane) -> None:
-        self.plane = plane
-        self.clock: Clock = plane.clock
-        self.models: dict[str, ModelSpec] = plane.models
+    def __init__(self, registry: Registry, activity: Activity, credentials: Credentials, quotas: Quotas,
+                 storage: Storage) -> None:
+        self.registry = registry
+        self.activity = activity
+        self.credentials = credentials
+        self.quotas = quotas
+        self.storage = storage
+        self.clock: Clock = storage.clock
+        self.models: dict[str, ModelSpec] = registry.models
 
     def generation(self) -> int:
-        return self.plane.generation
+        return self.registry.generation
 
     def stale_for(self) -> float:
-        return self.plane.table_stale_for()
+        return self.storage.stale_for()
 
     def keys_version(self) -> int:
-        return self.plane.keys_version
+        return self.credentials.keys_version
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
-        return self.plane.ready_table()
+        return self.registry.ready_table()
 
     def not_answering(self) -> dict[str, str]:
-        return not_answering(self.plane.replicas.values())
+        return not_answering(self.registry.replicas.values())
 
     def loads(self) -> dict[str, EngineLoad]:
-        return self.plane.engine_loads
+        return self.activity.engine_loads
 
     def want(self, model: str) -> None:
-        self.plane.want(model)
+        self.activity.want(model)
 
     def used(self, replica_id: str, at: float, outstanding: int) -> None:
-        self.plane.used_here(replica_id, at, outstanding)
+        self.activity.used_here(replica_id, at, outstanding)
 
     async def store_usage(self, batch: list[AnyUsage]) -> None:
         # off the event loop, through the one writer: a batch is one transaction, but a disk can still stall
-        await self.plane.record_usage(batch)
+        await self.activity.record_usage(batch)
 
     async def explain(self, model: str) -> ModelExplanation | None:
-        return self.plane.explain(model)
+        return self.registry.explain(model)
 
     def ejected(self, replica_id: str, words: str) -> None:
-        self.plane.event("replica", replica_id, f"replica {replica_id} {words}")
+        self.storage.event("replica", replica_id, f"replica {replica_id} {words}")
 
     def attach(self, recorder: Recorder) -> None:
-        self.plane.attach_router(recorder.snapshot)
+        self.activity.attach_router(recorder.snapshot)
 
     async def flush(self) -> None:
         pass  # demand and use are already the control plane's: it is in this process
 
     async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
-        return self.plane.quotas.admission(key, cost)
+        return self.quotas.admission(key, cost)
 
     def settle(self, ticket: str, used: int) -> None:
-        self.plane.quotas.settle(ticket, used)
+        self.quotas.settle(ticket, used)

@@ -1,13 +1,33 @@
-"""Nodes as they report themselves, and the log lines a change in them deserves."""
+"""The nodes and replicas this control plane knows, and the one place reconcile's intents are applied to them.
+
+Nodes come as they report themselves (merge_report says what changed, in words an operator can act on); replicas
+are written by the leader's passes. Readers learn that replicas changed from `generation` and the watch."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import secrets
+from collections import Counter
+
 from llmgw.config.server import ModelSpec
-from llmgw.core.state import NodeRecord
+from llmgw.control.activity import Activity
+from llmgw.control.credentials import Credentials
+from llmgw.control.leadership import Leadership
+from llmgw.control.storage import Storage
+from llmgw.control.summary import NodeFacts, leader_shard, node_facts
+from llmgw.control.watch import Watch
+from llmgw.core.state import NodeRecord, ReplicaRecord, replica_phase
 from llmgw.placement.checks import Request, feasible
 from llmgw.placement.snapshot import build_snapshot
+from llmgw.reconcile import apply as effects
+from llmgw.reconcile.intents import Intent, SetScaleTimer
 from llmgw.reconcile.node_status import node_conditions
+from llmgw.reconcile.scaling import Timer
 from llmgw.wire.messages import NodeReport
+from llmgw.wire.router import ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
+
+log = logging.getLogger(__name__)
 
 
 def qualifies(rec: NodeRecord, models: dict[str, ModelSpec], now: float) -> set[str]:
@@ -55,3 +75,190 @@ def _placement_facts(r: NodeReport) -> tuple[object, ...]:
     """What the feasibility checks read from a report (memory in use moves every heartbeat and is not among it)."""
     return (r.engines_probed, r.engines, r.install_progress, r.hardware.gpus, r.hardware.mem_total_bytes, r.fabrics,
             r.port_low, r.port_high)
+
+
+class Registry:
+    def __init__(self, storage: Storage, leadership: Leadership, activity: Activity, models: dict[str, ModelSpec],
+                 kick: asyncio.Event) -> None:
+        self.clock = storage.clock
+        self._storage = storage
+        self._leadership = leadership  # read: whether this server leads, and the epoch its writes are fenced by
+        self._activity = activity
+        self.models = models  # the catalog, filled at start (start())
+        self.kick = kick  # a pass is worth running before the next interval (a shard's state changed)
+        self.started_at = 0.0
+        self.resumed_at = 0.0  # node silence counts from here: the start, a takeover, a stall
+        self.nodes: dict[str, NodeRecord] = {}
+        self.replicas: dict[str, ReplicaRecord] = {}
+        self.generation = 0  # bumped when replicas change, so readers can cache derived tables
+        self.watch = Watch()  # agents waiting to hear that the shards they are to run changed
+        # nodes whose record changed since the store last had it: written together at the end of each pass
+        self._dirty: set[str] = set()
+        self._facts: dict[str, tuple[NodeRecord, NodeFacts]] = {}  # what the summary derives of each node record
+        # replicas started and stopped, and why: the metrics' loads, evictions and scale events
+        self.replica_counts: Counter[tuple[str, str, str]] = Counter()  # (model, "start"|"stop", why)
+        self.scale_timers: dict[str, Timer] = {}  # scaling on load: soft state, restarted with the process
+        self.holding = ""  # why node losses are held, while they are
+
+    # what the store holds
+    def start(self, now: float, models: list[ModelSpec], nodes: list[NodeRecord]) -> None:
+        """The catalog and the nodes the store holds; their silence counts from now, not from stale timestamps."""
+        self.started_at = now
+        self.models.clear()
+        self.models.update({m.name: m for m in models})
+        for n in nodes:
+            self.nodes[n.id] = n.model_copy(update={"last_seen": now})
+
+    def adopt_replicas(self, records: list[ReplicaRecord]) -> None:
+        """The replicas as the store has them: at start, and when this server begins to lead (the last leader's)."""
+        self.replicas = {}
+        for r in records:
+            spec = self.models.get(r.model)
+            if spec is not None:
+                r = r.model_copy(update={"shards_expected": spec.profile.nodes})
+            if not r.secret and self._leadership.leading:  # made before engines had secrets: its shards restart once
+                r = r.model_copy(update={"secret": secrets.token_hex(32)})
+                self._storage.writer.submit(self._storage.store.put_replica, r, self._leadership.epoch)
+            self.replicas[r.id] = r
+
+    def changed(self) -> None:
+        """Replicas changed: routers and agents waiting on their shards hear of it."""
+        self.generation += 1
+        self.watch.changed()
+
+    def replicas_from_store(self, records: list[ReplicaRecord]) -> None:
+        """Another server's replicas taken as this one's (a follower's, a new leader's, a deposed one's)."""
+        self.adopt_replicas(records)
+        self.changed()
+
+    def take_over(self, nodes: list[NodeRecord], replicas: list[ReplicaRecord]) -> None:
+        """This server begins to lead: what the last leader left, with node silence counted from now."""
+        now = self.clock.now()
+        self.resumed_at = now
+        for n in nodes:
+            if n.id not in self.nodes:
+                self.nodes[n.id] = n.model_copy(update={"last_seen": now})
+        self.replicas_from_store(replicas)
+        self.kick.set()
+
+    def resume(self) -> None:
+        """Heartbeats may have gone unread (a stall): node silence counts from now."""
+        self.resumed_at = self.clock.now()
+
+    def heard_elsewhere(self, n: NodeRecord) -> None:
+        """A node's report as another server sharing the store received it, unless this server heard it later."""
+        mine = self.nodes.get(n.id)
+        if mine is None or mine.last_seen <= n.last_seen:
+            self.nodes[n.id] = n
+            self._dirty.discard(n.id)
+
+    # nodes
+    def node_reported(self, rec: NodeRecord) -> None:
+        self.nodes[rec.id] = rec
+        self.node_facts(rec)  # derived now, once per report, not at every page view and scrape
+        self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
+
+    def cut_off(self, node_id: str, reason: str) -> None:
+        """A node revoked: lost now, so its replicas are rebuilt elsewhere."""
+        n = self.nodes.get(node_id)
+        if n is not None:
+            self._set_node(n, lost=True, revoked=reason or "revoked")
+
+    def _set_node(self, n: NodeRecord, *, lost: bool, revoked: str) -> None:
+        conds = node_conditions(n.conditions, n.report, lost=lost, revoked=revoked, now=self.clock.now())
+        self.nodes[n.id] = n.model_copy(update={"lost": lost, "revoked": revoked, "conditions": conds})
+        self._dirty.add(n.id)
+
+    def persist_nodes(self) -> None:
+        if self._dirty:
+            batch = [self.nodes[n] for n in sorted(self._dirty) if n in self.nodes]
+            self._dirty.clear()
+            self._storage.writer.submit(self._storage.store.put_nodes, batch)
+
+    def node_facts(self, rec: NodeRecord) -> NodeFacts:
+        """The summary's facts of a node record, derived once per record (a node's record changes when it reports
+        or is lost): at 1,000 nodes deriving them costs more than the rest of a page view."""
+        held = self._facts.get(rec.id)
+        if held is not None and held[0] is rec:
+            return held[1]
+        f = node_facts(rec)
+        self._facts[rec.id] = (rec, f)
+        return f
+
+    def node_digest(self, node_id: str) -> str:
+        """What the shards this node is to run look like now (control/watch.py)."""
+        return self.watch.digest(node_id, self.generation, self.replicas.values())
+
+    # reconcile's intents
+    def apply(self, intents: list[Intent]) -> None:
+        """Carry out a pass's intents: reconcile.apply decides what they change; this writes it."""
+        state = effects.State(now=self.clock.now(), models=self.models, nodes=self.nodes, replicas=self.replicas,
+                              demand=self._activity.demand, holding=self.holding, scale_timers=self.scale_timers)
+        changed = False
+        for e in effects.apply(state, intents).effects:
+            if isinstance(e, effects.WriteReplica):
+                self.replicas[e.record.id] = e.record
+                self._storage.writer.submit(self._storage.store.put_replica, e.record, self._leadership.epoch)
+                changed = True
+            elif isinstance(e, effects.DeleteReplica):
+                self.replicas.pop(e.replica_id, None)
+                self._storage.writer.submit(self._storage.store.delete_replica, e.replica_id, self._leadership.epoch)
+                self._activity.forget(e.replica_id)
+                changed = True
+            elif isinstance(e, effects.WriteNode):
+                self.nodes[e.record.id] = e.record
+                self._dirty.add(e.record.id)
+            elif isinstance(e, effects.Log):
+                if e.warn:
+                    log.warning("%s", e.message)
+                self._storage.event(e.kind, e.subject, e.message)
+            elif isinstance(e, effects.Count):
+                self.replica_counts[(e.model, e.what, e.why)] += 1
+            elif isinstance(e, effects.Served):
+                self._activity.met(e.model)  # the request that asked for a load has its replica
+            elif isinstance(e, effects.Holding):
+                self.holding = e.message
+            elif isinstance(e, SetScaleTimer):
+                self.scale_timers[e.model] = e.timer
+        if changed:
+            self.changed()
+
+    # what readers ask
+    def ready_table(self) -> dict[str, list[ReadyReplica]]:
+        ready: dict[str, list[ReadyReplica]] = {}
+        for r in self.replicas.values():
+            if r.ready and r.endpoint:
+                held = leader_shard(r, self.nodes)  # what it says of its engine: connections, slots
+                ready.setdefault(r.model, []).append(ReadyReplica(
+                    id=r.id, endpoint=r.endpoint, secret=r.secret,
+                    closes_after_stream=held is not None and held[1].closes_after_stream,
+                    slots=held[1].slots if held is not None else None))
+        return ready
+
+    def ready_replicas(self, model: str) -> list[ReplicaRecord]:
+        return [r for r in self.replicas.values() if r.model == model and r.ready and r.endpoint]
+
+    def explain(self, model: str) -> ModelExplanation:
+        spec = self.models.get(model)
+        reps = sorted((r for r in self.replicas.values() if r.model == model), key=lambda r: r.id)
+        if spec is None and not reps:
+            return ModelExplanation(model=model, wanted=Wanted.Unknown)
+        wanted = Wanted.Replicas if reps else (Wanted.Off if spec and spec.scaling.max == 0 else Wanted.NotWanted)
+        return ModelExplanation(
+            model=model, wanted=wanted, min=spec.scaling.min if spec else 0, max=spec.scaling.max if spec else 0,
+            on_demand=spec.on_demand if spec else False,
+            replicas=[ReplicaExplanation(id=r.id, phase=replica_phase(r), nodes=r.node_ids(), conditions=r.conditions,
+                                         stop=r.stop, placement=r.explanation) for r in reps],
+        )
+
+
+async def revoke_node(credentials: Credentials, registry: Registry, storage: Storage, node_id: str, serial: str,
+                      reason: str) -> str:
+    """A node (serial "") or one certificate cut off: kept by the credentials, and a whole node lost now in the
+    registry, so its replicas are rebuilt elsewhere; a watch it holds is let go. What it says."""
+    msg = await credentials.revoke(node_id, serial, reason)
+    if not serial:
+        registry.cut_off(node_id, reason)
+    storage.event("node", node_id, msg)
+    registry.watch.changed()  # a watch it holds is let go now, not at the end of its hold
+    return msg

@@ -7,23 +7,25 @@ import contextlib
 import gc
 import json
 import logging
+import ssl
 from asyncio import sslproto
 from pathlib import Path
 
 from aiohttp import web
 
-from llmgw.config.server import Limits, ServerConfig
+from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
 from llmgw.control.admin_api import admin_app, metrics_routes
 from llmgw.control.admin_auth import allowed_hosts, load_or_create_token
 from llmgw.control.admission import parse_networks
 from llmgw.control.agent_api import agent_app
+from llmgw.control.api_listener import api_limiter
 from llmgw.control.listeners import (
     Limiter,
+    Listener,
     QuietErrors,
     fit,
     peer_node,
-    per_client,
     raise_fd_limit,
     refusal,
     start_listener,
@@ -36,7 +38,6 @@ from llmgw.core.clock import Clock
 from llmgw.core.errors import StoreError
 from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
-from llmgw.router.errors import openai_error
 from llmgw.router.keys import KeyRing
 from llmgw.store.opening import hold_sqlite, open_store
 
@@ -44,18 +45,6 @@ log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 3600.0
 AGENT_CONNECTIONS_PER_NODE = 4
 KICKED_PASS_GAP_S = 0.05
-
-
-def api_refusal() -> bytes:
-    body = openai_error(503, "too many connections: try again shortly", "service_unavailable", "too_many_connections")
-    assert isinstance(body.body, bytes)
-    return refusal(body.body)
-
-
-def api_limiter(limits: Limits, cap: int) -> Limiter:
-    """The API listener's limiter, as the server, each API worker and the router bench start it: `cap`
-    connections in all (the configured number, fitted to the open-file limit), a quarter at most per client."""
-    return Limiter("api", cap, per_client(limits.api_connections_per_client, cap), api_refusal())
 
 
 GC_THRESHOLDS = (50_000, 50, 100)  # young collections 70x rarer than Python's default; old ones far rarer
@@ -95,11 +84,42 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
     plane.load()
     quiet_gc()
     small_tls_buffers()
-    keys = KeyRing(store)
-    router = Router(
-        LocalState(plane), keys, cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()), adopt=True
-    )
-    router.ledger.on_replayed = plane.seed_budgets
+    router = await start_router(cfg, plane)
+    runners = await start_listeners(cfg, plane, router, tls, token)
+    log.info("listening: agents %s (mTLS), API %s, admin %s", cfg.agent_listen, cfg.api_listen, cfg.admin_listen)
+    tasks = [
+        asyncio.create_task(reconcile_loop(plane, router, cfg.reconcile_interval)),
+        asyncio.create_task(router.flush_usage()),
+        asyncio.create_task(retention_loop(cfg, plane)),
+        asyncio.create_task(lease_loop(plane, cfg.leader_lease)),
+    ]
+    workers = spawn_workers(config_path, cfg.api_workers - 1) if config_path else []
+    try:
+        await stop.wait()
+    finally:
+        plane.registry.watch.close()  # agents waiting on their shards are answered now, not after their hold
+        await stop_workers(workers)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for r in runners:
+            await r.cleanup()
+        await router.close()
+        plane.registry.persist_nodes()
+        await asyncio.to_thread(writer.close)
+        with contextlib.suppress(StoreError):
+            plane.following.release_lease()
+        store.close()
+        if held is not None:
+            held.close()
+
+
+async def start_router(cfg: ServerConfig, plane: ControlPlane) -> Router:
+    """The router in this process, over the plane's owners; what a killed predecessor journaled, recorded."""
+    state = LocalState(plane.registry, plane.activity, plane.credentials, plane.quotas, plane.storage)
+    router = Router(state, KeyRing(plane.store), cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()),
+                    adopt=True)
+    router.ledger.on_replayed = plane.following.seed_budgets
     if router.ledger.adopt_orphans():  # what a killed predecessor (or its workers) journaled and never recorded
         # recorded before anything is served, so the budgets, read again once it is, count it exactly (else at
         # the flush that lands it)
@@ -107,11 +127,16 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
             await router.ledger.flush()
         except StoreError as e:  # read again after a later flush
             log.warning("budgets not read again after recording what the journal held: %s", e)
-    plane.gauges["llmgw_usage_unflushed"] = (
-        "Requests served whose usage is not in the store yet (grows while the store fails)",
-        lambda: float(router.ledger.unflushed),
-    )
+    plane.add_gauge("llmgw_usage_unflushed",
+                    "Requests served whose usage is not in the store yet (grows while the store fails)",
+                    lambda: float(router.ledger.unflushed))
+    return router
 
+
+async def start_listeners(cfg: ServerConfig, plane: ControlPlane, router: Router, tls: ssl.SSLContext,
+                          token: str) -> list[Listener]:
+    """The agents', the API's, the management and (if configured) the metrics listener, each handed the owners
+    it uses, within connection caps fitted to the open-file limit."""
     lim = cfg.limits
     caps = fit(
         {
@@ -128,89 +153,56 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
     hosts = allowed_hosts(admin_host, cfg.admin_hosts)
     any_ip = admin_host in ("", "0.0.0.0", "::")
     timeout = lim.header_timeout
+    networks = parse_networks(cfg.node_networks)
+    agents = agent_app(plane.registry, plane.heartbeats, plane.credentials, listeners, networks)
+    status = plane.status()
     runners = [
-        await start_listener(
-            agent_app(plane, listeners, parse_networks(cfg.node_networks)),
-            cfg.agent_listen,
-            # one node holds a few connections at most, whoever it claims to be in the body
-            Limiter("agent", caps["agent"], AGENT_CONNECTIONS_PER_NODE, plain, client_of=peer_node),
-            max(timeout, 3 * cfg.heartbeat_interval),  # an agent's kept-alive connection lasts between heartbeats
-            tls=tls,
-        ),
-        await start_listener(
-            router.app(),
-            cfg.api_listen,
-            api_limiter(lim, caps["api"]),
-            timeout,
-            reuse_port=True,
-        ),
-        await start_listener(
-            admin_app(plane, token, hosts, any_ip), cfg.admin_listen,
-            Limiter("admin", caps["admin"], caps["admin"], plain), timeout,
-        ),
+        # one node holds a few connections at most, whoever it claims to be in the body; an agent's kept-alive
+        # connection lasts between heartbeats
+        await start_listener(agents, cfg.agent_listen,
+                             Limiter("agent", caps["agent"], AGENT_CONNECTIONS_PER_NODE, plain, client_of=peer_node),
+                             max(timeout, 3 * cfg.heartbeat_interval), tls=tls),
+        await start_listener(router.app(), cfg.api_listen, api_limiter(lim, caps["api"]), timeout, reuse_port=True),
+        await start_listener(admin_app(status, plane.quotas, plane.gauges, plane.health, token, hosts, any_ip),
+                             cfg.admin_listen, Limiter("admin", caps["admin"], caps["admin"], plain), timeout),
     ]
     if cfg.metrics_listen:
         m = web.Application()
-        m.add_routes(metrics_routes(plane))
-        runners.append(
-            await start_listener(
-                m, cfg.metrics_listen, Limiter("metrics", caps["metrics"], caps["metrics"], plain), timeout
-            )
-        )
-    log.info("listening: agents %s (mTLS), API %s, admin %s", cfg.agent_listen, cfg.api_listen, cfg.admin_listen)
+        m.add_routes(metrics_routes(status, plane.gauges, plane.health))
+        runners.append(await start_listener(m, cfg.metrics_listen,
+                                            Limiter("metrics", caps["metrics"], caps["metrics"], plain), timeout))
+    return runners
 
-    async def reconcile_loop() -> None:
-        while True:
-            plane.take_kick()
-            try:
-                with contextlib.suppress(StoreError):  # unreachable: the pass goes on with what this server knows
-                    await plane.follow_store()
-                    await plane.share_activity()
-                plane.reconcile_once()
-                router.refresh()
-            except Exception:  # a failed pass is logged and retried on the next tick, never swallowed silently
-                log.exception("reconcile pass failed")
-            # every interval, or sooner when kicked (a load asked for, a shard's state reported changed); kicked
-            # passes are spaced by KICKED_PASS_GAP_S at least, so a burst of reports is one pass, not one each
-            try:
-                await asyncio.wait_for(plane.kick.wait(), cfg.reconcile_interval)
-                await asyncio.sleep(min(KICKED_PASS_GAP_S, cfg.reconcile_interval))
-            except TimeoutError:
-                pass
 
-    async def lease_loop() -> None:
-        while True:  # renew the lease, or take it when its holder is gone (control/leadership.py)
-            await asyncio.sleep(cfg.leader_lease / 3)
-            await plane.hold_lease()
+async def reconcile_loop(plane: ControlPlane, router: Router, interval: float) -> None:
+    passes = plane.passes
+    while True:
+        passes.take_kick()
+        try:
+            with contextlib.suppress(StoreError):  # unreachable: the pass goes on with what this server knows
+                await plane.following.follow_store()
+                await plane.following.share_activity()
+            passes.reconcile_once()
+            router.refresh()
+        except Exception:  # a failed pass is logged and retried on the next tick, never swallowed silently
+            log.exception("reconcile pass failed")
+        # every interval, or sooner when kicked (a load asked for, a shard's state reported changed); kicked
+        # passes are spaced by KICKED_PASS_GAP_S at least, so a burst of reports is one pass, not one each
+        try:
+            await asyncio.wait_for(passes.kick.wait(), interval)
+            await asyncio.sleep(min(KICKED_PASS_GAP_S, interval))
+        except TimeoutError:
+            pass
 
-    async def retention_loop() -> None:
-        while True:  # usage rows and events past their retention go; totals stay
-            now = clock.now()
-            writer.submit(store.prune, now - cfg.retention.usage, now - cfg.retention.events)
-            await asyncio.sleep(RETENTION_EVERY_S)
 
-    tasks = [
-        asyncio.create_task(reconcile_loop()),
-        asyncio.create_task(router.flush_usage()),
-        asyncio.create_task(retention_loop()),
-        asyncio.create_task(lease_loop()),
-    ]
-    workers = spawn_workers(config_path, cfg.api_workers - 1) if config_path else []
-    try:
-        await stop.wait()
-    finally:
-        plane.watch.close()  # agents waiting on their shards are answered now, not after their hold
-        await stop_workers(workers)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for r in runners:
-            await r.cleanup()
-        await router.close()
-        plane.persist_nodes()
-        await asyncio.to_thread(writer.close)
-        with contextlib.suppress(StoreError):
-            plane.release_lease()
-        store.close()
-        if held is not None:
-            held.close()
+async def lease_loop(plane: ControlPlane, lease: float) -> None:
+    while True:  # renew the lease, or take it when its holder is gone (control/leadership.py)
+        await asyncio.sleep(lease / 3)
+        await plane.following.hold_lease()
+
+
+async def retention_loop(cfg: ServerConfig, plane: ControlPlane) -> None:
+    while True:  # usage rows and events past their retention go; totals stay
+        now = plane.clock.now()
+        plane.writer.submit(plane.store.prune, now - cfg.retention.usage, now - cfg.retention.events)
+        await asyncio.sleep(RETENTION_EVERY_S)

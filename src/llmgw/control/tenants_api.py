@@ -13,7 +13,10 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from llmgw.config.loader import describe
-from llmgw.control.plane import ControlPlane
+from llmgw.config.server import ModelSpec
+from llmgw.control.credentials import Credentials
+from llmgw.control.quotas import Quotas
+from llmgw.control.storage import Storage
 from llmgw.core.quota import KeyLimits
 from llmgw.store.base import ApiKeyRecord
 
@@ -53,20 +56,38 @@ def since_of(request: web.Request, now: float) -> float:
     return now - min(float(raw), MAX_SINCE)
 
 
-async def key_names(plane: ControlPlane) -> dict[str, str]:
-    names = plane.key_names()
-    return names if names is not None else await plane.read(plane.refresh_key_names)
+async def key_names(credentials: Credentials, storage: Storage) -> dict[str, str]:
+    names = credentials.key_names()
+    return names if names is not None else await storage.read(credentials.refresh_key_names)
 
 
-def key_row(plane: ControlPlane, k: ApiKeyRecord) -> dict[str, Any]:
-    return {**k.model_dump(exclude={"hash"}), "use": plane.quotas.use_of(k)}
+def key_row(quotas: Quotas, k: ApiKeyRecord) -> dict[str, Any]:
+    return {**k.model_dump(exclude={"hash"}), "use": quotas.use_of(k)}
 
 
-def tenant_routes(plane: ControlPlane) -> list[web.RouteDef]:
-    async def list_keys(_: web.Request) -> web.Response:
-        return js([key_row(plane, k) for k in await plane.read(plane.store.list_keys)])
+class TenantRoutes:
+    """Keys (with their limits and their use against them) and usage, for the management API."""
 
-    async def create_key(request: web.Request) -> web.Response:
+    def __init__(self, credentials: Credentials, quotas: Quotas, storage: Storage,
+                 models: dict[str, ModelSpec]) -> None:
+        self.credentials = credentials
+        self.quotas = quotas
+        self.storage = storage
+        self.models = models  # the catalog: a key may name only its models
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/keys", self.list_keys),
+            web.post("/api/keys", self.create_key),
+            web.patch("/api/keys/{id}", self.update_key),
+            web.get("/api/usage", self.usage),
+            web.get("/api/usage.csv", self.usage_csv),
+        ]
+
+    async def list_keys(self, _: web.Request) -> web.Response:
+        return js([key_row(self.quotas, k) for k in await self.storage.read(self.storage.store.list_keys)])
+
+    async def create_key(self, request: web.Request) -> web.Response:
         body = await json_body(request)
         if not isinstance(body, dict):
             raise BadRequest('body must be {"name": ..., "models": [...], "limits": {...}}')
@@ -74,13 +95,13 @@ def tenant_routes(plane: ControlPlane) -> list[web.RouteDef]:
         if not isinstance(name, str) or not 1 <= len(name) <= 128 or not isinstance(allowed, list):
             return js({"error": 'body must be {"name": "1-128 characters", "models": [...]}'}, 400)
         allowed = [str(m) for m in allowed]
-        unknown = [m for m in allowed if m not in plane.models]
+        unknown = [m for m in allowed if m not in self.models]
         if unknown:
             return js({"error": f"unknown model(s): {', '.join(unknown)}"}, 400)
-        raw, rec = await plane.create_key(name, allowed, limits_of(body))
+        raw, rec = await self.credentials.create_key(name, allowed, limits_of(body))
         return js({"key": raw, **rec.model_dump(exclude={"hash"})}, 201)
 
-    async def update_key(request: web.Request) -> web.Response:
+    async def update_key(self, request: web.Request) -> web.Response:
         """PATCH a key's limits ({"limits": {...}}, or null for the router's default) and/or its models."""
         kid = request.match_info["id"]
         body = await json_body(request)
@@ -91,23 +112,23 @@ def tenant_routes(plane: ControlPlane) -> list[web.RouteDef]:
             update["limits"] = limits_of(body)
         if "models" in body:
             models = body["models"]
-            if not isinstance(models, list) or any(not isinstance(m, str) or m not in plane.models for m in models):
+            if not isinstance(models, list) or any(not isinstance(m, str) or m not in self.models for m in models):
                 return js({"error": "models must be a list of the catalog's models"}, 400)
             update["models"] = [str(m) for m in models]
-        new = await plane.update_key(kid, update)
+        new = await self.credentials.update_key(kid, update)
         if isinstance(new, str):
             return js({"error": new}, 404 if new.startswith("no key") else 409)
-        return js(key_row(plane, new))
+        return js(key_row(self.quotas, new))
 
-    async def usage(request: web.Request) -> web.Response:
+    async def usage(self, request: web.Request) -> web.Response:
         """Usage since `since` seconds ago (from the hour holding it: the hourly aggregate), by key or model."""
         by = request.query.get("by", "key")
         if by not in ("key", "model"):
             raise BadRequest("by must be key or model")
-        since = since_of(request, plane.clock.now())
-        names = await key_names(plane)
+        since = since_of(request, self.storage.clock.now())
+        names = await key_names(self.credentials, self.storage)
         rows: dict[str, dict[str, Any]] = {}
-        for t in await plane.read(plane.store.usage_recent, since):
+        for t in await self.storage.read(self.storage.store.usage_recent, since):
             k = t.key_id if by == "key" else t.model
             row = rows.setdefault(k, {by: k, **({"name": names.get(k, "")} if by == "key" else {}),
                                       "requests": 0, "prompt_tokens": 0, "completion_tokens": 0})
@@ -116,26 +137,23 @@ def tenant_routes(plane: ControlPlane) -> list[web.RouteDef]:
             row["completion_tokens"] += t.completion_tokens
         return js({"since": since, "by": by, "rows": sorted(rows.values(), key=lambda r: str(r[by]))})
 
-    async def usage_csv(request: web.Request) -> web.Response:
+    async def usage_csv(self, request: web.Request) -> web.Response:
         """Usage per hour, key and model since `since` seconds ago: what an invoice is made from."""
-        since = since_of(request, plane.clock.now())
-        names = await key_names(plane)
+        since = since_of(request, self.storage.clock.now())
+        names = await key_names(self.credentials, self.storage)
         out = io.StringIO()
         w = csv.writer(out, quoting=csv.QUOTE_ALL)  # RFC 4180: separators and quotes inside a cell stay in it
         w.writerow(["hour_utc", "key_id", "key_name", "model", "requests", "prompt_tokens", "completion_tokens"])
-        for hour, t in await plane.read(plane.store.usage_by_hour, since):
+        for hour, t in await self.storage.read(self.storage.store.usage_by_hour, since):
             w.writerow([_iso(hour), t.key_id, _cell(names.get(t.key_id, "")), _cell(t.model), t.requests,
                         t.prompt_tokens, t.completion_tokens])
         return web.Response(text=out.getvalue(), content_type="text/csv",
                             headers={"Content-Disposition": 'attachment; filename="llmgw-usage.csv"'})
 
-    return [
-        web.get("/api/keys", list_keys),
-        web.post("/api/keys", create_key),
-        web.patch("/api/keys/{id}", update_key),
-        web.get("/api/usage", usage),
-        web.get("/api/usage.csv", usage_csv),
-    ]
+
+def tenant_routes(credentials: Credentials, quotas: Quotas, storage: Storage,
+                  models: dict[str, ModelSpec]) -> list[web.RouteDef]:
+    return TenantRoutes(credentials, quotas, storage, models).routes()
 
 
 def _iso(hour: int) -> str:

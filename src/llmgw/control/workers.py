@@ -15,7 +15,8 @@ from pathlib import Path
 from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
 from llmgw.control.admin_auth import read_token
-from llmgw.control.listeners import raise_fd_limit
+from llmgw.control.api_listener import api_limiter
+from llmgw.control.listeners import raise_fd_limit, start_listener
 from llmgw.core.clock import Clock
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
@@ -78,9 +79,6 @@ async def watch_parent(parent: int, stop: asyncio.Event) -> None:
 
 
 async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, parent: int | None = None) -> None:
-    from llmgw.control.listeners import start_listener
-    from llmgw.control.server import api_limiter  # the server imports this module
-
     host, port = split_listen(cfg.admin_listen)
     token = read_token(Path(cfg.token_path()))
     state = RemoteState(f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}", clock, token)

@@ -61,7 +61,7 @@ async def test_a_revoked_node_gets_no_weights(tmp_path: Path, pki: Pki) -> None:
     hold(tmp_path / "node02", url, DATA)
     plane = plane_in(tmp_path / "plane")
     await plane.revoke("node03", "", "stolen")
-    desired = plane.heartbeat(NodeReport(node_id="node02", address="127.0.0.1", hardware=Hardware()))
+    desired = plane.heartbeats.heartbeat(NodeReport(node_id="node02", address="127.0.0.1", hardware=Hardware()))
     assert desired.revoked == ["node03"]
     revoked = frozenset(desired.revoked)
     port = free_port()

@@ -19,26 +19,27 @@ async def test_a_replica_written_while_a_server_loads_reaches_it(dsn: str, tmp_p
     cfg, clock = config(dsn, tmp_path), FakeClock()
     a = ControlPlane(cfg, PostgresStore(dsn, PASSWORD).open(), clock)
     a.load()
-    assert a.leading
+    assert a.leadership.leading
     bstore = PostgresStore(dsn, PASSWORD).open()
     b = ControlPlane(cfg, bstore, clock)
     real = bstore.list_replicas
 
     def racing() -> list[ReplicaRecord]:
         got = real()
-        if not any(r.id == "r1" for r in a.replicas.values()):  # the leader's write lands just after this read
-            a.apply([Add("r1", "m", 1, "s" * 64)])
+        if not any(r.id == "r1" for r in a.registry.replicas.values()):  # the leader's write lands after this read
+            a.registry.apply([Add("r1", "m", 1, "s" * 64)])
         return got
 
     bstore.list_replicas = racing  # type: ignore[method-assign]
     try:
         b.load()
-        assert not b.leading
+        assert not b.leadership.leading
         for _ in range(3):  # follower passes
-            await b.follow_store()
-            b.reconcile_once()
+            await b.following.follow_store()
+            b.passes.reconcile_once()
         assert {r.id for r in bstore.list_replicas()} == {"r1"}
-        assert set(b.replicas) == {"r1"}, f"the follower's replicas are {sorted(b.replicas)}; the store has r1"
+        held = b.registry.replicas
+        assert set(held) == {"r1"}, f"the follower's replicas are {sorted(held)}; the store has r1"
     finally:
         a.store.close()
         bstore.close()

@@ -12,16 +12,16 @@ async def test_a_node_revoked_through_one_server_is_refused_by_the_others(
     """A node revoked through one server is refused by every other server sharing the store, without a restart."""
     a, b, clock = two
     clock.advance(1)
-    b.heartbeat(node("n1").report)
-    b.reconcile_once()
-    await a.follow_store()
-    assert "n1" in a.nodes
+    b.heartbeats.heartbeat(node("n1").report)
+    b.passes.reconcile_once()
+    await a.following.follow_store()
+    assert "n1" in a.registry.nodes
     await a.revoke("n1", "", "stolen certificate")
-    assert a.refusal("n1", "") != ""
+    assert a.credentials.refusal("n1", "") != ""
     assert [r.node_id for r in b.store.list_revocations()] == ["n1"]
     for _ in range(3):  # b's passes
         clock.advance(1)
-        await b.follow_store()
-        await b.share_activity()
-        b.reconcile_once()
-    assert b.refusal("n1", "") != "", "the other server still accepts the revoked node's heartbeats"
+        await b.following.follow_store()
+        await b.following.share_activity()
+        b.passes.reconcile_once()
+    assert b.credentials.refusal("n1", "") != "", "the other server still accepts the revoked node's heartbeats"

@@ -19,13 +19,13 @@ async def test_a_pass_during_the_takeover_reads_does_not_declare_nodes_lost(
     a, b, clock = two
     lost_after = a.cfg.node_lost_after
     clock.advance(1)
-    a.heartbeat(node("n1").report)
-    a.reconcile_once()  # a persists n1
-    await b.follow_store()
-    assert b.nodes["n1"].last_seen == clock.now()
+    a.heartbeats.heartbeat(node("n1").report)
+    a.passes.reconcile_once()  # a persists n1
+    await b.following.follow_store()
+    assert b.registry.nodes["n1"].last_seen == clock.now()
     for _ in range(int(lost_after / 3) + 1):  # a minute in which nobody could take the lease (a store outage)
         clock.advance(3)
-        b.heartbeat(node("n2").report)
+        b.heartbeats.heartbeat(node("n2").report)
     entered, go = threading.Event(), threading.Event()
     real = b.store.list_replicas
 
@@ -36,10 +36,10 @@ async def test_a_pass_during_the_takeover_reads_does_not_declare_nodes_lost(
         return got
 
     b.store.list_replicas = slow  # type: ignore[method-assign]
-    taking = asyncio.create_task(b.hold_lease())
+    taking = asyncio.create_task(b.following.hold_lease())
     try:
         assert await asyncio.to_thread(entered.wait, 30), "hold_lease never read the replicas"
-        intents = b.reconcile_once()  # the reconcile loop's pass, at this moment
+        intents = b.passes.reconcile_once()  # the reconcile loop's pass, at this moment
     finally:
         go.set()
         await taking

@@ -1,0 +1,157 @@
+"""This server among others on one store: the lease that says who reconciles (control/leadership.py), what the
+others wrote followed (nodes they heard, the leader's replicas, keys, revocations), what this server's routers saw
+shared with them (control/sharing.py), and what keys spent read again for their budgets."""
+
+from __future__ import annotations
+
+from llmgw.config.server import ServerConfig
+from llmgw.control.activity import REPORTER_SILENT_AFTER, Activity
+from llmgw.control.credentials import Credentials, spent_by_period
+from llmgw.control.leadership import Leadership, Turn
+from llmgw.control.quotas import Quotas
+from llmgw.control.registry import Registry
+from llmgw.control.sharing import Sharing
+from llmgw.control.storage import Storage
+from llmgw.control.summary import DAY
+from llmgw.core.errors import StoreError
+from llmgw.store.base import Lease
+
+BUDGETS_REREAD_S = 10.0  # on a shared store, what keys spent is read again this often (others' usage, as recorded)
+ACTIVITY_SLACK_S = 10.0  # others' activity is read from this long before the last read (their clocks, their commits)
+
+
+class Following:
+    def __init__(self, storage: Storage, leadership: Leadership, registry: Registry, credentials: Credentials,
+                 activity: Activity, quotas: Quotas) -> None:
+        self.clock = storage.clock
+        self._storage = storage
+        # whether this server reconciles: the lease in the store (control/leadership.py); every server serves
+        self.leadership = leadership
+        self._registry = registry
+        self._credentials = credentials
+        self._activity = activity
+        self._quotas = quotas
+        self._revs: dict[str, int] = {}  # the store's revisions as last followed
+        self._sharing = Sharing()  # what this server's routers saw, written for the leader (control/sharing.py)
+        self._activity_read_at: float | None = None  # when the others' activity was last read (None: read a day's)
+        self._budgets_read_at = 0.0  # monotonic time keys' spending was last read from the store (shared stores)
+
+    @property
+    def leading(self) -> bool:
+        return self.leadership.leading
+
+    def start(self, now: float, revs: dict[str, int]) -> None:
+        """At start: the lease, and the store's revisions as read before its records. A SQLite store is one
+        server's (its file is locked: store/opening.py), so its lease is taken at once, even one a crashed
+        previous life left unexpired; on PostgreSQL another server may hold it."""
+        lead = self.leadership
+        self._lease_seen(self._storage.store.lead(lead.holder, None, now, lead.ttl, force=not self._storage.shared))
+        self._revs = revs
+
+    async def hold_lease(self) -> None:
+        """Renew the lease, or take it once it has expired (the server calls this every third of a lease). Taking
+        it over, this server adopts the replicas the last leader wrote, and node silence counts from now: no node
+        is declared lost because the leader changed."""
+        store, read, lead = self._storage.store, self._storage.read, self.leadership
+        try:
+            lease = await read(store.lead, lead.holder, lead.epoch, self.clock.now(), lead.ttl)
+        except StoreError as e:
+            if lead.unreachable(self.clock.now()) == Turn.Lost:
+                self._storage.event("control", "plane", f"this server stops reconciling: its lease ran out while "
+                                    f"the store was unreachable ({e})")
+            return
+        if lease.holder == lead.holder and not self.leading:
+            # taking over: what the last leader left is read first, and this server leads only once it has it (a
+            # pass in between would be a leader's pass over a follower's view, counting silence from before)
+            replicas, nodes = await read(store.list_replicas), await read(store.list_nodes)
+            if self._lease_seen(lease) != Turn.Gained:
+                return
+            self._activity_read_at = None  # the others' demand and use since long before, as a leader needs them
+            self._registry.take_over(nodes, replicas)
+        elif self._lease_seen(lease) == Turn.Lost:
+            # deposed: what it believed (writes the store may have refused) gives way to what the store holds
+            self._registry.replicas_from_store(await read(store.list_replicas))
+
+    async def follow_store(self) -> None:
+        """What the other servers sharing the store wrote (the server calls this before each pass): the reports of
+        nodes that talk to them, the leader's replicas (a follower's), and keys. Nothing when alone on the store."""
+        if not self._storage.shared:
+            return
+        store, read = self._storage.store, self._storage.read
+        revs = await read(store.revs)
+        seen = self._revs
+        if revs.get("nodes", 0) > seen.get("nodes", 0):
+            for n in await read(store.nodes_since, seen.get("nodes", 0)):
+                self._registry.heard_elsewhere(n)
+        if not self.leading and revs.get("replicas", 0) != seen.get("replicas", 0):
+            self._registry.replicas_from_store(await read(store.list_replicas))
+        if revs.get("keys", 0) != seen.get("keys", 0):
+            self._credentials.keys_changed()  # one was made, changed or revoked through another server
+        if revs.get("revocations", 0) != seen.get("revocations", 0):  # a node cut off through another server
+            self._credentials.adopt_revocations(await read(store.list_revocations))
+            self._registry.watch.changed()  # a watch it holds is let go: its next heartbeat is refused
+        self._revs = revs
+        mono = self.clock.monotonic()
+        if mono - self._budgets_read_at >= BUDGETS_REREAD_S:  # what every server's requests spent, as recorded
+            self._budgets_read_at = mono
+            await self.seed_budgets()
+
+    async def seed_budgets(self) -> None:
+        """What keys spent, read again from the store (kept where more than counted here): on a shared store
+        every so often, and once usage a dead process journaled has been recorded."""
+        for period, start, spent in await self._storage.read(spent_by_period, self._storage.store, self.clock.now(),
+                                                             None):
+            self._quotas.seed(period, start, spent)
+
+    async def share_activity(self) -> None:
+        """On a shared store, write what this server's routers saw (demand, use, requests in flight) and its keys'
+        use against their limits; take in the others' keys' use, and, leading, what their routers saw (the server
+        calls this before each pass). Rows are read from a little before the last read on (a full day's after
+        taking the lead: replicas used long ago count for idle eviction)."""
+        if not self._storage.shared:
+            return
+        now, act, store = self.clock.now(), self._activity, self._storage.store
+        rows = self._sharing.rows(act.demand, act.last_used, act.outstanding(own=True), now, self._quotas.shared())
+        if rows:
+            self._storage.writer.submit(store.put_activity, self.leadership.holder, rows)
+        since = now - DAY if self._activity_read_at is None else self._activity_read_at - ACTIVITY_SLACK_S
+        seen = self._sharing.others(await self._storage.read(store.activity, since), self.leadership.holder, now,
+                                    REPORTER_SILENT_AFTER)
+        self._quotas.absorb(seen.keys, now, REPORTER_SILENT_AFTER, first=self._activity_read_at is None)
+        self._activity_read_at = now
+        if self.leading:
+            act.heard_from_others(seen, now)
+
+    def release_lease(self) -> None:
+        """A server stopping gives its lease up (after its last writes), so another leads at once."""
+        if self.leadership.epoch is not None:
+            self._storage.store.release(self.leadership.holder, self.leadership.epoch)
+
+    def _lease_seen(self, lease: Lease) -> Turn:
+        turn = self.leadership.seen(lease)
+        if turn == Turn.Gained:
+            self._storage.event("control", "plane", f"this server leads: it reconciles (epoch {lease.epoch})")
+        elif turn == Turn.Lost:
+            self._storage.event("control", "plane", f"this server no longer leads: {lease.holder} does (epoch "
+                                f"{lease.epoch})")
+        return turn
+
+
+def health_of(cfg: ServerConfig, storage: Storage, leadership: Leadership) -> dict[str, object]:
+    """What /health says: whether the store answers, who leads. Serving goes on while the store is away, so a
+    server whose store is unreachable is degraded, not down."""
+    down, stale = storage.failing_for(), storage.stale_for()
+    lease = leadership.lease
+    leading = leadership.leading
+    return {
+        "status": "ok" if down == 0 else "degraded",
+        "store": {"kind": cfg.store.kind, "reachable": down == 0, "unreachable_seconds": round(down, 1),
+                  **({"words": f"the store has failed for {down:.0f}s: serving goes on from what this server "
+                               "knows; no placement happens until it is back"} if down else {})},
+        # no holder names: /health answers anyone (a load balancer's probe), and names say host and pid
+        "routing": {"stale_seconds": round(stale, 1), "serves_stale_for": cfg.router.serve_stale_for,
+                    "refusing": stale > cfg.router.serve_stale_for},
+        "leader": {"leading": leading, "epoch": lease.epoch if lease else 0,
+                   "elsewhere": bool(lease and lease.holder and not leading and lease.expires_at
+                                     >= storage.clock.now())},
+    }
