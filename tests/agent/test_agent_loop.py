@@ -16,6 +16,8 @@ from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.wire.messages import NodeReport
 from tests.harness import InProcessServer, aget, await_until, plan
 
+pytestmark = pytest.mark.real  # processes: the unit tier leaves this file out (tests/tiers.py)
+
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 
 

@@ -109,6 +109,7 @@ async def test_an_adapter_in_init_is_not_advertised(tmp_path: Path) -> None:
     assert any(p.code == "GPUFaulty" and "Xid 79" in p.message for p in r.problems)
 
 
+@pytest.mark.real  # processes (tests/tiers.py)
 async def test_a_build_an_engine_runs_from_counts_as_in_use_read_from_proc(tmp_path: Path) -> None:
     """What keeps an old build on disk is what running engines really execute (their command lines), including
     one found left running by the previous agent and not adopted yet, and any path agent.yaml names."""

@@ -30,6 +30,8 @@ from llmgw.wire.messages import UNREACHED_HEADER, ShardSpec
 from tests.agent.engine_sockets import gate_and_engine, listening
 from tests.harness import await_until, free_port
 
+pytestmark = pytest.mark.real  # processes: the unit tier leaves this file out (tests/tiers.py)
+
 SECRET = "gate-secret-" + "y" * 32
 NODE = "127.0.0.2"  # the node's address: not the engine's loopback one
 PATHS = ["/health", "/metrics", "/v1/models", "/props", "/tokenize", "/pooling", "/invocations", "/nope"]

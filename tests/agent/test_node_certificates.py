@@ -22,6 +22,8 @@ from llmgw.wire.messages import Hardware, NodeReport
 from tests.harness import InProcessServer, aget, plan
 from tests.integration.forger import HostileNode
 
+pytestmark = pytest.mark.real  # processes: the unit tier leaves this file out (tests/tiers.py)
+
 
 async def ctl(p: ClusterPlan, *args: str) -> subprocess.CompletedProcess[str]:
     """`llmgw ctl ARGS` as an operator runs it: another process, the operator token from its file."""

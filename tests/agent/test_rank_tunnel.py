@@ -127,6 +127,7 @@ ECHO = ("import asyncio, sys\n"
         "asyncio.run(main())\n")
 
 
+@pytest.mark.real  # processes (tests/tiers.py)
 async def test_supervised_ranks_talk_only_through_their_gates(tmp_path: Path) -> None:
     """As agents run them: each shard's gate process opens its end of the tunnel from the node's certificate, the
     worker's stand-in engine listens on loopback only, and the leader's reaches it through its own loopback port."""

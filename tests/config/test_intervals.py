@@ -49,6 +49,7 @@ def test_an_agent_interval_that_cannot_work_is_refused(tmp_path: Path, line: str
     assert says in _refused(tmp_path, AgentConfig, AGENT + line + "\n")
 
 
+@pytest.mark.real  # processes (tests/tiers.py)
 def test_server_check_refuses_a_zero_heartbeat(tmp_path: Path) -> None:
     """`llmgw server --check` refuses a config the server would die on at start."""
     p = tmp_path / "server.yaml"

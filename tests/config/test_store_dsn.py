@@ -43,6 +43,7 @@ def test_a_dsn_without_a_secret_passes(tmp_path: Path, dsn: str) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.real  # processes (tests/tiers.py)
 def test_an_unreadable_dsn_is_refused_in_words(tmp_path: Path) -> None:
     r = _check(tmp_path, "host=db.internal user='llmgw")
     assert r.returncode == 2 and "store.dsn is not a valid" in r.stderr

@@ -10,8 +10,12 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.scripts.machine import PATH, Machine
 from tests.scripts.onboarding_kit import need_machine
+
+pytestmark = pytest.mark.real  # processes: the unit tier leaves this file out (tests/tiers.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = ROOT / "docs" / "install.md"

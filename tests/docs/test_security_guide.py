@@ -12,9 +12,12 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from llmgw.dev.cluster import ClusterPlan
 from tests.harness import InProcessServer, plan
+
+pytestmark = pytest.mark.real  # processes: the unit tier leaves this file out (tests/tiers.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 SECURITY = ROOT / "docs" / "security.md"

@@ -26,6 +26,7 @@ from llmgw.placement.place import VERDICTS_PER_REASON, Placement, Refusal, _rank
 from llmgw.placement.snapshot import Snapshot, build_snapshot
 from llmgw.reconcile.transitions import failed
 from llmgw.wire.messages import GPU, EngineStatus, Fabric, Hardware, NodeReport, ShardState
+from tests.tiers import examples
 
 GiB = 2**30
 CLASSES = ("H100-80G", "A100-40G", "L40S-45G")
@@ -38,7 +39,8 @@ SOURCE = "/models/m"
 # models that existing replicas belong to; "gone" is deliberately absent from the catalog
 OTHER = ModelSpec(name="other", source="/models/other", engine="sim",
                   profile=Profile(gpus_per_shard=1, memory=64 * GiB), scaling=Scaling(min=1, max=4))
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 150 cases per property in `make test`, fewer in `make check`'s unit tier (tests/tiers.py)
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @dataclass

@@ -79,6 +79,7 @@ def test_a_segment_grows_past_its_first_reservation(mapped: Path) -> None:
     j.close(keep=False)
 
 
+@pytest.mark.real  # processes (tests/tiers.py)
 def test_a_killed_writer_loses_no_line_the_kernel_had(mapped: Path) -> None:
     """SIGKILL right after the copies, no close, no seal: the lines are in the page cache, the segment still
     carries its reserved zeros and a torn line is at its end; the next process records every whole line once."""
@@ -112,6 +113,7 @@ def test_a_killed_writer_loses_no_line_the_kernel_had(mapped: Path) -> None:
     assert not list(mapped.glob("*.jsonl"))  # recorded, then gone
 
 
+@pytest.mark.real  # processes (tests/tiers.py)
 def test_where_no_room_can_be_reserved_lines_are_written_one_by_one_and_a_full_disk_says_so(tmp_path: Path) -> None:
     """A file size limit below the reservation: posix_fallocate is refused (EFBIG), so lines go out by pwrite
     until the limit, then append raises and the line that did not fit leaves nothing behind."""

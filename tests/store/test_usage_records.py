@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from llmgw.store.base import Usage, UsageRecord, new_usage_id
 
 
@@ -16,6 +18,7 @@ def test_ids_are_distinct_and_follow_each_other_in_one_process() -> None:
                        started_at=0.0, duration_s=0.0, status=200).id > ids[-1]  # the default is the same counter
 
 
+@pytest.mark.real  # processes (tests/tiers.py)
 def test_a_forked_child_makes_ids_of_its_own() -> None:
     """Forked API workers must not count from the parent's prefix: the store would take a worker's request and the
     parent's as one, and bill one of them never."""

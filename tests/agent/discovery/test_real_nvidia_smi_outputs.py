@@ -19,6 +19,8 @@ from llmgw.wire.messages import Hardware
 from .fakes import NVML_ABSENT
 from .hosts import host
 
+pytestmark = pytest.mark.real  # processes: the unit tier leaves this file out (tests/tiers.py)
+
 OUTPUTS = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
 
 

@@ -28,6 +28,8 @@ from llmgw.wire.messages import ShardSpec
 from tests.agent.engine_sockets import gate_and_engine, listening
 from tests.harness import await_until, free_port
 
+pytestmark = pytest.mark.real  # processes: the unit tier leaves this file out (tests/tiers.py)
+
 SECRET = "s3cret-" + "x" * 40
 NODE = "127.0.0.2"  # the node's address, as the router reaches it: the engine itself listens on 127.0.0.1 only
 # llama-server's own paths (some of them public there), vLLM's outside /v1, and the OpenAI ones

@@ -89,7 +89,8 @@ def release_server(rel: Release, tls: ssl.SSLContext | None = None) -> Iterator[
         httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     httpd.daemon_threads = True
     rel.port = httpd.server_address[1]
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # serve_forever looks for shutdown() every poll_interval (0.5 s by default): each test's teardown waited that long
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     t.start()
     try:
         yield rel
