@@ -27,7 +27,7 @@ async def test_a_tenant_cannot_tell_whether_another_sent_its_prompt(tmp_path: Pa
     async with two_replicas(tmp_path, "prefix", expose=False) as (url, victim, state, seen):
         raw, rec = new_key("attacker", [], state.clock)
         state.store.put_key(rec)  # before the first request: the router reads its keys then
-        with caplog.at_level(logging.DEBUG, logger="llmgw.router.app"):
+        with caplog.at_level(logging.DEBUG, logger="llmgw.router"):
             await ask(url, victim, SYSTEM)
             guessed, other = await ask(url, raw, SYSTEM), await ask(url, raw, "Something else entirely. " * 40)
         assert seen[:2] == ["r1", "r1"]  # the prefix index still works: the guess went where the victim's prompt did

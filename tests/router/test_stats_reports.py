@@ -34,7 +34,7 @@ async def test_a_request_the_router_fails_is_not_counted_as_a_client_that_left(t
             raise StoreError("database is locked")
 
         b.router.keys.reload = broken  # type: ignore[method-assign]
-        b.router._keys_version = -1  # keys changed: the next request reads them again
+        b.router.auth.version = -1  # keys changed: the next request reads them again
         async with aiohttp.ClientSession() as s, s.post(
             b.url + "/v1/chat/completions", json={"model": "sim-a", "messages": []},
             headers={"Authorization": f"Bearer {b.key}"},

@@ -11,7 +11,6 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.agent.engines import CHOICE_FIELDS, LENGTH_FIELDS
 from llmgw.core import quota
 from llmgw.router.errors import openai_error
 from llmgw.router.proxy import CLIENT_CLOSED
@@ -23,10 +22,12 @@ log = logging.getLogger(__name__)
 # where a request generates nothing; elsewhere the field added when a request gives no bound of its own
 GENERATES_NOTHING = frozenset({"/v1/embeddings"})
 ADDED_FIELD = {"/v1/responses": "max_output_tokens"}
-# every field any engine reads as a bound or a number of choices, on any endpoint (an engine reads fields from
-# other APIs too: llama-server takes n_predict, then max_completion_tokens, on /v1/completions as well)
-MAX_FIELDS = tuple(dict.fromkeys(("max_tokens", "max_completion_tokens", "max_output_tokens", *LENGTH_FIELDS)))
-CHOICES = tuple(dict.fromkeys(("n", "best_of", *CHOICE_FIELDS)))  # each choice is generated in full
+# every body field an engine reads as a bound or a number of choices, on any endpoint (an engine reads fields from
+# other APIs too: llama-server takes n_predict, then max_completion_tokens, on /v1/completions as well): OpenAI's
+# and Anthropic's names, then llama-server's n_predict and SGLang's max_new_tokens. Plain request shapes, written
+# here so that the router imports nothing of the agent; a test holds them to every engine adapter's Bounds.
+MAX_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict", "max_new_tokens")
+CHOICES = ("n", "best_of", "n_cmpl")  # each choice is generated in full (n_cmpl: llama-server's n)
 MAX_COST = 10**15
 # content parts whose tokens the body's bytes do not bound (OpenAI's chat and Responses, Anthropic's Messages),
 # counted wherever they are (an Anthropic tool_result holds images too)

@@ -13,6 +13,7 @@ from llmgw.wire.http import message_of
 
 log = logging.getLogger(__name__)
 MESSAGES = "/v1/messages"  # Anthropic's: its clients read errors in Anthropic's envelope
+RETRY_AFTER_S = 10  # what a refusal that passes with time tells the client to wait
 
 
 def openai_error(

@@ -94,54 +94,33 @@ async def forward(
     the caller can read it however this ends (a cancelled request included). `trace` goes to the session's trace
     hooks (the router times the wait for a connection with them). `said`: headers the answer carries (how it was
     routed)."""
-    headers = {"Content-Type": "application/json"}
-    if stream and fresh_for_stream:
-        # one connection for this stream: the engine (llama-server) drops its connection after a streamed answer
-        # without saying so, and aiohttp pools a connection the moment an answer's last byte arrives, so the next
-        # request sent on it failed ("Can not write request body", "Server disconnected"), unretried
-        headers["Connection"] = "close"
-    if secret:
-        headers["Authorization"] = f"Bearer {secret}"
     try:
-        resp = await session.post(url, data=body, headers=headers, timeout=t.client, allow_redirects=False,
-                                  trace_request_ctx=trace)
+        resp = await session.post(url, data=body, headers=_headers(stream and fresh_for_stream, secret),
+                                  timeout=t.client, allow_redirects=False, trace_request_ctx=trace)
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
         raise ConnectFailed(f"{type(e).__name__}: {e}") from e
     except TimeoutError:
         raise StreamBroken("the engine did not answer in time", status=504) from None
     except aiohttp.ClientError as e:
-        if isinstance(e, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)) and await _gone(url, t.connect):
-            # a kept-alive connection to an engine that has died since: the request went nowhere (a dead engine
-            # answers nothing and records nothing), so it is safe elsewhere, as a refused connection is
-            raise ConnectFailed(f"the engine is gone ({e}; its port refuses new connections)") from e
-        raise StreamBroken(f"the engine failed: {e}") from e
+        raise await _failed(e, url, t.connect) from e
     if resp.status == 502 and UNREACHED_HEADER in resp.headers:  # the node's gate: no engine had it
         resp.release()
         raise ConnectFailed("the engine is not reachable on its node (its agent's gate said so)")
     try:
         ctype = resp.headers.get("Content-Type", "application/json")
-        if resp.status < 200 or 300 <= resp.status < 400:
-            return _unexpected(f"answered {resp.status} (a redirect is never followed)")
-        if resp.status in (401, 403):
-            return _unexpected(f"refused the router's credentials ({resp.status}): is the replica's secret in place?")
-        if resp.status in NOT_SERVED:  # whatever its body says: the caller names the path and the model
-            return Outcome(resp.status, response=openai_error(
-                404, f"the engine does not serve this path (it answered {resp.status})", "invalid_request_error",
-                "unsupported_endpoint"))
-        if not ctype.startswith(RELAYED_TYPES):
-            return _unexpected(f"answered {resp.status} with content of type {ctype[:60]!r}")
-        if resp.content_length is not None and resp.content_length > MAX_RESPONSE_BYTES:
-            return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
+        refusal = _not_relayed(resp, ctype)
+        if refusal is not None:
+            return refusal
         if not stream or not ctype.startswith("text/event-stream"):
             try:
                 if resp.content_length is not None:  # announced and within the bound (checked above)
                     data: bytes | None = await resp.read()
                 else:
                     data = await _read_bounded(resp.content, MAX_RESPONSE_BYTES)
-                if data is None:
-                    return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
             except (aiohttp.ClientError, TimeoutError) as e:
                 raise StreamBroken(f"the engine broke off: {type(e).__name__}") from e
+            if data is None:
+                return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
             p, c = usage_from_body(data) if resp.status == 200 else (0, 0)
             out = web.Response(status=resp.status, body=data, headers={"Content-Type": ctype, **(said or {})})
             return Outcome(resp.status, p, c, out)
@@ -149,46 +128,86 @@ async def forward(
             watch = StreamUsage(strip=False)
         sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache",
                                                              **(said or {})})
-        try:
-            await sr.prepare(request)
-            return await _relay(sr, resp, watch, t.idle)
-        except ConnectionError:
-            # the client went away (an official client closes as soon as it has [DONE]): expected, not an error.
-            # The engine is told by closing its connection, and the request is recorded with what was seen.
-            resp.close()
-            return Outcome(resp.status if watch.done else CLIENT_CLOSED, *watch.so_far(), sr)
+        return await _relay(request, sr, resp, watch, t.idle)
     finally:
         resp.release()
 
 
-async def _relay(sr: web.StreamResponse, resp: aiohttp.ClientResponse, watch: StreamUsage, idle: float) -> Outcome:
-    """Engine to client, chunk by chunk. Trouble reading from the engine ends the stream with an error event;
-    a ConnectionError from writing to the client propagates."""
-    content = resp.content
-    idle_on_socket = _idle_timeout_on_socket(resp, idle)
-    while True:
-        try:
-            if idle_on_socket:
-                chunk = await content.readany()
-            else:
-                async with asyncio.timeout(idle):
+def _headers(fresh: bool, secret: str) -> dict[str, str]:
+    """What the router sends the engine with a request: `fresh`, a connection of the request's own."""
+    headers = {"Content-Type": "application/json"}
+    if fresh:
+        # one connection for this stream: the engine (llama-server) drops its connection after a streamed answer
+        # without saying so, and aiohttp pools a connection the moment an answer's last byte arrives, so the next
+        # request sent on it failed ("Can not write request body", "Server disconnected"), unretried
+        headers["Connection"] = "close"
+    if secret:
+        headers["Authorization"] = f"Bearer {secret}"
+    return headers
+
+
+async def _failed(e: aiohttp.ClientError, url: str | URL, within: float) -> ConnectFailed | StreamBroken:
+    """What a request that failed before its answer's headers is raised as."""
+    if isinstance(e, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)) and await _gone(url, within):
+        # a kept-alive connection to an engine that has died since: the request went nowhere (a dead engine
+        # answers nothing and records nothing), so it is safe elsewhere, as a refused connection is
+        return ConnectFailed(f"the engine is gone ({e}; its port refuses new connections)")
+    return StreamBroken(f"the engine failed: {e}")
+
+
+def _not_relayed(resp: aiohttp.ClientResponse, ctype: str) -> Outcome | None:
+    """The outcome for an answer that is not relayed as it is (a redirect, a refused secret, no such endpoint, not
+    JSON nor an event stream, too large); None for one that is."""
+    if resp.status < 200 or 300 <= resp.status < 400:
+        return _unexpected(f"answered {resp.status} (a redirect is never followed)")
+    if resp.status in (401, 403):
+        return _unexpected(f"refused the router's credentials ({resp.status}): is the replica's secret in place?")
+    if resp.status in NOT_SERVED:  # whatever its body says: the caller names the path and the model
+        return Outcome(resp.status, response=openai_error(
+            404, f"the engine does not serve this path (it answered {resp.status})", "invalid_request_error",
+            "unsupported_endpoint"))
+    if not ctype.startswith(RELAYED_TYPES):
+        return _unexpected(f"answered {resp.status} with content of type {ctype[:60]!r}")
+    if resp.content_length is not None and resp.content_length > MAX_RESPONSE_BYTES:
+        return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
+    return None
+
+
+async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.ClientResponse, watch: StreamUsage,
+                 idle: float) -> Outcome:
+    """Engine to client, chunk by chunk. Trouble reading from the engine ends the stream with an error event; a
+    client that went away (an official client closes as soon as it has [DONE]) is expected, not an error: the
+    engine is told by closing its connection, and the request is recorded with what was seen."""
+    try:
+        await sr.prepare(request)
+        content = resp.content
+        idle_on_socket = _idle_timeout_on_socket(resp, idle)
+        while True:
+            try:
+                if idle_on_socket:
                     chunk = await content.readany()
-        except (aiohttp.ClientError, TimeoutError) as e:
-            why = f"the engine {'went quiet' if isinstance(e, TimeoutError) else 'broke off'} mid-stream"
-            await sr.write(sse_error(why, "upstream_stream_broken"))
-            await sr.write_eof()
-            raise StreamBroken(f"{why} ({type(e).__name__})", seen=watch.so_far(), answered=sr) from e
-        if not chunk:
-            break
-        out = watch.feed(chunk)
-        if watch.over:  # the engine generates past what was reserved: what it could cost is all it gets to cost
-            resp.close()
-            why = "the engine went past the tokens reserved for this request"
-            await sr.write(out + sse_error(why, "reservation_exceeded"))
-            await sr.write_eof()
-            raise StreamBroken(f"{why} ({watch.limit})", status=502, seen=watch.so_far(), answered=sr)
-        await sr.write(out)
-    await sr.write_eof()
+                else:
+                    async with asyncio.timeout(idle):
+                        chunk = await content.readany()
+            except (aiohttp.ClientError, TimeoutError) as e:
+                why = f"the engine {'went quiet' if isinstance(e, TimeoutError) else 'broke off'} mid-stream"
+                await sr.write(sse_error(why, "upstream_stream_broken"))
+                await sr.write_eof()
+                raise StreamBroken(f"{why} ({type(e).__name__})", seen=watch.so_far(), answered=sr) from e
+            if not chunk:
+                break
+            out = watch.feed(chunk)
+            if watch.over:  # the engine generates past what was reserved: what it could cost is all it gets to cost
+                resp.close()
+                why = "the engine went past the tokens reserved for this request"
+                await sr.write(out + sse_error(why, "reservation_exceeded"))
+                await sr.write_eof()
+                raise StreamBroken(f"{why} ({watch.limit})", status=502, seen=watch.so_far(), answered=sr)
+            await sr.write(out)
+        await sr.write_eof()
+    except ConnectionError:
+        resp.close()
+        return Outcome(resp.status if watch.done else CLIENT_CLOSED, *watch.so_far(), sr)
     return Outcome(resp.status, *watch.so_far(), sr)
 
 
