@@ -4,6 +4,7 @@ next), so that both sides meet the same background. The servers are built by thi
 `llmgw` comes from each side's tree.
 
     python -m bench.router_ab --a /tmp/base-tree --rounds 6 --concurrency 64
+    python -m bench.router_ab --smoke      # both sides from this tree, two short rounds: that it runs
 
 The figure to read is the paired one: per round, B's server CPU per request over A's, and its median over rounds.
 """
@@ -89,12 +90,16 @@ def summary(cells: list[Cell], rounds: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--a", required=True, type=Path, help="the A side's source tree (holding src/llmgw)")
+    ap.add_argument("--a", type=Path, help="the A side's source tree (holding src/llmgw); --smoke: this one")
     ap.add_argument("--b", default=Path(__file__).resolve().parent.parent, type=Path, help="the B side's (this one)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--json", help="also write the cells here")
     own, rest = ap.parse_known_args()
     args = parse_args(rest)
+    if own.a is None and not args.smoke:
+        ap.error("--a is required (the A side's tree), except with --smoke")
+    if args.smoke:  # both sides from this tree, two rounds of bench/router.py's short cells: it still runs
+        own.a, own.rounds = own.a or own.b, 2
     trees = {"A": own.a.resolve(), "B": own.b.resolve()}
     cells = asyncio.run(run(args, trees, own.rounds))
     print("\n" + summary(cells, own.rounds))

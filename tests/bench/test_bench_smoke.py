@@ -24,6 +24,7 @@ BENCHES = {
     "heartbeats": "reconcile pass",
     "placement": "(snapshot build)",
     "router": "llmgw router",
+    "router_ab": "B/A us/req",
     "routing": "prefix",
     "routing_llama": "prefix",
 }
