@@ -6,7 +6,6 @@ what is connected to."""
 from __future__ import annotations
 
 import ipaddress
-import re
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +13,8 @@ from typing import Any
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
+
+from llmgw.config.places import split_place
 
 MAX_HOPS = 10
 STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -53,7 +54,7 @@ class Redirects:
                 if ip is not None and ip in ipaddress.ip_network(entry, strict=False):
                     return True
                 continue
-            name, port_of = _split(entry)
+            name, port_of = split_place(entry)
             if name == host and port_of in (None, port):
                 return True
         return False
@@ -74,32 +75,6 @@ class Redirects:
 
 
 PUBLIC_ONLY = Redirects()  # no place allowed besides public addresses
-
-
-PLACE = re.compile(r"^(?P<host>[a-z0-9]([a-z0-9.-]*[a-z0-9])?|\[[0-9a-f:.]+\])(:(?P<port>[0-9]{1,5}))?$")
-
-
-def _split(entry: str) -> tuple[str, int | None]:
-    """("host", port or None) of "host", "host:port", "[v6]" or "[v6]:port"; ("", None) when it is none of them."""
-    m = PLACE.match(entry.strip().lower())
-    if m is None:
-        return "", None
-    return m["host"].strip("[]"), int(m["port"]) if m["port"] else None
-
-
-def check_allowed(entries: list[str]) -> list[str]:
-    """agent.yaml's redirects_allowed, each entry a network or a host[:port]; raises ValueError naming a bad one."""
-    for entry in entries:
-        if "/" in entry:
-            try:
-                ipaddress.ip_network(entry, strict=False)
-            except ValueError:
-                raise ValueError(f"{entry!r} is not a network (such as 10.0.0.0/8)") from None
-            continue
-        name, port = _split(entry)
-        if not name or (port is not None and not 0 < port < 65536):
-            raise ValueError(f"{entry!r} is not a host, host:port ([v6]:port) or network")
-    return entries
 
 
 class GuardedResolver(AbstractResolver):

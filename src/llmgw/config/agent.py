@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from llmgw.config.places import check_allowed
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, within
 
 
@@ -80,8 +81,6 @@ class AgentConfig(Strict):
     @field_validator("redirects_allowed")
     @classmethod
     def _places(cls, v: list[str]) -> list[str]:
-        from llmgw.agent.redirects import check_allowed
-
         return check_allowed(v)
 
     @field_validator("port_range")

@@ -1,0 +1,141 @@
+"""The packages form layers read top to bottom: no module imports a package above its own, none imports a sibling
+of its own layer, and no two modules import each other, however indirectly (imports inside functions count)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "llmgw"
+
+# bottom to top; a package may import only packages of a lower layer (and itself). docs/architecture.md says why.
+LAYERS: list[set[str]] = [
+    {"core"},  # records of pure values, errors, the clock: nothing of llmgw
+    {"wire"},  # the agent protocol
+    {"records"},  # the control plane's node and replica records, built on wire's reports
+    {"config"},
+    {"store", "pki"},
+    {"net", "api"},  # HTTP pieces shared by agent and control; what router and control say to each other
+    {"placement"},
+    {"reconcile"},
+    {"agent", "router"},
+    {"control"},
+    {"sim"},  # an engine stand-in: a process the agent launches like an engine
+    {"dev"},
+    {"cli"},
+]
+RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+
+
+def module_of(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, module: str, modules: set[str]) -> set[str]:
+    """The llmgw modules `path` imports: `from a import b` names a.b where that is a module, else a."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            out.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+    return {m for m in out if m in modules and m != module}
+
+
+def graph(root: Path = SRC) -> dict[str, set[str]]:
+    files = {module_of(p, root): p for p in sorted(root.rglob("*.py"))}
+    return {m: imports_of(p, m, set(files)) for m, p in files.items()}
+
+
+def package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def upward_imports(g: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for m, targets in sorted(g.items()):
+        for t in sorted(targets):
+            a, b = package(m), package(t)
+            if not b or a == b:
+                continue  # llmgw's own __init__ (the version) is below everything; a package may import itself
+            if a not in RANK or b not in RANK:
+                bad.append(f"{m} -> {t}: a package without a layer (add it to LAYERS)")
+            elif RANK[b] >= RANK[a]:
+                bad.append(f"{m} -> {t}: {a} may not import {b}")
+    return bad
+
+
+def circles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for start in sorted(g):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(g[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        x = stack.pop()
+                        on.discard(x)
+                        comp.append(x)
+                        if x == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+            elif w not in index:
+                index[w] = low[w] = len(index)
+                stack.append(w)
+                on.add(w)
+                work.append((w, iter(sorted(g[w]))))
+            elif w in on:
+                low[v] = min(low[v], index[w])
+    return out
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    assert upward_imports(graph()) == []
+
+
+def test_no_import_circle() -> None:
+    assert circles(graph()) == []
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
+    assert packages - set(RANK) == set()
+
+
+def test_the_rules_see_a_violation(tmp_path: Path) -> None:
+    root = tmp_path / "llmgw"
+    for pkg in ("core", "control", "cli"):
+        (root / pkg).mkdir(parents=True)
+        (root / pkg / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "core" / "a.py").write_text("from llmgw.control import b\n")
+    (root / "control" / "b.py").write_text("def f() -> None:\n    from llmgw.control.c import x\n")
+    (root / "control" / "c.py").write_text("from . import b\nx = 1\n")
+    (root / "cli" / "d.py").write_text("import llmgw.core.a\n")
+    g = graph(root)
+    assert upward_imports(g) == ["llmgw.core.a -> llmgw.control.b: core may not import control"]
+    assert circles(g) == [["llmgw.control.b", "llmgw.control.c"]]
