@@ -91,7 +91,8 @@ def loaded(db: Path, cfg: ServerConfig) -> ControlPlane:
 def serve(db: Path, cfg: ServerConfig, port: int, ready: multiprocessing.synchronize.Event) -> None:
     async def run() -> None:
         plane = loaded(db, cfg)
-        app = admin_app(plane.status(), plane.quotas, plane.gauges, plane.health, TOKEN, allowed_hosts("127.0.0.1", []))
+        app = admin_app(plane.status(), plane.limit_counters, plane.gauges, plane.health, TOKEN,
+                        allowed_hosts("127.0.0.1", []))
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()

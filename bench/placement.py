@@ -25,10 +25,10 @@ from functools import partial
 
 from llmgw.config.server import ModelSpec, Profile, Scaling
 from llmgw.core.explanation import explanation_lines
-from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place
 from llmgw.placement.snapshot import Snapshot, build_snapshot
+from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.wire.messages import GPU, EngineStatus, Fabric, Hardware, NodeReport
 
 GiB = 2**30

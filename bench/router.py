@@ -62,7 +62,6 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     through the listener the server gives it (connection limiter, request bounds), with the server's GC settings."""
     from llmgw.config.server import ModelSpec, Scaling, ServerConfig, StoreConfig, TLSFiles
     from llmgw.control.api_listener import api_limiter
-    from llmgw.control.listeners import start_listener
     from llmgw.control.local_state import LocalState
     from llmgw.control.plane import ControlPlane
     from llmgw.control.server import quiet_gc
@@ -70,6 +69,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     from llmgw.core.clock import SystemClock
     from llmgw.core.conditions import Status
     from llmgw.core.reasons import Reason
+    from llmgw.net.listeners import start_listener
     from llmgw.reconcile.intents import Add, Observe
     from llmgw.router.app import Router
     from llmgw.router.keys import KeyRing, new_key
@@ -90,7 +90,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     plane.load()
     raw, rec = new_key("bench", [], clock)
     if limited:
-        from llmgw.core.quota import KeyLimits
+        from llmgw.core.limits import KeyLimits
 
         rec.limits = KeyLimits(rpm=10**9, tpm=10**12, concurrency=10**6, budget=10**15)
     store.put_key(rec)
@@ -100,7 +100,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     plane.registry.apply([Add("bench-0", MODEL, 1, ""),
                           Observe("bench-0", Status.TRUE, Reason.AllShardsReady, "the bench's engine stand-in",
                                   upstream, ())])
-    state = LocalState(plane.registry, plane.activity, plane.credentials, plane.quotas, plane.storage)
+    state = LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
     router = Router(state, keys, cfg.router, cfg.load_wait, cfg.max_body, db.parent / "usage-journal")
     key_file.write_text(raw)
     quiet_gc()  # as the server does once it has loaded

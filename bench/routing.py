@@ -23,6 +23,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from llmgw.api.router import Admission, ModelExplanation, ReadyReplica, Wanted
 from llmgw.config.server import ModelSpec, RouterConfig
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.router.app import Router
@@ -33,7 +34,6 @@ from llmgw.sim.server import make_app
 from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import EngineLoad
-from llmgw.wire.router import Admission, ModelExplanation, ReadyReplica, Wanted
 
 REPLICAS = 4
 PROMPTS = 16

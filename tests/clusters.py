@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.config.server import ModelSpec, Profile, Scaling
-from llmgw.core.state import NodeRecord
+from llmgw.records.state import NodeRecord
 from llmgw.wire.messages import GPU, EngineStatus, Fabric, Hardware, NodeReport, ShardState
 
 GiB = 2**30

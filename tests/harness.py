@@ -36,7 +36,7 @@ def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
 
 def local_state(plane: ControlPlane) -> LocalState:
     """The in-process router's view of `plane`, handed the owners it reads and asks, as the server builds it."""
-    return LocalState(plane.registry, plane.activity, plane.credentials, plane.quotas, plane.storage)
+    return LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
 
 
 # Listening ports for tests come from 10000-19999: below the kernel's ephemeral range (32768-60999 here), where an

@@ -49,7 +49,7 @@ def test_no_wall_clock_in_logic() -> None:
 
 
 def test_the_router_does_not_import_the_control_plane() -> None:
-    """The two meet through llmgw.wire.router's types and the RouterState interface; control builds the router."""
+    """The two meet through llmgw.api.router's types and the RouterState interface; control builds the router."""
     bad = [f"router/{f.name} imports {name}" for f in sorted((SRC / "router").glob("*.py")) for name in imports(f)
            if name == "llmgw.control" or name.startswith("llmgw.control.")]
     assert bad == []
@@ -68,8 +68,8 @@ OWNERS = {
     "control/following.py": {"following"},
     "control/storage.py": {"storage"},
     "control/leadership.py": {"leadership"},
-    "control/quotas.py": {"quotas"},
-    "control/usage_book.py": {"usage"},
+    "control/limit_counters.py": {"limit_counters"},
+    "control/usage_totals.py": {"usage"},
     "control/watch.py": {"watch"},
 }
 MUTATORS = {"pop", "update", "clear", "setdefault", "append", "add", "remove", "discard", "popitem", "extend",

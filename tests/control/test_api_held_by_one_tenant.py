@@ -17,11 +17,11 @@ from pathlib import Path
 
 from llmgw.config.server import ServerConfig, TLSFiles
 from llmgw.control.api_listener import api_refusal
-from llmgw.control.guards import UPLOAD_GRACE_S
-from llmgw.control.listeners import Limiter, client_of_address, start_listener
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.quota import KeyLimits
+from llmgw.core.limits import KeyLimits
+from llmgw.net.guards import UPLOAD_GRACE_S
+from llmgw.net.listeners import Limiter, client_of_address, start_listener
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
 from llmgw.store.sqlite import SqliteStore

@@ -1,4 +1,4 @@
-"""Budgets across restarts and limit changes (control/quotas.py, ControlPlane.load): an in-process control plane
+"""Budgets across restarts and limit changes (control/limit_counters.py, ControlPlane.load): an in-process control plane
 over SQLite in tmp_path with a FakeClock."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.quota import KeyLimits
+from llmgw.core.limits import KeyLimits
 from llmgw.store.base import UsageRecord
 from tests.harness import plane_in
 
@@ -30,6 +30,6 @@ async def test_a_total_budget_spent_before_a_restart_stays_spent(tmp_path: Path)
     p.store.close()
     p = plane(tmp_path, clock)  # a restart: the plane seeds what each key spent from the store
     keys = {k.name: k for k in p.store.list_keys()}
-    assert not p.quotas.admit(keys["day"], 500)[0].admitted  # the day budget remembers: 900 + 500 > 1000
-    d, _ = p.quotas.admit(keys["total"], 500)
+    assert not p.limit_counters.admit(keys["day"], 500)[0].admitted  # the day budget remembers: 900 + 500 > 1000
+    d, _ = p.limit_counters.admit(keys["total"], 500)
     assert not d.admitted, "a total budget is forgotten at every restart: 900 spent, 500 more admitted on 1000"

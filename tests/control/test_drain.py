@@ -12,9 +12,9 @@ from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord, ShardAssignment
 from llmgw.reconcile import transitions
 from llmgw.reconcile.status import stopped
+from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.store.sqlite import SqliteStore
 from tests.clusters import model, node
 

@@ -1,4 +1,4 @@
-"""The bounds every listener puts on a request (control/guards.py), on a real aiohttp server on loopback."""
+"""The bounds every listener puts on a request (net/guards.py), on a real aiohttp server on loopback."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from llmgw.control.guards import ClientFaults, request_bounds
+from llmgw.net.guards import ClientFaults, request_bounds
 
 
 def record(exc: BaseException | None) -> logging.LogRecord:

@@ -1,4 +1,4 @@
-"""The listeners' connection caps (control/listeners.py, control/guards.py): real listeners started through
+"""The listeners' connection caps (net/listeners.py, net/guards.py): real listeners started through
 start_listener on loopback, spoken to with raw sockets."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.control.listeners import Limiter, refusal, start_listener
+from llmgw.net.listeners import Limiter, refusal, start_listener
 from tests.harness import await_until, free_port
 
 PLAIN = refusal(b'{"error": "too many connections"}')

@@ -1,4 +1,4 @@
-"""Each request's line and headers together may take HEADER_BUDGET bytes (control/header_budget.py), on a real
+"""Each request's line and headers together may take HEADER_BUDGET bytes (net/header_budget.py), on a real
 listener on loopback: past it, 431 and the connection closed; within it, however the bytes arrive, and whatever
 body follows them in the same packets, the request is served; each request on a kept-alive connection has a whole
 budget of its own."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from llmgw.control.header_budget import HEADER_BUDGET
+from llmgw.net.header_budget import HEADER_BUDGET
 from tests.control.test_guards_connection_caps import connect, listening, response
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from llmgw.api.router import Activity
 from llmgw.config.server import ServerConfig, TLSFiles
 from llmgw.control.activity import LOCAL, REPORTER_SILENT_AFTER
 from llmgw.control.plane import ControlPlane
@@ -15,7 +16,6 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import ShardState
-from llmgw.wire.router import Activity
 from tests.clusters import model, node
 from tests.harness import plane_in
 from tests.router.conftest import router_over

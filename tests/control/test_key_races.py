@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from llmgw.core.quota import KeyLimits
+from llmgw.core.limits import KeyLimits
 from tests.harness import plane_in
 
 

@@ -69,8 +69,8 @@ async def test_the_leader_counts_what_the_followers_routers_saw(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
     """A request for a model through a follower is demand the leader loads for; a replica busy through a follower
     is busy (never idle-evicted); its requests in flight count until that server stops saying so."""
+    from llmgw.api.router import Activity
     from llmgw.control.activity import REPORTER_SILENT_AFTER
-    from llmgw.wire.router import Activity
 
     a, b, clock = two
     a.registry.apply([Add("r1", "m", 1, "")])
@@ -96,26 +96,27 @@ async def test_the_leader_counts_what_the_followers_routers_saw(
 async def test_a_keys_limits_hold_across_servers(two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
     """A key's requests per minute and requests in flight are counted across the servers sharing the store, late by
     one read of each other's counts: requests spread over two servers get no more than the key's limits."""
-    from llmgw.core.quota import KeyLimits, Refusal
+    from llmgw.core.limits import KeyLimits, Refusal
 
     a, b, _clock = two
     _, key = await a.credentials.create_key("t", [], KeyLimits(rpm=4, concurrency=3))
     for p in (a, b):
         await p.following.share_activity()  # each has read the other's (nothing yet)
-    tickets = [a.quotas.admit(key, 10)[1] for _ in range(2)]  # two in flight through a
+    tickets = [a.limit_counters.admit(key, 10)[1] for _ in range(2)]  # two in flight through a
     assert all(tickets)
     await a.following.share_activity()
     await b.following.share_activity()
-    d, t3 = b.quotas.admit(key, 10)  # a third through b: within both limits
+    d, t3 = b.limit_counters.admit(key, 10)  # a third through b: within both limits
     assert d.admitted
-    d, _ = b.quotas.admit(key, 10)
+    d, _ = b.limit_counters.admit(key, 10)
     assert d.refusal == Refusal.Rate and "3 requests in flight" in d.message, d.message
     for t in tickets:
-        assert a.quotas.settle(t, 5)
-    assert b.quotas.settle(t3, 5)
+        assert a.limit_counters.settle(t, 5)
+    assert b.limit_counters.settle(t3, 5)
     await a.following.share_activity()
     await b.following.share_activity()
-    d, _ = b.quotas.admit(key, 10)  # nothing in flight now; 3 of 4 requests this minute were taken (2 through a)
+    # nothing in flight now; 3 of 4 requests this minute were taken (2 through a)
+    d, _ = b.limit_counters.admit(key, 10)
     assert d.admitted
-    d, _ = b.quotas.admit(key, 10)
+    d, _ = b.limit_counters.admit(key, 10)
     assert d.refusal == Refusal.Rate and "requests per minute" in d.message, d.message

@@ -7,14 +7,14 @@ from collections import Counter
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmgw.api.stats import InFlight, ModelStats, RouterStats
 from llmgw.control.metrics import FAMILIES, registry
 from llmgw.control.summary import Demand, Summary, summarize
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord, ShardAssignment
+from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.store.base import UsageTotal
 from llmgw.wire.messages import EngineLoad, InstallStatus, ShardState
-from llmgw.wire.stats import InFlight, ModelStats, RouterStats
 from tests.clusters import model, node
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from llmgw.api.router import ModelExplanation, Wanted
 from llmgw.core.reasons import Reason
 from llmgw.dev.cluster import admin_get
-from llmgw.wire.router import ModelExplanation, Wanted
 from tests.harness import InProcessServer, await_until, plan
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "management-api.openapi.json"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from llmgw.control.heartbeats import NODE_EVENT_BURST, NODE_EVENT_EVERY
 from llmgw.core.clock import FakeClock
-from llmgw.core.state import ReplicaRecord
+from llmgw.records.state import ReplicaRecord
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import Problem
 from tests.clusters import node

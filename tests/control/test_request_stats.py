@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmgw.api.router import Activity
+from llmgw.api.stats import InFlight, ModelStats, RouterStats
 from llmgw.control.activity import REPORTER_SILENT_AFTER
 from llmgw.core.clock import FakeClock
 from llmgw.router.stats import Measure, Recorder
-from llmgw.wire.router import Activity
-from llmgw.wire.stats import InFlight, ModelStats, RouterStats
 from tests.harness import free_port, plane_in
 
 

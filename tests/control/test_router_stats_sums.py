@@ -8,13 +8,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
+from llmgw.api.router import Activity
+from llmgw.api.stats import ModelStats, RouterStats
 from llmgw.control.activity import REPORTER_SILENT_AFTER
 from llmgw.control.exposition import render
 from llmgw.control.metrics import registry
 from llmgw.control.summary import summarize
 from llmgw.core.clock import FakeClock
-from llmgw.wire.router import Activity
-from llmgw.wire.stats import ModelStats, RouterStats
 from tests.harness import plane_in
 
 

@@ -6,7 +6,7 @@ from prometheus_client import generate_latest
 
 from llmgw.control.metrics import registry
 from llmgw.control.summary import summarize
-from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
+from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from tests.clusters import node
 
 

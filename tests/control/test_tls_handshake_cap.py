@@ -11,8 +11,8 @@ from pathlib import Path
 
 import aiohttp
 
-from llmgw.control.handshakes import handshake_cap
-from llmgw.control.listeners import Limiter, start_listener
+from llmgw.net.handshakes import handshake_cap
+from llmgw.net.listeners import Limiter, start_listener
 from tests.agent.weights.kit import make_pki
 from tests.control.test_guards_connection_caps import PLAIN, ok_app, server_side_established
 from tests.harness import await_until, free_port

@@ -20,9 +20,9 @@ from llmgw.control.plane import ControlPlane
 from llmgw.control.watch import EMPTY, Watch, shard_digests
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord, ShardAssignment, StopRequest
 from llmgw.dev.cluster import NodePlan
 from llmgw.pki.tls import client_context, server_context
+from llmgw.records.state import ReplicaRecord, ShardAssignment, StopRequest
 from llmgw.store.sqlite import SqliteStore
 from tests.clusters import node
 from tests.harness import await_until, free_port, plan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
 from llmgw.control.weights import Leaders, plans_for
-from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
+from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.wire.messages import FetchStatus, WeightsPlan
 from tests.clusters import model, node
 

@@ -9,10 +9,10 @@ from llmgw.config.server import ServerConfig, TLSFiles
 from llmgw.control.plane import ControlPlane
 from llmgw.control.weights import Leaders, plans_for
 from llmgw.core.clock import FakeClock
-from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.placement import scores
 from llmgw.placement.checks import Request
 from llmgw.placement.snapshot import build_snapshot
+from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import Fabric, Hardware, NodeReport
 from tests.control.test_weights_plan import URL, m, rec, replicas

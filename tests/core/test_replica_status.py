@@ -8,8 +8,8 @@ from pathlib import Path
 
 from llmgw.core.conditions import ConditionType, Status
 from llmgw.core.reasons import Reason
-from llmgw.core.state import Phase, ReplicaRecord, ShardAssignment, replica_phase
 from llmgw.reconcile.transitions import failed, released
+from llmgw.records.state import Phase, ReplicaRecord, ShardAssignment, replica_phase
 from llmgw.store.sqlite import SqliteStore
 
 T = 1_800_000_000.0

@@ -215,7 +215,7 @@ def test_a_paused_leader_cannot_write_when_it_wakes(tmp_path: Path, running: lis
     import os
 
     from llmgw.core.errors import Deposed
-    from llmgw.core.state import ReplicaRecord
+    from llmgw.records.state import ReplicaRecord
 
     t = three_servers(tmp_path, running, postgres, 73)
     try:

@@ -1,5 +1,5 @@
 """What unauthenticated connections can make a real `llmgw server` hold in request headers: each has a small
-budget for its headers (control/listeners.HEADER_BUDGET), so many connections sending the most headers aiohttp's
+budget for its headers (net/listeners.HEADER_BUDGET), so many connections sending the most headers aiohttp's
 per-line limits allow (60 lines of 8,000 bytes) and never finishing them cost the server little memory, and give it
 back once they are gone. Measured: the server's resident memory before, while they are open, and after."""
 

@@ -19,12 +19,12 @@ import llmgw
 from llmgw.config.server import ModelSpec, Profile, Scaling
 from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
-from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.placement import checks
 from llmgw.placement.checks import CHECKS, Request, feasible, prepared
 from llmgw.placement.place import VERDICTS_PER_REASON, Placement, Refusal, _rank, _score, place, reservations
 from llmgw.placement.snapshot import Snapshot, build_snapshot
 from llmgw.reconcile.transitions import failed
+from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.wire.messages import GPU, EngineStatus, Fabric, Hardware, NodeReport, ShardState
 from tests.tiers import examples
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from llmgw.core.reasons import Reason
-from llmgw.core.state import NodeRecord
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, Refusal, place
 from llmgw.placement.snapshot import build_snapshot
+from llmgw.records.state import NodeRecord
 from llmgw.wire.messages import MigInstance
 from tests.clusters import model, node
 

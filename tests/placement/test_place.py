@@ -5,10 +5,10 @@ from collections.abc import Iterable
 from llmgw.config.server import ModelSpec
 from llmgw.core.explanation import Shortfall, explanation_lines
 from llmgw.core.reasons import Reason
-from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, Refusal, place
 from llmgw.placement.snapshot import build_snapshot
+from llmgw.records.state import NodeRecord, ReplicaRecord
 from tests.clusters import model, node
 
 
@@ -82,7 +82,7 @@ def test_nvlink_pairs_are_preferred_on_a_pcie_box() -> None:
     # cards 0-1 and 2-3 are bridged; 0 and 3 are taken, so the only joined pair left is ... none of (1,2)
     m = model(gpus_per_shard=2, cls="L40S-45G")
     n = node("pcie", n_gpus=4, cls="L40S-45G", nvlink="pairs")
-    from llmgw.core.state import ReplicaRecord, ShardAssignment
+    from llmgw.records.state import ReplicaRecord, ShardAssignment
     held = ReplicaRecord(id="x", model=m.name, created_at=0, shards_expected=1,
                          assignments=[ShardAssignment(rank=0, node_id="pcie", address="a", gpus=[0])])
     res = _place([n], m, [held])
@@ -127,7 +127,7 @@ def test_impossible_profile_is_a_refusal_not_a_crash() -> None:
 def test_every_port_a_rank_binds_is_reserved_on_its_own_node() -> None:
     """llama.cpp's RPC workers bind a port on their own node: placement gives it from that node's range and holds it,
     never the leader's rendezvous port plus the rank (another node's range, reserved by nothing)."""
-    from llmgw.core.state import ReplicaRecord
+    from llmgw.records.state import ReplicaRecord
 
     m = model(nodes=2, gpus_per_shard=4)
     n3, n4 = node("node03", fabric="ib-b"), node("node04", fabric="ib-b")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec, Profile, Scaling
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord, ShardAssignment
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, Refusal, place, reservations
 from llmgw.placement.snapshot import Snapshot, build_snapshot
+from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.wire.messages import ShardState
 from tests.clusters import GiB, model, node
 

@@ -13,12 +13,12 @@ from collections.abc import Iterable
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import ConditionType, get_condition
-from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.reconcile.apply import DeleteReplica, Log, State, apply
 from llmgw.reconcile.intents import Intent
 from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.scaling import Timer
 from llmgw.reconcile.world import Timings, World
+from llmgw.records.state import NodeRecord, ReplicaRecord
 from llmgw.wire.messages import ShardState
 
 T0 = 1_800_000_000.0

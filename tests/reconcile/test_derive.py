@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from llmgw.core.conditions import ConditionType, Status
 from llmgw.core.reasons import Reason
-from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment, StopRequest
 from llmgw.reconcile import transitions
 from llmgw.reconcile.status import assigned_endpoint, derive, shard_reason, stopped
+from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment, StopRequest
 from llmgw.wire.messages import ShardState
 from tests.clusters import node
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord, StopRequest
 from llmgw.reconcile.intents import Evict
 from llmgw.reconcile.world import Timings
+from llmgw.records.state import ReplicaRecord, StopRequest
 from tests.clusters import model, node
 from tests.reconcile.harness import Sim
 

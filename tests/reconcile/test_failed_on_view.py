@@ -6,9 +6,9 @@ from __future__ import annotations
 from itertools import pairwise
 
 from llmgw.core.reasons import Reason
-from llmgw.core.state import Phase, replica_phase
 from llmgw.reconcile.intents import Reap
 from llmgw.reconcile.world import Timings
+from llmgw.records.state import Phase, replica_phase
 from llmgw.wire.messages import ShardState
 from tests.clusters import model, node
 from tests.reconcile.harness import Sim

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord
 from llmgw.reconcile.world import Timings
+from llmgw.records.state import ReplicaRecord
 from tests.clusters import model, node
 from tests.reconcile.harness import Sim
 

@@ -6,10 +6,10 @@ from llmgw.config.server import ModelSpec, ServerConfig, TLSFiles
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord
 from llmgw.reconcile.intents import MarkLost
 from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.status import derive
+from llmgw.records.state import ReplicaRecord
 from llmgw.store.sqlite import SqliteStore
 from tests.clusters import model, node
 from tests.reconcile.harness import T0, Sim
@@ -242,7 +242,7 @@ def test_a_single_node_shard_that_exits_is_restarted_not_failed() -> None:
 def test_a_replica_whose_engine_stopped_answering_is_unresponsive_not_starting() -> None:
     """Its shard served and now misses its health probes: the replica's phase says so (ctl status, the dashboard),
     and a model with no other replica is one a router refuses at once; one still loading is not."""
-    from llmgw.core.state import Phase, not_answering, replica_phase
+    from llmgw.records.state import Phase, not_answering, replica_phase
 
     sim, r = _two_node()
     sim.heartbeat()
@@ -264,7 +264,7 @@ def test_a_replica_whose_engine_stopped_answering_is_unresponsive_not_starting()
 
 
 def test_an_engine_never_ready_is_starting() -> None:
-    from llmgw.core.state import Phase, not_answering, replica_phase
+    from llmgw.records.state import Phase, not_answering, replica_phase
 
     sim, r = _two_node()
     sim.heartbeat(overrides={(r.id, 0): "starting"})

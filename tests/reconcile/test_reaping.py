@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 
 from llmgw.core.reasons import Reason
-from llmgw.core.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.reconcile.intents import Add, Reap
 from llmgw.reconcile.reconcile import reconcile
 from llmgw.reconcile.transitions import added, failed
 from llmgw.reconcile.world import World
+from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.wire.messages import ShardState
 from tests.clusters import model, node
 

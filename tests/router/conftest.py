@@ -163,10 +163,10 @@ async def settle(rut: RouterUnderTest) -> None:
     left), then send its usage to the store."""
 
     async def finished() -> bool:
-        return not rut.router.ledger.inflight
+        return not rut.router.usage_journal.inflight
 
     await await_until(finished, 10, "every request finished in the router")
-    assert await rut.router.ledger.flush()
+    assert await rut.router.usage_journal.flush()
 
 
 @dataclass

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
+from llmgw.api.router import Admission, ModelExplanation, ReadyReplica, Wanted
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import Clock, FakeClock
 from llmgw.router.stats import Recorder
 from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import EngineLoad
-from llmgw.wire.router import Admission, ModelExplanation, ReadyReplica, Wanted
 
 
 class FakeState:

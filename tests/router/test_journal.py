@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.router.ledger import RESERVE, UNKNOWN, Journal, UsageLedger, maps_safely, read_segments
+from llmgw.router.usage_journal import RESERVE, UNKNOWN, Journal, UsageJournal, maps_safely, read_segments
 from llmgw.store.base import AnyUsage, Usage, new_usage_id
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def run_writer(directory: Path, body: str, *, preamble: str = "") -> subprocess.
     code = textwrap.dedent(f"""
         import os, signal, sys
         from pathlib import Path
-        from llmgw.router.ledger import Journal
+        from llmgw.router.usage_journal import Journal
         from llmgw.store.base import Usage
         {preamble}
         j = Journal(Path(sys.argv[1]))
@@ -102,10 +102,10 @@ def test_a_killed_writer_loses_no_line_the_kernel_had(mapped: Path) -> None:
     import asyncio
 
     async def adopt() -> None:
-        ledger = UsageLedger(sink, mapped, adopt=True)
-        assert ledger.adopt_orphans() == 51
-        assert await ledger.flush()
-        await ledger.close()
+        usage_journal = UsageJournal(sink, mapped, adopt=True)
+        assert usage_journal.adopt_orphans() == 51
+        assert await usage_journal.flush()
+        await usage_journal.close()
 
     asyncio.run(adopt())
     assert sorted(u.id for u in got) == sorted([f"rec{i:05d}" for i in range(50)] + ["inflight"])

@@ -1,4 +1,4 @@
-"""The usage journal's files and the ledger's background flush, held directly: who may read the files, what a
+"""The usage journal's files and the usage journal's background flush, held directly: who may read the files, what a
 close leaves, which dead writers' segments are claimed and read, how a file system is told, and that the flush
 loop sends, retries and adopts on its own. The rules a mutation-testing run found unguarded."""
 
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.router.ledger import (
+from llmgw.router.usage_journal import (
     ADOPT_EVERY,
     CHUNK,
     UNKNOWN,
     UNSENT,
     Journal,
-    UsageLedger,
+    UsageJournal,
     claim_orphans,
     fs_type,
     read_segments,
@@ -114,11 +114,11 @@ async def test_the_background_flush_sends_retries_with_backoff_and_adopts_dead_w
             raise OSError("store unavailable")
         landed.update((r.id, r) for r in batch)
 
-    ledger = UsageLedger(sink, tmp_path, adopt=True)
+    usage_journal = UsageJournal(sink, tmp_path, adopt=True)
     r = usage(1, UNKNOWN)
-    ledger.begin(r)
-    ledger.finish(r, "r", 1, 2, 0.1, 200)
-    task = asyncio.create_task(ledger.run(0.001))
+    usage_journal.begin(r)
+    usage_journal.finish(r, "r", 1, 2, 0.1, 200)
+    task = asyncio.create_task(usage_journal.run(0.001))
     try:
         await await_until(lambda: r.id in landed or task.done(), 10, "the record flushed after two failures")
         assert not task.done(), task
@@ -129,7 +129,7 @@ async def test_the_background_flush_sends_retries_with_backoff_and_adopts_dead_w
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await ledger.close()
+        await usage_journal.close()
 
 
 async def test_a_worker_never_adopts_what_dead_writers_left(tmp_path: Path) -> None:
@@ -141,28 +141,28 @@ async def test_a_worker_never_adopts_what_dead_writers_left(tmp_path: Path) -> N
 
     orphan = usage(1)
     dead_writer(tmp_path, orphan)
-    ledger = UsageLedger(sink, tmp_path, adopt=False)
-    assert UsageLedger(sink, None).adopt_orphans() == 0  # no journal: nothing to adopt
-    task = asyncio.create_task(ledger.run(0.0005))
+    usage_journal = UsageJournal(sink, tmp_path, adopt=False)
+    assert UsageJournal(sink, None).adopt_orphans() == 0  # no journal: nothing to adopt
+    task = asyncio.create_task(usage_journal.run(0.0005))
     try:
-        await await_until(lambda: ledger._flushes > 2 * ADOPT_EVERY or task.done(), 10, "60 flushes")
+        await await_until(lambda: usage_journal._flushes > 2 * ADOPT_EVERY or task.done(), 10, "60 flushes")
         assert not task.done() and landed == []
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await ledger.close()
+        await usage_journal.close()
 
 
 def test_a_request_that_reached_no_engine_leaves_nothing_to_record(tmp_path: Path) -> None:
     async def sink(batch: list[AnyUsage]) -> None:
         raise AssertionError("nothing to send")
 
-    ledger = UsageLedger(sink, tmp_path)
+    usage_journal = UsageJournal(sink, tmp_path)
     r = usage(1, UNKNOWN)
-    ledger.begin(r)
-    ledger.unsent(r)
-    assert ledger.inflight == {} and ledger.pending == [] and r.status == UNSENT
-    assert ledger.journal is not None and read_segments([ledger.journal.path]) == []
+    usage_journal.begin(r)
+    usage_journal.unsent(r)
+    assert usage_journal.inflight == {} and usage_journal.pending == [] and r.status == UNSENT
+    assert usage_journal.journal is not None and read_segments([usage_journal.journal.path]) == []
 
 
 def test_a_backlog_over_its_bound_leaves_the_oldest_to_the_journal_and_says_so_once(
@@ -171,22 +171,22 @@ def test_a_backlog_over_its_bound_leaves_the_oldest_to_the_journal_and_says_so_o
     async def sink(batch: list[AnyUsage]) -> None:
         return None
 
-    ledger = UsageLedger(sink, tmp_path, max_pending=2)
+    usage_journal = UsageJournal(sink, tmp_path, max_pending=2)
     recs = [usage(i, UNKNOWN) for i in range(5)]
 
     def said() -> list[str]:
         return [m for m in caplog.messages if "usage backlog over" in m]
 
     for r in recs[:2]:
-        ledger.begin(r)
-        ledger.finish(r, "r", 1, 1, 0.1, 200)
-    assert ledger.evicted == 0 and len(ledger.pending) == 2 and said() == []  # at the bound, not over it
+        usage_journal.begin(r)
+        usage_journal.finish(r, "r", 1, 1, 0.1, 200)
+    assert usage_journal.evicted == 0 and len(usage_journal.pending) == 2 and said() == []  # at the bound, not over it
     for i, r in enumerate(recs[2:]):
-        ledger.begin(r)
-        ledger.finish(r, "r", 1, 1, 0.1, 200)
-        assert ledger.evicted == i + 1  # said at the first record pushed out, and only then
+        usage_journal.begin(r)
+        usage_journal.finish(r, "r", 1, 1, 0.1, 200)
+        assert usage_journal.evicted == i + 1  # said at the first record pushed out, and only then
         assert said() == ["usage backlog over 2 records: the oldest wait in the journal until it drains"]
-    assert [p.id for p in ledger.pending] == [r.id for r in recs[3:]]
+    assert [p.id for p in usage_journal.pending] == [r.id for r in recs[3:]]
 
 
 async def test_a_ledger_closing_with_usage_not_landed_keeps_its_journal_for_the_next_process(tmp_path: Path) -> None:
@@ -198,11 +198,11 @@ async def test_a_ledger_closing_with_usage_not_landed_keeps_its_journal_for_the_
 
     for sink, kept in ((down, True), (up, False)):
         directory = tmp_path / str(kept)
-        ledger = UsageLedger(sink, directory)
+        usage_journal = UsageJournal(sink, directory)
         r = usage(1, UNKNOWN)
-        ledger.begin(r)
-        ledger.finish(r, "r", 1, 1, 0.1, 200)
-        await ledger.close()
+        usage_journal.begin(r)
+        usage_journal.finish(r, "r", 1, 1, 0.1, 200)
+        await usage_journal.close()
         assert bool(list(directory.glob("*.jsonl"))) == kept and bool(list(directory.glob("*.lock"))) == kept
 
 
@@ -212,17 +212,17 @@ async def test_what_two_adoptions_held_is_all_let_go_once_it_landed(
     async def sink(batch: list[AnyUsage]) -> None:
         return None
 
-    ledger = UsageLedger(sink, tmp_path, adopt=True)
-    assert ledger.journal is not None
+    usage_journal = UsageJournal(sink, tmp_path, adopt=True)
+    assert usage_journal.journal is not None
     for i in range(2):  # two workers dead at different times, adopted one by one
         dead_writer(tmp_path, usage(i))
-        assert ledger.adopt_orphans() == 1
+        assert usage_journal.adopt_orphans() == 1
     assert caplog.messages.count(
         "recording 1 request(s) left in the usage journal by a process that stopped") == 2
-    assert await ledger.flush()
-    assert [p.name for p in tmp_path.glob("*.lock")] == [ledger.journal.lock_path.name]
-    assert ledger.orphan_locks == []
-    await ledger.close()
+    assert await usage_journal.flush()
+    assert [p.name for p in tmp_path.glob("*.lock")] == [usage_journal.journal.lock_path.name]
+    assert usage_journal.orphan_locks == []
+    await usage_journal.close()
 
 
 def test_a_journal_that_cannot_be_written_is_said_once_per_outage_and_loses_nothing_in_memory(
@@ -232,19 +232,19 @@ def test_a_journal_that_cannot_be_written_is_said_once_per_outage_and_loses_noth
         return None
 
     directory = tmp_path / "journal"
-    ledger = UsageLedger(sink, directory)
+    usage_journal = UsageJournal(sink, directory)
     shutil.rmtree(directory)  # its first segment cannot be made
     first, second = usage(1, UNKNOWN), usage(2, UNKNOWN)
-    ledger.begin(first)
-    ledger.begin(second)
+    usage_journal.begin(first)
+    usage_journal.begin(second)
     directory.mkdir()
     third = usage(3, UNKNOWN)
-    ledger.begin(third)  # written: the outage is over
-    assert set(ledger.inflight) == {first.id, second.id, third.id}
+    usage_journal.begin(third)  # written: the outage is over
+    assert set(usage_journal.inflight) == {first.id, second.id, third.id}
     shutil.rmtree(directory)
-    assert ledger.journal is not None
-    ledger.journal.rotate([])  # a new segment, in a directory gone again
-    ledger.begin(usage(4, UNKNOWN))
+    assert usage_journal.journal is not None
+    usage_journal.journal.rotate([])  # a new segment, in a directory gone again
+    usage_journal.begin(usage(4, UNKNOWN))
     said = [m for m in caplog.messages if "usage journal cannot be written" in m]
     assert len(said) == 2 and all("a crash now would lose in-flight usage" in m and "No such file" in m
                                   for m in said), said
@@ -256,15 +256,16 @@ async def test_a_flush_cancelled_mid_send_keeps_the_batch_and_counts_it_unflushe
     async def stuck(batch: list[AnyUsage]) -> None:
         await gate.wait()
 
-    ledger = UsageLedger(stuck, tmp_path)
+    usage_journal = UsageJournal(stuck, tmp_path)
     r = usage(1, UNKNOWN)
-    ledger.begin(r)
-    ledger.finish(r, "r", 1, 1, 0.1, 200)
-    flushing = asyncio.create_task(ledger.flush())
-    await await_until(lambda: ledger._sending == 1, 5, "the batch handed to the store")
+    usage_journal.begin(r)
+    usage_journal.finish(r, "r", 1, 1, 0.1, 200)
+    flushing = asyncio.create_task(usage_journal.flush())
+    await await_until(lambda: usage_journal._sending == 1, 5, "the batch handed to the store")
     flushing.cancel()
     await asyncio.gather(flushing, return_exceptions=True)
-    assert [p.id for p in ledger.pending] == [r.id] and ledger._sending == 0 and ledger.unflushed == 1
+    assert [p.id for p in usage_journal.pending] == [r.id]
+    assert usage_journal._sending == 0 and usage_journal.unflushed == 1
 
 
 async def test_a_batch_of_several_chunks_leaves_nothing_counted_unflushed(tmp_path: Path) -> None:
@@ -273,13 +274,13 @@ async def test_a_batch_of_several_chunks_leaves_nothing_counted_unflushed(tmp_pa
     async def sink(batch: list[AnyUsage]) -> None:
         sizes.append(len(batch))
 
-    ledger = UsageLedger(sink, None)
+    usage_journal = UsageJournal(sink, None)
     for i in range(CHUNK * 2 + 7):
         r = usage(i, UNKNOWN)
-        ledger.begin(r)
-        ledger.finish(r, "r", 1, 1, 0.1, 200)
-    assert await ledger.flush()
-    assert sizes == [CHUNK, CHUNK, 7] and ledger.unflushed == 0
+        usage_journal.begin(r)
+        usage_journal.finish(r, "r", 1, 1, 0.1, 200)
+    assert await usage_journal.flush()
+    assert sizes == [CHUNK, CHUNK, 7] and usage_journal.unflushed == 0
 
 
 async def test_each_outage_is_said_once_and_its_end_names_the_attempts(
@@ -291,21 +292,21 @@ async def test_each_outage_is_said_once_and_its_end_names_the_attempts(
         if down:
             raise OSError("store unavailable")
 
-    ledger = UsageLedger(sink, tmp_path)
+    usage_journal = UsageJournal(sink, tmp_path)
     for outage in (2, 3):
         down = True
         for _ in range(outage):
             r = usage(outage, UNKNOWN)
-            ledger.begin(r)
-            ledger.finish(r, "r", 1, 1, 0.1, 200)
-            assert not await ledger.flush()
+            usage_journal.begin(r)
+            usage_journal.finish(r, "r", 1, 1, 0.1, 200)
+            assert not await usage_journal.flush()
         down = False
-        assert await ledger.flush() and await ledger.flush()
+        assert await usage_journal.flush() and await usage_journal.flush()
     errors = [m for m in caplog.messages if m.startswith("usage not recorded yet")]
     again = [m for m in caplog.messages if m.startswith("usage recorded again")]
     assert len(errors) == 2, errors
     assert again == ["usage recorded again after 2 failed attempt(s)", "usage recorded again after 3 failed attempt(s)"]
-    await ledger.close()
+    await usage_journal.close()
 
 
 async def test_a_backlog_read_back_that_cannot_be_sent_keeps_its_segments(tmp_path: Path) -> None:
@@ -317,22 +318,22 @@ async def test_a_backlog_read_back_that_cannot_be_sent_keeps_its_segments(tmp_pa
         if calls == 2:  # the backlog read back from the journal
             raise OSError("store unavailable")
 
-    ledger = UsageLedger(sink, tmp_path, max_pending=1)
+    usage_journal = UsageJournal(sink, tmp_path, max_pending=1)
     for i in range(3):
         r = usage(i, UNKNOWN)
-        ledger.begin(r)
-        ledger.finish(r, "r", 1, 1, 0.1, 200)
-    assert ledger.evicted == 2
-    assert not await ledger.flush()
-    assert ledger.segments and all(p.exists() for p in ledger.segments)
-    await ledger.close()
+        usage_journal.begin(r)
+        usage_journal.finish(r, "r", 1, 1, 0.1, 200)
+    assert usage_journal.evicted == 2
+    assert not await usage_journal.flush()
+    assert usage_journal.segments and all(p.exists() for p in usage_journal.segments)
+    await usage_journal.close()
 
 
 async def test_a_ledger_closing_with_a_request_in_flight_keeps_its_journal(tmp_path: Path) -> None:
     async def sink(batch: list[AnyUsage]) -> None:
         return None
 
-    ledger = UsageLedger(sink, tmp_path)
-    ledger.begin(usage(1, UNKNOWN))  # never finished: its begin line is all there is
-    await ledger.close()
+    usage_journal = UsageJournal(sink, tmp_path)
+    usage_journal.begin(usage(1, UNKNOWN))  # never finished: its begin line is all there is
+    await usage_journal.close()
     assert list(tmp_path.glob("*.jsonl")) and list(tmp_path.glob("*.lock"))

@@ -21,9 +21,9 @@ from llmgw.config.server import ModelSpec, RouterConfig, ServerConfig, TLSFiles
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import Clock, FakeClock, SystemClock
 from llmgw.core.conditions import ConditionType, Status, set_condition
-from llmgw.core.quota import KeyLimits
+from llmgw.core.limits import KeyLimits
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord
+from llmgw.records.state import ReplicaRecord
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
 from llmgw.sim.behaviour import Behaviour
@@ -124,7 +124,8 @@ async def test_the_official_client_retries_after_retry_after_and_gets_through(tm
     async with limited(tmp_path, SystemClock(), tokens_per_second=8) as env:  # 4 tokens: half a second
         key = await env.key(KeyLimits(concurrency=1))
         slow = asyncio.create_task(ask(env.client(key)))
-        await await_until(lambda: asyncio.sleep(0, env.router.ledger.inflight), 10, "the first request in flight")
+        await await_until(lambda: asyncio.sleep(0, env.router.usage_journal.inflight), 10,
+                          "the first request in flight")
         t0 = time.monotonic()
         second = await ask(env.client(key, retries=2))
         assert second.choices[0].message.content
@@ -138,7 +139,8 @@ async def test_concurrency_and_tokens_per_minute_answer_429_with_retry_after(tmp
     async with limited(tmp_path, FakeClock(), tokens_per_second=8) as env:  # each answer takes half a second
         one_at_a_time = env.client(await env.key(KeyLimits(concurrency=1)))
         slow = asyncio.create_task(ask(one_at_a_time))
-        await await_until(lambda: asyncio.sleep(0, env.router.ledger.inflight), 10, "the first request in flight")
+        await await_until(lambda: asyncio.sleep(0, env.router.usage_journal.inflight), 10,
+                          "the first request in flight")
         with pytest.raises(openai.RateLimitError) as e:
             await ask(one_at_a_time)
         assert e.value.code == "rate_limit_exceeded" and e.value.response.headers["Retry-After"] == "1"
@@ -147,7 +149,8 @@ async def test_concurrency_and_tokens_per_minute_answer_429_with_retry_after(tmp
 
         few_tokens = env.client(await env.key(KeyLimits(tpm=300)))
         slow = asyncio.create_task(ask(few_tokens, max_tokens=100))  # reserves about 180 of the minute's 300
-        await await_until(lambda: asyncio.sleep(0, env.router.ledger.inflight), 10, "the first request in flight")
+        await await_until(lambda: asyncio.sleep(0, env.router.usage_journal.inflight), 10,
+                          "the first request in flight")
         with pytest.raises(openai.RateLimitError) as e:
             await ask(few_tokens, max_tokens=100)
         r = e.value.response
@@ -220,8 +223,8 @@ async def test_a_budget_hammered_by_64_concurrent_requests_is_not_overspent(tmp_
 
         results = await asyncio.gather(*(one() for _ in range(64)))
         admitted = sum(results)
-        await await_until(lambda: asyncio.sleep(0, not env.router.ledger.inflight), 10, "every request finished")
-        assert await env.router.ledger.flush()
+        await await_until(lambda: asyncio.sleep(0, not env.router.usage_journal.inflight), 10, "every request finished")
+        assert await env.router.usage_journal.flush()
         rows = env.store.usage_recent(0.0)
         spent = sum(r.prompt_tokens + r.completion_tokens for r in rows)
         requests = sum(r.requests for r in rows)
@@ -229,9 +232,9 @@ async def test_a_budget_hammered_by_64_concurrent_requests_is_not_overspent(tmp_
         (reservation,) = set(asked)  # every request alike: what the engine was allowed, it used
         assert admitted == budget // reservation, (admitted, reservation)
         assert budget - reservation < spent <= budget
-        counters = env.plane.quotas.counters
+        counters = env.plane.limit_counters.counters
         (key_counters,) = counters.values()
-        assert env.plane.quotas.spent_in(next(iter(counters)), "total") == spent
+        assert env.plane.limit_counters.spent_in(next(iter(counters)), "total") == spent
         assert key_counters.reserved == 0 and key_counters.in_flight == 0
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.agent.engines import ADAPTERS
-from llmgw.router.admission import CHOICES, MAX_FIELDS
+from llmgw.router.limits import CHOICES, MAX_FIELDS
 
 ROUTER = Path(__file__).resolve().parents[2] / "src" / "llmgw" / "router"
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from llmgw.router.admission import Unreservable, reserve
+from llmgw.router.limits import Unreservable, reserve
 
 DEFAULT_MAX = 1024
 ENGINE_DEFAULT = 8192  # vLLM with no bound at all: up to the context left (here: a stand-in)

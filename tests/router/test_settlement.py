@@ -1,5 +1,5 @@
 """What an admitted request is settled at, how a refusal is answered, and the reservation's edges, held directly
-(router/admission.py's used_of, refused and reserve): the rules a mutation-testing run found unguarded by the
+(router/limits.py's used_of, refused and reserve): the rules a mutation-testing run found unguarded by the
 end-to-end limit tests."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from llmgw.router.admission import Unreservable, refused, reserve, used_of
+from llmgw.api.router import Admission
+from llmgw.router.limits import Unreservable, refused, reserve, used_of
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.stats import Measure
-from llmgw.wire.router import Admission
 
 COST = 100
 

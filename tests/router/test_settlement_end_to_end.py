@@ -15,7 +15,7 @@ from aiohttp import web
 from llmgw.config.server import RouterConfig
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.quota import KeyLimits
+from llmgw.core.limits import KeyLimits
 from llmgw.router.app import Router
 from tests.router.test_limits import limited
 
@@ -64,15 +64,15 @@ async def post(url: str, key: str, path: str, body: dict[str, Any]) -> tuple[int
 async def test_a_request_that_reached_no_engine_costs_nothing(tmp_path: Path) -> None:
     """The replica is in the table but nothing listens: 503 no_reachable_replica, nothing was sent. used_of()
     says such a request is settled at 0; it is settled at its whole reservation (reached=True is set before any
-    attempt, and m.status stays 0 since the ledger record is dropped)."""
+    attempt, and m.status stays 0 since the usage journal record is dropped)."""
     async with env(tmp_path, engine_up=False) as (url, plane, _):
         raw, rec = await plane.credentials.create_key("t", [], KeyLimits(budget=10_000, budget_period="day"))
         status, out = await post(url, raw, "/v1/chat/completions",
                                  {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000})
         assert status == 503 and out["error"]["code"] == "no_reachable_replica"
-        c = plane.quotas.counters[rec.id]
+        c = plane.limit_counters.counters[rec.id]
         assert (c.reserved, c.in_flight) == (0, 0)
-        spent = plane.quotas.spent_in(rec.id, "total")
+        spent = plane.limit_counters.spent_in(rec.id, "total")
         assert spent == 0, f"a 503 that reached no engine was charged {spent} tokens of the budget"
 
 
@@ -86,7 +86,7 @@ async def test_responses_api_usage_is_settled(tmp_path: Path) -> None:
             status, _out = await post(url, raw, "/v1/responses",
                                       {"model": "m", "input": "hi", "max_output_tokens": 1000})
             ok += status == 200
-        spent = plane.quotas.spent_in(rec.id, "total")
+        spent = plane.limit_counters.spent_in(rec.id, "total")
         assert ok <= 2, f"{ok} requests of 1,020 tokens admitted on a 3,000-token budget (spent: {spent})"
         assert spent == ok * (PROMPT_TOKENS + 1000), f"{ok} answers of 1,020 tokens each, the budget charged {spent}"
 
@@ -99,7 +99,7 @@ async def test_n_choices_cannot_overspend_a_budget(tmp_path: Path) -> None:
         status, _out = await post(url, raw, "/v1/chat/completions",
                                  {"model": "m", "messages": [{"role": "user", "content": "hi"}],
                                   "max_tokens": 200, "n": 8})
-        spent = plane.quotas.spent_in(rec.id, "total")
+        spent = plane.limit_counters.spent_in(rec.id, "total")
         assert status == 429 or spent <= 1_000, f"budget 1000, spent {spent} (answered {status})"
 
 
@@ -166,11 +166,12 @@ async def test_a_client_that_leaves_mid_request_is_settled_once(tmp_path: Path) 
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            c = plane.quotas.counters[rec.id]
+            c = plane.limit_counters.counters[rec.id]
             assert c.in_flight == 1  # the engine is still working for it (handlers are not cancelled)
             GATE["open"].set()
             await await_until(lambda: asyncio.sleep(0, c.in_flight == 0), 10, "the ticket settled")
-            assert c.reserved == 0 and plane.quotas.spent_in(rec.id, "total") == 7 and not plane.quotas.tickets
+            assert c.reserved == 0 and plane.limit_counters.spent_in(rec.id, "total") == 7
+            assert not plane.limit_counters.tickets
     finally:
         globals()["vllm_like"] = _VLLM_LIKE
 
@@ -195,9 +196,9 @@ async def test_an_engine_timeout_after_the_request_was_sent_is_not_free(tmp_path
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50_000}
             status, _out = await post(url, raw, "/v1/chat/completions", body)
             GATE["open"].set()
-            c = plane.quotas.counters[rec.id]
+            c = plane.limit_counters.counters[rec.id]
             assert status == 504 and GATE["asked"] == 1 and c.in_flight == 0
-            spent = plane.quotas.spent_in(rec.id, "total")
+            spent = plane.limit_counters.spent_in(rec.id, "total")
             assert spent > 0, f"the engine had it for {0.5}s of generation; the budget was charged {spent}"
     finally:
         globals()["vllm_like"] = _VLLM_LIKE
@@ -242,13 +243,13 @@ async def test_a_stream_cannot_hide_its_usage_from_the_router(tmp_path: Path) ->
         async with env(tmp_path) as (url, plane, _):
             raw, rec = await plane.credentials.create_key("t", [], KeyLimits(budget=1_000_000))
             for opts in ({"include_usage": True}, {"include_usage": "false"}):
-                before = plane.quotas.spent_in(rec.id, "total")
+                before = plane.limit_counters.spent_in(rec.id, "total")
                 async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", headers={
                         "Authorization": f"Bearer {raw}"}, json={"model": "m", "stream": True, "max_tokens": 3,
                         "stream_options": opts, "messages": [{"role": "user", "content": "hi " * 2000}]}) as r:
                     assert r.status == 200
                     await r.read()
-                charged = plane.quotas.spent_in(rec.id, "total") - before
+                charged = plane.limit_counters.spent_in(rec.id, "total") - before
                 assert charged == 5003, f"stream_options {opts}: charged {charged} of 5,003 tokens"
     finally:
         globals()["vllm_like"] = _VLLM_LIKE

@@ -10,7 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from llmgw.control.admin_api import admin_app
-from llmgw.core.quota import KeyLimits
+from llmgw.core.limits import KeyLimits
 from llmgw.router.state import RemoteState
 from tests.harness import await_until, free_port, plane_in
 
@@ -48,7 +48,7 @@ class LossyRelay:
 
 async def test_an_admission_whose_answer_is_lost_does_not_hold_the_keys_slot(tmp_path: Path) -> None:
     plane = plane_in(tmp_path)
-    runner = web.AppRunner(admin_app(plane.status(), plane.quotas, plane.gauges, plane.health, TOKEN,
+    runner = web.AppRunner(admin_app(plane.status(), plane.limit_counters, plane.gauges, plane.health, TOKEN,
                                          frozenset({"127.0.0.1"})))
     await runner.setup()
     port = free_port()
@@ -64,7 +64,7 @@ async def test_an_admission_whose_answer_is_lost_does_not_hold_the_keys_slot(tmp
         assert relay.lost == 1 and not lost.admitted and lost.refusal == "limits_unavailable"
         relay.lose = False
         await state.flush()  # the worker's next report releases the ticket it chose
-        await await_until(lambda: asyncio.sleep(0, not plane.quotas.tickets), 10, "the lost admission released")
+        await await_until(lambda: asyncio.sleep(0, not plane.limit_counters.tickets), 10, "the lost admission released")
         again = await state.admit(key, 10)
         assert again.admitted, f"the key's only slot is held by an admission nobody saw: {again.message}"
     finally:

@@ -58,10 +58,10 @@ async def read_until(b: Bench, stop_at: bytes) -> bytes:
 
 async def recorded(b: Bench, n: int) -> list[tuple[int, int, int]]:
     async def done() -> bool:
-        return not b.router.ledger.inflight
+        return not b.router.usage_journal.inflight
 
     await await_until(done, 10, "every request finished in the router")
-    assert await b.router.ledger.flush()
+    assert await b.router.usage_journal.flush()
     rows = b.store.db.execute("SELECT status, prompt_tokens, completion_tokens FROM usage ORDER BY seq").fetchall()
     assert len(rows) == n, rows
     return [(int(s), int(p), int(c)) for s, p, c in rows]

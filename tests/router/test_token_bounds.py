@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from llmgw.core.clock import FakeClock
-from llmgw.core.quota import KeyLimits
+from llmgw.core.limits import KeyLimits
 from tests.harness import await_until
 from tests.router.engines import Engine
 from tests.router.test_limits import Limited, limited
@@ -32,8 +32,8 @@ LLAMA_FIELDS = {
 
 async def spent(env: Limited) -> int:
     """Every token the store recorded, once every request ended and its usage was flushed."""
-    await await_until(lambda: asyncio.sleep(0, not env.router.ledger.inflight), 60, "every request finished")
-    assert await env.router.ledger.flush()
+    await await_until(lambda: asyncio.sleep(0, not env.router.usage_journal.inflight), 60, "every request finished")
+    assert await env.router.usage_journal.flush()
     return sum(r.prompt_tokens + r.completion_tokens for r in env.store.usage_recent(0.0))
 
 
@@ -90,7 +90,7 @@ async def test_a_stream_past_its_reservation_is_cut_and_costs_no_more(tmp_path: 
         assert "reservation_exceeded" in r.text and "[DONE]" not in r.text
         used = await spent(env)
         assert 5 <= tokens <= used < 200, (tokens, used)  # a body of ~100 bytes and 5 tokens
-        assert env.plane.quotas.spent_in(next(iter(env.plane.quotas.counters)), "day") == used
+        assert env.plane.limit_counters.spent_in(next(iter(env.plane.limit_counters.counters)), "day") == used
         assert env.router.recorder.snapshot().models["m"].overruns == 1
 
 
@@ -105,6 +105,6 @@ async def test_an_engine_reporting_more_than_could_be_generated_is_billed_what_i
         assert r.status_code == 200
         used = await spent(env)
         assert 5 < used < 200, used
-        assert env.plane.quotas.spent_in(next(iter(env.plane.quotas.counters)), "day") == used
+        assert env.plane.limit_counters.spent_in(next(iter(env.plane.limit_counters.counters)), "day") == used
         assert env.router.recorder.snapshot().models["m"].overruns == 1
         assert "recorded at its reservation" in caplog.text

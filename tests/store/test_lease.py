@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from llmgw.core.errors import Deposed
-from llmgw.core.state import ReplicaRecord
+from llmgw.records.state import ReplicaRecord
 from llmgw.store.sql import SqlStore
 
 T0 = 1_800_000_000.0

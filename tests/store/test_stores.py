@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.core.errors import StoreError
-from llmgw.core.state import Event, ReplicaRecord, ShardAssignment
+from llmgw.records.state import Event, ReplicaRecord, ShardAssignment
 from llmgw.store.base import ApiKeyRecord, Revocation, UsageRecord
 from llmgw.store.postgres import MIGRATIONS as PG_MIGRATIONS
 from llmgw.store.postgres import PostgresStore

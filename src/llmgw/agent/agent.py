@@ -30,9 +30,9 @@ from llmgw.agent.weights.fetcher import Fetcher
 from llmgw.agent.weights.serve import start_peer_listener
 from llmgw.config.agent import AgentConfig
 from llmgw.config.types import heartbeat_within
-from llmgw.control.listeners import Listener
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError, UpstreamError
+from llmgw.net.listeners import Listener
 from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec, WeightsDir, is_remote

@@ -18,7 +18,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from llmgw.agent.engines.base import LOOPBACK
-from llmgw.control.listeners import Limiter, Listener, refusal, start_listener
+from llmgw.net.listeners import Limiter, Listener, refusal, start_listener
 from llmgw.wire.messages import UNREACHED_HEADER
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ CONNECT_S = 5.0
 ENGINE_KEEPALIVE_S = 2.0
 CLIENT_CHECK_S = 5.0  # while the engine is quiet, how often the gate looks whether the router is still there
 # connections: the router holds up to connections_per_replica per worker; at the cap, connections that only wait
-# (an unauthenticated client's, say) are closed for new ones (control/listeners.py)
+# (an unauthenticated client's, say) are closed for new ones (net/listeners.py)
 GATE_CONNECTIONS = 4096
 # headers that describe one connection, not the request: never passed on (Content-Length is: the body streams)
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",

@@ -12,7 +12,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from llmgw.cli import tenants
+from llmgw.api.router import ModelExplanation, model_explanation_lines
+from llmgw.cli import keys as key_commands
 from llmgw.cli.admin_client import (
     DEFAULT_ADMIN,
     AdminOpt,
@@ -24,7 +25,6 @@ from llmgw.cli.admin_client import (
     request,
     safe,
 )
-from llmgw.wire.router import ModelExplanation, model_explanation_lines
 
 ctl = typer.Typer(help="Inspect and steer a running control plane (management API).", no_args_is_help=True)
 keys_cli = typer.Typer(help="API keys.", no_args_is_help=True)
@@ -315,8 +315,8 @@ def engine_check(
     console.print(f"all {len(report.flags)} flags accepted")
 
 
-# keys with limits, and usage (cli/tenants.py): registered last, so that they are listed after the commands above
-keys_cli.command("create")(tenants.keys_create)
-keys_cli.command("update")(tenants.keys_update)
-keys_cli.command("list")(tenants.keys_list)
-ctl.command("usage")(tenants.usage)
+# keys with limits, and usage (cli/keys.py): registered last, so that they are listed after the commands above
+keys_cli.command("create")(key_commands.keys_create)
+keys_cli.command("update")(key_commands.keys_update)
+keys_cli.command("list")(key_commands.keys_list)
+ctl.command("usage")(key_commands.usage)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from llmgw.config.engines import EngineConfig, EngineName, as_source
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
-from llmgw.core.quota import KeyLimits
+from llmgw.core.limits import KeyLimits
 from llmgw.wire.engines import EngineSource
 
 
@@ -151,7 +151,7 @@ class RouterConfig(Strict):
     prefix_max_chars: int = Field(default=32768, ge=16, le=1 << 22)
     prefix_entries: int = Field(default=200_000, ge=16, le=10_000_000)
     prefix_margin: float = Field(default=4.0, ge=0, le=1e6)
-    # tenant limits (core/quota.py) for keys without their own; and what a request without max_tokens may generate
+    # tenant limits (core/limits.py) for keys without their own; and what a request without max_tokens may generate
     # (the router sets it: a request reserves it at admission, and may not cost more than it reserved)
     default_limits: KeyLimits = KeyLimits()
     reserve_max_tokens: int = Field(default=1024, ge=1, le=10_000_000)

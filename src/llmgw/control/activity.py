@@ -6,16 +6,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Container, Iterable, Sequence
 
+from llmgw.api.router import Activity as Report
+from llmgw.api.stats import RouterStats
 from llmgw.config.server import ModelSpec
-from llmgw.control.quotas import Quotas
+from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.sharing import SERVER, Others
 from llmgw.control.storage import Storage
-from llmgw.control.usage_book import UsageBook
+from llmgw.control.usage_totals import UsageTotals
 from llmgw.core.clock import Clock
 from llmgw.store.base import AnyUsage
 from llmgw.wire.messages import EngineLoad, ShardState
-from llmgw.wire.router import Activity as Report
-from llmgw.wire.stats import RouterStats
 
 LOCAL = "local"  # the router in the control plane's own process
 REPORTER_SILENT_AFTER = 30.0  # a worker whose last report is older is gone: its in-flight counts no longer count
@@ -23,12 +23,12 @@ MAX_REPORTERS = 1024  # router processes whose measurements are kept one by one 
 
 
 class Activity:
-    def __init__(self, clock: Clock, models: dict[str, ModelSpec], kick: asyncio.Event, quotas: Quotas,
-                 usage: UsageBook, storage: Storage) -> None:
+    def __init__(self, clock: Clock, models: dict[str, ModelSpec], kick: asyncio.Event, limit_counters: LimitCounters,
+                 usage: UsageTotals, storage: Storage) -> None:
         self.clock = clock
         self._models = models  # the catalog (the registry's): demand counts only for models in it
         self._kick = kick
-        self._quotas = quotas
+        self._quotas = limit_counters
         self._usage = usage
         self._storage = storage
         self.demand: dict[str, float] = {}

@@ -14,14 +14,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from llmgw.control.admin_auth import guard
 from llmgw.control.dashboard import dashboard_routes
 from llmgw.control.exposition import render
+from llmgw.control.keys_api import BadRequest, js, json_body, key_routes
+from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.metrics import Gauges, registry
 from llmgw.control.openapi import openapi
-from llmgw.control.quotas import Quotas
 from llmgw.control.registry import revoke_node
 from llmgw.control.router_api import RouterRoutes
 from llmgw.control.status import Status, summary_of
 from llmgw.control.summary import Summary
-from llmgw.control.tenants_api import BadRequest, js, json_body, tenant_routes
 from llmgw.control.views import node_row
 from llmgw.core.errors import PKIError, StoreError, StoreRejected
 from llmgw.pki.ca import validate_node_id
@@ -207,15 +207,17 @@ class AdminRoutes:
         return js({"revoked": node_id, "serial": serial, "message": said})
 
 
-def admin_app(status: Status, quotas: Quotas, gauges: Gauges, health: Health, token: str, hosts: frozenset[str],
+def admin_app(status: Status, limit_counters: LimitCounters, gauges: Gauges, health: Health, token: str,
+              hosts: frozenset[str],
               any_ip: bool = False) -> web.Application:
-    """The management API: what it reads of the cluster (`status`), keys' counters (`quotas`), the control plane's
+    """The management API: what it reads of the cluster (`status`), keys' counters (`limit_counters`), the control
+    plane's
     own gauges and health; behind the operator token and the allowed Host names."""
     app = web.Application(client_max_size=MAX_BODY, middlewares=[guard(token, hosts, any_ip), bad_requests])
     app.add_routes(metrics_routes(status, gauges, health))
     app.add_routes(dashboard_routes(lambda: summary_of(status)))
-    app.add_routes(tenant_routes(status.credentials, quotas, status.storage, status.registry.models))
-    app.add_routes(RouterRoutes(status.registry, status.activity, status.credentials, quotas,
+    app.add_routes(key_routes(status.credentials, limit_counters, status.storage, status.registry.models))
+    app.add_routes(RouterRoutes(status.registry, status.activity, status.credentials, limit_counters,
                                 status.storage).routes())
     app.add_routes(AdminRoutes(status).routes())
     return app

@@ -16,9 +16,9 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from llmgw.config.loader import describe
-from llmgw.control.admission import IPNetwork, address_problem, ports_problem
 from llmgw.control.credentials import Credentials
 from llmgw.control.heartbeats import Heartbeats
+from llmgw.control.node_claims import IPNetwork, address_problem, ports_problem
 from llmgw.control.registry import Registry
 from llmgw.core.buckets import Buckets
 from llmgw.pki.tls import PeerIdentity, peer_identity
@@ -90,7 +90,7 @@ class AgentDoor:
             return ident
         if not self.beats.take(ident.node_id):
             return _too_often(ident, "heartbeats")
-        report = read_report(await request.read())  # by a deadline (control/guards.py)
+        report = read_report(await request.read())  # by a deadline (net/guards.py)
         if isinstance(report, web.Response):
             return report
         if report.node_id != ident.node_id:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.config.server import Limits
-from llmgw.control.listeners import Limiter, per_client, refusal
+from llmgw.net.listeners import Limiter, per_client, refusal
 from llmgw.router.errors import openai_error
 
 

@@ -8,29 +8,29 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from llmgw.control.quotas import Quotas
+from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.storage import Storage
-from llmgw.core import quota
+from llmgw.core import limits as key_limits
 from llmgw.router.keys import new_key
 from llmgw.store.base import ApiKeyRecord, Revocation, Store, UsageTotal
 
-Spent = list[tuple[quota.Period, float, list[UsageTotal]]]
+Spent = list[tuple[key_limits.Period, float, list[UsageTotal]]]
 
 
 def spent_by_period(store: Store, now: float, totals: list[UsageTotal] | None) -> Spent:
     """What keys spent, as the store's aggregates say: this day and this month (hourly), and in all."""
     out: Spent = []
     for period in ("day", "month"):
-        start = quota.period_start(period, now)
+        start = key_limits.period_start(period, now)
         out.append((period, start, store.usage_recent(start)))
     out.append(("total", 0.0, store.usage_totals() if totals is None else totals))
     return out
 
 
 class Credentials:
-    def __init__(self, storage: Storage, quotas: Quotas) -> None:
+    def __init__(self, storage: Storage, limit_counters: LimitCounters) -> None:
         self._storage = storage
-        self._quotas = quotas
+        self._quotas = limit_counters
         self.keys_version = 0  # bumped when API keys change, so routers reload them
         self._keys: tuple[int, dict[str, ApiKeyRecord], dict[str, str]] = (-1, {}, {})
         self._keys_lock = asyncio.Lock()  # a key's read-modify-write (update, revoke) is never interleaved
@@ -66,7 +66,7 @@ class Credentials:
         return self._keys[1].get(key_id)
 
     async def create_key(self, name: str, models: list[str],
-                         limits: quota.KeyLimits | None = None) -> tuple[str, ApiKeyRecord]:
+                         limits: key_limits.KeyLimits | None = None) -> tuple[str, ApiKeyRecord]:
         raw, rec = new_key(name, models, self._storage.clock)
         rec.limits = limits
         await self._storage.writer.run(self._storage.store.put_key, rec)

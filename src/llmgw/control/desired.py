@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmgw.config.engines import TAKES_SPEED_FLAGS
 from llmgw.config.server import ModelSpec
-from llmgw.core.state import ReplicaRecord
+from llmgw.records.state import ReplicaRecord
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import DesiredState, ShardSpec, WeightsPlan
 

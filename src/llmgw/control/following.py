@@ -8,7 +8,7 @@ from llmgw.config.server import ServerConfig
 from llmgw.control.activity import REPORTER_SILENT_AFTER, Activity
 from llmgw.control.credentials import Credentials, spent_by_period
 from llmgw.control.leadership import Leadership, Turn
-from llmgw.control.quotas import Quotas
+from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.registry import Registry
 from llmgw.control.sharing import Sharing
 from llmgw.control.storage import Storage
@@ -22,7 +22,7 @@ ACTIVITY_SLACK_S = 10.0  # others' activity is read from this long before the la
 
 class Following:
     def __init__(self, storage: Storage, leadership: Leadership, registry: Registry, credentials: Credentials,
-                 activity: Activity, quotas: Quotas) -> None:
+                 activity: Activity, limit_counters: LimitCounters) -> None:
         self.clock = storage.clock
         self._storage = storage
         # whether this server reconciles: the lease in the store (control/leadership.py); every server serves
@@ -30,7 +30,7 @@ class Following:
         self._registry = registry
         self._credentials = credentials
         self._activity = activity
-        self._quotas = quotas
+        self._quotas = limit_counters
         self._revs: dict[str, int] = {}  # the store's revisions as last followed
         self._sharing = Sharing()  # what this server's routers saw, written for the leader (control/sharing.py)
         self._activity_read_at: float | None = None  # when the others' activity was last read (None: read a day's)

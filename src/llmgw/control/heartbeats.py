@@ -14,7 +14,7 @@ from llmgw.control.registry import Registry, merge_report
 from llmgw.control.storage import Storage
 from llmgw.control.weights import Leaders, plans_for, prune
 from llmgw.core.buckets import Buckets
-from llmgw.core.state import ReplicaRecord
+from llmgw.records.state import ReplicaRecord
 from llmgw.wire.messages import DesiredState, NodeReport
 
 NODE_EVENT_BURST = 30.0

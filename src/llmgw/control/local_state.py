@@ -3,27 +3,27 @@ named operations."""
 
 from __future__ import annotations
 
+from llmgw.api.router import Admission, ModelExplanation, ReadyReplica
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity import Activity
 from llmgw.control.credentials import Credentials
-from llmgw.control.quotas import Quotas
+from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.registry import Registry
 from llmgw.control.storage import Storage
 from llmgw.core.clock import Clock
-from llmgw.core.state import not_answering
+from llmgw.records.state import not_answering
 from llmgw.router.stats import Recorder
 from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.wire.messages import EngineLoad
-from llmgw.wire.router import Admission, ModelExplanation, ReadyReplica
 
 
 class LocalState:
-    def __init__(self, registry: Registry, activity: Activity, credentials: Credentials, quotas: Quotas,
+    def __init__(self, registry: Registry, activity: Activity, credentials: Credentials, limit_counters: LimitCounters,
                  storage: Storage) -> None:
         self.registry = registry
         self.activity = activity
         self.credentials = credentials
-        self.quotas = quotas
+        self.limit_counters = limit_counters
         self.storage = storage
         self.clock: Clock = storage.clock
         self.models: dict[str, ModelSpec] = registry.models
@@ -69,7 +69,7 @@ class LocalState:
         pass  # demand and use are already the control plane's: it is in this process
 
     async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
-        return self.quotas.admission(key, cost)
+        return self.limit_counters.admission(key, cost)
 
     def settle(self, ticket: str, used: int) -> None:
-        self.quotas.settle(ticket, used)
+        self.limit_counters.settle(ticket, used)

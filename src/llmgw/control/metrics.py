@@ -18,9 +18,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from llmgw.api.stats import BUCKETS, Histogram
 from llmgw.control.summary import Summary
 from llmgw.core.conditions import ConditionType, Status
-from llmgw.wire.stats import BUCKETS, Histogram
 
 # The control plane's own health, beside the cluster's: name -> (help, how to read it now)
 Gauges = dict[str, tuple[str, Callable[[], float]]]

@@ -1,7 +1,7 @@
 """The management API described as OpenAPI 3.1, from the same pydantic models the handlers answer with: the schema
 cannot drift from what is sent. Served at /api/openapi.json; docs/management-api.openapi.json is a copy, kept equal
 by a test, and tests/reliability/test_schemas.py runs Schemathesis against it: every route is described, with every
-status it can answer (the listener's own refusals included: control/guards.py)."""
+status it can answer (the listener's own refusals included: net/guards.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from llmgw import __version__
+from llmgw.api.router import Activity, Admission, AdmitRequest, ModelExplanation, RouterView
 from llmgw.control.summary import Summary
 from llmgw.control.views import NodeRow
-from llmgw.wire.router import Activity, Admission, AdmitRequest, ModelExplanation, RouterView
 
 REF = "#/components/schemas/{model}"
 SCHEMAS: dict[str, type[BaseModel]] = {

@@ -9,7 +9,7 @@ changes go through that owner's named operations:
 - activity (control/activity.py): what routers saw: demand, use, requests in flight, engine gauges, stats.
 - credentials (control/credentials.py): API keys, their names, revoked nodes and certificates.
 - following (control/following.py): the lease, following the shared store, sharing activity, budgets read again.
-- quotas (control/quotas.py) and usage (control/usage_book.py): keys' counters and usage totals.
+- limit_counters (control/limit_counters.py) and usage (control/usage_totals.py): keys' counters and usage totals.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from llmgw.control.credentials import Credentials, spent_by_period
 from llmgw.control.following import Following, health_of
 from llmgw.control.heartbeats import Heartbeats
 from llmgw.control.leadership import Leadership, holder_id
+from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.metrics import Gauges
 from llmgw.control.passes import Passes
-from llmgw.control.quotas import Quotas
 from llmgw.control.registry import Registry, revoke_node
 from llmgw.control.status import Status
 from llmgw.control.storage import Storage
 from llmgw.control.summary import DAY
-from llmgw.control.usage_book import UsageBook
+from llmgw.control.usage_totals import UsageTotals
 from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.clock import Clock
 from llmgw.reconcile.world import Timings
@@ -64,17 +64,17 @@ class ControlPlane:
         self.timings = timings or timings_of(cfg)
         self.storage = Storage(store, self.writer, clock, shared=cfg.store.kind == "postgres")
         self.leadership = Leadership(holder_id(), cfg.leader_lease)
-        self.quotas = Quotas(clock, cfg.router.default_limits)  # every key's counters against its limits
-        self.usage = UsageBook()  # totals per key and model, all-time and by the hour: the summary's usage
+        self.limit_counters = LimitCounters(clock, cfg.router.default_limits)  # every key's counters against its limits
+        self.usage = UsageTotals()  # totals per key and model, all-time and by the hour: the summary's usage
         kick = asyncio.Event()  # a pass is worth running before the next interval
         models: dict[str, ModelSpec] = {}  # the catalog: the registry fills it; the activity reads it
-        self.activity = Activity(clock, models, kick, self.quotas, self.usage, self.storage)
-        self.credentials = Credentials(self.storage, self.quotas)
+        self.activity = Activity(clock, models, kick, self.limit_counters, self.usage, self.storage)
+        self.credentials = Credentials(self.storage, self.limit_counters)
         self.registry = Registry(self.storage, self.leadership, self.activity, models, kick)
         self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick)
         self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick)
         self.following = Following(self.storage, self.leadership, self.registry, self.credentials, self.activity,
-                                   self.quotas)
+                                   self.limit_counters)
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),
@@ -92,7 +92,7 @@ class ControlPlane:
         totals = store.usage_totals()
         self.usage.load(totals, store.usage_by_hour(now - DAY - HOUR))
         for period, start, spent in spent_by_period(store, now, totals):  # what keys spent before, for budgets
-            self.quotas.seed(period, start, spent)
+            self.limit_counters.seed(period, start, spent)
         self.following.start(now, revs)
         self.registry.adopt_replicas(store.list_replicas())
         self.registry.changed()

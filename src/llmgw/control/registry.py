@@ -10,6 +10,7 @@ import logging
 import secrets
 from collections import Counter
 
+from llmgw.api.router import ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity import Activity
 from llmgw.control.credentials import Credentials
@@ -17,15 +18,14 @@ from llmgw.control.leadership import Leadership
 from llmgw.control.storage import Storage
 from llmgw.control.summary import NodeFacts, leader_shard, node_facts
 from llmgw.control.watch import Watch
-from llmgw.core.state import NodeRecord, ReplicaRecord, replica_phase
 from llmgw.placement.checks import Request, feasible
 from llmgw.placement.snapshot import build_snapshot
 from llmgw.reconcile import apply as effects
 from llmgw.reconcile.intents import Intent, SetScaleTimer
 from llmgw.reconcile.node_status import node_conditions
 from llmgw.reconcile.scaling import Timer
+from llmgw.records.state import NodeRecord, ReplicaRecord, replica_phase
 from llmgw.wire.messages import NodeReport
-from llmgw.wire.router import ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
 
 log = logging.getLogger(__name__)
 

@@ -1,30 +1,30 @@
 """What the router workers ask of the control plane over the management listener: the table to route by, a key's
-admission against its limits (control/quotas.py), and their activity and usage reported."""
+admission against its limits (control/limit_counters.py), and their activity and usage reported."""
 
 from __future__ import annotations
 
 from aiohttp import web
 from pydantic import ValidationError
 
+from llmgw.api.router import Activity as Report
+from llmgw.api.router import Admission, AdmitRequest, RouterView
 from llmgw.control.activity import Activity
 from llmgw.control.credentials import Credentials
-from llmgw.control.quotas import Quotas
+from llmgw.control.keys_api import BadRequest, js
+from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.registry import Registry
 from llmgw.control.storage import Storage
-from llmgw.control.tenants_api import BadRequest, js
 from llmgw.core.errors import StoreError
-from llmgw.core.state import not_answering
-from llmgw.wire.router import Activity as Report
-from llmgw.wire.router import Admission, AdmitRequest, RouterView
+from llmgw.records.state import not_answering
 
 
 class RouterRoutes:
-    def __init__(self, registry: Registry, activity: Activity, credentials: Credentials, quotas: Quotas,
+    def __init__(self, registry: Registry, activity: Activity, credentials: Credentials, limit_counters: LimitCounters,
                  storage: Storage) -> None:
         self.registry = registry
         self.activity = activity
         self.credentials = credentials
-        self.quotas = quotas
+        self.limit_counters = limit_counters
         self.storage = storage
 
     def routes(self) -> list[web.RouteDef]:
@@ -48,7 +48,7 @@ class RouterRoutes:
         return web.Response(text=view.model_dump_json(), content_type="application/json")
 
     async def admit(self, request: web.Request) -> web.Response:
-        """A router worker's request to admit one request of a key against its limits (control/quotas.py)."""
+        """A router worker's request to admit one request of a key against its limits (control/limit_counters.py)."""
         try:
             ask = AdmitRequest.model_validate_json(await request.read())
         except (ValidationError, RecursionError) as e:
@@ -57,7 +57,7 @@ class RouterRoutes:
         if key is None or key.revoked_at is not None:
             answer = Admission(admitted=False, refusal="invalid_api_key", message="invalid or revoked API key")
         else:
-            answer = self.quotas.admission(key, ask.cost, ask.ticket)
+            answer = self.limit_counters.admission(key, ask.cost, ask.ticket)
         return web.Response(text=answer.model_dump_json(), content_type="application/json")
 
     async def report(self, request: web.Request) -> web.Response:

@@ -17,10 +17,16 @@ from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
 from llmgw.control.admin_api import admin_app, metrics_routes
 from llmgw.control.admin_auth import allowed_hosts, load_or_create_token
-from llmgw.control.admission import parse_networks
 from llmgw.control.agent_api import agent_app
 from llmgw.control.api_listener import api_limiter
-from llmgw.control.listeners import (
+from llmgw.control.local_state import LocalState
+from llmgw.control.node_claims import parse_networks
+from llmgw.control.plane import ControlPlane
+from llmgw.control.workers import spawn_workers, stop_workers
+from llmgw.control.writer import StoreWriter
+from llmgw.core.clock import Clock
+from llmgw.core.errors import StoreError
+from llmgw.net.listeners import (
     Limiter,
     Listener,
     QuietErrors,
@@ -30,12 +36,6 @@ from llmgw.control.listeners import (
     refusal,
     start_listener,
 )
-from llmgw.control.local_state import LocalState
-from llmgw.control.plane import ControlPlane
-from llmgw.control.workers import spawn_workers, stop_workers
-from llmgw.control.writer import StoreWriter
-from llmgw.core.clock import Clock
-from llmgw.core.errors import StoreError
 from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
@@ -116,20 +116,20 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
 
 async def start_router(cfg: ServerConfig, plane: ControlPlane) -> Router:
     """The router in this process, over the plane's owners; what a killed predecessor journaled, recorded."""
-    state = LocalState(plane.registry, plane.activity, plane.credentials, plane.quotas, plane.storage)
+    state = LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
     router = Router(state, KeyRing(plane.store), cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()),
                     adopt=True)
-    router.ledger.on_replayed = plane.following.seed_budgets
-    if router.ledger.adopt_orphans():  # what a killed predecessor (or its workers) journaled and never recorded
+    router.usage_journal.on_replayed = plane.following.seed_budgets
+    if router.usage_journal.adopt_orphans():  # what a killed predecessor (or its workers) journaled and never recorded
         # recorded before anything is served, so the budgets, read again once it is, count it exactly (else at
         # the flush that lands it)
         try:
-            await router.ledger.flush()
+            await router.usage_journal.flush()
         except StoreError as e:  # read again after a later flush
             log.warning("budgets not read again after recording what the journal held: %s", e)
     plane.add_gauge("llmgw_usage_unflushed",
                     "Requests served whose usage is not in the store yet (grows while the store fails)",
-                    lambda: float(router.ledger.unflushed))
+                    lambda: float(router.usage_journal.unflushed))
     return router
 
 
@@ -163,7 +163,7 @@ async def start_listeners(cfg: ServerConfig, plane: ControlPlane, router: Router
                              Limiter("agent", caps["agent"], AGENT_CONNECTIONS_PER_NODE, plain, client_of=peer_node),
                              max(timeout, 3 * cfg.heartbeat_interval), tls=tls),
         await start_listener(router.app(), cfg.api_listen, api_limiter(lim, caps["api"]), timeout, reuse_port=True),
-        await start_listener(admin_app(status, plane.quotas, plane.gauges, plane.health, token, hosts, any_ip),
+        await start_listener(admin_app(status, plane.limit_counters, plane.gauges, plane.health, token, hosts, any_ip),
                              cfg.admin_listen, Limiter("admin", caps["admin"], caps["admin"], plain), timeout),
     ]
     if cfg.metrics_listen:

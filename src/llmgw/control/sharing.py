@@ -1,6 +1,6 @@
 """What a server's routers saw, shared through the store when several servers share one: for the leader, demand for
 models (a load asked for through a follower), replicas used (idle eviction must not take a replica busy through
-another server) and requests in flight; for every server, each key's use against its limits (control/quotas.py).
+another server) and requests in flight; for every server, each key's use against its limits (control/limit_counters.py).
 Each server writes its own rows and reads the others'. Pure bookkeeping over the plane's tables: the plane applies
 what comes out."""
 

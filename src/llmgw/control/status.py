@@ -12,7 +12,7 @@ from llmgw.control.passes import Passes
 from llmgw.control.registry import Registry
 from llmgw.control.storage import Storage
 from llmgw.control.summary import DAY, Demand, Summary, summarize
-from llmgw.control.usage_book import UsageBook
+from llmgw.control.usage_totals import UsageTotals
 from llmgw.core.errors import StoreError
 
 
@@ -24,7 +24,7 @@ class Status:
     activity: Activity
     credentials: Credentials
     storage: Storage
-    usage: UsageBook
+    usage: UsageTotals
     passes: Passes
 
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from llmgw.control.writer import InlineWriter, StoreWriter
 from llmgw.core.clock import Clock
 from llmgw.core.errors import StoreError
-from llmgw.core.state import Event
+from llmgw.records.state import Event
 from llmgw.store.base import Store
 
 log = logging.getLogger(__name__)

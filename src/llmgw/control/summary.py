@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
+from llmgw.api.stats import RouterStats
 from llmgw.config.server import ModelSpec
 from llmgw.control.views import NodeRow, node_row
 from llmgw.core.conditions import Condition
 from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
-from llmgw.core.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
 from llmgw.reconcile import scaling
+from llmgw.records.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
 from llmgw.store.base import UsageTotal
 from llmgw.wire.messages import EngineLoad, InstallStatus, ShardState
-from llmgw.wire.stats import RouterStats
 
 DAY = 86400.0
 

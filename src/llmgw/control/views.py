@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from llmgw.core.conditions import Condition
 from llmgw.core.reasons import Reason
-from llmgw.core.state import NodeRecord
+from llmgw.records.state import NodeRecord
 from llmgw.wire.messages import EngineStatus, FetchStatus, WeightsDir
 
 

@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 from collections.abc import Iterable
 
-from llmgw.core.state import ReplicaRecord
+from llmgw.records.state import ReplicaRecord
 
 EMPTY = hashlib.blake2b(b"", digest_size=12).hexdigest()
 

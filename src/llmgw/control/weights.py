@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Iterable
 
 from llmgw.config.server import ModelSpec
-from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.records.state import NodeRecord, ReplicaRecord
 from llmgw.wire.messages import NodeReport, WeightsPeer, WeightsPlan, is_remote
 
 MAX_PEERS = 4

@@ -8,11 +8,11 @@ from itertools import filterfalse, islice
 
 from llmgw.core.explanation import Candidate, Explanation, NodeVerdict, Shortfall
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ShardAssignment
 from llmgw.placement import scores
 from llmgw.placement.checks import Request, prepared
 from llmgw.placement.gpus import choose_gpus
 from llmgw.placement.snapshot import NodeView, Reservation, Snapshot
+from llmgw.records.state import ShardAssignment
 
 VERDICTS_PER_REASON = 5
 

@@ -8,7 +8,7 @@ from functools import cached_property
 from operator import attrgetter
 
 from llmgw.config.server import ModelSpec
-from llmgw.core.state import NodeRecord, ReplicaRecord
+from llmgw.records.state import NodeRecord, ReplicaRecord
 from llmgw.wire.messages import GPU, EngineStatus, Fabric, NodeReport
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from llmgw.config.server import ModelSpec
 from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
-from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.reconcile.intents import (
     Add,
     Evict,
@@ -32,6 +31,7 @@ from llmgw.reconcile.intents import (
 from llmgw.reconcile.node_status import node_conditions
 from llmgw.reconcile.scaling import Step, Timer
 from llmgw.reconcile.transitions import EVICTED_FOR, after, stop_message
+from llmgw.records.state import NodeRecord, ReplicaRecord
 
 HEARD_AGAIN = "nodes are heard from again: losses are declared as usual"
 

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from llmgw.config.server import ModelSpec
-from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place
 from llmgw.placement.snapshot import Snapshot, build_snapshot
 from llmgw.reconcile.world import World
+from llmgw.records.state import NodeRecord, ReplicaRecord
 
 
 def evictable(r: ReplicaRecord, w: World, exclude_model: str) -> float | None:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from llmgw.core.conditions import Status
 from llmgw.core.explanation import Explanation
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ShardAssignment
 from llmgw.reconcile.scaling import Step, Timer
+from llmgw.records.state import ShardAssignment
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from llmgw.config.server import ModelSpec
 from llmgw.core.backoff import doubling
 from llmgw.core.conditions import ConditionType
 from llmgw.core.reasons import Reason
-from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place, reservations
 from llmgw.placement.snapshot import build_snapshot
@@ -39,6 +38,7 @@ from llmgw.reconcile.status import observe
 from llmgw.reconcile.transitions import EVICTED_FOR as EVICTED_FOR
 from llmgw.reconcile.transitions import after
 from llmgw.reconcile.world import World
+from llmgw.records.state import NodeRecord, ReplicaRecord
 
 MAX_KEPT_FAILED = 5  # per model: older failures are reaped even inside keep_failed
 NOT_ITS_FAULT = {Reason.NodeLost, Reason.ShardMissing}  # the node went, not the replica: replaced without delay

@@ -6,10 +6,10 @@ import ipaddress
 
 from llmgw.core.conditions import Status
 from llmgw.core.reasons import Reason, reason_or
-from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.reconcile.intents import Fail, Observe
 from llmgw.reconcile.transitions import after
 from llmgw.reconcile.transitions import stopped as stopped
+from llmgw.records.state import NodeRecord, ReplicaRecord
 from llmgw.wire.messages import ShardState
 
 # what a node may say of its own shard: anything else it sends (NodeLost, AllShardsReady, ...) is the control

@@ -5,7 +5,6 @@ from __future__ import annotations
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
-from llmgw.core.state import ReplicaRecord, StopRequest
 from llmgw.reconcile.intents import (
     Add,
     Evict,
@@ -17,6 +16,7 @@ from llmgw.reconcile.intents import (
     Stop,
     Unplaced,
 )
+from llmgw.records.state import ReplicaRecord, StopRequest
 
 EVICTED_FOR = "idle, to make room for "
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmgw.config.server import ModelSpec
-from llmgw.core.state import NodeRecord, ReplicaRecord
 from llmgw.reconcile.scaling import Timer
+from llmgw.records.state import NodeRecord, ReplicaRecord
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from pathlib import Path
 from aiohttp import web
 
 from llmgw.config.server import RouterConfig
-from llmgw.router.admission import Unreservable, refused, reserve, used_of
 from llmgw.router.auth import Authenticator
 from llmgw.router.choice import Chooser
 from llmgw.router.context import RequestContext
@@ -19,12 +18,13 @@ from llmgw.router.dispatch import Dispatcher
 from llmgw.router.errors import openai_envelope, openai_error
 from llmgw.router.intake import payload_of, spec_of
 from llmgw.router.keys import KeyRing
-from llmgw.router.ledger import UsageLedger
+from llmgw.router.limits import Unreservable, refused, reserve, used_of
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.state import RouterState
 from llmgw.router.stats import Measure, Recorder
 from llmgw.router.table import RoutingTable
 from llmgw.router.uploads import Uploads, too_many_uploads
+from llmgw.router.usage_journal import UsageJournal
 from llmgw.router.waiting import ReadyWait
 from llmgw.store.base import ApiKeyRecord
 
@@ -49,7 +49,7 @@ class Router:
         self.cfg = cfg
         self.load_wait = load_wait
         self.max_body = max_body
-        self.ledger = UsageLedger(state.store_usage, journal_dir, adopt=adopt)
+        self.usage_journal = UsageJournal(state.store_usage, journal_dir, adopt=adopt)
         self.recorder = Recorder()
         state.attach(self.recorder)
         self.table = RoutingTable()
@@ -57,7 +57,8 @@ class Router:
         self.ready = ReadyWait(state, self.table, cfg, load_wait)
         self.waiting = self.ready.waiting  # per model, requests waiting for a replica to become ready
         self.worker = str(os.getpid())  # which API worker answered, for operators chasing one bad process
-        self.dispatch = Dispatcher(state, self.table, Chooser(state, self.table, cfg), self.ledger, cfg, self.worker)
+        self.dispatch = Dispatcher(state, self.table, Chooser(state, self.table, cfg), self.usage_journal, cfg,
+                                   self.worker)
         self.uploads = Uploads()  # bodies arriving, per key: no more at once than its concurrency
 
     def refresh(self) -> None:
@@ -188,10 +189,10 @@ class Router:
                 await asyncio.sleep(self.cfg.usage_flush_interval)
                 await self.state.flush()
 
-        await asyncio.gather(self.ledger.run(self.cfg.usage_flush_interval), activity())
+        await asyncio.gather(self.usage_journal.run(self.cfg.usage_flush_interval), activity())
 
     async def close(self) -> None:
-        await self.ledger.close()
+        await self.usage_journal.close()
         await self.state.flush()
         await self.dispatch.close()
 

@@ -11,17 +11,17 @@ from aiohttp import web
 
 from llmgw.config.server import RouterConfig
 from llmgw.core.errors import ConnectFailed, StreamBroken
-from llmgw.router.admission import bounded
 from llmgw.router.choice import Chooser
 from llmgw.router.context import RequestContext
 from llmgw.router.errors import RETRY_AFTER_S, openai_error, unsupported
-from llmgw.router.ledger import UNKNOWN, UsageLedger
+from llmgw.router.limits import bounded
 from llmgw.router.prefix import chain, prompt_text
 from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Timeouts, broken, forward
 from llmgw.router.scoring import Decision
 from llmgw.router.state import RouterState
 from llmgw.router.table import EJECT_AFTER, UNSERVED_S, Route, RoutingTable
 from llmgw.router.usage import StreamUsage
+from llmgw.router.usage_journal import UNKNOWN, UsageJournal
 from llmgw.store.base import Usage, new_usage_id
 
 log = logging.getLogger(__name__)
@@ -33,12 +33,12 @@ ENGINE_KEEPALIVE_S = 4.0  # under the 5 s after which the engines close an idle 
 
 
 class Dispatcher:
-    def __init__(self, state: RouterState, table: RoutingTable, chooser: Chooser, ledger: UsageLedger,
+    def __init__(self, state: RouterState, table: RoutingTable, chooser: Chooser, usage_journal: UsageJournal,
                  cfg: RouterConfig, worker: str) -> None:
         self.state = state
         self.table = table
         self.chooser = chooser
-        self.ledger = ledger
+        self.usage_journal = usage_journal
         self.cfg = cfg
         self.worker = worker  # which API worker answered, for operators chasing one bad process
         self.timeouts = Timeouts(cfg.connect_timeout, cfg.first_byte_timeout, cfg.idle_timeout, cfg.queue_timeout)
@@ -95,7 +95,7 @@ class Dispatcher:
         clock = self.state.clock
         ctx.t0, ctx.now = clock.monotonic(), clock.now()
         ctx.rec = Usage(new_usage_id(), ctx.key.id, spec.name, "", 0, 0, ctx.now, 0.0, UNKNOWN)
-        self.ledger.begin(ctx.rec)  # journaled before anything is sent: a crash from here on still records it
+        self.usage_journal.begin(ctx.rec)  # journaled before anything is sent: a crash from here on still records it
 
     def _sent(self, ctx: RequestContext, route: Route) -> None:
         ctx.tried.add(route.replica_id)
@@ -114,7 +114,7 @@ class Dispatcher:
     def _unreachable(self, ctx: RequestContext) -> web.Response:
         """No replica left to try: nothing was sent, so nothing is recorded."""
         if ctx.rec is not None:
-            self.ledger.unsent(ctx.rec)
+            self.usage_journal.unsent(ctx.rec)
             ctx.rec = None
         return openai_error(503, "no ready replica could be reached", "service_unavailable", "no_reachable_replica",
                             headers={"Retry-After": str(RETRY_AFTER_S)})
@@ -146,7 +146,7 @@ class Dispatcher:
             m.first_at, m.last_at, m.overrun = watch.first_at, watch.last_at, watch.over
         replica = ctx.route.replica_id if ctx.route is not None else ""
         bounded(m, ctx.cost, replica)
-        self.ledger.finish(ctx.rec, replica, m.prompt_tokens, m.completion_tokens,
+        self.usage_journal.finish(ctx.rec, replica, m.prompt_tokens, m.completion_tokens,
                            self.state.clock.monotonic() - ctx.t0, status)
 
     def _said(self, rate: dict[str, str], decision: Decision, route: Route, blocks: int) -> dict[str, str]:

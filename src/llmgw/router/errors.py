@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from llmgw.wire.http import message_of
+from llmgw.net.replies import message_of
 
 log = logging.getLogger(__name__)
 MESSAGES = "/v1/messages"  # Anthropic's: its clients read errors in Anthropic's envelope

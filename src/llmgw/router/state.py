@@ -18,12 +18,12 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import ValidationError
 
+from llmgw.api.router import Activity, Admission, AdmitRequest, ModelExplanation, ReadyReplica, RouterView
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import Clock
 from llmgw.router.stats import Recorder
 from llmgw.store.base import AnyUsage, ApiKeyRecord, Usage
 from llmgw.wire.messages import EngineLoad
-from llmgw.wire.router import Activity, Admission, AdmitRequest, ModelExplanation, ReadyReplica, RouterView
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class RouterState(Protocol):
     async def store_usage(self, batch: list[AnyUsage]) -> None: ...
     async def explain(self, model: str) -> ModelExplanation | None: ...
     async def flush(self) -> None: ...
-    # tenant limits, kept in the control plane's process for every router process (control/quotas.py)
+    # tenant limits, kept in the control plane's process for every router process (control/limit_counters.py)
     async def admit(self, key: ApiKeyRecord, cost: int) -> Admission: ...
     def settle(self, ticket: str, used: int) -> None: ...
     def attach(self, recorder: Recorder) -> None: ...

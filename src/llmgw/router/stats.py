@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
 
-from llmgw.wire.stats import BUCKETS, Histogram, InFlight, ModelStats, RouterStats
+from llmgw.api.stats import BUCKETS, Histogram, InFlight, ModelStats, RouterStats
 
 OTHER = "(not in the catalog)"
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from yarl import URL
 
-from llmgw.wire.router import ReadyReplica
+from llmgw.api.router import ReadyReplica
 
 EJECT_AFTER = 3
 EJECT_BASE_S = 30.0

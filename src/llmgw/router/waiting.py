@@ -8,13 +8,13 @@ from collections import Counter
 
 from aiohttp import web
 
+from llmgw.api.router import model_explanation_lines
 from llmgw.config.server import RouterConfig
 from llmgw.router.context import RequestContext
 from llmgw.router.errors import RETRY_AFTER_S, openai_error
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.state import RouterState
 from llmgw.router.table import RoutingTable
-from llmgw.wire.router import model_explanation_lines
 
 WAIT_POLL_S = 0.5  # real seconds between looks at the table while a load is awaited
 REAL_WAIT_CAP = 20.0  # and never more than this many load_waits of real time, whatever the injected clock says

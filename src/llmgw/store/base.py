@@ -13,8 +13,8 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from llmgw.config.server import ModelSpec
-from llmgw.core.quota import KeyLimits
-from llmgw.core.state import Event, NodeRecord, ReplicaRecord
+from llmgw.core.limits import KeyLimits
+from llmgw.records.state import Event, NodeRecord, ReplicaRecord
 
 
 class ApiKeyRecord(BaseModel):
@@ -25,7 +25,7 @@ class ApiKeyRecord(BaseModel):
     created_at: float
     revoked_at: float | None = None
     models: list[str] = []  # allow-list; empty = every model
-    limits: KeyLimits | None = None  # rates, concurrency, budget (core/quota.py); None: the router's default_limits
+    limits: KeyLimits | None = None  # rates, concurrency, budget (core/limits.py); None: the router's default_limits
 
 
 class _UsageIds:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.errors import Deposed, StoreError
-from llmgw.core.state import Event, NodeRecord, ReplicaRecord
+from llmgw.records.state import Event, NodeRecord, ReplicaRecord
 from llmgw.store.base import AnyUsage, ApiKeyRecord, Lease, Revocation, UsageTotal, hour_of, sum_by_hour
 
 log = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.state import ReplicaRecord
 from llmgw.reconcile.intents import Add
+from llmgw.records.state import ReplicaRecord
 from llmgw.store.postgres import PostgresStore
 from tests.control.conftest import config
 from tests.pg import PASSWORD

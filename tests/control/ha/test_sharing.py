@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from llmgw.api.router import Activity
 from llmgw.control.activity import REPORTER_SILENT_AFTER
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.quota import KeyLimits, Refusal
+from llmgw.core.limits import KeyLimits, Refusal
 from llmgw.reconcile.intents import Add
 from llmgw.store.base import UsageRecord
-from llmgw.wire.router import Activity
 
 
 async def test_a_dead_servers_requests_in_flight_stop_holding_a_keys_concurrency(
@@ -19,16 +19,17 @@ async def test_a_dead_servers_requests_in_flight_stop_holding_a_keys_concurrency
     _, key = await a.credentials.create_key("t", [], KeyLimits(concurrency=2))
     for p in (a, b):
         await p.following.share_activity()
-    assert b.quotas.admit(key, 10)[0].admitted and b.quotas.admit(key, 10)[0].admitted  # two in flight via b
+    # two in flight via b
+    assert b.limit_counters.admit(key, 10)[0].admitted and b.limit_counters.admit(key, 10)[0].admitted
     await b.following.share_activity()
     await a.following.share_activity()
-    d, _ = a.quotas.admit(key, 10)
+    d, _ = a.limit_counters.admit(key, 10)
     assert d.refusal == Refusal.Rate, d  # right: b holds the key's two
     # b dies with them in flight; a goes on passing once a second
     for _ in range(600):  # ten minutes
         clock.advance(1)
         await a.following.share_activity()
-    d, _ = a.quotas.admit(key, 10)
+    d, _ = a.limit_counters.admit(key, 10)
     assert d.admitted, f"ten minutes after the other server died: {d.message}"
 
 
@@ -62,18 +63,18 @@ async def test_a_keys_budget_holds_across_servers_when_requests_end(
         clock.advance(0.1)
         await p.following.follow_store()
         await p.following.share_activity()
-    d, ticket = b.quotas.admit(key, 600)
+    d, ticket = b.limit_counters.admit(key, 600)
     assert d.admitted
     await b.following.share_activity()
     await a.following.share_activity()
     clock.advance(1)
-    assert b.quotas.settle(ticket, 600)  # it used all 600
+    assert b.limit_counters.settle(ticket, 600)  # it used all 600
     await b.activity.record_usage([UsageRecord(key_id=key.id, model="m", replica_id="r1", prompt_tokens=100,
                                       completion_tokens=500, started_at=clock.now(), duration_s=1, status=200)])
     await b.following.share_activity()
     await a.following.follow_store()  # a's next pass, a second later
     await a.following.share_activity()
-    d, _ = a.quotas.admit(key, 900)
+    d, _ = a.limit_counters.admit(key, 900)
     assert not d.admitted, "600 of 1000 spent through b, yet a admitted a request that may cost 900"
 
 
@@ -84,15 +85,15 @@ async def test_tokens_given_back_elsewhere_are_given_back_here(
     _, key = await a.credentials.create_key("t", [], KeyLimits(tpm=1000))
     for p in (a, b):
         await p.following.share_activity()
-    d, ticket = b.quotas.admit(key, 900)
+    d, ticket = b.limit_counters.admit(key, 900)
     assert d.admitted
     await b.following.share_activity()
     await a.following.share_activity()  # read while in flight
     clock.advance(0.5)
-    assert b.quotas.settle(ticket, 10)
+    assert b.limit_counters.settle(ticket, 10)
     await b.following.share_activity()
     await a.following.share_activity()
     clock.advance(0.5)
-    assert b.quotas.admit(key, 500)[0].admitted  # b itself has its 890 back
-    d, _ = a.quotas.admit(key, 400)
+    assert b.limit_counters.admit(key, 500)[0].admitted  # b itself has its 890 back
+    d, _ = a.limit_counters.admit(key, 400)
     assert d.admitted, f"10 tokens used and 500 in flight through b of a tpm of 1000, yet: {d.message}"

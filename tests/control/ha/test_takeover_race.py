@@ -7,8 +7,8 @@ import threading
 
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.state import ReplicaRecord
 from llmgw.reconcile.intents import MarkLost
+from llmgw.records.state import ReplicaRecord
 from tests.clusters import node
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from aiohttp import web
 
 from llmgw.agent.weights import local
-from llmgw.control.listeners import Limiter, Listener, refusal, start_listener
+from llmgw.net.listeners import Limiter, Listener, refusal, start_listener
 from llmgw.pki.tls import PeerIdentity, peer_identity
 from llmgw.wire.messages import is_remote
 

@@ -1,4 +1,4 @@
-"""The usage ledger and the store writer under the faults a review found: nothing lost, nothing counted twice."""
+"""The usage journal and the store writer under the faults a review found: nothing lost, nothing counted twice."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from llmgw.control.writer import StoreWriter
 from llmgw.core.clock import SystemClock
-from llmgw.router.ledger import CHUNK, MAP_SAFE, UNKNOWN, Journal, UsageLedger, fs_type
+from llmgw.router.usage_journal import CHUNK, MAP_SAFE, UNKNOWN, Journal, UsageJournal, fs_type
 from llmgw.store.base import AnyUsage, Usage, new_usage_id
 
 
@@ -22,20 +22,20 @@ def rec(i: int, status: int = 200) -> Usage:
     return Usage(new_usage_id(), "k", "m", "r", 1, i, float(i), 0.0, status)
 
 
-def finish(ledger: UsageLedger, r: Usage, status: int = 200) -> None:
-    ledger.finish(r, r.replica_id, r.prompt_tokens, r.completion_tokens, r.duration_s, status)
+def finish(usage_journal: UsageJournal, r: Usage, status: int = 200) -> None:
+    usage_journal.finish(r, r.replica_id, r.prompt_tokens, r.completion_tokens, r.duration_s, status)
 
 
-async def served(ledger: UsageLedger, n: int, flush_each: bool = False) -> list[Usage]:
+async def served(usage_journal: UsageJournal, n: int, flush_each: bool = False) -> list[Usage]:
     """n requests begun and ended (flushed after each, if asked): their records."""
     recs = []
     for i in range(n):
         r = rec(i, UNKNOWN)
-        ledger.begin(r)
-        finish(ledger, r)
+        usage_journal.begin(r)
+        finish(usage_journal, r)
         recs.append(r)
         if flush_each:
-            await ledger.flush()
+            await usage_journal.flush()
     return recs
 
 
@@ -77,23 +77,23 @@ async def test_a_cancelled_wait_does_not_kill_the_writer() -> None:
 
 async def test_a_backlog_beyond_memory_is_read_back_from_the_journal_once_it_drains(tmp_path: Path) -> None:
     store = Store()
-    ledger = UsageLedger(store.add, tmp_path, max_pending=3)
+    usage_journal = UsageJournal(store.add, tmp_path, max_pending=3)
     store.failing = True
-    await served(ledger, 10, flush_each=True)
-    assert ledger.evicted == 7 and ledger.unflushed == 10
+    await served(usage_journal, 10, flush_each=True)
+    assert usage_journal.evicted == 7 and usage_journal.unflushed == 10
     store.failing = False
-    assert await ledger.flush()
-    assert len(store.rows) == 10 and ledger.unflushed == 0 and ledger.evicted == 0
+    assert await usage_journal.flush()
+    assert len(store.rows) == 10 and usage_journal.unflushed == 0 and usage_journal.evicted == 0
     left = sorted(p.name for p in tmp_path.glob("*.jsonl"))
-    assert left in ([], [ledger.journal.path.name])  # type: ignore[union-attr]  # at most the one being written
+    assert left in ([], [usage_journal.journal.path.name])  # type: ignore[union-attr]  # at most the one being written
 
 
 async def test_big_batches_go_in_chunks(tmp_path: Path) -> None:
     store = Store()
-    ledger = UsageLedger(store.add, tmp_path)
+    usage_journal = UsageJournal(store.add, tmp_path)
     for i in range(2 * CHUNK + 7):
-        finish(ledger, rec(i))
-    assert await ledger.flush()
+        finish(usage_journal, rec(i))
+    assert await usage_journal.flush()
     assert store.calls == [CHUNK, CHUNK, 7] and len(store.rows) == 2 * CHUNK + 7
 
 
@@ -107,12 +107,12 @@ async def test_a_dead_writers_journal_is_recorded_whatever_its_pid_and_a_live_on
     os.close(dead._lock)  # its process is gone: the lock is free (the pid in nobody's way)
     live = Journal(tmp_path)
     live.append(rec(3))
-    ledger = UsageLedger(store.add, tmp_path, adopt=True)
-    assert ledger.adopt_orphans() == 2
-    assert await ledger.flush()
+    usage_journal = UsageJournal(store.add, tmp_path, adopt=True)
+    assert usage_journal.adopt_orphans() == 2
+    assert await usage_journal.flush()
     assert sorted((r.completion_tokens, r.status) for r in store.rows.values()) == [(1, 200), (2, UNKNOWN)]
     assert not list(tmp_path.glob(f"{dead.token}*")) and (tmp_path / f"{live.token}.lock").exists()
-    assert ledger.adopt_orphans() == 0  # once
+    assert usage_journal.adopt_orphans() == 0  # once
 
 
 async def test_budgets_are_read_again_once_what_a_dead_writer_left_has_landed(tmp_path: Path) -> None:
@@ -121,23 +121,23 @@ async def test_budgets_are_read_again_once_what_a_dead_writer_left_has_landed(tm
     dead = Journal(tmp_path)
     dead.append(rec(1))
     os.close(dead._lock)
-    ledger = UsageLedger(store.add, tmp_path, adopt=True)
+    usage_journal = UsageJournal(store.add, tmp_path, adopt=True)
     seen: list[int] = []
 
     async def reseed() -> None:
         seen.append(len(store.rows))
 
-    ledger.on_replayed = reseed
-    await ledger.flush()
+    usage_journal.on_replayed = reseed
+    await usage_journal.flush()
     assert seen == []  # nothing adopted yet
-    assert ledger.adopt_orphans() == 1
+    assert usage_journal.adopt_orphans() == 1
     store.failing = True
-    assert not await ledger.flush()
+    assert not await usage_journal.flush()
     assert seen == []
     store.failing = False
-    assert await ledger.flush()
+    assert await usage_journal.flush()
     assert seen == [1]
-    await served(ledger, 2, flush_each=True)
+    await served(usage_journal, 2, flush_each=True)
     assert seen == [1]  # its own records are settled as they end: no reading again
 
 
@@ -149,14 +149,14 @@ async def test_a_batch_waiting_on_a_slow_store_still_counts_as_unflushed(tmp_pat
         entered.set()
         await gate.wait()
 
-    ledger = UsageLedger(slow, tmp_path)
+    usage_journal = UsageJournal(slow, tmp_path)
     for i in range(3):
-        finish(ledger, rec(i))
-    flushing = asyncio.ensure_future(ledger.flush())
+        finish(usage_journal, rec(i))
+    flushing = asyncio.ensure_future(usage_journal.flush())
     await asyncio.wait_for(entered.wait(), 5)
-    assert ledger.unflushed == 3
+    assert usage_journal.unflushed == 3
     gate.set()
-    assert await flushing and ledger.unflushed == 0
+    assert await flushing and usage_journal.unflushed == 0
 
 
 class SlowStore(Store):
@@ -178,26 +178,26 @@ async def test_a_read_back_backlog_keeps_what_ended_while_it_was_sent(tmp_path: 
     while the batch was on its way (never recorded), and a request in flight at the rotation that ended meanwhile
     was read back from its begin line alone: recorded as "outcome unknown" with no tokens, for good."""
     store = SlowStore()
-    ledger = UsageLedger(store.add, tmp_path, max_pending=2)
+    usage_journal = UsageJournal(store.add, tmp_path, max_pending=2)
     store.failing = True
-    await served(ledger, 4)
-    assert ledger.evicted == 2 and not await ledger.flush()
+    await served(usage_journal, 4)
+    assert usage_journal.evicted == 2 and not await usage_journal.flush()
     store.failing = False
     x, late = rec(100, UNKNOWN), rec(200, UNKNOWN)
-    ledger.begin(x)  # in flight when the next flush rotates
+    usage_journal.begin(x)  # in flight when the next flush rotates
 
     def meanwhile() -> None:
-        finish(ledger, x)
-        ledger.begin(late)
-        finish(ledger, late)
+        finish(usage_journal, x)
+        usage_journal.begin(late)
+        finish(usage_journal, late)
 
     store.during.append(meanwhile)
     for _ in range(3):
-        assert await ledger.flush()
-    await ledger.close()
+        assert await usage_journal.flush()
+    await usage_journal.close()
     assert late.id in store.rows
     assert store.rows[x.id].status == 200
-    assert len(store.rows) == 6 and ledger.unflushed == 0
+    assert len(store.rows) == 6 and usage_journal.unflushed == 0
 
 
 async def test_a_rotation_on_a_full_disk_still_accounts_for_the_old_segment(tmp_path: Path,
@@ -205,11 +205,11 @@ async def test_a_rotation_on_a_full_disk_still_accounts_for_the_old_segment(tmp_
     """Found in review: carrying the requests in flight into the new segment failed on a full disk, rotate raised,
     and the sealed old segment was in no list: the records evicted into it were never read back."""
     store = Store()
-    ledger = UsageLedger(store.add, tmp_path, max_pending=2)
-    recs = await served(ledger, 5)
-    assert ledger.evicted == 3
+    usage_journal = UsageJournal(store.add, tmp_path, max_pending=2)
+    recs = await served(usage_journal, 5)
+    assert usage_journal.evicted == 3
     inflight = rec(99, UNKNOWN)
-    ledger.begin(inflight)
+    usage_journal.begin(inflight)
 
     def full(*_: object) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -217,10 +217,10 @@ async def test_a_rotation_on_a_full_disk_still_accounts_for_the_old_segment(tmp_
     with monkeypatch.context() as m:  # the disk fills up: no room to reserve, no line written
         m.setattr(os, "posix_fallocate", full)
         m.setattr(os, "pwrite", full)
-        assert await ledger.flush()
-    finish(ledger, inflight)
-    assert await ledger.flush()
-    await ledger.close()
+        assert await usage_journal.flush()
+    finish(usage_journal, inflight)
+    assert await usage_journal.flush()
+    await usage_journal.close()
     assert {r.id for r in recs} | {inflight.id} == set(store.rows)
     assert store.rows[inflight.id].status == 200
     assert not list(tmp_path.glob("*.jsonl"))
@@ -230,10 +230,10 @@ async def test_a_segment_that_cannot_be_opened_once_is_opened_with_the_next_line
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found in review: one failed open at a rotation (too many open files) ended the journal for the life of the
     process (every later line failed on a closed descriptor): a crash then lost the usage."""
-    ledger = UsageLedger(Store().add, tmp_path)
+    usage_journal = UsageJournal(Store().add, tmp_path)
     first = rec(0)
-    ledger.begin(first)
-    finish(ledger, first)
+    usage_journal.begin(first)
+    finish(usage_journal, first)
     real_open = os.open
     refused: list[str] = []
 
@@ -246,14 +246,14 @@ async def test_a_segment_that_cannot_be_opened_once_is_opened_with_the_next_line
     later = rec(1)
     with monkeypatch.context() as m:
         m.setattr(os, "open", once)
-        assert await ledger.flush()
-        ledger.begin(rec(2))  # the open refused: this line is lost, and said
+        assert await usage_journal.flush()
+        usage_journal.begin(rec(2))  # the open refused: this line is lost, and said
     assert refused
-    ledger.begin(later)  # the next line opens the segment
-    assert await ledger.flush()
+    usage_journal.begin(later)  # the next line opens the segment
+    assert await usage_journal.flush()
     journaled = b"".join(p.read_bytes() for p in tmp_path.glob("*.jsonl"))
     assert later.id.encode() in journaled
-    await ledger.close()
+    await usage_journal.close()
 
 
 def test_lines_are_mapped_only_on_file_systems_that_keep_a_reservation(tmp_path: Path) -> None:

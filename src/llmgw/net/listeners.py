@@ -4,10 +4,10 @@ Each listener has its own cap on open connections and, per client address, a sma
 either is answered 503 and closed at once, so one noisy client (or one listener under attack) cannot take the file
 descriptors the others need; at the listener's cap, a connection that only waits is closed to make room first, and
 failing that the slowest upload. An IPv6 client is its /64. Header lines are bounded in size and count, a request's
-headers in all by control/header_budget.py, connections still in their TLS handshake by control/handshakes.py, and
+headers in all by net/header_budget.py, connections still in their TLS handshake by net/handshakes.py, and
 headers (with a TLS handshake before them) must arrive within `header_timeout`
 of the connection opening or of the previous response (aiohttp's keep-alive timer does both), so slow or silent
-connections are closed instead of being kept for an hour; bodies are bounded by control/guards.py. The open-file
+connections are closed instead of being kept for an hour; bodies are bounded by net/guards.py. The open-file
 limit is raised to its hard limit at start, and the caps are fitted under it. Repeated errors from the event loop
 (a refused accept, say) are logged once a minute with a count, not once per occurrence.
 """
@@ -27,9 +27,9 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.config.types import split_listen
-from llmgw.control.guards import OncePerKind, Uploads, connection_logger, expect_within_limits, request_bounds
-from llmgw.control.handshakes import Handshakes, handshake_cap
-from llmgw.control.header_budget import HeaderBudget
+from llmgw.net.guards import OncePerKind, Uploads, connection_logger, expect_within_limits, request_bounds
+from llmgw.net.handshakes import Handshakes, handshake_cap
+from llmgw.net.header_budget import HeaderBudget
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from aiohttp.streams import StreamReader
 from aiohttp.typedefs import Middleware
 from aiohttp.web_urldispatcher import _default_expect_handler
 
-from llmgw.wire.http import in_plain, message_of, refusal
+from llmgw.net.replies import in_plain, message_of, refusal
 
 BODY_MIN_RATE = 64 * 1024  # bytes per second that a body must keep up, over every window, until it is all in
 UPLOAD_GRACE_S = 1.0  # an upload younger than this is not judged by its rate at a cap: it has barely started

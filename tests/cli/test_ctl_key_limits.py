@@ -11,9 +11,9 @@ from pathlib import Path
 
 import aiohttp
 
+from llmgw.api.router import Activity
 from llmgw.dev.cluster import ClusterPlan
 from llmgw.store.base import UsageRecord
-from llmgw.wire.router import Activity
 from tests.cli.test_ctl_keys import ctl
 from tests.harness import InProcessServer, plan
 

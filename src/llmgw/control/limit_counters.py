@@ -1,4 +1,4 @@
-"""Every key's counters against its limits (core/quota.py decides), kept in the control plane's process: the one
+"""Every key's counters against its limits (core/limits.py decides), kept in the control plane's process: the one
 place every router process asks, its own in-process router directly and API workers through the management API.
 A request admitted holds a ticket until it is settled; a ticket never settled (its worker died) is settled at its
 whole reservation after TICKET_TTL_S. What each key was charged is kept per kind of period (Spent), so a budget
@@ -10,11 +10,11 @@ import itertools
 import secrets
 from dataclasses import dataclass
 
-from llmgw.core import quota
+from llmgw.api.router import Admission
+from llmgw.core import limits as key_limits
 from llmgw.core.clock import Clock
-from llmgw.core.quota import Decision, KeyCounters, KeyLimits, Period, Spent
+from llmgw.core.limits import Decision, KeyCounters, KeyLimits, Period, Spent
 from llmgw.store.base import ApiKeyRecord, UsageTotal
-from llmgw.wire.router import Admission
 
 TICKET_TTL_S = 3600.0  # longer than any request may last (first-byte 600 s, then idle gaps) before it is settled
 MAX_TICKETS = 1_000_000
@@ -30,7 +30,7 @@ class Ticket:
     wall: float  # when it was admitted: the budget periods its tokens count in
 
 
-class Quotas:
+class LimitCounters:
     def __init__(self, clock: Clock, default: KeyLimits) -> None:
         self.clock = clock
         self.default = default
@@ -75,7 +75,7 @@ class Quotas:
             return Decision(True), ""
         self._expire()
         if ticket and (ticket in self.tickets or ticket in self.released):
-            return Decision(False, quota.Refusal.Rate, "this admission was withdrawn by the router that asked for "
+            return Decision(False, key_limits.Refusal.Rate, "this admission was withdrawn by the router that asked for "
                             "it (its answer was lost): ask again", 1.0), ""
         now, mono = self.clock.now(), self.clock.monotonic()
         c = self.counters.get(key.id)
@@ -83,7 +83,7 @@ class Quotas:
             c = self.counters[key.id] = KeyCounters()
         self._from_elsewhere(key.id, c, lim, now, mono)
         spent = self.spent_in(key.id, lim.budget_period) if lim.budget is not None else 0
-        d = quota.admit(c, lim, cost, spent, now, mono)
+        d = key_limits.admit(c, lim, cost, spent, now, mono)
         if not d.admitted:
             return d, ""
         ticket = ticket or f"{self._prefix}{next(self._serial)}"
@@ -110,7 +110,7 @@ class Quotas:
             return False
         c = self.counters.get(t.key_id)
         if c is not None:
-            quota.settle(c, t.cost, used, self.clock.monotonic())
+            key_limits.settle(c, t.cost, used, self.clock.monotonic())
         taken = self.taken.get(t.key_id)
         if taken is not None:
             taken[1] -= max(0, t.cost - max(0, used))  # given back to the bucket here: the others' too
@@ -165,8 +165,8 @@ class Quotas:
         """Before an admission: what the other servers took since (from this server's buckets) and hold now."""
         pending = self._pending.pop(key_id, None)
         if pending is not None and mono - pending[0] < 60.0:  # older: a minute's refill has covered it
-            quota.prepare(c, lim, mono)
-            quota.taken_elsewhere(c, pending[1], pending[2], mono)
+            key_limits.prepare(c, lim, mono)
+            key_limits.taken_elsewhere(c, pending[1], pending[2], mono)
         live = [v for v in self._elsewhere.get(key_id, {}).values() if now - v[0] <= self._fresh]
         c.in_flight_elsewhere = sum(v[1] for v in live)
         c.reserved_elsewhere = sum(v[2] for v in live)

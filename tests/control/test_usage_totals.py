@@ -58,9 +58,9 @@ async def test_key_names_are_read_again_only_when_keys_change(tmp_path: Path) ->
 
 
 def test_the_days_window_follows_new_records_and_rolls_by_the_hour() -> None:
-    from llmgw.control.usage_book import UsageBook
+    from llmgw.control.usage_totals import UsageTotals
 
-    book = UsageBook()
+    book = UsageTotals()
     t0 = 1000 * H
     book.add(recs("k", [t0 - 30 * H, t0 - 2 * H]))
     assert [u.requests for u in book.recent(t0 - DAY)] == [1]

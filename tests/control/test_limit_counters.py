@@ -1,5 +1,5 @@
 """What keys spent, kept across changes of their limits and across midnight, and tickets a worker released: an
-in-process control plane over SQLite in tmp_path with a FakeClock, admitting through its own Quotas."""
+in-process control plane over SQLite in tmp_path with a FakeClock, admitting through its own LimitCounters."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.quota import KeyLimits, Refusal
+from llmgw.core.limits import KeyLimits, Refusal
 from llmgw.store.base import ApiKeyRecord, UsageRecord
 from tests.harness import plane_in
 
@@ -21,9 +21,9 @@ def plane(tmp_path: Path, clock: FakeClock) -> ControlPlane:
 
 
 def spend(p: ControlPlane, key: ApiKeyRecord, cost: int, used: int) -> None:
-    d, ticket = p.quotas.admit(key, cost)
+    d, ticket = p.limit_counters.admit(key, cost)
     assert d.admitted, d.message
-    assert p.quotas.settle(ticket, used)
+    assert p.limit_counters.settle(ticket, used)
 
 
 async def test_a_budget_moved_to_another_period_counts_what_was_spent_before(tmp_path: Path) -> None:
@@ -34,9 +34,9 @@ async def test_a_budget_moved_to_another_period_counts_what_was_spent_before(tmp
     updated = await p.credentials.update_key(key.id, {"limits": KeyLimits(budget=1_000, budget_period="day")})
     assert isinstance(updated, ApiKeyRecord)
     key = updated
-    d, _ = p.quotas.admit(key, 500)
+    d, _ = p.limit_counters.admit(key, 500)
     assert d.refusal == Refusal.Quota, "600 tokens spent today under a month budget were forgotten at the change"
-    assert p.quotas.use_of(key)["budget_used"] == 600
+    assert p.limit_counters.use_of(key)["budget_used"] == 600
 
 
 async def test_a_budget_added_counts_what_the_key_spent_without_one(tmp_path: Path) -> None:
@@ -48,7 +48,7 @@ async def test_a_budget_added_counts_what_the_key_spent_without_one(tmp_path: Pa
     updated = await p.credentials.update_key(key.id, {"limits": KeyLimits(budget=1_000, budget_period="day")})
     assert isinstance(updated, ApiKeyRecord)
     key = updated
-    d, _ = p.quotas.admit(key, 500)
+    d, _ = p.limit_counters.admit(key, 500)
     assert d.refusal == Refusal.Quota, "800 tokens spent today, before the budget was set, were not counted"
 
 
@@ -56,14 +56,14 @@ async def test_a_request_that_ends_after_midnight_is_charged_to_the_day_that_adm
     clock = FakeClock(BEFORE_MIDNIGHT)
     p = plane(tmp_path, clock)
     _, key = await p.credentials.create_key("t", [], KeyLimits(budget=1_000, budget_period="day"))
-    _, late = p.quotas.admit(key, 900)  # admitted yesterday
+    _, late = p.limit_counters.admit(key, 900)  # admitted yesterday
     clock.advance(20)  # midnight passed
-    _, early = p.quotas.admit(key, 100)  # admitted today
-    assert p.quotas.settle(late, 900)
-    d, _ = p.quotas.admit(key, 900)  # today: 100 held, nothing spent
+    _, early = p.limit_counters.admit(key, 100)  # admitted today
+    assert p.limit_counters.settle(late, 900)
+    d, _ = p.limit_counters.admit(key, 900)  # today: 100 held, nothing spent
     assert d.admitted, f"yesterday's request was charged to today: {d.message}"
-    assert p.quotas.settle(early, 100)
-    assert p.quotas.spent_in(key.id, "day") == 100 and p.quotas.spent_in(key.id, "total") == 1_000
+    assert p.limit_counters.settle(early, 100)
+    assert p.limit_counters.spent_in(key.id, "day") == 100 and p.limit_counters.spent_in(key.id, "total") == 1_000
 
 
 async def test_a_ticket_released_before_its_admission_arrives_is_never_held(tmp_path: Path) -> None:
@@ -71,8 +71,8 @@ async def test_a_ticket_released_before_its_admission_arrives_is_never_held(tmp_
     late, must not hold a slot that nobody will ever settle."""
     p = plane(tmp_path, FakeClock(NOON))
     _, key = await p.credentials.create_key("t", [], KeyLimits(concurrency=1))
-    assert not p.quotas.settle("w1-lost", 0)
-    late = p.quotas.admission(key, 10, "w1-lost")
+    assert not p.limit_counters.settle("w1-lost", 0)
+    late = p.limit_counters.admission(key, 10, "w1-lost")
     assert not late.admitted and late.refusal == "rate_limit_exceeded"
-    d, _ = p.quotas.admit(key, 10)
+    d, _ = p.limit_counters.admit(key, 10)
     assert d.admitted, "the lost admission holds the key's only slot"

@@ -8,13 +8,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from llmgw.api.stats import RouterStats
 from llmgw.config.server import ModelSpec
 from llmgw.core.conditions import Condition, ConditionType
 from llmgw.core.explanation import Explanation, explanation_lines
-from llmgw.core.state import Phase, StopRequest
+from llmgw.records.state import Phase, StopRequest
 from llmgw.store.base import UsageRecord
 from llmgw.wire.messages import EngineLoad
-from llmgw.wire.stats import RouterStats
 
 
 class ReadyReplica(BaseModel):
@@ -46,8 +46,9 @@ class Activity(BaseModel):
     used: dict[str, float] = {}
     outstanding: dict[str, int] = {}  # the process's whole in-flight table
     usage: list[UsageRecord] = []
-    stats: RouterStats | None = None  # the process's cumulative measurements (wire/stats.py)
-    # admitted requests that ended: (ticket, tokens used), settled against their key's limits (control/quotas.py)
+    stats: RouterStats | None = None  # the process's cumulative measurements (api/stats.py)
+    # admitted requests that ended: (ticket, tokens used), settled against their key's limits
+    # (control/limit_counters.py)
     settled: list[tuple[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0, le=10**15)]]] = []
 
 
@@ -55,13 +56,13 @@ class AdmitRequest(BaseModel):
     """A router worker asks the control plane to admit one request of a key against the key's limits."""
 
     key_id: Annotated[str, Field(max_length=64)]
-    cost: Annotated[int, Field(ge=0, le=10**15)]  # the tokens it reserves (core/quota.py reservation)
+    cost: Annotated[int, Field(ge=0, le=10**15)]  # the tokens it reserves (core/limits.py reservation)
     # the ticket the worker chose, so it can release it when the answer is lost ("": the control plane chooses)
     ticket: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9_.-]*$")] = ""
 
 
 class Admission(BaseModel):
-    """The answer: admitted with a ticket to settle, or refused and why (core/quota.py)."""
+    """The answer: admitted with a ticket to settle, or refused and why (core/limits.py)."""
 
     admitted: bool
     refusal: str = ""  # rate_limit_exceeded | request_too_large | insufficient_quota

@@ -1,11 +1,11 @@
-"""core/quota's arithmetic held directly: how fast a bucket refills and how long a wait it names, where a budget
+"""core/limits' arithmetic held directly: how fast a bucket refills and how long a wait it names, where a budget
 period ends, how a reset time is written, and what other servers' admissions take from this one's buckets."""
 
 from __future__ import annotations
 
 import calendar
 
-from llmgw.core.quota import Bucket, KeyCounters, duration, period_end, period_start, taken_elsewhere
+from llmgw.core.limits import Bucket, KeyCounters, duration, period_end, period_start, taken_elsewhere
 
 
 def test_a_bucket_refills_its_capacity_over_a_minute_and_no_further() -> None:

@@ -1,5 +1,5 @@
-"""Admitting a request against its key's limits (core/quota.py, counted by control/quotas.py): what it reserves,
-how a refusal is answered, and what it is settled at when it ends."""
+"""Admitting a request against its key's limits (core/limits.py, counted by control/limit_counters.py): what it
+reserves, how a refusal is answered, and what it is settled at when it ends."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.core import quota
+from llmgw.api.router import Admission
+from llmgw.core import limits as key_limits
 from llmgw.router.errors import openai_error
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.stats import Measure
-from llmgw.wire.router import Admission
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int, *
     number is refused (an engine might read 1e9 or "5000"): nothing admitted may cost more than it reserved."""
     media = media_tokens * media_parts(payload) if media_tokens and _MAYBE_MEDIA.search(body) else 0
     if path in GENERATES_NOTHING:
-        return body, min(MAX_COST, quota.reservation(len(body), 0) + media)
+        return body, min(MAX_COST, key_limits.reservation(len(body), 0) + media)
     given = []
     for f in MAX_FIELDS:
         v = payload.get(f)
@@ -103,7 +103,7 @@ def reserve(path: str, payload: dict[str, Any], body: bytes, default_max: int, *
     if any(payload.get(f) != v for f, v in told.items()) or _ambiguous(body, told):
         payload.update(told)
         body = json.dumps(payload).encode()
-    return body, min(MAX_COST, quota.reservation(len(body), most * choices) + media)
+    return body, min(MAX_COST, key_limits.reservation(len(body), most * choices) + media)
 
 
 def refused(a: Admission) -> web.Response:
@@ -120,8 +120,8 @@ def refused(a: Admission) -> web.Response:
         return openai_error(401, a.message, "invalid_request_error", "invalid_api_key")
     if a.refusal == "limits_unavailable":
         return openai_error(503, a.message, "service_unavailable", "limits_unavailable", headers=headers)
-    kind = "insufficient_quota" if a.refusal == quota.Refusal.Quota else "requests"
-    code = a.refusal or quota.Refusal.Rate.value
+    kind = "insufficient_quota" if a.refusal == key_limits.Refusal.Quota else "requests"
+    code = a.refusal or key_limits.Refusal.Rate.value
     return openai_error(429, a.message, kind, code, headers=headers)
 
 

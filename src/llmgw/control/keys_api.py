@@ -15,9 +15,9 @@ from pydantic import ValidationError
 from llmgw.config.loader import describe
 from llmgw.config.server import ModelSpec
 from llmgw.control.credentials import Credentials
-from llmgw.control.quotas import Quotas
+from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.storage import Storage
-from llmgw.core.quota import KeyLimits
+from llmgw.core.limits import KeyLimits
 from llmgw.store.base import ApiKeyRecord
 
 DAY = 86400.0
@@ -61,17 +61,17 @@ async def key_names(credentials: Credentials, storage: Storage) -> dict[str, str
     return names if names is not None else await storage.read(credentials.refresh_key_names)
 
 
-def key_row(quotas: Quotas, k: ApiKeyRecord) -> dict[str, Any]:
-    return {**k.model_dump(exclude={"hash"}), "use": quotas.use_of(k)}
+def key_row(limit_counters: LimitCounters, k: ApiKeyRecord) -> dict[str, Any]:
+    return {**k.model_dump(exclude={"hash"}), "use": limit_counters.use_of(k)}
 
 
 class TenantRoutes:
     """Keys (with their limits and their use against them) and usage, for the management API."""
 
-    def __init__(self, credentials: Credentials, quotas: Quotas, storage: Storage,
+    def __init__(self, credentials: Credentials, limit_counters: LimitCounters, storage: Storage,
                  models: dict[str, ModelSpec]) -> None:
         self.credentials = credentials
-        self.quotas = quotas
+        self.limit_counters = limit_counters
         self.storage = storage
         self.models = models  # the catalog: a key may name only its models
 
@@ -85,7 +85,7 @@ class TenantRoutes:
         ]
 
     async def list_keys(self, _: web.Request) -> web.Response:
-        return js([key_row(self.quotas, k) for k in await self.storage.read(self.storage.store.list_keys)])
+        return js([key_row(self.limit_counters, k) for k in await self.storage.read(self.storage.store.list_keys)])
 
     async def create_key(self, request: web.Request) -> web.Response:
         body = await json_body(request)
@@ -118,7 +118,7 @@ class TenantRoutes:
         new = await self.credentials.update_key(kid, update)
         if isinstance(new, str):
             return js({"error": new}, 404 if new.startswith("no key") else 409)
-        return js(key_row(self.quotas, new))
+        return js(key_row(self.limit_counters, new))
 
     async def usage(self, request: web.Request) -> web.Response:
         """Usage since `since` seconds ago (from the hour holding it: the hourly aggregate), by key or model."""
@@ -151,9 +151,9 @@ class TenantRoutes:
                             headers={"Content-Disposition": 'attachment; filename="llmgw-usage.csv"'})
 
 
-def tenant_routes(credentials: Credentials, quotas: Quotas, storage: Storage,
+def key_routes(credentials: Credentials, limit_counters: LimitCounters, storage: Storage,
                   models: dict[str, ModelSpec]) -> list[web.RouteDef]:
-    return TenantRoutes(credentials, quotas, storage, models).routes()
+    return TenantRoutes(credentials, limit_counters, storage, models).routes()
 
 
 def _iso(hour: int) -> str:

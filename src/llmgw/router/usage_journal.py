@@ -218,7 +218,7 @@ def read_segments(paths: list[Path]) -> list[UsageRecord]:
     return [r for r in latest.values() if r.status != UNSENT]
 
 
-class UsageLedger:
+class UsageJournal:
     def __init__(
         self,
         sink: Callable[[list[AnyUsage]], Awaitable[object]],

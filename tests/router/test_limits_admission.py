@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from llmgw.router.admission import MAX_COST, Unreservable, bounded, reserve, used_of
+from llmgw.router.limits import MAX_COST, Unreservable, bounded, reserve, used_of
 from llmgw.router.stats import Measure
 
 

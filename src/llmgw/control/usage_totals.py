@@ -31,7 +31,7 @@ def _totals(rows: dict[Pair, list[float]]) -> list[UsageTotal]:
             for (k, m), t in sorted(rows.items())]  # our own sums of validated records: no second validation
 
 
-class UsageBook:
+class UsageTotals:
     def __init__(self, keep_hours: int = 26) -> None:
         self.keep_hours = keep_hours
         self._all: dict[Pair, list[float]] = {}

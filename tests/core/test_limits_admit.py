@@ -1,4 +1,4 @@
-"""core/quota's admission decision held at its edges: every refusal is a refusal (not only the right code), the
+"""core/limits' admission decision held at its edges: every refusal is a refusal (not only the right code), the
 counts of other servers add in, a request exactly at a limit passes, refusals carry their words and headers, and
 settling gives back exactly what was not used."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import calendar
 import time
 
-from llmgw.core import quota
-from llmgw.core.quota import Bucket, KeyCounters, KeyLimits, Refusal
+from llmgw.core import limits as key_limits
+from llmgw.core.limits import Bucket, KeyCounters, KeyLimits, Refusal
 
 T0 = float(calendar.timegm((2026, 12, 31, 23, 0, 0)))  # an hour before a new day, month and year
 
@@ -32,7 +32,7 @@ def test_each_refusal_admits_nothing_says_why_and_carries_the_rate_headers() -> 
          "tokens per minute: limit 100, this request may cost up to 41"),
     ]
     for lim, c, cost, refusal, words in cases:
-        d = quota.admit(c, lim, cost, 0, T0, 0.0)
+        d = key_limits.admit(c, lim, cost, 0, T0, 0.0)
         assert (d.admitted, d.refusal, d.message) == (False, refusal, words)
         assert dict(d.headers)["x-ratelimit-limit-requests"] == str(lim.rpm), d.headers
         assert c.in_flight + c.in_flight_elsewhere <= 2 and c.reserved == 0
@@ -40,32 +40,32 @@ def test_each_refusal_admits_nothing_says_why_and_carries_the_rate_headers() -> 
 
 def test_a_request_exactly_at_a_limit_is_admitted() -> None:
     c = KeyCounters(tokens=Bucket(100, 41, 0.0))
-    assert quota.admit(c, KeyLimits(tpm=100), 41, 0, T0, 0.0).admitted  # the level it needs, no more
-    assert quota.admit(KeyCounters(), KeyLimits(tpm=100), 100, 0, T0, 0.0).admitted  # a whole minute's tokens
+    assert key_limits.admit(c, KeyLimits(tpm=100), 41, 0, T0, 0.0).admitted  # the level it needs, no more
+    assert key_limits.admit(KeyCounters(), KeyLimits(tpm=100), 100, 0, T0, 0.0).admitted  # a whole minute's tokens
 
 
 def test_admitted_requests_count_in_flight_and_reserved() -> None:
     c, lim = KeyCounters(), KeyLimits(concurrency=5)
     for _ in range(3):
-        assert quota.admit(c, lim, 7, 0, T0, 0.0).admitted
+        assert key_limits.admit(c, lim, 7, 0, T0, 0.0).admitted
     assert (c.in_flight, c.reserved) == (3, 21)
 
 
 def test_a_spent_budget_counts_what_other_servers_hold_and_says_what_is_left() -> None:
     c, lim = KeyCounters(reserved=100, reserved_elsewhere=200), KeyLimits(budget=1000, budget_period="day", rpm=9)
-    d = quota.admit(c, lim, 500, 250, T0, 0.0)
+    d = key_limits.admit(c, lim, 500, 250, T0, 0.0)
     assert (d.admitted, d.refusal) == (False, Refusal.Quota)
     assert d.message == ("token budget spent: 550 of 1000 tokens this day are used or held by requests in flight, "
                          "450 left, and this request may cost up to 500; it renews in 1h0m0s")
     assert dict(d.headers)["x-ratelimit-limit-requests"] == "9"
-    over = quota.admit(KeyCounters(reserved=600), KeyLimits(budget=1000, budget_period="total"), 1, 500, T0, 0.0)
+    over = key_limits.admit(KeyCounters(reserved=600), KeyLimits(budget=1000, budget_period="total"), 1, 500, T0, 0.0)
     assert over.message == ("token budget spent: 1100 of 1000 tokens this total are used or held by requests in "
                             "flight, 0 left, and this request may cost up to 1")  # no renewal: never
 
 
 def test_rate_headers_cover_requests_and_tokens() -> None:
     c = KeyCounters()
-    d = quota.admit(c, KeyLimits(rpm=10, tpm=100), 30, 0, T0, 0.0)
+    d = key_limits.admit(c, KeyLimits(rpm=10, tpm=100), 30, 0, T0, 0.0)
     assert dict(d.headers) == {
         "x-ratelimit-limit-requests": "10", "x-ratelimit-remaining-requests": "9", "x-ratelimit-reset-requests": "6s",
         "x-ratelimit-limit-tokens": "100", "x-ratelimit-remaining-tokens": "70", "x-ratelimit-reset-tokens": "18s"}
@@ -73,12 +73,12 @@ def test_rate_headers_cover_requests_and_tokens() -> None:
 
 def test_settling_gives_back_only_what_was_not_used_and_ends_one_request() -> None:
     c = KeyCounters(tokens=Bucket(1000, 0, 0.0), in_flight=2, reserved=300)
-    quota.settle(c, 100, 100, 0.0)  # used all it reserved: nothing back
+    key_limits.settle(c, 100, 100, 0.0)  # used all it reserved: nothing back
     assert c.tokens is not None and (c.tokens.level, c.in_flight, c.reserved) == (0, 1, 200)
-    quota.settle(c, 100, 250, 0.0)  # used more than reserved (an alarm elsewhere): nothing back, nothing taken
+    key_limits.settle(c, 100, 250, 0.0)  # used more than reserved (an alarm elsewhere): nothing back, nothing taken
     assert c.tokens.level == 0
     c = KeyCounters(tokens=Bucket(1000, 0, 0.0), in_flight=1, reserved=100)
-    quota.settle(c, 100, -5, 0.0)  # a negative report counts as none used
+    key_limits.settle(c, 100, -5, 0.0)  # a negative report counts as none used
     assert c.tokens is not None and (c.tokens.level, c.in_flight, c.reserved) == (100, 0, 0)
 
 
@@ -88,5 +88,5 @@ def test_the_month_of_every_day_agrees_with_the_calendar_across_era_and_century_
         end = calendar.timegm((last, 3, 2, 0, 0, 0))
         while day < end:
             t = time.gmtime(day)
-            assert quota.period_start("month", day) == calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)), t
+            assert key_limits.period_start("month", day) == calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)), t
             day += 86400

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp.web_protocol import RequestHandler
 
-from llmgw.control.guards import OncePerKind
+from llmgw.net.guards import OncePerKind
 
 log = logging.getLogger(__name__)
 

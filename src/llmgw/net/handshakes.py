@@ -1,7 +1,7 @@
 """TLS connections before their handshake ends, counted from the accept.
 
 asyncio tells a TLS server's protocol of a connection only once its handshake is done, so the listener's limiter
-(control/listeners.py) never sees one that never starts it: a flood of them held a control plane's file
+(net/listeners.py) never sees one that never starts it: a flood of them held a control plane's file
 descriptors until each one's handshake deadline. Here each is counted from its accept, at most `cap` at once; at
 the cap the oldest is closed for the new one. An agent's handshake takes milliseconds, so only a connection that
 stalls is ever the oldest, and a flood must outpace real handshakes to delay one.
@@ -16,7 +16,7 @@ from asyncio import sslproto
 from collections.abc import Callable
 from typing import Any
 
-from llmgw.control.guards import OncePerKind
+from llmgw.net.guards import OncePerKind
 
 log = logging.getLogger(__name__)
 
