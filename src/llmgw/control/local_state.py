@@ -17,7 +17,10 @@ from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.wire.messages import EngineLoad
 
 
-class LocalState:
+class RouterSide:
+    """The owners a router reads and tells, whether it runs in this process (LocalState) or in a worker process
+    that asks over the management listener (control/router_api.py)."""
+
     def __init__(self, registry: Registry, activity: Activity, credentials: Credentials, limit_counters: LimitCounters,
                  storage: Storage) -> None:
         self.registry = registry
@@ -25,6 +28,12 @@ class LocalState:
         self.credentials = credentials
         self.limit_counters = limit_counters
         self.storage = storage
+
+
+class LocalState(RouterSide):
+    def __init__(self, registry: Registry, activity: Activity, credentials: Credentials, limit_counters: LimitCounters,
+                 storage: Storage) -> None:
+        super().__init__(registry, activity, credentials, limit_counters, storage)
         self.clock: Clock = storage.clock
         self.models: dict[str, ModelSpec] = registry.models
 

@@ -8,25 +8,13 @@ from pydantic import ValidationError
 
 from llmgw.api.router import Activity as Report
 from llmgw.api.router import Admission, AdmitRequest, RouterView
-from llmgw.control.activity import Activity
-from llmgw.control.credentials import Credentials
 from llmgw.control.keys_api import BadRequest, js
-from llmgw.control.limit_counters import LimitCounters
-from llmgw.control.registry import Registry
-from llmgw.control.storage import Storage
+from llmgw.control.local_state import RouterSide
 from llmgw.core.errors import StoreError
 from llmgw.records.state import not_answering
 
 
-class RouterRoutes:
-    def __init__(self, registry: Registry, activity: Activity, credentials: Credentials, limit_counters: LimitCounters,
-                 storage: Storage) -> None:
-        self.registry = registry
-        self.activity = activity
-        self.credentials = credentials
-        self.limit_counters = limit_counters
-        self.storage = storage
-
+class RouterRoutes(RouterSide):
     def routes(self) -> list[web.RouteDef]:
         return [
             web.get("/api/router/view", self.view),
