@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.scripts.machine import Machine
-from tests.scripts.onboarding_kit import SCRIPTS, inside, need_machine, node_pki, node_python, unpack_bundle
+from tests.scripts.onboarding_kit import SCRIPTS, inside, need_machine, node_pki, node_python, started, unpack_bundle
 
 
 def test_the_upgrade_hand_over_signals_only_the_agent_not_its_engines() -> None:
@@ -47,10 +47,7 @@ def test_a_fqdn_hostname_gets_an_agent_whose_id_is_the_certificate_cn(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     """On a machine called node131.lab the agent's id is its certificate's CN (node131), or the install refuses (3)."""
-    need_machine()
-    m = Machine(tmp_path / "machine", name="node131.lab", address="10.251.31.131", gateway="10.251.31.1")
-    machines.append(m)
-    m.boot()
+    m = started(tmp_path, machines, "node131.lab", 31, 131)
     here = unpack_bundle(bundle, tmp_path / "b")
     pki = node_pki(tmp_path / "pki", "node131", m.address)
     run = inside(m, f"{here}/install-node.sh --control-plane https://{m.gateway}:7443 --node node131 "

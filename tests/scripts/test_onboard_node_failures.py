@@ -16,10 +16,10 @@ from tests.scripts.onboarding_kit import (
     SCRIPTS,
     booted,
     inside,
-    need_machine,
     onboard_argv,
     script_env,
     ssh_wrapper,
+    started,
 )
 
 DOCUMENTED_ONBOARD_CODES = {0, 2, 3, 4, 5}
@@ -62,10 +62,7 @@ def test_what_the_machine_prints_cannot_drive_the_operators_terminal(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     """The machine's words (here a hostname carrying an OSC sequence) reach the operator's terminal without escapes."""
-    need_machine()
-    m = Machine(tmp_path / "machine", name="node135", address="10.251.35.135", gateway="10.251.35.1")
-    machines.append(m)
-    m.boot()
+    m = started(tmp_path, machines, "node135", 35, 135)
     assert m.init is not None
     subprocess.run(["nsenter", "-t", str(m.init.pid), "-u", sys.executable, "-c",
                     "import socket; socket.sethostname('evil\\x1b]0;owned\\x07\\x1b[2J')"], check=True)
@@ -107,10 +104,7 @@ def test_the_ssh_keygen_command_offered_for_a_changed_key_works_with_ssh_port(
     tmp_path: Path, machines: list[Machine]
 ) -> None:
     """With --ssh-port, the ssh-keygen command offered for a changed host key removes ssh's `[ADDRESS]:PORT` entry."""
-    need_machine()
-    m = Machine(tmp_path / "machine", name="node138", address="10.251.38.138", gateway="10.251.38.1")
-    machines.append(m)
-    m.boot()
+    m = started(tmp_path, machines, "node138", 38, 138)
     cfg = m.dir / "sshd_config"
     cfg.write_text(cfg.read_text().replace("Port 22\n", "Port 2222\n"))
     m.start_sshd()
@@ -144,10 +138,7 @@ def test_a_copy_failure_that_is_not_ssh_is_not_waited_out_as_ssh(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     """A copy failing for a reason other than ssh (/opt/llmgw a file) ends at once (4), not waited out as ssh."""
-    need_machine()
-    m = Machine(tmp_path / "machine", name="node139", address="10.251.39.139", gateway="10.251.39.1")
-    machines.append(m)
-    m.boot()
+    m = started(tmp_path, machines, "node139", 39, 139)
     assert inside(m, "echo not-a-directory > /opt/llmgw").returncode == 0
     m.start_sshd()
     init_ca(tmp_path / "pki")

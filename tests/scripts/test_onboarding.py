@@ -17,7 +17,7 @@ from llmgw.pki.tls import serial_text
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.scripts.machine import Machine
-from tests.scripts.onboarding_kit import SCRIPTS, booted, need_machine, node_python, script_env
+from tests.scripts.onboarding_kit import SCRIPTS, booted, node_python, script_env, started
 
 
 class Script:
@@ -55,10 +55,7 @@ class Script:
 def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
-    need_machine()
-    m = Machine(tmp_path / "machine", name="node105", address="10.251.5.105", gateway="10.251.5.1")
-    machines.append(m)
-    m.boot()  # the VM exists and is booting: no sshd yet
+    m = started(tmp_path, machines, "node105", 5, 105)  # the VM exists and is booting: no sshd yet
     p = plan(tmp_path / "cp", [], [], control_address=m.gateway, heartbeat_interval="1s")
     c = Cluster(p)
     c.start()
