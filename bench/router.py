@@ -162,8 +162,9 @@ class Servers:
         self.tmp = tmp
         self.running: list[Server] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[Server, int]:
-        """Start `argv` with {port} replaced by a free port and {standin} by the first server's base URL."""
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+              cwd: Path = REPO) -> tuple[Server, int]:
+        """Start `argv` in `cwd` with {port} replaced by a free port and {standin} by the first server's base URL."""
         port = free_port()
         if self.running:
             argv = [a.replace("{standin}", self.running[0].base) for a in argv]
@@ -171,7 +172,7 @@ class Servers:
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [a.replace("{port}", str(port)) for a in argv],
-                cwd=REPO,
+                cwd=cwd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -1,7 +1,7 @@
 """A/B of llmgw's router in one run: (c) and (l) of bench/router.py served from two source trees at once, against
 one engine stand-in and one bare proxy (b), measured cell after cell in alternation (A, B in one round, B, A in the
-next), so that both sides meet the same background. The servers are built by this tree's bench/router.py; only
-`llmgw` comes from each side's tree.
+next), so that both sides meet the same background. Each side's router is built by that side's own
+bench/router.py (`--serve-router`), over that side's `llmgw`; the stand-in and (b) come from this tree.
 
     python -m bench.router_ab --a /tmp/base-tree --rounds 6 --concurrency 64
     python -m bench.router_ab --smoke      # both sides from this tree, two short rounds: that it runs
@@ -35,6 +35,7 @@ def start(ss: Servers, kind: str, side: str, src: Path) -> Target:
          "--key-file", str(key_file), "--db", str(ss.tmp / f"router-{kind}{side}.db"), "--no-uvloop",
          *(["--serve-limited"] if kind == "l" else [])],
         env={"PYTHONPATH": os.pathsep.join((str(src / "src"), str(src)))},
+        cwd=src,  # the side's own bench/router.py builds its router: the two trees' control planes differ
     )
     return Target(f"{kind}{side}", f"llmgw router {kind} {side}", "asyncio", srv, 0.0)
 
