@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from llmgw.api.views import node_row
 from llmgw.control.admin_auth import guard
 from llmgw.control.dashboard import dashboard_routes
 from llmgw.control.exposition import render
@@ -22,7 +23,6 @@ from llmgw.control.registry import revoke_node
 from llmgw.control.router_api import RouterRoutes
 from llmgw.control.status import Status, summary_of
 from llmgw.control.summary import Summary
-from llmgw.control.views import node_row
 from llmgw.core.errors import PKIError, StoreError, StoreRejected
 from llmgw.pki.ca import validate_node_id
 

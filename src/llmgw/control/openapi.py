@@ -11,8 +11,8 @@ from pydantic import BaseModel
 
 from llmgw import __version__
 from llmgw.api.router import Activity, Admission, AdmitRequest, ModelExplanation, RouterView
+from llmgw.api.views import NodeRow
 from llmgw.control.summary import Summary
-from llmgw.control.views import NodeRow
 
 REF = "#/components/schemas/{model}"
 SCHEMAS: dict[str, type[BaseModel]] = {

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field
 
 from llmgw.api.stats import RouterStats
+from llmgw.api.views import NodeRow, node_row
 from llmgw.config.server import ModelSpec
-from llmgw.control.views import NodeRow, node_row
 from llmgw.core.conditions import Condition
 from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
