@@ -28,7 +28,7 @@ class Activity:
         self.clock = clock
         self._models = models  # the catalog (the registry's): demand counts only for models in it
         self._kick = kick
-        self._quotas = limit_counters
+        self._limit_counters = limit_counters
         self._usage = usage
         self._storage = storage
         self.demand: dict[str, float] = {}
@@ -145,7 +145,7 @@ class Activity:
         for rid, at in act.used.items():
             self.used(rid, at)
         for ticket, used in act.settled:
-            self._quotas.settle(ticket, used)
+            self._limit_counters.settle(ticket, used)
         if act.reporter:
             self.in_flight(act.reporter, act.outstanding, whole=True)
             if act.stats is not None and act.reporter != LOCAL:

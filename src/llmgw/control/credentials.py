@@ -30,7 +30,7 @@ def spent_by_period(store: Store, now: float, totals: list[UsageTotal] | None) -
 class Credentials:
     def __init__(self, storage: Storage, limit_counters: LimitCounters) -> None:
         self._storage = storage
-        self._quotas = limit_counters
+        self._limit_counters = limit_counters
         self.keys_version = 0  # bumped when API keys change, so routers reload them
         self._keys: tuple[int, dict[str, ApiKeyRecord], dict[str, str]] = (-1, {}, {})
         self._keys_lock = asyncio.Lock()  # a key's read-modify-write (update, revoke) is never interleaved
@@ -89,7 +89,7 @@ class Credentials:
         if "limits" in update:  # a budget added or moved to another period counts what was spent before the change
             now = self._storage.clock.now()
             for period, start, spent in await self._storage.read(spent_by_period, store, now, None):
-                self._quotas.seed(period, start, [t for t in spent if t.key_id == key_id])
+                self._limit_counters.seed(period, start, [t for t in spent if t.key_id == key_id])
         return new
 
     def _key_written(self, rec: ApiKeyRecord) -> None:

@@ -30,7 +30,7 @@ class Following:
         self._registry = registry
         self._credentials = credentials
         self._activity = activity
-        self._quotas = limit_counters
+        self._limit_counters = limit_counters
         self._revs: dict[str, int] = {}  # the store's revisions as last followed
         self._sharing = Sharing()  # what this server's routers saw, written for the leader (control/sharing.py)
         self._activity_read_at: float | None = None  # when the others' activity was last read (None: read a day's)
@@ -101,7 +101,7 @@ class Following:
         every so often, and once usage a dead process journaled has been recorded."""
         for period, start, spent in await self._storage.read(spent_by_period, self._storage.store, self.clock.now(),
                                                              None):
-            self._quotas.seed(period, start, spent)
+            self._limit_counters.seed(period, start, spent)
 
     async def share_activity(self) -> None:
         """On a shared store, write what this server's routers saw (demand, use, requests in flight) and its keys'
@@ -111,13 +111,14 @@ class Following:
         if not self._storage.shared:
             return
         now, act, store = self.clock.now(), self._activity, self._storage.store
-        rows = self._sharing.rows(act.demand, act.last_used, act.outstanding(own=True), now, self._quotas.shared())
+        rows = self._sharing.rows(act.demand, act.last_used, act.outstanding(own=True), now,
+                                  self._limit_counters.shared())
         if rows:
             self._storage.writer.submit(store.put_activity, self.leadership.holder, rows)
         since = now - DAY if self._activity_read_at is None else self._activity_read_at - ACTIVITY_SLACK_S
         seen = self._sharing.others(await self._storage.read(store.activity, since), self.leadership.holder, now,
                                     REPORTER_SILENT_AFTER)
-        self._quotas.absorb(seen.keys, now, REPORTER_SILENT_AFTER, first=self._activity_read_at is None)
+        self._limit_counters.absorb(seen.keys, now, REPORTER_SILENT_AFTER, first=self._activity_read_at is None)
         self._activity_read_at = now
         if self.leading:
             act.heard_from_others(seen, now)
