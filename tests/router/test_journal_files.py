@@ -189,7 +189,8 @@ def test_a_backlog_over_its_bound_leaves_the_oldest_to_the_journal_and_says_so_o
     assert [p.id for p in usage_journal.pending] == [r.id for r in recs[3:]]
 
 
-async def test_a_ledger_closing_with_usage_not_landed_keeps_its_journal_for_the_next_process(tmp_path: Path) -> None:
+async def test_a_usage_journal_closing_with_usage_not_landed_keeps_its_file_for_the_next_process(
+        tmp_path: Path) -> None:
     async def down(batch: list[AnyUsage]) -> None:
         raise OSError("store unavailable")
 
@@ -329,7 +330,7 @@ async def test_a_backlog_read_back_that_cannot_be_sent_keeps_its_segments(tmp_pa
     await usage_journal.close()
 
 
-async def test_a_ledger_closing_with_a_request_in_flight_keeps_its_journal(tmp_path: Path) -> None:
+async def test_a_usage_journal_closing_with_a_request_in_flight_keeps_its_journal(tmp_path: Path) -> None:
     async def sink(batch: list[AnyUsage]) -> None:
         return None
 
