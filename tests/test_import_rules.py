@@ -48,13 +48,6 @@ def test_no_wall_clock_in_logic() -> None:
     assert offenders == []
 
 
-def test_the_router_does_not_import_the_control_plane() -> None:
-    """The two meet through llmgw.api.router's types and the RouterState interface; control builds the router."""
-    bad = [f"router/{f.name} imports {name}" for f in sorted((SRC / "router").glob("*.py")) for name in imports(f)
-           if name == "llmgw.control" or name.startswith("llmgw.control.")]
-    assert bad == []
-
-
 # The control plane's owners (control/plane.py): each one's state is written only in its own module; another
 # module asks the owner through a named operation. Module -> the names a reference to that owner goes by (a
 # leading underscore aside: self._registry is the registry).

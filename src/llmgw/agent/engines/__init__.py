@@ -10,10 +10,6 @@ from llmgw.agent.engines.vllm import VLLM
 
 ADAPTERS: dict[str, EngineAdapter] = {a.name: a for a in (LlamaCpp(), Sim(), VLLM(), SGLang())}
 
-# what any supported engine reads as a request's bound and its number of choices: a router rewrites them all
-LENGTH_FIELDS = tuple(dict.fromkeys(f for a in ADAPTERS.values() for f in a.bounds.length))
-CHOICE_FIELDS = tuple(dict.fromkeys(f for a in ADAPTERS.values() for f in a.bounds.choices))
-
 
 def builtin(name: str) -> bool:
     """Whether the engine is part of llmgw (sim): it runs wherever the agent runs and is never installed."""
@@ -25,5 +21,4 @@ def installable() -> list[str]:
     """The engines a node installs and checks (every one not part of llmgw), in a stable order."""
     return [name for name in ADAPTERS if not builtin(name)]
 
-__all__ = ["ADAPTERS", "CHOICE_FIELDS", "LENGTH_FIELDS", "Bounds", "EngineAdapter", "Launch", "LaunchContext",
-           "builtin", "installable"]
+__all__ = ["ADAPTERS", "Bounds", "EngineAdapter", "Launch", "LaunchContext", "builtin", "installable"]
