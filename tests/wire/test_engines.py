@@ -1,53 +1,46 @@
-"""Which build a node takes: the node's processor and driver decide, and a node with no fitting build says so."""
+"""What an engine source may say: its builds, where they come from, what they need (build choice: test_build_choice)."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from llmgw.wire.engines import EngineSource, EngineVariant, choose_variant
-
-CPU_X86 = EngineVariant(variant="cpu-x86_64", url="https://r/x.tar.gz", sha256="a" * 64)
-CPU_ARM = EngineVariant(variant="cpu-arm64", url="https://r/a.tar.gz", sha256="b" * 64)
-CUDA_X86 = EngineVariant(variant="cuda-x86_64", url="https://r/c.tar.gz", sha256="c" * 64)
-
-
-def source(*variants: EngineVariant) -> EngineSource:
-    return EngineSource(name="llamacpp", version="b1", variants=list(variants))
-
-
-def test_cpu_build_by_processor_family() -> None:
-    assert choose_variant(source(CPU_X86, CPU_ARM), "x86_64", "") == (CPU_X86, "")
-    assert choose_variant(source(CPU_X86, CPU_ARM), "aarch64", "") == (CPU_ARM, "")
-
-
-def test_cuda_build_only_when_a_driver_is_loaded() -> None:
-    assert choose_variant(source(CPU_X86, CUDA_X86), "x86_64", "") == (CPU_X86, "")
-    assert choose_variant(source(CPU_X86, CUDA_X86), "x86_64", "550.54") == (CUDA_X86, "")
-
-
-def test_a_driver_without_a_cuda_build_falls_back_to_cpu_and_says_so() -> None:
-    v, note = choose_variant(source(CPU_X86), "x86_64", "550.54")
-    assert v == CPU_X86
-    assert "NVIDIA driver (550.54) is loaded but llamacpp b1 has no cuda-x86_64 build" in note
-
-
-def test_no_build_for_this_processor_is_a_reason_not_a_guess() -> None:
-    v, note = choose_variant(source(CPU_X86), "riscv64", "")
-    assert v is None and note == "llamacpp b1 has no build for riscv64 (offered: cpu-x86_64)"
-
+from llmgw.wire.engines import EngineSource, EngineVariant
 
 @pytest.mark.parametrize("bad", [
-    {"variant": "cpu-x86_64", "url": "https://r/x.tar.gz"},  # no digest
     {"variant": "cpu-x86_64", "url": "file:///etc/passwd", "sha256": "a" * 64},
     {"variant": "cpu-x86_64", "sha256": "A" * 64, "url": "https://r/x"},
     {"variant": "gpu-x86_64", "url": "https://r/x", "sha256": "a" * 64},
     {"variant": "cpu-x86_64", "packages": ["libgomp1; rm -rf /"]},
     {"variant": "cpu-x86_64", "url": "https://r/x", "sha256": "a" * 64, "requirements": ["vllm"]},
+    {"variant": "cuda13-x86_64", "url": "https://r/x", "sha256": "a" * 64, "cuda": "12.8"},  # major disagrees
+    {"variant": "cuda12-x86_64", "url": "https://r/x", "sha256": "a" * 64},  # a major with no CUDA version
+    {"variant": "cpu-x86_64", "url": "https://r/x", "sha256": "a" * 64, "cuda": "12.8"},
+    {"variant": "vulkan-x86_64", "url": "https://r/x", "sha256": "a" * 64, "runtime_url": "https://r/rt",
+     "runtime_sha256": "b" * 64},  # CUDA's runtime beside a Vulkan build
+    {"variant": "cuda-x86_64", "requirements": ["vllm"], "runtime_url": "https://r/rt"},  # no archive
+    {"variant": "cuda12-x86_64", "url": "https://r/x", "sha256": "a" * 64, "cuda": "12.8",
+     "runtime_url": "ftp://r/rt", "runtime_sha256": "b" * 64},
+    {"variant": "cpu-x86_64", "glibc": "2.39; rm -rf /"},
 ])
 def test_a_variant_that_cannot_be_trusted_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         EngineVariant.model_validate(bad)
+
+
+@pytest.mark.parametrize("variant", [
+    {"variant": "cpu-x86_64", "url": "https://r/x.tar.gz"},  # no digest
+    {"variant": "cuda12-x86_64", "url": "https://r/x.tar.gz", "sha256": "a" * 64, "cuda": "12.8",
+     "runtime_url": "https://r/rt.tar.gz"},  # the companion's digest missing
+])
+def test_an_archive_without_a_digest_needs_a_release_that_lists_it(variant: dict[str, object]) -> None:
+    with pytest.raises(ValidationError, match="sha256"):
+        EngineSource(name="llamacpp", version="b1", variants=[EngineVariant.model_validate(variant)])
+    listed = EngineSource(name="llamacpp", version="b1", variants=[EngineVariant.model_validate(variant)],
+                          digests_url="https://api.github.com/repos/ggml-org/llama.cpp/releases/tags/b1")
+    assert listed.variants[0].variant == variant["variant"]
+    with pytest.raises(ValidationError, match="digests_url"):
+        EngineSource(name="llamacpp", version="b1", digests_url="file:///etc/passwd")
 
 
 @pytest.mark.parametrize("version", ["../b1", "b1/..", "", ".hidden", "x" * 65, "b 1"])

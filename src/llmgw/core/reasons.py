@@ -53,6 +53,10 @@ class Reason(StrEnum):
     MissingLibraries = "MissingLibraries"  # ldd names libraries the build needs and the node lacks
     PackagesFailed = "PackagesFailed"  # the OS packages a build needs could not be installed
     NoBuildForNode = "NoBuildForNode"  # no variant of the engine fits this node's processor
+    NoBuildForProcessor = "NoBuildForProcessor"  # an engine has GPU builds, none for this node's processor family
+    DriverTooOld = "DriverTooOld"  # a CUDA build needs a newer NVIDIA driver than the node's
+    LibcTooOld = "LibcTooOld"  # a build needs a newer C library than the node's (archives built on newer distros)
+    DigestUnknown = "DigestUnknown"  # the release's digest list does not name the file, or could not be read
     DiskFull = "DiskFull"
     InsufficientDisk = "InsufficientDisk"  # a file would not fit: its size against the free space, in bytes
     SizeMismatch = "SizeMismatch"  # a file's size is not the one the catalog (or the server) gave

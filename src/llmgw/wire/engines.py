@@ -14,8 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # a version becomes part of a directory name on every node: no separators, no dot-dot, bounded
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$"
-# cpu-x86_64, cpu-arm64, cuda-x86_64, cuda-arm64: the processor family, and whether it needs an NVIDIA driver
-VARIANT_PATTERN = r"^(cpu|cuda)-(x86_64|arm64)$"
+# <accelerator>-<processor family>: cpu, vulkan, cuda (any CUDA: a pip build), cuda12, cuda13 (a CUDA major version,
+# for engines that publish one build per major); x86_64 or arm64
+VARIANT_PATTERN = r"^(cpu|vulkan|cuda|cuda1[0-9])-(x86_64|arm64)$"
+CUDA_PATTERN = r"^([0-9]{2}\.[0-9]{1,2})?$"  # the CUDA a build was made with: "12.8"
+GLIBC_PATTERN = r"^([0-9]\.[0-9]{1,3})?$"  # the oldest C library a build starts on: "2.39"
+SHA256_PATTERN = r"^([0-9a-f]{64})?$"
 PACKAGE_PATTERN = r"^[a-z0-9][a-z0-9.+-]{0,127}$"  # a Debian package name: it reaches apt-get's command line
 
 Line = Annotated[str, Field(max_length=2048)]
@@ -58,13 +62,21 @@ class Strict(BaseModel):
 
 class EngineVariant(Strict):
     """One build of an engine version. An archive (url and sha256) for llama.cpp; pip requirements (one
-    requirement per line, `--hash=` allowed) for the Python engines."""
+    requirement per line, `--hash=` allowed) for the Python engines.
+
+    What the build needs of a node is data, checked by the node before it installs (wire/builds.py): the CUDA it
+    was made with (which NVIDIA driver it needs) and the oldest C library it starts on. A CUDA archive may come with
+    a runtime companion (libcudart, libcublas) for nodes without a CUDA toolkit, unpacked beside the executable."""
 
     variant: str = Field(pattern=VARIANT_PATTERN)
     url: Line = ""
-    sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$")
+    sha256: str = Field(default="", pattern=SHA256_PATTERN)
     packages: Annotated[list[Annotated[str, Field(pattern=PACKAGE_PATTERN)]], Field(max_length=64)] = []
     requirements: Annotated[list[Line], Field(max_length=512)] = []
+    cuda: str = Field(default="", pattern=CUDA_PATTERN)
+    glibc: str = Field(default="", pattern=GLIBC_PATTERN)
+    runtime_url: Line = ""
+    runtime_sha256: str = Field(default="", pattern=SHA256_PATTERN)
 
     @field_validator("requirements")
     @classmethod
@@ -77,12 +89,21 @@ class EngineVariant(Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> EngineVariant:
-        if self.url and not self.sha256:
-            raise ValueError(f"{self.variant}: an archive needs the sha256 its publisher gives for it")
         if self.url and self.requirements:
             raise ValueError(f"{self.variant}: either an archive (url) or pip requirements, not both")
-        if self.url and not self.url.startswith(("https://", "http://")):
-            raise ValueError(f"{self.variant}: url must be http:// or https://")
+        for what, url in (("url", self.url), ("runtime_url", self.runtime_url)):
+            if url and not url.startswith(("https://", "http://")):
+                raise ValueError(f"{self.variant}: {what} must be http:// or https://")
+        if self.runtime_url and not self.url:
+            raise ValueError(f"{self.variant}: a runtime companion goes with an archive (url)")
+        if self.runtime_url and self.accelerator != "cuda":
+            raise ValueError(f"{self.variant}: a runtime companion (CUDA's libraries) is for a cuda build")
+        if self.cuda and self.accelerator != "cuda":
+            raise ValueError(f"{self.variant}: cuda: {self.cuda} is for a cuda build")
+        major = self.variant.split("-", 1)[0].removeprefix("cuda")
+        if major.isdigit() and self.cuda.split(".")[0] != major:
+            raise ValueError(f"{self.variant}: give the CUDA it was made with as cuda: {major}.N (not "
+                             f"{self.cuda or 'nothing'})")
         return self
 
     @property
@@ -90,14 +111,21 @@ class EngineVariant(Strict):
         return self.variant.split("-", 1)[1]
 
     @property
-    def cuda(self) -> bool:
-        return self.variant.startswith("cuda-")
+    def accelerator(self) -> str:
+        """cpu, vulkan or cuda: what the build computes on."""
+        kind = self.variant.split("-", 1)[0]
+        return "cuda" if kind.startswith("cuda") else kind
 
 
 class EngineSource(Strict):
+    """An engine version and its builds. `digests_url`: a GitHub release's API address (`.../releases/tags/TAG`),
+    whose assets list each file's sha256; an archive given without its own sha256 is checked against the digest
+    listed there for its file name, read by the node before it downloads."""
+
     name: str = Field(min_length=1, max_length=32)
     version: str = Field(pattern=VERSION_PATTERN)
     variants: Annotated[list[EngineVariant], Field(max_length=16)] = []
+    digests_url: Line = ""
 
     @model_validator(mode="after")
     def _unique(self) -> EngineSource:
@@ -105,6 +133,13 @@ class EngineSource(Strict):
         dup = {v for v in seen if seen.count(v) > 1}
         if dup:
             raise ValueError(f"{self.name} {self.version}: variant {sorted(dup)[0]} given twice")
+        if self.digests_url and not self.digests_url.startswith(("https://", "http://")):
+            raise ValueError(f"{self.name} {self.version}: digests_url must be http:// or https://")
+        for v in self.variants:
+            unpinned = (v.url and not v.sha256) or (v.runtime_url and not v.runtime_sha256)
+            if unpinned and not self.digests_url:
+                raise ValueError(f"{v.variant}: an archive needs the sha256 its publisher gives for it (sha256, "
+                                 "runtime_sha256), or the release's digests_url that lists it")
         return self
 
 
@@ -116,24 +151,3 @@ def machine_arch(arch: str) -> str:
     if a in ("aarch64", "arm64"):
         return "arm64"
     return a
-
-
-def choose_variant(source: EngineSource, arch: str, nvidia_driver: str) -> tuple[EngineVariant | None, str]:
-    """The build for this node, and a note for the operator (why this one, or why none). Pure.
-
-    CUDA when an NVIDIA driver is loaded and the version has a CUDA build for this processor; the CPU build
-    otherwise, saying so when the cards go unused for want of a CUDA build."""
-    family = machine_arch(arch)
-    by_name = {v.variant: v for v in source.variants}
-    cpu = by_name.get(f"cpu-{family}")
-    if nvidia_driver:
-        cuda = by_name.get(f"cuda-{family}")
-        if cuda is not None:
-            return cuda, ""
-        if cpu is not None:
-            return cpu, (f"an NVIDIA driver ({nvidia_driver}) is loaded but {source.name} {source.version} has no "
-                         f"cuda-{family} build configured: the CPU build is used")
-    if cpu is not None:
-        return cpu, ""
-    offered = ", ".join(sorted(by_name)) or "none"
-    return None, f"{source.name} {source.version} has no build for {family} (offered: {offered})"

@@ -19,8 +19,9 @@ X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and 
 # engine load (the engine's own gauges under llmgw's names) and engine installs as numbers; 6: how many requests a
 # shard's engine generates at once, when it has a fixed number of slots; 7: the peer rank whose loss ended a shard,
 # and the shard state "unresponsive" (it served, and its engine no longer answers); 8: a card's MIG instances and the
-# CUDA version its driver supports
-WIRE_VERSION = 8
+# CUDA version its driver supports; 9: engine builds by accelerator (a variant's CUDA, C library, runtime companion, a
+# release's digest list), the build a node took and those it passed over with their reasons, the node's glibc
+WIRE_VERSION = 9
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
@@ -134,6 +135,7 @@ class Hardware(Strict):
     gpu_source: Literal["nvml", "nvidia-smi", "inventory", "none"] = "none"
     nvidia_driver: Name = ""
     nvidia_cuda: Name = ""  # the newest CUDA the driver supports ("12.2"), as nvidia-smi or NVML says it
+    glibc: Name = ""  # the C library's version ("2.39"): prebuilt engines need a recent one; "" if not glibc or unread
     gpus: Annotated[list[GPU], Field(max_length=1024)] = []
     gpu_problems: Texts = []  # discovery trouble that is not absence, e.g. an NVML/driver mismatch
     ib_adapters: Annotated[list[IBAdapter], Field(max_length=64)] = []
@@ -144,6 +146,15 @@ class Hardware(Strict):
         return self.arch.lower() in X86_ARCHES and self.cpu.cores > 0 and not self.cpu.avx2
 
 
+class BuildPassedOver(Strict):
+    """A better build of an engine that this node did not take, and why: DriverTooOld, LibcTooOld,
+    NoBuildForProcessor, or the reason its install failed here."""
+
+    variant: Name
+    reason: Name
+    message: Text
+
+
 class EngineStatus(Strict):
     name: Name  # llamacpp, vllm, sglang, sim
     version: Name = ""
@@ -151,6 +162,8 @@ class EngineStatus(Strict):
     runs: bool
     message: Text = ""  # why it cannot run (or why its check was inconclusive), in the machine's words
     reason: Name = ""  # a code for message: EngineCannotRun, EngineFlagsMissing, EngineCheckInconclusive
+    variant: Name = ""  # the build this node took ("cuda12-x86_64"); "" when it chose none (or one named in agent.yaml)
+    passed_over: Annotated[list[BuildPassedOver], Field(max_length=16)] = []  # better builds it did not take, and why
 
 
 class EngineLoad(Strict):

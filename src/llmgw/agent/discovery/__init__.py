@@ -21,7 +21,7 @@ from llmgw.agent.discovery.gpus import probe_gpus
 from llmgw.agent.discovery.hostroot import HostRoot
 from llmgw.agent.discovery.infiniband import probe_adapters
 from llmgw.agent.discovery.memory import probe_memory
-from llmgw.agent.discovery.system import probe_arch, probe_disk, probe_os
+from llmgw.agent.discovery.system import probe_arch, probe_disk, probe_glibc, probe_os
 from llmgw.agent.discovery.warnings import hardware_warnings
 from llmgw.wire.messages import Hardware
 
@@ -70,6 +70,7 @@ def discover(
         gpu_source=gpus.source,
         nvidia_driver=gpus.driver,
         nvidia_cuda=gpus.cuda,
+        glibc=probe_glibc(root),
         gpus=gpus.gpus,
         gpu_problems=list(gpus.problems),
         ib_adapters=probe_adapters(root),

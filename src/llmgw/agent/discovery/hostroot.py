@@ -41,6 +41,17 @@ class HostRoot:
                 return None
             raise DiscoveryError(f"cannot read {p}: {e.strerror or e}") from None
 
+    def read_bytes(self, rel: str, limit: int) -> bytes | None:
+        """Up to `limit` bytes of the file (a link is followed, as on the host), or None when it is absent."""
+        p = self.path(rel)
+        try:
+            with p.open("rb") as f:
+                return f.read(limit)
+        except OSError as e:
+            if e.errno in _NO_VALUE or isinstance(e, IsADirectoryError):
+                return None
+            raise DiscoveryError(f"cannot read {p}: {e.strerror or e}") from None
+
     def listdir(self, rel: str) -> list[str]:
         """Entry names in natural order; an absent directory has none."""
         p = self.path(rel)

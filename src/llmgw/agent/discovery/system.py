@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -56,3 +57,22 @@ def probe_disk(weights_dir: Path | None) -> Disk | None:
     except OSError as e:
         raise DiscoveryError(f"cannot measure {real}: {e.strerror or e}") from None
     return Disk(path=str(real), total_bytes=usage.total, free_bytes=usage.free)
+
+
+# where distributions keep the C library (Debian/Ubuntu by processor family, then Red Hat's and others' lib64)
+LIBC_PATHS = ("lib/x86_64-linux-gnu/libc.so.6", "usr/lib/x86_64-linux-gnu/libc.so.6", "lib/aarch64-linux-gnu/libc.so.6",
+              "usr/lib/aarch64-linux-gnu/libc.so.6", "lib64/libc.so.6", "usr/lib64/libc.so.6", "lib/libc.so.6")
+LIBC_READ_MAX = 8 << 20  # glibc is about 2 MB; the banner is read from the file, never by running it
+_BANNER = re.compile(rb"GNU C Library [^\n\0]{0,120}?release version ([0-9]\.[0-9]{1,3})")
+
+
+def probe_glibc(root: HostRoot) -> str:
+    """The C library's version ("2.39"), read from the banner glibc carries in itself; "" for another C library
+    (musl) or none found: unknown is not "too old", and the engine's own library check decides then."""
+    for rel in LIBC_PATHS:
+        data = root.read_bytes(rel, LIBC_READ_MAX)
+        if data:
+            m = _BANNER.search(data)
+            if m:
+                return m.group(1).decode()
+    return ""

@@ -28,8 +28,9 @@ from llmgw.agent.supervisor.process import write_private
 from llmgw.core.backoff import doubling
 from llmgw.core.errors import InstallRefused
 from llmgw.core.reasons import Reason
-from llmgw.wire.engines import EngineSource, EngineVariant, choose_variant
-from llmgw.wire.messages import EngineStatus, Hardware, InstallStatus
+from llmgw.wire.builds import NodeFacts, PassedOver, choose_build
+from llmgw.wire.engines import EngineSource, EngineVariant
+from llmgw.wire.messages import BuildPassedOver, EngineStatus, Hardware, InstallStatus
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ RETRY_MAX_S = 600.0
 WANTED_FILE = "wanted.json"
 _WANTED = TypeAdapter(list[EngineSource])
 COUNT_MAX = 2**53  # the wire's bound on a count: a server may claim any Content-Length
+# an install that failed for these reasons failed because of this node (a library its C library or driver lacks):
+# a GPU build refused so is passed over for the next that fits, until the node's hardware changes
+NODE_REFUSALS = frozenset({Reason.MissingLibraries, Reason.EngineCannotRun})
 
 
 @dataclass
@@ -48,6 +52,9 @@ class Track:
     source: EngineSource
     variant: EngineVariant | None = None
     note: str = ""  # why this build (a driver with no CUDA build), or why none fits
+    passed_over: tuple[PassedOver, ...] = ()  # better builds not taken, each with its reason
+    refused: dict[str, PassedOver] = field(default_factory=dict)  # builds whose install failed here for the node's sake
+    facts: NodeFacts | None = None  # what the choice was made from: new facts clear `refused`
     status: EngineStatus | None = None  # the installed build as last checked
     checked_at: float = float("-inf")
     progress: str = ""
@@ -121,7 +128,12 @@ class Installer:
                     t.status = await self._installed_any(s)
                     t.checked_at = now
                 continue
-            variant, t.note = choose_variant(s, hw.arch, hw.nvidia_driver)
+            facts = NodeFacts(arch=hw.arch, nvidia_driver=hw.nvidia_driver, nvidia_cuda=hw.nvidia_cuda,
+                              glibc=hw.glibc)
+            if facts != t.facts:  # a driver or C library changed: what failed before may run now
+                t.facts, t.refused = facts, {}
+            choice = choose_build(s, facts, t.refused)
+            variant, t.note, t.passed_over = choice.variant, choice.note, choice.passed_over
             if variant != t.variant:  # a driver came or went: what was checked is not what is wanted now
                 if t.check is not None:
                     t.check.cancel()
@@ -203,6 +215,14 @@ class Installer:
             mark("installing", 0, None)
 
     def _failed(self, t: Track, reason: str, words: str) -> None:
+        v = t.variant
+        if reason in NODE_REFUSALS and v is not None and v.accelerator != "cpu":
+            # the next pass takes the next build that fits; this one is named among those passed over
+            t.refused[v.variant] = PassedOver(v.variant, Reason(reason), f"{v.variant} was installed and does not "
+                                              f"run on this node: {words[:1500]}")
+            log.error("%s %s: %s does not run here (%s); the next build that fits is tried", t.source.name,
+                      t.source.version, v.variant, words)
+            return
         t.failures += 1
         delay = doubling(RETRY_FIRST_S, RETRY_MAX_S, t.failures - 1)
         t.retry_at = self.ctx.clock.monotonic() + delay
@@ -248,6 +268,16 @@ class Installer:
     # -- what the node reports ----------------------------------------------------------------------------------
 
     def statuses(self) -> list[EngineStatus]:
+        return [st.model_copy(update=self._build_of(self.tracks[st.name])) if st.name in self.tracks else st
+                for st in self._statuses()]
+
+    @staticmethod
+    def _build_of(t: Track) -> dict[str, object]:
+        passed = [BuildPassedOver(variant=p.variant, reason=p.reason, message=p.message[:2000])
+                  for p in t.passed_over[:16]]
+        return {"variant": t.variant.variant if t.variant is not None else "", "passed_over": passed}
+
+    def _statuses(self) -> list[EngineStatus]:
         out = []
         for name, t in sorted(self.tracks.items()):
             s = t.source
