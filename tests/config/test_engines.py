@@ -26,7 +26,32 @@ def test_by_default_every_node_has_this_releases_llama_cpp_and_sim(tmp_path: Pat
     assert s.engine_names() == ["llamacpp", "sim"]
     assert s.engine_sources() == [LLAMACPP_DEFAULT]
     x86 = next(v for v in LLAMACPP_DEFAULT.variants if v.variant == "cpu-x86_64")
-    assert x86.url.endswith("/b10507/llama-b10507-bin-ubuntu-x64.tar.gz") and len(x86.sha256) == 64
+    assert x86.url.endswith("/b11026/llama-b11026-bin-ubuntu-x64.tar.gz")
+    assert LLAMACPP_DEFAULT.digests_url == "https://api.github.com/repos/ggml-org/llama.cpp/releases/tags/b11026"
+
+
+def test_the_default_llama_cpp_offers_gpu_builds_newest_cuda_first() -> None:
+    by_name = {v.variant: v for v in LLAMACPP_DEFAULT.variants}
+    assert sorted(by_name) == ["cpu-arm64", "cpu-x86_64", "cuda12-x86_64", "cuda13-x86_64", "vulkan-x86_64"]
+    cuda12 = by_name["cuda12-x86_64"]
+    assert cuda12.url.endswith("/b11026/llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz")
+    assert cuda12.runtime_url.endswith("/b11026/cudart-llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz")
+    assert (cuda12.cuda, cuda12.glibc) == ("12.8", "2.39")
+    assert by_name["cuda13-x86_64"].cuda == "13.3" and "libvulkan1" in by_name["vulkan-x86_64"].packages
+
+
+def test_an_operator_pin_keeps_every_field_of_a_gpu_build(tmp_path: Path) -> None:
+    s = server(tmp_path, """engines:
+  - name: llamacpp
+    version: b2
+    digests_url: https://api.github.com/repos/ggml-org/llama.cpp/releases/tags/b2
+    variants:
+      - {variant: cuda12-x86_64, url: 'https://x/l.tgz', cuda: '12.8', glibc: '2.39', runtime_url: 'https://x/rt.tgz'}
+""")
+    [src] = [e for e in s.engine_sources() if e.name == "llamacpp"]
+    [v] = src.variants
+    assert (v.cuda, v.glibc, v.runtime_url, src.digests_url) == ("12.8", "2.39", "https://x/rt.tgz",
+                                                                 "https://api.github.com/repos/ggml-org/llama.cpp/releases/tags/b2")
 
 
 def test_the_shipped_example_pins_engines_and_reads_its_requirements_file() -> None:

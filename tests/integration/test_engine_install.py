@@ -62,7 +62,7 @@ def test_a_bare_node_installs_llama_cpp_and_serves(tmp_path: Path, running: list
                 return row if row and any(progress.match(w) for w in row["warnings"]) else None
 
             row = wait_until(installing, 60, "the node reports its download in progress, in ctl nodes")
-            assert "llamacpp b7 (installing)" in row["engines"], row
+            assert "llamacpp b7 cpu-x86_64 (installing)" in row["engines"], row
 
             def explained() -> dict[str, Any] | None:  # placement's words follow the node's report at the next pass
                 (replica,) = ctl_json(p, "explain", "smollm2")["replicas"]

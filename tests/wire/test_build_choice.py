@@ -57,7 +57,8 @@ def test_a_c_library_too_old_leaves_the_cpu_build_as_a_stated_fallback() -> None
     choice = choose_build(source(*ALL), node)
     assert choice.variant == CPU_X86
     assert [(p.variant, p.reason) for p in choice.passed_over] == [
-        ("cuda13-x86_64", Reason.LibcTooOld), ("cuda12-x86_64", Reason.LibcTooOld), ("vulkan-x86_64", Reason.LibcTooOld)]
+        ("cuda13-x86_64", Reason.LibcTooOld), ("cuda12-x86_64", Reason.LibcTooOld),
+        ("vulkan-x86_64", Reason.LibcTooOld)]
     assert "glibc 2.39 (Ubuntu 24.04) or newer" in choice.passed_over[0].message
     assert "this node has glibc 2.35 (Ubuntu 22.04)" in choice.passed_over[0].message
     assert "GLIBC_2.39 not found" in choice.passed_over[0].message

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from llmgw.wire.engines import EngineSource, EngineVariant
 
+
 @pytest.mark.parametrize("bad", [
     {"variant": "cpu-x86_64", "url": "file:///etc/passwd", "sha256": "a" * 64},
     {"variant": "cpu-x86_64", "sha256": "A" * 64, "url": "https://r/x"},

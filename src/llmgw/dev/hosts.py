@@ -26,6 +26,10 @@ def write_sim_host(
     faulty: dict[int, str] | None = None,
     nvlink: str = "all",  # all | pairs | unknown
     avx2: bool = True,
+    driver: str = "550.54.15",  # the NVIDIA driver the inventory names, and the newest CUDA it runs
+    cuda: str = "12.4",
+    glibc: str = "2.39",  # the C library a prebuilt engine is matched against ("": none that says its version)
+    arch: str = "",  # the kernel's name for the processor ("aarch64"); "": the agent's own
 ) -> Path:
     """Write a simulated host root and its GPU inventory; returns the inventory path."""
     (root / "proc").mkdir(parents=True, exist_ok=True)
@@ -37,6 +41,13 @@ def write_sim_host(
         cpuinfo = cpuinfo.replace(" avx2 avx512f amx_tile", "")
     (root / "proc" / "cpuinfo").write_text(cpuinfo)
     (root / "etc" / "os-release").write_text('PRETTY_NAME="Ubuntu 24.04.1 LTS (simulated)"\n')
+    if glibc:  # glibc's banner, as the library carries it (discovery reads it, never runs it)
+        lib = root / "lib" / "x86_64-linux-gnu"
+        lib.mkdir(parents=True, exist_ok=True)
+        (lib / "libc.so.6").write_text(f"GNU C Library (simulated GLIBC {glibc}) stable release version {glibc}.\n")
+    if arch:
+        (root / "proc" / "sys" / "kernel").mkdir(parents=True, exist_ok=True)
+        (root / "proc" / "sys" / "kernel" / "arch").write_text(arch + "\n")
     codes = {"ACTIVE": 4, "INIT": 2, "DOWN": 1}
     for name, state in (adapters or {}).items():
         port = root / "sys" / "class" / "infiniband" / name / "ports" / "1"
@@ -54,5 +65,5 @@ def write_sim_host(
             card["fault"] = faulty[i]
         cards.append(card)
     inv = root / "gpu-inventory.yaml"
-    inv.write_text(yaml.safe_dump({"driver": "550.54.15", "gpus": cards}, sort_keys=False))
+    inv.write_text(yaml.safe_dump({"driver": driver, "cuda": cuda, "gpus": cards}, sort_keys=False))
     return inv
