@@ -206,3 +206,12 @@ def test_a_pending_row_remap_keeps_the_card_out_in_nvidia_smis_terms(
     assert [p.code for p in hardware_warnings(hw)] == ["GPUFaulty"]
     # the healthy original of the same card is not faulty: the four changed values are what made it so
     assert not discover_with("a10g.xml", tmp_path, monkeypatch).gpus[0].faulty
+
+
+def test_every_recorded_output_is_listed_with_its_origin_and_tested_here() -> None:
+    recorded = sorted(p.name for p in OUTPUTS.glob("*.xml"))
+    readme = (OUTPUTS / "README.md").read_text()
+    here = Path(__file__).read_text()
+    assert len(recorded) >= 14
+    assert [f for f in recorded if f"| {f} |" not in readme] == []
+    assert [f for f in recorded if f'"{f}"' not in here] == []
