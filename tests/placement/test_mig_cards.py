@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, Refusal, place
@@ -48,3 +50,20 @@ def test_mig_on_with_no_instances_yet_is_still_not_whole() -> None:
     res = _place(n, 1)
     assert isinstance(res, Refusal)
     assert "1 in MIG mode (no instances made yet" in res.explanation.verdicts[0].message
+
+
+
+@pytest.mark.parametrize(
+    ("cls", "reason"),
+    [(None, Reason.InsufficientGPUs), ("A100-80G", Reason.InsufficientGPUs), ("A100-20G", Reason.GPUClassMismatch)],
+)
+def test_no_slice_stands_in_for_a_card_even_for_a_one_card_model(cls: str | None, reason: Reason) -> None:
+    # the decision (docs/node-onboarding.md, MIG): a slice is not a placeable unit, however small the model; and a
+    # slice's size is not a class: the card keeps its own, so "A100-20G" names no card here
+    n = with_mig(node("n1", n_gpus=2, cls="A100-80G"), (0, 1), FOUR_SLICES)
+    m = model(gpus_per_shard=1, cls=cls)
+    res = place(Request("r1", m), build_snapshot([n], [], {m.name: m}, now=100.0))
+    assert isinstance(res, Refusal)
+    assert res.explanation.filtered == {reason: 1}
+    if reason is Reason.InsufficientGPUs:
+        assert res.explanation.verdicts[0].message.endswith("2 in MIG mode (4 instances each; not offered whole)")

@@ -21,6 +21,13 @@ from llmgw.agent.discovery import gpu_class
         ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887, "RTXPRO6000-96G"),
         ("Quadro RTX 8000", 48601, "RTX8000-47G"),
         ("NVIDIA RTX 4000 SFF Ada Generation", 20475, "RTX4000-20G"),
+        # a Ti or SUPER is another card than the plain number, at times with the same memory
+        ("GeForce RTX 2080 Ti", 10989, "RTX2080TI-11G"),
+        ("NVIDIA GeForce RTX 4070 Ti SUPER", 16376, "RTX4070TISUPER-16G"),
+        ("NVIDIA GeForce RTX 4070 SUPER", 12282, "RTX4070SUPER-12G"),
+        # GRID is a brand: the model is the card (or, in a vGPU guest, the card the slice is cut from)
+        ("GRID K520", 4095, "K520-4G"),
+        ("GRID P4-1Q", 1024, "P4-1G"),
         # a driver older than the card does not know its name: no model, not a model called "GRAPHICS"
         ("Graphics Device", 5912, "UNKNOWN-6G"),
     ],

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from itertools import takewhile
 
-# Brand words carry no information about what the card can run.
-_BRANDS = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO"}
+# Brand words carry no information about what the card can run ("GRID P4-1Q" is a slice of a P4).
+_BRANDS = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO", "GRID"}
 # Series prefixes that are not a model on their own: "RTX 4090" is the model "RTX4090".
 _SERIES = {"RTX", "GTX"}
+# Words after the number that make another card: an "RTX 2080 Ti" is not an "RTX 2080".
+_VARIANTS = {"TI", "SUPER"}
 # What nvidia-smi and NVML call a card the driver is too old to know: no model at all.
 _NAMELESS = {"GRAPHICS DEVICE"}
 
@@ -24,7 +27,7 @@ def gpu_class(name: str, memory_mib: int) -> str:
     elif words[0] in _SERIES and len(words) > 2 and words[1] == "PRO":
         model = "".join(words[:3])  # "RTX PRO 6000 Blackwell": the number is the model, as in "RTX 4090"
     elif words[0] in _SERIES and len(words) > 1:
-        model = words[0] + words[1]
+        model = words[0] + words[1] + "".join(takewhile(lambda w: w in _VARIANTS, words[2:]))
     else:
         model = words[0]
     if memory_mib <= 0:

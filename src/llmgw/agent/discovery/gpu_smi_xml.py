@@ -74,7 +74,8 @@ def faults(gpu: ET.Element) -> list[str]:
     """What makes this card unfit until a reset or service, in nvidia-smi's terms (the same words NVML's reading
     gives, so a node reads alike from either source)."""
     found = []
-    if _yes(gpu, "retired_pages/pending_retirement"):
+    # driver 430 words it pending_blacklist only; 410 and 418 say pending_retirement; 513 and later say both
+    if _yes(gpu, "retired_pages/pending_retirement") or _yes(gpu, "retired_pages/pending_blacklist"):
         found.append("retired pages pending: reset the GPU to retire them")
     if _yes(gpu, "remapped_rows/remapped_row_failure"):
         found.append("row remapping failure: the card needs service")
