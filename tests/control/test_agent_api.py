@@ -266,3 +266,37 @@ def test_a_version_3_agent_is_not_sent_how_to_have_weights() -> None:
     assert v4["shards"][0]["weights"]["wait_for"] == "node02"
     v2 = json.loads(answer_in(desired, 2))
     assert "engine_sources" not in v2 and "weights" not in v2["shards"][0]
+
+
+def test_a_version_8_agent_is_sent_only_builds_it_can_install_in_words_it_reads() -> None:
+    """Version 8 knows cpu- and cuda- builds with pinned digests: a Vulkan or CUDA-major build, a runtime companion,
+    a release's digest list or a build's needs would make it refuse the whole desired state. Read here by the
+    version 8 agent's own model (wire/engines.py as it was, kept in tests/fixtures/wire), strictly."""
+    import json
+    import sys
+    import types
+    from pathlib import Path
+
+    from llmgw.config.engines import LLAMACPP_DEFAULT, VLLM_DEFAULT
+    from llmgw.control.agent_api import answer_in
+    from llmgw.wire.engines import EngineSource, EngineVariant
+    from llmgw.wire.messages import DesiredState
+
+    # src/llmgw/wire/engines.py at 7336495, the last release that spoke wire version 8
+    old_text = (Path(__file__).resolve().parents[1] / "fixtures" / "wire" / "engines-v8.py.txt").read_text()
+    old = types.ModuleType("wire_engines_v8")
+    sys.modules[old.__name__] = old  # pydantic resolves the module's annotations through sys.modules
+    try:
+        exec(compile(old_text, "wire_engines_v8", "exec"), old.__dict__)
+    finally:
+        del sys.modules[old.__name__]
+    pinned = EngineSource(name="llamacpp", version="b2", digests_url="https://api.example/releases/tags/b2", variants=[
+        EngineVariant(variant="cpu-x86_64", url="https://r/cpu.tgz", sha256="a" * 64),
+        EngineVariant(variant="cuda12-x86_64", url="https://r/c.tgz", cuda="12.8", glibc="2.39")])
+    desired = DesiredState(node_id="node01", engine_sources=[LLAMACPP_DEFAULT, VLLM_DEFAULT, pinned])
+    v8 = json.loads(answer_in(desired, 8))
+    sources = [old.EngineSource.model_validate(s) for s in v8["engine_sources"]]
+    kept = {s.name + " " + s.version: [v.variant for v in s.variants] for s in sources}
+    assert kept == {"llamacpp b11026": [], "vllm 0.32.0": ["cuda-x86_64", "cpu-x86_64"], "llamacpp b2": ["cpu-x86_64"]}
+    v9 = json.loads(answer_in(desired, 9))
+    assert v9["engine_sources"][0]["digests_url"] and v9["engine_sources"][2]["variants"][1]["cuda"] == "12.8"

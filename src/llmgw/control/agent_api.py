@@ -22,6 +22,7 @@ from llmgw.control.node_claims import IPNetwork, address_problem, ports_problem
 from llmgw.control.registry import Registry
 from llmgw.core.buckets import Buckets
 from llmgw.pki.tls import PeerIdentity, peer_identity
+from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
@@ -148,4 +149,18 @@ def answer_in(desired: DesiredState, version: int) -> str:
     older: dict[str, Any] = {"shards": {"__all__": {"weights"}}, "revoked": True} if desired.version < 4 else {}
     if desired.version < 3:
         older["engine_sources"] = True
+    elif desired.version < 9:
+        desired = desired.model_copy(update={"engine_sources": [_before_9(s) for s in desired.engine_sources]})
+        older["engine_sources"] = {"__all__": {"digests_url": True, "variants": {"__all__": set(BUILD_NEEDS)}}}
     return desired.model_dump_json(exclude=older or None)
+
+
+BUILD_NEEDS = ("cuda", "glibc", "runtime_url", "runtime_sha256")  # wire version 9: what a build needs of a node
+
+
+def _before_9(source: EngineSource) -> EngineSource:
+    """The builds an agent before wire version 9 can install as they are: a CPU or plain CUDA build with its own
+    digest and no runtime companion (it could neither read a release's digest list nor check a driver's version)."""
+    kept = [v for v in source.variants if v.variant.split("-")[0] in ("cpu", "cuda") and (not v.url or v.sha256)
+            and not v.runtime_url]
+    return source.model_copy(update={"variants": kept})
