@@ -22,7 +22,7 @@ from llmgw.wire.engines import EngineSource, EngineVariant
 LIST_MAX = 4 << 20  # llama.cpp's release, 40 assets with their uploaders, is about 100 kB
 LIST_TIMEOUT = 30.0
 LIST_DEADLINE = 120.0
-_DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
+_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def digest_for(assets: dict[str, str], file_url: str, list_url: str) -> str:
     if name not in assets:
         raise InstallRefused(Reason.DigestUnknown, f"{name[:200]} is not among the assets the digest list at "
                              f"{words(list_url)} names: its sha256 is unknown, so it is not installed")
-    m = _DIGEST.match(assets[name])
+    m = _DIGEST.fullmatch(assets[name])  # not match: `$` passes a newline after the hex
     if m is None:
         given = assets[name][:80] or "none"
         raise InstallRefused(Reason.DigestUnknown, f"the digest list at {words(list_url)} gives {name[:200]} no "

@@ -91,7 +91,7 @@ PLUGINS_MAX = 64  # backends read beside an executable: llama.cpp's CPU builds c
 _VERSION_MISSING = re.compile(r"^\s*\S+?: (\S+): version `([^']{1,80})' not found \(required by (\S+)\)")
 
 
-def _not_found(output: str, of: str) -> list[tuple[str, str]]:
+def ldd_missing(output: str, of: str) -> list[tuple[str, str]]:
     """(what is missing, which file needs it) for each line of ldd's output that says something is not found."""
     out = []
     for ln in output.splitlines():
@@ -124,7 +124,7 @@ async def missing_libraries(binary: str, plugins: str = "") -> list[str]:
     needed: dict[str, list[str]] = {}
     for f in [binary, *plugins_of(binary, plugins)]:
         r = await run(["ldd", f], timeout=10.0)
-        for lib, by in _not_found(r.output, os.path.basename(f)):
+        for lib, by in ldd_missing(r.output, os.path.basename(f)):
             if by not in needed.setdefault(lib, []):
                 needed[lib].append(by)
     return [f"{lib} (needed by {', '.join(by[:4])}{', …' if len(by) > 4 else ''})" for lib, by in needed.items()]
