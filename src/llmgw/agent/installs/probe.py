@@ -122,8 +122,11 @@ async def missing_libraries(binary: str, plugins: str = "") -> list[str]:
     """What the dynamic loader cannot find for `binary` and its plugins, each with the files that need it:
     "libcudart.so.12 (needed by libggml-cuda.so)"."""
     needed: dict[str, list[str]] = {}
-    for f in [binary, *plugins_of(binary, plugins)]:
-        r = await run(["ldd", f], timeout=10.0)
+    files = [binary, *plugins_of(binary, plugins)]
+    ran: list[RunResult] = []
+    for i in range(0, len(files), 8):  # a few at once: a dozen backends, each ldd a loader run
+        ran += await asyncio.gather(*(run(["ldd", f], timeout=10.0) for f in files[i : i + 8]))
+    for f, r in zip(files, ran, strict=True):
         for lib, by in ldd_missing(r.output, os.path.basename(f)):
             if by not in needed.setdefault(lib, []):
                 needed[lib].append(by)
