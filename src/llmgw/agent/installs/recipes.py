@@ -141,11 +141,15 @@ def download_name(source: EngineSource, variant: EngineVariant) -> str:
     return _kept_as(variant.url, variant.sha256, archive_name(source, variant))
 
 
+def runtime_download_name(source: EngineSource, variant: EngineVariant) -> str:
+    return _kept_as(variant.runtime_url, variant.runtime_sha256, runtime_name(source, variant))
+
+
 def download_names(source: EngineSource, variant: EngineVariant) -> set[str]:
     """Where each download of this build is kept: the archive's, and its runtime companion's."""
     names = {download_name(source, variant)}
     if variant.runtime_url:
-        names.add(_kept_as(variant.runtime_url, variant.runtime_sha256, runtime_name(source, variant)))
+        names.add(runtime_download_name(source, variant))
     return names
 
 
@@ -192,9 +196,10 @@ async def _download(ctx: Context, url: str, name: str, kept_as: str, sha256: str
                           deadline=ctx.limits.download_seconds, redirects=ctx.redirects)
 
 
-async def _unpacked(archive: Path, dest: Path, max_bytes: int) -> None:
+@contextmanager
+def _dropped_if_unsafe(archive: Path) -> Iterator[None]:
     try:
-        await unpack(archive, dest, max_bytes)
+        yield
     except InstallRefused as e:
         if e.reason == Reason.ArchiveUnsafe:
             archive.unlink(missing_ok=True)  # it will not be better next time; fetched again if it is fixed
@@ -218,26 +223,27 @@ async def install_archive(ctx: Context, source: EngineSource, variant: EngineVar
         raise InstallRefused.from_os(e, f"cannot make {downloads}") from None
     mark("downloading", 0, None)
     pins = await pinned(source, variant, downloads, ctx.redirects)
-    archive = await _download(ctx, variant.url, name, _kept_as(variant.url, variant.sha256, name), pins.sha256,
-                              said, mark)
+    archive = await _download(ctx, variant.url, name, download_name(source, variant), pins.sha256, said, mark)
     runtime = None
     if variant.runtime_url:
         runtime = await _download(ctx, variant.runtime_url, f"{rt_name} (its runtime libraries)",
-                                  _kept_as(variant.runtime_url, variant.runtime_sha256, rt_name),
+                                  runtime_download_name(source, variant),
                                   pins.runtime_sha256, said, mark)
     shutil.rmtree(staging, ignore_errors=True)  # a cancelled attempt's, at this same name
     with _removed_unless_done(staging, f"installing {name}"):
         staging.mkdir(parents=True)
         said(f"unpacking {name}")
         mark("unpacking", 0, None)
-        await _unpacked(archive, staging, ctx.limits.unpack_bytes)
+        with _dropped_if_unsafe(archive):
+            await unpack(archive, staging, ctx.limits.unpack_bytes)
         wanted = ADAPTERS[source.name].packaging.executable
         exe = find_executable(staging, wanted)
         if exe is None:
             raise InstallRefused(Reason.EngineInstallFailed, f"{name} holds no {wanted}")
         if runtime is not None:
             said(f"unpacking {rt_name} beside {wanted}")
-            await _beside(runtime, rt_name, staging, exe.parent, ctx.limits.unpack_bytes)
+            with _dropped_if_unsafe(runtime):
+                await unpack_beside(runtime, rt_name, staging, exe.parent, ctx.limits.unpack_bytes, frozenset({MARKER}))
         mark("installing", 0, None)
         await _os_packages(ctx, variant, said)
         said("checking that it runs")
@@ -252,15 +258,6 @@ async def install_archive(ctx: Context, source: EngineSource, variant: EngineVar
         if done is not None:
             done.unlink(missing_ok=True)
     return status.model_copy(update={"path": str(final / rel)})
-
-
-async def _beside(runtime: Path, name: str, staging: Path, exe_dir: Path, max_bytes: int) -> None:
-    try:
-        await unpack_beside(runtime, name, staging, exe_dir, max_bytes, frozenset({MARKER}))
-    except InstallRefused as e:
-        if e.reason == Reason.ArchiveUnsafe:
-            runtime.unlink(missing_ok=True)
-        raise
 
 
 def _alias(env: Path, dist: str, version: str) -> None:
