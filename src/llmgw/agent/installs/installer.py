@@ -19,7 +19,7 @@ from llmgw.agent.installs.recipes import (
     Context,
     Step,
     current_build,
-    download_name,
+    download_names,
     install,
     stale_downloads,
 )
@@ -257,7 +257,8 @@ class Installer:
                     log.info("removing %s: not the build in use, and no shard runs from it", d)
                     shutil.rmtree(d, ignore_errors=True)
         if not busy:
-            keep_files = {download_name(t.source, t.variant) for t in self.tracks.values() if t.variant is not None}
+            keep_files = {n for t in self.tracks.values() if t.variant is not None
+                          for n in download_names(t.source, t.variant)}
             for f in stale_downloads(self.ctx.root, keep_files):
                 log.info("removing %s: a download nothing wants", f)
                 if f.is_dir() and not f.is_symlink():

@@ -5,6 +5,7 @@ checked for every flag llmgw will pass it."""
 from __future__ import annotations
 
 import asyncio
+import glob
 import os
 import re
 import signal
@@ -85,9 +86,51 @@ async def _end(p: asyncio.subprocess.Process, first: signal.Signals, grace: floa
         pass
 
 
-async def missing_libraries(binary: str) -> list[str]:
-    r = await run(["ldd", binary], timeout=10.0)
-    return [ln.split("=>")[0].strip() for ln in r.output.splitlines() if "not found" in ln]
+PLUGINS_MAX = 64  # backends read beside an executable: llama.cpp's CPU builds carry a dozen
+# ldd's words for a library found without the symbol version a file needs (a build made on a newer C library)
+_VERSION_MISSING = re.compile(r"^\s*\S+?: (\S+): version `([^']{1,80})' not found \(required by (\S+)\)")
+
+
+def ldd_missing(output: str, of: str) -> list[tuple[str, str]]:
+    """(what is missing, which file needs it) for each line of ldd's output that says something is not found."""
+    out = []
+    for ln in output.splitlines():
+        m = _VERSION_MISSING.match(ln)
+        if m:
+            out.append((f"{os.path.basename(m.group(1))} version {m.group(2)}", os.path.basename(m.group(3))))
+        elif "=>" in ln and ln.rstrip().endswith("not found"):
+            out.append((ln.split("=>")[0].strip()[:200], of))
+        elif "not found" in ln:  # in words this does not know: shown as they are
+            out.append((ln.strip()[:300], of))
+    return out
+
+
+def plugins_of(binary: str, pattern: str) -> list[str]:
+    """The files beside `binary` its packaging names as plugins, each once (links to one file are one)."""
+    if not pattern:
+        return []
+    seen, out = {os.path.realpath(binary)}, []
+    for p in sorted(glob.glob(os.path.join(glob.escape(os.path.dirname(binary)), pattern)))[:PLUGINS_MAX]:
+        real = os.path.realpath(p)
+        if real not in seen and os.path.isfile(real):
+            seen.add(real)
+            out.append(p)
+    return out
+
+
+async def missing_libraries(binary: str, plugins: str = "") -> list[str]:
+    """What the dynamic loader cannot find for `binary` and its plugins, each with the files that need it:
+    "libcudart.so.12 (needed by libggml-cuda.so)"."""
+    needed: dict[str, list[str]] = {}
+    files = [binary, *plugins_of(binary, plugins)]
+    ran: list[RunResult] = []
+    for i in range(0, len(files), 8):  # a few at once: a dozen backends, each ldd a loader run
+        ran += await asyncio.gather(*(run(["ldd", f], timeout=10.0) for f in files[i : i + 8]))
+    for f, r in zip(files, ran, strict=True):
+        for lib, by in ldd_missing(r.output, os.path.basename(f)):
+            if by not in needed.setdefault(lib, []):
+                needed[lib].append(by)
+    return [f"{lib} (needed by {', '.join(by[:4])}{', …' if len(by) > 4 else ''})" for lib, by in needed.items()]
 
 
 def _last_line(output: str) -> str:
@@ -103,7 +146,7 @@ async def probe(engine: str, binary: str) -> EngineStatus:
     if not os.path.exists(binary):
         return cannot.model_copy(update={"message": f"{binary} does not exist"})
     if packaging.kind == "archive":
-        missing = await missing_libraries(binary)
+        missing = await missing_libraries(binary, packaging.plugins)
         if missing:
             return cannot.model_copy(update={"message": f"missing libraries: {', '.join(missing)}",
                                              "reason": Reason.MissingLibraries})

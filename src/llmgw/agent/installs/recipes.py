@@ -5,6 +5,7 @@ every working build, and the shards running from it, as they were."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -14,9 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-from urllib.parse import unquote, urlparse
 
 from llmgw.agent.engines import ADAPTERS
+from llmgw.agent.installs.companion import unpack_beside
+from llmgw.agent.installs.digests import file_name, pinned
 from llmgw.agent.installs.download import download
 from llmgw.agent.installs.packages import PackageTool, apt_install, missing_packages
 from llmgw.agent.installs.probe import probe, run
@@ -111,18 +113,44 @@ def write_marker(d: Path, data: dict[str, str]) -> None:
     write_private(d / MARKER, json.dumps(data, sort_keys=True))
 
 
+def _file_name(url: str, fallback: str) -> str:
+    """The URL's file name, when that is a plain archive name; `fallback` otherwise."""
+    name = file_name(url)
+    return name if _SAFE_NAME.match(name) and name.endswith(ARCHIVE_SUFFIXES) else fallback
+
+
 def archive_name(source: EngineSource, variant: EngineVariant) -> str:
     """The file name the archive is kept under while it downloads: the URL's, when that is a plain name."""
-    name = os.path.basename(unquote(urlparse(variant.url).path))
-    if _SAFE_NAME.match(name) and name.endswith(ARCHIVE_SUFFIXES):
-        return name
-    return f"{source.name}-{base_name(source, variant)}.tar.gz"  # a tarball served under another name
+    return _file_name(variant.url, f"{source.name}-{base_name(source, variant)}.tar.gz")
+
+
+def runtime_name(source: EngineSource, variant: EngineVariant) -> str:
+    """The same for the build's runtime companion."""
+    return _file_name(variant.runtime_url, f"{source.name}-{base_name(source, variant)}-runtime.tar.gz")
+
+
+def _kept_as(url: str, sha256: str, name: str) -> str:
+    """Under its digest too, so two versions served under one file name never resume each other's partial file;
+    under its URL's hash when the digest is read from the release only during the attempt."""
+    key = sha256 or hashlib.sha256(url.encode()).hexdigest()
+    return f"{key[:16]}-{name}"
 
 
 def download_name(source: EngineSource, variant: EngineVariant) -> str:
-    """Where its download is kept: under its digest too, so two versions served under one file name never resume
-    each other's partial file."""
-    return f"{variant.sha256[:16]}-{archive_name(source, variant)}"
+    """Where the archive's download is kept."""
+    return _kept_as(variant.url, variant.sha256, archive_name(source, variant))
+
+
+def runtime_download_name(source: EngineSource, variant: EngineVariant) -> str:
+    return _kept_as(variant.runtime_url, variant.runtime_sha256, runtime_name(source, variant))
+
+
+def download_names(source: EngineSource, variant: EngineVariant) -> set[str]:
+    """Where each download of this build is kept: the archive's, and its runtime companion's."""
+    names = {download_name(source, variant)}
+    if variant.runtime_url:
+        names.add(runtime_download_name(source, variant))
+    return names
 
 
 @contextmanager
@@ -158,16 +186,35 @@ async def _verified(engine: str, executable: Path) -> EngineStatus:
     return status
 
 
+async def _download(ctx: Context, url: str, name: str, kept_as: str, sha256: str, say: Say, mark: Mark) -> Path:
+    def progress(done: int, total: int | None) -> None:
+        say(f"downloading {name}, {mb(done)}" + (f" of {mb(total)}" if total else ""))
+        mark("downloading", done, total)
+
+    mark("downloading", 0, None)
+    return await download(url, ctx.root / DOWNLOADS / kept_as, sha256, progress, ctx.limits.download_bytes,
+                          deadline=ctx.limits.download_seconds, redirects=ctx.redirects)
+
+
+@contextmanager
+def _dropped_if_unsafe(archive: Path) -> Iterator[None]:
+    try:
+        yield
+    except InstallRefused as e:
+        if e.reason == Reason.ArchiveUnsafe:
+            archive.unlink(missing_ok=True)  # it will not be better next time; fetched again if it is fixed
+        raise
+
+
 async def install_archive(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say,
                           mark: Mark = unmarked) -> EngineStatus:
-    name = archive_name(source, variant)
+    name, rt_name = archive_name(source, variant), runtime_name(source, variant)
     final = next_build(ctx.root, source, variant)
     staging = final.with_name(STAGING + final.name)
     head = f"installing {source.name} {source.version}"
 
-    def progress(done: int, total: int | None) -> None:
-        say(f"{head}: downloading {name}, {mb(done)}" + (f" of {mb(total)}" if total else ""))
-        mark("downloading", done, total)
+    def said(words: str) -> None:
+        say(f"{head}: {words}")
 
     downloads = ctx.root / DOWNLOADS
     try:
@@ -175,34 +222,41 @@ async def install_archive(ctx: Context, source: EngineSource, variant: EngineVar
     except OSError as e:
         raise InstallRefused.from_os(e, f"cannot make {downloads}") from None
     mark("downloading", 0, None)
-    archive = await download(variant.url, downloads / download_name(source, variant), variant.sha256, progress,
-                             ctx.limits.download_bytes,
-                             deadline=ctx.limits.download_seconds, redirects=ctx.redirects)
+    pins = await pinned(source, variant, downloads, ctx.redirects)
+    archive = await _download(ctx, variant.url, name, download_name(source, variant), pins.sha256, said, mark)
+    runtime = None
+    if variant.runtime_url:
+        runtime = await _download(ctx, variant.runtime_url, f"{rt_name} (its runtime libraries)",
+                                  runtime_download_name(source, variant),
+                                  pins.runtime_sha256, said, mark)
     shutil.rmtree(staging, ignore_errors=True)  # a cancelled attempt's, at this same name
     with _removed_unless_done(staging, f"installing {name}"):
         staging.mkdir(parents=True)
-        say(f"{head}: unpacking {name}")
+        said(f"unpacking {name}")
         mark("unpacking", 0, None)
-        try:
+        with _dropped_if_unsafe(archive):
             await unpack(archive, staging, ctx.limits.unpack_bytes)
-        except InstallRefused as e:
-            if e.reason == Reason.ArchiveUnsafe:
-                archive.unlink(missing_ok=True)  # it will not be better next time; fetched again if it is fixed
-            raise
         wanted = ADAPTERS[source.name].packaging.executable
         exe = find_executable(staging, wanted)
         if exe is None:
             raise InstallRefused(Reason.EngineInstallFailed, f"{name} holds no {wanted}")
+        if runtime is not None:
+            said(f"unpacking {rt_name} beside {wanted}")
+            with _dropped_if_unsafe(runtime):
+                await unpack_beside(runtime, rt_name, staging, exe.parent, ctx.limits.unpack_bytes, frozenset({MARKER}))
         mark("installing", 0, None)
-        await _os_packages(ctx, variant, lambda w: say(f"{head}: {w}"))
-        say(f"{head}: checking that it runs")
+        await _os_packages(ctx, variant, said)
+        said("checking that it runs")
         mark("checking", 0, None)
         status = await _verified(source.name, exe)
         rel = exe.relative_to(staging)
-        write_marker(staging, {"engine": source.name, "version": source.version, "variant": variant.variant,
-                               "executable": str(rel), "sha256": variant.sha256})
+        marker = {"engine": source.name, "version": source.version, "variant": variant.variant,
+                  "executable": str(rel), "sha256": pins.sha256}
+        write_marker(staging, marker | ({"runtime_sha256": pins.runtime_sha256} if runtime is not None else {}))
         os.rename(staging, final)  # a new name: nothing there to replace
-    archive.unlink(missing_ok=True)
+    for done in (archive, runtime):
+        if done is not None:
+            done.unlink(missing_ok=True)
     return status.model_copy(update={"path": str(final / rel)})
 
 
