@@ -13,8 +13,9 @@ from llmgw.config.server import RouterConfig
 from llmgw.core.errors import ConnectFailed, StreamBroken
 from llmgw.router.choice import Chooser
 from llmgw.router.context import RequestContext
-from llmgw.router.errors import RETRY_AFTER_S, openai_error, unsupported
+from llmgw.router.errors import MESSAGES, RETRY_AFTER_S, openai_error, unsupported
 from llmgw.router.limits import bounded
+from llmgw.router.message_start import MessageStart, count_input_tokens
 from llmgw.router.prefix import chain, prompt_text
 from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Timeouts, broken, forward
 from llmgw.router.scoring import Decision
@@ -62,7 +63,7 @@ class Dispatcher:
                 try:
                     ctx.outcome = await forward(
                         ctx.request, self._session(), route.url(path), ctx.body, ctx.stream, self.timeouts, ctx.watch,
-                        route.secret, ctx.m, said, route.closes_after_stream,
+                        route.secret, ctx.m, said, route.closes_after_stream, self._opening(ctx, route),
                     )
                 except ConnectFailed as e:
                     ctx.reached, ctx.watch = False, None  # nothing was sent: safe to try elsewhere
@@ -105,6 +106,13 @@ class Dispatcher:
         ctx.reached = True  # it may reach the engine from here on (a connection refused takes it back)
         if ctx.stream:
             ctx.watch = StreamUsage(strip=ctx.strip_usage, now=self.state.clock.monotonic, limit=ctx.cost)
+
+    def _opening(self, ctx: RequestContext, route: Route) -> MessageStart | None:
+        """For a streamed Messages request: what gives its stream a message_start where the engine's has none."""
+        if not ctx.stream or ctx.request.path != MESSAGES:
+            return None
+        session, url, body, secret = self._session(), route.url(MESSAGES + "/count_tokens"), ctx.body, route.secret
+        return MessageStart(ctx.spec.name, lambda: count_input_tokens(session, url, body, secret))
 
     def _returned(self, ctx: RequestContext, route: Route) -> None:
         route.outstanding -= 1

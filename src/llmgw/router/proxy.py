@@ -12,6 +12,7 @@ from yarl import URL
 
 from llmgw.core.errors import ConnectFailed, StreamBroken
 from llmgw.router.errors import openai_error, sse_error
+from llmgw.router.message_start import MessageStart
 from llmgw.router.usage import StreamUsage, usage_from_body
 from llmgw.wire.messages import UNREACHED_HEADER
 
@@ -87,13 +88,14 @@ async def forward(
     trace: object = None,
     said: dict[str, str] | None = None,
     fresh_for_stream: bool = False,
+    opening: MessageStart | None = None,
 ) -> Outcome:
     """Raises ConnectFailed when nothing was sent to the engine (it could not be reached, or no connection to it
     came free in time): safe to try elsewhere, and nothing to record. Raises StreamBroken when the engine failed
     after it had the request: never retried, recorded with what was seen. `watch` follows a stream's usage, and
     the caller can read it however this ends (a cancelled request included). `trace` goes to the session's trace
     hooks (the router times the wait for a connection with them). `said`: headers the answer carries (how it was
-    routed)."""
+    routed). `opening`: a Messages stream's beginning, put right where the engine left out message_start."""
     try:
         resp = await session.post(url, data=body, headers=_headers(stream and fresh_for_stream, secret),
                                   timeout=t.client, allow_redirects=False, trace_request_ctx=trace)
@@ -128,7 +130,7 @@ async def forward(
             watch = StreamUsage(strip=False)
         sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache",
                                                              **(said or {})})
-        return await _relay(request, sr, resp, watch, t.idle)
+        return await _relay(request, sr, resp, watch, t.idle, opening)
     finally:
         resp.release()
 
@@ -174,7 +176,7 @@ def _not_relayed(resp: aiohttp.ClientResponse, ctype: str) -> Outcome | None:
 
 
 async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.ClientResponse, watch: StreamUsage,
-                 idle: float) -> Outcome:
+                 idle: float, opening: MessageStart | None) -> Outcome:
     """Engine to client, chunk by chunk. Trouble reading from the engine ends the stream with an error event; a
     client that went away (an official client closes as soon as it has [DONE]) is expected, not an error: the
     engine is told by closing its connection, and the request is recorded with what was seen."""
@@ -195,7 +197,10 @@ async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.Cli
                 await sr.write_eof()
                 raise StreamBroken(f"{why} ({type(e).__name__})", seen=watch.so_far(), answered=sr) from e
             if not chunk:
-                break
+                if opening is None or not (chunk := opening.rest()):
+                    break
+            elif opening is not None:  # a Messages stream: message_start first (message_start.py)
+                chunk = await opening.feed(chunk)
             out = watch.feed(chunk)
             if watch.over:  # the engine generates past what was reserved: what it could cost is all it gets to cost
                 resp.close()
@@ -203,7 +208,8 @@ async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.Cli
                 await sr.write(out + sse_error(why, "reservation_exceeded"))
                 await sr.write_eof()
                 raise StreamBroken(f"{why} ({watch.limit})", status=502, seen=watch.so_far(), answered=sr)
-            await sr.write(out)
+            if out:
+                await sr.write(out)
         await sr.write_eof()
     except ConnectionError:
         resp.close()
