@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from llmgw.router.message_start import MAX_HELD
 from tests.router.conftest import Bench, router_over
 from tests.router.test_stream_close import recorded
 
@@ -109,3 +110,30 @@ async def test_a_stream_that_ends_before_its_first_event_is_whole_is_relayed_as_
         body = await stream_through(b)
         await recorded(b, 1)
     assert body == b":\n\n" + cut and counts == []
+
+
+async def test_a_first_event_past_the_bound_is_relayed_before_it_is_whole(tmp_path: Path) -> None:
+    """The router holds at most MAX_HELD bytes waiting for the first event: past that the client has them at once,
+    while the engine still waits (here: for the client to have them)."""
+    had_them = asyncio.Event()
+    big = b'event: content_block_delta\ndata: {"text": "' + b"x" * MAX_HELD
+
+    async def messages(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(big)
+        await asyncio.wait_for(had_them.wait(), 10)
+        await resp.write(b'"}\n\n')
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/messages", messages)
+    async with router_over(tmp_path, app) as b, aiohttp.ClientSession() as s, s.post(
+            b.url + "/v1/messages", json=MESSAGE, headers={"x-api-key": b.key}) as r:
+        seen = b""
+        while len(seen) < len(big):
+            seen += await asyncio.wait_for(r.content.readany(), 10)
+        had_them.set()
+        assert seen == big
+        assert seen + await r.content.read() == big + b'"}\n\n'
