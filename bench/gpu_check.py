@@ -197,6 +197,10 @@ def gpus_words(report: dict[str, Any]) -> str:
             f"(read by {hw.get('gpu_source')}); glibc {hw.get('glibc') or '-'}")
 
 
+def per_s(v: float | None) -> str:
+    return f"{v:.1f}" if v else "not passed on"
+
+
 def summary(a: argparse.Namespace, r: dict[str, Any]) -> str:
     s = r["stages_s"]
     lines = [
@@ -206,11 +210,12 @@ def summary(a: argparse.Namespace, r: dict[str, Any]) -> str:
         f"{r['sha256'][:16]}…, served from {r['release']}",
         f"node {NODE}: llamacpp {r['engine'].get('version')} {r['engine'].get('variant')} "
         f"{'running' if r['engine'].get('runs') else 'NOT running'} from {r['engine'].get('path')}",
-        f"first token {r['first_token_s']:.1f} s after the script started (build {s['build']:.0f} s, control plane "
-        f"and node up {s['cluster']:.1f} s, install {s['install']:.1f} s, load and first token {s['load']:.1f} s)",
+        f"first token {r['first_token_s']:.1f} s after the script started (build {s['build']:.0f} s, packing and "
+        f"setting up {s['setup']:.1f} s, control plane and node up {s['cluster']:.1f} s, install "
+        f"{s['install']:.1f} s, load and first token {s['load']:.1f} s)",
         f"tokens/s, {r['tokens']} tokens: GPU build through the router {r['gpu_per_s']:.1f} (engine's own: "
-        f"{r['gpu_engine_per_s'] or '-'}); same build with no GPU visible, direct, {r['cpu_threads']} threads: "
-        f"{r['cpu_per_s']:.1f} (engine's own: {r['cpu_engine_per_s'] or '-'}); ratio {r['ratio']:.2f}",
+        f"{per_s(r['gpu_engine_per_s'])}); same build with no GPU visible, direct, {r['cpu_threads']} threads: "
+        f"{r['cpu_per_s']:.1f} (engine's own: {per_s(r['cpu_engine_per_s'])}); ratio {r['ratio']:.2f}",
         f"model: {r['model']} ({r['model_mb']:.1f} MB)",
         "ctl nodes:",
         r["ctl_nodes"],
@@ -240,8 +245,8 @@ def check(a: argparse.Namespace) -> dict[str, Any]:
             key = admin_post(p, "/api/keys", {"name": "gpu-check"})["key"]
             first = stream(p.api + "/v1/chat/completions", key, 8, a.deadline)
             r["first_token_s"] = first.first - a.started
-            r["stages_s"] = {"build": a.build_seconds, "cluster": cluster_up - t, "install": ready - cluster_up,
-                             "load": first.first - ready}
+            r["stages_s"] = {"build": a.build_seconds, "setup": t - a.started - a.build_seconds,
+                             "cluster": cluster_up - t, "install": ready - cluster_up, "load": first.first - ready}
             gpu = stream(p.api + "/v1/chat/completions", key, a.tokens, a.deadline)
             r["gpu_per_s"], r["gpu_engine_per_s"] = gpu.per_s, gpu.engine_per_s
             report, _ = engine_row(p)
