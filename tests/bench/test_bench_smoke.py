@@ -30,13 +30,17 @@ BENCHES = {
 }
 # modules that are not benches of their own: servers the router bench starts (its smoke run starts both)
 PARTS = {"standin": "router", "bare_proxy": "router"}
+# benches a script runs, given what the script built: each is run, through its script, by the test named here
+SCRIPTED = {"gpu_check": "tests/scripts/test_gpu_check.py"}
 SMOKE_TIMEOUT_S = 240  # a smoke run takes seconds; this bounds a hung one on a loaded machine
 
 
 def test_every_bench_module_has_a_smoke_run() -> None:
     modules = {p.stem for p in (REPO / "bench").glob("*.py")} - {"__init__"}
-    assert modules == set(BENCHES) | set(PARTS), "a new module in bench/: add its smoke run to BENCHES (or PARTS)"
+    assert modules == set(BENCHES) | set(PARTS) | set(SCRIPTED), \
+        "a new module in bench/: add its smoke run to BENCHES (or PARTS, or SCRIPTED)"
     assert set(PARTS.values()) <= set(BENCHES)
+    assert all((REPO / test).is_file() for test in SCRIPTED.values())
 
 
 @pytest.mark.parametrize("name", sorted(BENCHES))
