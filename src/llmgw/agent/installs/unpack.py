@@ -119,6 +119,12 @@ def _read_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
     return out
 
 
+# tarfile's extraction filters came with Python 3.11.4 (PEP 706); Debian 12's 3.11.2 has none. Every member is checked
+# by check_members() before anything is written, so the filter is a second line where there is one, never the first.
+_FILTER: dict[str, str] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+_FILTER_ERRORS: tuple[type[Exception], ...] = (tarfile.FilterError,) if hasattr(tarfile, "FilterError") else ()
+
+
 def unpack_here(archive: Path, dest: Path, max_bytes: int) -> None:
     """Into `dest` (made empty by the caller), in this process. Raises InstallRefused."""
     if not archive.name.endswith(ARCHIVE_SUFFIXES):
@@ -135,8 +141,8 @@ def unpack_here(archive: Path, dest: Path, max_bytes: int) -> None:
                 raise InstallRefused(Reason.ArchiveUnsafe,
                                      f"archive unpacks to {size} bytes, more than the {max_bytes} allowed")
             for m in members:
-                tar.extract(m, dest, filter="data")
-    except tarfile.FilterError as e:
+                tar.extract(m, dest, **_FILTER)  # type: ignore[arg-type]
+    except _FILTER_ERRORS as e:
         raise InstallRefused(Reason.ArchiveUnsafe, f"archive refused: {e}") from None
     except (tarfile.TarError, EOFError, ValueError) as e:
         raise InstallRefused(Reason.ArchiveUnsafe, f"{archive.name} is not a readable archive: {e}") from None
