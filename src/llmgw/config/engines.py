@@ -19,9 +19,10 @@ EngineName = Literal["llamacpp", "vllm", "sglang", "sim"]
 # What the control plane knows of engines without their adapters (agent/engines/, which it does not import), read
 # as data rather than by comparing names. The engines that take a model profile's `sim:` block (a speed) as flags:
 TAKES_SPEED_FLAGS: frozenset[str] = frozenset({"sim"})
-# the CUDA the registry's wheels are built for (the torch they pull): which NVIDIA driver a node needs for them
-VLLM_CUDA = "12.9"
-SGLANG_CUDA = "12.9"
+# the CUDA the registry's wheels are built for (the torch they pull: 2.13.0+cu130, 2.14.1+cu130, found by CI's CUDA
+# stage): which NVIDIA driver a node needs for them (580 or newer)
+VLLM_CUDA = "13.0"
+SGLANG_CUDA = "13.0"
 
 # llama.cpp's release archives: since its September 2026 releases each carries, beside the Ubuntu CPU archives, Ubuntu
 # CUDA 12.8 and 13.x archives (each with a companion holding CUDA's runtime libraries, for nodes without a CUDA

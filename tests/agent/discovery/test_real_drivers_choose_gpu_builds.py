@@ -19,8 +19,9 @@ pytestmark = pytest.mark.real  # processes: a fake nvidia-smi run through the re
 TAKES = {
     "rtx-pro-6000-blackwell.xml": ("cuda13-x86_64", "cuda-x86_64", []),  # 590.44.01, CUDA 13.1
     "rtx-4000-sff-ada.xml": ("cuda13-x86_64", "cuda-x86_64", []),  # 595.84
-    "a100-sxm4-80gb-mig.xml": ("cuda12-x86_64", "cuda-x86_64", ["DriverTooOld"]),  # 535.54.03, CUDA 12.2
-    "rtx-3090.xml": ("cuda12-x86_64", "cuda-x86_64", ["DriverTooOld"]),  # 525.147.05: the oldest that runs 12
+    # 535.54.03, CUDA 12.2: llama.cpp's CUDA 12 archive; vLLM's wheels are CUDA 13 (torch +cu130): its CPU build
+    "a100-sxm4-80gb-mig.xml": ("cuda12-x86_64", "cpu-x86_64", ["DriverTooOld"]),
+    "rtx-3090.xml": ("cuda12-x86_64", "cpu-x86_64", ["DriverTooOld"]),  # 525.147.05: the oldest that runs 12
     "a10g.xml": ("vulkan-x86_64", "cpu-x86_64", ["DriverTooOld", "DriverTooOld"]),  # 515.105.01, CUDA 11.7
     "gtx-1660-ti.xml": ("vulkan-x86_64", "cpu-x86_64", ["DriverTooOld", "DriverTooOld"]),  # 418.43
 }
