@@ -68,8 +68,10 @@ test-vllm: $(BIN)/.installed
 # checked against every flag llmgw passes (no GPU needed): tests/vllm/test_cuda_builds_speak_our_flags.py
 test-cuda-builds: LLMGW_CI_CACHE ?= /var/cache/llmgw-ci
 test-cuda-builds: LLMGW_CUDA_WHEELS ?= $(LLMGW_CI_CACHE)/wheelhouse/cuda
+test-cuda-builds: LLMGW_CUDA_ENVS ?= $(LLMGW_CI_CACHE)/engine-envs
 test-cuda-builds: $(BIN)/.installed
-	LLMGW_CUDA_WHEELS=$(LLMGW_CUDA_WHEELS) $(BIN)/pytest -q -p no:cacheprovider -m cuda_builds tests/vllm
+	LLMGW_CUDA_WHEELS=$(LLMGW_CUDA_WHEELS) LLMGW_CUDA_ENVS=$(LLMGW_CUDA_ENVS) \
+		$(BIN)/pytest -q -p no:cacheprovider -m cuda_builds tests/vllm
 
 # Mutation testing (mutmut, configured in pyproject's [tool.mutmut]) over the modules that guard money and access:
 # each mutant runs the fast unit tests that cover the function it changed. Slow (about an hour on 2 cores), so not
