@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from llmgw.agent.installs.unpack import unpack
+from llmgw.agent.installs.unpack import link_target, unpack
 from llmgw.core.errors import InstallRefused
 from llmgw.core.reasons import Reason
 
@@ -25,18 +25,13 @@ def _root(d: Path) -> Path:
 
 
 def _escaping_link(root: Path) -> str:
-    """The first symlink under `root` whose target, read as text, leaves `root`; "" when none does."""
+    """The first symlink under `root` whose target, read as text, leaves `root` (the archive's own rule, applied
+    again from the folder the libraries land in); "" when none does."""
     for dirpath, dirs, files in os.walk(root):
         for n in dirs + files:
             p = Path(dirpath) / n
-            if not p.is_symlink():
-                continue
-            target = os.readlink(p)
-            depth = len(p.relative_to(root).parts) - 1  # folders between root and the link
-            parts = [x for x in target.split("/") if x not in ("", ".")]
-            up = sum(1 for x in parts if x == "..")
-            if target.startswith("/") or up > depth or ".." in parts[up:]:
-                return f"{p.relative_to(root)} -> {target}"
+            if p.is_symlink() and link_target(list(p.relative_to(root).parts), os.readlink(p)) is None:
+                return f"{p.relative_to(root)} -> {os.readlink(p)}"
     return ""
 
 

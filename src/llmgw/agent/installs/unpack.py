@@ -33,7 +33,7 @@ def _parts(name: str) -> list[str] | None:
     return None if ".." in parts else parts
 
 
-def _target(member: list[str], linkname: str) -> list[str] | None:
+def link_target(member: list[str], linkname: str) -> list[str] | None:
     """Where a symlink at `member` points, as parts from the top; None if it leaves it. `..` only leading: a link
     climbs first and then descends, so no step of it goes through a link and comes back."""
     if linkname.startswith("/"):
@@ -77,7 +77,7 @@ def _refusal(m: tarfile.TarInfo, links: set[str], files: set[str]) -> str:
     if m.issym():
         if m.linkname.startswith("/"):
             return f"symlink {name!r} points to an absolute path ({m.linkname})"
-        target = _target(parts, m.linkname)
+        target = link_target(parts, m.linkname)
         if target is None:
             return f"symlink {name!r} points outside the install directory ({m.linkname})"
         via = _through(target, links)
