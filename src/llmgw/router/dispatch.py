@@ -17,7 +17,7 @@ from llmgw.router.errors import MESSAGES, RETRY_AFTER_S, openai_error, unsupport
 from llmgw.router.limits import bounded
 from llmgw.router.message_start import MessageStart, count_input_tokens
 from llmgw.router.prefix import chain, prompt_text
-from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Timeouts, broken, forward
+from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Timeouts, broken, engine_headers, forward
 from llmgw.router.scoring import Decision
 from llmgw.router.state import RouterState
 from llmgw.router.table import EJECT_AFTER, UNSERVED_S, Route, RoutingTable
@@ -111,8 +111,9 @@ class Dispatcher:
         """For a streamed Messages request: what gives its stream a message_start where the engine's has none."""
         if not ctx.stream or ctx.request.path != MESSAGES:
             return None
-        session, url, body, secret = self._session(), route.url(MESSAGES + "/count_tokens"), ctx.body, route.secret
-        return MessageStart(ctx.spec.name, lambda: count_input_tokens(session, url, body, secret))
+        session, url, body = self._session(), route.url(MESSAGES + "/count_tokens"), ctx.body
+        headers = engine_headers(False, route.secret)
+        return MessageStart(ctx.spec.name, lambda: count_input_tokens(session, url, body, headers))
 
     def _returned(self, ctx: RequestContext, route: Route) -> None:
         route.outstanding -= 1

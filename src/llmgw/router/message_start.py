@@ -98,10 +98,10 @@ class MessageStart:
         return b"event: message_start\ndata: " + data.encode() + b"\n\n"
 
 
-async def count_input_tokens(session: aiohttp.ClientSession, url: str | URL, body: bytes, secret: str
-                             ) -> int | None:
-    """The engine's count of a Messages request's input (Anthropic's `count_tokens`), or None where it gave none."""
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {secret}"} if secret else {})}
+async def count_input_tokens(session: aiohttp.ClientSession, url: str | URL, body: bytes,
+                             headers: dict[str, str]) -> int | None:
+    """The engine's count of a Messages request's input (Anthropic's `count_tokens`), or None where it gave none.
+    `headers`: those the router sends the engine with any request (its secret)."""
     raw = b""
     try:
         async with session.post(url, data=body, headers=headers, allow_redirects=False,

@@ -97,7 +97,7 @@ async def forward(
     hooks (the router times the wait for a connection with them). `said`: headers the answer carries (how it was
     routed). `opening`: a Messages stream's beginning, put right where the engine left out message_start."""
     try:
-        resp = await session.post(url, data=body, headers=_headers(stream and fresh_for_stream, secret),
+        resp = await session.post(url, data=body, headers=engine_headers(stream and fresh_for_stream, secret),
                                   timeout=t.client, allow_redirects=False, trace_request_ctx=trace)
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
         raise ConnectFailed(f"{type(e).__name__}: {e}") from e
@@ -135,7 +135,7 @@ async def forward(
         resp.release()
 
 
-def _headers(fresh: bool, secret: str) -> dict[str, str]:
+def engine_headers(fresh: bool, secret: str) -> dict[str, str]:
     """What the router sends the engine with a request: `fresh`, a connection of the request's own."""
     headers = {"Content-Type": "application/json"}
     if fresh:
