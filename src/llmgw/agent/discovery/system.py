@@ -66,13 +66,36 @@ LIBC_READ_MAX = 8 << 20  # glibc is about 2 MB; the banner is read from the file
 _BANNER = re.compile(rb"GNU C Library [^\n\0]{0,120}?release version ([0-9]\.[0-9]{1,3})")
 
 
+# what each C library file said, by the file's identity: read again only when it is replaced (an upgrade of libc6
+# renames a new file in), not on every heartbeat (glibc is about 2 MB)
+_SEEN: dict[tuple[str, int, int, int], str] = {}
+_SEEN_MAX = 64
+
+
+def _banner_version(root: HostRoot, rel: str) -> str:
+    p = root.path(rel)
+    try:
+        st = p.stat()
+        key: tuple[str, int, int, int] | None = (str(p), st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None  # read_bytes says whether that is absence or a fault
+    if key is not None and key in _SEEN:
+        return _SEEN[key]
+    data = root.read_bytes(rel, LIBC_READ_MAX)
+    m = _BANNER.search(data) if data else None
+    version = m.group(1).decode() if m else ""
+    if key is not None and data is not None:
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+        _SEEN[key] = version
+    return version
+
+
 def probe_glibc(root: HostRoot) -> str:
     """The C library's version ("2.39"), read from the banner glibc carries in itself; "" for another C library
     (musl) or none found: unknown is not "too old", and the engine's own library check decides then."""
     for rel in LIBC_PATHS:
-        data = root.read_bytes(rel, LIBC_READ_MAX)
-        if data:
-            m = _BANNER.search(data)
-            if m:
-                return m.group(1).decode()
+        version = _banner_version(root, rel)
+        if version:
+            return version
     return ""
