@@ -13,6 +13,13 @@ from llmgw.core.errors import DiscoveryError
 _NO_VALUE = {errno.ENOENT, errno.ENOTDIR, errno.EINVAL, errno.ENODEV, errno.ENXIO}
 
 
+def _unless_absent(p: Path, e: OSError) -> None:
+    """A read that failed because the file is not there passes (its caller answers None); any other failure is
+    DiscoveryError."""
+    if e.errno not in _NO_VALUE and not isinstance(e, IsADirectoryError):
+        raise DiscoveryError(f"cannot read {p}: {e.strerror or e}") from None
+
+
 def natural_key(name: str) -> list[int | str]:
     """Sort key putting mlx5_2 before mlx5_10, as a person would."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
@@ -37,9 +44,8 @@ class HostRoot:
         try:
             return p.read_text(encoding="utf-8", errors="replace")
         except OSError as e:
-            if e.errno in _NO_VALUE or isinstance(e, IsADirectoryError):
-                return None
-            raise DiscoveryError(f"cannot read {p}: {e.strerror or e}") from None
+            _unless_absent(p, e)
+            return None
 
     def read_bytes(self, rel: str, limit: int) -> bytes | None:
         """Up to `limit` bytes of the file (a link is followed, as on the host), or None when it is absent."""
@@ -48,9 +54,8 @@ class HostRoot:
             with p.open("rb") as f:
                 return f.read(limit)
         except OSError as e:
-            if e.errno in _NO_VALUE or isinstance(e, IsADirectoryError):
-                return None
-            raise DiscoveryError(f"cannot read {p}: {e.strerror or e}") from None
+            _unless_absent(p, e)
+            return None
 
     def listdir(self, rel: str) -> list[str]:
         """Entry names in natural order; an absent directory has none."""
