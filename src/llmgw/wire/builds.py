@@ -55,10 +55,9 @@ def _numbers(version: str) -> tuple[int, ...]:
 
 
 def _cuda_major(v: EngineVariant) -> int | None:
-    if v.cuda:
-        return _numbers(v.cuda)[0]
-    major = v.variant.split("-", 1)[0].removeprefix("cuda")
-    return int(major) if major.isdigit() else None
+    """The CUDA major version a build was made with; None when it does not say (a `cudaNN-` build always does: the
+    wire model holds its `cuda` to its name)."""
+    return _numbers(v.cuda)[0] if v.cuda else None
 
 
 def _glibc_words(version: str) -> str:
@@ -93,7 +92,7 @@ def _unfit(v: EngineVariant, node: NodeFacts) -> PassedOver | None:
 def _preference(v: EngineVariant) -> tuple[int, tuple[int, ...]]:
     """Higher first: CUDA (newest first), then Vulkan, then CPU."""
     rank = {"cuda": 2, "vulkan": 1}.get(v.accelerator, 0)
-    return rank, _numbers(v.cuda) if v.cuda else (_cuda_major(v) or 0,)
+    return rank, _numbers(v.cuda) if v.cuda else (0,)
 
 
 def choose_build(source: EngineSource, node: NodeFacts, refused: dict[str, PassedOver] | None = None) -> Choice:
@@ -112,7 +111,7 @@ def choose_build(source: EngineSource, node: NodeFacts, refused: dict[str, Passe
     for v in mine:
         why = (refused or {}).get(v.variant) or _unfit(v, node)
         if why is None:
-            return Choice(v, tuple(passed), _fallback_note(source, v, passed, gpu))
+            return Choice(v, tuple(passed), _fallback_note(source, v, gpu))
         passed.append(why)
     offered = ", ".join(sorted(v.variant for v in source.variants)) or "none"
     if not passed:
@@ -121,7 +120,7 @@ def choose_build(source: EngineSource, node: NodeFacts, refused: dict[str, Passe
                                        + "; ".join(p.message for p in passed))
 
 
-def _fallback_note(source: EngineSource, v: EngineVariant, passed: list[PassedOver], gpu: bool) -> str:
+def _fallback_note(source: EngineSource, v: EngineVariant, gpu: bool) -> str:
     if not gpu or v.accelerator != "cpu":
         return ""
     return (f"an NVIDIA driver is loaded but no GPU build of {source.name} {source.version} fits this node: "
