@@ -10,6 +10,7 @@ from llmgw.config.engines import EngineConfig, EngineName, as_source
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
 from llmgw.core.limits import KeyLimits
 from llmgw.wire.engines import EngineSource
+from llmgw.wire.hub import is_hub, parse_hub
 
 
 class Strict(BaseModel):
@@ -105,7 +106,9 @@ class ModelSpec(Strict):
     # what clients send as "model", and part of replica ids and of file names on nodes: letters, digits and . _ - :
     # with "/" between parts (org/model), at most 128 characters
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9._:-]+)*$")
-    # a path on the nodes, pypkg://package/file, an http(s):// URL the nodes fetch, or an id the engine resolves
+    # a path on the nodes, pypkg://package/file, an http(s):// URL the nodes fetch, hf://org/name[@revision] (a hub
+    # repository: resolved to a commit by the control plane, fetched by the nodes; docs/weights.md), or an id the
+    # engine resolves
     source: str = Field(min_length=1, max_length=2048)
     # for a URL: what the file must be. Its size lets a node check its disk before fetching; a digest is checked
     # before the file is used (without one, only the size the server announced is)
@@ -124,11 +127,27 @@ class ModelSpec(Strict):
         # over plain http anyone on the way (or an origin's redirect) decides the bytes; a digest is what says no
         if self.source[:7].lower() == "http://" and not self.sha256:
             raise ValueError("a plain http:// source needs sha256 (the digest its file must have); or use https://")
+        if is_hub(self.source):
+            parse_hub(self.source)  # its words say what is wrong with it
+            if self.sha256 or self.size is not None:
+                raise ValueError("a hub source's files, sizes and digests come from the hub: drop sha256 and size")
         return self
 
     @property
     def on_demand(self) -> bool:
         return self.scaling.min == 0 and self.scaling.max > 0
+
+
+class HubConfig(Strict):
+    """Where models named `hf://org/name` are resolved and fetched from: the Hugging Face hub, or a mirror speaking
+    its API. The token (a file holding it, mode 0600) opens gated and private repositories; the control plane
+    resolves with it and hands it to the nodes that fetch such a repository, for the hub's own host alone. A
+    revision is resolved once and stays pinned to that commit (a branch moving on the hub changes nothing served)
+    until the catalog names another revision or the hub no longer has the commit."""
+
+    endpoint: str = Field(default="https://huggingface.co", pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+                          max_length=512)
+    token_file: ConfigPath | None = None
 
 
 class RouterConfig(Strict):
@@ -228,6 +247,7 @@ class ServerConfig(Strict):
     eviction: EvictionConfig = EvictionConfig()
     # which engines every node has: a name (its default source, config/engines.py) or a whole source
     engines: list[EngineName | EngineConfig] = ["llamacpp", "sim"]
+    hub: HubConfig = HubConfig()
     models: list[ModelSpec] = []
 
     @field_validator("node_networks")

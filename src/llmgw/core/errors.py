@@ -95,6 +95,15 @@ class WeightsRefused(TransferFailed):
     pass
 
 
+class HubFailed(LlmgwError):
+    """The hub (or its mirror) could not resolve a model's revision: `reason` a code (HubUnreachable,
+    HubAccessDenied, HubNotFound, NoWeightsFiles), the message the hub's words with what to do."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
 class UpstreamError(LlmgwError):
     pass
 

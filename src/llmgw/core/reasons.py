@@ -61,6 +61,13 @@ class Reason(StrEnum):
     InsufficientDisk = "InsufficientDisk"  # a file would not fit: its size against the free space, in bytes
     SizeMismatch = "SizeMismatch"  # a file's size is not the one the catalog (or the server) gave
     WeightsFetching = "WeightsFetching"  # the shard waits for its weights: fetched, or copied from a peer node
+    # a model named by a hub id (wire/hub.py)
+    HubResolving = "HubResolving"  # the control plane has not resolved the revision to a commit yet
+    HubUnreachable = "HubUnreachable"  # the hub (or the mirror configured) did not answer, or answered 5xx
+    HubAccessDenied = "HubAccessDenied"  # a gated or private repository, and no token (or one the hub refused)
+    HubNotFound = "HubNotFound"  # no such repository, or no such revision in it
+    RevisionGone = "RevisionGone"  # the resolved commit is no longer on the hub (history rewritten): resolved again
+    NoWeightsFiles = "NoWeightsFiles"  # the repository has no weights in a format the engines read (safetensors, bin)
     FabricsActive = "FabricsActive"
     NoFabricDeclared = "NoFabricDeclared"
     FabricPortNotActive = "FabricPortNotActive"

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from llmgw.core.units import mb
 from llmgw.wire.engines import EngineSource
+from llmgw.wire.hub import MAX_FILES, HubFile, is_hub
 
 X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and Python's names: AVX2 is x86's
 # 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state; 4: weights (the
@@ -20,8 +21,9 @@ X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and 
 # shard's engine generates at once, when it has a fixed number of slots; 7: the peer rank whose loss ended a shard,
 # and the shard state "unresponsive" (it served, and its engine no longer answers); 8: a card's MIG instances and the
 # CUDA version its driver supports; 9: engine builds by accelerator (a variant's CUDA, C library, runtime companion, a
-# release's digest list), the build a node took and those it passed over with their reasons, the node's glibc
-WIRE_VERSION = 9
+# release's digest list), the build a node took and those it passed over with their reasons, the node's glibc;
+# 10: models named by a hub id (a plan's file list, the hub's base URL and token; a fetch's files done and total)
+WIRE_VERSION = 10
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
@@ -225,12 +227,17 @@ class FetchStatus(Strict):
     eta_s: float | None = Field(default=None, ge=0, le=1e9)
     message: Text = ""  # in the node's words: what it is doing, or why it failed
     reason: Name = ""
+    # version 10: for a model directory (a hub source), its files whole and in all
+    done_files: int = Field(default=0, ge=0, le=MAX_FILES)
+    total_files: int | None = Field(default=None, ge=0, le=MAX_FILES)
 
     def words(self) -> str:
         """"copying from node02: 1.2 GB of 4.0 GB at 80 MB/s, about 35 s left", or the message as it is."""
         if self.state != "fetching":
             return self.message
         of = f" of {mb(self.total_bytes)}" if self.total_bytes else ""
+        if self.total_files:
+            of += f" ({self.done_files} of {self.total_files} files)"
         rate = f" at {mb(self.rate_bps)}/s" if self.rate_bps else ""
         eta = f", about {self.eta_s:.0f} s left" if self.eta_s is not None else ""
         return f"{self.message}: {mb(self.done_bytes)}{of}{rate}{eta}"
@@ -287,8 +294,9 @@ class NodeReport(Strict):
 
 
 def is_remote(source: str) -> bool:
-    """A model source the nodes fetch themselves (and plan, per fabric, with the control plane)."""
-    return source.startswith(("http://", "https://"))
+    """A model source the nodes fetch themselves (and plan, per fabric, with the control plane): a URL, or a hub id
+    (a directory of files)."""
+    return source.startswith(("http://", "https://")) or is_hub(source)
 
 
 class WeightsPeer(Strict):
@@ -307,6 +315,12 @@ class WeightsPlan(Strict):
     peers: list[WeightsPeer] = []
     origin: bool = True
     wait_for: str = ""
+    # version 10, for a hub source (wire/hub.py): the resolved commit's files, fetched from `base_url` (the hub's
+    # `<endpoint>/<repo>/resolve/<commit>`) into one directory; the hub token for gated or private repositories,
+    # sent only to the hub's own host (never to a peer, never in a log: repr=False)
+    files: Annotated[list[HubFile], Field(max_length=MAX_FILES)] = []
+    base_url: str = Field(default="", max_length=2048)
+    token: str = Field(default="", repr=False, max_length=4096)
 
 
 class ShardSpec(Strict):
