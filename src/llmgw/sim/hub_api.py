@@ -40,25 +40,26 @@ class ApiHandlers:
         self.repos = repos
         self.tokens = tokens
 
-    def _allowed(self, authorization: str) -> bool:
-        """Whether the request carries a token this hub knows; a token it does not know is refused outright."""
+    def _token(self, authorization: str) -> str:
+        """The token the request carries, if any; a token this hub does not know is refused outright."""
         if not authorization:
-            return False
+            return ""
         token = authorization.removeprefix("Bearer ").strip()
         if token not in self.tokens:
             raise HubError(401, "", "Invalid credentials in Authorization header")
-        return True
+        return token
 
     def _repo(self, rest: str, authorization: str) -> tuple[HubRepo, str, bool]:
-        """The repository `rest` starts with, what follows it, and whether the token grants it."""
-        allowed = self._allowed(authorization)
+        """The repository `rest` starts with, what follows it, and whether the token opens it."""
+        token = self._token(authorization)
         for repo_id in sorted(self.repos, key=len, reverse=True):
             if rest == repo_id or rest.startswith(repo_id + "/"):
                 repo = self.repos[repo_id]
-                if repo.private and not allowed:
+                opens = bool(token) and (repo.readers is None or token in repo.readers)
+                if repo.private and not opens:
                     break
-                return repo, rest[len(repo_id):], allowed
-        raise HubError(404 if allowed else 401, "RepoNotFound", "Repository not found")
+                return repo, rest[len(repo_id):], opens
+        raise HubError(404 if token else 401, "RepoNotFound", "Repository not found")
 
     @staticmethod
     def _commit(repo: HubRepo, revision: str) -> Commit:
@@ -112,8 +113,8 @@ class ApiHandlers:
             raise HubError(404, "", "Not Found")
         commit = self._commit(repo, unquote(revision))
         if repo.gated and not allowed:
-            raise HubError(401, "GatedRepo", f"Access to model {repo.repo_id} is restricted. You must have access "
-                                             "to it and be authenticated to access it. Please log in.")
+            raise HubError(403 if authorization else 401, "GatedRepo",
+                           f"Access to model {repo.repo_id} is restricted: you must be granted access to it")
         blob = commit.files.get(unquote(path))
         if blob is None:
             raise HubError(404, "EntryNotFound", "Entry not found", commit=commit.id)

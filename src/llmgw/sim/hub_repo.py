@@ -98,6 +98,7 @@ class HubRepo:
     lfs_threshold: int = LFS_THRESHOLD
     gated: bool = False
     private: bool = False
+    readers: frozenset[str] | None = None  # the tokens that open it when gated or private; None: any the hub knows
     commits: dict[str, Commit] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)
     forgotten: set[str] = field(default_factory=set)
