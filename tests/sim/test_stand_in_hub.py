@@ -92,6 +92,17 @@ async def test_lfs_files_go_through_the_cdn_and_the_token_never_does(hub: HubHan
     assert len(cdn) == 4  # the shards, the .bin, the .onnx
 
 
+async def test_the_cdn_on_the_hubs_own_origin(model_dir: Path, tmp_path: Path) -> None:
+    hub = await start_hub([HubRepo.from_dir(REPO, model_dir, lfs_threshold=SMALL_LFS)], cdn_port=None)
+    try:
+        assert hub.cdn_url == hub.url
+        got = await asyncio.to_thread(snapshot_download, REPO, endpoint=hub.url, token=False, cache_dir=tmp_path / "c")
+        assert digests(Path(got)) == digests(model_dir)
+        assert any(p.startswith("/cdn-lfs/") for p in hub.counters.requests)
+    finally:
+        await hub.close()
+
+
 async def test_ranges(hub: HubHandle, model_dir: Path) -> None:
     commit = hub.repo(REPO).head
     url = f"{hub.url}/{REPO}/resolve/{commit}/pytorch_model.bin"
@@ -199,8 +210,19 @@ async def test_runs_as_a_process(model_dir: Path, tmp_path: Path) -> None:
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), DEADLINE)).decode()
         assert line.strip() == f"listening on http://127.0.0.1:{port}"
-        info = await asyncio.to_thread(HfApi(endpoint=f"http://127.0.0.1:{port}", token=False).model_info, REPO)
+        url = f"http://127.0.0.1:{port}"
+        info = await asyncio.to_thread(HfApi(endpoint=url, token=False).model_info, REPO)
         assert info.sha is not None and len(info.sha) == 40
+        got = await asyncio.to_thread(hf_hub_download, REPO, "pytorch_model.bin", endpoint=url, token=False,
+                                      local_dir=tmp_path / "d")
+        assert sha256_of(Path(got)) == sha256_of(model_dir / "pytorch_model.bin")
+        async with aiohttp.ClientSession() as s:  # what it served, for a bench that cannot reach into it
+            async with s.get(f"{url}/_standin/counters") as r:
+                assert (await r.json())["bytes_sent"] == {"pytorch_model.bin": SHARD}
+            async with s.post(f"{url}/_standin/counters/reset") as r:
+                assert r.status == 200
+            async with s.get(f"{url}/_standin/counters") as r:
+                assert (await r.json())["total_bytes"] == 0
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), DEADLINE) == 0

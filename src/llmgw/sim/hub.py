@@ -70,8 +70,9 @@ class HubState:
         return f"{self.cdn_url}/cdn-lfs/{repo}/{commit}/{quote(path)}?sig={self.sign(repo, commit, path)}"
 
 
-def make_app(state: HubState) -> web.Application:
-    """The hub's API and resolve site."""
+def make_app(state: HubState, with_cdn: bool = False) -> web.Application:
+    """The hub's API and resolve site (and the CDN's path, `with_cdn`); `/_standin/counters` tells what it served
+    (POST `/_standin/counters/reset` zeroes them) to a bench that runs it as a process."""
     api = ApiHandlers(state.repos, state.tokens)
     served = _Serving(state)
 
@@ -83,14 +84,31 @@ def make_app(state: HubState) -> web.Application:
         found = api.resolve_file(request.rel_url.raw_path, request.headers.get("Authorization", ""))
         return await served.file(request, found)
 
+    async def counters(request: web.Request) -> web.StreamResponse:
+        c = state.counters
+        if request.method == "POST":
+            c.reset()
+        return web.json_response({"bytes_sent": dict(c.bytes_sent), "total_bytes": c.total_bytes,
+                                  "requests": dict(c.requests), "authorized": c.authorized})
+
     app = web.Application(middlewares=[_errors, _observe(state, "hub")])
+    app.router.add_get("/_standin/counters", counters)
+    app.router.add_post("/_standin/counters/reset", counters)
     app.router.add_get("/api/models/{tail:.+}", info)
+    if with_cdn:
+        app.router.add_get("/cdn-lfs/{tail:.+}", _cdn_handler(state))
     app.router.add_get("/{tail:.+/resolve/.+}", resolve)
     return app
 
 
 def make_cdn_app(state: HubState) -> web.Application:
     """The CDN site LFS files are redirected to: content by a signed path, no token asked or wanted."""
+    app = web.Application(middlewares=[_errors, _observe(state, "cdn")])
+    app.router.add_get("/cdn-lfs/{tail:.+}", _cdn_handler(state))
+    return app
+
+
+def _cdn_handler(state: HubState) -> Handler:
     served = _Serving(state)
 
     async def cdn(request: web.Request) -> web.StreamResponse:
@@ -103,9 +121,7 @@ def make_cdn_app(state: HubState) -> web.Application:
             raise HubError(403, "", "Request signature does not match")
         return await served.file(request, Served(repo, commit, path, blob, cdn=True))
 
-    app = web.Application(middlewares=[_errors, _observe(state, "cdn")])
-    app.router.add_get("/cdn-lfs/{tail:.+}", cdn)
-    return app
+    return cdn
 
 
 def _cdn_parts(raw_path: str) -> tuple[str, str, str]:
@@ -118,6 +134,8 @@ def _cdn_parts(raw_path: str) -> tuple[str, str, str]:
 def _observe(state: HubState, site: str) -> Middleware:
     @web.middleware
     async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.rel_url.path.startswith("/_standin/"):
+            return await handler(request)
         state.counters.requests[request.rel_url.path] += 1
         if "Authorization" in request.headers:
             state.counters.authorized.append((request.method, site, request.rel_url.path))
@@ -199,12 +217,12 @@ def _range(header: str, size: int) -> tuple[int, int]:
 class HubHandle:
     """A running stand-in hub: its URLs, repositories, counters, and fault switches."""
 
-    def __init__(self, state: HubState, runners: tuple[web.AppRunner, web.AppRunner], host: str) -> None:
+    def __init__(self, state: HubState, runners: Sequence[web.AppRunner], host: str) -> None:
         self.state = state
         self._runners = runners
         self._host = host
         self._sites: list[web.TCPSite] = []
-        self.ports = (0, 0)
+        self.ports: tuple[int, ...] = ()
 
     @property
     def url(self) -> str:
@@ -221,12 +239,12 @@ class HubHandle:
     def repo(self, repo_id: str) -> HubRepo:
         return self.state.repos[repo_id]
 
-    async def _listen(self, ports: tuple[int, int]) -> None:
-        self._sites = [web.TCPSite(r, self._host, p) for r, p in zip(self._runners, ports, strict=True)]
+    async def _listen(self, ports: Sequence[int]) -> None:
+        self._sites = [web.TCPSite(r, self._host, p) for r, p in zip(self._runners, ports, strict=False)]
         for site in self._sites:
             await site.start()
         self.ports = tuple(s._server.sockets[0].getsockname()[1] for s in self._sites)  # type: ignore[union-attr]
-        self.state.cdn_url = f"http://{self._host}:{self.ports[1]}"
+        self.state.cdn_url = f"http://{self._host}:{self.ports[-1]}"
 
     async def down(self, refuse: bool = True) -> None:
         """Unreachable: connections refused (`refuse`), or every request answered 503."""
@@ -250,22 +268,26 @@ class HubHandle:
             await runner.cleanup()
 
 
-async def start_hub(repos: Sequence[HubRepo], *, host: str = "127.0.0.1", port: int = 0, cdn_port: int = 0,
+async def start_hub(repos: Sequence[HubRepo], *, host: str = "127.0.0.1", port: int = 0, cdn_port: int | None = 0,
                     tokens: Sequence[str] = ()) -> HubHandle:
-    """Serve `repos` on `host:port` (the hub) and `host:cdn_port` (its CDN); port 0 picks a free one."""
+    """Serve `repos` on `host:port` (the hub) and `host:cdn_port` (its CDN, another origin as the real one is);
+    port 0 picks a free one; `cdn_port=None` serves the CDN's path on the hub's own origin."""
     state = HubState({r.repo_id: r for r in repos}, frozenset(tokens))
-    runners = (web.AppRunner(make_app(state), access_log=None), web.AppRunner(make_cdn_app(state), access_log=None))
+    runners = [web.AppRunner(make_app(state, with_cdn=cdn_port is None), access_log=None)]
+    if cdn_port is not None:
+        runners.append(web.AppRunner(make_cdn_app(state), access_log=None))
     for runner in runners:
         await runner.setup()
     handle = HubHandle(state, runners, host)
-    await handle._listen((port, cdn_port))
+    await handle._listen((port, cdn_port or 0))
     return handle
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m llmgw.sim.hub", description="a stand-in for the Hugging Face hub")
     p.add_argument("--listen", required=True, help="HOST:PORT of the hub's API")
-    p.add_argument("--cdn-port", type=int, default=0, help="port of its CDN site (default: any free one)")
+    p.add_argument("--cdn-port", type=int, default=0,
+                   help="port of its CDN site (default: any free one; -1: on the hub's own origin)")
     p.add_argument("--repo", action="append", required=True, metavar="ORG/NAME=DIR", help="a repository to serve")
     p.add_argument("--gated", action="store_true", help="every repository is gated: files need the token")
     p.add_argument("--private", action="store_true", help="every repository is private: everything needs the token")
@@ -282,7 +304,8 @@ async def _serve(args: argparse.Namespace) -> int:
         repos.append(HubRepo.from_dir(repo_id, Path(path), lfs_threshold=args.lfs_threshold,
                                       gated=args.gated, private=args.private))
     tokens = [args.token_file.read_text().strip()] if args.token_file else []
-    hub = await start_hub(repos, host=host, port=int(port), cdn_port=args.cdn_port, tokens=tokens)
+    cdn_port = None if args.cdn_port < 0 else args.cdn_port
+    hub = await start_hub(repos, host=host, port=int(port), cdn_port=cdn_port, tokens=tokens)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
