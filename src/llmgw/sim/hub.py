@@ -72,7 +72,7 @@ class HubState:
 
 def make_app(state: HubState, with_cdn: bool = False) -> web.Application:
     """The hub's API and resolve site (and the CDN's path, `with_cdn`); `/_standin/counters` tells what it served
-    (POST `/_standin/counters/reset` zeroes them) to a bench that runs it as a process."""
+    (POST `/_standin/counters/reset` tells and zeroes them) to a bench that runs it as a process."""
     api = ApiHandlers(state.repos, state.tokens)
     served = _Serving(state)
 
@@ -86,10 +86,11 @@ def make_app(state: HubState, with_cdn: bool = False) -> web.Application:
 
     async def counters(request: web.Request) -> web.StreamResponse:
         c = state.counters
-        if request.method == "POST":
+        answer = web.json_response({"bytes_sent": dict(c.bytes_sent), "total_bytes": c.total_bytes,
+                                    "requests": dict(c.requests), "authorized": c.authorized})
+        if request.method == "POST":  # what they were, then zeroed
             c.reset()
-        return web.json_response({"bytes_sent": dict(c.bytes_sent), "total_bytes": c.total_bytes,
-                                  "requests": dict(c.requests), "authorized": c.authorized})
+        return answer
 
     app = web.Application(middlewares=[_errors, _observe(state, "hub")])
     app.router.add_get("/_standin/counters", counters)
