@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -150,6 +151,16 @@ async def test_truncated_and_corrupted_files(hub: HubHandle, model_dir: Path, tm
                                   token=False, local_dir=tmp_path / "d")
     assert Path(got).stat().st_size == SHARD
     assert sha256_of(Path(got)) != sha256_of(model_dir / "model-00001-of-00002.safetensors")
+
+
+async def test_slow_paces_the_body(hub: HubHandle) -> None:
+    hub.slow(SHARD / 0.3)  # a shard in no less than 0.3 s
+    url = f"{hub.url}/{REPO}/resolve/{hub.repo(REPO).head}/pytorch_model.bin"
+    async with aiohttp.ClientSession() as s:
+        t = time.monotonic()
+        async with s.get(url) as r:
+            assert len(await r.read()) == SHARD
+        assert time.monotonic() - t >= 0.3
 
 
 async def test_down_refuses_connections_or_answers_503_and_up_restores(hub: HubHandle) -> None:

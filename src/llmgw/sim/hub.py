@@ -77,7 +77,7 @@ def make_app(state: HubState, with_cdn: bool = False) -> web.Application:
     served = _Serving(state)
 
     async def info(request: web.Request) -> web.StreamResponse:
-        return web.json_response(api.answer(request.method, request.rel_url.raw_path, request.query,
+        return web.json_response(api.answer(request.rel_url.raw_path, request.query,
                                             request.headers.get("Authorization", "")))
 
     async def resolve(request: web.Request) -> web.StreamResponse:
@@ -193,10 +193,10 @@ class _Serving:
         stop = min(end, max(start, cut)) if cut is not None else end
         for chunk in s.blob.chunks(start, stop):
             data = bytes(255 - c for c in chunk) if s.path in s.repo.corrupted else chunk
-            self.state.counters.bytes_sent[s.path] += len(data)  # counted as handed over: a reader may finish first
-            await resp.write(data)
             if self.state.bytes_per_second > 0:
                 await asyncio.sleep(len(data) / self.state.bytes_per_second)  # pacing, as a slow link would
+            self.state.counters.bytes_sent[s.path] += len(data)  # counted as handed over: a reader may finish first
+            await resp.write(data)
         if stop < end and request.transport is not None:
             request.transport.close()  # the body ends early: the client sees the connection drop
 

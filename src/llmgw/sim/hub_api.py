@@ -68,7 +68,7 @@ class ApiHandlers:
             raise HubError(404, "RevisionNotFound", f"Invalid rev id: {revision}")
         return found
 
-    def answer(self, method: str, raw_path: str, query: Mapping[str, str], authorization: str) -> Any:
+    def answer(self, raw_path: str, query: Mapping[str, str], authorization: str) -> Any:
         """`/api/models/{repo}`, `.../revision/{rev}` (model info) or `.../tree/{rev}` (a listing)."""
         repo, tail, _ = self._repo(raw_path.removeprefix("/api/models/"), authorization)
         kind, _, rest = tail.lstrip("/").partition("/")

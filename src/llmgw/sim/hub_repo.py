@@ -106,14 +106,16 @@ class HubRepo:
     corrupted: set[str] = field(default_factory=set)  # paths served with every byte inverted
 
     @classmethod
-    def from_dir(cls, repo_id: str, root: Path, **kw: object) -> HubRepo:
-        repo = cls(repo_id, **kw)  # type: ignore[arg-type]
-        repo.commit("main", _read_tree(root.resolve()))
-        return repo
+    def from_dir(cls, repo_id: str, root: Path, *, lfs_threshold: int = LFS_THRESHOLD, gated: bool = False,
+                 private: bool = False, readers: frozenset[str] | None = None) -> HubRepo:
+        """A repository whose `main` holds the regular files under `root`."""
+        return cls.from_files(repo_id, _read_tree(root.resolve()), lfs_threshold=lfs_threshold, gated=gated,
+                              private=private, readers=readers)
 
     @classmethod
-    def from_files(cls, repo_id: str, files: Mapping[str, bytes | Path], **kw: object) -> HubRepo:
-        repo = cls(repo_id, **kw)  # type: ignore[arg-type]
+    def from_files(cls, repo_id: str, files: Mapping[str, bytes | Path], *, lfs_threshold: int = LFS_THRESHOLD,
+                   gated: bool = False, private: bool = False, readers: frozenset[str] | None = None) -> HubRepo:
+        repo = cls(repo_id, lfs_threshold=lfs_threshold, gated=gated, private=private, readers=readers)
         repo.commit("main", files)
         return repo
 
