@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.api.model_weights import ModelWeights, model_weights, node_weights_words, weights_lines, weights_trouble
+from llmgw.control.summary import summarize
 from llmgw.core.reasons import Reason
 from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.wire.hub import HubFile, HubState, Resolution
@@ -122,3 +123,27 @@ def test_a_url_source_has_the_same_shape_with_one_file() -> None:
     w = one(model_weights({"u": spec, "local": model("local")}, [with_fetches(node("n1"), fetch)], [], {}))
     assert (w.kind, w.resolved, w.pinned, w.total_files) == ("url", True, url, 1)
     assert weights_lines(w) == [f"{url}: 4.0 GB", "1.0 GB of 4.0 GB on n1 (fetching from the origin)"]
+
+
+def test_two_models_of_one_source_each_count_the_nodes_that_hold_it() -> None:
+    catalog = {"q": model("q", source=SRC), "q-long": model("q-long", source=SRC)}
+    both = {name: RESOLVED["q"] for name in catalog}
+    ws = model_weights(catalog, [node("node01", weights=(PINNED,))], [], both)
+    assert [(w.model, w.held) for w in ws] == [("q", 1), ("q-long", 1)]
+
+
+def test_a_resolved_source_with_a_reason_now_says_it_and_leads_the_models_why_not() -> None:
+    gone = {"q": HubState(source=SRC, resolution=RES, reason=Reason.RevisionGone,
+                          message=f"{C1} is no longer on the hub; resolving main again")}
+    w = one(model_weights(CATALOG, [node("node01", weights=(PINNED,))], [], gone))
+    assert w.resolved and w.held == 1
+    assert weights_lines(w)[0].endswith(f"; RevisionGone: {C1} is no longer on the hub; resolving main again")
+    assert weights_trouble(w) == weights_lines(w)[0]
+
+
+def test_ctl_status_gives_the_weights_reason_first_among_a_models_why_not() -> None:
+    denied = {"q": HubState(source=SRC, reason=Reason.HubAccessDenied, message="gated, and no token")}
+    line = next(m for m in summarize([], [], [], {}, now=1.0, models=CATALOG, hub=denied).models if m.model == "q")
+    assert line.why == [f"{SRC}: HubAccessDenied: gated, and no token", "no replica yet"]
+    fine = next(m for m in summarize([], [], [], {}, now=1.0, models=CATALOG, hub=RESOLVED).models)
+    assert fine.why == ["no replica yet"]

@@ -66,43 +66,53 @@ def model_weights(models: Mapping[str, ModelSpec], nodes: Iterable[NodeRecord], 
     a hub model it has no state for is still resolving."""
     out = {name: _resolution(name, spec, hub.get(name)) for name, spec in sorted(models.items())
            if is_remote(spec.source)}
-    wanted = {w.pinned: w for w in out.values() if w.pinned}
-    shards: dict[str, set[str]] = {}  # model -> nodes with a shard of it
+    wanted: dict[str, list[ModelWeights]] = {}  # pinned source -> the models it is (two names may share one)
+    for w in out.values():
+        if w.pinned:
+            wanted.setdefault(w.pinned, []).append(w)
+    shards: dict[str, set[str]] = {}  # node -> the fetched models it has a shard of
     for r in replicas:
         if r.model in out and not r.released:
-            shards.setdefault(r.model, set()).update(a.node_id for a in r.assignments)
+            for a in r.assignments:
+                shards.setdefault(a.node_id, set()).add(r.model)
     for n in sorted(nodes, key=lambda n: n.id):
-        if n.lost:
-            continue  # what a lost node last said is not what it has now
-        seen: set[str] = set()
-        for src in n.report.weights:
-            w = wanted.get(src)
-            if w is not None and w.model not in seen:
+        if not n.lost:  # what a lost node last said is not what it has now
+            _node_parts(n, wanted, shards.get(n.id, set()), out)
+    return list(out.values())
+
+
+def _node_parts(n: NodeRecord, wanted: dict[str, list[ModelWeights]], sharded: set[str],
+                out: dict[str, ModelWeights]) -> None:
+    """One node's part in each model: held whole, else its fetch of the pinned source, else (a shard of the model
+    there) absent."""
+    seen: set[str] = set()
+    for src in n.report.weights:
+        for w in wanted.get(src, ()):
+            if w.model not in seen:
                 seen.add(w.model)
                 w.nodes.append(NodeWeights(node=n.id, state="held", done_bytes=w.total_bytes or 0,
                                            total_bytes=w.total_bytes, done_files=w.total_files or 0,
                                            total_files=w.total_files))
                 w.held += 1
-        for f in n.report.fetches:
-            w = wanted.get(f.source)
-            if w is not None and w.model not in seen:
+    for f in n.report.fetches:
+        for w in wanted.get(f.source, ()):
+            if w.model not in seen:
                 seen.add(w.model)
                 w.nodes.append(_fetching(n.id, f))
-        for name, w in out.items():
-            if name not in seen and n.id in shards.get(name, ()):
-                w.nodes.append(_absent(n.id, w))
-    return list(out.values())
+    for name in sorted(sharded - seen):
+        out[name].nodes.append(_absent(n.id, out[name]))
 
 
 def _resolution(name: str, spec: ModelSpec, state: HubState | None) -> ModelWeights:
     if not is_hub(spec.source):
         return ModelWeights(model=name, source=spec.source, kind="url", pinned=spec.source, resolved=True,
                             total_bytes=spec.size, total_files=1)
-    res = state.resolution if state is not None else None
-    if res is not None:
+    if state is not None and state.resolution is not None:
+        res = state.resolution
+        # a reason beside a resolution: the commit stands, and something about it is wrong now (RevisionGone)
         return ModelWeights(model=name, source=spec.source, kind="hub", pinned=res.source, commit=res.commit,
-                            resolved=True, since=state.since if state else None, gated=res.gated,
-                            total_bytes=res.total_bytes, total_files=len(res.files))
+                            resolved=True, reason=state.reason, message=state.message, since=state.since,
+                            gated=res.gated, total_bytes=res.total_bytes, total_files=len(res.files))
     ref = parse_hub(spec.source)  # the catalog's sources are checked when read: this does not raise
     w = ModelWeights(model=name, source=spec.source, kind="hub", reason=Reason.HubResolving,
                      message="the control plane has not resolved this revision to a commit yet")
@@ -161,7 +171,9 @@ def weights_head(w: ModelWeights) -> str:
         return f"{w.source}: {size}"
     files = f"{w.total_files} file" + ("" if w.total_files == 1 else "s")
     at = "" if w.source == w.pinned else f" at commit {w.commit[:12]}"
-    return f"{w.source}{at}: {size} in {files}" + (" (gated: fetched with the hub token)" if w.gated else "")
+    gated = " (gated: fetched with the hub token)" if w.gated else ""
+    now = f"; {w.reason}: {w.message}" if w.reason else ""
+    return f"{w.source}{at}: {size} in {files}{gated}{now}"
 
 
 def weights_lines(w: ModelWeights) -> list[str]:
@@ -177,5 +189,5 @@ def weights_trouble(w: ModelWeights) -> str:
     way without a failure)."""
     if not w.resolved:
         return weights_head(w)
-    failed = [n for n in w.nodes if n.state == "failed"]
-    return "; ".join(f"weights {node_weights_words(n)}" for n in failed)
+    said = [weights_head(w)] if w.reason else []
+    return "; ".join(said + [f"weights {node_weights_words(n)}" for n in w.nodes if n.state == "failed"])
