@@ -66,6 +66,8 @@ def model_weights(models: Mapping[str, ModelSpec], nodes: Iterable[NodeRecord], 
     a hub model it has no state for is still resolving."""
     out = {name: _resolution(name, spec, hub.get(name)) for name, spec in sorted(models.items())
            if is_remote(spec.source)}
+    if not out:
+        return []  # a catalog of paths and engine-resolved ids: no node to look at (a scrape of 1,000 nodes)
     wanted: dict[str, list[ModelWeights]] = {}  # pinned source -> the models it is (two names may share one)
     for w in out.values():
         if w.pinned:
