@@ -147,3 +147,10 @@ def test_ctl_status_gives_the_weights_reason_first_among_a_models_why_not() -> N
     assert line.why == [f"{SRC}: HubAccessDenied: gated, and no token", "no replica yet"]
     fine = next(m for m in summarize([], [], [], {}, now=1.0, models=CATALOG, hub=RESOLVED).models)
     assert fine.why == ["no replica yet"]
+
+
+def test_a_fabric_holds_a_hub_model_through_its_resolved_commit_only() -> None:
+    held = [node("node01", fabric="ib-a", weights=(PINNED,)), node("node02", fabric="ib-b",
+                                                                    weights=(f"hf://org/qwen@{C2}",))]
+    s = summarize(held, [], [], {}, now=1.0, models=CATALOG, hub=RESOLVED, sources={SRC: ["q"]})
+    assert {f.fabric: f.models_held for f in s.fabrics} == {"ib-a": ["q"], "ib-b": []}

@@ -190,7 +190,7 @@ def summarize(
     demand = demand or Demand()
     weights = model_weights(models or {}, nodes, replicas, hub or {})
     of = {n.id: facts(n) for n in nodes}
-    capacity, fabrics = _capacity(nodes, of, _gpus_in_use(replicas), sources)
+    capacity, fabrics = _capacity(nodes, of, _gpus_in_use(replicas), _held_as(sources, weights))
     lines, idle = _replica_lines(replicas, nodes, last_used, now, idle_after, demand)
     return Summary(
         at=now,
@@ -206,6 +206,18 @@ def summarize(
         usage=_usage_lines(usage, recent or [], key_names or {}, requests),
         requests=requests or RouterStats(),
     )
+
+
+def _held_as(sources: dict[str, list[str]] | None, weights: list[ModelWeights]) -> dict[str, list[str]] | None:
+    """What a node's `weights` entry stands for: a catalog source, or a hub model's pinned source (nodes report
+    `hf://org/name@<commit>`, never the revision the catalog names), at the resolved commit only."""
+    pinned = {w.pinned: w.model for w in weights if w.kind == "hub" and w.pinned and w.pinned != w.source}
+    if not pinned:
+        return sources
+    out = {k: list(v) for k, v in (sources or {}).items()}
+    for src, model in pinned.items():
+        out.setdefault(src, []).append(model)
+    return out
 
 
 def _gpus_in_use(replicas: list[ReplicaRecord]) -> dict[str, set[int]]:
