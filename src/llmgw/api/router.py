@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from llmgw.api.model_weights import ModelWeights, weights_lines
 from llmgw.api.stats import RouterStats
 from llmgw.config.server import ModelSpec
 from llmgw.core.conditions import Condition, ConditionType
@@ -97,17 +98,21 @@ class ModelExplanation(BaseModel):
     max: int = 0
     on_demand: bool = False
     replicas: list[ReplicaExplanation] = []
+    weights: ModelWeights | None = None  # a model whose nodes fetch its weights: resolved to what, and how far
 
 
 def model_explanation_lines(e: ModelExplanation) -> list[str]:
     """Words for people (ctl explain, a 503's message). Nothing reads these back."""
     if e.wanted == Wanted.Unknown:
         return [f"{e.model}: not in the catalog"]
+    weights = weights_lines(e.weights) if e.weights is not None else []
+    first = [f"weights: {weights[0]}"] if e.weights is not None and not e.weights.resolved else []
+    last = [f"weights: {weights[0]}", *("  " + ln for ln in weights[1:])] if weights and not first else []
     if e.wanted == Wanted.Off:
         return [f"{e.model}: configured and off (scaling max is 0)"]
     if e.wanted == Wanted.NotWanted:
-        return [f"{e.model}: no replica wanted now (min {e.min}, on demand: {e.on_demand})"]
-    out: list[str] = []
+        return [f"{e.model}: no replica wanted now (min {e.min}, on demand: {e.on_demand})", *first, *last]
+    out: list[str] = first  # a source not resolved is why nothing can start: said first (a 503 shows two lines)
     for r in e.replicas:
         kind = ConditionType.Scheduled if r.phase == Phase.Pending else ConditionType.Ready
         why = next((c for c in r.conditions if c.type == kind), None)
@@ -116,4 +121,4 @@ def model_explanation_lines(e: ModelExplanation) -> list[str]:
             out.append(f"  stop: {r.stop.reason}: {r.stop.message}")
         if r.placement is not None:
             out.extend("  " + ln for ln in explanation_lines(r.placement))
-    return out
+    return out + last

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from llmgw.api.model_weights import ModelWeights, weights_lines
 from llmgw.api.router import ModelExplanation, model_explanation_lines
 from llmgw.cli import keys as key_commands
 from llmgw.cli.admin_client import (
@@ -182,11 +183,22 @@ def status(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
 
 @ctl.command()
 def models(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
-    """The catalog and how many replicas each model has ready."""
+    """The catalog, how many replicas each model has ready, and where its weights stand (a hub id or a URL)."""
     rows = call(admin, "GET", "/api/models")
     if json_out(rows, as_json):
         return
-    t = Table("model", "engine", "min", "max", "on demand", "GPUs/shard", "nodes", "ready/replicas")
+    console.print(_model_table(rows))
+
+
+def _weights_cell(w: dict[str, Any] | None) -> str:
+    """What a fetched source resolved to (or why not) and each node's part; "-" for a source nodes do not fetch."""
+    if w is None:
+        return "-"
+    return "\n".join(safe(ln) for ln in weights_lines(ModelWeights.model_validate(w)))
+
+
+def _model_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table("model", "engine", "min", "max", "on demand", "GPUs/shard", "nodes", "ready/replicas", "weights")
     for m in rows:
         t.add_row(
             safe(m["name"]),
@@ -197,8 +209,9 @@ def models(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
             str(m["gpus_per_shard"]),
             str(m["nodes"]),
             f"{m['ready']}/{m['replicas']}",
+            _weights_cell(m.get("weights")),
         )
-    console.print(t)
+    return t
 
 
 @ctl.command()

@@ -11,7 +11,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from llmgw.api.model_weights import ModelWeights, model_weights
 from llmgw.api.views import node_row
+from llmgw.config.server import ModelSpec
 from llmgw.control.admin_auth import guard
 from llmgw.control.dashboard import dashboard_routes
 from llmgw.control.exposition import render
@@ -132,8 +134,15 @@ class AdminRoutes:
     async def summary(self, _: web.Request) -> web.Response:
         return js((await summary_of(self.status)).model_dump())
 
+    def weights(self, models: dict[str, ModelSpec]) -> dict[str, ModelWeights]:
+        """Where the weights of `models` stand (api/model_weights.py), by model name."""
+        reg = self.registry
+        view = model_weights(models, reg.nodes.values(), reg.replicas.values(), self.status.hub())
+        return {w.model: w for w in view}
+
     async def models(self, _: web.Request) -> web.Response:
         out = []
+        weights = self.weights(self.registry.models)
         for m in self.registry.models.values():
             reps = [r for r in self.registry.replicas.values() if r.model == m.name]
             out.append(
@@ -148,6 +157,7 @@ class AdminRoutes:
                     "nodes": m.profile.nodes,
                     "replicas": len(reps),
                     "ready": sum(1 for r in reps if r.ready),
+                    "weights": w.model_dump() if (w := weights.get(m.name)) is not None else None,
                 }
             )
         return js(out)
@@ -157,8 +167,12 @@ class AdminRoutes:
         return js([r.model_dump(exclude={"secret"}) for r in reps])
 
     async def explain(self, request: web.Request) -> web.Response:
-        return web.Response(text=self.registry.explain(request.match_info["model"]).model_dump_json(),
-                            content_type="application/json")
+        name = request.match_info["model"]
+        told = self.registry.explain(name)
+        spec = self.registry.models.get(name)
+        if spec is not None:
+            told.weights = self.weights({name: spec}).get(name)
+        return web.Response(text=told.model_dump_json(), content_type="application/json")
 
     async def schema(self, _: web.Request) -> web.Response:
         return js(openapi())

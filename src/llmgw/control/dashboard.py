@@ -12,6 +12,7 @@ from html import escape
 
 from aiohttp import web
 
+from llmgw.api.model_weights import ModelWeights, NodeWeights, node_weights_words, weights_head
 from llmgw.control.dashboard_assets import APP_JS, ICON, SHELL, STYLE
 from llmgw.control.summary import ClassCapacity, NodeLine, ReplicaLine, Summary
 from llmgw.core.units import mb
@@ -92,6 +93,31 @@ def _models(s: Summary) -> str:
     return _table("models", ["model", "engine", "wanted", "ready", "why not"], rows, "no models in the catalog")
 
 
+def _progress(n: NodeWeights) -> str:
+    """How much of the model a node has, as a bar (by bytes, else by files); nothing when neither total is known."""
+    done, total = (n.done_bytes, n.total_bytes) if n.total_bytes else (n.done_files, n.total_files)
+    if not total:
+        return ""
+    part = min(100.0, 100 * done / total)
+    return (f'<svg class="bar" viewBox="0 0 100 6" preserveAspectRatio="none" role="img" '
+            f'aria-label="{part:.0f}%"><rect class="used" x="0" y="0" width="{part:.2f}" height="6"/></svg> ')
+
+
+def _model_weights(w: ModelWeights) -> str:
+    nodes = "".join(f'<li class="{e(n.state)}" data-node="{e(n.node)}">{_progress(n)}{e(node_weights_words(n))}</li>'
+                    for n in w.nodes)
+    if not nodes and w.resolved:
+        nodes = '<li class="absent">no live node holds or fetches it</li>'
+    cls = "resolved" if w.resolved else "unresolved"
+    return (f'<tr class="{cls}" data-model="{e(w.model)}"><td>{e(w.model)}</td><td class="head">{e(weights_head(w))}'
+            f'</td><td class="n held">{w.held}</td><td class="nodes"><ul>{nodes}</ul></td></tr>')
+
+
+def _weights(s: Summary) -> str:
+    return _table("weights", ["model", "source", "held by", "nodes"], [_model_weights(w) for w in s.weights],
+                  "no model's weights are fetched by the nodes (paths and engine-resolved ids only)")
+
+
 def _usage(s: Summary) -> str:
     rows = [f'<tr data-key="{e(u.key_id)}" data-model="{e(u.model)}"><td>{e(u.key_name or u.key_id)}</td>'
             f'<td>{e(u.model)}</td><td class="n in-flight">{u.in_flight}</td><td class="n">{u.day_requests}</td>'
@@ -116,6 +142,7 @@ def render_view(s: Summary) -> str:
         "<section><h2>GPUs</h2>", _capacity(s), "</section>",
         "<section><h2>Fabrics</h2>", _fabrics(s), "</section>",
         "<section><h2>Models</h2>", _models(s), "</section>",
+        "<section><h2>Weights</h2>", _weights(s), "</section>",
         "<section><h2>Replicas</h2>", idle,
         _table("replicas", ["model", "replica", "phase", "nodes", "in flight", "engine load", "why"], reps,
                "no replicas"), "</section>",

@@ -74,6 +74,8 @@ tr.pending td.phase, tr.starting td.phase { color: #b54708; }
 td.warnings ul { margin: 0; padding-left: 1rem; color: #b54708; } td.why { max-width: 40rem; }
 .tag { font-size: .8em; background: #fef0c7; padding: 0 .3em; border-radius: 3px; }
 p.empty { color: #6b7280; } p.idle { color: #b54708; }
+tr.unresolved td.head, table.weights li.failed { color: #b42318; } table.weights li.absent { color: #b54708; }
+table.weights ul { margin: 0; padding-left: 1rem; } table.weights svg.bar { width: 6rem; background: #e6e9ef; }
 """
 
 ICON = """<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">

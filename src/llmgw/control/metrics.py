@@ -41,6 +41,7 @@ HISTOGRAMS = {
 FAMILIES = frozenset({
     "llmgw_nodes", "llmgw_gpus", "llmgw_fabric_free_whole_nodes", "llmgw_replicas", "llmgw_node_condition",
     "llmgw_replica_phase", "llmgw_fabric_models_held", "llmgw_weights_fetch_bytes", "llmgw_weights_fetch_total_bytes",
+    "llmgw_weights_fetch_files", "llmgw_weights_fetch_total_files", "llmgw_hub_model_unresolved",
     "llmgw_idle_replicas", "llmgw_model_wanted_replicas", "llmgw_model_ready_replicas", "llmgw_gpu_nvlink_peers",
     "llmgw_engine_install_bytes",
     "llmgw_engine_install_total_bytes", "llmgw_engine_requests_running", "llmgw_engine_requests_waiting",
@@ -78,6 +79,7 @@ class SummaryCollector(Collector):
         s = self.summary()
         yield from self._cluster(s)
         yield from self._nodes(s)
+        yield from self._weights(s)
         yield from self._models(s)
         yield from self._requests(s)
         if self.replica_counts is not None:
@@ -121,11 +123,6 @@ class SummaryCollector(Collector):
                                    "NVLink (7 on an 8-card NVSwitch node, 1 on bridged pairs; 0 also where the node "
                                    "could not read its topology: a flat zero across a fleet means unknown)",
                                    labels=["node"])
-        done = GaugeMetricFamily("llmgw_weights_fetch_bytes", "Bytes of a weights file a node has so far, by where "
-                                 "they come from (origin or the peer node) and the transfer's state",
-                                 labels=["node", "source", "via", "state"])
-        total = GaugeMetricFamily("llmgw_weights_fetch_total_bytes", "The size of a weights file being fetched, "
-                                  "when known", labels=["node", "source"])
         inst = GaugeMetricFamily("llmgw_engine_install_bytes", "Bytes of an engine install downloaded so far, by "
                                  "step", labels=["node", "engine", "version", "step"])
         inst_total = GaugeMetricFamily("llmgw_engine_install_total_bytes", "The size of an engine install's "
@@ -139,15 +136,40 @@ class SummaryCollector(Collector):
                 continue
             if n.nvlink_min is not None:
                 nvlink.add_metric([n.node], n.nvlink_min)
-            for fs in n.fetches:
-                done.add_metric([n.node, fs.source, fs.via, fs.state], fs.done_bytes)
-                if fs.total_bytes is not None:
-                    total.add_metric([n.node, fs.source], fs.total_bytes)
             for i in n.installs:
                 inst.add_metric([n.node, i.engine, i.version, i.step], i.done_bytes)
                 if i.total_bytes is not None:
                     inst_total.add_metric([n.node, i.engine, i.version], i.total_bytes)
-        yield from (conds, nvlink, done, total, inst, inst_total)
+        yield from (conds, nvlink, inst, inst_total)
+
+    def _weights(self, s: Summary) -> Iterable[Metric]:
+        """Transfers live nodes report (bytes; files for a model directory), and hub sources not resolved."""
+        done = GaugeMetricFamily("llmgw_weights_fetch_bytes", "Bytes of a weights file a node has so far, by where "
+                                 "they come from (origin or the peer node) and the transfer's state",
+                                 labels=["node", "source", "via", "state"])
+        total = GaugeMetricFamily("llmgw_weights_fetch_total_bytes", "The size of a weights file being fetched, "
+                                  "when known", labels=["node", "source"])
+        files = GaugeMetricFamily("llmgw_weights_fetch_files", "Files of a model directory (a hub source) a node "
+                                  "holds whole so far, by the transfer's state", labels=["node", "source", "state"])
+        total_files = GaugeMetricFamily("llmgw_weights_fetch_total_files", "The files of a model directory being "
+                                        "fetched", labels=["node", "source"])
+        for n in s.nodes:
+            if not n.live:
+                continue
+            for fs in n.fetches:
+                done.add_metric([n.node, fs.source, fs.via, fs.state], fs.done_bytes)
+                if fs.total_bytes is not None:
+                    total.add_metric([n.node, fs.source], fs.total_bytes)
+                if fs.total_files is not None:  # a single file's transfer has no files to count
+                    files.add_metric([n.node, fs.source, fs.state], fs.done_files)
+                    total_files.add_metric([n.node, fs.source], fs.total_files)
+        unresolved = GaugeMetricFamily("llmgw_hub_model_unresolved", "1 for each catalog model whose hub source the "
+                                       "control plane has not resolved to a commit, with the reason (its words: "
+                                       "ctl models)", labels=["model", "reason"])
+        for w in s.weights:
+            if not w.resolved:
+                unresolved.add_metric([w.model, w.reason], 1)
+        yield from (done, total, files, total_files, unresolved)
 
     def _models(self, s: Summary) -> Iterable[Metric]:
         reps = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state", labels=["model", "state"])

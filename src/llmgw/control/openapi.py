@@ -39,6 +39,9 @@ ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "require
 
 OBJECT = {"type": "object"}
 ROWS = {"type": "array", "items": OBJECT}
+# a model's row: its weights (a hub source's commit or why not, each node's part), null for a source not fetched
+MODEL_ROWS = {"type": "array", "items": {"type": "object", "properties": {
+    "weights": {"anyOf": [{"$ref": REF.format(model="ModelWeights")}, {"type": "null"}]}}}}
 NAME = {"type": "string", "minLength": 1, "maxLength": 128}
 MODELS = {"type": "array", "items": {"type": "string"}}
 KEY_LIMITS = {"anyOf": [{"type": "object"}, {"type": "null"}]}
@@ -129,7 +132,8 @@ def _cluster_paths() -> dict[str, Any]:
             _json(OBJECT, "revoked"), params=[_path_param("id")], more=NO_SUCH,
             body={"type": "object", "properties": {"serial": {"type": "string", "pattern": "^[0-9A-Fa-f:]{0,128}$"},
                                                    "reason": {"type": "string"}}})},
-        "/api/models": {"get": _op("The catalog, each model with its replicas", _json(ROWS, "every model"))},
+        "/api/models": {"get": _op("The catalog, each model with its replicas and, where nodes fetch its weights, "
+                                   "where they stand", _json(MODEL_ROWS, "every model"))},
         "/api/replicas": {"get": _op("Every replica: phase, conditions, shards", _json(ROWS, "every replica"))},
         "/api/events": {"get": _op("The latest events, newest first", _json(ROWS, "events"),
                                    params=[_query("limit", {"type": "integer", "minimum": 1})])},

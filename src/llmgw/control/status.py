@@ -3,6 +3,7 @@ in memory, with no store read (key names aside, read once after keys change)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from llmgw.config.server import ModelSpec
@@ -14,6 +15,14 @@ from llmgw.control.storage import Storage
 from llmgw.control.summary import DAY, Demand, Summary, summarize
 from llmgw.control.usage_totals import UsageTotals
 from llmgw.core.errors import StoreError
+from llmgw.wire.hub import HubState
+
+HubStates = Callable[[], Mapping[str, HubState]]
+
+
+def no_hub() -> Mapping[str, HubState]:
+    """No hub owner wired: every hub model reads as still resolving (never as resolved)."""
+    return {}
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,7 @@ class Status:
     storage: Storage
     usage: UsageTotals
     passes: Passes
+    hub: HubStates = no_hub  # model name -> its hub source's state (the owner resolving hub sources keeps it)
 
 
 async def summary_of(s: Status) -> Summary:
@@ -51,6 +61,7 @@ async def summary_of(s: Status) -> Summary:
         key_names=names,
         requests=act.request_stats(),
         facts=reg.node_facts,
+        hub=s.hub(),
     )
 
 

@@ -6,11 +6,12 @@ or the clock: the caller passes usage (from the store's running aggregates, neve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
+from llmgw.api.model_weights import ModelWeights, model_weights, weights_trouble
 from llmgw.api.stats import RouterStats
 from llmgw.api.views import NodeRow, node_row
 from llmgw.config.server import ModelSpec
@@ -20,6 +21,7 @@ from llmgw.core.reasons import Reason
 from llmgw.reconcile import scaling
 from llmgw.records.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
 from llmgw.store.base import UsageTotal
+from llmgw.wire.hub import HubState
 from llmgw.wire.messages import EngineLoad, InstallStatus, ShardState
 
 DAY = 86400.0
@@ -98,6 +100,7 @@ class Summary(BaseModel):
     capacity: list[ClassCapacity]
     fabrics: list[FabricCapacity]
     models: list[ModelLine] = []
+    weights: list[ModelWeights] = []  # per model whose nodes fetch its weights: resolved to what, and how far
     replicas: list[ReplicaLine]
     idle_replicas: list[str]
     usage: list[UsageLine]
@@ -182,10 +185,12 @@ def summarize(
     key_names: dict[str, str] | None = None,
     requests: RouterStats | None = None,
     facts: Callable[[NodeRecord], NodeFacts] = node_facts,  # the plane passes its memo (one per record)
+    hub: Mapping[str, HubState] | None = None,  # model -> what the control plane knows of its hub source
 ) -> Summary:
     demand = demand or Demand()
+    weights = model_weights(models or {}, nodes, replicas, hub or {})
     of = {n.id: facts(n) for n in nodes}
-    capacity, fabrics = _capacity(nodes, of, _gpus_in_use(replicas), sources)
+    capacity, fabrics = _capacity(nodes, of, _gpus_in_use(replicas), _held_as(sources, weights))
     lines, idle = _replica_lines(replicas, nodes, last_used, now, idle_after, demand)
     return Summary(
         at=now,
@@ -194,12 +199,25 @@ def summarize(
         nodes=[of[n.id].line for n in sorted(nodes, key=lambda n: n.id)],
         capacity=capacity,
         fabrics=fabrics,
-        models=_model_lines(models or {}, lines, demand, now),
+        models=_model_lines(models or {}, lines, demand, now, weights),
+        weights=weights,
         replicas=lines,
         idle_replicas=idle,
         usage=_usage_lines(usage, recent or [], key_names or {}, requests),
         requests=requests or RouterStats(),
     )
+
+
+def _held_as(sources: dict[str, list[str]] | None, weights: list[ModelWeights]) -> dict[str, list[str]] | None:
+    """What a node's `weights` entry stands for: a catalog source, or a hub model's pinned source (nodes report
+    `hf://org/name@<commit>`, never the revision the catalog names), at the resolved commit only."""
+    pinned = {w.pinned: w.model for w in weights if w.kind == "hub" and w.pinned and w.pinned != w.source}
+    if not pinned:
+        return sources
+    out = {k: list(v) for k, v in (sources or {}).items()}
+    for src, model in pinned.items():
+        out.setdefault(src, []).append(model)
+    return out
 
 
 def _gpus_in_use(replicas: list[ReplicaRecord]) -> dict[str, set[int]]:
@@ -282,8 +300,9 @@ def _replica_lines(replicas: list[ReplicaRecord], nodes: list[NodeRecord], last_
     return lines, idle
 
 
-def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand: Demand,
-                 now: float) -> list[ModelLine]:
+def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand: Demand, now: float,
+                 weights: list[ModelWeights]) -> list[ModelLine]:
+    trouble = {w.model: weights_trouble(w) for w in weights}
     out = []
     for name, spec in sorted(models.items()):
         mine = [r for r in lines if r.model == name]
@@ -295,6 +314,8 @@ def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand:
         if ready < wanted:
             why = [f"{r.id}: {'; '.join(r.placement) or r.message or r.state.value}" for r in active
                    if r.state != Phase.Ready][:4] or ["no replica yet"]
+            if trouble.get(name):  # the weights' own reason comes first: the replicas' words follow from it
+                why.insert(0, trouble[name])
         out.append(ModelLine(model=name, engine=spec.engine, on_demand=spec.on_demand, min=spec.scaling.min,
                              max=spec.scaling.max, wanted=wanted, replicas=len(active), ready=ready, why=why))
     return out
