@@ -9,6 +9,7 @@ The hub is asked in a thread (its library blocks), never on the event loop, with
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import stat
 from collections.abc import Callable, Mapping
@@ -29,6 +30,12 @@ RETRY_BASE = 5.0  # seconds before the second try of a failed resolution, doubli
 RETRY_CAP = 300.0
 TIMEOUT = 30.0  # one resolution's bound, the hub's answers together
 TOKEN_MAX = 4096  # bytes of the token file read: a token is a few dozen
+
+
+def hub_resolve(ref: HubRef, endpoint: str, token: str | None, timeout: float) -> Resolution:
+    """The hub's own resolver (control/hub.py, over huggingface_hub), loaded on the first resolution."""
+    resolve: Resolver = importlib.import_module("llmgw.control.hub").resolve
+    return resolve(ref, endpoint, token, timeout)
 
 
 class ResolutionStore(Protocol):
@@ -182,10 +189,10 @@ class HubModels:
                 out[name] = spec.model_copy(update={"source": res.source})
         return out
 
-    def unresolved(self, models: Mapping[str, ModelSpec]) -> dict[str, tuple[str, str]]:
+    def unresolved(self, models: Mapping[str, ModelSpec]) -> dict[str, tuple[Reason, str]]:
         """Per hub model not resolved yet: its reason and words (HubResolving before the first answer)."""
         now = self.clock.now()
-        out: dict[str, tuple[str, str]] = {}
+        out: dict[str, tuple[Reason, str]] = {}
         for name, spec in models.items():
             if not is_hub(spec.source):
                 continue
@@ -193,7 +200,8 @@ class HubModels:
             if e is None or e.state.source != spec.source:
                 out[name] = (Reason.HubResolving, _resolving(spec.source, now, "not asked yet").message)
             elif e.state.resolution is None:
-                out[name] = (e.state.reason or Reason.HubResolving, e.state.message)
+                code = e.state.reason
+                out[name] = (Reason(code) if code in Reason.__members__ else Reason.HubResolving, e.state.message)
         return out
 
     def plans(self) -> dict[str, WeightsPlan]:
