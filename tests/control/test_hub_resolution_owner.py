@@ -11,6 +11,7 @@ from llmgw.control.hub_models import RETRY_BASE, HubModels, read_token
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import HubFailed
 from llmgw.core.reasons import Reason
+from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.hub import HubFile, HubRef, Resolution
 from llmgw.wire.messages import FetchStatus
 from tests.clusters import model, node
@@ -158,3 +159,45 @@ def test_token_files_that_hold_no_token_are_refused(tmp_path: Path) -> None:
         assert read_token(tok)[0] is None
     assert read_token(tmp_path / "absent")[1].startswith("cannot read the hub token file")
     assert read_token(None) == (None, "no hub.token_file is configured")
+
+
+def test_servers_sharing_a_store_use_the_first_commit_and_a_restart_asks_the_hub_nothing(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db").open()
+    clock = FakeClock()
+    first, second = Hub(), Hub()
+    second.head = C2  # the branch moved between the two servers' questions
+    a = HubModels(HubConfig(), clock, first, store)
+    b = HubModels(HubConfig(), clock, second, store)
+    asyncio.run(a.tick(catalog()))
+    asyncio.run(b.tick(catalog()))
+    assert a.pinned(catalog())["m"].source == b.pinned(catalog())["m"].source == f"hf://org/m@{C1}"
+    restarted, hub = HubModels(HubConfig(), clock, Hub(), store), Hub()
+    restarted._resolve = hub
+    asyncio.run(restarted.tick(catalog()))
+    assert hub.calls == [] and restarted.pinned(catalog())["m"].source.endswith(C1)
+
+
+def test_a_commit_gone_is_dropped_from_the_store_and_every_server_moves_to_the_new_one(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db").open()
+    clock, hub = FakeClock(), Hub()
+    a, b = HubModels(HubConfig(), clock, hub, store), HubModels(HubConfig(), clock, hub, store)
+    asyncio.run(a.tick(catalog()))
+    asyncio.run(b.tick(catalog()))
+    clock.advance(RETRY_BASE)
+    hub.head = C2
+    gone = node("n1").report.model_copy(update={"fetches": [
+        FetchStatus(source=f"hf://org/m@{C1}", state="failed", reason=Reason.RevisionGone)]})
+    a.revision_gone(gone)
+    asyncio.run(a.tick(catalog()))
+    b.revision_gone(gone)  # told later, by another node
+    asyncio.run(b.tick(catalog()))
+    assert a.pinned(catalog())["m"].source == b.pinned(catalog())["m"].source == f"hf://org/m@{C2}"
+    assert len(hub.calls) == 2, "the first resolution and a's second; b read both from the store"
+
+
+def test_a_store_that_fails_is_a_retry_with_its_words(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db").open()
+    store.close()
+    o = HubModels(HubConfig(), FakeClock(), Hub(), store)
+    assert asyncio.run(o.tick(catalog())) == RETRY_BASE
+    assert o.states["m"].reason == Reason.HubResolving and "the store" in o.states["m"].message

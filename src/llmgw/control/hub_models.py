@@ -20,7 +20,7 @@ from typing import Protocol
 from llmgw.config.server import HubConfig, ModelSpec
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
-from llmgw.core.errors import HubFailed
+from llmgw.core.errors import HubFailed, StoreError
 from llmgw.core.reasons import Reason
 from llmgw.wire.hub import HubRef, HubState, Resolution, is_hub, parse_hub, resolve_base
 from llmgw.wire.messages import NodeReport, WeightsPlan
@@ -121,17 +121,24 @@ class HubModels:
         source = e.state.source
         try:
             got = await asyncio.to_thread(self._resolve_once, source, e.gone)
+        except StoreError as err:  # the servers sharing it could not agree on a commit: tried again, backing off
+            f = HubFailed(Reason.HubResolving, f"the store, where servers agree on the commit, failed: {err}")
+            self._failed(name, e, source, f)
+            return
         except HubFailed as f:
-            e.tries += 1
-            now = self.clock.now()
-            e.due = now + doubling(RETRY_BASE, RETRY_CAP, e.tries - 1)
-            self._set(name, e, replace(e.state, reason=f.reason, message=f"{source}: {f}", since=now))
+            self._failed(name, e, source, f)
             return
         e.tries, e.gone = 0, ""
         if self._set(name, e, HubState(source, got, since=self.clock.now())):
             e.plan = WeightsPlan(size=got.total_bytes, files=list(got.files),
                                  base_url=resolve_base(self.cfg.endpoint, got.repo, got.commit),
                                  token=(self._token or "") if got.gated else "")
+
+    def _failed(self, name: str, e: _Entry, source: str, f: HubFailed) -> None:
+        e.tries += 1
+        now = self.clock.now()
+        e.due = now + doubling(RETRY_BASE, RETRY_CAP, e.tries - 1)
+        self._set(name, e, replace(e.state, reason=f.reason, message=f"{source}: {f}", since=now))
 
     def _set(self, name: str, e: _Entry, state: HubState) -> bool:
         if self._entries.get(name) is not e or e.state.source != state.source:  # the catalog moved meanwhile

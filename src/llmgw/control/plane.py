@@ -74,7 +74,7 @@ class ControlPlane:
         self.activity = Activity(clock, models, kick, self.limit_counters, self.usage, self.storage)
         self.credentials = Credentials(self.storage, self.limit_counters)
         self.registry = Registry(self.storage, self.leadership, self.activity, models, kick)
-        self.hub_models = HubModels(cfg.hub, clock, resolver or hub_resolve)
+        self.hub_models = HubModels(cfg.hub, clock, resolver or hub_resolve, store)
         self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick,
                                      self.hub_models)
         self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick,
