@@ -1,9 +1,10 @@
 """Weights transfer throughput against curl, in one run on this machine: the same file moved by the agent's Fetcher
 and by curl, from a local origin (plain HTTP) and from a node's peer listener (mutual TLS); medians of --runs, the
-source in the page cache. Method and figures: docs/benchmarks.md, "Weights".
+source in the page cache. Then a model directory named by a hub id (bench/fetch_dir.py): huggingface_hub's own
+download against three llmgw nodes of one fabric. Method and figures: docs/benchmarks.md, "Weights".
 
-    .venv/bin/python bench/fetch.py [--size-mib 512] [--runs 3]
-    .venv/bin/python bench/fetch.py --smoke          # 4 MiB, one run: that it runs
+    .venv/bin/python bench/fetch.py [--size-mib 512] [--runs 3] [--dir-shards 4 --dir-shard-mib 128]
+    .venv/bin/python bench/fetch.py --smoke          # 4 MiB and 3 x 2 MiB shards, one run: that it runs
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from tests.harness import free_port
 
+from bench.fetch_dir import directory_case, pki_for
 from llmgw.wire.messages import WeightsPlan
 
 ORIGIN = """
@@ -95,10 +97,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=int, default=512)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--smoke", action="store_true", help="4 MiB, one run: that it runs")
+    ap.add_argument("--dir-shards", type=int, default=4, help="the hub model's safetensors shards")
+    ap.add_argument("--dir-shard-mib", type=int, default=128)
+    ap.add_argument("--smoke", action="store_true", help="4 MiB, 3 x 2 MiB shards, one run: that it runs")
     a = ap.parse_args()
     if a.smoke:
-        a.size_mib, a.runs = 4, 1
+        a.size_mib, a.runs, a.dir_shards, a.dir_shard_mib = 4, 1, 3, 2
     from llmgw.agent.weights import local
     from llmgw.pki.ca import init_ca, issue
     from llmgw.wire.messages import WeightsPeer
@@ -145,6 +149,8 @@ def main() -> None:
             print(f"{k:<14}{v:>8.0f}")
         print(f"origin: llmgw / curl = {rate['llmgw origin'] / rate['curl origin']:.2f} (llmgw also hashes)")
         print(f"peer:   llmgw / curl = {rate['llmgw peer'] / rate['curl peer']:.2f} (mutual TLS both)")
+        for line in directory_case(tmp, pki_for(tmp), a.dir_shards, a.dir_shard_mib, a.runs):
+            print(line)
     finally:
         for p in procs:
             p.terminate()

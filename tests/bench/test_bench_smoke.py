@@ -28,8 +28,9 @@ BENCHES = {
     "routing": "prefix",
     "routing_llama": "prefix",
 }
-# modules that are not benches of their own: servers the router bench starts (its smoke run starts both)
-PARTS = {"standin": "router", "bare_proxy": "router"}
+# modules that are not benches of their own: servers the router bench starts (its smoke run starts both), the
+# fetch bench's directory case
+PARTS = {"standin": "router", "bare_proxy": "router", "fetch_dir": "fetch"}
 # benches a script runs, given what the script built: each is run, through its script, by the test named here
 SCRIPTED = {"gpu_check": "tests/scripts/test_gpu_check.py"}
 SMOKE_TIMEOUT_S = 240  # a smoke run takes seconds; this bounds a hung one on a loaded machine
