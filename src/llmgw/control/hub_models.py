@@ -9,7 +9,6 @@ The hub is asked in a thread (its library blocks), never on the event loop, with
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import stat
 from collections.abc import Callable, Mapping
@@ -33,9 +32,11 @@ TOKEN_MAX = 4096  # bytes of the token file read: a token is a few dozen
 
 
 def hub_resolve(ref: HubRef, endpoint: str, token: str | None, timeout: float) -> Resolution:
-    """The hub's own resolver (control/hub.py, over huggingface_hub), loaded on the first resolution."""
-    resolve: Resolver = importlib.import_module("llmgw.control.hub").resolve
-    return resolve(ref, endpoint, token, timeout)
+    """The hub's own resolver (control/hub.py), imported on the first resolution: huggingface_hub is slow to load,
+    and a control plane whose catalog names no hub model never needs it."""
+    from llmgw.control import hub
+
+    return hub.resolve(ref, endpoint, token, timeout)
 
 
 class ResolutionStore(Protocol):
