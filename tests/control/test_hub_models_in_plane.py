@@ -15,6 +15,7 @@ from llmgw.core.reasons import Reason
 from llmgw.records.state import ReplicaRecord
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.hub import HubFile, HubRef, Resolution
+from llmgw.wire.messages import FetchStatus
 from tests.clusters import model, node
 
 COMMIT = "c" * 40
@@ -24,11 +25,12 @@ DENIED = "the hub answered 401 (gated repository): set hub.token_file"
 class Hub:
     def __init__(self) -> None:
         self.failing: HubFailed | None = HubFailed(Reason.HubAccessDenied, DENIED)
+        self.commit = COMMIT
 
     def __call__(self, ref: HubRef, endpoint: str, token: str | None, timeout: float) -> Resolution:
         if self.failing is not None:
             raise self.failing
-        return Resolution(ref.repo, ref.revision, COMMIT, (HubFile(path="model.safetensors", size=42),))
+        return Resolution(ref.repo, ref.revision, self.commit, (HubFile(path="model.safetensors", size=42),))
 
 
 def plane(tmp_path: Path, hub: Hub, clock: FakeClock | None = None) -> ControlPlane:
@@ -79,3 +81,22 @@ def test_an_agent_older_than_version_10_is_not_given_a_hub_model(tmp_path: Path)
     p.passes.reconcile_once()
     r = only_replica(p)
     assert not r.placed and r.explanation is not None and r.explanation.filtered == {Reason.AgentTooOld: 1}
+
+
+def test_a_node_reporting_the_commit_gone_moves_the_model_to_the_new_commit(tmp_path: Path) -> None:
+    hub, clock = Hub(), FakeClock()
+    hub.failing = None
+    p = plane(tmp_path, hub, clock)
+    asyncio.run(p.hub_models.tick(p.registry.models))
+    p.heartbeats.heartbeat(node("node01").report)
+    p.passes.reconcile_once()
+    clock.advance(10)
+    gone = FetchStatus(source=f"hf://org/m@{COMMIT}", state="failed", reason=Reason.RevisionGone,
+                       message="the hub answered 404 for the commit")
+    (shard,) = p.heartbeats.heartbeat(node("node01").report.model_copy(update={"fetches": [gone]})).shards
+    assert p.hub_models.states["m"].reason == Reason.HubResolving
+    assert shard.source == f"hf://org/m@{COMMIT}", "kept until there is a commit to move to"
+    hub.commit = "d" * 40
+    asyncio.run(p.hub_models.tick(p.registry.models))
+    (shard,) = p.heartbeats.heartbeat(node("node01").report).shards
+    assert shard.source == f"hf://org/m@{'d' * 40}"

@@ -88,9 +88,12 @@ def test_a_commit_reported_gone_is_resolved_again_once() -> None:
     o.revision_gone(report)
     assert o.states["m"].reason == Reason.HubResolving and C1 in o.states["m"].message
     assert o.wake.is_set()
+    assert o.unresolved(catalog())["m"][0] == Reason.HubResolving, "no new replica is placed meanwhile"
+    assert o.pinned(catalog())["m"].source.endswith(C1), "running replicas keep their commit until there is another"
+    assert set(o.plans()) == {f"hf://org/m@{C1}"}
     hub.head = C2
     asyncio.run(o.tick(catalog()))
-    assert o.pinned(catalog())["m"].source.endswith(C2)
+    assert o.pinned(catalog())["m"].source.endswith(C2) and set(o.plans()) == {f"hf://org/m@{C2}"}
     o.revision_gone(report)  # the node still reports the old commit's failure: that is not the new one gone
     assert o.states["m"].resolution is not None and len(hub.calls) == 2
 

@@ -55,6 +55,13 @@ class _Entry:
     due: float = 0.0  # the injected clock's time of the next try
     gone: str = ""  # a commit nodes reported gone: dropped from the store before the next try
     plan: WeightsPlan | None = None  # what every node's plan for the resolution starts from
+    # while the commit nodes reported gone is resolved again, the one its running replicas keep (and its plan):
+    # nothing served changes until there is a new commit to move to
+    last: Resolution | None = None
+
+    @property
+    def current(self) -> Resolution | None:
+        return self.state.resolution or self.last
 
 
 def read_token(path: str | Path | None) -> tuple[str | None, str]:
@@ -129,8 +136,8 @@ class HubModels:
         except HubFailed as f:
             self._failed(name, e, source, f)
             return
-        e.tries, e.gone = 0, ""
         if self._set(name, e, HubState(source, got, since=self.clock.now())):
+            e.tries, e.gone, e.last = 0, "", None
             e.plan = WeightsPlan(size=got.total_bytes, files=list(got.files),
                                  base_url=resolve_base(self.cfg.endpoint, got.repo, got.commit),
                                  token=(self._token or "") if got.gated else "")
@@ -179,17 +186,19 @@ class HubModels:
             if res is not None and res.source in gone and now - e.state.since >= RETRY_BASE:
                 words = f"{e.state.source}: commit {res.commit} is no longer on the hub; resolving the revision again"
                 e.state = HubState(e.state.source, None, Reason.HubResolving, words, now)
-                e.gone, e.due, e.tries, e.plan = res.commit, now, 0, None
+                e.gone, e.due, e.tries, e.last = res.commit, now, 0, res
                 self.wake.set()
 
     def resolutions(self) -> dict[str, Resolution]:
         """Per model name, its resolution (only the resolved ones)."""
         return {n: e.state.resolution for n, e in self._entries.items() if e.state.resolution is not None}
 
-    def pinned(self, models: Mapping[str, ModelSpec]) -> dict[str, ModelSpec]:
+    def pinned(self, models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
         """The catalog as nodes and placement see it: a resolved hub model's source is its pinned source
-        (hf://org/name@<commit>); every other model as it is."""
-        got = self.resolutions()
+        (hf://org/name@<commit>; while a commit gone is resolved again, the last one); every other model as it is."""
+        got = {n: res for n, e in self._entries.items() if (res := e.current) is not None}
+        if not got:
+            return models
         out = dict(models)
         for name, res in got.items():
             spec = models.get(name)
@@ -215,8 +224,8 @@ class HubModels:
     def plans(self) -> dict[str, WeightsPlan]:
         """Per pinned source, what every node's plan for it starts from: the files, where they are fetched from and
         the token when the repository needs one (only then)."""
-        return {e.state.resolution.source: e.plan for e in self._entries.values()
-                if e.state.resolution is not None and e.plan is not None}
+        return {res.source: e.plan for e in self._entries.values()
+                if (res := e.current) is not None and e.plan is not None}
 
 
 def _resolving(source: str, now: float, words: str) -> HubState:
