@@ -1,6 +1,7 @@
 """A node's heartbeat, taken in and answered: its report goes to the registry, its engines' gauges to the routers'
 activity, what changed in it to the event log (within a budget per node), and it is told its desired state,
-weights plans included (who fetches each remote file from its origin is kept here)."""
+weights plans included (who fetches each remote file from its origin is kept here; a hub model named by its
+resolved commit, control/hub_models.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from llmgw.config.server import ServerConfig
 from llmgw.control.activity import Activity
 from llmgw.control.credentials import Credentials
 from llmgw.control.desired import desired_for, draining
+from llmgw.control.hub_models import HubModels
 from llmgw.control.registry import Registry, merge_report
 from llmgw.control.storage import Storage
 from llmgw.control.weights import Leaders, plans_for, prune
@@ -34,7 +36,7 @@ def own_states(report: NodeReport, replicas: dict[str, ReplicaRecord]) -> list[t
 
 class Heartbeats:
     def __init__(self, cfg: ServerConfig, storage: Storage, registry: Registry, activity: Activity,
-                 credentials: Credentials, kick: asyncio.Event) -> None:
+                 credentials: Credentials, kick: asyncio.Event, hub: HubModels) -> None:
         self.cfg = cfg
         self.clock = storage.clock
         self._engine_names, self._engine_sources = cfg.engine_names(), cfg.engine_sources()
@@ -43,6 +45,7 @@ class Heartbeats:
         self._activity = activity
         self._credentials = credentials
         self._kick = kick
+        self._hub = hub
         # who fetches each remote file from its origin, per fabric (control/weights.py); soft state: after a
         # restart it is read again from what the nodes report fetching
         self.fetch_leaders: Leaders = {}
@@ -60,15 +63,17 @@ class Heartbeats:
         reg.node_reported(rec)
         self._activity.loads_reported(report.shards, reg.replicas)
         self._node_events(rec.id, events)
+        self._hub.revision_gone(report)
+        models = self._hub.pinned(reg.models)  # a hub model's shards name its resolved commit
         replicas = list(reg.replicas.values())
         revoked = frozenset(self._credentials.revoked_nodes) | frozenset(self._credentials.revoked_serials)
-        plans, chosen = plans_for(rec.id, reg.nodes, replicas, reg.models, self.fetch_leaders, revoked)
+        plans, chosen = plans_for(rec.id, reg.nodes, replicas, models, self.fetch_leaders, revoked, self._hub.plans())
         if chosen:
             self.fetch_leaders = prune({**self.fetch_leaders, **chosen}, reg.nodes,
-                                       {m.source for m in reg.models.values()})
+                                       {m.source for m in models.values()})
         drain = draining(replicas, self._activity.outstanding(), self.clock.now(), self.cfg.drain_timeout)
         desired = desired_for(
-            rec.id, replicas, reg.models, self._engine_names, self.cfg.heartbeat_interval,
+            rec.id, replicas, models, self._engine_names, self.cfg.heartbeat_interval,
             self._engine_sources, plans, drain,
         )
         desired.revoked = self._credentials.revoked()

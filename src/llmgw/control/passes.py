@@ -8,6 +8,7 @@ import secrets
 
 from llmgw.config.server import ServerConfig
 from llmgw.control.activity import Activity
+from llmgw.control.hub_models import HubModels
 from llmgw.control.leadership import Leadership
 from llmgw.control.registry import Registry
 from llmgw.control.storage import Storage
@@ -20,7 +21,7 @@ STALL_AFTER = 5.0  # seconds between passes beyond which the control plane count
 
 class Passes:
     def __init__(self, cfg: ServerConfig, storage: Storage, timings: Timings, leadership: Leadership,
-                 registry: Registry, activity: Activity, kick: asyncio.Event) -> None:
+                 registry: Registry, activity: Activity, kick: asyncio.Event, hub: HubModels) -> None:
         self.cfg = cfg
         self.clock = storage.clock
         self.timings = timings
@@ -28,6 +29,7 @@ class Passes:
         self._leadership = leadership
         self._registry = registry
         self._activity = activity
+        self._hub = hub
         # set when a pass is worth running before the next interval: a request asks for a model not loaded, or a
         # node reports a shard ready or gone (a cold start waits on both)
         self.kick = kick
@@ -45,7 +47,8 @@ class Passes:
         return World(
             now=self.clock.now(),
             started_at=reg.started_at,
-            models=reg.models,
+            models=self._hub.pinned(reg.models),  # placement counts a hub model held only at its commit
+            unresolved=self._hub.unresolved(reg.models),
             nodes=list(reg.nodes.values()),
             replicas=list(reg.replicas.values()),
             demand=dict(act.demand),

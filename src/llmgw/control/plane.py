@@ -10,6 +10,7 @@ changes go through that owner's named operations:
 - credentials (control/credentials.py): API keys, their names, revoked nodes and certificates.
 - following (control/following.py): the lease, following the shared store, sharing activity, budgets read again.
 - limit_counters (control/limit_counters.py) and usage (control/usage_totals.py): keys' counters and usage totals.
+- hub_models (control/hub_models.py): each hf:// model's resolution to a commit and its files, or why none.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from llmgw.control.activity import Activity
 from llmgw.control.credentials import Credentials, spent_by_period
 from llmgw.control.following import Following, health_of
 from llmgw.control.heartbeats import Heartbeats
+from llmgw.control.hub_models import HubModels, Resolver, hub_resolve
 from llmgw.control.leadership import Leadership, holder_id
 from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.metrics import Gauges
@@ -56,6 +58,7 @@ class ControlPlane:
         clock: Clock,
         timings: Timings | None = None,
         writer: InlineWriter | StoreWriter | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
@@ -71,8 +74,11 @@ class ControlPlane:
         self.activity = Activity(clock, models, kick, self.limit_counters, self.usage, self.storage)
         self.credentials = Credentials(self.storage, self.limit_counters)
         self.registry = Registry(self.storage, self.leadership, self.activity, models, kick)
-        self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick)
-        self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick)
+        self.hub_models = HubModels(cfg.hub, clock, resolver or hub_resolve, store)
+        self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick,
+                                     self.hub_models)
+        self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick,
+                             self.hub_models)
         self.following = Following(self.storage, self.leadership, self.registry, self.credentials, self.activity,
                                    self.limit_counters)
         self.gauges: Gauges = {

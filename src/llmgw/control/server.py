@@ -43,6 +43,7 @@ from llmgw.store.opening import hold_sqlite, open_store
 
 log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 3600.0
+HUB_EVERY_S = 5.0  # the catalog followed for hub models at least this often
 AGENT_CONNECTIONS_PER_NODE = 4
 KICKED_PASS_GAP_S = 0.05
 
@@ -92,6 +93,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         asyncio.create_task(router.flush_usage()),
         asyncio.create_task(retention_loop(cfg, plane)),
         asyncio.create_task(lease_loop(plane, cfg.leader_lease)),
+        asyncio.create_task(hub_loop(plane)),
     ]
     workers = spawn_workers(config_path, cfg.api_workers - 1) if config_path else []
     try:
@@ -193,6 +195,24 @@ async def reconcile_loop(plane: ControlPlane, router: Router, interval: float) -
             await asyncio.sleep(min(KICKED_PASS_GAP_S, interval))
         except TimeoutError:
             pass
+
+
+async def hub_loop(plane: ControlPlane) -> None:
+    """Hub models resolved (control/hub_models.py): when the catalog names one, while the hub fails (backing off),
+    when nodes report a commit gone; a pass follows a change at once, so a resolved model is placed."""
+    hub = plane.hub_models
+    while True:
+        hub.wake.clear()
+        before = hub.states
+        wait = HUB_EVERY_S
+        try:
+            wait = min(wait, await hub.tick(plane.registry.models))
+        except Exception:  # logged and tried again, never swallowed silently
+            log.exception("resolving hub models failed")
+        if hub.states != before:
+            plane.passes.kick.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(hub.wake.wait(), max(wait, 0.05))
 
 
 async def lease_loop(plane: ControlPlane, lease: float) -> None:

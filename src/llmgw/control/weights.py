@@ -6,10 +6,11 @@ fabric fetches a file from its origin, the others wait for it and copy it from a
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from llmgw.config.server import ModelSpec
 from llmgw.records.state import NodeRecord, ReplicaRecord
+from llmgw.wire.hub import is_hub
 from llmgw.wire.messages import NodeReport, WeightsPeer, WeightsPlan, is_remote
 
 MAX_PEERS = 4
@@ -32,12 +33,15 @@ Leaders = dict[tuple[str, str], str]  # (fabric, source) -> the node chosen to f
 
 def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[ReplicaRecord],
               models: dict[str, ModelSpec], leaders: Leaders | None = None,
-              revoked: frozenset[str] = frozenset()) -> tuple[dict[str, WeightsPlan], Leaders]:
+              revoked: frozenset[str] = frozenset(), hub: Mapping[str, WeightsPlan] | None = None,
+              ) -> tuple[dict[str, WeightsPlan], Leaders]:
     """The plan for every remote source this node's shards use, and the origin fetchers chosen while making it.
 
     `leaders` are the choices made before: a choice stands while its node is live, wants the file and has not
     failed to fetch it, so nodes that report at different moments (or whose replicas are placed one by one) never
-    see two different nodes told to fetch from the origin. A node or certificate in `revoked` is nobody's peer."""
+    see two different nodes told to fetch from the origin. A node or certificate in `revoked` is nobody's peer.
+    `hub`: per pinned hub source (hf://org/name@<commit>), the plan its files start from; a hub source without one
+    (not resolved) gets no plan."""
     me = nodes.get(node_id)
     if me is None:
         return {}, {}
@@ -46,7 +50,7 @@ def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[Rep
     wanting: dict[str, set[str]] = {}  # source -> nodes with a shard that uses it
     for r in live:
         spec = models.get(r.model)
-        if spec is None or not is_remote(spec.source):
+        if spec is None or not is_remote(spec.source) or (is_hub(spec.source) and spec.source not in (hub or {})):
             continue
         ids = {a.node_id for a in r.assignments}
         wanting.setdefault(spec.source, set()).update(ids)
@@ -60,7 +64,8 @@ def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[Rep
     plans: dict[str, WeightsPlan] = {}
     chosen: Leaders = {}
     for source, spec in mine.items():
-        plans[source], leader = _plan(me, group, source, spec, wanting.get(source, set()), fabrics, leaders or {})
+        base = (hub or {}).get(source) or WeightsPlan(sha256=spec.sha256 or "", size=spec.size)
+        plans[source], leader = _plan(me, group, source, base, wanting.get(source, set()), fabrics, leaders or {})
         if leader:
             theirs = _fabrics((nodes[leader] if leader in nodes else me).report)
             chosen.update({(f, source): leader for f in fabrics if f in theirs})  # only where it is a member
@@ -72,9 +77,8 @@ def serves(n: NodeRecord) -> bool:
     return bool(n.report.peer_port)
 
 
-def _plan(me: NodeRecord, group: list[NodeRecord], source: str, spec: ModelSpec, wanting: set[str],
+def _plan(me: NodeRecord, group: list[NodeRecord], source: str, base: WeightsPlan, wanting: set[str],
           fabrics: list[str], leaders: Leaders) -> tuple[WeightsPlan, str]:
-    base = WeightsPlan(sha256=spec.sha256 or "", size=spec.size)
     holders = [n for n in group if source in n.report.weights and serves(n)]
     if holders:
         holders.sort(key=lambda n: hashlib.sha256(f"{me.id}/{n.id}".encode()).digest())

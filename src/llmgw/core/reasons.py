@@ -19,6 +19,7 @@ class Reason(StrEnum):
     FabricTooSmall = "FabricTooSmall"
     NodeNotWhole = "NodeNotWhole"
     NoFreePort = "NoFreePort"
+    AgentTooOld = "AgentTooOld"  # the node's agent speaks a wire version older than the model's source needs
     # replica lifecycle
     Placed = "Placed"
     Unschedulable = "Unschedulable"

@@ -16,9 +16,11 @@ from typing import ClassVar
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
 from llmgw.placement.snapshot import NodeView
+from llmgw.wire.hub import is_hub
 from llmgw.wire.messages import EngineStatus
 
 Verdict = tuple[Reason, str] | None
+HUB_WIRE_VERSION = 10  # the first agents that fetch a hub model's directory
 Test = Callable[[NodeView], bool]
 
 
@@ -248,8 +250,28 @@ class Ports(Check):
         return f"no free port in {n.port_low}-{n.port_high}"
 
 
+class AgentFetchesHub(Check):
+    """A hub source is a directory of files fetched by an agent that speaks wire version HUB_WIRE_VERSION."""
+
+    reason = Reason.AgentTooOld
+
+    def prepare(self, r: Request) -> Test | None:
+        if not is_hub(r.model.source):
+            return None
+
+        def test(n: NodeView) -> bool:
+            return n.wire_version >= HUB_WIRE_VERSION
+
+        return test
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        return (f"its agent speaks wire version {n.wire_version}; a hub source (hf://) needs version "
+                f"{HUB_WIRE_VERSION} or later: upgrade the agent")
+
+
 CHECKS: tuple[Check, ...] = (
     NodeLive(),
+    AgentFetchesHub(),
     EngineProbed(),
     EngineInstalled(),
     EngineBeingInstalled(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmgw.placement.checks import Request
 from llmgw.placement.snapshot import NodeView
+from llmgw.wire.hub import is_hub, parse_hub
 
 WEIGHTS = {"fresh": 4.0, "weights": 2.0, "nvlink": 1.0, "binpack": 0.5}
 FABRIC_COPY = 0.2  # the weights score of a node whose fabric holds the weights
@@ -18,9 +19,12 @@ def weights_present(n: NodeView, r: Request) -> float:
     """Holding the weights saves a copy of tens of gigabytes; a node of its fabric holding them turns a download
     from the origin into a copy from that peer; fetching is still a valid answer. A holder outscores any other
     node whatever their NVLink and packing (2 x 1 > 2 x FABRIC_COPY + 1 + 0.5); a peer copy only tips a choice."""
-    if r.model.source in n.weights:
+    source = r.model.source
+    if is_hub(source) and not parse_hub(source).pinned:
+        return 0.0  # a hub model counts as held only at its resolved commit, which placement is told as its source
+    if source in n.weights:
         return 1.0
-    return FABRIC_COPY if r.model.source in n.fabric_weights else 0.0
+    return FABRIC_COPY if source in n.fabric_weights else 0.0
 
 
 def binpack(n: NodeView, r: Request, gpus_after: int) -> float:

@@ -9,7 +9,7 @@ from operator import attrgetter
 
 from llmgw.config.server import ModelSpec
 from llmgw.records.state import NodeRecord, ReplicaRecord
-from llmgw.wire.messages import GPU, EngineStatus, Fabric, NodeReport
+from llmgw.wire.messages import GPU, WIRE_VERSION, EngineStatus, Fabric, NodeReport
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class NodeView:
     held_whole_by: str = ""  # a multi-node replica holds this node whole
     not_live_reason: str = ""
     fabric_weights: frozenset[str] = frozenset()  # sources a live node of one of its fabrics holds: a peer copy
+    wire_version: int = WIRE_VERSION  # the version of the agent protocol the node's agent speaks
     _free_cache: dict[str | None, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
     # Derived from the cards once per view, while they are being read anyway: placement asks every node for
     # its free cards on every request, and a replace()d view derives them again, so nothing goes stale.
@@ -186,6 +187,7 @@ def build_snapshot(
                 shard_count=count.get(rec.id, 0),
                 held_whole_by=whole.get(rec.id, ""),
                 fabric_weights=frozenset().union(*(held.get(f.name, ()) for f in rep.fabrics)),
+                wire_version=rep.version,
             )
         )
     views.sort(key=lambda v: v.id)

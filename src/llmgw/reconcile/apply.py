@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from llmgw.config.server import ModelSpec
+from llmgw.core.conditions import ConditionType
 from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.intents import (
@@ -184,6 +185,10 @@ def _event(before: ReplicaRecord | None, i: ReplicaIntent, r: ReplicaRecord) -> 
             return f"{of} added: {i.words}" if i.step is Step.Up else ""
         case Place():
             return f"{of} placed on " + ", ".join(a.node_id for a in i.assignments)
+        case Unplaced() if i.reason is not None:
+            said = before is not None and (c := before.condition(ConditionType.Scheduled)) is not None and (
+                c.reason, c.message) == (i.reason, i.words)
+            return "" if said else f"{of} cannot be placed: {i.reason}: {i.words}"
         case Unplaced():
             first = before is None or not i.explanation.same_as(before.explanation)
             return f"{of} cannot be placed: " + " | ".join(explanation_lines(i.explanation)[1:]) if first else ""

@@ -62,12 +62,15 @@ class Place:
 
 @dataclass(frozen=True)
 class Unplaced:
-    """Placement found no room; `room` is the replica stopping to make room for it, if any."""
+    """Placement found no room; `room` is the replica stopping to make room for it, if any. With a `reason`, no
+    node was asked: the model itself cannot be placed yet (its hub source is not resolved), for `words`."""
 
     replica_id: str
     explanation: Explanation
     room: str = ""
     room_model: str = ""
+    reason: Reason | None = None
+    words: str = ""
 
 
 @dataclass(frozen=True)

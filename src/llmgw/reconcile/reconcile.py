@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from llmgw.config.server import ModelSpec
 from llmgw.core.backoff import doubling
 from llmgw.core.conditions import ConditionType
+from llmgw.core.explanation import Explanation
 from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place, reservations
@@ -249,6 +250,10 @@ def _place_pending(p: Pass) -> None:
             failed_on[f.model] = failed_on.get(f.model, frozenset()) | {a.node_id for a in f.assignments}
     for r in pending:
         spec = w.models[r.model]
+        if r.model in w.unresolved:
+            reason, words = w.unresolved[r.model]
+            p.do(Unplaced(r.id, Explanation(model=r.model, at=w.now, placed=False), reason=reason, words=words))
+            continue
         req = Request(replica_id=r.id, model=spec, failed_on=failed_on.get(r.model, frozenset()))
         result = place(req, snap)
         if isinstance(result, Placement):

@@ -66,6 +66,9 @@ def _unplaced(r: ReplicaRecord, i: Unplaced, now: float) -> ReplicaRecord:
     # saying the same refusal again is no change: the old explanation stays, so nothing is written
     expl = r.explanation if r.explanation is not None and i.explanation.same_as(r.explanation) else i.explanation
     why = "; ".join(explanation_lines(expl)[1:3])
+    if i.reason is not None:
+        conds = set_condition(r.conditions, ConditionType.Scheduled, Status.FALSE, i.reason, i.words, now)
+        return r.model_copy(update={"explanation": expl, "conditions": conds})
     if i.room:
         why = f"waiting for idle replica {i.room} of {i.room_model}, evicted to make room, to stop; {why}"
     conds = set_condition(r.conditions, ConditionType.Scheduled, Status.FALSE, Reason.Unschedulable, why, now)

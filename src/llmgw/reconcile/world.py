@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmgw.config.server import ModelSpec
+from llmgw.core.reasons import Reason
 from llmgw.reconcile.scaling import Timer
 from llmgw.records.state import NodeRecord, ReplicaRecord
 
@@ -44,3 +45,5 @@ class World:
     entropy: bytes = b"\0" * 32
     # per model, how long its load has been above or below its target (scaling on load), as the last pass left it
     scale_timers: dict[str, Timer] = field(default_factory=dict)
+    # per model that cannot be placed whatever the nodes (a hub source not resolved yet): the reason and its words
+    unresolved: dict[str, tuple[Reason, str]] = field(default_factory=dict)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from llmgw.config.server import ModelSpec
 from llmgw.core.limits import KeyLimits
 from llmgw.records.state import Event, NodeRecord, ReplicaRecord
+from llmgw.wire.hub import Resolution
 
 
 class ApiKeyRecord(BaseModel):
@@ -194,3 +195,8 @@ class Store(Protocol):
     # node revocations
     def put_revocation(self, revocation: Revocation) -> None: ...
     def list_revocations(self) -> list[Revocation]: ...
+
+    # hub models' resolutions: the first written for a source is kept (control/hub_models.py)
+    def get_resolution(self, source: str) -> Resolution | None: ...
+    def claim_resolution(self, source: str, resolution: Resolution) -> Resolution: ...
+    def drop_resolution(self, source: str, commit: str) -> None: ...

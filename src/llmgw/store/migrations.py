@@ -35,6 +35,14 @@ REVOCATION_REVS = """
     INSERT INTO revs (name, n) VALUES ('revocations', 0);
     """
 
+# hub models' resolutions, per source as the catalog names it: the first a server writes is the one every server
+# sharing the store uses (control/hub_models.py), until nodes report its commit gone
+HUB_RESOLUTIONS = """
+    CREATE TABLE hub_resolutions (
+        source TEXT PRIMARY KEY, commit_id TEXT NOT NULL, body TEXT NOT NULL
+    );
+    """
+
 MIGRATIONS: list[str] = [
     # 1: records kept whole as JSON, keyed by id
     """
@@ -94,4 +102,6 @@ MIGRATIONS: list[str] = [
     ACTIVITY,
     # 9: revocations carry a revision too (PostgreSQL's fifth)
     REVOCATION_REVS,
+    # 10: hub models' resolutions (above), as PostgreSQL's sixth
+    HUB_RESOLUTIONS,
 ]

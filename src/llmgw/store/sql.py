@@ -11,12 +11,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.errors import Deposed, StoreError
 from llmgw.records.state import Event, NodeRecord, ReplicaRecord
 from llmgw.store.base import AnyUsage, ApiKeyRecord, Lease, Revocation, UsageTotal, hour_of, sum_by_hour
+from llmgw.wire.hub import Resolution
 
 log = logging.getLogger(__name__)
 PRUNE_BATCH = 5000  # rows per delete transaction: retention never holds the write lock for long
@@ -294,6 +295,36 @@ class SqlStore:
     def list_revocations(self) -> list[Revocation]:
         rows = self._rows("SELECT node_id, serial, at, reason FROM revocations ORDER BY at")
         return [Revocation(node_id=str(a), serial=str(b), at=float(c), reason=str(d)) for a, b, c, d in rows]
+
+    # hub models' resolutions, per source as the catalog names it (control/hub_models.py)
+    def get_resolution(self, source: str) -> Resolution | None:
+        rows = self._rows("SELECT body FROM hub_resolutions WHERE source = ?", (source,))
+        return _resolution(str(rows[0][0])) if rows else None
+
+    def claim_resolution(self, source: str, resolution: Resolution) -> Resolution:
+        """Keeps `resolution` unless one is there already; the one kept (another server's, when it was first)."""
+        body = RESOLUTION.dump_json(resolution).decode()
+        with self._tx() as tx:
+            tx.run("INSERT INTO hub_resolutions (source, commit_id, body) VALUES (?, ?, ?)"
+                   " ON CONFLICT (source) DO NOTHING", (source, resolution.commit, body))
+            row = tx.one("SELECT body FROM hub_resolutions WHERE source = ?", (source,))
+        return (_resolution(str(row[0])) if row else None) or resolution
+
+    def drop_resolution(self, source: str, commit: str) -> None:
+        """Forgets the source's resolution if it still names `commit` (another server may have replaced it)."""
+        self._exec("DELETE FROM hub_resolutions WHERE source = ? AND commit_id = ?", (source, commit))
+
+
+RESOLUTION = TypeAdapter(Resolution)
+
+
+def _resolution(body: str) -> Resolution | None:
+    """A stored resolution, or None when this release cannot read it (it is then resolved again)."""
+    try:
+        return RESOLUTION.validate_json(body)
+    except ValidationError:
+        log.warning("a hub resolution in the store is not readable by this release: resolving it again")
+        return None
 
 
 RENEW = "UPDATE leader SET expires_at = ? WHERE id = 1 AND holder = ? AND epoch = ?"
