@@ -27,8 +27,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest

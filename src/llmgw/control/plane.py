@@ -112,7 +112,8 @@ class ControlPlane:
 
     def status(self) -> Status:
         """The owners the summary (management API, dashboard, metrics) is read from."""
-        return Status(self.registry, self.activity, self.credentials, self.storage, self.usage, self.passes)
+        return Status(self.registry, self.activity, self.credentials, self.storage, self.usage, self.passes,
+                      hub=lambda: self.hub_models.states)
 
     async def revoke(self, node_id: str, serial: str, reason: str) -> str:
         """Cut a node off (serial "") or one of its certificates. Takes effect at its next heartbeat; revoking the
