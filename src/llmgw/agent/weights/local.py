@@ -21,6 +21,7 @@ from llmgw.core.units import mb
 from llmgw.wire.messages import WeightsDir
 
 FETCHED = "fetched"
+HUB = "hub"  # hub models: a directory per commit, of links to the fetched files (hubdir.py)
 SOURCE = ".source.json"  # a leading dot: no URL's file name can be it (file_name strips leading dots)
 PART = ".part"
 # file systems other machines mount too: never cleaned by one node, and a file there is held by every mounter
@@ -56,6 +57,7 @@ class Held:
     size: int
     sha256: str
     last_used: float
+    part_of: str = ""  # the hub source whose directory it belongs to: reported as that, not on its own
 
 
 def read_held(folder: Path) -> Held | None:
@@ -63,14 +65,15 @@ def read_held(folder: Path) -> Held | None:
     try:
         meta = json.loads((folder / SOURCE).read_text())
         url, size, digest = str(meta["url"]), int(meta["size"]), str(meta.get("sha256", ""))
+        part_of = str(meta.get("part_of", ""))
         path = folder / file_name(url)
         st = path.stat()
         used = (folder / SOURCE).stat().st_mtime
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if folder != folder_for(folder.parent.parent, url) or st.st_size != size or size == 0:
-        return None  # a file changed under it, or a folder not made for this URL
-    return Held(url, path, size, digest, used)
+    if folder != folder_for(folder.parent.parent, url) or st.st_size != size or (size == 0 and not part_of):
+        return None  # a file changed under it, or a folder not made for this URL (a model's file may be empty)
+    return Held(url, path, size, digest, used, part_of)
 
 
 def held_files(weights_dir: Path) -> list[Held]:
@@ -81,9 +84,12 @@ def held_files(weights_dir: Path) -> list[Held]:
     return [h for f in folders if (h := read_held(f)) is not None]
 
 
-def record(folder: Path, url: str, size: int, sha256: str) -> None:
+def record(folder: Path, url: str, size: int, sha256: str, part_of: str = "") -> None:
     """What the file is, written (atomically) before the file takes its name."""
-    write_private(folder / SOURCE, json.dumps({"url": url, "size": size, "sha256": sha256}, indent=1) + "\n")
+    meta: dict[str, str | int] = {"url": url, "size": size, "sha256": sha256}
+    if part_of:
+        meta["part_of"] = part_of
+    write_private(folder / SOURCE, json.dumps(meta, indent=1) + "\n")
 
 
 def touch(folder: Path) -> None:
@@ -97,16 +103,17 @@ def touch(folder: Path) -> None:
 def visible(dirs: Iterable[Path]) -> list[str]:
     """What this node holds: every fetched file by the URL it came from (first, so that a report cut to its
     bound never drops them), then every non-empty file under the directories by its path (an empty one looks
-    like a download that never finished, a `.part` is one)."""
+    like a download that never finished, a `.part` is one). A hub model's files are neither: its directory is
+    reported by its source, whole (hubdir.held_sources)."""
     urls: set[str] = set()
     out: set[str] = set()
     for d in dirs:
         if not d.is_dir():
             continue
-        urls.update(h.url for h in held_files(d))
+        urls.update(h.url for h in held_files(d) if not h.part_of)
         for root, subdirs, files in os.walk(d):
             if Path(root) == d:
-                subdirs[:] = [s for s in subdirs if s != FETCHED]  # reported by URL, above
+                subdirs[:] = [s for s in subdirs if s not in (FETCHED, HUB)]  # reported by URL or source
             for f in files:
                 if f.endswith(PART):
                     continue
