@@ -158,6 +158,7 @@ class Directories:
     def _room(self, d: _Dir) -> None:
         """The directory's size is known before a byte is asked for: room for all of what is missing, at once."""
         f = self.fetcher
+        f.dir.mkdir(parents=True, exist_ok=True)
         need = 0
         for hf in d.plan.files:
             t = hubdir.target(f.dir, d.plan.base_url, hf)
