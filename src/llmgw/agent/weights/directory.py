@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PARALLEL = 4  # files of one directory in flight at once
-FAILED_RETRY = 60.0  # as for a single file: a failed directory is tried again by a later shard after this
+FAILED_RETRY = 60.0
+ENDS_ALL = {Reason.HubAccessDenied, Reason.RevisionGone, Reason.HubNotFound, Reason.InsufficientDisk,
+            Reason.DiskFull}  # as for a single file: a failed directory is tried again by a later shard after this
 
 
 @dataclass
@@ -137,9 +139,7 @@ class Directories:
         fetcher = self.fetcher
         try:
             await asyncio.to_thread(self._room, d)
-            gate = asyncio.Semaphore(PARALLEL)
-            got = await asyncio.gather(*(self._file(d, f, gate) for f in d.plan.files))
-            failed = next((o for o in got if o is not None), None)
+            failed = await self._files(d)
             if failed is None:
                 path = await asyncio.to_thread(hubdir.assemble, fetcher.dir, d.source, d.plan)
                 log.info("weights %s: whole in %s (%d files)", d.source, path, len(d.plan.files))
@@ -154,6 +154,24 @@ class Directories:
         d.free_when_failed = free_bytes(fetcher.dir) if failed.reason in (Reason.InsufficientDisk,
                                                                         Reason.DiskFull) else None
         log.error("weights %s: %s", d.source, failed.message)
+
+    async def _files(self, d: _Dir) -> Failed | None:
+        """Every file, a few at a time; the first failure, once the others have ended (kept whole for the next
+        try), or at once when it is one every other file would meet too (no access, no such commit, no room)."""
+        gate = asyncio.Semaphore(PARALLEL)
+        tasks = [asyncio.ensure_future(self._file(d, f, gate)) for f in d.plan.files]
+        failed: Failed | None = None
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                got = await next_done
+                failed = failed or got
+                if got is not None and got.reason in ENDS_ALL:
+                    break
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return failed
 
     def _room(self, d: _Dir) -> None:
         """The directory's size is known before a byte is asked for: room for all of what is missing, at once."""
