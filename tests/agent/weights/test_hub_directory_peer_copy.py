@@ -1,0 +1,39 @@
+"""A node of the fabric copies a hub model's directory from the node that fetched it, over mutual TLS with the
+nodes' own certificates, file by file by each file's URL: the hub is asked for nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmgw.agent.weights import hubdir
+from llmgw.agent.weights.fetcher import Ready
+from llmgw.agent.weights.serve import start_peer_listener
+from llmgw.sim.hub import HubHandle
+from llmgw.wire.messages import WeightsPeer
+from tests.agent.weights.hubkit import CDN, TOKEN, plan_for
+from tests.agent.weights.kit import Pki, fetcher, settled
+from tests.harness import free_port
+
+
+async def test_a_second_node_copies_the_directory_from_the_first(tmp_path: Path, pki: Pki, hub: HubHandle) -> None:
+    source, plan = plan_for(hub, token=TOKEN)
+    first = fetcher(tmp_path / "node02", redirects=CDN)
+    assert isinstance(await settled(first, source, plan), Ready)
+    await first.close()
+    port = free_port()
+    listener = await start_peer_listener(tmp_path / "node02", "127.0.0.1", port, pki.server("node02"))
+    try:
+        hub.counters.reset()
+        copier = fetcher(tmp_path / "node01", tls=lambda: pki.client("node01"), redirects=CDN)
+        copy = plan.model_copy(update={"origin": False, "peers": [
+            WeightsPeer(node_id="node02", address="127.0.0.1", port=port)]})
+        got = await settled(copier, source, copy)
+        await copier.close()
+    finally:
+        await listener.cleanup()
+    assert isinstance(got, Ready) and got.path == hubdir.dir_for(tmp_path / "node01", source), got
+    assert hubdir.held_sources([tmp_path / "node01"]) == [source]
+    for f in plan.files:
+        assert (got.path / f.path).read_bytes() == (tmp_path / "node02" / got.path.relative_to(
+            tmp_path / "node01") / f.path).read_bytes(), f.path
+    assert sum(hub.counters.requests.values()) == 0, "the hub was not asked for a byte"
