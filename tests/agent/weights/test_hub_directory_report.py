@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.agent.agent import Agent
+from llmgw.agent.weights import hubdir
 from llmgw.agent.weights.fetcher import Ready
 from llmgw.core.clock import FakeClock
 from llmgw.sim.hub import HubHandle
 from tests.agent.test_agent_report import config
-from tests.agent.weights.hubkit import plan_for
+from tests.agent.weights.hubkit import hub_fetcher, plan_for
 from tests.agent.weights.kit import settled
 from tests.harness import await_until
 
@@ -37,3 +38,17 @@ async def test_the_report_carries_one_fetch_then_the_pinned_source(tmp_path: Pat
     finally:
         await a.close()
 
+
+
+async def test_a_directory_held_from_before_is_ready_at_once_and_no_fetch(tmp_path: Path, hub: HubHandle) -> None:
+    """An agent started again finds the directory whole: ready without a request, and nothing reported as a fetch."""
+    source, plan = plan_for(hub)
+    first = hub_fetcher(tmp_path)
+    assert isinstance(await settled(first, source, plan), Ready)
+    await first.close()
+    hub.counters.reset()
+    again = hub_fetcher(tmp_path)
+    got = again.ensure(source, plan)
+    assert isinstance(got, Ready) and got.path == hubdir.dir_for(tmp_path, source), got
+    assert again.statuses() == [] and sum(hub.counters.requests.values()) == 0
+    await again.close()

@@ -39,6 +39,7 @@ class _Dir:
     failure: Failed | None = None
     failed_at: float = 0.0
     free_when_failed: int | None = None
+    ready: bool = False  # whole under its name when last looked at: nothing to report as a fetch
 
 
 def _unusable(source: str, plan: WeightsPlan) -> str:
@@ -66,7 +67,8 @@ class Directories:
         elif d.plan != plan:
             self._replan(d, plan)
         held = hubdir.read_dir(hubdir.dir_for(self.fetcher.dir, source))
-        if held is not None and hubdir.matches(held, plan):
+        d.ready = held is not None and hubdir.matches(held, plan)
+        if held is not None and d.ready:
             d.failure = None
             for t in hubdir.targets(self.fetcher.dir, plan):
                 local.touch(t.parent)
@@ -112,10 +114,7 @@ class Directories:
         return out
 
     def statuses(self) -> list[FetchStatus]:
-        held = hubdir.dir_for
-        return [self._status(d) for d in self.dirs.values()
-                if not (d.task is not None and d.task.done() and d.failure is None
-                        and hubdir.read_dir(held(self.fetcher.dir, d.source)) is not None)]
+        return [self._status(d) for d in self.dirs.values() if not d.ready]
 
     async def close(self) -> None:
         tasks = [d.task for d in self.dirs.values() if d.task is not None]
@@ -142,6 +141,7 @@ class Directories:
             failed = await self._files(d)
             if failed is None:
                 path = await asyncio.to_thread(hubdir.assemble, fetcher.dir, d.source, d.plan)
+                d.ready = True
                 log.info("weights %s: whole in %s (%d files)", d.source, path, len(d.plan.files))
                 return
         except TransferFailed as e:
