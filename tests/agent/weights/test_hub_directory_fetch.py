@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
 
 from llmgw.agent.weights import hubdir, local
-from llmgw.agent.weights.fetcher import Ready
+from llmgw.agent.weights.fetcher import Failed, Ready
 from llmgw.core.errors import WeightsRefused
 from llmgw.sim.hub import HubHandle
 from llmgw.wire.hub import file_url
+from tests.agent.installs.release import Release
 from tests.agent.weights.hubkit import REPO, TOKEN, hub_fetcher, plan_for
 from tests.agent.weights.kit import settled
 from tests.harness import await_until
@@ -130,4 +132,28 @@ async def test_a_file_removed_for_room_unmakes_the_directory_and_is_fetched_agai
     again = await settled(f, source, plan)
     assert isinstance(again, Ready) and hubdir.held_sources([tmp_path]) == [source]
     assert sum(hub.counters.bytes_sent.values()) == sum(x.size for x in gone), "only what was removed came again"
+    await f.close()
+
+
+async def test_room_for_a_directory_is_never_made_from_its_own_files(tmp_path: Path, hub: HubHandle,
+                                                                     origin: Release) -> None:
+    """Half a directory held (used longest ago) and a newer plain file: the missing shard's room comes from the
+    plain file, not from the directory's own files (which would only be fetched again)."""
+    hub.repo(REPO).corrupt(SHARD)
+    source, plan = plan_for(hub)
+    f = hub_fetcher(tmp_path, budget=1_010_000)
+    assert isinstance(await settled(f, source, plan), Failed)
+    f.keep(set())
+    for t in hubdir.targets(tmp_path, plan):
+        if t.exists():
+            os.utime(t.parent / local.SOURCE, (1, 1))
+    origin.files["other.gguf"] = os.urandom(400_000)
+    other = await settled(f, origin.url("other.gguf"))
+    assert isinstance(other, Ready), other
+    hub.repo(REPO).heal()
+    hub.counters.reset()
+    got = await settled(f, source, plan)
+    assert isinstance(got, Ready), got
+    assert not other.path.exists(), "the plain file made the room"
+    assert dict(hub.counters.bytes_sent) == {SHARD: 300_000}, hub.counters.bytes_sent
     await f.close()
