@@ -9,14 +9,17 @@ from llmgw.agent.weights import hubdir
 from llmgw.agent.weights.fetcher import Ready
 from llmgw.agent.weights.serve import start_peer_listener
 from llmgw.sim.hub import HubHandle
+from llmgw.wire.hub import file_url
 from llmgw.wire.messages import WeightsPeer
-from tests.agent.weights.hubkit import CDN, TOKEN, plan_for
+from tests.agent.weights.hubkit import CDN, REPO, TOKEN, plan_for
 from tests.agent.weights.kit import Pki, fetcher, settled
 from tests.harness import free_port
 
 
 async def test_a_second_node_copies_the_directory_from_the_first(tmp_path: Path, pki: Pki, hub: HubHandle) -> None:
+    hub.repo(REPO).move("main", {"tokenizer/merges+extra=1.txt": b"a b\n"})  # a path that is quoted in its URL
     source, plan = plan_for(hub, token=TOKEN)
+    assert "merges%2Bextra%3D1.txt" in file_url(plan.base_url, "tokenizer/merges+extra=1.txt")
     first = fetcher(tmp_path / "node02", redirects=CDN)
     assert isinstance(await settled(first, source, plan), Ready)
     await first.close()

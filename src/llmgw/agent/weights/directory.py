@@ -149,6 +149,9 @@ class Directories:
         except OSError as e:
             err = TransferFailed.from_os(e, f"cannot lay out {d.source} in {fetcher.dir}")
             failed = Failed(err.reason, str(err))
+        except Exception as e:  # a directory's trouble fails that directory, never the agent; and it is said
+            log.exception("weights %s: failed", d.source)
+            failed = Failed(Reason.DownloadFailed, f"{type(e).__name__}: {str(e)[:500]}")
         d.failure = Failed(failed.reason, f"{d.source}: {failed.message}"[:2000])
         d.failed_at = fetcher.clock.monotonic()
         d.free_when_failed = free_bytes(fetcher.dir) if failed.reason in (Reason.InsufficientDisk,
