@@ -355,6 +355,9 @@ async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: 
             if pending is not None:
                 await asyncio.shield(pending)  # a write in flight ends before the file is closed
             if batch:  # what arrived before a break is kept, for the next attempt to resume after
+                # said before it is written, as every batch is: another transfer making room meanwhile must not
+                # count these bytes both on the disk and still to come
+                progress(have, total)
                 with contextlib.suppress(TransferFailed):  # unless there is no room for it
                     sink(batch)
         progress(have, total)

@@ -142,7 +142,8 @@ async def test_room_for_a_directory_is_never_made_from_its_own_files(tmp_path: P
     hub.repo(REPO).corrupt(SHARD)
     source, plan = plan_for(hub)
     f = hub_fetcher(tmp_path, budget=1_010_000)
-    assert isinstance(await settled(f, source, plan), Failed)
+    first = await settled(f, source, plan)
+    assert isinstance(first, Failed) and first.reason == "DigestMismatch", first
     f.keep(set())
     for t in hubdir.targets(tmp_path, plan):
         if t.exists():

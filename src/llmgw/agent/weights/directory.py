@@ -6,21 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from llmgw.agent.space import free_bytes, room_again
 from llmgw.agent.weights import hubdir, local
 from llmgw.agent.weights.hubsource import Member
 from llmgw.agent.weights.outcome import Failed, Outcome, Ready, Waiting
+from llmgw.core.clock import Clock
 from llmgw.core.errors import TransferFailed
 from llmgw.core.reasons import Reason
 from llmgw.wire.hub import HubFile, file_url, parse_hub
 from llmgw.wire.messages import FetchStatus, WeightsPlan
-
-if TYPE_CHECKING:
-    from llmgw.agent.weights.fetcher import Fetcher
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +27,42 @@ PARALLEL = 4  # files of one directory in flight at once
 FAILED_RETRY = 60.0
 ENDS_ALL = {Reason.HubAccessDenied, Reason.RevisionGone, Reason.HubNotFound, Reason.InsufficientDisk,
             Reason.DiskFull}  # as for a single file: a failed directory is tried again by a later shard after this
+
+
+class FileJob(Protocol):
+    """One file's transfer, as the fetcher keeps it."""
+
+    @property
+    def task(self) -> asyncio.Task[None] | None: ...
+
+    @property
+    def status(self) -> FetchStatus | None: ...
+
+
+class FileFetcher(Protocol):
+    """What a directory needs of the fetcher that has each of its files (weights/fetcher.py)."""
+
+    @property
+    def dir(self) -> Path: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def budget(self) -> int | None: ...
+
+    @property
+    def network(self) -> Callable[[], bool]: ...
+
+    @property
+    def in_use(self) -> Callable[[], set[Path]]: ...
+
+    @property
+    def jobs(self) -> Mapping[str, FileJob]: ...
+
+    def ensure(self, url: str, plan: WeightsPlan | None, member: Member | None = None) -> Outcome: ...
+
+    def replan(self, url: str, plan: WeightsPlan) -> None: ...
 
 
 @dataclass
@@ -52,7 +87,7 @@ def _unusable(source: str, plan: WeightsPlan) -> str:
 
 
 class Directories:
-    def __init__(self, fetcher: Fetcher) -> None:
+    def __init__(self, fetcher: FileFetcher) -> None:
         self.fetcher = fetcher
         self.dirs: dict[str, _Dir] = {}
 
