@@ -64,6 +64,8 @@ class FileFetcher(Protocol):
 
     def replan(self, url: str, plan: WeightsPlan) -> None: ...
 
+    def arriving(self, but: object = None) -> dict[Path, int]: ...
+
 
 @dataclass
 class _Dir:
@@ -222,7 +224,7 @@ class Directories:
                 part = t.with_name(t.name + local.PART)
                 need += max(0, hf.size - (part.stat().st_size if part.exists() else 0))
         if need:
-            local.make_room(f.dir, need, f.budget, f.in_use() | self.protected(), f.network())
+            local.make_room(f.dir, need, f.budget, f.in_use() | self.protected(), f.network(), f.arriving())
 
     async def _file(self, d: _Dir, f: HubFile, gate: asyncio.Semaphore) -> Failed | None:
         """One file, a few at a time: None once whole, else why not."""

@@ -122,6 +122,18 @@ class Fetcher:
             job.plan = plan
             job.changed.set()
 
+    def arriving(self, but: object = None) -> dict[Path, int]:
+        """The `.part` of every transfer under way (but `but`'s) and the whole size it is to reach: room is made
+        beside them. One whose bytes have all arrived is counted on the disk alone (its part may be taking the
+        file's name)."""
+        out: dict[Path, int] = {}
+        for j in self._job_list:
+            if (j is not but and (st := j.status) is not None and st.state == "fetching" and st.total_bytes
+                    and st.done_bytes < st.total_bytes):
+                target = local.target_for(self.dir, j.url)
+                out[target.with_name(target.name + local.PART)] = st.total_bytes
+        return out
+
     def _held(self, url: str, plan: WeightsPlan) -> local.Held | None:
         """The whole file this node holds for `url`, if it is the one the plan describes."""
         held = local.read_held(local.folder_for(self.dir, url))
@@ -264,10 +276,8 @@ class Fetcher:
 
         def room(n: int) -> None:
             with self._room_lock:  # transfers make room one at a time, each counting what the others still need
-                others = sum(max(0, (st.total_bytes or 0) - st.done_bytes) for j in self._job_list
-                             if j is not job and (st := j.status) is not None and st.state == "fetching")
                 keep = self.in_use() | self.directories.protected()
-                removed = local.make_room(self.dir, n, self.budget, keep, self.network(), others)
+                removed = local.make_room(self.dir, n, self.budget, keep, self.network(), self.arriving(job))
             if removed:
                 log.info("weights: removed %s (least recently used, no shard uses them) to make room for %s",
                          ", ".join(removed), job.url)

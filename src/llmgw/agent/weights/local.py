@@ -9,7 +9,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -165,19 +165,40 @@ def managed_bytes(weights_dir: Path) -> int:
     return total
 
 
+def _committed(weights_dir: Path, arriving: Mapping[Path, int]) -> tuple[int, int]:
+    """(bytes fetched into the directory, each file still arriving counted at its whole size; bytes those files
+    have yet to write), read in one walk: a transfer writing meanwhile moves bytes from one to the other, never
+    into both."""
+    total = 0
+    seen: dict[Path, int] = {}
+    for root, _, files in os.walk(weights_dir / FETCHED):
+        for f in files:
+            p = Path(root) / f
+            try:
+                size = p.stat().st_size
+            except OSError:
+                continue
+            if p in arriving:
+                seen[p] = size
+            total += size
+    to_come = sum(max(0, whole - seen.get(p, 0)) for p, whole in arriving.items())
+    return total + to_come, to_come
+
+
 def make_room(weights_dir: Path, need: int, budget: int | None, in_use: set[Path], network: bool,
-              reserved: int = 0) -> list[str]:
+              arriving: Mapping[Path, int] | None = None) -> list[str]:
     """Remove least recently used fetched files no shard uses until `need` more bytes fit on the disk and within
-    the budget, beside the `reserved` bytes other transfers still have to write; the names removed. Raises
-    InsufficientDisk, in the node's words, when they cannot be made to fit. Nothing is removed from a network file
-    system: other nodes may be using it."""
+    the budget, beside what other transfers still have to write (`arriving`: their `.part` files and the whole
+    size of each); the names removed. Raises InsufficientDisk, in the node's words, when they cannot be made to
+    fit. Nothing is removed from a network file system: other nodes may be using it."""
     removed: list[str] = []
-    need += reserved
+    arriving = arriving or {}
 
     def short() -> tuple[int, int]:
         free = shutil.disk_usage(weights_dir).free
-        over = managed_bytes(weights_dir) + need - budget if budget is not None else 0
-        return max(0, need - free), max(0, over)
+        committed, to_come = _committed(weights_dir, arriving)
+        over = committed + need - budget if budget is not None else 0
+        return max(0, need + to_come - free), max(0, over)
 
     lacking, over = short()
     if (lacking or over) and not network:
@@ -191,10 +212,11 @@ def make_room(weights_dir: Path, need: int, budget: int | None, in_use: set[Path
                 break
     if lacking:
         free = shutil.disk_usage(weights_dir).free
-        raise WeightsRefused(Reason.InsufficientDisk, f"needs {mb(need)}, {mb(free)} free on {weights_dir}")
+        raise WeightsRefused(Reason.InsufficientDisk, f"needs {mb(need + _committed(weights_dir, arriving)[1])}, "
+                             f"{mb(free)} free on {weights_dir}")
     if over:
         assert budget is not None
+        left = max(0, budget - _committed(weights_dir, arriving)[0])
         raise WeightsRefused(Reason.InsufficientDisk, f"needs {mb(need)}; the weights budget of {mb(budget)} on "
-                             f"{weights_dir} has {mb(max(0, budget - managed_bytes(weights_dir)))} left and the "
-                             "files in it are in use")
+                             f"{weights_dir} has {mb(left)} left and the files in it are in use")
     return removed
