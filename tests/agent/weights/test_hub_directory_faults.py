@@ -12,6 +12,7 @@ from llmgw.wire.messages import WeightsPlan
 from tests.agent.weights.hubkit import REPO, hub_fetcher, plan_for
 from tests.agent.weights.kit import settled
 from tests.harness import await_until
+from tests.reliability.test_disk_full import fill, small_disk
 
 SHARD = "model-00001-of-00003.safetensors"
 
@@ -140,3 +141,27 @@ async def test_a_failed_directory_keeps_what_arrived_for_the_next_try(tmp_path: 
     assert isinstance(got, Ready), got
     assert dict(hub.counters.bytes_sent) == {SHARD: 300_000}, hub.counters.bytes_sent
     await f.close()
+
+
+async def test_a_disk_filling_while_files_arrive_is_disk_full_and_space_back_resumes(tmp_path: Path,
+                                                                                    hub: HubHandle) -> None:
+    """A real small disk (tmpfs) filled by another writer part way: said in the node's words, nothing under the
+    final name; once the space is back the directory is tried again and completed."""
+    with small_disk(tmp_path / "w", 40) as disk:
+        hub.slow(300_000)
+        source, plan = plan_for(hub)
+        f = hub_fetcher(disk)
+        f.ensure(source, plan)
+        await await_until(lambda: any(s.state == "fetching" and s.done_bytes > 50_000 for s in f.statuses()), 20,
+                          "files arriving")
+        filler = fill(disk, 0)
+        got = await settled(f, source, plan)
+        # a file being written meets the full disk (DiskFull), or one about to start is refused first (its size is
+        # known): either way the disk is named
+        assert isinstance(got, Failed) and got.reason in ("DiskFull", "InsufficientDisk"), got
+        assert str(disk) in got.message and ("No space left" in got.message or "0 bytes free" in got.message), got
+        assert not hubdir.dir_for(disk, source).exists()
+        filler.unlink()
+        hub.slow(0)
+        assert isinstance(await settled(f, source, plan), Ready)
+        await f.close()

@@ -66,6 +66,8 @@ class FileFetcher(Protocol):
 
     def arriving(self, but: object = None) -> dict[Path, int]: ...
 
+    def stop(self, url: str) -> None: ...
+
 
 @dataclass
 class _Dir:
@@ -206,6 +208,10 @@ class Directories:
                 got = await next_done
                 failed = failed or got
                 if got is not None and got.reason in ENDS_ALL:
+                    # the files under way stop too (what they wrote stays): their failure, met later, is not to
+                    # be the next attempt's
+                    for f in d.plan.files:
+                        self.fetcher.stop(self._url(d, f))
                     break
         finally:
             for t in tasks:

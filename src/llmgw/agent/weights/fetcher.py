@@ -129,7 +129,7 @@ class Fetcher:
         out: dict[Path, int] = {}
         for j in self._job_list:
             if (j is not but and (st := j.status) is not None and st.state == "fetching" and st.total_bytes
-                    and st.done_bytes < st.total_bytes):
+                    and st.done_bytes < st.total_bytes and j.task is not None and not j.task.done()):
                 target = local.target_for(self.dir, j.url)
                 out[target.with_name(target.name + local.PART)] = st.total_bytes
         return out
@@ -151,6 +151,12 @@ class Fetcher:
                 self._job_list = tuple(self.jobs.values())
                 if job.task is not None:
                     job.task.cancel()
+
+    def stop(self, url: str) -> None:
+        """End the transfer of `url` if one is under way (what arrived stays, for the next one to resume)."""
+        job = self.jobs.get(url)
+        if job is not None and job.task is not None and not job.task.done():
+            job.task.cancel()
 
     def statuses(self) -> list[FetchStatus]:
         own = [j.status for j in self.jobs.values() if j.status is not None and j.member is None]
