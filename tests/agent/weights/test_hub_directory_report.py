@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.agent.agent import Agent
-from llmgw.agent.weights import hubdir
+from llmgw.agent.weights import hubdir, local
 from llmgw.agent.weights.fetcher import Ready
 from llmgw.core.clock import FakeClock
 from llmgw.sim.hub import HubHandle
@@ -52,3 +52,18 @@ async def test_a_directory_held_from_before_is_ready_at_once_and_no_fetch(tmp_pa
     assert isinstance(got, Ready) and got.path == hubdir.dir_for(tmp_path, source), got
     assert again.statuses() == [] and sum(hub.counters.requests.values()) == 0
     await again.close()
+
+
+async def test_an_operators_own_hub_cache_is_still_reported_by_its_paths(tmp_path: Path, hub: HubHandle) -> None:
+    """weights_dirs may hold a Hugging Face cache of the operator's own (`hub/models--org--name/...`): its files
+    are still held weights, by path; only the directories this node laid out are reported by their source."""
+    own = tmp_path / "node"
+    source, plan = plan_for(hub)
+    f = hub_fetcher(own)
+    assert isinstance(await settled(f, source, plan), Ready)
+    await f.close()
+    theirs = tmp_path / "filer" / "hub" / "models--org--m" / "snapshots" / ("b" * 40) / "config.json"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("{}")
+    assert local.visible([tmp_path / "filer", own]) == [str(theirs)]
+    assert hubdir.held_sources([tmp_path / "filer", own]) == [source]

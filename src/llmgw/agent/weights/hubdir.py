@@ -19,7 +19,7 @@ from llmgw.agent.weights import local
 from llmgw.wire.hub import COMMIT, HubFile, file_url, parse_hub
 from llmgw.wire.messages import WeightsPlan
 
-MANIFEST = ".llmgw-hub.json"  # a leading dot: engines looking for config and weights files pass it by
+MANIFEST = local.HUB_MANIFEST
 MAX_DIRS = 256  # hub directories looked at per weights directory in a report
 
 

@@ -22,6 +22,8 @@ from llmgw.wire.messages import WeightsDir
 
 FETCHED = "fetched"
 HUB = "hub"  # hub models: a directory per commit, of links to the fetched files (hubdir.py)
+HUB_MANIFEST = ".llmgw-hub.json"  # what marks such a directory (a leading dot: engines pass it by)
+_LAYING_OUT = re.compile(r"^\.[0-9a-f]{40}\.[0-9a-f]{8}$")  # one being laid out, or replaced (hubdir.assemble)
 SOURCE = ".source.json"  # a leading dot: no URL's file name can be it (file_name strips leading dots)
 PART = ".part"
 # file systems other machines mount too: never cleaned by one node, and a file there is held by every mounter
@@ -112,8 +114,9 @@ def visible(dirs: Iterable[Path]) -> list[str]:
             continue
         urls.update(h.url for h in held_files(d) if not h.part_of)
         for root, subdirs, files in os.walk(d):
-            if Path(root) == d:
-                subdirs[:] = [s for s in subdirs if s not in (FETCHED, HUB)]  # reported by URL or source
+            # fetched files are reported by URL, a hub directory of ours by its source; an operator's own files
+            # (a hub cache of theirs, say) by their paths
+            subdirs[:] = [s for s in subdirs if not (s == FETCHED and Path(root) == d) and not _laid_out(root, s)]
             for f in files:
                 if f.endswith(PART):
                     continue
@@ -124,6 +127,10 @@ def visible(dirs: Iterable[Path]) -> list[str]:
                 except OSError:
                     continue
     return sorted(urls) + sorted(out)
+
+
+def _laid_out(root: str, name: str) -> bool:
+    return _LAYING_OUT.match(name) is not None or os.path.exists(os.path.join(root, name, HUB_MANIFEST))
 
 
 def mount_of(path: Path, mountinfo: str) -> tuple[str, str]:
