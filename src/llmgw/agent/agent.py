@@ -25,7 +25,7 @@ from llmgw.agent.revocations import Revocations
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor.adopt import Running, discard, find_running
 from llmgw.agent.supervisor.supervisor import RestartPolicy
-from llmgw.agent.weights import local
+from llmgw.agent.weights import hubdir, local
 from llmgw.agent.weights.fetcher import Fetcher
 from llmgw.agent.weights.serve import start_peer_listener
 from llmgw.config.agent import AgentConfig
@@ -35,6 +35,7 @@ from llmgw.core.errors import LlmgwError, UpstreamError
 from llmgw.net.listeners import Listener
 from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.engines import EngineSource
+from llmgw.wire.hub import is_hub
 from llmgw.wire.messages import EngineStatus, Hardware, NodeReport, Problem, ShardSpec, WeightsDir, is_remote
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,15 @@ class Agent:
         """Weights files a shard runs from (or will be started again from): never removed to make room."""
         if self.supervisor is None:
             return set()
-        return {local.target_for(self.weights_dir, sp.spec.source) for sp in self.supervisor.shards.values()
-                if is_remote(sp.spec.source) and sp.state != "failed"}
+        out: set[Path] = set()
+        for sp in self.supervisor.shards.values():
+            if not is_remote(sp.spec.source) or sp.state == "failed":
+                continue
+            if is_hub(sp.spec.source):  # every file its directory links to
+                out |= hubdir.targets(self.weights_dir, sp.spec.weights)
+            else:
+                out.add(local.target_for(self.weights_dir, sp.spec.source))
+        return out
 
     def resolve(self, spec: ShardSpec, ports: Loopback | None = None) -> launches.Resolved:
         node = launches.Node(node_id=self.node_id, address=self.address, engines=self.engines, fetcher=self.fetcher,

@@ -12,7 +12,6 @@ from llmgw.agent.supervisor.process import state_name
 from llmgw.agent.supervisor.supervisor import Pending
 from llmgw.agent.weights.fetcher import Failed, Fetcher, Waiting
 from llmgw.agent.weights.resolve import resolve_source
-from llmgw.core.reasons import Reason
 from llmgw.wire.messages import EngineStatus, Problem, ShardSpec, is_remote
 
 Resolved = tuple[Launch | None, str | Problem | Pending]
@@ -38,7 +37,7 @@ def weights_path(spec: ShardSpec, fetcher: Fetcher) -> str | Problem | Pending:
     if is_remote(spec.source):
         got = fetcher.ensure(spec.source, spec.weights)
         if isinstance(got, Waiting):
-            return Pending(got.message, Reason.WeightsFetching)
+            return Pending(got.message, got.reason)
         if isinstance(got, Failed):
             return Problem(code=got.reason, message=got.message, subject="weights")
         return str(got.path)

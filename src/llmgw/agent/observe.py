@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from llmgw.agent.discovery import HostRoot, discover
-from llmgw.agent.weights import local
+from llmgw.agent.weights import hubdir, local
 from llmgw.config.agent import AgentConfig
 from llmgw.wire.messages import Hardware, WeightsDir
 
@@ -40,7 +40,8 @@ def observe_weights(cfg: AgentConfig) -> tuple[list[str], list[WeightsDir]]:
         mine = d == own
         described.append(local.describe_dir(d, mountinfo, cfg.weights_budget if mine else None,
                                             local.managed_bytes(d) if mine else 0))
-    return local.visible(dirs)[:1024], described
+    # whole hub directories by their pinned source first: a report cut to its bound never drops them
+    return (hubdir.held_sources(dirs) + local.visible(dirs))[:1024], described
 
 
 def command_line_paths(pids: Iterable[int]) -> set[Path]:

@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import hashlib
 import ssl
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -51,6 +51,12 @@ class Source:
     name: str = ""  # how progress and errors name it: "the origin", "peer node02"
     redirects: Redirects | None = PUBLIC_ONLY  # where an origin may send us (its CDN); None: a peer, nowhere
     expect: tuple[str, str] | None = None  # (header, value) the answer must not contradict: a peer's digest
+    # sent only to the source's own scheme, host and port: never after a redirect elsewhere (a hub's token is not
+    # its CDN's to see), never in a log
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    # asked of every answer from the source's own host, a redirect included, before it is used: raises
+    # TransferFailed for one that says something the caller knows how to name (a hub's "no such commit")
+    vet: Callable[[int, Mapping[str, str]], None] | None = None
 
     def said(self) -> str:
         return self.name or self.url
@@ -174,9 +180,14 @@ class _Transfer:
         none). A redirect it refuses ends the transfer for good: asking again would be sent there again."""
         src = self.src
         url = URL(src.url)
+        home = url.origin()
         for _ in range(hops.MAX_HOPS + 1):
-            async with session.get(url, headers=headers, ssl=src.ssl if src.ssl is not None else True,
+            own = url.origin() == home
+            sent = {**headers, **src.headers} if own else headers
+            async with session.get(url, headers=sent, ssl=src.ssl if src.ssl is not None else True,
                                    server_hostname=src.server_hostname, allow_redirects=False) as resp:
+                if own and src.vet is not None:
+                    src.vet(resp.status, resp.headers)
                 if src.redirects is None or resp.status not in hops.STATUSES or "Location" not in resp.headers:
                     yield resp
                     return
@@ -344,6 +355,9 @@ async def _receive(resp: aiohttp.ClientResponse, part: Path, have: int, hasher: 
             if pending is not None:
                 await asyncio.shield(pending)  # a write in flight ends before the file is closed
             if batch:  # what arrived before a break is kept, for the next attempt to resume after
+                # said before it is written, as every batch is: another transfer making room meanwhile must not
+                # count these bytes both on the disk and still to come
+                progress(have, total)
                 with contextlib.suppress(TransferFailed):  # unless there is no room for it
                     sink(batch)
         progress(have, total)

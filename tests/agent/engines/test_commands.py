@@ -121,3 +121,15 @@ def test_the_rank_an_engine_says_it_lost_is_read_from_its_words_within_its_group
     assert launch.peer_lost("worker rank 99999999999999999999 disconnected", 4) is None
     assert launch.peer_lost("exited with code 139", 4) is None
     assert Launch(argv=["x"]).peer_lost("worker rank 1 disconnected", 2) is None  # an engine that says nothing
+
+
+def test_vllm_and_sglang_load_a_fetched_model_directory_with_their_hub_access_off() -> None:
+    """A hub model the node fetched is given as its directory: the engine must not download anything itself
+    (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE); a bare hub id it fetches itself keeps its access."""
+    fetched = LaunchContext(binary="/opt/e/bin/vllm", model_path="/var/lib/llmgw-weights/hub/org--m/" + "a" * 40,
+                            host="10.0.0.5")
+    for name in ("vllm", "sglang"):
+        env = ADAPTERS[name].launch(spec(engine=name), fetched).env
+        assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1", name
+        bare = LaunchContext(binary="/opt/e/bin/vllm", model_path="Qwen/Qwen3-8B", host="10.0.0.5")
+        assert "HF_HUB_OFFLINE" not in ADAPTERS[name].launch(spec(engine=name), bare).env, name

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmgw.agent.redirects import PUBLIC_ONLY, Redirects
 from llmgw.agent.weights import local
 from llmgw.agent.weights.fetcher import Fetcher, Outcome, Waiting
 from llmgw.core.clock import SystemClock
@@ -39,10 +40,10 @@ def make_pki(d: Path) -> Pki:
 
 
 def fetcher(d: Path, budget: int | None = None, network: bool = False, in_use: set[Path] | None = None,
-            tls: Callable[[], ssl.SSLContext] | None = None) -> Fetcher:
+            tls: Callable[[], ssl.SSLContext] | None = None, redirects: Redirects = PUBLIC_ONLY) -> Fetcher:
     """node01's fetcher, its weights in `d`."""
     return Fetcher(d, SystemClock(), tls, "node01", budget, 1 << 40, network=lambda: network,
-                   in_use=lambda: in_use if in_use is not None else set(), timeout=5.0)
+                   in_use=lambda: in_use if in_use is not None else set(), timeout=5.0, redirects=redirects)
 
 
 async def settled(f: Fetcher, url: str, plan: WeightsPlan | None = None) -> Outcome:

@@ -147,6 +147,15 @@ class EngineAdapter(Protocol):
         ...
 
 
+def hub_offline_env(ctx: LaunchContext) -> dict[str, str]:
+    """For an engine built on the Hugging Face libraries: a model given as a path on this node (a hub model the node
+    fetched into a directory) is loaded from there, and the engine never reaches the hub itself; a bare hub id
+    (`Qwen/Qwen3-8B`, fetched by the engine) leaves its access on."""
+    if ctx.model_path.startswith(("/", "./", "../")):
+        return {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return {}
+
+
 def nccl_env(spec: ShardSpec) -> dict[str, str]:
     env = {}
     if spec.fabric_adapters:

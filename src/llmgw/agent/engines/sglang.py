@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, http_bind, nccl_env
+from llmgw.agent.engines.base import (
+    KEY_ENV,
+    Bounds,
+    Launch,
+    LaunchContext,
+    Packaging,
+    http_bind,
+    hub_offline_env,
+    nccl_env,
+)
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -33,7 +42,7 @@ class SGLang:
     )
 
     def launch(self, spec: ShardSpec, ctx: LaunchContext) -> Launch:
-        env = nccl_env(spec)
+        env = nccl_env(spec) | hub_offline_env(ctx)
         if spec.api_key:
             start = [ctx.binary, "-c", KEY_SHIM]
             env[KEY_ENV] = spec.api_key

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import Bounds, Launch, LaunchContext, Packaging, http_bind, nccl_env
+from llmgw.agent.engines.base import Bounds, Launch, LaunchContext, Packaging, http_bind, hub_offline_env, nccl_env
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -67,7 +67,7 @@ class VLLM:
         else:
             argv += ["--headless"]
         argv += spec.args
-        env = nccl_env(spec)
+        env = nccl_env(spec) | hub_offline_env(ctx)
         env["VLLM_HOST_IP"] = ctx.host  # the address it tells its peers; otherwise it picks one itself
         if spec.api_key:
             env["VLLM_API_KEY"] = spec.api_key  # vLLM reads it as --api-key; the environment is private, argv is not

@@ -6,6 +6,7 @@ attempts and across sources, verified, and only then given its name. Progress is
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import ssl
@@ -20,18 +21,25 @@ from llmgw.agent.redirects import PUBLIC_ONLY, Redirects
 from llmgw.agent.space import free_bytes, room_again
 from llmgw.agent.transfer import MinRate, Result, Source, fetch_part
 from llmgw.agent.weights import local
+from llmgw.agent.weights.directory import Directories
+from llmgw.agent.weights.hubsource import Member, hub_source
+from llmgw.agent.weights.outcome import Failed, Outcome, Ready, Waiting
 from llmgw.agent.weights.serve import DIGEST_HEADER
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
 from llmgw.core.errors import TransferFailed, WeightsRefused
 from llmgw.core.reasons import Reason
+from llmgw.wire.hub import is_hub
 from llmgw.wire.messages import FetchStatus, WeightsPlan
+
+__all__ = ["Failed", "Fetcher", "Outcome", "Ready", "Waiting"]
 
 log = logging.getLogger(__name__)
 
 RETRY_BASE, RETRY_CAP = 1.0, 60.0  # a cut transfer is resumed soon; a failed one is tried again after FAILED_RETRY
 FAILED_RETRY = 60.0
 LOCAL_TROUBLE = {Reason.InsufficientDisk, Reason.DiskFull}
+HUB_WAITS = {Reason.HubUnreachable}  # a reason a waiting transfer says instead of WeightsFetching
 MIN_RATE, RATE_WINDOW = 64 * 1024.0, 60.0  # a source slower than 64 kB/s over a minute is left for the next
 
 
@@ -40,29 +48,11 @@ def _status(*, message: str = "", **kw: Any) -> FetchStatus:
     return FetchStatus(message=message[:2000], **kw)
 
 
-@dataclass(frozen=True)
-class Ready:
-    path: Path
-
-
-@dataclass(frozen=True)
-class Waiting:
-    message: str
-
-
-@dataclass(frozen=True)
-class Failed:
-    reason: str
-    message: str
-
-
-Outcome = Ready | Waiting | Failed
-
-
 @dataclass
 class _Job:
     url: str
     plan: WeightsPlan
+    member: Member | None = None  # a file of a model directory: reported with it, not on its own
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     status: FetchStatus | None = None
@@ -92,17 +82,21 @@ class Fetcher:
         self._job_list: tuple[_Job, ...] = ()
         self._finishing: dict[str, asyncio.Future[Path]] = {}  # renames still running in a thread, by URL
         self._room_lock = threading.Lock()
+        self.directories = Directories(self)  # hub sources: a directory of files, each fetched as one here
 
-    def ensure(self, url: str, plan: WeightsPlan | None) -> Outcome:
-        """Where the file is, or what is being done to have it (started here, once, if nothing is)."""
+    def ensure(self, url: str, plan: WeightsPlan | None, member: Member | None = None) -> Outcome:
+        """Where the file (or a hub source's directory) is, or what is being done to have it (started here, once,
+        if nothing is)."""
         plan = plan or WeightsPlan()
+        if is_hub(url):
+            return self.directories.ensure(url, plan)
         job = self.jobs.get(url)
         if job is None:
-            job = self.jobs[url] = _Job(url, plan)
+            job = self.jobs[url] = _Job(url, plan, member)
             self._job_list = tuple(self.jobs.values())
-        elif job.plan != plan:
-            job.plan = plan
-            job.changed.set()  # a waiting transfer reads its new plan now
+        else:
+            job.member = member
+            self.replan(url, plan)
         held = self._held(url, plan)
         if held is not None:
             job.status = None
@@ -119,7 +113,26 @@ class Fetcher:
             job.status = st = _status(source=url, state="waiting", message="starting")
         if st.state == "failed":
             return Failed(st.reason, st.message)
-        return Waiting(st.words())
+        return Waiting(st.words(), st.reason if st.reason in HUB_WAITS else Reason.WeightsFetching)
+
+    def replan(self, url: str, plan: WeightsPlan) -> None:
+        """A transfer under way, or waiting for a peer, reads its new plan now; nothing is started."""
+        job = self.jobs.get(url)
+        if job is not None and job.plan != plan:
+            job.plan = plan
+            job.changed.set()
+
+    def arriving(self, but: object = None) -> dict[Path, int]:
+        """The `.part` of every transfer under way (but `but`'s) and the whole size it is to reach: room is made
+        beside them. One whose bytes have all arrived is counted on the disk alone (its part may be taking the
+        file's name)."""
+        out: dict[Path, int] = {}
+        for j in self._job_list:
+            if (j is not but and (st := j.status) is not None and st.state == "fetching" and st.total_bytes
+                    and st.done_bytes < st.total_bytes and j.task is not None and not j.task.done()):
+                target = local.target_for(self.dir, j.url)
+                out[target.with_name(target.name + local.PART)] = st.total_bytes
+        return out
 
     def _held(self, url: str, plan: WeightsPlan) -> local.Held | None:
         """The whole file this node holds for `url`, if it is the one the plan describes."""
@@ -131,6 +144,7 @@ class Fetcher:
 
     def keep(self, urls: set[str]) -> None:
         """Stop transfers no shard wants any more (what arrived stays, for the next one to resume)."""
+        urls = urls | self.directories.keep({u for u in urls if is_hub(u)})
         for url in list(self.jobs):
             if url not in urls:
                 job = self.jobs.pop(url)
@@ -138,10 +152,18 @@ class Fetcher:
                 if job.task is not None:
                     job.task.cancel()
 
+    def stop(self, url: str) -> None:
+        """End the transfer of `url` if one is under way (what arrived stays, for the next one to resume)."""
+        job = self.jobs.get(url)
+        if job is not None and job.task is not None and not job.task.done():
+            job.task.cancel()
+
     def statuses(self) -> list[FetchStatus]:
-        return [j.status for j in self.jobs.values() if j.status is not None][:64]
+        own = [j.status for j in self.jobs.values() if j.status is not None and j.member is None]
+        return (self.directories.statuses() + own)[:64]
 
     async def close(self) -> None:
+        await self.directories.close()
         tasks = [j.task for j in self.jobs.values() if j.task is not None]
         for t in tasks:
             t.cancel()
@@ -169,8 +191,11 @@ class Fetcher:
                     return
                 wait = doubling(RETRY_BASE, RETRY_CAP, attempt)
                 attempt += 1
+                # a hub that cannot be reached (or answers 5xx) is said as such while the node keeps trying
+                hub = job.member is not None and job.plan.origin and e.reason in (Reason.DownloadFailed,
+                                                                                   Reason.HubUnreachable)
                 job.status = _status(source=job.url, state="waiting", message=f"{e}; trying again in {wait:.0f} s",
-                                         reason=Reason.WeightsFetching)
+                                     reason=Reason.HubUnreachable if hub else Reason.WeightsFetching)
                 log.warning("weights %s: %s; trying again in %.0f s", job.url, e, wait)
                 await asyncio.sleep(wait)
                 continue
@@ -201,7 +226,8 @@ class Fetcher:
         sources = [self._peer(job.url, p.node_id, p.address, p.port, plan.sha256) for p in plan.peers
                    if p.node_id != self.node_id]
         if plan.origin or sources:  # peers that fail fall back on the origin
-            sources.append(Source(job.url, name="the origin", redirects=self.redirects))
+            sources.append(Source(job.url, name="the origin", redirects=self.redirects) if job.member is None
+                           else hub_source(job.url, plan, job.member, self.redirects))
         if not sources:
             job.status = _status(source=job.url, state="waiting", reason=Reason.WeightsFetching,
                                      message=f"waiting for {plan.wait_for or 'a node of this fabric'} to fetch it "
@@ -222,7 +248,7 @@ class Fetcher:
             except TransferFailed as e:
                 # a peer may have dropped the file since it last reported, or be gone: the next source is asked,
                 # from where this one stopped. Only this node's own trouble (its disk) ends the attempt here.
-                peer = src.name != "the origin"
+                peer = _is_peer(src)
                 if not e.resumable and (not peer or e.reason in LOCAL_TROUBLE):
                     raise
                 last = e
@@ -238,8 +264,8 @@ class Fetcher:
                       name=f"peer {node_id}", redirects=None, expect=(DIGEST_HEADER, sha256) if sha256 else None)
 
     async def _from(self, job: _Job, src: Source, part: Path, size: int | None) -> Result:
-        via = "origin" if src.name == "the origin" else src.name.removeprefix("peer ")
-        what = "fetching from the origin" if via == "origin" else f"copying from {via}"
+        via = src.name.removeprefix("peer ") if _is_peer(src) else "origin"
+        what = f"fetching from {src.said()}" if via == "origin" else f"copying from {via}"
         have = part.stat().st_size if part.exists() else 0
         job.started = (self.clock.monotonic(), have)
         job.status = _status(source=job.url, state="fetching", via=via, done_bytes=have, total_bytes=size,
@@ -256,9 +282,8 @@ class Fetcher:
 
         def room(n: int) -> None:
             with self._room_lock:  # transfers make room one at a time, each counting what the others still need
-                others = sum(max(0, (st.total_bytes or 0) - st.done_bytes) for j in self._job_list
-                             if j is not job and (st := j.status) is not None and st.state == "fetching")
-                removed = local.make_room(self.dir, n, self.budget, self.in_use(), self.network(), others)
+                keep = self.in_use() | self.directories.protected()
+                removed = local.make_room(self.dir, n, self.budget, keep, self.network(), self.arriving(job))
             if removed:
                 log.info("weights: removed %s (least recently used, no shard uses them) to make room for %s",
                          ", ".join(removed), job.url)
@@ -278,12 +303,20 @@ class Fetcher:
             part.unlink(missing_ok=True)
             raise WeightsRefused(Reason.SizeMismatch, f"{target.name} from {src.said()} is {got.size} bytes, the "
                                  f"catalog says {plan.size}; removed")
-        if got.size == 0:
+        if got.size == 0 and job.member is None:  # a hub model may hold an empty file (an empty added_tokens.json)
             part.unlink(missing_ok=True)
             raise WeightsRefused(Reason.SizeMismatch, f"{target.name} from {src.said()} is empty; removed")
+        m = job.member
+        if m is not None and not plan.sha256 and m.git_sha1 and (blob := _git_sha1(part, got.size)) != m.git_sha1:
+            part.unlink(missing_ok=True)
+            raise WeightsRefused(Reason.DigestMismatch, f"{m.path} from {src.said()}: git blob id is {blob}, the "
+                                 f"hub's file list says {m.git_sha1}; removed")
         target.unlink(missing_ok=True)  # a file there before (another digest) is never vouched for by this one
-        local.record(target.parent, job.url, got.size, got.sha256)
-        with part.open("rb") as f:
+        if m is None:
+            local.record(target.parent, job.url, got.size, got.sha256)
+        else:
+            local.record(target.parent, job.url, got.size, got.sha256, part_of=m.source)
+        with part.open("ab") as f:  # append: an empty file is never asked for, so there may be no part yet
             os.fsync(f.fileno())
         os.replace(part, target)
         dfd = os.open(target.parent, os.O_RDONLY)
@@ -294,3 +327,16 @@ class Fetcher:
         log.info("weights %s: %s whole from %s (%d bytes, sha256 %s)", job.url, target, src.said(), got.size,
                  got.sha256)
         return target
+
+
+def _is_peer(src: Source) -> bool:
+    return src.name.startswith("peer ")
+
+
+def _git_sha1(path: Path, size: int) -> str:
+    """The id git gives the file's content: sha1 of "blob <size>\\0" and the bytes."""
+    h = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

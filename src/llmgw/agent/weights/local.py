@@ -9,7 +9,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -21,6 +21,9 @@ from llmgw.core.units import mb
 from llmgw.wire.messages import WeightsDir
 
 FETCHED = "fetched"
+HUB = "hub"  # hub models: a directory per commit, of links to the fetched files (hubdir.py)
+HUB_MANIFEST = ".llmgw-hub.json"  # what marks such a directory (a leading dot: engines pass it by)
+_LAYING_OUT = re.compile(r"^\.[0-9a-f]{40}\.[0-9a-f]{8}$")  # one being laid out, or replaced (hubdir.assemble)
 SOURCE = ".source.json"  # a leading dot: no URL's file name can be it (file_name strips leading dots)
 PART = ".part"
 # file systems other machines mount too: never cleaned by one node, and a file there is held by every mounter
@@ -56,6 +59,7 @@ class Held:
     size: int
     sha256: str
     last_used: float
+    part_of: str = ""  # the hub source whose directory it belongs to: reported as that, not on its own
 
 
 def read_held(folder: Path) -> Held | None:
@@ -63,14 +67,15 @@ def read_held(folder: Path) -> Held | None:
     try:
         meta = json.loads((folder / SOURCE).read_text())
         url, size, digest = str(meta["url"]), int(meta["size"]), str(meta.get("sha256", ""))
+        part_of = str(meta.get("part_of", ""))
         path = folder / file_name(url)
         st = path.stat()
         used = (folder / SOURCE).stat().st_mtime
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if folder != folder_for(folder.parent.parent, url) or st.st_size != size or size == 0:
-        return None  # a file changed under it, or a folder not made for this URL
-    return Held(url, path, size, digest, used)
+    if folder != folder_for(folder.parent.parent, url) or st.st_size != size or (size == 0 and not part_of):
+        return None  # a file changed under it, or a folder not made for this URL (a model's file may be empty)
+    return Held(url, path, size, digest, used, part_of)
 
 
 def held_files(weights_dir: Path) -> list[Held]:
@@ -81,9 +86,12 @@ def held_files(weights_dir: Path) -> list[Held]:
     return [h for f in folders if (h := read_held(f)) is not None]
 
 
-def record(folder: Path, url: str, size: int, sha256: str) -> None:
+def record(folder: Path, url: str, size: int, sha256: str, part_of: str = "") -> None:
     """What the file is, written (atomically) before the file takes its name."""
-    write_private(folder / SOURCE, json.dumps({"url": url, "size": size, "sha256": sha256}, indent=1) + "\n")
+    meta: dict[str, str | int] = {"url": url, "size": size, "sha256": sha256}
+    if part_of:
+        meta["part_of"] = part_of
+    write_private(folder / SOURCE, json.dumps(meta, indent=1) + "\n")
 
 
 def touch(folder: Path) -> None:
@@ -97,16 +105,18 @@ def touch(folder: Path) -> None:
 def visible(dirs: Iterable[Path]) -> list[str]:
     """What this node holds: every fetched file by the URL it came from (first, so that a report cut to its
     bound never drops them), then every non-empty file under the directories by its path (an empty one looks
-    like a download that never finished, a `.part` is one)."""
+    like a download that never finished, a `.part` is one). A hub model's files are neither: its directory is
+    reported by its source, whole (hubdir.held_sources)."""
     urls: set[str] = set()
     out: set[str] = set()
     for d in dirs:
         if not d.is_dir():
             continue
-        urls.update(h.url for h in held_files(d))
+        urls.update(h.url for h in held_files(d) if not h.part_of)
         for root, subdirs, files in os.walk(d):
-            if Path(root) == d:
-                subdirs[:] = [s for s in subdirs if s != FETCHED]  # reported by URL, above
+            # fetched files are reported by URL, a hub directory of ours by its source; an operator's own files
+            # (a hub cache of theirs, say) by their paths
+            subdirs[:] = [s for s in subdirs if not (s == FETCHED and Path(root) == d) and not _laid_out(root, s)]
             for f in files:
                 if f.endswith(PART):
                     continue
@@ -117,6 +127,10 @@ def visible(dirs: Iterable[Path]) -> list[str]:
                 except OSError:
                     continue
     return sorted(urls) + sorted(out)
+
+
+def _laid_out(root: str, name: str) -> bool:
+    return _LAYING_OUT.match(name) is not None or os.path.exists(os.path.join(root, name, HUB_MANIFEST))
 
 
 def mount_of(path: Path, mountinfo: str) -> tuple[str, str]:
@@ -158,19 +172,40 @@ def managed_bytes(weights_dir: Path) -> int:
     return total
 
 
+def _committed(weights_dir: Path, arriving: Mapping[Path, int]) -> tuple[int, int]:
+    """(bytes fetched into the directory, each file still arriving counted at its whole size; bytes those files
+    have yet to write), read in one walk: a transfer writing meanwhile moves bytes from one to the other, never
+    into both."""
+    total = 0
+    seen: dict[Path, int] = {}
+    for root, _, files in os.walk(weights_dir / FETCHED):
+        for f in files:
+            p = Path(root) / f
+            try:
+                size = p.stat().st_size
+            except OSError:
+                continue
+            if p in arriving:
+                seen[p] = size
+            total += size
+    to_come = sum(max(0, whole - seen.get(p, 0)) for p, whole in arriving.items())
+    return total + to_come, to_come
+
+
 def make_room(weights_dir: Path, need: int, budget: int | None, in_use: set[Path], network: bool,
-              reserved: int = 0) -> list[str]:
+              arriving: Mapping[Path, int] | None = None) -> list[str]:
     """Remove least recently used fetched files no shard uses until `need` more bytes fit on the disk and within
-    the budget, beside the `reserved` bytes other transfers still have to write; the names removed. Raises
-    InsufficientDisk, in the node's words, when they cannot be made to fit. Nothing is removed from a network file
-    system: other nodes may be using it."""
+    the budget, beside what other transfers still have to write (`arriving`: their `.part` files and the whole
+    size of each); the names removed. Raises InsufficientDisk, in the node's words, when they cannot be made to
+    fit. Nothing is removed from a network file system: other nodes may be using it."""
     removed: list[str] = []
-    need += reserved
+    arriving = arriving or {}
 
     def short() -> tuple[int, int]:
         free = shutil.disk_usage(weights_dir).free
-        over = managed_bytes(weights_dir) + need - budget if budget is not None else 0
-        return max(0, need - free), max(0, over)
+        committed, to_come = _committed(weights_dir, arriving)
+        over = committed + need - budget if budget is not None else 0
+        return max(0, need + to_come - free), max(0, over)
 
     lacking, over = short()
     if (lacking or over) and not network:
@@ -184,10 +219,11 @@ def make_room(weights_dir: Path, need: int, budget: int | None, in_use: set[Path
                 break
     if lacking:
         free = shutil.disk_usage(weights_dir).free
-        raise WeightsRefused(Reason.InsufficientDisk, f"needs {mb(need)}, {mb(free)} free on {weights_dir}")
+        raise WeightsRefused(Reason.InsufficientDisk, f"needs {mb(need + _committed(weights_dir, arriving)[1])}, "
+                             f"{mb(free)} free on {weights_dir}")
     if over:
         assert budget is not None
+        left = max(0, budget - _committed(weights_dir, arriving)[0])
         raise WeightsRefused(Reason.InsufficientDisk, f"needs {mb(need)}; the weights budget of {mb(budget)} on "
-                             f"{weights_dir} has {mb(max(0, budget - managed_bytes(weights_dir)))} left and the "
-                             "files in it are in use")
+                             f"{weights_dir} has {mb(left)} left and the files in it are in use")
     return removed

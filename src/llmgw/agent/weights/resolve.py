@@ -1,9 +1,12 @@
-"""A source is a local path, a file inside an installed Python package, or an id the engine resolves itself."""
+"""A source is a local path, a file inside an installed Python package, or an id the engine resolves itself (a
+hub source, hf://, is none of these: the node fetches it into a directory, weights/directory.py)."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+
+from llmgw.wire.hub import is_hub
 
 PKG_SCHEME = "pypkg://"
 GGUF_MAGIC = b"GGUF"
@@ -41,4 +44,6 @@ def resolve_source(source: str) -> tuple[str | None, str]:
             if head != GGUF_MAGIC:
                 return None, f"weights file is not GGUF (starts {head!r}; an error page saved as weights?): {source}"
         return source, ""
+    if is_hub(source):  # fetched into a directory first (launches.weights_path): never the engine's to fetch
+        return None, f"{source}: a hub source is fetched by the node, not passed to the engine"
     return source, ""  # e.g. "Qwen/Qwen2.5-7B-Instruct": vLLM and SGLang fetch it themselves
