@@ -64,10 +64,12 @@ def model_dir() -> Path:
 
 @pytest.fixture
 def engine_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The environment every process of the cluster inherits, and so every vLLM an agent starts or probes."""
+    """The environment every process of the cluster inherits, and so every vLLM an agent starts or probes. Not
+    HF_HUB_OFFLINE: the control plane resolves the model on the (stand-in) hub, and the adapter turns vLLM's own hub
+    access off itself (checked below, in the shard's environment)."""
+    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(k, raising=False)
     for k, v in {
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
@@ -218,7 +220,6 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
     hub: tuple[str, int],
 ) -> None:
     hub_url, cdn_port = hub
-    model_bytes = sum(f.stat().st_size for f in model_dir.iterdir() if f.is_file())
     reqs = requirements()
     source = {"name": "vllm", "version": VERSION, "variants": [{"variant": VARIANT, "requirements": reqs}]}
     installs = tmp_path / "nodes" / "cpu01" / "state" / "engines" / "vllm"
@@ -292,6 +293,9 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         (shard,) = shards(p, "cpu01", "smollm2")
         assert str(vllm_bin) in cmdline(shard["pid"]), cmdline(shard["pid"])  # the environment cpu01 installed
         # served from the directory cpu01 fetched, with vLLM's own hub access off; fetched from the hub once
+        (weights,) = [m["weights"] for m in admin_get(p, "/api/models") if m["name"] == "smollm2"]
+        assert weights["resolved"] and weights["held"] == 1, weights
+        model_bytes = weights["total_bytes"]
         d = fetched_dir(p, "cpu01")
         assert d.name == admin_get(p, "/api/nodes/cpu01")["report"]["weights"][0].rpartition("@")[2]
         assert cmdline(shard["pid"])[2] == str(d), cmdline(shard["pid"])
