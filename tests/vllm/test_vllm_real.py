@@ -298,9 +298,13 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         model_bytes = weights["total_bytes"]
         d = fetched_dir(p, "cpu01")
         assert d.name == admin_get(p, "/api/nodes/cpu01")["report"]["weights"][0].rpartition("@")[2]
-        assert cmdline(shard["pid"])[2] == str(d), cmdline(shard["pid"])
-        environ = Path(f"/proc/{shard['pid']}/environ").read_bytes().split(b"\0")
-        assert b"HF_HUB_OFFLINE=1" in environ
+        # vLLM itself (behind the agent's gate, in the shard's process group) was given the directory
+        engines = [q for q in group_alive(shard["pid"]) if str(d) in cmdline(q)
+                   and "llmgw.agent.gated" not in cmdline(q)]
+        assert engines, [cmdline(q) for q in group_alive(shard["pid"])]
+        engine_pid = min(engines)  # vLLM's API server; its engine core and workers share its environment
+        environ = Path(f"/proc/{engine_pid}/environ").read_bytes().split(b"\0")
+        assert b"HF_HUB_OFFLINE=1" in environ and b"TRANSFORMERS_OFFLINE=1" in environ
         assert origin_bytes(hub_url) == model_bytes, (origin_bytes(hub_url), model_bytes)
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
         said["one rank"] = answer(p, key, "smollm2")["choices"][0]["message"]["content"]
