@@ -16,7 +16,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 HUB_SCHEME = "hf://"
 DEFAULT_REVISION = "main"
-# what the hub allows in a repository id: an optional namespace, then a name; no "..", no leading or trailing "-."
+# what the hub allows in a repository id: an optional namespace, then a name; no "..", no leading or trailing "-.",
+# no "--" (the hub refuses it: "org--name" is how a node's directory spells "org/name", one repository's only)
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 _REPO = re.compile(rf"^(?:{_PART}/)?{_PART}$")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
@@ -51,7 +52,7 @@ def parse_hub(source: str) -> HubRef:
         raise ValueError(f"{source!r} is not a hub source (hf://org/name[@revision])")
     rest = source[len(HUB_SCHEME):]
     repo, at, revision = rest.partition("@")
-    if not _REPO.fullmatch(repo) or ".." in repo:
+    if not _REPO.fullmatch(repo) or ".." in repo or "--" in repo:
         raise ValueError(f"{source!r}: {repo!r} is not a hub repository id (org/name)")
     if at and (not _REVISION.fullmatch(revision) or ".." in revision or revision.endswith("/")):
         raise ValueError(f"{source!r}: {revision!r} is not a revision (a branch, a tag or a commit)")
