@@ -96,3 +96,11 @@ def test_too_many_files() -> None:
     shards = [lfs(f"model-{i:05d}-of-{MAX_FILES + 1:05d}.safetensors") for i in range(MAX_FILES + 1)]
     with pytest.raises(ValueError, match=f"more than {MAX_FILES}"):
         choose_files(shards)
+
+
+@pytest.mark.parametrize("twice", [[lfs("model.safetensors", 1000), lfs("model.safetensors", 2000)],
+                                   [small("config.json", 10), small("config.json", 99)]])
+def test_a_file_listed_twice_is_refused_naming_it(twice: list[RepoSibling]) -> None:
+    listing = [lfs("model-00001-of-00001.safetensors"), small("tokenizer.json"), *twice]
+    with pytest.raises(ValueError, match=f"names '{twice[0].rfilename}' twice"):
+        choose_files(listing)

@@ -26,7 +26,7 @@ from huggingface_hub.hf_api import ModelInfo, RepoSibling
 
 from llmgw.core.errors import HubFailed
 from llmgw.core.reasons import Reason
-from llmgw.wire.hub import COMMIT, MAX_FILES, HubFile, HubRef, Resolution, valid_path
+from llmgw.wire.hub import COMMIT, MAX_FILES, HubFile, HubRef, Resolution, clash, valid_path
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,9 @@ def choose_files(siblings: Sequence[RepoSibling]) -> tuple[HubFile, ...]:
             log.warning("hub file %r skipped: not a path a node would write", s.rfilename[:200])
             continue
         chosen.append(_hub_file(s))
+    clashing = clash([f.path for f in chosen])
+    if clashing:
+        raise ValueError(f"the listing names {clashing[:200]!r} twice")
     if len(chosen) > MAX_FILES:
         raise ValueError(f"{len(chosen)} files to fetch, more than {MAX_FILES}")
     return tuple(sorted(chosen, key=lambda f: f.path))

@@ -8,6 +8,7 @@ plane resolves a revision to one commit and its file list; from then on every no
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote
@@ -67,6 +68,23 @@ def valid_path(path: str) -> bool:
     return len(path) <= 512 and _PATH.fullmatch(path) is not None
 
 
+def clash(paths: Sequence[str]) -> str:
+    """The first path of a directory's file list that another file would take the place of (listed twice, or under
+    a file listed as a folder); "" when every file has a place of its own."""
+    seen = set(paths)
+    if len(seen) < len(paths):
+        return next(p for i, p in enumerate(paths) if p in paths[:i])
+    return next((p for p in paths if any(p[:i] in seen for i, c in enumerate(p) if c == "/")), "")
+
+
+def unique_files(files: list[HubFile]) -> list[HubFile]:
+    """A file list every file of which a node can lay out: each path once, none inside another file."""
+    clashing = clash([f.path for f in files])
+    if clashing:
+        raise ValueError(f"{clashing[:200]!r} is listed twice, or under a file")
+    return files
+
+
 def _checked_path(path: str) -> str:
     if not valid_path(path):
         raise ValueError(f"{path[:200]!r} is not a relative path inside a repository")
@@ -103,6 +121,9 @@ class Resolution:
     commit: str
     files: tuple[HubFile, ...]
     gated: bool = False  # gated or private: fetching needs the token
+
+    def __post_init__(self) -> None:  # one kept in the store by a release that let a clash through is resolved again
+        unique_files(list(self.files))
 
     @property
     def source(self) -> str:
