@@ -50,11 +50,15 @@ def resolve(ref: HubRef, endpoint: str, token: str | None, timeout: float) -> Re
         info = api.model_info(ref.repo, revision=ref.revision, files_metadata=True, timeout=timeout)
     except Exception as e:  # the library's and its HTTP client's errors, translated at this one boundary
         raise _failed(e, ref, endpoint, token, timeout) from e
-    commit = _commit_of(info, ref, endpoint)
     try:
-        files = choose_files(info.siblings or ())
-    except ValueError as e:
-        raise HubFailed(Reason.NoWeightsFiles, f"{ref.repo}@{commit[:12]}: {e}") from e
+        commit = _commit_of(info, ref, endpoint)
+        try:
+            files = choose_files(info.siblings or ())
+        except ValueError as e:
+            raise HubFailed(Reason.NoWeightsFiles, f"{ref.repo}@{commit[:12]}: {e}") from e
+    except (TypeError, AttributeError) as e:  # the library reads a value of any JSON type where a string belongs
+        raise HubFailed(Reason.HubUnreachable, f"the hub at {endpoint} answered for {ref.repo} not as a hub does "
+                                               f"({type(e).__name__}: {e})"[:400]) from e
     gated = bool(info.gated) or bool(info.private)
     if gated:
         _check_access(ref, commit, files[0].path, endpoint, token, timeout)

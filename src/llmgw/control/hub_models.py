@@ -9,6 +9,7 @@ The hub is asked in a thread (its library blocks), never on the event loop, with
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import stat
 from collections.abc import Callable, Mapping
@@ -29,6 +30,8 @@ RETRY_BASE = 5.0  # seconds before the second try of a failed resolution, doubli
 RETRY_CAP = 300.0
 TIMEOUT = 30.0  # one resolution's bound, the hub's answers together
 TOKEN_MAX = 4096  # bytes of the token file read: a token is a few dozen
+
+log = logging.getLogger(__name__)
 
 
 def hub_resolve(ref: HubRef, endpoint: str, token: str | None, timeout: float) -> Resolution:
@@ -135,6 +138,11 @@ class HubModels:
             return
         except HubFailed as f:
             self._failed(name, e, source, f)
+            return
+        except Exception as err:  # a resolver's surprise fails this model, backing off; the others still resolve
+            log.exception("resolving %s failed", source)
+            words = f"resolving failed: {type(err).__name__}: {err}"[:400]
+            self._failed(name, e, source, HubFailed(Reason.HubUnreachable, words))
             return
         if self._set(name, e, HubState(source, got, since=self.clock.now())):
             e.tries, e.gone, e.last = 0, "", None
