@@ -23,6 +23,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.hf_api import ModelInfo, RepoSibling
+from pydantic import ValidationError
 
 from llmgw.core.errors import HubFailed
 from llmgw.core.reasons import Reason
@@ -168,6 +169,12 @@ def choose_files(siblings: Sequence[RepoSibling]) -> tuple[HubFile, ...]:
 def _hub_file(s: RepoSibling) -> HubFile:
     if s.size is None or (s.lfs is None and not s.blob_id):
         raise ValueError(f"the hub gave no size or digest for {s.rfilename!r}")
-    if s.lfs is not None:
-        return HubFile(path=s.rfilename, size=s.size, sha256=s.lfs.sha256)
-    return HubFile(path=s.rfilename, size=s.size, git_sha1=s.blob_id or "")
+    if s.lfs is not None and s.lfs.size != s.size:
+        raise ValueError(f"the hub gave {s.rfilename} two sizes, {s.size} bytes and {s.lfs.size}"[:300])
+    # a digest is the same in capitals (a mirror may spell it so); the nodes compare it as the hash gives it
+    sha256, git_sha1 = (s.lfs.sha256.lower(), "") if s.lfs is not None else ("", (s.blob_id or "").lower())
+    try:
+        return HubFile(path=s.rfilename, size=s.size, sha256=sha256, git_sha1=git_sha1)
+    except ValidationError:  # its words, not pydantic's: a line an operator reads in `ctl status`
+        raise ValueError(f"the hub gave {s.rfilename} size {s.size} and digest {(sha256 or git_sha1)[:80]!r}: "
+                         "no file has them"[:300]) from None
