@@ -103,3 +103,18 @@ def test_an_unexpected_error_fails_that_model_alone_with_back_off() -> None:
     assert "AttributeError" in o.states["a"].message
     asyncio.run(o.tick(models))
     assert calls.count("org/broken") == 1, "tried again only after its back-off"
+
+
+async def test_an_answer_past_the_bound_is_cut_off_not_read_whole(mirror: tuple[Mirror, str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmgw.control import hub_http
+
+    m, url = mirror
+    monkeypatch.setattr(hub_http, "MAX_ANSWER", 100_000)
+    m.body = info(siblings=[{"rfilename": f"model-{i:05d}.safetensors", "size": 10, "lfs": GOOD_LFS}
+                            for i in range(3000)])  # some 300 kB
+    with pytest.raises(HubFailed) as e:
+        await asyncio.to_thread(resolve, HubRef("acme/m", "main"), url, None, 5.0)
+    assert e.value.reason == Reason.HubUnreachable and "more than" in str(e.value) and url in str(e.value)
+    m.body = info()
+    assert (await asyncio.to_thread(resolve, HubRef("acme/m", "main"), url, None, 5.0)).commit == COMMIT

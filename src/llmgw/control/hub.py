@@ -25,11 +25,13 @@ from huggingface_hub.errors import (
 from huggingface_hub.hf_api import ModelInfo, RepoSibling
 from pydantic import ValidationError
 
+from llmgw.control import hub_http
 from llmgw.core.errors import HubFailed
 from llmgw.core.reasons import Reason
 from llmgw.wire.hub import COMMIT, MAX_FILES, HubFile, HubRef, Resolution, clash, valid_path
 
 log = logging.getLogger(__name__)
+hub_http.install()  # every answer bounded, before the library's first request
 
 ENGINE_FILES = frozenset({
     "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
