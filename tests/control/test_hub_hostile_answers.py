@@ -35,8 +35,12 @@ def info(sha: Any = COMMIT, siblings: Any = None) -> dict[str, Any]:
 class Mirror:
     def __init__(self) -> None:
         self.body: Any = info()
+        self.echo = 0  # a status answered with the request's Authorization header in its words
 
     async def handle(self, request: web.Request) -> web.Response:
+        if self.echo:
+            words = f"denied for {request.headers.get('Authorization', '')}"
+            return web.json_response({"error": words}, status=self.echo, reason=words)
         return web.Response(text=json.dumps(self.body), content_type="application/json",
                             headers={"X-Repo-Commit": COMMIT})
 
@@ -118,3 +122,12 @@ async def test_an_answer_past_the_bound_is_cut_off_not_read_whole(mirror: tuple[
     assert e.value.reason == Reason.HubUnreachable and "more than" in str(e.value) and url in str(e.value)
     m.body = info()
     assert (await asyncio.to_thread(resolve, HubRef("acme/m", "main"), url, None, 5.0)).commit == COMMIT
+
+
+@pytest.mark.parametrize("status", [401, 403, 500])
+async def test_a_hub_echoing_the_token_does_not_put_it_in_the_words(mirror: tuple[Mirror, str], status: int) -> None:
+    m, url = mirror
+    m.echo = status
+    with pytest.raises(HubFailed) as e:
+        await asyncio.to_thread(resolve, HubRef("acme/m", "main"), url, "hf_secret_token_1234", 5.0)
+    assert "hf_secret_token_1234" not in str(e.value) and str(status) in str(e.value)

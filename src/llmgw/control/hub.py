@@ -47,6 +47,16 @@ def resolve(ref: HubRef, endpoint: str, token: str | None, timeout: float) -> Re
     """Ask the hub at `endpoint` which commit `ref` names now and which of its files an engine needs, and for a gated
     or private repository whether the token opens its files. Blocking (one HTTP request, two for a gated one);
     HubFailed when the hub does not say."""
+    try:
+        return _resolve(ref, endpoint, token, timeout)
+    except HubFailed as f:
+        # the hub's words are shown to whoever reads the model's state; a hub (or a proxy) may echo the token
+        if token and token in str(f):
+            raise HubFailed(f.reason, str(f).replace(token, "<the hub token>")) from None
+        raise
+
+
+def _resolve(ref: HubRef, endpoint: str, token: str | None, timeout: float) -> Resolution:
     # token=False, not None: the library would otherwise pick a token up from the environment or ~/.cache
     api = HfApi(endpoint=endpoint, token=token or False)
     try:
