@@ -86,13 +86,17 @@ def held_sources(dirs: Iterable[Path]) -> list[str]:
     """The pinned source of every whole hub directory under the weights directories."""
     out: set[str] = set()
     for d in dirs:
-        try:
-            folders = sorted(c for r in (d / local.HUB).iterdir() if not r.name.startswith(".")
-                             for c in r.iterdir() if not c.name.startswith("."))[:MAX_DIRS]
-        except OSError:
-            continue
+        folders = sorted(c for r in _entries(d / local.HUB) for c in _entries(r))[:MAX_DIRS]
         out.update(h.source for f in folders if (h := read_dir(f)) is not None)
     return sorted(out)
+
+
+def _entries(folder: Path) -> list[Path]:
+    """What a folder holds but dotted names; nothing when it is no folder (a stray file beside ours hides none)."""
+    try:
+        return [c for c in folder.iterdir() if not c.name.startswith(".")]
+    except OSError:
+        return []
 
 
 def assemble(weights_dir: Path, source: str, plan: WeightsPlan) -> Path:
