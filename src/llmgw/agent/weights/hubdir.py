@@ -115,7 +115,9 @@ def assemble(weights_dir: Path, source: str, plan: WeightsPlan) -> Path:
             # relative: the directory stays whole where another machine mounts it under another path
             os.symlink(os.path.relpath(target(weights_dir, plan.base_url, f), (final / f.path).parent), link)
         manifest = {"source": source, "base_url": plan.base_url, "files": [f.model_dump() for f in plan.files]}
-        with (tmp / MANIFEST).open("w") as out:
+        # a file of its own: never through a link a plan put there (onto a fetched, verified file)
+        fd = os.open(tmp / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as out:
             json.dump(manifest, out, indent=1)
             out.flush()
             os.fsync(out.fileno())
