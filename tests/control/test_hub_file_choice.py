@@ -128,3 +128,9 @@ def test_a_size_or_digest_no_file_has_is_refused_in_a_line(bad: RepoSibling, wor
     with pytest.raises(ValueError, match=r"the hub gave model\.safetensors") as e:
         choose_files([bad])
     assert words in str(e.value) and "\n" not in str(e.value) and "pydantic" not in str(e.value)
+
+
+def test_files_coming_to_more_than_a_node_can_count_are_refused() -> None:
+    huge = [lfs(f"model-{i}.safetensors", 2**50) for i in range(2)]
+    with pytest.raises(ValueError, match="more than"):
+        choose_files(huge)

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from llmgw.control import hub_http
 from llmgw.core.errors import HubFailed
 from llmgw.core.reasons import Reason
-from llmgw.wire.hub import COMMIT, MAX_FILES, HubFile, HubRef, Resolution, clash, valid_path
+from llmgw.wire.hub import COMMIT, MAX_BYTES, MAX_FILES, HubFile, HubRef, Resolution, clash, valid_path
 
 log = logging.getLogger(__name__)
 hub_http.install()  # every answer bounded, before the library's first request
@@ -173,6 +173,8 @@ def choose_files(siblings: Sequence[RepoSibling]) -> tuple[HubFile, ...]:
     clashing = clash([f.path for f in chosen])
     if clashing:
         raise ValueError(f"the listing names {clashing[:200]!r} twice")
+    if sum(f.size for f in chosen) > MAX_BYTES:
+        raise ValueError(f"its files come to {sum(f.size for f in chosen)} bytes, more than {MAX_BYTES}")
     if len(chosen) > MAX_FILES:
         raise ValueError(f"{len(chosen)} files to fetch, more than {MAX_FILES}")
     return tuple(sorted(chosen, key=lambda f: f.path))

@@ -24,6 +24,7 @@ _REPO = re.compile(rf"^(?:{_PART}/)?{_PART}$")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 MAX_FILES = 4096  # the most files one model's directory may have (a large sharded checkpoint has a few hundred)
+MAX_BYTES = 2**50  # the most bytes one file, or one model's directory in all, may have
 # a path inside the repository: relative, "/"-separated, no empty, "." or ".." part, nothing a shell or URL minds
 _PATH = re.compile(r"^(?!.*(?:^|/)\.{1,2}(?:/|$))[A-Za-z0-9._+=-]+(?:/[A-Za-z0-9._+=-]+){0,15}$")
 
@@ -78,10 +79,13 @@ def clash(paths: Sequence[str]) -> str:
 
 
 def unique_files(files: list[HubFile]) -> list[HubFile]:
-    """A file list every file of which a node can lay out: each path once, none inside another file."""
+    """A file list every file of which a node can lay out: each path once, none inside another file, and no more
+    bytes in all than one file may have (a node reports a directory's bytes as one count)."""
     clashing = clash([f.path for f in files])
     if clashing:
         raise ValueError(f"{clashing[:200]!r} is listed twice, or under a file")
+    if sum(f.size for f in files) > MAX_BYTES:
+        raise ValueError(f"the files come to more than {MAX_BYTES} bytes")
     return files
 
 
@@ -97,7 +101,7 @@ class HubFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: Annotated[str, AfterValidator(_checked_path)]
-    size: int = Field(ge=0, le=2**50)
+    size: int = Field(ge=0, le=MAX_BYTES)
     sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$")  # files in large-file storage: the hub gives it
     git_sha1: str = Field(default="", pattern=r"^([0-9a-f]{40})?$")  # the others: their git blob id
 

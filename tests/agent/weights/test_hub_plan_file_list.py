@@ -39,3 +39,9 @@ def test_a_stored_resolution_listing_a_file_twice_is_not_read() -> None:
         TypeAdapter(Resolution).validate_python(body)
     with pytest.raises(ValueError):
         Resolution("acme/m", "main", "c" * 40, (HubFile(path="x", size=1), HubFile(path="x/y", size=1)))
+
+
+def test_a_list_of_more_bytes_than_a_fetch_can_count_is_refused() -> None:
+    files = [f(f"model-{i}.safetensors", 2**50) for i in range(16)]  # each allowed; 2**54 in all
+    with pytest.raises(ValidationError, match="more than"):
+        WeightsPlan.model_validate({"files": files, "base_url": BASE})
