@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmgw.agent.engines import Launch
+from llmgw.agent.engines.base import Loopback
 from llmgw.agent.supervisor import Supervisor
 from llmgw.core.clock import FakeClock
 from llmgw.wire.hub import HubFile
-from llmgw.wire.messages import ShardSpec, WeightsPeer, WeightsPlan
-from tests.agent.supervisor.test_supervisor import _is, sim_launch
+from llmgw.wire.messages import Problem, ShardSpec, WeightsPeer, WeightsPlan
+from tests.agent.supervisor.test_supervisor import NONE, _is, sim_launch
 from tests.harness import await_until, free_port
 
 SOURCE = "hf://acme/m@" + "c" * 40
@@ -37,5 +39,23 @@ async def test_peers_wait_for_and_token_changes_keep_the_engine(tmp_path: Path) 
         other = PLAN.model_copy(update={"files": [HubFile(path="model.safetensors", size=11)], "size": 11})
         await s.converge([spec(port, other)])
         assert not s.states() or s.states()[0].pid != pid
+    finally:
+        await s.close()
+
+
+def needs_token(s: ShardSpec, ports: Loopback = NONE) -> tuple[Launch | None, str | Problem]:
+    if s.weights is None or not s.weights.token:
+        return None, Problem(code="HubAccessDenied", message="the hub refused the files: no token")
+    return sim_launch(s, ports)
+
+
+async def test_a_shard_failed_for_its_plan_is_prepared_again_from_a_new_one(tmp_path: Path) -> None:
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", needs_token)
+    port = free_port()
+    try:
+        await s.converge([spec(port, PLAN)])
+        assert s.states()[0].state == "failed"
+        await s.converge([spec(port, PLAN.model_copy(update={"token": "hf_given"}))])
+        await await_until(lambda: _is(s, "ready"), 20, "shard ready once the token is there")
     finally:
         await s.close()

@@ -98,7 +98,10 @@ class Supervisor:
     async def converge(self, desired: list[ShardSpec]) -> None:
         want = {(s.replica_id, s.rank): s for s in desired}
         for key, sp in list(self.shards.items()):
-            if key not in want or _launched(want[key]) != _launched(sp.spec):
+            # an engine launched is kept when only how its weights are had changed; one not launched (waiting,
+            # or failed: a token refused, say) is prepared again from the new plan
+            if key not in want or (want[key] != sp.spec and (sp.launch is None
+                                                             or _launched(want[key]) != _launched(sp.spec))):
                 await sp.stop()
                 del self.shards[key]
             else:
