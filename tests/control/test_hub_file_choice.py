@@ -96,3 +96,41 @@ def test_too_many_files() -> None:
     shards = [lfs(f"model-{i:05d}-of-{MAX_FILES + 1:05d}.safetensors") for i in range(MAX_FILES + 1)]
     with pytest.raises(ValueError, match=f"more than {MAX_FILES}"):
         choose_files(shards)
+
+
+@pytest.mark.parametrize("twice", [[lfs("model.safetensors", 1000), lfs("model.safetensors", 2000)],
+                                   [small("config.json", 10), small("config.json", 99)]])
+def test_a_file_listed_twice_is_refused_naming_it(twice: list[RepoSibling]) -> None:
+    listing = [lfs("model-00001-of-00001.safetensors"), small("tokenizer.json"), *twice]
+    with pytest.raises(ValueError, match=f"names '{twice[0].rfilename}' twice"):
+        choose_files(listing)
+
+
+def test_a_digest_in_capitals_is_the_same_digest() -> None:
+    upper = RepoSibling(rfilename="model.safetensors", size=5, blob_id="EF" * 20,
+                        lfs=BlobLfsInfo(size=5, sha256=SHA256.upper(), pointer_size=130))
+    files = {f.path: f for f in choose_files([upper, RepoSibling(rfilename="config.json", size=3,
+                                                                 blob_id=SHA1.upper(), lfs=None)])}
+    assert (files["model.safetensors"].sha256, files["config.json"].git_sha1) == (SHA256, SHA1)
+
+
+@pytest.mark.parametrize("bad, words", [
+    (RepoSibling(rfilename="model.safetensors", size=-1, blob_id=None,
+                 lfs=BlobLfsInfo(size=-1, sha256=SHA256, pointer_size=1)), "size -1"),
+    (RepoSibling(rfilename="model.safetensors", size=2**60, blob_id=None,
+                 lfs=BlobLfsInfo(size=2**60, sha256=SHA256, pointer_size=1)), f"size {2**60}"),
+    (RepoSibling(rfilename="model.safetensors", size=10, blob_id=None,
+                 lfs=BlobLfsInfo(size=10, sha256="not hex", pointer_size=1)), "digest 'not hex'"),
+    (RepoSibling(rfilename="model.safetensors", size=10, blob_id=None,
+                 lfs=BlobLfsInfo(size=99, sha256=SHA256, pointer_size=1)), "10 bytes and 99"),
+])
+def test_a_size_or_digest_no_file_has_is_refused_in_a_line(bad: RepoSibling, words: str) -> None:
+    with pytest.raises(ValueError, match=r"the hub gave model\.safetensors") as e:
+        choose_files([bad])
+    assert words in str(e.value) and "\n" not in str(e.value) and "pydantic" not in str(e.value)
+
+
+def test_files_coming_to_more_than_a_node_can_count_are_refused() -> None:
+    huge = [lfs(f"model-{i}.safetensors", 2**50) for i in range(2)]
+    with pytest.raises(ValueError, match="more than"):
+        choose_files(huge)

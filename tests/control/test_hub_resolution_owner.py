@@ -204,3 +204,21 @@ def test_a_store_that_fails_is_a_retry_with_its_words(tmp_path: Path) -> None:
     o = HubModels(HubConfig(), FakeClock(), Hub(), store)
     assert asyncio.run(o.tick(catalog())) == RETRY_BASE
     assert o.states["m"].reason == Reason.HubResolving and "the store" in o.states["m"].message
+
+
+def test_a_token_replaced_or_removed_reaches_the_plans_without_resolving_again(tmp_path: Path) -> None:
+    tok = tmp_path / "token"
+    tok.write_text("hf_old\n")
+    tok.chmod(0o600)
+    hub, clock = Hub(), FakeClock()
+    hub.gated = True
+    o = owner(hub, clock, tok)
+    asyncio.run(o.tick(catalog()))
+    assert o.plans()[f"hf://org/m@{C1}"].token == "hf_old"
+    tok.write_text("hf_new\n")  # the old one leaked and was revoked on the hub
+    clock.advance(10)
+    asyncio.run(o.tick(catalog()))
+    assert o.plans()[f"hf://org/m@{C1}"].token == "hf_new" and len(hub.calls) == 1
+    tok.unlink()
+    asyncio.run(o.tick(catalog()))
+    assert o.plans()[f"hf://org/m@{C1}"].token == ""

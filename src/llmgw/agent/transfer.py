@@ -61,6 +61,14 @@ class Source:
     def said(self) -> str:
         return self.name or self.url
 
+    def quiet(self, words: str) -> str:
+        """A server's words without the secrets it was sent (a server or proxy may echo them)."""
+        for value in self.headers.values():
+            for secret in value.split():
+                if len(secret) >= 8:
+                    words = words.replace(secret, "<secret>")
+        return words
+
 
 @dataclass
 class Result:
@@ -246,7 +254,7 @@ class _Transfer:
         src, name = self.src, self.name
         if resp.status not in (200, 206):
             raise TransferFailed(Reason.DownloadFailed, f"{src.said()} answered {resp.status} "
-                                 f"{resp.reason or ''}".strip(), resumable=resp.status >= 500)
+                                 f"{src.quiet(resp.reason or '')[:200]}".strip(), resumable=resp.status >= 500)
         told_digest = resp.headers.get(src.expect[0]) if src.expect else None
         if src.expect and told_digest and told_digest != src.expect[1]:  # not a byte of another version
             raise TransferFailed(Reason.DigestMismatch, f"{src.said()} holds another {name} (sha256 "

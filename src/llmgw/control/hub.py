@@ -23,12 +23,15 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.hf_api import ModelInfo, RepoSibling
+from pydantic import ValidationError
 
+from llmgw.control import hub_http
 from llmgw.core.errors import HubFailed
 from llmgw.core.reasons import Reason
-from llmgw.wire.hub import COMMIT, MAX_FILES, HubFile, HubRef, Resolution, valid_path
+from llmgw.wire.hub import COMMIT, MAX_BYTES, MAX_FILES, HubFile, HubRef, Resolution, clash, valid_path
 
 log = logging.getLogger(__name__)
+hub_http.install()  # every answer bounded, before the library's first request
 
 ENGINE_FILES = frozenset({
     "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
@@ -44,17 +47,31 @@ def resolve(ref: HubRef, endpoint: str, token: str | None, timeout: float) -> Re
     """Ask the hub at `endpoint` which commit `ref` names now and which of its files an engine needs, and for a gated
     or private repository whether the token opens its files. Blocking (one HTTP request, two for a gated one);
     HubFailed when the hub does not say."""
+    try:
+        return _resolve(ref, endpoint, token, timeout)
+    except HubFailed as f:
+        # the hub's words are shown to whoever reads the model's state; a hub (or a proxy) may echo the token
+        if token and token in str(f):
+            raise HubFailed(f.reason, str(f).replace(token, "<the hub token>")) from None
+        raise
+
+
+def _resolve(ref: HubRef, endpoint: str, token: str | None, timeout: float) -> Resolution:
     # token=False, not None: the library would otherwise pick a token up from the environment or ~/.cache
     api = HfApi(endpoint=endpoint, token=token or False)
     try:
         info = api.model_info(ref.repo, revision=ref.revision, files_metadata=True, timeout=timeout)
     except Exception as e:  # the library's and its HTTP client's errors, translated at this one boundary
         raise _failed(e, ref, endpoint, token, timeout) from e
-    commit = _commit_of(info, ref, endpoint)
     try:
-        files = choose_files(info.siblings or ())
-    except ValueError as e:
-        raise HubFailed(Reason.NoWeightsFiles, f"{ref.repo}@{commit[:12]}: {e}") from e
+        commit = _commit_of(info, ref, endpoint)
+        try:
+            files = choose_files(info.siblings or ())
+        except ValueError as e:
+            raise HubFailed(Reason.NoWeightsFiles, f"{ref.repo}@{commit[:12]}: {e}") from e
+    except (TypeError, AttributeError) as e:  # the library reads a value of any JSON type where a string belongs
+        raise HubFailed(Reason.HubUnreachable, f"the hub at {endpoint} answered for {ref.repo} not as a hub does "
+                                               f"({type(e).__name__}: {e})"[:400]) from e
     gated = bool(info.gated) or bool(info.private)
     if gated:
         _check_access(ref, commit, files[0].path, endpoint, token, timeout)
@@ -153,6 +170,11 @@ def choose_files(siblings: Sequence[RepoSibling]) -> tuple[HubFile, ...]:
             log.warning("hub file %r skipped: not a path a node would write", s.rfilename[:200])
             continue
         chosen.append(_hub_file(s))
+    clashing = clash([f.path for f in chosen])
+    if clashing:
+        raise ValueError(f"the listing names {clashing[:200]!r} twice")
+    if sum(f.size for f in chosen) > MAX_BYTES:
+        raise ValueError(f"its files come to {sum(f.size for f in chosen)} bytes, more than {MAX_BYTES}")
     if len(chosen) > MAX_FILES:
         raise ValueError(f"{len(chosen)} files to fetch, more than {MAX_FILES}")
     return tuple(sorted(chosen, key=lambda f: f.path))
@@ -161,6 +183,12 @@ def choose_files(siblings: Sequence[RepoSibling]) -> tuple[HubFile, ...]:
 def _hub_file(s: RepoSibling) -> HubFile:
     if s.size is None or (s.lfs is None and not s.blob_id):
         raise ValueError(f"the hub gave no size or digest for {s.rfilename!r}")
-    if s.lfs is not None:
-        return HubFile(path=s.rfilename, size=s.size, sha256=s.lfs.sha256)
-    return HubFile(path=s.rfilename, size=s.size, git_sha1=s.blob_id or "")
+    if s.lfs is not None and s.lfs.size != s.size:
+        raise ValueError(f"the hub gave {s.rfilename} two sizes, {s.size} bytes and {s.lfs.size}"[:300])
+    # a digest is the same in capitals (a mirror may spell it so); the nodes compare it as the hash gives it
+    sha256, git_sha1 = (s.lfs.sha256.lower(), "") if s.lfs is not None else ("", (s.blob_id or "").lower())
+    try:
+        return HubFile(path=s.rfilename, size=s.size, sha256=sha256, git_sha1=git_sha1)
+    except ValidationError:  # its words, not pydantic's: a line an operator reads in `ctl status`
+        raise ValueError(f"the hub gave {s.rfilename} size {s.size} and digest {(sha256 or git_sha1)[:80]!r}: "
+                         "no file has them"[:300]) from None

@@ -9,6 +9,7 @@ The hub is asked in a thread (its library blocks), never on the event loop, with
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import stat
 from collections.abc import Callable, Mapping
@@ -29,6 +30,8 @@ RETRY_BASE = 5.0  # seconds before the second try of a failed resolution, doubli
 RETRY_CAP = 300.0
 TIMEOUT = 30.0  # one resolution's bound, the hub's answers together
 TOKEN_MAX = 4096  # bytes of the token file read: a token is a few dozen
+
+log = logging.getLogger(__name__)
 
 
 def hub_resolve(ref: HubRef, endpoint: str, token: str | None, timeout: float) -> Resolution:
@@ -95,7 +98,7 @@ class HubModels:
         self._store = store
         self._timeout = timeout
         self._entries: dict[str, _Entry] = {}  # model name -> what is known of its source
-        self._token: str | None = None  # as read at the last resolution: handed to nodes for gated repositories
+        self._token: str | None = None  # as last read (each tick): handed to nodes for gated repositories
         self.wake = asyncio.Event()  # a model's resolution is wanted before its back-off ends (a commit gone)
 
     @property
@@ -118,6 +121,8 @@ class HubModels:
         """Resolve every model that is due (one at a time: the hub limits its callers); the seconds until the next
         is due (RETRY_CAP when none is waiting)."""
         self.sync(models)
+        if self._entries:  # a token replaced or removed (revoked) reaches the nodes without resolving anything again
+            self._token = (await asyncio.to_thread(read_token, self.cfg.token_file))[0]
         for name in list(self._entries):
             e = self._entries.get(name)
             if e is not None and e.state.resolution is None and e.due <= self.clock.now():
@@ -136,11 +141,15 @@ class HubModels:
         except HubFailed as f:
             self._failed(name, e, source, f)
             return
+        except Exception as err:  # a resolver's surprise fails this model, backing off; the others still resolve
+            log.exception("resolving %s failed", source)
+            words = f"resolving failed: {type(err).__name__}: {err}"[:400]
+            self._failed(name, e, source, HubFailed(Reason.HubUnreachable, words))
+            return
         if self._set(name, e, HubState(source, got, since=self.clock.now())):
             e.tries, e.gone, e.last = 0, "", None
             e.plan = WeightsPlan(size=got.total_bytes, files=list(got.files),
-                                 base_url=resolve_base(self.cfg.endpoint, got.repo, got.commit),
-                                 token=(self._token or "") if got.gated else "")
+                                 base_url=resolve_base(self.cfg.endpoint, got.repo, got.commit))
 
     def _failed(self, name: str, e: _Entry, source: str, f: HubFailed) -> None:
         e.tries += 1
@@ -224,8 +233,8 @@ class HubModels:
     def plans(self) -> dict[str, WeightsPlan]:
         """Per pinned source, what every node's plan for it starts from: the files, where they are fetched from and
         the token when the repository needs one (only then)."""
-        return {res.source: e.plan for e in self._entries.values()
-                if (res := e.current) is not None and e.plan is not None}
+        return {res.source: e.plan.model_copy(update={"token": self._token or ""}) if res.gated else e.plan
+                for e in self._entries.values() if (res := e.current) is not None and e.plan is not None}
 
 
 def _resolving(source: str, now: float, words: str) -> HubState:

@@ -8,6 +8,7 @@ plane resolves a revision to one commit and its file list; from then on every no
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote
@@ -16,12 +17,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 HUB_SCHEME = "hf://"
 DEFAULT_REVISION = "main"
-# what the hub allows in a repository id: an optional namespace, then a name; no "..", no leading or trailing "-."
+# what the hub allows in a repository id: an optional namespace, then a name; no "..", no leading or trailing "-.",
+# no "--" (the hub refuses it: "org--name" is how a node's directory spells "org/name", one repository's only)
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 _REPO = re.compile(rf"^(?:{_PART}/)?{_PART}$")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 MAX_FILES = 4096  # the most files one model's directory may have (a large sharded checkpoint has a few hundred)
+MAX_BYTES = 2**50  # the most bytes one file, or one model's directory in all, may have
 # a path inside the repository: relative, "/"-separated, no empty, "." or ".." part, nothing a shell or URL minds
 _PATH = re.compile(r"^(?!.*(?:^|/)\.{1,2}(?:/|$))[A-Za-z0-9._+=-]+(?:/[A-Za-z0-9._+=-]+){0,15}$")
 
@@ -51,7 +54,7 @@ def parse_hub(source: str) -> HubRef:
         raise ValueError(f"{source!r} is not a hub source (hf://org/name[@revision])")
     rest = source[len(HUB_SCHEME):]
     repo, at, revision = rest.partition("@")
-    if not _REPO.fullmatch(repo) or ".." in repo:
+    if not _REPO.fullmatch(repo) or ".." in repo or "--" in repo:
         raise ValueError(f"{source!r}: {repo!r} is not a hub repository id (org/name)")
     if at and (not _REVISION.fullmatch(revision) or ".." in revision or revision.endswith("/")):
         raise ValueError(f"{source!r}: {revision!r} is not a revision (a branch, a tag or a commit)")
@@ -66,6 +69,26 @@ def valid_path(path: str) -> bool:
     return len(path) <= 512 and _PATH.fullmatch(path) is not None
 
 
+def clash(paths: Sequence[str]) -> str:
+    """The first path of a directory's file list that another file would take the place of (listed twice, or under
+    a file listed as a folder); "" when every file has a place of its own."""
+    seen = set(paths)
+    if len(seen) < len(paths):
+        return next(p for i, p in enumerate(paths) if p in paths[:i])
+    return next((p for p in paths if any(p[:i] in seen for i, c in enumerate(p) if c == "/")), "")
+
+
+def unique_files(files: list[HubFile]) -> list[HubFile]:
+    """A file list every file of which a node can lay out: each path once, none inside another file, and no more
+    bytes in all than one file may have (a node reports a directory's bytes as one count)."""
+    clashing = clash([f.path for f in files])
+    if clashing:
+        raise ValueError(f"{clashing[:200]!r} is listed twice, or under a file")
+    if sum(f.size for f in files) > MAX_BYTES:
+        raise ValueError(f"the files come to more than {MAX_BYTES} bytes")
+    return files
+
+
 def _checked_path(path: str) -> str:
     if not valid_path(path):
         raise ValueError(f"{path[:200]!r} is not a relative path inside a repository")
@@ -78,7 +101,7 @@ class HubFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: Annotated[str, AfterValidator(_checked_path)]
-    size: int = Field(ge=0, le=2**50)
+    size: int = Field(ge=0, le=MAX_BYTES)
     sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$")  # files in large-file storage: the hub gives it
     git_sha1: str = Field(default="", pattern=r"^([0-9a-f]{40})?$")  # the others: their git blob id
 
@@ -102,6 +125,9 @@ class Resolution:
     commit: str
     files: tuple[HubFile, ...]
     gated: bool = False  # gated or private: fetching needs the token
+
+    def __post_init__(self) -> None:  # one kept in the store by a release that let a clash through is resolved again
+        unique_files(list(self.files))
 
     @property
     def source(self) -> str:

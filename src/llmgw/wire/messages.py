@@ -12,7 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from llmgw.core.units import mb
 from llmgw.wire.engines import EngineSource
-from llmgw.wire.hub import MAX_FILES, HubFile, is_hub
+from llmgw.wire.hub import MAX_FILES, HubFile, is_hub, unique_files
 
 X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and Python's names: AVX2 is x86's
 # 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state; 4: weights (the
@@ -318,7 +318,7 @@ class WeightsPlan(Strict):
     # version 10, for a hub source (wire/hub.py): the resolved commit's files, fetched from `base_url` (the hub's
     # `<endpoint>/<repo>/resolve/<commit>`) into one directory; the hub token for gated or private repositories,
     # sent only to the hub's own host (never to a peer, never in a log: repr=False)
-    files: Annotated[list[HubFile], Field(max_length=MAX_FILES)] = []
+    files: Annotated[list[HubFile], Field(max_length=MAX_FILES), AfterValidator(unique_files)] = []
     base_url: str = Field(default="", max_length=2048)
     token: str = Field(default="", repr=False, max_length=4096)
 

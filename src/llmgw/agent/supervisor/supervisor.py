@@ -98,9 +98,14 @@ class Supervisor:
     async def converge(self, desired: list[ShardSpec]) -> None:
         want = {(s.replica_id, s.rank): s for s in desired}
         for key, sp in list(self.shards.items()):
-            if key not in want or want[key] != sp.spec:
+            # an engine launched is kept when only how its weights are had changed; one not launched (waiting,
+            # or failed: a token refused, say) is prepared again from the new plan
+            if key not in want or (want[key] != sp.spec and (sp.launch is None
+                                                             or _launched(want[key]) != _launched(sp.spec))):
                 await sp.stop()
                 del self.shards[key]
+            else:
+                sp.spec = want[key]  # how its weights are had now: which files a running engine keeps in use
         for key, spec in want.items():
             if key not in self.shards:
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
@@ -342,3 +347,13 @@ class Supervisor:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _launched(spec: ShardSpec) -> ShardSpec:
+    """The spec as its engine reads it: the peers a plan names, the node it waits for and the hub token change as
+    the fabric does (another node comes to hold the weights) and are no reason to restart an engine."""
+    w = spec.weights
+    if w is None:
+        return spec
+    return spec.model_copy(update={"weights": w.model_copy(update={"peers": [], "origin": True, "wait_for": "",
+                                                                   "token": ""})})

@@ -86,13 +86,17 @@ def held_sources(dirs: Iterable[Path]) -> list[str]:
     """The pinned source of every whole hub directory under the weights directories."""
     out: set[str] = set()
     for d in dirs:
-        try:
-            folders = sorted(c for r in (d / local.HUB).iterdir() if not r.name.startswith(".")
-                             for c in r.iterdir() if not c.name.startswith("."))[:MAX_DIRS]
-        except OSError:
-            continue
+        folders = sorted(c for r in _entries(d / local.HUB) for c in _entries(r))[:MAX_DIRS]
         out.update(h.source for f in folders if (h := read_dir(f)) is not None)
     return sorted(out)
+
+
+def _entries(folder: Path) -> list[Path]:
+    """What a folder holds but dotted names; nothing when it is no folder (a stray file beside ours hides none)."""
+    try:
+        return [c for c in folder.iterdir() if not c.name.startswith(".")]
+    except OSError:
+        return []
 
 
 def assemble(weights_dir: Path, source: str, plan: WeightsPlan) -> Path:
@@ -111,7 +115,9 @@ def assemble(weights_dir: Path, source: str, plan: WeightsPlan) -> Path:
             # relative: the directory stays whole where another machine mounts it under another path
             os.symlink(os.path.relpath(target(weights_dir, plan.base_url, f), (final / f.path).parent), link)
         manifest = {"source": source, "base_url": plan.base_url, "files": [f.model_dump() for f in plan.files]}
-        with (tmp / MANIFEST).open("w") as out:
+        # a file of its own: never through a link a plan put there (onto a fetched, verified file)
+        fd = os.open(tmp / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as out:
             json.dump(manifest, out, indent=1)
             out.flush()
             os.fsync(out.fileno())

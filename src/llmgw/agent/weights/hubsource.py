@@ -37,12 +37,17 @@ def hub_name(base_url: str) -> str:
 def hub_source(url: str, plan: WeightsPlan, member: Member, redirects: Redirects) -> Source:
     headers = {"Authorization": f"Bearer {plan.token}"} if plan.token else {}
     name = hub_name(plan.base_url or url)
-    return Source(url, name=name, redirects=redirects, headers=headers, vet=_vet(member, name, bool(plan.token)))
+    return Source(url, name=name, redirects=redirects, headers=headers, vet=_vet(member, name, plan.token))
 
 
-def _vet(m: Member, name: str, token: bool) -> Callable[[int, Mapping[str, str]], None]:
+def _vet(m: Member, name: str, secret: str) -> Callable[[int, Mapping[str, str]], None]:
+    token = bool(secret)
+
     def vet(status: int, headers: Mapping[str, str]) -> None:
-        code = headers.get(ERROR_HEADER, "")[:40]
+        code = headers.get(ERROR_HEADER, "")[:8192]
+        if secret:  # a hub (or proxy) echoing the token: not into words the control plane shows others
+            code = code.replace(secret, "<the token>")
+        code = code[:40]
         if status in (401, 403):
             has = "was refused" if token else "is not set"
             said = f"{status}, {code}" if code else str(status)
