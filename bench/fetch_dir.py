@@ -61,16 +61,24 @@ class StandInHub:
         self.proc.wait(10)
 
 
-def hf_snapshot(hub: StandInHub, res: Resolution, cache: Path) -> float:
-    """Seconds huggingface_hub takes to download the resolution's files (the same ones llmgw fetches)."""
-    from huggingface_hub import snapshot_download
+_HF_ALONE = """
+import json, sys, time
+from huggingface_hub import snapshot_download
+repo, commit, endpoint, cache, paths = json.loads(sys.argv[1])
+t = time.perf_counter()
+snapshot_download(repo, revision=commit, endpoint=endpoint, token=False, cache_dir=cache, allow_patterns=paths)
+print(time.perf_counter() - t)
+"""
 
-    t = time.perf_counter()
-    snapshot_download(REPO, revision=res.commit, endpoint=hub.url, token=False, cache_dir=cache,
-                      allow_patterns=[f.path for f in res.files])
-    dt = time.perf_counter() - t
+
+def hf_snapshot(hub: StandInHub, res: Resolution, cache: Path) -> float:
+    """Seconds huggingface_hub takes to download the resolution's files (the same ones llmgw fetches), in a process
+    of its own: the library as anyone runs it, without the bound llmgw's resolver puts on its answers."""
+    args = json.dumps([REPO, res.commit, hub.url, str(cache), [f.path for f in res.files]])
+    out = subprocess.run([sys.executable, "-c", _HF_ALONE, args], capture_output=True, text=True, timeout=600,
+                         check=True)
     shutil.rmtree(cache, ignore_errors=True)
-    return dt
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def llmgw_fabric(work: Path, hub_url: str, res: Resolution, pki: Path) -> FabricRun:
