@@ -21,6 +21,7 @@ from llmgw.core.errors import HubFailed
 from llmgw.core.reasons import Reason
 from llmgw.wire.hub import HubFile, HubRef, Resolution
 from tests.clusters import model
+from tests.harness import served
 
 COMMIT = "a" * 40
 SHA256 = "b" * 64
@@ -48,15 +49,8 @@ class Mirror:
 @pytest_asyncio.fixture
 async def mirror() -> AsyncIterator[tuple[Mirror, str]]:
     m = Mirror()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", m.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield m, f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with served(m.handle) as url:
+        yield m, url
 
 
 BAD = {

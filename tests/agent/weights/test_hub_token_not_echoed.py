@@ -15,6 +15,7 @@ from llmgw.agent.transfer import fetch_part
 from llmgw.agent.weights.hubsource import Member, hub_source
 from llmgw.core.errors import TransferFailed
 from llmgw.wire.messages import WeightsPlan
+from tests.harness import served
 
 TOKEN = "hf_secret_token_5678"
 COMMIT = "c" * 40
@@ -28,15 +29,8 @@ async def echo() -> AsyncIterator[tuple[list[int], str]]:
         said = request.headers.get("Authorization", "")
         return web.Response(status=status[0], reason=f"No {said}", headers={"X-Error-Code": "x" * 30 + said[7:]})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield status, f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with served(handle) as url:
+        yield status, url
 
 
 @pytest.mark.parametrize("code", [400, 401, 403, 404, 410])
