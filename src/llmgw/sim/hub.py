@@ -42,6 +42,7 @@ class HubCounters:
     bytes_sent: Counter[str] = field(default_factory=Counter)
     requests: Counter[str] = field(default_factory=Counter)
     authorized: list[tuple[str, str, str]] = field(default_factory=list)
+    sending: int = 0  # bodies being sent now (a paced one may outlive the reader that asked for it)
 
     @property
     def total_bytes(self) -> int:
@@ -191,12 +192,19 @@ class _Serving:
     async def _send(self, request: web.Request, resp: web.StreamResponse, s: Served, start: int, end: int) -> None:
         cut = s.repo.truncated.get(s.path)
         stop = min(end, max(start, cut)) if cut is not None else end
-        for chunk in s.blob.chunks(start, stop):
-            data = bytes(255 - c for c in chunk) if s.path in s.repo.corrupted else chunk
-            if self.state.bytes_per_second > 0:
-                await asyncio.sleep(len(data) / self.state.bytes_per_second)  # pacing, as a slow link would
-            self.state.counters.bytes_sent[s.path] += len(data)  # counted as handed over: a reader may finish first
-            await resp.write(data)
+        counters = self.state.counters
+        counters.sending += 1
+        try:
+            for chunk in s.blob.chunks(start, stop):
+                data = bytes(255 - c for c in chunk) if s.path in s.repo.corrupted else chunk
+                if self.state.bytes_per_second > 0:
+                    await asyncio.sleep(len(data) / self.state.bytes_per_second)  # pacing, as a slow link would
+                if request.transport is None or request.transport.is_closing():
+                    return  # the reader is gone (an agent killed mid-file): nothing more is sent, or counted
+                counters.bytes_sent[s.path] += len(data)  # counted as handed over: a reader may finish first
+                await resp.write(data)
+        finally:
+            counters.sending -= 1
         if stop < end and request.transport is not None:
             request.transport.close()  # the body ends early: the client sees the connection drop
 

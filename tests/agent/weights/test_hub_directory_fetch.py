@@ -75,6 +75,8 @@ async def test_a_killed_fetch_leaves_nothing_under_the_final_name_and_the_next_r
     final = hubdir.dir_for(tmp_path, source)
     assert not final.exists() and not target.exists(), "nothing half-written under a final name"
     kept = part.stat().st_size
+    # the killed agent's answer, paced, ends on the hub's side only when its next chunk finds the reader gone
+    await await_until(lambda: hub.counters.sending == 0, 10, "the hub done with the killed agent's request")
     hub.slow(0)
     hub.counters.reset()
     again = hub_fetcher(tmp_path)

@@ -103,6 +103,9 @@ def assemble(weights_dir: Path, source: str, plan: WeightsPlan) -> Path:
     """Lay the directory out under a temporary name and give it its own only once it is complete; a directory
     there before (a file of it removed since) is replaced. Every file must be fetched whole first."""
     final = dir_for(weights_dir, source)
+    held = read_dir(final)
+    if held is not None and matches(held, plan):
+        return final  # whole again (a removed file fetched back under its links): never unmade while in use
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f".{final.name}.*"):  # what a killed agent left half made
         shutil.rmtree(stale, ignore_errors=True)
