@@ -68,6 +68,8 @@ class FileFetcher(Protocol):
 
     def stop(self, url: str) -> None: ...
 
+    def forget_disk_failure(self, url: str) -> None: ...
+
 
 @dataclass
 class _Dir:
@@ -116,12 +118,21 @@ class Directories:
             if (d.failure is not None and self.fetcher.clock.monotonic() - d.failed_at < FAILED_RETRY
                     and not room_again(self.fetcher.dir, d.free_when_failed)):
                 return d.failure
+            if d.failure is not None:
+                self._forget_disk_failures(d)
             d.failure = None
             d.task = asyncio.create_task(self._run(d))
         st = self._status(d)
         if st.state == "failed":
             return Failed(st.reason, st.message)
         return Waiting(st.words(), st.reason if st.reason == Reason.HubUnreachable else Reason.WeightsFetching)
+
+    def _forget_disk_failures(self, d: _Dir) -> None:
+        """The directory is tried again (room is back, or its wait is over): so are its files that failed for want
+        of room. A file's own failure may have been recorded after the room came back (a transfer stopping as it
+        met the full disk), and would otherwise fail the new attempt with the old words."""
+        for f in d.plan.files:
+            self.fetcher.forget_disk_failure(self._url(d, f))
 
     def _replan(self, d: _Dir, plan: WeightsPlan) -> None:
         """Peers and roles change as the fabric does: each file under way reads them now. Another file list (or

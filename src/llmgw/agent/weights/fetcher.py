@@ -158,6 +158,13 @@ class Fetcher:
         if job is not None and job.task is not None and not job.task.done():
             job.task.cancel()
 
+    def forget_disk_failure(self, url: str) -> None:
+        """`url`'s last failure, for want of room, no longer holds its next try back (its directory tries again)."""
+        job = self.jobs.get(url)
+        if job is not None and job.status is not None and job.status.state == "failed" and (
+                job.status.reason in LOCAL_TROUBLE):
+            job.status = None
+
     def statuses(self) -> list[FetchStatus]:
         own = [j.status for j in self.jobs.values() if j.status is not None and j.member is None]
         return (self.directories.statuses() + own)[:64]
