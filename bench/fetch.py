@@ -3,8 +3,8 @@ and by curl, from a local origin (plain HTTP) and from a node's peer listener (m
 source in the page cache. Then a model directory named by a hub id (bench/fetch_dir.py): huggingface_hub's own
 download against three llmgw nodes of one fabric. Method and figures: docs/benchmarks.md, "Weights".
 
-    .venv/bin/python bench/fetch.py [--size-mib 512] [--runs 3] [--dir-shards 4 --dir-shard-mib 128]
-    .venv/bin/python bench/fetch.py --smoke          # 4 MiB and 3 x 2 MiB shards, one run: that it runs
+    .venv/bin/python -m bench.fetch [--size-mib 512] [--runs 3] [--dir-shards 4 --dir-shard-mib 128]
+    .venv/bin/python -m bench.fetch --smoke          # 4 MiB and 3 x 2 MiB shards, one run: that it runs
 """
 
 from __future__ import annotations
