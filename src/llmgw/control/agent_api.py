@@ -23,6 +23,7 @@ from llmgw.control.registry import Registry
 from llmgw.core.buckets import Buckets
 from llmgw.pki.tls import PeerIdentity, peer_identity
 from llmgw.wire.engines import EngineSource
+from llmgw.wire.lease import LEASE_WIRE_VERSION
 from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,8 @@ def answer_in(desired: DesiredState, version: int) -> str:
     elif desired.version < 9:
         desired = desired.model_copy(update={"engine_sources": [_before_9(s) for s in desired.engine_sources]})
         older["engine_sources"] = {"__all__": {"digests_url": True, "variants": {"__all__": set(BUILD_NEEDS)}}}
+    if desired.version < LEASE_WIRE_VERSION:
+        older.update({"lease": True, "etag": True})
     return desired.model_dump_json(exclude=older or None)
 
 

@@ -58,6 +58,7 @@ class Passes:
             entropy=secrets.token_bytes(32),
             resumed_at=reg.resumed_at,
             scale_timers=dict(reg.scale_timers),
+            seen=dict(reg.seen),
         )
 
     def reconcile_once(self) -> list[Intent]:

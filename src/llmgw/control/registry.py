@@ -89,6 +89,9 @@ class Registry:
         self.started_at = 0.0
         self.resumed_at = 0.0  # node silence counts from here: the start, a takeover, a stall
         self.nodes: dict[str, NodeRecord] = {}
+        # when each node was last heard from (a full report or a lease renewal, here or, on a shared store, at
+        # another server): kept in memory, never a store write of its own per heartbeat (wire/lease.py)
+        self.seen: dict[str, float] = {}
         self.replicas: dict[str, ReplicaRecord] = {}
         self.generation = 0  # bumped when replicas change, so readers can cache derived tables
         self.watch = Watch()  # agents waiting to hear that the shards they are to run changed
@@ -108,6 +111,7 @@ class Registry:
         self.models.update({m.name: m for m in models})
         for n in nodes:
             self.nodes[n.id] = n.model_copy(update={"last_seen": now})
+            self.seen[n.id] = now
 
     def adopt_replicas(self, records: list[ReplicaRecord]) -> None:
         """The replicas as the store has them: at start, and when this server begins to lead (the last leader's)."""
@@ -138,6 +142,7 @@ class Registry:
         for n in nodes:
             if n.id not in self.nodes:
                 self.nodes[n.id] = n.model_copy(update={"last_seen": now})
+            self.seen[n.id] = max(self.seen.get(n.id, now), now)
         self.replicas_from_store(replicas)
         self.kick.set()
 
@@ -151,10 +156,26 @@ class Registry:
         if mine is None or mine.last_seen <= n.last_seen:
             self.nodes[n.id] = n
             self._dirty.discard(n.id)
+            self.renewed_elsewhere(n.id, n.last_seen)
+
+    def renewed(self, node_id: str, at: float) -> None:
+        """A node renewed its lease here: alive at `at`, its report as this server last took it."""
+        self.seen[node_id] = at
+
+    def renewed_elsewhere(self, node_id: str, at: float) -> None:
+        """A node heard by another server sharing the store, at `at` (its clock): the later of the two counts."""
+        if at > self.seen.get(node_id, 0.0):
+            self.seen[node_id] = at
+
+    def heard(self, node_id: str) -> float:
+        """When this node was last heard from, here or elsewhere (0.0: never)."""
+        n = self.nodes.get(node_id)
+        return max(self.seen.get(node_id, 0.0), n.last_seen if n is not None else 0.0)
 
     # nodes
     def node_reported(self, rec: NodeRecord) -> None:
         self.nodes[rec.id] = rec
+        self.seen[rec.id] = max(self.seen.get(rec.id, rec.last_seen), rec.last_seen)
         self.node_facts(rec)  # derived now, once per report, not at every page view and scrape
         self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
 

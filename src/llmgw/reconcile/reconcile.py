@@ -91,11 +91,11 @@ def _liveness(w: World) -> tuple[list[NodeRecord], list[Intent]]:
     limit = w.timings.node_lost_after
 
     def quiet(n: NodeRecord) -> float:
-        return w.now - max(n.last_seen, since)
+        return w.now - max(w.heard(n), since)
 
     live = [n for n in w.nodes if not n.lost]
     near = [n for n in live if quiet(n) > limit - w.timings.loss_grace]
-    silent = sorted((n for n in near if quiet(n) > limit), key=lambda n: (n.last_seen, n.id))
+    silent = sorted((n for n in near if quiet(n) > limit), key=lambda n: (w.heard(n), n.id))
     if not silent:
         return list(w.nodes), []
     if len(near) == len(live) or (len(live) >= 3 and len(near) > w.timings.silent_majority * len(live)):

@@ -47,3 +47,9 @@ class World:
     scale_timers: dict[str, Timer] = field(default_factory=dict)
     # per model that cannot be placed whatever the nodes (a hub source not resolved yet): the reason and its words
     unresolved: dict[str, tuple[Reason, str]] = field(default_factory=dict)
+    # node id -> when it was last heard from (a lease renewal or a report; the later of this and its record's
+    # last_seen counts): renewals update no record (wire/lease.py)
+    seen: dict[str, float] = field(default_factory=dict)
+
+    def heard(self, n: NodeRecord) -> float:
+        return max(n.last_seen, self.seen.get(n.id, 0.0))

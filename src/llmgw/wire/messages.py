@@ -22,8 +22,10 @@ X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and 
 # and the shard state "unresponsive" (it served, and its engine no longer answers); 8: a card's MIG instances and the
 # CUDA version its driver supports; 9: engine builds by accelerator (a variant's CUDA, C library, runtime companion, a
 # release's digest list), the build a node took and those it passed over with their reasons, the node's glibc;
-# 10: models named by a hub id (a plan's file list, the hub's base URL and token; a fetch's files done and total)
-WIRE_VERSION = 10
+# 10: models named by a hub id (a plan's file list, the hub's base URL and token; a fetch's files done and total);
+# 11: leases (wire/lease.py): a node whose report has not changed renews its lease instead of sending it, and the
+# desired state carries the lease and its own etag
+WIRE_VERSION = 11
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
@@ -354,3 +356,8 @@ class DesiredState(Strict):
     # version 4: node ids and certificate serials the control plane has revoked: a node serves them no weights
     revoked: list[str] = []
     heartbeat_interval: float = 3.0
+    # version 11 (wire/lease.py): what the node names in a lease renewal instead of sending an unchanged report (the
+    # token of the report this answers; "" = this control plane takes no leases: send every report whole), and this
+    # desired state's own tag, so a renewal is answered "unchanged" rather than with the same state again
+    lease: str = Field(default="", max_length=128)
+    etag: str = Field(default="", max_length=128)
