@@ -92,6 +92,8 @@ class Registry:
         # when each node was last heard from (a full report or a lease renewal, here or, on a shared store, at
         # another server): kept in memory, never a store write of its own per heartbeat (wire/lease.py)
         self.seen: dict[str, float] = {}
+        # when each node was last heard by this server itself (what it shares with others on a shared store)
+        self.heard_here: dict[str, float] = {}
         self.replicas: dict[str, ReplicaRecord] = {}
         self.generation = 0  # bumped when replicas change, so readers can cache derived tables
         self.watch = Watch()  # agents waiting to hear that the shards they are to run changed
@@ -160,7 +162,7 @@ class Registry:
 
     def renewed(self, node_id: str, at: float) -> None:
         """A node renewed its lease here: alive at `at`, its report as this server last took it."""
-        self.seen[node_id] = at
+        self.seen[node_id] = self.heard_here[node_id] = at
 
     def renewed_elsewhere(self, node_id: str, at: float) -> None:
         """A node heard by another server sharing the store, at `at` (its clock): the later of the two counts."""
@@ -176,6 +178,7 @@ class Registry:
     def node_reported(self, rec: NodeRecord) -> None:
         self.nodes[rec.id] = rec
         self.seen[rec.id] = max(self.seen.get(rec.id, rec.last_seen), rec.last_seen)
+        self.heard_here[rec.id] = rec.last_seen
         self.node_facts(rec)  # derived now, once per report, not at every page view and scrape
         self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
 
