@@ -1,9 +1,12 @@
-"""Heartbeats at scale: many lightweight simulated agents (a certificate and one kept-alive TLS connection each)
-posting realistic reports, open loop, to one or three `llmgw server` processes on SQLite or PostgreSQL; and the
-reconcile pass time at 1,000 and 10,000 nodes. Method and figures: docs/benchmarks.md, "Heartbeats".
+"""Heartbeats at scale: simulated agents (a certificate and one kept-alive TLS connection each, bench.heartbeat_load)
+sending full reports and lease renewals, open loop, to one or three `llmgw server` processes on SQLite or
+PostgreSQL; and the reconcile pass time at 1,000 and 10,000 nodes. Method and figures: docs/benchmarks.md,
+"Heartbeats".
 
     .venv/bin/python -m bench.heartbeats --nodes 10000 --interval 5 --seconds 30               # one server, SQLite
     .venv/bin/python -m bench.heartbeats --nodes 10000 --servers 3 --store postgres
+    .venv/bin/python -m bench.heartbeats --nodes 10000 --compare          # full reports only, then leases: one run
+    .venv/bin/python -m bench.heartbeats --nodes 10000 --compare --before-src /work/wt/before/src   # another tree
     .venv/bin/python -m bench.heartbeats --reconcile                                         # pass times only
     .venv/bin/python -m bench.heartbeats --smoke               # 10 nodes for 1 s, and passes at 100 nodes
 
@@ -13,246 +16,173 @@ Certificates are kept in --workdir between runs: issuing 10,000 takes a while th
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import math
 import multiprocessing as mp
-import os
 import shutil
-import signal
-import ssl
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import yaml
-from tests.harness import free_port
+from bench.heartbeat_load import WARMUP_INTERVALS, Plan, Tally, generator
+from bench.heartbeat_servers import certificates, cpu_seconds, rss_mib, running, server_configs, store_for
+from llmgw.wire.lease import REPORT_REFRESH_S
 
-from llmgw.pki.ca import init_ca, issue
-from llmgw.pki.tls import client_context
-
-HEARTBEAT = "/v1/agent/heartbeat"
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def report(i: int, node_id: str) -> bytes:
-    """What a node with 8 H100s, two IB adapters and the sim engine reports (no shards: nothing placed)."""
-    from llmgw.wire.messages import GPU, EngineStatus, Fabric, Hardware, NodeReport
-
-    gpus = [GPU(index=g, name="NVIDIA H100 80GB HBM3", gpu_class="H100-80G", memory_mib=81559,
-                nvlink_peers=[x for x in range(8) if x != g]) for g in range(8)]
-    return NodeReport(
-        node_id=node_id, address=f"10.{i // 65536}.{i // 256 % 256}.{i % 256}",
-        hardware=Hardware(mem_total_bytes=2 * 2**40, gpus=gpus), engines_probed=True,
-        engines=[EngineStatus(name="sim", version="1", runs=True)],
-        fabrics=[Fabric(name=f"ib-{i // 500}", adapters=["mlx5_0", "mlx5_1"], rate_gbps=400.0)],
-    ).model_dump_json().encode()
+WINDOW_S = 5.0
+FLEET, FLEET_INTERVAL = 50_000, 5.0  # the fleet the aim names for three servers (extrapolated: see extrapolate)
+LATE_S = 0.05  # sends this late (p99) mean the generator's loop, not the server, fell behind
+READY_S = 600.0  # building 10,000 nodes' TLS contexts and reports takes a while on a loaded machine
 
 
-def certificates(workdir: Path, n: int) -> Path:
-    pki = workdir / "pki"
-    if not (pki / "ca.crt").exists():
-        init_ca(pki)
-    if not (pki / "controlplane.crt").exists():
-        issue(pki, "controlplane", ips=["127.0.0.1"], server=True)
-    t0 = time.monotonic()
-    made = 0
-    for i in range(n):
-        if not (pki / f"n{i:05d}.crt").exists():
-            issue(pki, f"n{i:05d}")
-            made += 1
-    if made:
-        print(f"issued {made} node certificates in {time.monotonic() - t0:.0f}s", flush=True)
-    return pki
+def pct(xs: list[float], q: float) -> float | None:
+    return round(1000 * sorted(xs)[int(q * (len(xs) - 1))], 1) if xs else None
 
 
+def start_generators(args: argparse.Namespace, urls: list[str], pki: Path,
+                     leases: bool) -> tuple[Plan, list[Connection], list[Any]]:
+    """The generator processes, each with its nodes built, all told one start time a second from now."""
+    plan = Plan(str(pki), urls, args.interval, args.seconds, 0.0, leases, args.changes, args.loop)
+    conns, procs = [], []
+    for g in range(args.generators):
+        here, there = mp.Pipe()
+        p = mp.Process(target=generator, args=(list(range(g, args.nodes, args.generators)), args.nodes, plan, there))
+        p.start()
+        conns.append(here)
+        procs.append(p)
+    for c in conns:
+        if not c.poll(READY_S) or c.recv() != "ready":
+            raise SystemExit("a load generator did not get ready")
+    plan.start_at = time.time() + 1.0
+    for c in conns:
+        c.send(plan.start_at)
+    return plan, conns, procs
 
-def server_configs(workdir: Path, servers: int, store: dict[str, Any], interval: float) -> list[tuple[Path, int, int]]:
-    """(config, agent port, admin port) per server."""
-    out = []
-    for k in range(servers):
-        agent, api, admin = free_port(), free_port(), free_port()
-        cfg = {
-            "agent_listen": f"127.0.0.1:{agent}", "api_listen": f"127.0.0.1:{api}",
-            "admin_listen": f"127.0.0.1:{admin}",
-            "tls": {"ca": "pki/ca.crt", "cert": "pki/controlplane.crt", "key": "pki/controlplane.key"},
-            "store": store, "admin_token_file": "state/admin.token", "usage_journal_dir": f"state/journal-{k}",
-            "heartbeat_interval": f"{interval}s", "node_lost_after": f"{6 * interval}s", "reconcile_interval": "1s",
-            "node_networks": ["10.0.0.0/8"],  # the addresses the simulated nodes claim (they all dial from loopback)
-            "models": [{"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 0, "max": 1}}],
-        }
-        path = workdir / f"server-{k}.yaml"
-        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        out.append((path, agent, admin))
+
+def merged(tallies: list[Tally]) -> Tally:
+    out = Tally()
+    for t in tallies:
+        out.lat += t.lat
+        out.when += t.when
+        out.full += t.full
+        out.late += t.late
+        for k, v in t.errors.items():
+            out.errors[k] = out.errors.get(k, 0) + v
+        out.reconnects += t.reconnects
+        out.sent_back += t.sent_back
+        out.sent += t.sent
+        out.cpu_s += t.cpu_s
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def up(admin: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/health", timeout=2) as r:
-            return int(r.status) == 200
-    except OSError:
-        return False
-
-
-def generator(nodes: list[int], pki: str, urls: list[str], interval: float, seconds: float, start_at: float,
-              out: Any) -> None:
-    """One load-generating process: its nodes' heartbeats on schedule; sends (latencies, errors, lateness, cpu)."""
-    asyncio.run(_generate(nodes, Path(pki), urls, interval, seconds, start_at, out))
-
-
-async def _generate(nodes: list[int], pki: Path, urls: list[str], interval: float, seconds: float, start_at: float,
-                    out: Any) -> None:
-    import aiohttp
-
-    n_all = max(nodes) + 1 if nodes else 1
-    lat: list[float] = []
-    when: list[float] = []  # seconds into the measurement each answered heartbeat was sent
-    late: list[float] = []
-    errors: dict[str, int] = {}
-    measure_from = start_at + 2 * interval  # two intervals of warm-up: connected, registered, then steady
-    end = measure_from + seconds
-
-    async def agent(i: int) -> None:
-        nid = f"n{i:05d}"
-        ctx = client_context(pki / f"{nid}.crt", pki / f"{nid}.key", pki / "ca.crt")
-        body = report(i, nid)
-        url = urls[i % len(urls)] + HEARTBEAT
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=1),
-                                         timeout=aiohttp.ClientTimeout(total=30)) as s:
-            due = start_at + interval * (i % n_all) / max(1, n_all)
-            while due < end:
-                await asyncio.sleep(max(0.0, due - time.time()))
-                t0 = time.time()
-                try:
-                    async with s.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
-                        await r.read()
-                        ok = r.status == 200
-                        if not ok:
-                            errors[str(r.status)] = errors.get(str(r.status), 0) + 1
-                except (aiohttp.ClientError, TimeoutError, ssl.SSLError, OSError) as e:
-                    ok = False
-                    errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
-                if measure_from <= t0 < end:
-                    late.append(t0 - due)
-                    if ok:
-                        lat.append(time.time() - t0)
-                        when.append(t0 - measure_from)
-                due += interval
-
-    cpu0 = time.process_time()
-    await asyncio.gather(*(agent(i) for i in nodes))
-    out.send((lat, errors, late, time.process_time() - cpu0, when))
-    out.close()
-
-
-def run_heartbeats(args: argparse.Namespace) -> dict[str, Any]:
+def run_once(args: argparse.Namespace, leases: bool, src: str | None) -> dict[str, Any]:
+    """One measured run: servers up, generators run, figures taken; everything it started stopped."""
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     pki = certificates(workdir, args.nodes)
     shutil.rmtree(workdir / "state", ignore_errors=True)
     (workdir / "state").mkdir()
-    pg = None
-    if args.store == "postgres":
-        from tests.pg import PASSWORD, Postgres
+    with store_for(workdir, args.store, args.servers) as store:
+        configs = server_configs(workdir, args.servers, store, args.interval)
+        with running(workdir, configs, src, args.profile) as procs:
+            plan, conns, gens = start_generators(args, [f"https://127.0.0.1:{a}" for _, a, _ in configs], pki, leases)
+            time.sleep(max(0.0, plan.measure_from - time.time()))  # the window is timed, nothing is awaited
+            cpu0 = sum(cpu_seconds(p.pid) for p in procs)
+            time.sleep(args.seconds)
+            cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu0
+            rss = [rss_mib(p.pid) for p in procs]
+            tallies = []
+            for c in conns:
+                if not c.poll(120):
+                    raise SystemExit("a load generator sent no figures")
+                tallies.append(c.recv())
+            for g in gens:
+                g.join(60)
+    return summarise(args, merged(tallies), cpu, rss, leases, src)
 
-        pg = Postgres().start()
-        (workdir / "pg.password").write_text(PASSWORD + "\n")
-        store: dict[str, Any] = {"kind": "postgres", "dsn": pg.fresh_db(), "password_file": "pg.password",
-                                 "path": "state/llmgw.db"}
-    else:
-        if args.servers > 1:
-            raise SystemExit("several servers need --store postgres (a SQLite file is one server's)")
-        store = {"path": "state/llmgw.db"}
-    configs = server_configs(workdir, args.servers, store, args.interval)
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for k, (path, _, admin) in enumerate(configs):
-            with (workdir / f"server-{k}.log").open("wb") as log:
-                prof = ["-m", "cProfile", "-o", str(workdir / f"server-{k}.prof")] if args.profile else []
-                argv = [sys.executable, *prof, "-m", "llmgw.cli.main", "server", "-c", str(path)]
-                procs.append(subprocess.Popen(argv, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-                                              start_new_session=True))
-            deadline = time.monotonic() + 60
-            while not up(admin):
-                if time.monotonic() > deadline or procs[-1].poll() is not None:
-                    raise SystemExit(f"server {k} did not come up: see {workdir / f'server-{k}.log'}")
-                time.sleep(0.2)
-        urls = [f"https://127.0.0.1:{agent}" for _, agent, _ in configs]
-        start_at = time.time() + 2.0
-        pipes, gens = [], []
-        for g in range(args.generators):
-            mine = list(range(g, args.nodes, args.generators))
-            recv, send = mp.Pipe(duplex=False)
-            gp = mp.Process(target=generator, args=(mine, str(pki), urls, args.interval, args.seconds, start_at, send))
-            gp.start()
-            pipes.append(recv)
-            gens.append(gp)
-        measure_from = start_at + 2 * args.interval
-        time.sleep(max(0.0, measure_from - time.time()))
-        cpu0 = sum(cpu_seconds(p.pid) for p in procs)
-        time.sleep(args.seconds)
-        cpu1 = sum(cpu_seconds(p.pid) for p in procs)
-        rss = [int(next(ln.split()[1] for ln in Path(f"/proc/{p.pid}/status").read_text().splitlines()
-                        if ln.startswith("VmRSS:"))) // 1024 for p in procs]
-        lat: list[float] = []
-        late: list[float] = []
-        errors: dict[str, int] = {}
-        gen_cpu = 0.0
-        windows: dict[int, list[float]] = {}
-        for recv in pipes:
-            got_lat, got_err, got_late, got_cpu, got_when = recv.recv()
-            for w, x in zip(got_when, got_lat, strict=True):
-                windows.setdefault(int(w // 5), []).append(x)
-            lat += got_lat
-            late += got_late
-            gen_cpu += got_cpu
-            for k2, v in got_err.items():
-                errors[k2] = errors.get(k2, 0) + v
-        for g_proc in gens:
-            g_proc.join(60)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-        if pg is not None:
-            pg.stop()
-    if args.profile:
-        import pstats
 
-        for k in range(args.servers):
-            print(f"== server {k}, its main thread by cumulative time")
-            pstats.Stats(str(workdir / f"server-{k}.prof")).sort_stats("cumulative").print_stats(40)
-    lat.sort()
-    late.sort()
-    rate = len(lat) / args.seconds
+def summarise(args: argparse.Namespace, t: Tally, cpu: float, rss: list[int], leases: bool,
+              src: str | None) -> dict[str, Any]:
+    warm = WARMUP_INTERVALS * args.interval
+    kept = [(x, f) for x, w, f in zip(t.lat, t.when, t.full, strict=True) if warm <= w < warm + args.seconds]
+    lat = [x for x, _ in kept]
+    fulls = sum(f for _, f in kept)
+    windows: dict[int, list[float]] = {}
+    for x, w in zip(t.lat, t.when, strict=True):
+        windows.setdefault(int(w // WINDOW_S), []).append(x)
+    by_window = [windows.get(k, []) for k in range(math.ceil((warm + args.seconds) / WINDOW_S))]
+    wall = warm + args.seconds
     return {
         "nodes": args.nodes, "interval": args.interval, "servers": args.servers, "store": args.store,
-        "wanted_per_s": args.nodes / args.interval, "answered_per_s": round(rate, 1),
-        "p50_ms": round(1000 * statistics.median(lat), 1) if lat else None,
-        "p99_ms": round(1000 * lat[int(0.99 * (len(lat) - 1))], 1) if lat else None,
-        "errors": errors,
-        "server_cpu_us_per_heartbeat": round(1e6 * (cpu1 - cpu0) / max(1, len(lat))),
-        "server_cores": round((cpu1 - cpu0) / args.seconds, 2),
-        "generator_cores": round(gen_cpu / (args.seconds + 2 * args.interval + 2), 2),
-        "server_rss_mib": rss,
-        "late_p99_ms": round(1000 * late[int(0.99 * (len(late) - 1))], 1) if late else None,
-        "p99_ms_by_5s": [round(1000 * sorted(v)[int(0.99 * (len(v) - 1))], 1) for _, v in sorted(windows.items())],
+        "server_src": src or "this tree", "leases": leases, "changes": args.changes,
+        "wanted_per_s": args.nodes / args.interval, "answered_per_s": round(len(lat) / args.seconds, 1),
+        "renewals_per_s": round((len(lat) - fulls) / args.seconds, 1),
+        "full_reports_per_s": round(fulls / args.seconds, 1),
+        "p50_ms": round(1000 * statistics.median(lat), 1) if lat else None, "p99_ms": pct(lat, 0.99),
+        "p50_ms_by_5s": [pct(v, 0.5) for v in by_window], "p99_ms_by_5s": [pct(v, 0.99) for v in by_window],
+        "warmup_windows": int(warm // WINDOW_S),
+        "errors": t.errors, "reconnects": t.reconnects, "renewals_sent_back": t.sent_back,
+        "server_cpu_us_per_heartbeat": round(1e6 * cpu / max(1, len(lat))),
+        "server_cores": round(cpu / args.seconds, 2), "server_rss_mib": rss,
+        "generator_cores": round(t.cpu_s / wall, 2),
+        "generator_cpu_us_per_heartbeat": round(1e6 * t.cpu_s / max(1, t.sent)),
+        "late_p99_ms": pct(t.late, 0.99),
     }
+
+
+def limit(r: dict[str, Any], generators: int) -> str:
+    """Which side held the run back, from what each side shows: late sends are the generator's tell."""
+    if (r["late_p99_ms"] or 0) > 1000 * LATE_S or r["generator_cores"] >= 0.9 * generators:
+        return "the generator (its sends went out late: its figures understate what the server can take)"
+    if r["answered_per_s"] < 0.98 * r["wanted_per_s"] or (r["p99_ms"] or 1e9) >= 100:
+        return "the server (the generator sent on time; answers came late or not at all)"
+    return "neither: the generator sent on time and the server answered all of it"
+
+
+def per_kind(full_only: dict[str, Any], mixed: dict[str, Any]) -> tuple[float, float] | None:
+    """(server CPU us per full report, per renewal): the first from a run of full reports alone, the second from
+    what the leased run spent beyond its full reports at that price."""
+    if not mixed["renewals_per_s"]:
+        return None
+    c_full = float(full_only["server_cpu_us_per_heartbeat"])
+    total = mixed["server_cores"] * 1e6
+    return c_full, max(0.0, (total - mixed["full_reports_per_s"] * c_full) / mixed["renewals_per_s"])
+
+
+def extrapolate(r: dict[str, Any], kinds: tuple[float, float] | None, servers: int) -> str:
+    """The fleet's server cores from CPU per heartbeat, the method in words."""
+    rate = FLEET / FLEET_INTERVAL
+    if kinds:
+        share = r["changes"] + (1 - r["changes"]) * FLEET_INTERVAL / REPORT_REFRESH_S  # changed, or refreshed
+        us = share * kinds[0] + (1 - share) * kinds[1]
+        how = (f"{share:.3f} of heartbeats full reports ({r['changes']} changed + the {REPORT_REFRESH_S:.0f} s "
+               f"refresh) x {kinds[0]:.0f} us + the rest renewals x {kinds[1]:.0f} us = {us:.0f} us per heartbeat")
+    else:
+        us = r["server_cpu_us_per_heartbeat"]
+        how = f"this run's server CPU per heartbeat at its own mix, {us:.0f} us"
+    cores = rate * us / 1e6
+    return (f"{FLEET:,} nodes at {FLEET_INTERVAL:g} s: {rate:,.0f} heartbeats/s x {how} = {cores:.2f} server cores "
+            f"in all, {cores / servers:.2f} for each of {servers} servers (one server's event loop saturates at "
+            f"1 core; the aim is met where that is well under 1)")
+
+
+def heartbeats(args: argparse.Namespace) -> dict[str, Any]:
+    """One run, or with --compare two (full reports only, or the --before-src tree; then leases): the figures."""
+    if not args.compare:
+        r = run_once(args, not args.no_leases, args.server_src)
+        r["limit"] = limit(r, args.generators)
+        r["extrapolated"] = extrapolate(r, None, args.servers)
+        return r
+    before = run_once(args, args.before_src is not None, args.before_src)
+    after = run_once(args, True, args.server_src)
+    for r in (before, after):
+        r["limit"] = limit(r, args.generators)
+    after["extrapolated"] = extrapolate(after, None if args.before_src else per_kind(before, after), args.servers)
+    ratio = {k: round(after[k] / before[k], 3) if before[k] else None
+             for k in ("server_cpu_us_per_heartbeat", "server_cores", "p50_ms", "p99_ms", "generator_cores")}
+    return {"before": before, "after": after, "after_over_before": ratio}
 
 
 def reconcile_times(sizes: tuple[int, ...] = (1_000, 10_000), replicas: int = 1_000, runs: int = 5) -> dict[int, float]:
@@ -305,6 +235,17 @@ def reconcile_times(sizes: tuple[int, ...] = (1_000, 10_000), replicas: int = 1_
     return out
 
 
+def report(r: dict[str, Any]) -> None:
+    print(json.dumps(r, indent=2))
+    for one in ([r["before"], r["after"]] if "after" in r else [r]):
+        aim = one["answered_per_s"] >= 0.98 * one["wanted_per_s"] and (one["p99_ms"] or 1e9) < 100
+        print(f"{'MET' if aim else 'MISSED'} ({one['server_src']}, leases {one['leases']}): {one['answered_per_s']}/s "
+              f"of {one['wanted_per_s']:.0f}/s wanted ({one['renewals_per_s']}/s renewals, "
+              f"{one['full_reports_per_s']}/s full reports), p99 {one['p99_ms']} ms, {one['server_cores']} server "
+              f"cores (aim: all of them, p99 < 100 ms); the limit: {one['limit']}")
+    print("extrapolated:", (r.get("after") or r)["extrapolated"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=10_000)
@@ -312,7 +253,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
-    ap.add_argument("--generators", type=int, default=2, help="load-generating processes")
+    ap.add_argument("--generators", type=int, default=1, help="load-generating processes")
+    ap.add_argument("--changes", type=float, default=0.01, help="share of heartbeats that carry a changed report")
+    ap.add_argument("--no-leases", action="store_true", help="the nodes send full reports only")
+    ap.add_argument("--server-src", help="run the servers from this src directory (PYTHONPATH)")
+    ap.add_argument("--compare", action="store_true", help="a run of full reports only, then one with leases")
+    ap.add_argument("--before-src", help="with --compare: the first run's servers from this src, with leases")
+    ap.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="the generator's event loop")
     ap.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "llmgw-bench-heartbeats"))
     ap.add_argument("--reconcile", action="store_true", help="only the reconcile pass times")
     ap.add_argument("--profile", action="store_true", help="run the servers under cProfile and print the top")
@@ -322,6 +269,7 @@ def main() -> None:
     if args.smoke:
         with tempfile.TemporaryDirectory() as d:
             args.nodes, args.interval, args.seconds, args.generators, args.workdir = 10, 0.5, 1.0, 1, d
+            args.changes = 0.2
             smoke(args)
         return
     results: dict[str, Any] = {}
@@ -329,19 +277,16 @@ def main() -> None:
         results["reconcile_pass_ms"] = reconcile_times()
         print(f"reconcile pass, 1,000 ready replicas: {results['reconcile_pass_ms']} (ms by node count)")
     else:
-        results = run_heartbeats(args)
-        print(json.dumps(results, indent=2))
-        aim = results["answered_per_s"] >= 0.98 * results["wanted_per_s"] and (results["p99_ms"] or 1e9) < 100
-        print(f"{'MET' if aim else 'MISSED'}: {results['answered_per_s']}/s of {results['wanted_per_s']:.0f}/s "
-              f"wanted, p99 {results['p99_ms']} ms (aim: all of them, p99 < 100 ms)")
+        results = heartbeats(args)
+        report(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
 
 def smoke(args: argparse.Namespace) -> None:
     """Both halves on a few nodes; any heartbeat not answered fails it."""
-    results = run_heartbeats(args)
-    print(json.dumps(results, indent=2))
+    results = heartbeats(args)
+    report(results)
     if results["errors"] or not results["answered_per_s"]:
         raise SystemExit(f"heartbeats not answered: {results['errors']}, {results['answered_per_s']}/s answered")
     passes = reconcile_times(sizes=(100,), replicas=20, runs=1)
