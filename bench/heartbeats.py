@@ -74,6 +74,7 @@ def merged(tallies: list[Tally]) -> Tally:
         out.sent_back += t.sent_back
         out.sent += t.sent
         out.cpu_s += t.cpu_s
+        out.window_cpu_s += t.window_cpu_s
     return out
 
 
@@ -126,8 +127,9 @@ def summarise(args: argparse.Namespace, t: Tally, cpu: float, rss: list[int], le
         "errors": t.errors, "reconnects": t.reconnects, "renewals_sent_back": t.sent_back,
         "server_cpu_us_per_heartbeat": round(1e6 * cpu / max(1, len(lat))),
         "server_cores": round(cpu / args.seconds, 2), "server_rss_mib": rss,
-        "generator_cores": round(t.cpu_s / wall, 2),
-        "generator_cpu_us_per_heartbeat": round(1e6 * t.cpu_s / max(1, t.sent)),
+        "generator_cores": round(t.window_cpu_s / args.seconds, 2),
+        "generator_cpu_us_per_heartbeat": round(1e6 * t.window_cpu_s / max(1, len(lat))),
+        "generator_cores_with_warmup": round(t.cpu_s / wall, 2),
         "late_p99_ms": pct(t.late, 0.99),
     }
 
@@ -169,13 +171,14 @@ def extrapolate(r: dict[str, Any], kinds: tuple[float, float] | None, servers: i
 
 
 def heartbeats(args: argparse.Namespace) -> dict[str, Any]:
-    """One run, or with --compare two (full reports only, or the --before-src tree; then leases): the figures."""
+    """One run, or with --compare two on the same servers' code, full reports only then leases (or the first run's
+servers from --before-src, leases on where they have them): the figures."""
     if not args.compare:
         r = run_once(args, not args.no_leases, args.server_src)
         r["limit"] = limit(r, args.generators)
         r["extrapolated"] = extrapolate(r, None, args.servers)
         return r
-    before = run_once(args, args.before_src is not None, args.before_src)
+    before = run_once(args, args.before_src is not None, args.before_src or args.server_src)
     after = run_once(args, True, args.server_src)
     for r in (before, after):
         r["limit"] = limit(r, args.generators)
