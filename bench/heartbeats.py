@@ -6,7 +6,7 @@ PostgreSQL; and the reconcile pass time at 1,000 and 10,000 nodes. Method and fi
     .venv/bin/python -m bench.heartbeats --nodes 10000 --interval 5 --seconds 30               # one server, SQLite
     .venv/bin/python -m bench.heartbeats --nodes 10000 --servers 3 --store postgres
     .venv/bin/python -m bench.heartbeats --nodes 10000 --compare          # full reports only, then leases: one run
-    .venv/bin/python -m bench.heartbeats --nodes 10000 --compare --before-src /work/wt/before/src   # another tree
+    .venv/bin/python -m bench.heartbeats --nodes 10000 --compare --before-src ../before/src   # another tree
     .venv/bin/python -m bench.heartbeats --reconcile                                         # pass times only
     .venv/bin/python -m bench.heartbeats --smoke               # 10 nodes for 1 s, and passes at 100 nodes
 
@@ -49,7 +49,8 @@ def start_generators(args: argparse.Namespace, urls: list[str], pki: Path,
     conns, procs = [], []
     for g in range(args.generators):
         here, there = mp.Pipe()
-        p = mp.Process(target=generator, args=(list(range(g, args.nodes, args.generators)), args.nodes, plan, there))
+        p = mp.Process(target=generator, args=(list(range(g, args.nodes, args.generators)), args.nodes, plan, there),
+                       daemon=True)  # they go with the bench when it stops early
         p.start()
         conns.append(here)
         procs.append(p)
