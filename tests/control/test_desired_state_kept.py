@@ -41,7 +41,7 @@ def report(node_id: str, fabric: str | None = None, holds: bool = False) -> Node
 
 
 def renewed(p: ControlPlane, d: DesiredState) -> DesiredState | None:
-    got = p.heartbeats.renew(Lease(node_id=d.node_id, lease=d.lease, etag=d.etag), "", None)
+    got = p.heartbeats.renew(Lease(node_id=d.node_id, lease=d.lease, etag=d.etag, loads=[]), "", None)
     assert not got.why, got.why
     return LeaseAnswer.model_validate_json(got.answer).desired
 
