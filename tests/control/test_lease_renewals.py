@@ -83,6 +83,8 @@ async def test_an_unchanged_node_renews_and_reports_without_a_store_write(cluste
             status, text = await renewal(cluster, "node01", d.lease, d.etag)
             assert status == 200, text
             assert LeaseAnswer.model_validate_json(text).desired is None
+        view = await aget(cluster, "/api/nodes/node01")
+        assert view["last_seen"] > json.loads(body)["last_seen"], "the view says when it was last heard: renewed"
         # the report whole again, free memory moved within a step: kept in memory, not written
         again = await full(cluster, report("node01", free=GiB + 2**20))
         assert again.lease != d.lease and again.etag == d.etag
