@@ -97,11 +97,12 @@ class Playing:
 
 
 @contextlib.asynccontextmanager
-async def talking(*planes: Playing | str) -> AsyncIterator[tuple[ControlPlaneClient, Reporter, FakeClock]]:
+async def talking(*planes: Playing | str, retry_newest_s: float = REPORT_REFRESH_S,
+                  ) -> AsyncIterator[tuple[ControlPlaneClient, Reporter, FakeClock]]:
     """A client to the planes given (a string: a URL nothing answers at), its reporter, and the reporter's clock."""
     async with contextlib.AsyncExitStack() as stack:
         urls = [p if isinstance(p, str) else await stack.enter_async_context(served(p.handle)) for p in planes]
-        client = ControlPlaneClient(urls, ssl.create_default_context, 3.0)
+        client = ControlPlaneClient(urls, ssl.create_default_context, 3.0, retry_newest_s=retry_newest_s)
         stack.push_async_callback(client.close)
         clock = FakeClock()
         yield client, Reporter(clock), clock
@@ -194,6 +195,17 @@ async def test_an_older_control_plane_is_sent_its_own_version_and_remembered() -
         assert desired.version == 10 and not desired.lease
         assert [r["version"] for r in plane.reports] == [10, 10, 10] and plane.refusals == 1
         assert plane.leases == []
+
+
+async def test_an_older_control_plane_is_asked_in_the_newest_version_again_in_time() -> None:
+    """It may have been upgraded since: then its leases are taken without restarting the agent."""
+    plane = Playing(speaks=10)
+    async with talking(plane, retry_newest_s=0.0) as (client, reporter, _):
+        await reporter.send(client, report())
+        plane.speaks = 11  # upgraded
+        await reporter.send(client, report())
+        await reporter.send(client, report())
+        assert [r["version"] for r in plane.reports] == [10, 11] and len(plane.leases) == 1
 
 
 async def test_a_control_plane_older_than_10_is_refused_with_its_words() -> None:

@@ -87,7 +87,8 @@ class SendReport:
 
 class ControlPlaneClient:
     """`make_ssl` builds the TLS context from the certificate files; when any of `watch` changes (a renewed
-    certificate copied in), the next heartbeat uses the new files without restarting the agent."""
+    certificate copied in), the next heartbeat uses the new files without restarting the agent. A control plane
+    that reads an older wire version is asked in the newest again after `retry_newest_s`."""
 
     def __init__(
         self,
@@ -95,6 +96,7 @@ class ControlPlaneClient:
         make_ssl: Callable[[], ssl.SSLContext],
         timeout: float,
         watch: Sequence[str] = (),
+        retry_newest_s: float = REPORT_REFRESH_S,
     ) -> None:
         self.urls = urls
         self.current = 0
@@ -106,6 +108,7 @@ class ControlPlaneClient:
         self._session: aiohttp.ClientSession | None = None
         # control planes that read an older wire version: the version, and when (the event loop's time) they said so
         self._older: dict[str, tuple[int, float]] = {}
+        self._retry_newest_s = retry_newest_s
 
     @property
     def url(self) -> str:
@@ -183,10 +186,10 @@ class ControlPlaneClient:
         return _desired(url, text)
 
     def _version_at(self, base: str) -> int:
-        """The version a control plane last said it reads; the newest again once REPORT_REFRESH_S has passed (it
-        may have been upgraded since)."""
+        """The version a control plane last said it reads; the newest again once retry_newest_s has passed (it may
+        have been upgraded since)."""
         version, since = self._older.get(base, (WIRE_VERSION, 0.0))
-        if version < WIRE_VERSION and asyncio.get_running_loop().time() - since >= REPORT_REFRESH_S:
+        if version < WIRE_VERSION and asyncio.get_running_loop().time() - since >= self._retry_newest_s:
             return WIRE_VERSION
         return version
 
