@@ -21,6 +21,7 @@ from llmgw.agent.installs.packages import PackageTool
 from llmgw.agent.installs.recipes import Context, Limits
 from llmgw.agent.named_engines import NamedEngines
 from llmgw.agent.redirects import Redirects
+from llmgw.agent.renewals import Reporter
 from llmgw.agent.revocations import Revocations
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor.adopt import Running, discard, find_running
@@ -60,6 +61,7 @@ class Agent:
         ))
         self.supervisor: Supervisor | None = None
         self.client: ControlPlaneClient | None = None
+        self.reporter = Reporter(clock)  # each step: a lease renewal, or the report whole when it changed
         self.interval = cfg.heartbeat_interval
         self.last_error = ""
         self.wake = asyncio.Event()  # the next heartbeat is due now (the control plane said this node's shards changed)
@@ -246,7 +248,7 @@ class Agent:
         await self.supervisor.tick()
         report = await self.report()
         try:
-            desired = await self.client.heartbeat(report)
+            desired = await self.reporter.send(self.client, report)
         except UpstreamError as e:
             if str(e) != self.last_error:
                 log.error("%s", e)

@@ -1,4 +1,6 @@
-"""Talks to the control plane: POST the whole observed state, get the whole desired state. Fails over in order."""
+"""Talks to the control plane: POST the whole observed state, get the whole desired state, or renew the lease on
+an unchanged one (wire/lease.py). Fails over in order. A control plane of an older wire version is sent reports in
+its own version (agent/report_versions.py), once it has said which in its refusal."""
 
 from __future__ import annotations
 
@@ -8,15 +10,18 @@ import logging
 import os
 import ssl
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 from pydantic import ValidationError
 
+from llmgw.agent.report_versions import OLDEST_WRITTEN, report_in
 from llmgw.core.errors import ControlPlaneUnreachable, UpstreamError
 from llmgw.pki.tls import speaks_as_node
-from llmgw.wire.messages import WIRE_VERSION, DesiredState, NodeReport
+from llmgw.wire.lease import LEASE_PATH, REPORT_REFRESH_S, SEND_REPORT, Lease, LeaseAnswer
+from llmgw.wire.messages import WIRE_VERSION, DesiredState, NodeReport, Strict
 
 log = logging.getLogger(__name__)
 
@@ -40,26 +45,50 @@ WATCH_TIMEOUT_S = 40.0  # the control plane answers a watch within 25 s (agent_a
 MAX_WATCH_BYTES = 4096
 
 
-def _desired(url: str, text: str) -> DesiredState:
-    """The desired state, once its version is one this agent speaks: a newer control plane's fields would otherwise
-    read as a malformed answer."""
+Answer = TypeVar("Answer", bound=Strict)
+
+
+def _read(url: str, text: str, kind: type[Answer], what: str = "desired state") -> Answer:
+    """The answer, once its version is one this agent speaks: a newer control plane's fields would otherwise read as
+    a malformed answer."""
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
-        raise UpstreamError(f"{url}: the desired state is not JSON") from None
+        raise UpstreamError(f"{url}: the {what} is not JSON") from None
     version = data.get("version") if isinstance(data, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= WIRE_VERSION:
-        raise UpstreamError(f"{url}: desired state wire version {str(version)[:20]} not understood by this agent "
+        raise UpstreamError(f"{url}: {what} wire version {str(version)[:20]} not understood by this agent "
                             f"(speaks {WIRE_VERSION}): keep nodes and control planes on the same release")
     try:
-        return DesiredState.model_validate(data)
+        return kind.model_validate(data)
     except ValidationError as e:
-        raise UpstreamError(f"{url}: unreadable desired state: {e}") from None
+        raise UpstreamError(f"{url}: unreadable {what}: {e}") from None
+
+
+def _desired(url: str, text: str) -> DesiredState:
+    return _read(url, text, DesiredState)
+
+
+def _field(text: str, key: str) -> object:
+    """One field of a JSON object answer (a refusal), or None."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return data.get(key) if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class SendReport:
+    """A renewal the control plane did not take: the node sends its report whole, now. `words`: why, as it said."""
+
+    words: str
 
 
 class ControlPlaneClient:
     """`make_ssl` builds the TLS context from the certificate files; when any of `watch` changes (a renewed
-    certificate copied in), the next heartbeat uses the new files without restarting the agent."""
+    certificate copied in), the next heartbeat uses the new files without restarting the agent. A control plane
+    that reads an older wire version is asked in the newest again after `retry_newest_s`."""
 
     def __init__(
         self,
@@ -67,6 +96,7 @@ class ControlPlaneClient:
         make_ssl: Callable[[], ssl.SSLContext],
         timeout: float,
         watch: Sequence[str] = (),
+        retry_newest_s: float = REPORT_REFRESH_S,
     ) -> None:
         self.urls = urls
         self.current = 0
@@ -76,6 +106,14 @@ class ControlPlaneClient:
         self._ssl = make_ssl()
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
+        # control planes that read an older wire version: the version, and when (the event loop's time) they said so
+        self._older: dict[str, tuple[int, float]] = {}
+        self._retry_newest_s = retry_newest_s
+
+    @property
+    def url(self) -> str:
+        """The control plane that last answered (the one a lease it gave is renewed at)."""
+        return self.urls[self.current].rstrip("/")
 
     def _stamps(self) -> list[float]:
         out = []
@@ -111,26 +149,68 @@ class ControlPlaneClient:
         """Try each control plane once, starting with the one that last answered."""
         await self._reload_if_renewed()
         errors: list[str] = []
-        body = report.model_dump_json()
         for i in range(len(self.urls)):
             idx = (self.current + i) % len(self.urls)
-            url = self.urls[idx].rstrip("/") + HEARTBEAT_PATH
+            base = self.urls[idx].rstrip("/")
             try:
-                async with self._http().post(url, data=body, headers={"Content-Type": "application/json"},
-                                             allow_redirects=False) as r:  # only the server the TLS check vouched for
-                    text = await r.text()
-                    if r.status != 200:
-                        # An answer is an answer: a refusal is not a reason to try another control plane.
-                        raise UpstreamError(f"{url}: {r.status} {text.strip()[:300]}")
-                    desired = _desired(url, text)
+                desired = await self._report_to(base, report)
             except (aiohttp.ClientError, TimeoutError, ssl.SSLError) as e:
-                errors.append(f"{url}: {type(e).__name__}: {e}")
+                errors.append(f"{base + HEARTBEAT_PATH}: {type(e).__name__}: {e}")
                 continue
             if idx != self.current:
                 log.warning("control plane failover: now talking to %s", self.urls[idx])
             self.current = idx
             return desired
         raise ControlPlaneUnreachable("no control plane answered: " + "; ".join(errors))
+
+    async def _post(self, url: str, body: str) -> tuple[int, str]:
+        async with self._http().post(url, data=body, headers={"Content-Type": "application/json"},
+                                     allow_redirects=False) as r:  # only the server the TLS check vouched for
+            return r.status, await r.text()
+
+    async def _report_to(self, base: str, report: NodeReport) -> DesiredState:
+        """The report to one control plane, in the newest version it reads. An answer is an answer: a refusal is not a
+        reason to try another control plane."""
+        url = base + HEARTBEAT_PATH
+        version = self._version_at(base)
+        status, text = await self._post(url, report_in(report, version))
+        speaks = _field(text, "speaks") if status == 422 else None
+        if isinstance(speaks, int) and not isinstance(speaks, bool) and OLDEST_WRITTEN <= speaks < version:
+            if self._older.get(base, (0, 0.0))[0] != speaks:
+                log.warning("control plane %s reads wire version %d: sending it every report whole, in that version "
+                            "(upgrade control planes before agents)", base, speaks)
+            self._older[base] = (speaks, asyncio.get_running_loop().time())
+            status, text = await self._post(url, report_in(report, speaks))
+        if status != 200:
+            raise UpstreamError(f"{url}: {status} {text.strip()[:300]}")
+        return _desired(url, text)
+
+    def _version_at(self, base: str) -> int:
+        """The version a control plane last said it reads; the newest again once retry_newest_s has passed (it may
+        have been upgraded since)."""
+        version, since = self._older.get(base, (WIRE_VERSION, 0.0))
+        if version < WIRE_VERSION and asyncio.get_running_loop().time() - since >= self._retry_newest_s:
+            return WIRE_VERSION
+        return version
+
+    async def renew(self, lease: Lease) -> LeaseAnswer | SendReport:
+        """Renew the lease at the control plane that answered the last report (the only one its token names).
+        SendReport: it holds no such lease, or takes none (404). A connection failure raises ControlPlaneUnreachable,
+        any other refusal UpstreamError."""
+        await self._reload_if_renewed()
+        url = self.url + LEASE_PATH
+        try:
+            status, text = await self._post(url, lease.model_dump_json())
+        except (aiohttp.ClientError, TimeoutError, ssl.SSLError) as e:
+            raise ControlPlaneUnreachable(f"{url}: {type(e).__name__}: {e}") from None
+        if status == SEND_REPORT:
+            words = _field(text, "error")
+            return SendReport(str(words)[:300] if words else text.strip()[:300])
+        if status == 404:
+            return SendReport(f"{url}: 404 (no lease renewals here)")
+        if status != 200:
+            raise UpstreamError(f"{url}: {status} {text.strip()[:300]}")
+        return _read(url, text, LeaseAnswer, "lease answer")
 
     async def watch(self, seen: str) -> str | None:
         """Wait, at the control plane that last answered a heartbeat, until the digest of the shards this node is to
