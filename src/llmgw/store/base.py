@@ -149,6 +149,26 @@ class Lease(BaseModel):
     expires_at: float
 
 
+Renewals = tuple[str, float, dict[str, float]]  # (server, when it wrote, node id -> when it heard the node)
+
+
+def renewals_body(at: float, heard: dict[str, float]) -> str:
+    """A server's renewals as stored: each node's age at `at` in whole milliseconds (a third of the bytes of a
+    timestamp: the row is rewritten every pass, with every node the server hears)."""
+    return json.dumps({n: max(0, round((at - t) * 1000)) for n, t in heard.items()}, separators=(",", ":"))
+
+
+def renewals_read(at: float, body: str) -> dict[str, float] | None:
+    """renewals_body read back (None: not one this release can read)."""
+    try:
+        ages = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(ages, dict) or not all(isinstance(a, int) and not isinstance(a, bool) for a in ages.values()):
+        return None
+    return {str(n): at - a / 1000 for n, a in ages.items()}
+
+
 class Store(Protocol):
     def close(self) -> None: ...
 
@@ -191,6 +211,10 @@ class Store(Protocol):
     # what each server's routers saw, shared with the leader: (kind, name, at, n) rows per server
     def put_activity(self, server: str, rows: list[tuple[str, str, float, int]]) -> None: ...
     def activity(self, since: float) -> list[tuple[str, str, str, float, int]]: ...
+
+    # when each server last heard, itself, the nodes that talk to it: one row per server (control/liveness.py)
+    def put_renewals(self, server: str, at: float, heard: dict[str, float]) -> None: ...
+    def renewals(self, since: float) -> list[Renewals]: ...  # rows written after `since`
 
     # node revocations
     def put_revocation(self, revocation: Revocation) -> None: ...
