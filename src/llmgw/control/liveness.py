@@ -1,0 +1,54 @@
+"""Node liveness shared among servers on one store, without a write per node: each pass, a server writes one row of
+the nodes it heard itself within the last WINDOW (a lease renewal or a report, registry.heard_here) and reads the
+rows the others wrote since its last read. Every server thus counts a node's silence from the same hearings; the
+leader alone declares a node lost, in the node's record, which the others read. Pure bookkeeping: following.py
+reads and writes the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmgw.store.base import Renewals
+
+RENEWALS_SLACK_S = 10.0  # rows are read from this long before the last read (the writers' clocks, commit order)
+
+
+def window_of(reconcile_interval: float, heartbeat_interval: float) -> float:
+    """How far back a server's row reaches: a few passes, and a heartbeat at least, so a reader that misses one
+    write still finds its renewals in the next."""
+    return max(3 * reconcile_interval, heartbeat_interval)
+
+
+@dataclass
+class Liveness:
+    window: float
+    written: float = 0.0  # the newest hearing in the row this server last wrote
+    read_at: float | None = None  # when the others' rows were last read (None: not yet)
+    merged: dict[str, float] = field(default_factory=dict)  # server -> the time of its row last taken in
+
+    def row(self, heard_here: dict[str, float], now: float) -> dict[str, float] | None:
+        """This server's row: the nodes it heard itself within the window; None when it heard nobody since it last
+        wrote (its row then says all there is)."""
+        recent = {n: t for n, t in heard_here.items() if t > now - self.window}
+        newest = max(recent.values(), default=0.0)
+        if newest <= self.written:
+            return None
+        self.written = newest
+        return recent
+
+    def since(self, now: float) -> float:
+        """Read the rows written after this."""
+        return (now - self.window if self.read_at is None else self.read_at) - RENEWALS_SLACK_S
+
+    def taken(self, rows: list[Renewals], me: str, now: float) -> list[tuple[str, float]]:
+        """(node, when heard) from the others' rows not taken in before (a row read again is skipped whole)."""
+        since = self.since(now)
+        self.read_at = now
+        self.merged = {s: at for s, at in self.merged.items() if at > since}  # servers gone stop being kept
+        out: list[tuple[str, float]] = []
+        for server, at, heard in rows:
+            if server == me or self.merged.get(server, -1.0) >= at:
+                continue
+            self.merged[server] = at
+            out.extend(heard.items())
+        return out
