@@ -15,6 +15,7 @@ from llmgw.control.storage import Storage
 from llmgw.control.usage_totals import UsageTotals
 from llmgw.core.clock import Clock
 from llmgw.store.base import AnyUsage
+from llmgw.wire.lease import ShardLoad
 from llmgw.wire.messages import EngineLoad, ShardState
 
 LOCAL = "local"  # the router in the control plane's own process
@@ -60,8 +61,9 @@ class Activity:
         for counts in self.in_flight_by.values():
             counts.pop(replica_id, None)
 
-    def loads_reported(self, shards: Iterable[ShardState], replicas: Container[str]) -> None:
-        """What routers weigh replicas by: the leading shard's engine gauges, as its node reported them."""
+    def loads_reported(self, shards: Iterable[ShardState | ShardLoad], replicas: Container[str]) -> None:
+        """What routers weigh replicas by: the leading shard's engine gauges, as its node reported them (in a full
+        report or a lease renewal)."""
         for sh in shards:
             if sh.rank == 0 and sh.replica_id in replicas:
                 if sh.load is not None:

@@ -1,4 +1,5 @@
 """The agents' door: mutual TLS; the node id is the certificate's CN and a node writes only its own record.
+A node's full report (heartbeat) and, while it has not changed, its lease renewals (wire/lease.py) come here.
 
 Only node certificates (the role `llmgw ca issue` gives them) are nodes; revoked nodes and certificates are refused;
 and what a node claims about where it can be reached must be its own (see control.admission).
@@ -9,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +26,7 @@ from llmgw.control.registry import Registry
 from llmgw.core.buckets import Buckets
 from llmgw.pki.tls import PeerIdentity, peer_identity
 from llmgw.wire.engines import EngineSource
-from llmgw.wire.lease import LEASE_WIRE_VERSION
+from llmgw.wire.lease import LEASE_PATH, LEASE_WIRE_VERSION, MAX_LEASE_BYTES, SEND_REPORT, Lease
 from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
@@ -39,7 +42,8 @@ def _refuse(status: int, error: str, **extra: object) -> web.Response:
 
 
 class AgentDoor:
-    """The agent listener's two requests: a heartbeat (its report in, its desired state out) and a watch."""
+    """The agent listener's requests: a heartbeat (its report in, its desired state out), a lease renewal and a
+    watch."""
 
     def __init__(self, registry: Registry, heartbeats: Heartbeats, credentials: Credentials,
                  listeners: Sequence[tuple[str, int]] = (), networks: Sequence[IPNetwork] = ()) -> None:
@@ -51,9 +55,21 @@ class AgentDoor:
         rate = HEARTBEATS_PER_INTERVAL / heartbeats.cfg.heartbeat_interval
         self.beats = Buckets(heartbeats.clock, rate, BURST)
         self.watches = Buckets(heartbeats.clock, rate, BURST)
+        # the peer's identity per TLS connection, read once: an agent's connection carries all its renewals
+        self._peers: weakref.WeakKeyDictionary[ssl.SSLObject, PeerIdentity | None] = weakref.WeakKeyDictionary()
+
+    def _peer(self, request: web.Request) -> PeerIdentity | None:
+        tls = request.transport.get_extra_info("ssl_object") if request.transport else None
+        if not isinstance(tls, ssl.SSLObject):
+            return peer_identity(tls)
+        try:
+            return self._peers[tls]
+        except KeyError:
+            ident = self._peers[tls] = peer_identity(tls)
+            return ident
 
     def node_of(self, request: web.Request) -> PeerIdentity | web.Response:
-        ident = peer_identity(request.transport.get_extra_info("ssl_object") if request.transport else None)
+        ident = self._peer(request)
         if ident is None:
             return _refuse(401, "no verified client certificate")
         if not ident.node_role:
@@ -107,6 +123,31 @@ class AgentDoor:
         # able to read what it is told
         return web.Response(text=answer_in(desired, report.version), content_type="application/json")
 
+    async def lease(self, request: web.Request) -> web.Response:
+        """POST LEASE_PATH: a node alive, its report unchanged since the one its lease names (wire/lease.py).
+        Answered with its desired state when the one it holds is not current, or SEND_REPORT and why."""
+        ident = self.node_of(request)
+        if isinstance(ident, web.Response):
+            return ident
+        if not self.beats.take(ident.node_id):
+            return _too_often(ident, "heartbeats")
+        if (request.content_length or 0) > MAX_LEASE_BYTES:
+            return _refuse(413, f"lease renewal of {request.content_length} bytes is over the limit of "
+                                f"{MAX_LEASE_BYTES}", max_size=MAX_LEASE_BYTES)
+        raw = await request.read()  # by a deadline (net/guards.py)
+        if len(raw) > MAX_LEASE_BYTES:
+            return _refuse(413, f"lease renewal of {len(raw)} bytes is over the limit of {MAX_LEASE_BYTES}",
+                           max_size=MAX_LEASE_BYTES)
+        lease = read_lease(raw)
+        if isinstance(lease, web.Response):
+            return lease
+        if lease.node_id != ident.node_id:
+            return _refuse(403, f"certificate is for node {ident.node_id!r}; it may not renew node {lease.node_id!r}")
+        got = self.heartbeats.renew(lease, ident.serial, ident.not_after)
+        if got.why:
+            return _refuse(SEND_REPORT, got.why, report=True)
+        return web.Response(text=got.answer, content_type="application/json")
+
 
 def _too_often(ident: PeerIdentity, what: str) -> web.Response:
     return _refuse(429, f"node {ident.node_id}: {what} too frequent (at most {HEARTBEATS_PER_INTERVAL} per "
@@ -134,11 +175,31 @@ def read_report(raw: bytes) -> NodeReport | web.Response:
         return _refuse(422, "invalid heartbeat: nested too deeply")
 
 
+def read_lease(raw: bytes) -> Lease | web.Response:
+    """A renewal's body as a lease, or the refusal that says why it is none."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return _refuse(422, "invalid lease renewal: not JSON")
+    version = data.get("version", WIRE_VERSION) if isinstance(data, dict) else None
+    if not isinstance(version, int) or not LEASE_WIRE_VERSION <= version <= WIRE_VERSION:
+        return _refuse(422, f"lease renewal of wire version {str(version)[:20]} not understood by this control plane "
+                            f"(takes leases of {LEASE_WIRE_VERSION}-{WIRE_VERSION}): send the report whole, or "
+                            "upgrade control planes before agents", speaks=WIRE_VERSION)
+    try:
+        return Lease.model_validate(data)
+    except ValidationError as e:
+        return _refuse(422, "invalid lease renewal", problems=describe(e)[:20])
+    except RecursionError:
+        return _refuse(422, "invalid lease renewal: nested too deeply")
+
+
 def agent_app(registry: Registry, heartbeats: Heartbeats, credentials: Credentials,
               listeners: Sequence[tuple[str, int]] = (), networks: Sequence[IPNetwork] = ()) -> web.Application:
     door = AgentDoor(registry, heartbeats, credentials, listeners, networks)
     app = web.Application(client_max_size=MAX_HEARTBEAT_BYTES)
     app.router.add_post("/v1/agent/heartbeat", door.heartbeat)
+    app.router.add_post(LEASE_PATH, door.lease)
     app.router.add_get("/v1/agent/watch", door.watch)
     return app
 

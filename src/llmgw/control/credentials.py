@@ -36,6 +36,7 @@ class Credentials:
         self._keys_lock = asyncio.Lock()  # a key's read-modify-write (update, revoke) is never interleaved
         self.revoked_nodes: dict[str, Revocation] = {}
         self.revoked_serials: dict[str, Revocation] = {}
+        self.revocations_version = 0  # bumped when revocations change: every node's desired state names them
 
     # API keys
     def keys_changed(self) -> None:
@@ -121,6 +122,7 @@ class Credentials:
     def adopt_revocations(self, records: list[Revocation]) -> None:
         for rv in records:
             (self.revoked_serials if rv.serial else self.revoked_nodes)[rv.serial or rv.node_id] = rv
+        self.revocations_version += 1
 
     def revoked(self) -> list[str]:
         """Node ids and certificate serials cut off, as a node is told them (and weights are refused to them)."""
@@ -141,6 +143,7 @@ class Credentials:
         the operator is told it is done only once it outlives a restart), then kept here. What it says."""
         rv = Revocation(node_id=node_id, serial=serial, at=self._storage.clock.now(), reason=reason)
         await self._storage.writer.run(self._storage.store.put_revocation, rv)
+        self.revocations_version += 1
         if serial:
             self.revoked_serials[serial] = rv
             return f"certificate {serial} of node {node_id} revoked" + (f": {reason}" if reason else "")

@@ -1,7 +1,9 @@
 """A node's heartbeat, taken in and answered: its report goes to the registry, its engines' gauges to the routers'
 activity, what changed in it to the event log (within a budget per node), and it is told its desired state,
 weights plans included (who fetches each remote file from its origin is kept here; a hub model named by its
-resolved commit, control/hub_models.py)."""
+resolved commit, control/hub_models.py), and a lease token. Until its report changes, the node renews that lease
+instead (wire/lease.py): alive, its gauges, and its desired state only when it differs from the one it holds; the
+record is written to the store only when the report says something new (control/leases.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ from llmgw.control.activity import Activity
 from llmgw.control.credentials import Credentials
 from llmgw.control.desired import desired_for, draining
 from llmgw.control.hub_models import HubModels
+from llmgw.control.leases import Held, Leases, Renewal, drains_here
 from llmgw.control.registry import Registry, merge_report
 from llmgw.control.storage import Storage
 from llmgw.control.weights import Leaders, plans_for, prune
 from llmgw.core.buckets import Buckets
-from llmgw.records.state import ReplicaRecord
+from llmgw.records.state import NodeRecord, ReplicaRecord
+from llmgw.wire.lease import Lease, LeaseAnswer, report_digest
 from llmgw.wire.messages import DesiredState, NodeReport
 
 NODE_EVENT_BURST = 30.0
@@ -49,6 +53,9 @@ class Heartbeats:
         # who fetches each remote file from its origin, per fabric (control/weights.py); soft state: after a
         # restart it is read again from what the nodes report fetching
         self.fetch_leaders: Leaders = {}
+        self._leaders_version = 0  # bumped when fetch_leaders change: plans derived before may name another
+        self.leases = Leases()  # tokens and the desired states kept (control/leases.py)
+        self._digests: dict[str, str] = {}  # per node, report_digest of the report last taken
         self._event_budget = Buckets(self.clock, 1.0 / NODE_EVENT_EVERY, NODE_EVENT_BURST)
         self._events_dropped: dict[str, int] = {}
 
@@ -60,24 +67,83 @@ class Heartbeats:
             self._kick.set()  # a shard of its own became ready (a cold start waits on it), failed or went: act now
         rec, events = merge_report(old, report, reg.models, now)
         rec = rec.model_copy(update={"cert_serial": serial, "cert_not_after": not_after})
-        reg.node_reported(rec)
+        reg.node_reported(rec, changed=self._changed(old, rec))
         self._activity.loads_reported(report.shards, reg.replicas)
         self._node_events(rec.id, events)
         self._hub.revision_gone(report)
+        held = self._desired(rec.id)
+        return held.desired.model_copy(update={"lease": self.leases.grant(rec.id), "etag": held.etag})
+
+    def _changed(self, old: NodeRecord | None, rec: NodeRecord) -> bool:
+        """Whether the new record says anything the stored one does not, beyond what moves all the time (free
+        memory and disk within a step, engines' gauges): only then is it written."""
+        digest = report_digest(rec.report)
+        before = self._digests.get(rec.id) if old is not None else None
+        self._digests[rec.id] = digest
+        if old is None or old.lost or old.revoked != rec.revoked or old.conditions != rec.conditions:
+            return True
+        if (old.cert_serial, old.cert_not_after) != (rec.cert_serial, rec.cert_not_after):
+            return True  # a renewed certificate: the record names the one it speaks with now
+        return (before or report_digest(old.report)) != digest
+
+    def renew(self, lease: Lease, serial: str, not_after: float | None) -> Renewal:
+        """A node's renewal: alive now, its gauges to the routers' activity; its desired state when the one it
+        holds is not current. Or why it must send its report whole."""
+        reg = self._registry
+        node = lease.node_id
+        rec = reg.nodes.get(node)
+        token = self.leases.token(node)
+        why = ""
+        if rec is None or token is None:
+            why = f"node {node}: this control plane holds no report of it (it restarted, or the node last " \
+                  "reported to another server): send the report whole"
+        elif token != lease.lease:
+            why = f"node {node}: lease {lease.lease[:16]!r} is not the one this control plane last gave it (the " \
+                  "node reported elsewhere since): send the report whole"
+        elif rec.lost:
+            why = f"node {node} is lost here: its report is taken whole on its return"
+        elif (rec.cert_serial, rec.cert_not_after) != (serial, not_after):
+            why = f"node {node} speaks with certificate {serial}, not {rec.cert_serial} of its last report: send " \
+                  "the report whole so its record names the new one"
+        if why:
+            return Renewal(why=why)
+        reg.renewed(node, self.clock.now())
+        self._activity.loads_reported(lease.loads, reg.replicas)
+        held = self._desired(node)
+        if held.etag == lease.etag:
+            return Renewal(answer=self.leases.unchanged(lease.version))
+        desired = held.desired.model_copy(update={"lease": token, "etag": held.etag, "version": lease.version})
+        return Renewal(answer=LeaseAnswer(version=lease.version, desired=desired).model_dump_json())
+
+    def _desired(self, node_id: str) -> Held:
+        """The node's desired state: the one kept while every input of it is unchanged (control/leases.py)."""
+        reg = self._registry
+        base = (reg.generation, reg.catalog_version, self._hub.version, self._credentials.revocations_version)
+        fabric = (reg.nodes_version, self._leaders_version)
+        held = self.leases.held(node_id, base, fabric)
+        if held is not None:
+            return held
         models = self._hub.pinned(reg.models)  # a hub model's shards name its resolved commit
         replicas = list(reg.replicas.values())
         revoked = frozenset(self._credentials.revoked_nodes) | frozenset(self._credentials.revoked_serials)
-        plans, chosen = plans_for(rec.id, reg.nodes, replicas, models, self.fetch_leaders, revoked, self._hub.plans())
+        plans, chosen = plans_for(node_id, reg.nodes, replicas, models, self.fetch_leaders, revoked,
+                                  self._hub.plans())
         if chosen:
-            self.fetch_leaders = prune({**self.fetch_leaders, **chosen}, reg.nodes,
-                                       {m.source for m in models.values()})
-        drain = draining(replicas, self._activity.outstanding(), self.clock.now(), self.cfg.drain_timeout)
+            leaders = prune({**self.fetch_leaders, **chosen}, reg.nodes, {m.source for m in models.values()})
+            if leaders != self.fetch_leaders:
+                self.fetch_leaders = leaders
+                self._leaders_version += 1
+        drains = drains_here(node_id, replicas)
+        drain = draining(replicas, self._activity.outstanding(), self.clock.now(), self.cfg.drain_timeout) if drains \
+            else set()
         desired = desired_for(
-            rec.id, replicas, models, self._engine_names, self.cfg.heartbeat_interval,
+            node_id, replicas, models, self._engine_names, self.cfg.heartbeat_interval,
             self._engine_sources, plans, drain,
         )
         desired.revoked = self._credentials.revoked()
-        return desired
+        # the versions as they are now, after this derivation moved the fetch leaders (its own choice is in it)
+        fabric = (reg.nodes_version, self._leaders_version)
+        return self.leases.keep(node_id, None if drains else base + (fabric if plans else ()), bool(plans), desired)
 
     def _node_events(self, node_id: str, events: list[str]) -> None:
         """A node's changes go to the log, but no node can fill it: a budget of NODE_EVENT_BURST, refilled by one

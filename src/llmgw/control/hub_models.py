@@ -100,6 +100,8 @@ class HubModels:
         self._entries: dict[str, _Entry] = {}  # model name -> what is known of its source
         self._token: str | None = None  # as last read (each tick): handed to nodes for gated repositories
         self.wake = asyncio.Event()  # a model's resolution is wanted before its back-off ends (a commit gone)
+        # bumped when what pinned() or plans() return may have changed: a node's desired state derived before is stale
+        self.version = 0
 
     @property
     def states(self) -> dict[str, HubState]:
@@ -114,15 +116,17 @@ class HubModels:
             e = self._entries.get(name)
             if is_hub(spec.source) and (e is None or e.state.source != spec.source):
                 self._entries[name] = _Entry(_resolving(spec.source, now, "not asked yet"), due=now)
+                self.version += 1
         for name in [n for n in self._entries if n not in models or not is_hub(models[n].source)]:
             del self._entries[name]
+            self.version += 1
 
     async def tick(self, models: Mapping[str, ModelSpec]) -> float:
         """Resolve every model that is due (one at a time: the hub limits its callers); the seconds until the next
         is due (RETRY_CAP when none is waiting)."""
         self.sync(models)
         if self._entries:  # a token replaced or removed (revoked) reaches the nodes without resolving anything again
-            self._token = (await asyncio.to_thread(read_token, self.cfg.token_file))[0]
+            self._set_token((await asyncio.to_thread(read_token, self.cfg.token_file))[0])
         for name in list(self._entries):
             e = self._entries.get(name)
             if e is not None and e.state.resolution is None and e.due <= self.clock.now():
@@ -150,6 +154,7 @@ class HubModels:
             e.tries, e.gone, e.last = 0, "", None
             e.plan = WeightsPlan(size=got.total_bytes, files=list(got.files),
                                  base_url=resolve_base(self.cfg.endpoint, got.repo, got.commit))
+            self.version += 1
 
     def _failed(self, name: str, e: _Entry, source: str, f: HubFailed) -> None:
         e.tries += 1
@@ -161,13 +166,19 @@ class HubModels:
         if self._entries.get(name) is not e or e.state.source != state.source:  # the catalog moved meanwhile
             return False
         e.state = state
+        self.version += 1
         return True
+
+    def _set_token(self, token: str | None) -> None:
+        if token != self._token:
+            self._token = token
+            self.version += 1
 
     def _resolve_once(self, source: str, gone: str) -> Resolution:
         """In a worker thread: the store's resolution when another server (or this one, before a restart) made one;
         else the hub's answer, kept in the store unless another server's got there first."""
         token, why = read_token(self.cfg.token_file)
-        self._token = token
+        self._token = token  # in a worker thread: the version moves with the resolution this is for (_set)
         store = self._store
         if store is not None:
             if gone:
@@ -196,6 +207,7 @@ class HubModels:
                 words = f"{e.state.source}: commit {res.commit} is no longer on the hub; resolving the revision again"
                 e.state = HubState(e.state.source, None, Reason.HubResolving, words, now)
                 e.gone, e.due, e.tries, e.last = res.commit, now, 0, res
+                self.version += 1
                 self.wake.set()
 
     def resolutions(self) -> dict[str, Resolution]:

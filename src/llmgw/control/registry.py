@@ -96,6 +96,10 @@ class Registry:
         self.heard_here: dict[str, float] = {}
         self.replicas: dict[str, ReplicaRecord] = {}
         self.generation = 0  # bumped when replicas change, so readers can cache derived tables
+        self.catalog_version = 0  # bumped when the catalog is read: a desired state derived before is stale
+        # bumped when a node record changes in what others read of it (a report that differs, lost, back, another
+        # server's record): a weights plan reads the other nodes of a fabric (control/leases.py)
+        self.nodes_version = 0
         self.watch = Watch()  # agents waiting to hear that the shards they are to run changed
         # nodes whose record changed since the store last had it: written together at the end of each pass
         self._dirty: set[str] = set()
@@ -111,6 +115,7 @@ class Registry:
         self.started_at = now
         self.models.clear()
         self.models.update({m.name: m for m in models})
+        self.catalog_version += 1
         for n in nodes:
             self.nodes[n.id] = n.model_copy(update={"last_seen": now})
             self.seen[n.id] = now
@@ -158,6 +163,7 @@ class Registry:
         if mine is None or mine.last_seen <= n.last_seen:
             self.nodes[n.id] = n
             self._dirty.discard(n.id)
+            self.nodes_version += 1
             self.renewed_elsewhere(n.id, n.last_seen)
 
     def renewed(self, node_id: str, at: float) -> None:
@@ -175,12 +181,16 @@ class Registry:
         return max(self.seen.get(node_id, 0.0), n.last_seen if n is not None else 0.0)
 
     # nodes
-    def node_reported(self, rec: NodeRecord) -> None:
+    def node_reported(self, rec: NodeRecord, changed: bool = True) -> None:
+        """A node's report taken. Written to the store only when `changed` (what it says differs from the record
+        before, beyond what moves all the time: wire/lease.py's report_digest); else kept in memory only."""
         self.nodes[rec.id] = rec
         self.seen[rec.id] = max(self.seen.get(rec.id, rec.last_seen), rec.last_seen)
         self.heard_here[rec.id] = rec.last_seen
         self.node_facts(rec)  # derived now, once per report, not at every page view and scrape
-        self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
+        if changed:
+            self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
+            self.nodes_version += 1
 
     def cut_off(self, node_id: str, reason: str) -> None:
         """A node revoked: lost now, so its replicas are rebuilt elsewhere."""
@@ -192,12 +202,19 @@ class Registry:
         conds = node_conditions(n.conditions, n.report, lost=lost, revoked=revoked, now=self.clock.now())
         self.nodes[n.id] = n.model_copy(update={"lost": lost, "revoked": revoked, "conditions": conds})
         self._dirty.add(n.id)
+        self.nodes_version += 1
 
     def persist_nodes(self) -> None:
+        """The records that changed since the last write, in one transaction; each as last heard (a lease renewal
+        moves no record's last_seen in memory, so a node lost says when it was last heard, not last reported)."""
         if self._dirty:
-            batch = [self.nodes[n] for n in sorted(self._dirty) if n in self.nodes]
+            batch = [self._as_heard(self.nodes[n]) for n in sorted(self._dirty) if n in self.nodes]
             self._dirty.clear()
             self._storage.writer.submit(self._storage.store.put_nodes, batch)
+
+    def _as_heard(self, n: NodeRecord) -> NodeRecord:
+        heard = self.seen.get(n.id, 0.0)
+        return n.model_copy(update={"last_seen": heard}) if heard > n.last_seen else n
 
     def node_facts(self, rec: NodeRecord) -> NodeFacts:
         """The summary's facts of a node record, derived once per record (a node's record changes when it reports
@@ -230,8 +247,9 @@ class Registry:
                 self._activity.forget(e.replica_id)
                 changed = True
             elif isinstance(e, effects.WriteNode):
-                self.nodes[e.record.id] = e.record
+                self.nodes[e.record.id] = self._as_heard(e.record)
                 self._dirty.add(e.record.id)
+                self.nodes_version += 1
             elif isinstance(e, effects.Log):
                 if e.warn:
                     log.warning("%s", e.message)
