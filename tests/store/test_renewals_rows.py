@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmgw.store.base import renewals_body, renewals_read
 from llmgw.store.sql import SqlStore
 
 
@@ -30,3 +34,12 @@ def test_a_row_this_release_cannot_read_is_skipped_and_old_rows_are_pruned(opene
     assert [r[0] for r in s.renewals(0.0)] == ["b"]
     s.close()
     assert [r[0] for r in opener().renewals(0.0)] == ["b"]  # outlives reopening
+
+
+@given(at=st.floats(1e9, 4e9), ago=st.floats(0, 3600))
+def test_a_time_read_back_is_never_before_the_hearing_and_within_a_millisecond(at: float, ago: float) -> None:
+    """A node's time as another server reads it is never earlier than when it was heard: a follower takes the record
+    of a node the leader declared lost only if it says the node was heard no earlier than the follower heard it."""
+    t = at - ago
+    back = renewals_read(at, renewals_body(at, {"n": t}))
+    assert back is not None and t <= back["n"] < t + 0.001 + 1e-6

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import secrets
 from collections.abc import Iterable, Sequence
@@ -155,7 +156,16 @@ Renewals = tuple[str, float, dict[str, float]]  # (server, when it wrote, node i
 def renewals_body(at: float, heard: dict[str, float]) -> str:
     """A server's renewals as stored: each node's age at `at` in whole milliseconds (a third of the bytes of a
     timestamp: the row is rewritten every pass, with every node the server hears)."""
-    return json.dumps({n: max(0, round((at - t) * 1000)) for n, t in heard.items()}, separators=(",", ":"))
+    return json.dumps({n: _age_ms(at, t) for n, t in heard.items()}, separators=(",", ":"))
+
+
+def _age_ms(at: float, t: float) -> int:
+    """The age rounded down, so the time read back is never before `t`: a leader's record of a node it declared
+    lost then says it was last heard no earlier than the follower that heard it last, which takes the record."""
+    ms = max(0, math.floor((at - t) * 1000))
+    while ms and at - ms / 1000 < t:  # the float product rounded up to the next millisecond
+        ms -= 1
+    return ms
 
 
 def renewals_read(at: float, body: str) -> dict[str, float] | None:

@@ -78,7 +78,10 @@ async def test_a_node_renewing_only_with_a_follower_is_not_lost_at_the_leader(tw
 async def test_a_node_silent_at_every_server_is_lost_after_node_lost_after(two: Two) -> None:
     a, b, clock = two
     await run(a, b, clock, 10)
+    clock.advance(0.5)
+    b.heartbeats.heartbeat(node("n1").report)  # n1's last word: a report, unchanged (no record written)
     last = b.registry.heard_here["n1"]
+    clock.advance(0.0007)  # the passes after it, off its millisecond
     silent = 0
     while not a.registry.nodes["n1"].lost:  # n1 renews nowhere any more; the others go on
         assert clock.now() - last <= LOST_AFTER + 1, "n1 was silent past node_lost_after and not lost"
