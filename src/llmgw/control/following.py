@@ -9,7 +9,7 @@ from llmgw.control.activity import REPORTER_SILENT_AFTER, Activity
 from llmgw.control.credentials import Credentials, spent_by_period
 from llmgw.control.leadership import Leadership, Turn
 from llmgw.control.limit_counters import LimitCounters
-from llmgw.control.liveness import Liveness
+from llmgw.control.liveness import Liveness, NewestRow
 from llmgw.control.registry import Registry
 from llmgw.control.sharing import Sharing
 from llmgw.control.storage import Storage
@@ -37,6 +37,7 @@ class Following:
         self._activity_read_at: float | None = None  # when the others' activity was last read (None: read a day's)
         self._budgets_read_at = 0.0  # monotonic time keys' spending was last read from the store (shared stores)
         self._liveness = Liveness(window)  # when nodes were heard, shared with the others (control/liveness.py)
+        self._renewals = NewestRow(lambda at, row: storage.store.put_renewals(leadership.holder, at, row))
 
     @property
     def leading(self) -> bool:
@@ -105,8 +106,12 @@ class Following:
         node renewing only through another server is as alive here as there (control/liveness.py)."""
         store, now, live, me = self._storage.store, self.clock.now(), self._liveness, self.leadership.holder
         row = live.row(self._registry.heard_here, now)
-        if row is not None:
-            self._storage.writer.submit(store.put_renewals, me, now, row)
+        if row is not None and self._renewals.offer(now, row):
+            try:
+                self._storage.writer.submit(self._renewals.write)
+            except BaseException:  # written in this thread (InlineWriter) and failed: the next pass writes again
+                self._renewals.failed()
+                raise
         rows = await self._storage.read(store.renewals, live.since(now))
         for node, at in live.taken(rows, me, now):
             self._registry.renewed_elsewhere(node, at)

@@ -6,6 +6,8 @@ reads and writes the store."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmgw.store.base import Renewals
@@ -52,3 +54,40 @@ class Liveness:
             self.merged[server] = at
             out.extend(heard.items())
         return out
+
+
+class NewestRow:
+    """This server's row, handed to the store writer once however many passes offer a newer one while a write
+    waits (a slow or failing store): the queued write takes the newest row when it runs, so the writer's queue
+    holds one row at most, never one per pass."""
+
+    def __init__(self, put: Callable[[float, dict[str, float]], None]) -> None:
+        self._put = put
+        self._lock = threading.Lock()  # the event loop offers, the writer's thread writes
+        self._next: tuple[float, dict[str, float]] | None = None
+        self._queued = False
+
+    def offer(self, at: float, row: dict[str, float]) -> bool:
+        """Keep the row as the newest; True when a write must be queued (none is)."""
+        with self._lock:
+            self._next = (at, row)
+            queued, self._queued = self._queued, True
+            return not queued
+
+    def failed(self) -> None:
+        """The write could not be queued, or was run in the caller and failed: the next offer queues one again."""
+        with self._lock:
+            self._queued = False
+
+    def write(self) -> None:
+        """The writer's job: the newest row, until none newer came while it was written (a failure is raised, and
+        the writer tries again, with the newest row then)."""
+        while True:
+            with self._lock:
+                sent = self._next
+            if sent is not None:
+                self._put(*sent)
+            with self._lock:
+                if self._next is sent:
+                    self._queued = False
+                    return

@@ -6,15 +6,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from llmgw.config.server import StoreConfig
 from llmgw.control.plane import ControlPlane
+from llmgw.control.writer import StoreWriter
 from llmgw.core.clock import FakeClock
 from llmgw.store.postgres import PostgresStore
 from llmgw.store.sqlite import SqliteStore
 from tests.clusters import node
 from tests.control.conftest import LEASE, config
+from tests.harness import wait_until
 from tests.pg import PASSWORD
 
 LOST_AFTER = 20.0
@@ -143,4 +146,28 @@ async def test_alone_on_sqlite_a_server_writes_no_renewals(tmp_path: Path) -> No
         p.registry.renewed("n1", clock.now())
         await passes(p)
     assert p.store.renewals(0.0) == []
+    p.store.close()
+
+
+async def test_a_slow_store_queues_one_renewals_write_not_one_per_pass(dsn: str, tmp_path: Path) -> None:
+    """While the renewals table is locked (a slow store), passes go on: the writer holds one renewals write, which
+    writes the newest row once the table is free."""
+    clock = FakeClock()
+    writer = StoreWriter(clock)
+    p = ControlPlane(config(dsn, tmp_path), PostgresStore(dsn, PASSWORD).open(), clock, writer=writer)
+    p.load()
+    p.heartbeats.heartbeat(node("n1").report)
+    await passes(p)
+    wait_until(lambda: writer.pending() == 0, 10, "the first writes done")
+    with psycopg.connect(dsn, password=PASSWORD) as other, other.transaction():
+        other.execute("LOCK TABLE renewals IN EXCLUSIVE MODE")  # reads go on; writes wait
+        for _ in range(30):
+            clock.advance(1)
+            p.registry.renewed("n1", clock.now())
+            await passes(p)
+        queued = writer.pending()
+    assert queued <= 1, f"{queued} writes queued behind a locked renewals table after 30 passes"
+    wait_until(lambda: [r[2].get("n1", 0) >= clock.now() for r in p.store.renewals(0.0)] == [True], 10,
+               "the newest row written once the table is free")
+    writer.close()
     p.store.close()
