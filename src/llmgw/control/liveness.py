@@ -33,7 +33,7 @@ class Liveness:
         wrote (its row then says all there is)."""
         recent = {n: t for n, t in heard_here.items() if t > now - self.window}
         newest = max(recent.values(), default=0.0)
-        if newest <= self.written:
+        if newest <= self.written <= now:  # (a clock stepped back: the hearings since are older than the last row's)
             return None
         self.written = newest
         return recent
