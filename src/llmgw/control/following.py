@@ -23,7 +23,7 @@ ACTIVITY_SLACK_S = 10.0  # others' activity is read from this long before the la
 
 class Following:
     def __init__(self, storage: Storage, leadership: Leadership, registry: Registry, credentials: Credentials,
-                 activity: Activity, limit_counters: LimitCounters, window: float) -> None:
+                 activity: Activity, limit_counters: LimitCounters, liveness: Liveness) -> None:
         self.clock = storage.clock
         self._storage = storage
         # whether this server reconciles: the lease in the store (control/leadership.py); every server serves
@@ -36,7 +36,7 @@ class Following:
         self._sharing = Sharing()  # what this server's routers saw, written for the leader (control/sharing.py)
         self._activity_read_at: float | None = None  # when the others' activity was last read (None: read a day's)
         self._budgets_read_at = 0.0  # monotonic time keys' spending was last read from the store (shared stores)
-        self._liveness = Liveness(window)  # when nodes were heard, shared with the others (control/liveness.py)
+        self._liveness = liveness  # when nodes were heard, shared with the others (control/liveness.py)
         self._renewals = NewestRow(lambda at, row: storage.store.put_renewals(leadership.holder, at, row))
 
     @property

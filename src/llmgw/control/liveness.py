@@ -12,18 +12,23 @@ from dataclasses import dataclass, field
 
 from llmgw.store.base import Renewals
 
-RENEWALS_SLACK_S = 10.0  # rows are read from this long before the last read (the writers' clocks, commit order)
+# rows are read from this long before the last read (the writers' clocks, commit order), and from node_lost_after
+# before when longer: a writer's clock behind by less than that still has its rows read (its hearings then look as
+# much older, which node_lost_after bounds anyway). Rows are rewritten every pass, so this costs no more rows.
+RENEWALS_SLACK_S = 10.0
 
 
-def window_of(reconcile_interval: float, heartbeat_interval: float) -> float:
-    """How far back a server's row reaches: a few passes, and a heartbeat at least, so a reader that misses one
-    write still finds its renewals in the next."""
-    return max(3 * reconcile_interval, heartbeat_interval)
+def liveness_for(reconcile_interval: float, heartbeat_interval: float, node_lost_after: float) -> Liveness:
+    """A server's row reaches back a few passes, and a heartbeat at least, so a reader that misses one write still
+    finds its renewals in the next; rows are read with RENEWALS_SLACK_S or node_lost_after of slack."""
+    return Liveness(window=max(3 * reconcile_interval, heartbeat_interval),
+                    slack=max(RENEWALS_SLACK_S, node_lost_after))
 
 
 @dataclass
 class Liveness:
     window: float
+    slack: float = RENEWALS_SLACK_S
     written: float = 0.0  # the newest hearing in the row this server last wrote
     read_at: float | None = None  # when the others' rows were last read (None: not yet)
     merged: dict[str, float] = field(default_factory=dict)  # server -> the time of its row last taken in
@@ -40,7 +45,7 @@ class Liveness:
 
     def since(self, now: float) -> float:
         """Read the rows written after this."""
-        return (now - self.window if self.read_at is None else self.read_at) - RENEWALS_SLACK_S
+        return (now - self.window if self.read_at is None else self.read_at) - self.slack
 
     def taken(self, rows: list[Renewals], me: str, now: float) -> list[tuple[str, float]]:
         """(node, when heard) from the others' rows not taken in before (a row read again is skipped whole)."""

@@ -171,3 +171,30 @@ async def test_a_slow_store_queues_one_renewals_write_not_one_per_pass(dsn: str,
                "the newest row written once the table is free")
     writer.close()
     p.store.close()
+
+
+async def test_a_node_renewing_with_a_follower_whose_clock_is_behind_is_not_lost(dsn: str, tmp_path: Path) -> None:
+    """The follower's clock is 12 s behind the leader's (less than node_lost_after): its rows, timed by it, are
+    still read, and a node renewing only with it stays alive at the leader."""
+    cfg = config(dsn, tmp_path).model_copy(update={"node_lost_after": LOST_AFTER})
+    ca, cb = FakeClock(), FakeClock(FakeClock().now() - 12)
+    a, b = (ControlPlane(cfg, PostgresStore(dsn, PASSWORD).open(), c) for c in (ca, cb))
+    for p in (a, b):
+        p.load()
+    b.heartbeats.heartbeat(node("n1").report)
+    for n in AT_A:
+        a.heartbeats.heartbeat(node(n).report)
+    for t in range(int(3 * LOST_AFTER)):
+        for c in (ca, cb):
+            c.advance(1)
+        if t % BEAT == 0:
+            b.registry.renewed("n1", cb.now())
+            for n in AT_A:
+                a.registry.renewed(n, ca.now())
+        await passes(a, b)
+    assert a.leadership.leading and "n1" in a.registry.nodes
+    assert not a.registry.nodes["n1"].lost, (
+        f"n1 renewed with b every {BEAT}s, yet the leader declared it lost: by its clock it last heard of it "
+        f"{ca.now() - a.registry.heard('n1'):.0f}s ago")
+    for p in (a, b):
+        p.store.close()
