@@ -61,7 +61,8 @@ def _engine_words(e: EngineStatus) -> str:
     return f"{e.name} cannot run: {e.message}"
 
 
-def node_row(n: NodeRecord) -> NodeRow:
+def node_row(n: NodeRecord, heard: float | None = None) -> NodeRow:
+    """A node as views show it; `heard`: when it was last heard (a lease renewal moves no record's last_seen)."""
     r = n.report
     hw = r.hardware
     classes: dict[str, int] = {}
@@ -81,8 +82,9 @@ def node_row(n: NodeRecord) -> NodeRow:
     shown = {e.message for e in r.engines}
     warnings += [p for p in r.install_progress if p not in shown]
     warnings += [f"weights {f.source}: {f.words()}" for f in r.fetches]
-    if n.cert_not_after is not None and n.cert_not_after - n.last_seen < CERT_WARN_S:
-        days = max(0.0, (n.cert_not_after - n.last_seen) / 86400)
+    at = n.last_seen if heard is None else max(heard, n.last_seen)
+    if n.cert_not_after is not None and n.cert_not_after - at < CERT_WARN_S:
+        days = max(0.0, (n.cert_not_after - at) / 86400)
         warnings.append(f"its certificate expires in {days:.0f} day(s): `llmgw ca renew` it and copy it to the node")
     fabrics = ", ".join(f"{f.name} ({f.rate_gbps:.0f} Gb/s)" for f in r.fabrics) or "-"
     return NodeRow(

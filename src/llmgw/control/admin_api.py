@@ -123,13 +123,15 @@ class AdminRoutes:
         ]
 
     async def nodes(self, _: web.Request) -> web.Response:
-        return js([node_row(n).model_dump() for n in sorted(self.registry.nodes.values(), key=lambda n: n.id)])
+        reg = self.registry
+        return js([node_row(n, reg.heard(n.id)).model_dump() for n in sorted(reg.nodes.values(), key=lambda n: n.id)])
 
     async def node(self, request: web.Request) -> web.Response:
         rec = self.registry.nodes.get(request.match_info["id"])
         if rec is None:
             return js({"error": f"no node {request.match_info['id']}"}, 404)
-        return js(rec.model_dump())  # what the node reported, and our bookkeeping: no secret is in a node record
+        # what the node reported, and our bookkeeping (no secret is in a node record); last seen counts its renewals
+        return js({**rec.model_dump(), "last_seen": self.registry.heard(rec.id)})
 
     async def summary(self, _: web.Request) -> web.Response:
         return js((await summary_of(self.status)).model_dump())
