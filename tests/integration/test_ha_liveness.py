@@ -76,6 +76,9 @@ def test_nodes_each_heard_by_one_server_stay_alive_at_both(tmp_path: Path, runni
         wait_until(watched, 6 * LOST_AFTER, f"{3 * LOST_AFTER:g}s of both servers' views")
         assert views[-1] == (both, both), f"a node declared lost (leader's view, follower's): {views[-1]}"
         assert db.revs()["nodes"] == revs[-1], "unchanged reports wrote node records"
+        for name in ("node01", "node02"):  # when each server last heard it: apart by a pass and a heartbeat at most
+            heard = [get(i, f"/api/nodes/{name}")["last_seen"] for i in (0, 1)]
+            assert abs(heard[0] - heard[1]) < 1.0, f"{name} last heard, by the leader and the follower: {heard}"
         servers = {r[0]: set(r[2]) for r in db.renewals(time.time() - 60)}
         assert sorted(servers.values(), key=sorted) == [{"node01"}, {"node02"}], servers
     except BaseException:
