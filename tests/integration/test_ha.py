@@ -172,7 +172,7 @@ def test_killing_the_leader_under_traffic(tmp_path: Path, running: list[Cluster]
         assert statuses.count(200) == len(statuses), f"requests failed through the survivors: {statuses}"
         for i in (1, 2):
             nodes = t.get(i, "/api/nodes")
-            assert all(not n.get("lost") for n in nodes), nodes
+            assert all(n["state"] == "live" for n in nodes), nodes
             assert placement(t, i) == before_placed, "a replica was placed again"
         assert shards(t, new) == before_shards, "a shard was restarted"
         events = t.get(new, "/api/events?limit=200")
@@ -249,7 +249,7 @@ def test_a_paused_leader_cannot_write_when_it_wakes(tmp_path: Path, running: lis
               f"{refused}")
         for i in range(3):
             assert placement(t, i) == before, f"server {i} sees the replicas placed otherwise"
-            assert all(not n.get("lost") for n in t.get(i, "/api/nodes"))
+            assert all(n["state"] == "live" for n in t.get(i, "/api/nodes"))
     except BaseException:
         print(dump_logs(t.p))
         raise

@@ -9,6 +9,7 @@ from llmgw.control.activity import REPORTER_SILENT_AFTER, Activity
 from llmgw.control.credentials import Credentials, spent_by_period
 from llmgw.control.leadership import Leadership, Turn
 from llmgw.control.limit_counters import LimitCounters
+from llmgw.control.liveness import Liveness, NewestRow
 from llmgw.control.registry import Registry
 from llmgw.control.sharing import Sharing
 from llmgw.control.storage import Storage
@@ -22,7 +23,7 @@ ACTIVITY_SLACK_S = 10.0  # others' activity is read from this long before the la
 
 class Following:
     def __init__(self, storage: Storage, leadership: Leadership, registry: Registry, credentials: Credentials,
-                 activity: Activity, limit_counters: LimitCounters) -> None:
+                 activity: Activity, limit_counters: LimitCounters, liveness: Liveness) -> None:
         self.clock = storage.clock
         self._storage = storage
         # whether this server reconciles: the lease in the store (control/leadership.py); every server serves
@@ -35,6 +36,8 @@ class Following:
         self._sharing = Sharing()  # what this server's routers saw, written for the leader (control/sharing.py)
         self._activity_read_at: float | None = None  # when the others' activity was last read (None: read a day's)
         self._budgets_read_at = 0.0  # monotonic time keys' spending was last read from the store (shared stores)
+        self._liveness = liveness  # when nodes were heard, shared with the others (control/liveness.py)
+        self._renewals = NewestRow(lambda at, row: storage.store.put_renewals(leadership.holder, at, row))
 
     @property
     def leading(self) -> bool:
@@ -74,7 +77,8 @@ class Following:
 
     async def follow_store(self) -> None:
         """What the other servers sharing the store wrote (the server calls this before each pass): the reports of
-        nodes that talk to them, the leader's replicas (a follower's), and keys. Nothing when alone on the store."""
+        nodes that talk to them and when they last heard each, the leader's replicas (a follower's), and keys; and
+        when this server heard the nodes that talk to it, for them. Nothing when alone on the store."""
         if not self._storage.shared:
             return
         store, read = self._storage.store, self._storage.read
@@ -91,10 +95,26 @@ class Following:
             self._credentials.adopt_revocations(await read(store.list_revocations))
             self._registry.watch.changed()  # a watch it holds is let go: its next heartbeat is refused
         self._revs = revs
+        await self._share_liveness()
         mono = self.clock.monotonic()
         if mono - self._budgets_read_at >= BUDGETS_REREAD_S:  # what every server's requests spent, as recorded
             self._budgets_read_at = mono
             await self.seed_budgets()
+
+    async def _share_liveness(self) -> None:
+        """This server's hearings written (one row, when it heard anyone since its last), the others' taken in: a
+        node renewing only through another server is as alive here as there (control/liveness.py)."""
+        store, now, live, me = self._storage.store, self.clock.now(), self._liveness, self.leadership.holder
+        row = live.row(self._registry.heard_here, now)
+        if row is not None and self._renewals.offer(now, row):
+            try:
+                self._storage.writer.submit(self._renewals.write)
+            except BaseException:  # written in this thread (InlineWriter) and failed: the next pass writes again
+                self._renewals.failed()
+                raise
+        rows = await self._storage.read(store.renewals, live.since(now))
+        for node, at in live.taken(rows, me, now):
+            self._registry.renewed_elsewhere(node, at)
 
     async def seed_budgets(self) -> None:
         """What keys spent, read again from the store (kept where more than counted here): on a shared store

@@ -55,7 +55,9 @@ class Heartbeats:
         self.fetch_leaders: Leaders = {}
         self._leaders_version = 0  # bumped when fetch_leaders change: plans derived before may name another
         self.leases = Leases()  # tokens and the desired states kept (control/leases.py)
-        self._digests: dict[str, str] = {}  # per node, report_digest of the report last taken
+        # per node, the record this server last made of a report and that report's digest: the digest stands for
+        # the record the registry holds only while it is that record (another server's, a loss, replace it)
+        self._digests: dict[str, tuple[NodeRecord, str]] = {}
         self._event_budget = Buckets(self.clock, 1.0 / NODE_EVENT_EVERY, NODE_EVENT_BURST)
         self._events_dropped: dict[str, int] = {}
 
@@ -78,8 +80,9 @@ class Heartbeats:
         """Whether the new record says anything the stored one does not, beyond what moves all the time (free
         memory and disk within a step, engines' gauges): only then is it written."""
         digest = report_digest(rec.report)
-        before = self._digests.get(rec.id) if old is not None else None
-        self._digests[rec.id] = digest
+        held = self._digests.get(rec.id)
+        before = held[1] if held is not None and held[0] is old else None  # else the record changed since
+        self._digests[rec.id] = (rec, digest)
         if old is None or old.lost or old.revoked != rec.revoked or old.conditions != rec.conditions:
             return True
         if (old.cert_serial, old.cert_not_after) != (rec.cert_serial, rec.cert_not_after):

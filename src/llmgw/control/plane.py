@@ -26,6 +26,7 @@ from llmgw.control.heartbeats import Heartbeats
 from llmgw.control.hub_models import HubModels, Resolver, hub_resolve
 from llmgw.control.leadership import Leadership, holder_id
 from llmgw.control.limit_counters import LimitCounters
+from llmgw.control.liveness import liveness_for
 from llmgw.control.metrics import Gauges
 from llmgw.control.passes import Passes
 from llmgw.control.registry import Registry, revoke_node
@@ -80,7 +81,8 @@ class ControlPlane:
         self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick,
                              self.hub_models)
         self.following = Following(self.storage, self.leadership, self.registry, self.credentials, self.activity,
-                                   self.limit_counters)
+                                   self.limit_counters,
+                                   liveness_for(cfg.reconcile_interval, cfg.heartbeat_interval, cfg.node_lost_after))
         self.gauges: Gauges = {
             "llmgw_store_writes_queued": ("Store writes waiting for the writer (grows while the store fails)",
                                           lambda: float(self.writer.pending())),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import secrets
 from collections.abc import Iterable, Sequence
@@ -149,6 +150,35 @@ class Lease(BaseModel):
     expires_at: float
 
 
+Renewals = tuple[str, float, dict[str, float]]  # (server, when it wrote, node id -> when it heard the node)
+
+
+def renewals_body(at: float, heard: dict[str, float]) -> str:
+    """A server's renewals as stored: each node's age at `at` in whole milliseconds (a third of the bytes of a
+    timestamp: the row is rewritten every pass, with every node the server hears)."""
+    return json.dumps({n: _age_ms(at, t) for n, t in heard.items()}, separators=(",", ":"))
+
+
+def _age_ms(at: float, t: float) -> int:
+    """The age rounded down, so the time read back is never before `t`: a leader's record of a node it declared
+    lost then says it was last heard no earlier than the follower that heard it last, which takes the record."""
+    ms = max(0, math.floor((at - t) * 1000))
+    while ms and at - ms / 1000 < t:  # the float product rounded up to the next millisecond
+        ms -= 1
+    return ms
+
+
+def renewals_read(at: float, body: str) -> dict[str, float] | None:
+    """renewals_body read back (None: not one this release can read)."""
+    try:
+        ages = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(ages, dict) or not all(isinstance(a, int) and not isinstance(a, bool) for a in ages.values()):
+        return None
+    return {str(n): at - a / 1000 for n, a in ages.items()}
+
+
 class Store(Protocol):
     def close(self) -> None: ...
 
@@ -191,6 +221,10 @@ class Store(Protocol):
     # what each server's routers saw, shared with the leader: (kind, name, at, n) rows per server
     def put_activity(self, server: str, rows: list[tuple[str, str, float, int]]) -> None: ...
     def activity(self, since: float) -> list[tuple[str, str, str, float, int]]: ...
+
+    # when each server last heard, itself, the nodes that talk to it: one row per server (control/liveness.py)
+    def put_renewals(self, server: str, at: float, heard: dict[str, float]) -> None: ...
+    def renewals(self, since: float) -> list[Renewals]: ...  # rows written after `since`
 
     # node revocations
     def put_revocation(self, revocation: Revocation) -> None: ...

@@ -43,6 +43,14 @@ HUB_RESOLUTIONS = """
     );
     """
 
+# when each server last heard, itself, the nodes that talk to it (a lease renewal or a report): one row per server,
+# rewritten each pass, so node liveness is shared without a write per node (control/liveness.py). `heard` is JSON
+# {node id: milliseconds before `at`}
+RENEWALS = """
+    CREATE TABLE renewals (server TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, heard TEXT NOT NULL);
+    CREATE INDEX renewals_at ON renewals (at);
+    """
+
 MIGRATIONS: list[str] = [
     # 1: records kept whole as JSON, keyed by id
     """
@@ -104,4 +112,6 @@ MIGRATIONS: list[str] = [
     REVOCATION_REVS,
     # 10: hub models' resolutions (above), as PostgreSQL's sixth
     HUB_RESOLUTIONS,
+    # 11: renewals (above), as PostgreSQL's seventh
+    RENEWALS,
 ]

@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from llmgw.core.errors import StoreError, StoreRejected
 from llmgw.store.base import AnyUsage
-from llmgw.store.migrations import ACTIVITY, HUB_RESOLUTIONS, LEADER, REVISIONS, REVOCATION_REVS
+from llmgw.store.migrations import ACTIVITY, HUB_RESOLUTIONS, LEADER, RENEWALS, REVISIONS, REVOCATION_REVS
 from llmgw.store.sql import USAGE_COLUMNS, Row, SqlStore, once_each, split, usage_values
 
 MIGRATE_LOCK = 7_331_001  # the advisory lock key migrations hold
@@ -63,6 +63,8 @@ MIGRATIONS: list[str] = [
     REVOCATION_REVS,
     # 6: hub models' resolutions, the first written kept
     HUB_RESOLUTIONS,
+    # 7: when each server last heard the nodes that talk to it, one row per server
+    RENEWALS,
 ]
 
 INSERT_NEW_USAGE = (

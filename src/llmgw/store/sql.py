@@ -16,7 +16,18 @@ from pydantic import TypeAdapter, ValidationError
 from llmgw.config.server import ModelSpec
 from llmgw.core.errors import Deposed, StoreError
 from llmgw.records.state import Event, NodeRecord, ReplicaRecord
-from llmgw.store.base import AnyUsage, ApiKeyRecord, Lease, Revocation, UsageTotal, hour_of, sum_by_hour
+from llmgw.store.base import (
+    AnyUsage,
+    ApiKeyRecord,
+    Lease,
+    Renewals,
+    Revocation,
+    UsageTotal,
+    hour_of,
+    renewals_body,
+    renewals_read,
+    sum_by_hour,
+)
 from llmgw.wire.hub import Resolution
 
 log = logging.getLogger(__name__)
@@ -270,6 +281,7 @@ class SqlStore:
                     break
         self._exec("DELETE FROM usage_hourly WHERE hour < ?", (hour_of(usage_before),))  # a few rows per hour
         self._exec("DELETE FROM activity WHERE at < ?", (events_before,))
+        self._exec("DELETE FROM renewals WHERE at < ?", (events_before,))  # servers long gone
         return done[0], done[1]
 
     # what each server's routers saw (several servers on one store): (kind, name, at, n) per server
@@ -283,6 +295,24 @@ class SqlStore:
         rows = self._rows("SELECT server, kind, name, at, n FROM activity WHERE at >= ? ORDER BY server, kind, name",
                           (since,))
         return [(str(a), str(b), str(c), float(d), int(e)) for a, b, c, d, e in rows]
+
+    # when each server last heard, itself, the nodes that talk to it (several servers on one store)
+    def put_renewals(self, server: str, at: float, heard: dict[str, float]) -> None:
+        """This server's row, replaced whole: one statement whatever the number of nodes."""
+        self._exec(upsert("renewals", ("server", "at", "heard"), ("server",)), (server, at, renewals_body(at, heard)))
+
+    def renewals(self, since: float) -> list[Renewals]:
+        """(server, at, node id -> when heard) of every row written after `since`; a row this release cannot read
+        is skipped (a newer release's), the others still count."""
+        out: list[Renewals] = []
+        for server, at, body in self._rows("SELECT server, at, heard FROM renewals WHERE at > ? ORDER BY server",
+                                           (since,)):
+            heard = renewals_read(float(at), str(body))
+            if heard is None:
+                log.warning("renewals of server %s this release cannot read were skipped", server)
+                continue
+            out.append((str(server), float(at), heard))
+        return out
 
     # node revocations
     def put_revocation(self, revocation: Revocation) -> None:
