@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def report(node_id: str, free: int = GiB, address: str = "127.0.0.11") -> NodeRe
                                                                            mem_available_bytes=free))
 
 
-async def post(p: ClusterPlan, node: str, path: str, body: str | bytes) -> tuple[int, str]:
+async def post(p: ClusterPlan, node: str, path: str, body: str | bytes | AsyncIterator[bytes]) -> tuple[int, str]:
     url = f"https://127.0.0.1:{p.agent_port}{path}"
     async with (
         aiohttp.ClientSession() as s,
@@ -183,3 +184,18 @@ async def test_hostile_renewals_are_refused_in_the_envelope_and_change_nothing(
         assert len(text) < 20_000
         assert await aget(cluster, "/api/nodes") == rows
         assert (await renewal(cluster, "node01", d.lease, d.etag))[0] == 200, "the lease still stands"
+
+
+async def test_an_oversize_renewal_without_a_length_is_refused_too(cluster: ClusterPlan) -> None:
+    """Sent in chunks, the body names no length up front: it is read (within the listener's own bound) and refused
+    for its size all the same."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"node_id": "node01", "lease": "x", "etag": "'
+        for _ in range(MAX_LEASE_BYTES // 4096 + 1):
+            yield b"e" * 4096
+        yield b'"}'
+
+    async with InProcessServer(cluster):
+        status, text = await post(cluster, "node01", LEASE_PATH, chunks())
+        assert status == 413 and "over the limit" in json.loads(text)["error"], text
