@@ -16,15 +16,14 @@ from llmgw.api.views import node_row
 from llmgw.config.server import ModelSpec
 from llmgw.control.admin_auth import guard
 from llmgw.control.dashboard import dashboard_routes
-from llmgw.control.exposition import render
 from llmgw.control.keys_api import BadRequest, js, json_body, key_routes
 from llmgw.control.limit_counters import LimitCounters
-from llmgw.control.metrics import Gauges, registry
+from llmgw.control.metrics import Gauges
 from llmgw.control.openapi import openapi
 from llmgw.control.registry import revoke_node
 from llmgw.control.router_api import RouterRoutes
+from llmgw.control.scrape import Scrape
 from llmgw.control.status import Status, summary_of
-from llmgw.control.summary import Summary
 from llmgw.core.errors import PKIError, StoreError, StoreRejected
 from llmgw.pki.ca import validate_node_id
 
@@ -37,15 +36,13 @@ Health = Callable[[], dict[str, object]]
 
 
 def metrics_routes(status: Status, gauges: Gauges, health: Health) -> list[web.RouteDef]:
-    latest: list[Summary] = []
-    reg = registry(lambda: latest[-1], gauges, lambda: status.registry.replica_counts)
+    scrape = Scrape(gauges, lambda: status.registry.replica_counts)  # keeps each node's and replica's samples
 
     async def metrics(_: web.Request) -> web.Response:
         if not status.passes.done:  # before the first pass, every number would be a guess: say so, never empty
             return web.Response(status=503, text="metrics not ready: the control plane has not finished its first "
                                 "reconcile pass\n", headers={"Retry-After": "1"})
-        latest[:] = [await summary_of(status)]
-        return web.Response(body=render(reg), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=scrape.text(await summary_of(status)), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def alive(_: web.Request) -> web.Response:
         # alive (200) whatever else it says: serving outlives the store; the body says what is degraded and who leads

@@ -4,7 +4,7 @@ in memory, with no store read (key names aside, read once after keys change)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity import Activity
@@ -12,7 +12,7 @@ from llmgw.control.credentials import Credentials
 from llmgw.control.passes import Passes
 from llmgw.control.registry import Registry
 from llmgw.control.storage import Storage
-from llmgw.control.summary import DAY, Demand, Summary, summarize
+from llmgw.control.summary import DAY, Demand, ReplicaLines, Summary, summarize
 from llmgw.control.usage_totals import UsageTotals
 from llmgw.core.errors import StoreError
 from llmgw.wire.hub import HubState
@@ -36,6 +36,7 @@ class Status:
     usage: UsageTotals
     passes: Passes
     hub: HubStates = no_hub  # model name -> its hub source's state (the owner resolving hub sources keeps it)
+    replica_lines: ReplicaLines = field(default_factory=ReplicaLines)  # each replica's line, kept per record
 
 
 async def summary_of(s: Status) -> Summary:
@@ -62,6 +63,7 @@ async def summary_of(s: Status) -> Summary:
         requests=act.request_stats(),
         facts=reg.node_facts,
         hub=s.hub(),
+        replica_lines=s.replica_lines,
     )
 
 

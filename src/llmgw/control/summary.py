@@ -186,12 +186,14 @@ def summarize(
     requests: RouterStats | None = None,
     facts: Callable[[NodeRecord], NodeFacts] = node_facts,  # the plane passes its memo (one per record)
     hub: Mapping[str, HubState] | None = None,  # model -> what the control plane knows of its hub source
+    replica_lines: ReplicaLines | None = None,  # the plane passes its memo (one line per record and moment)
 ) -> Summary:
     demand = demand or Demand()
     weights = model_weights(models or {}, nodes, replicas, hub or {})
     of = {n.id: facts(n) for n in nodes}
     capacity, fabrics = _capacity(nodes, of, _gpus_in_use(replicas), _held_as(sources, weights))
-    lines, idle = _replica_lines(replicas, nodes, last_used, now, idle_after, demand)
+    lines, idle = (replica_lines or ReplicaLines()).lines(replicas, {n.id: n for n in nodes}, last_used, now,
+                                                         idle_after, demand)
     return Summary(
         at=now,
         nodes_total=len(nodes),
@@ -261,43 +263,61 @@ def _capacity(nodes: list[NodeRecord], of: dict[str, NodeFacts], used: dict[str,
             if n.id not in used:
                 fc[1] += 1
             if sources and n.report.weights:
-                held[f.name].update(m for w in n.report.weights for m in sources.get(w, ()))
+                held[f.name].update(n.report.weights)  # what it holds; the models they are, once per fabric below
     return (
         [ClassCapacity(gpu_class=k, total=c[0], used=c[1], free=c[2], faulty=c[3]) for k, c in sorted(caps.items())],
-        [FabricCapacity(fabric=k, nodes=f[0], free_whole_nodes=f[1], models_held=sorted(held[k]))
+        [FabricCapacity(fabric=k, nodes=f[0], free_whole_nodes=f[1],
+                        models_held=sorted({m for w in held[k] for m in (sources or {}).get(w, ())}))
          for k, f in sorted(fabrics.items())],
     )
 
 
-def _replica_lines(replicas: list[ReplicaRecord], nodes: list[NodeRecord], last_used: dict[str, float], now: float,
-                   idle_after: float, demand: Demand) -> tuple[list[ReplicaLine], list[str]]:
-    """One line per replica, by model then id, and the ids of the ready replicas idle for idle_after or more."""
-    by_id = {n.id: n for n in nodes}
-    lines = []
-    idle = []
-    for r in sorted(replicas, key=lambda r: (r.model, r.id)):
-        cond = phase_condition(r)
-        last = last_used.get(r.id)
-        idle_s = now - last if last is not None else None
-        if r.ready and (idle_s is None or idle_s >= idle_after):
-            idle.append(r.id)
-        lines.append(
-            ReplicaLine.model_construct(  # from validated records: no second validation
-                id=r.id,
-                model=r.model,
-                state=replica_phase(r),
-                nodes=r.node_ids(),
-                endpoint=r.endpoint,
-                reason=cond.reason if cond else None,
-                message=cond.message if cond else "",
-                idle_s=idle_s,
-                conditions=r.conditions,
-                placement=explanation_lines(r.explanation)[1:] if r.explanation and not r.placed else [],
-                load=_leader_load(r, by_id),
-                in_flight=demand.in_flight.get(r.id, 0),
-            )
-        )
-    return lines, idle
+class ReplicaLines:
+    """Each replica's line, kept while its record, its leading node's record, its idle time and its requests in
+    flight are the same: thousands of lines are otherwise built again at every page view and scrape."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[ReplicaRecord, NodeRecord | None, float | None, int, ReplicaLine]] = {}
+
+    def lines(self, replicas: list[ReplicaRecord], by_id: dict[str, NodeRecord], last_used: dict[str, float],
+              now: float, idle_after: float, demand: Demand) -> tuple[list[ReplicaLine], list[str]]:
+        """One line per replica, by model then id, and the ids of the ready replicas idle for idle_after or more;
+        replicas no longer asked for are forgotten."""
+        held, self._held = self._held, {}
+        out, idle = [], []
+        for r in sorted(replicas, key=lambda r: (r.model, r.id)):
+            last = last_used.get(r.id)
+            idle_s = now - last if last is not None else None
+            if r.ready and (idle_s is None or idle_s >= idle_after):
+                idle.append(r.id)
+            flying = demand.in_flight.get(r.id, 0)
+            lead = next((by_id.get(a.node_id) for a in r.assignments if a.rank == 0), None)
+            h = held.get(r.id)
+            if h is not None and h[0] is r and h[1] is lead and h[2] == idle_s and h[3] == flying:
+                line = h[4]
+            else:
+                line = _replica_line(r, by_id, idle_s, flying)
+            self._held[r.id] = (r, lead, idle_s, flying, line)
+            out.append(line)
+        return out, idle
+
+
+def _replica_line(r: ReplicaRecord, by_id: dict[str, NodeRecord], idle_s: float | None, flying: int) -> ReplicaLine:
+    cond = phase_condition(r)
+    return ReplicaLine.model_construct(  # from validated records: no second validation
+        id=r.id,
+        model=r.model,
+        state=replica_phase(r),
+        nodes=r.node_ids(),
+        endpoint=r.endpoint,
+        reason=cond.reason if cond else None,
+        message=cond.message if cond else "",
+        idle_s=idle_s,
+        conditions=r.conditions,
+        placement=explanation_lines(r.explanation)[1:] if r.explanation and not r.placed else [],
+        load=_leader_load(r, by_id),
+        in_flight=flying,
+    )
 
 
 def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand: Demand, now: float,
