@@ -23,7 +23,7 @@ from llmgw.control.openapi import openapi
 from llmgw.control.registry import revoke_node
 from llmgw.control.router_api import RouterRoutes
 from llmgw.control.scrape import Scrape
-from llmgw.control.status import Status, summary_of
+from llmgw.control.status import NODES_SHOWN, Status, StatusJson, summary_of
 from llmgw.core.errors import PKIError, StoreError, StoreRejected
 from llmgw.pki.ca import validate_node_id
 
@@ -79,6 +79,14 @@ def limit_of(request: web.Request, default: int = 100) -> int:
     return max(1, min(int(raw), MAX_LIMIT))
 
 
+def count_of(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    """A whole-number query parameter from low to high; anything else is refused."""
+    raw = request.query.get(name, str(default))
+    if not re.fullmatch(r"[0-9]{1,10}", raw) or not low <= int(raw) <= high:
+        raise BadRequest(f"{name} must be a whole number from {low} to {high}, not {raw[:20]!r}")
+    return int(raw)
+
+
 @web.middleware
 async def bad_requests(request: web.Request, handler: Any) -> web.StreamResponse:
     """A malformed request is the client's mistake: one line in the log, a 400 that says why, nothing changed."""
@@ -103,6 +111,7 @@ class AdminRoutes:
         self.registry = status.registry
         self.credentials = status.credentials
         self.storage = status.storage
+        self.status_json = StatusJson()  # each line's JSON, kept per line
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -128,8 +137,10 @@ class AdminRoutes:
             return js({"error": f"no node {request.match_info['id']}"}, 404)
         return js(rec.model_dump())  # what the node reported, and our bookkeeping: no secret is in a node record
 
-    async def summary(self, _: web.Request) -> web.Response:
-        return js((await summary_of(self.status)).model_dump())
+    async def summary(self, request: web.Request) -> web.Response:
+        first = count_of(request, "nodes_from", 0, 0, 10**9)
+        limit = count_of(request, "nodes_limit", NODES_SHOWN, 1, 100_000)
+        return js(self.status_json.data(await summary_of(self.status), first, limit))
 
     def weights(self, models: dict[str, ModelSpec]) -> dict[str, ModelWeights]:
         """Where the weights of `models` stand (api/model_weights.py), by model name."""
