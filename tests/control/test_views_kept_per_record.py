@@ -4,6 +4,7 @@ page shows every node and replica in trouble and the healthy rest a page at a ti
 
 from __future__ import annotations
 
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from llmgw.wire.messages import EngineLoad, InstallStatus, ShardState
 from tests.clusters import model, node
 from tests.control.test_admin_input import call
 from tests.control.test_metrics_families import known
+from tests.deploy.test_monitoring import find_promtool
 from tests.harness import InProcessServer, plan
 
 COUNTS = Counter({("m", "start", "demand"): 2, ("m", "stop", "Evicted"): 1})
@@ -165,3 +167,11 @@ async def test_page_parameters_out_of_range_are_400s_that_say_why(tmp_path: Path
         assert status == 200 and "no nodes have registered" in text
         status, text = await call(p, "GET", "/api/status?nodes_from=5&nodes_limit=10")
         assert status == 200 and '"nodes_not_shown": 0' in text
+
+
+def test_promtool_accepts_the_scrape_written_from_kept_samples() -> None:
+    facts, lines = Facts(), ReplicaLines()
+    s = cluster([with_load(node("n1", fabric="ib-a"), 3), node("n2", lost=True), hostile()], facts, lines)
+    for text in (Scrape(GAUGES, lambda: COUNTS).text(known()), Scrape(GAUGES, lambda: COUNTS).text(s)):
+        out = subprocess.run([find_promtool(), "check", "metrics"], input=text, capture_output=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
