@@ -110,7 +110,8 @@ def many(healthy: int) -> list[NodeRecord]:
     troubled = [node("a-lost", lost=True), node("b-faulty", faulty=(2,))]
     troubled[1] = troubled[1].model_copy(update={"conditions": set_condition(
         [], ConditionType.GPUsHealthy, Status.FALSE, Reason.GPUFaulty, "Xid 79", 0)})
-    return troubled + [node(f"n{i:04d}") for i in range(healthy)]
+    cpu = set_condition([], ConditionType.CPUFeatures, Status.UNKNOWN, Reason.CPUUnknown, "", 0)  # advice only
+    return troubled + [node(f"n{i:04d}").model_copy(update={"conditions": cpu}) for i in range(healthy)]
 
 
 def shown(html: str) -> list[str]:

@@ -18,7 +18,7 @@ from llmgw.api.model_weights import ModelWeights, NodeWeights, node_weights_word
 from llmgw.control.dashboard_assets import APP_JS, ICON, SHELL, STYLE
 from llmgw.control.keys_api import BadRequest
 from llmgw.control.summary import ClassCapacity, NodeLine, ReplicaLine, Summary
-from llmgw.core.conditions import Status
+from llmgw.core.conditions import ConditionType, Status
 from llmgw.core.units import mb
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
@@ -161,8 +161,10 @@ class Rows:
 
 def node_troubled(n: NodeLine) -> bool:
     """Shown on every page: not live, a condition not in its good state (True, for every node condition: faulty
-    GPUs make GPUsHealthy False), or words from the node (its problems, engines, transfers)."""
-    return n.state != "live" or bool(n.warnings) or any(c.status is not Status.TRUE for c in n.conditions)
+    GPUs make GPUsHealthy False) but CPUFeatures (advice: the node is usable), or words from the node (its
+    problems, engines, transfers)."""
+    return n.state != "live" or bool(n.warnings) or any(
+        c.status is not Status.TRUE and c.type is not ConditionType.CPUFeatures for c in n.conditions)
 
 
 def _paged(what: str, rows: list[tuple[str, bool]], page: int) -> tuple[list[str], str]:
