@@ -6,6 +6,7 @@ or the clock: the caller passes usage (from the store's running aggregates, neve
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -138,6 +139,8 @@ class NodeFacts:
 
     line: NodeLine
     cards: tuple[tuple[str, frozenset[int], int], ...]
+    fabrics: tuple[str, ...] = ()
+    weights: tuple[str, ...] = ()  # what it holds whole
 
 
 def node_facts(n: NodeRecord) -> NodeFacts:
@@ -150,7 +153,7 @@ def node_facts(n: NodeRecord) -> NodeFacts:
         else:
             healthy[g.gpu_class].add(g.index)
     cards = tuple((k, frozenset(v), faulty.get(k, 0)) for k, v in healthy.items())
-    return NodeFacts(_node_line(n), cards)
+    return NodeFacts(_node_line(n), cards, tuple(f.name for f in n.report.fabrics), tuple(n.report.weights))
 
 
 def _node_line(n: NodeRecord) -> NodeLine:
@@ -191,9 +194,9 @@ def summarize(
     demand = demand or Demand()
     weights = model_weights(models or {}, nodes, replicas, hub or {})
     of = {n.id: facts(n) for n in nodes}
-    capacity, fabrics = _capacity(nodes, of, _gpus_in_use(replicas), _held_as(sources, weights))
-    lines, idle = (replica_lines or ReplicaLines()).lines(replicas, {n.id: n for n in nodes}, last_used, now,
-                                                         idle_after, demand)
+    lines, idle, used = (replica_lines or ReplicaLines()).lines(replicas, {n.id: n for n in nodes}, last_used, now,
+                                                                idle_after, demand)
+    capacity, fabrics = _capacity(nodes, of, used, _held_as(sources, weights))
     return Summary(
         at=now,
         nodes_total=len(nodes),
@@ -222,48 +225,34 @@ def _held_as(sources: dict[str, list[str]] | None, weights: list[ModelWeights]) 
     return out
 
 
-def _gpus_in_use(replicas: list[ReplicaRecord]) -> dict[str, set[int]]:
-    """Node id -> the GPU indices some replica holds there."""
-    used: dict[str, set[int]] = {}
-    for r in replicas:
-        if r.released:
-            continue  # failed and its shards gone: on view, holding nothing
-        for a in r.assignments:
-            used.setdefault(a.node_id, set()).update(a.gpus)
-    return used
+Shape = tuple[tuple[tuple[str, frozenset[int], int], ...], tuple[str, ...], tuple[str, ...], frozenset[int] | None]
 
 
-def _capacity(nodes: list[NodeRecord], of: dict[str, NodeFacts], used: dict[str, set[int]],
+def _capacity(nodes: list[NodeRecord], of: dict[str, NodeFacts], used: dict[str, frozenset[int]],
               sources: dict[str, list[str]] | None) -> tuple[list[ClassCapacity], list[FabricCapacity]]:
     """Cards per GPU class and nodes per fabric, over the live nodes."""
-    # counted in plain integers, made into records once: at 10,000 cards a model's attribute writes add up
+    # a fleet's nodes come in few shapes (cards, fabrics, weights, cards in use): each shape is counted once
+    shapes: Counter[Shape] = Counter()
+    for n in nodes:
+        if not n.lost:
+            f = of[n.id]
+            shapes[(f.cards, f.fabrics, f.weights, used.get(n.id))] += 1
     caps: dict[str, list[int]] = {}  # class -> [total, used, free, faulty]
     fabrics: dict[str, list[int]] = {}  # fabric -> [nodes, free whole nodes]
     held: dict[str, set[str]] = {}
-    none: set[int] = set()
-    for n in nodes:
-        if n.lost:
-            continue
-        mine = used.get(n.id, none)
-        for cls, healthy, faulty in of[n.id].cards:
-            c = caps.get(cls)
-            if c is None:
-                c = caps[cls] = [0, 0, 0, 0]
+    for (cards, names, weights, mine), k in shapes.items():
+        for cls, healthy, faulty in cards:
+            c = caps.setdefault(cls, [0, 0, 0, 0])
             busy = len(healthy & mine) if mine else 0
-            c[0] += len(healthy) + faulty
-            c[1] += busy
-            c[2] += len(healthy) - busy
-            c[3] += faulty
-        for f in n.report.fabrics:
-            fc = fabrics.get(f.name)
-            if fc is None:
-                fc = fabrics[f.name] = [0, 0]
-                held[f.name] = set()
-            fc[0] += 1
-            if n.id not in used:
-                fc[1] += 1
-            if sources and n.report.weights:
-                held[f.name].update(n.report.weights)  # what it holds; the models they are, once per fabric below
+            c[0] += k * (len(healthy) + faulty)
+            c[1] += k * busy
+            c[2] += k * (len(healthy) - busy)
+            c[3] += k * faulty
+        for name in names:
+            fc = fabrics.setdefault(name, [0, 0])
+            fc[0] += k
+            fc[1] += k * (mine is None)
+            held.setdefault(name, set()).update(weights)  # what it holds; the models they are, once below
     return (
         [ClassCapacity(gpu_class=k, total=c[0], used=c[1], free=c[2], faulty=c[3]) for k, c in sorted(caps.items())],
         [FabricCapacity(fabric=k, nodes=f[0], free_whole_nodes=f[1],
@@ -272,34 +261,56 @@ def _capacity(nodes: list[NodeRecord], of: dict[str, NodeFacts], used: dict[str,
     )
 
 
+@dataclass(frozen=True)
+class _Held:
+    """What a replica record says that every view asks (derived once per record), and its line of the moment."""
+
+    record: ReplicaRecord
+    ready: bool
+    lead_id: str | None
+    holds: tuple[tuple[str, tuple[int, ...]], ...]  # node id -> GPU indices; none once released
+    lead: NodeRecord | None = None
+    idle_s: float | None = None
+    flying: int = 0
+    line: ReplicaLine | None = None  # None: not made yet
+
+
 class ReplicaLines:
     """Each replica's line, kept while its record, its leading node's record, its idle time and its requests in
     flight are the same: thousands of lines are otherwise built again at every page view and scrape."""
 
     def __init__(self) -> None:
-        self._held: dict[str, tuple[ReplicaRecord, NodeRecord | None, float | None, int, ReplicaLine]] = {}
+        self._held: dict[str, _Held] = {}
 
     def lines(self, replicas: list[ReplicaRecord], by_id: dict[str, NodeRecord], last_used: dict[str, float],
-              now: float, idle_after: float, demand: Demand) -> tuple[list[ReplicaLine], list[str]]:
-        """One line per replica, by model then id, and the ids of the ready replicas idle for idle_after or more;
-        replicas no longer asked for are forgotten."""
+              now: float, idle_after: float, demand: Demand
+              ) -> tuple[list[ReplicaLine], list[str], dict[str, frozenset[int]]]:
+        """One line per replica, by model then id; the ids of the ready replicas idle for idle_after or more; the
+        GPUs replicas hold per node. Replicas no longer asked for are forgotten."""
         held, self._held = self._held, {}
         out, idle = [], []
+        used: dict[str, set[int]] = {}
         for r in sorted(replicas, key=lambda r: (r.model, r.id)):
+            h = held.get(r.id)
+            if h is None or h.record is not r:
+                lead_id = next((a.node_id for a in r.assignments if a.rank == 0), None)
+                holds = () if r.released else tuple((a.node_id, tuple(a.gpus)) for a in r.assignments)
+                h = _Held(r, r.ready, lead_id, holds)
             last = last_used.get(r.id)
             idle_s = now - last if last is not None else None
-            if r.ready and (idle_s is None or idle_s >= idle_after):
+            if h.ready and (idle_s is None or idle_s >= idle_after):
                 idle.append(r.id)
             flying = demand.in_flight.get(r.id, 0)
-            lead = next((by_id.get(a.node_id) for a in r.assignments if a.rank == 0), None)
-            h = held.get(r.id)
-            if h is not None and h[0] is r and h[1] is lead and h[2] == idle_s and h[3] == flying:
-                line = h[4]
-            else:
+            lead = by_id.get(h.lead_id) if h.lead_id is not None else None
+            line = h.line
+            if line is None or h.lead is not lead or h.idle_s != idle_s or h.flying != flying:
                 line = _replica_line(r, by_id, idle_s, flying)
-            self._held[r.id] = (r, lead, idle_s, flying, line)
+                h = _Held(r, h.ready, h.lead_id, h.holds, lead, idle_s, flying, line)
+            self._held[r.id] = h
             out.append(line)
-        return out, idle
+            for node_id, gpus in h.holds:
+                used.setdefault(node_id, set()).update(gpus)
+        return out, idle, {k: frozenset(v) for k, v in used.items()}
 
 
 def _replica_line(r: ReplicaRecord, by_id: dict[str, NodeRecord], idle_s: float | None, flying: int) -> ReplicaLine:
