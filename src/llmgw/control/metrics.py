@@ -223,11 +223,9 @@ def unresolved(s: Summary) -> Metric:
 
 def replica_counts(s: Summary) -> Metric:
     reps = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state", labels=["model", "state"])
-    counts: dict[tuple[str, str], int] = {}
-    for r in s.replicas:
-        counts[(r.model, r.state.value)] = counts.get((r.model, r.state.value), 0) + 1
+    counts = Counter((r.model, r.state) for r in s.replicas)  # the phase's value read once per pair, not per replica
     for (m, st), v in sorted(counts.items()):
-        reps.add_metric([m, st], v)
+        reps.add_metric([m, st.value], v)
     return reps
 
 

@@ -42,15 +42,15 @@ class Kept(Generic[L]):
         self.families = families
         self.add: Callable[[tuple[GaugeMetricFamily, ...], L], None] = add
         self.key: Callable[[L], str] = key
-        self.heads = tuple(header(f) for f in families())
-        self.held: dict[str, tuple[L, tuple[str, ...]]] = {}
+        self.heads = tuple(header(f).encode() for f in families())
+        self.held: dict[str, tuple[L, tuple[bytes, ...]]] = {}
 
-    def written(self, line: L) -> tuple[str, ...]:
+    def written(self, line: L) -> tuple[bytes, ...]:
         fams = self.families()
         self.add(fams, line)
-        return tuple(samples(f) for f in fams)
+        return tuple(samples(f).encode() for f in fams)
 
-    def text(self, lines: Iterable[L]) -> str:
+    def text(self, lines: Iterable[L]) -> bytes:
         """Every family's head and its samples, the lines in the order given; lines not given are forgotten."""
         held, self.held = self.held, {}
         parts = []
@@ -61,7 +61,7 @@ class Kept(Generic[L]):
                 h = (line, self.written(line))
             self.held[k] = h
             parts.append(h[1])
-        return "".join(head + "".join(p[i] for p in parts) for i, head in enumerate(self.heads))
+        return b"".join([head + b"".join([p[i] for p in parts]) for i, head in enumerate(self.heads)])
 
 
 class Scrape:
@@ -76,10 +76,10 @@ class Scrape:
     def text(self, s: Summary) -> bytes:
         f = Formats()
         events = replica_events(self.replica_events()) if self.replica_events is not None else ()
-        return "".join([  # in the order SummaryCollector yields the families
-            text([*own_gauges(self.gauges), *cluster_families(s)], f),
+        return b"".join([  # in the order SummaryCollector yields the families
+            text([*own_gauges(self.gauges), *cluster_families(s)], f).encode(),
             self.nodes.text(s.nodes),
-            text([unresolved(s), replica_counts(s)], f),
+            text([unresolved(s), replica_counts(s)], f).encode(),
             self.replicas.text(s.replicas),
-            text([*model_lines(s), *requests_families(s), *events], f),
-        ]).encode()
+            text([*model_lines(s), *requests_families(s), *events], f).encode(),
+        ])
