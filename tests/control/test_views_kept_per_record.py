@@ -149,7 +149,7 @@ def test_api_status_gives_nodes_a_page_at_a_time_and_every_replica() -> None:
     whole = js.data(s)
     assert [n["node"] for n in whole["nodes"]] == ["n1", "n2", "n3", "n4", "n5"]
     assert whole["nodes_not_shown"] == 0 and whole["nodes_from"] == 0
-    assert {k: v for k, v in whole.items() if k not in ("nodes_from", "nodes_not_shown")} == s.model_dump()
+    assert whole == s.model_dump()
     part = js.data(s, 2, 2)
     assert [n["node"] for n in part["nodes"]] == ["n3", "n4"] and part["nodes_not_shown"] == 3
     assert [r["id"] for r in part["replicas"]] == ["r1"]

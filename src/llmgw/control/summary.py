@@ -106,6 +106,9 @@ class Summary(BaseModel):
     idle_replicas: list[str]
     usage: list[UsageLine]
     requests: RouterStats = RouterStats()  # what the routers measured, per model (counts and histograms)
+    # /api/status gives the node lines a page at a time: where this page starts (name order), how many it leaves out
+    nodes_from: int = 0
+    nodes_not_shown: int = 0
 
 
 @dataclass
