@@ -17,7 +17,7 @@ from llmgw.control.status import StatusJson
 from llmgw.control.summary import NodeFacts, ReplicaLines, Summary, node_facts, summarize
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
-from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
+from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment, StopRequest
 from llmgw.wire.messages import EngineLoad, InstallStatus, ShardState
 from tests.clusters import model, node
 from tests.control.test_admin_input import call
@@ -176,3 +176,18 @@ def test_promtool_accepts_the_scrape_written_from_kept_samples() -> None:
     for text in (Scrape(GAUGES, lambda: COUNTS).text(known()), Scrape(GAUGES, lambda: COUNTS).text(s)):
         out = subprocess.run([find_promtool(), "check", "metrics"], input=text, capture_output=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+def replica_ids(html: str) -> list[str]:
+    return [part.split('"')[0] for part in html.split('data-replica="')[1:]]
+
+
+def test_the_page_shows_every_replica_pending_unresponsive_or_failed_and_the_rest_a_page_at_a_time() -> None:
+    ready = [R1.model_copy(update={"id": f"r{i:04d}"}) for i in range(PAGE + 20)]
+    stopping = R1.model_copy(update={"id": "s-stop", "stop": StopRequest(reason=Reason.ScaledDown)})
+    pending = ReplicaRecord(id="p-none", model="m", created_at=0, shards_expected=1)
+    s = summarize([node("n1")], [*ready, stopping, pending], [], {}, now=1.0)
+    first, second = render_view(s, 1), render_view(s, 2)
+    assert replica_ids(first) == ["p-none", *[f"r{i:04d}" for i in range(PAGE)]]
+    assert replica_ids(second) == ["p-none", *[f"r{i:04d}" for i in range(PAGE, PAGE + 20)], "s-stop"]
+    assert "21 replicas ready, starting or stopping not shown: page" in first

@@ -20,6 +20,7 @@ from llmgw.control.keys_api import BadRequest
 from llmgw.control.summary import ClassCapacity, NodeLine, ReplicaLine, Summary
 from llmgw.core.conditions import ConditionType, Status
 from llmgw.core.units import mb
+from llmgw.records.state import Phase
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -29,6 +30,8 @@ HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", 
 
 PAGE = 100  # healthy nodes, and ready replicas, shown per page: the others are always shown
 IDLE_NAMED = 50  # idle replicas named on the page, at most
+# replicas shown on every page: not placed, not answering, failed (the rest are ready or on their way)
+TROUBLED = frozenset({Phase.Pending, Phase.Unresponsive, Phase.Failed})
 
 
 def e(v: object) -> str:
@@ -155,7 +158,7 @@ class Rows:
         held, self.replicas = self.replicas, {}
         for r in lines:
             h = held.get(r.id)
-            self.replicas[r.id] = h if h is not None and h[0] is r else (r, _replica(r), r.state.value != "ready")
+            self.replicas[r.id] = h if h is not None and h[0] is r else (r, _replica(r), r.state in TROUBLED)
         return [(h[1], h[2]) for h in self.replicas.values()]
 
 
@@ -167,7 +170,7 @@ def node_troubled(n: NodeLine) -> bool:
         c.status is not Status.TRUE and c.type is not ConditionType.CPUFeatures for c in n.conditions)
 
 
-def _paged(what: str, rows: list[tuple[str, bool]], page: int) -> tuple[list[str], str]:
+def _paged(what: str, rest: str, rows: list[tuple[str, bool]], page: int) -> tuple[list[str], str]:
     """Every troubled row, and one page of the rest, with a line saying how many are not shown and links to the
     pages beside this one (the script follows them)."""
     healthy = sum(1 for _, troubled in rows if not troubled)
@@ -182,7 +185,7 @@ def _paged(what: str, rows: list[tuple[str, bool]], page: int) -> tuple[list[str
         k += not troubled
     links = "".join(f' <a href="#" data-page="{p}">{word}</a>'
                     for p, word in ((page - 1, "previous"), (page + 1, "next")) if 1 <= p <= pages)
-    note = (f'<p class="pager" data-what="{what}">{len(rows) - len(out)} healthy {what} not shown: page '
+    note = (f'<p class="pager" data-what="{what}">{len(rows) - len(out)} {rest} not shown: page '
             f'<b class="page">{page}</b> of {pages} ({PAGE} a page; every one in trouble is shown){links}</p>')
     return out, note
 
@@ -191,8 +194,8 @@ def render_view(s: Summary, page: int = 1, rows: Rows | None = None) -> str:
     """The page's contents: every number and word comes from the Summary, escaped. Nodes and replicas in trouble
     are all shown; the healthy rest a page at a time."""
     rows = rows or Rows()
-    nodes, node_note = _paged("nodes", rows.node_rows(s.nodes), page)
-    reps, rep_note = _paged("replicas", rows.replica_rows(s.replicas), page)
+    nodes, node_note = _paged("nodes", "healthy nodes", rows.node_rows(s.nodes), page)
+    reps, rep_note = _paged("replicas", "replicas ready, starting or stopping", rows.replica_rows(s.replicas), page)
     idle = ""
     if s.idle_replicas:
         names = e(", ".join(s.idle_replicas[:IDLE_NAMED]))
