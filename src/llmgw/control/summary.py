@@ -6,6 +6,7 @@ or the clock: the caller passes usage (from the store's running aggregates, neve
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -135,15 +136,17 @@ def _leader_load(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> EngineLoad |
     return held[1].load if held is not None and not held[0].lost else None
 
 
+Cards = tuple[tuple[str, frozenset[int], int], ...]  # per GPU class: healthy indices, faulty count
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """What the summary needs of one node record alone: its line, and its cards per class (healthy indices, faulty
     count). Derived from the record only, so a caller may keep it for as long as it holds the same record."""
 
     line: NodeLine
-    cards: tuple[tuple[str, frozenset[int], int], ...]
-    fabrics: tuple[str, ...] = ()
-    weights: tuple[str, ...] = ()  # what it holds whole
+    cards: Cards
+    shape: Shape  # its cards, fabrics and weights held, one object for every node alike
 
 
 def node_facts(n: NodeRecord) -> NodeFacts:
@@ -156,7 +159,29 @@ def node_facts(n: NodeRecord) -> NodeFacts:
         else:
             healthy[g.gpu_class].add(g.index)
     cards = tuple((k, frozenset(v), faulty.get(k, 0)) for k, v in healthy.items())
-    return NodeFacts(_node_line(n), cards, tuple(f.name for f in n.report.fabrics), tuple(n.report.weights))
+    return NodeFacts(_node_line(n), cards, Shape.of(cards, tuple(f.name for f in n.report.fabrics),
+                                                    tuple(n.report.weights)))
+
+
+class Shape:
+    """What capacity counts of a node (cards per class, fabrics, weights held), one object for all nodes alike, so
+    that a view counts nodes per shape by identity (a tuple's hash is computed again at every look-up)."""
+
+    __slots__ = ("__weakref__", "cards", "fabrics", "weights")
+
+    def __init__(self, cards: Cards, fabrics: tuple[str, ...], weights: tuple[str, ...]) -> None:
+        self.cards, self.fabrics, self.weights = cards, fabrics, weights
+
+    @classmethod
+    def of(cls, cards: Cards, fabrics: tuple[str, ...], weights: tuple[str, ...]) -> Shape:
+        key = (cards, fabrics, weights)
+        held = _ALIKE.get(key)
+        if held is None:
+            held = _ALIKE[key] = cls(cards, fabrics, weights)
+        return held
+
+
+_ALIKE: weakref.WeakValueDictionary[tuple[object, ...], Shape] = weakref.WeakValueDictionary()  # gone with its nodes
 
 
 def _node_line(n: NodeRecord) -> NodeLine:
@@ -228,34 +253,32 @@ def _held_as(sources: dict[str, list[str]] | None, weights: list[ModelWeights]) 
     return out
 
 
-Shape = tuple[tuple[tuple[str, frozenset[int], int], ...], tuple[str, ...], tuple[str, ...], frozenset[int] | None]
-
 
 def _capacity(nodes: list[NodeRecord], of: dict[str, NodeFacts], used: dict[str, frozenset[int]],
               sources: dict[str, list[str]] | None) -> tuple[list[ClassCapacity], list[FabricCapacity]]:
     """Cards per GPU class and nodes per fabric, over the live nodes."""
     # a fleet's nodes come in few shapes (cards, fabrics, weights, cards in use): each shape is counted once
-    shapes: Counter[Shape] = Counter()
+    shapes: Counter[tuple[Shape, frozenset[int] | None]] = Counter()
     for n in nodes:
         if not n.lost:
             f = of[n.id]
-            shapes[(f.cards, f.fabrics, f.weights, used.get(n.id))] += 1
+            shapes[(f.shape, used.get(n.id))] += 1
     caps: dict[str, list[int]] = {}  # class -> [total, used, free, faulty]
     fabrics: dict[str, list[int]] = {}  # fabric -> [nodes, free whole nodes]
     held: dict[str, set[str]] = {}
-    for (cards, names, weights, mine), k in shapes.items():
-        for cls, healthy, faulty in cards:
+    for (shape, mine), k in shapes.items():
+        for cls, healthy, faulty in shape.cards:
             c = caps.setdefault(cls, [0, 0, 0, 0])
             busy = len(healthy & mine) if mine else 0
             c[0] += k * (len(healthy) + faulty)
             c[1] += k * busy
             c[2] += k * (len(healthy) - busy)
             c[3] += k * faulty
-        for name in names:
+        for name in shape.fabrics:
             fc = fabrics.setdefault(name, [0, 0])
             fc[0] += k
             fc[1] += k * (mine is None)
-            held.setdefault(name, set()).update(weights)  # what it holds; the models they are, once below
+            held.setdefault(name, set()).update(shape.weights)  # what it holds; the models they are, once below
     return (
         [ClassCapacity(gpu_class=k, total=c[0], used=c[1], free=c[2], faulty=c[3]) for k, c in sorted(caps.items())],
         [FabricCapacity(fabric=k, nodes=f[0], free_whole_nodes=f[1],
