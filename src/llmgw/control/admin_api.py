@@ -16,15 +16,14 @@ from llmgw.api.views import node_row
 from llmgw.config.server import ModelSpec
 from llmgw.control.admin_auth import guard
 from llmgw.control.dashboard import dashboard_routes
-from llmgw.control.exposition import render
 from llmgw.control.keys_api import BadRequest, js, json_body, key_routes
 from llmgw.control.limit_counters import LimitCounters
-from llmgw.control.metrics import Gauges, registry
+from llmgw.control.metrics import Gauges
 from llmgw.control.openapi import openapi
 from llmgw.control.registry import revoke_node
 from llmgw.control.router_api import RouterRoutes
-from llmgw.control.status import Status, summary_of
-from llmgw.control.summary import Summary
+from llmgw.control.scrape import Scrape
+from llmgw.control.status import NODES_SHOWN, Status, StatusJson, summary_of
 from llmgw.core.errors import PKIError, StoreError, StoreRejected
 from llmgw.pki.ca import validate_node_id
 
@@ -37,15 +36,13 @@ Health = Callable[[], dict[str, object]]
 
 
 def metrics_routes(status: Status, gauges: Gauges, health: Health) -> list[web.RouteDef]:
-    latest: list[Summary] = []
-    reg = registry(lambda: latest[-1], gauges, lambda: status.registry.replica_counts)
+    scrape = Scrape(gauges, lambda: status.registry.replica_counts)  # keeps each node's and replica's samples
 
     async def metrics(_: web.Request) -> web.Response:
         if not status.passes.done:  # before the first pass, every number would be a guess: say so, never empty
             return web.Response(status=503, text="metrics not ready: the control plane has not finished its first "
                                 "reconcile pass\n", headers={"Retry-After": "1"})
-        latest[:] = [await summary_of(status)]
-        return web.Response(body=render(reg), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=scrape.text(await summary_of(status)), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def alive(_: web.Request) -> web.Response:
         # alive (200) whatever else it says: serving outlives the store; the body says what is degraded and who leads
@@ -82,6 +79,14 @@ def limit_of(request: web.Request, default: int = 100) -> int:
     return max(1, min(int(raw), MAX_LIMIT))
 
 
+def count_of(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    """A whole-number query parameter from low to high; anything else is refused."""
+    raw = request.query.get(name, str(default))
+    if not re.fullmatch(r"[0-9]{1,10}", raw) or not low <= int(raw) <= high:
+        raise BadRequest(f"{name} must be a whole number from {low} to {high}, not {raw[:20]!r}")
+    return int(raw)
+
+
 @web.middleware
 async def bad_requests(request: web.Request, handler: Any) -> web.StreamResponse:
     """A malformed request is the client's mistake: one line in the log, a 400 that says why, nothing changed."""
@@ -106,6 +111,7 @@ class AdminRoutes:
         self.registry = status.registry
         self.credentials = status.credentials
         self.storage = status.storage
+        self.status_json = StatusJson()  # each line's JSON, kept per line
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -133,8 +139,10 @@ class AdminRoutes:
         # what the node reported, and our bookkeeping (no secret is in a node record); last seen counts its renewals
         return js({**rec.model_dump(), "last_seen": self.registry.heard(rec.id)})
 
-    async def summary(self, _: web.Request) -> web.Response:
-        return js((await summary_of(self.status)).model_dump())
+    async def summary(self, request: web.Request) -> web.Response:
+        first = count_of(request, "nodes_from", 0, 0, 10**9)
+        limit = count_of(request, "nodes_limit", NODES_SHOWN, 1, 100_000)
+        return js(self.status_json.data(await summary_of(self.status), first, limit))
 
     def weights(self, models: dict[str, ModelSpec]) -> dict[str, ModelWeights]:
         """Where the weights of `models` stand (api/model_weights.py), by model name."""

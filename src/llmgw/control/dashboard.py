@@ -7,20 +7,31 @@ elsewhere, and a Content-Security-Policy lets the page run only its own script.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from html import escape
 
 from aiohttp import web
 
 from llmgw.api.model_weights import ModelWeights, NodeWeights, node_weights_words, weights_head
 from llmgw.control.dashboard_assets import APP_JS, ICON, SHELL, STYLE
+from llmgw.control.keys_api import BadRequest
 from llmgw.control.summary import ClassCapacity, NodeLine, ReplicaLine, Summary
+from llmgw.core.conditions import ConditionType, Status
 from llmgw.core.units import mb
+from llmgw.records.state import Phase
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
            "Cache-Control": "no-store", "X-Frame-Options": "DENY"}
+
+
+PAGE = 100  # healthy nodes, and ready replicas, shown per page: the others are always shown
+IDLE_NAMED = 50  # idle replicas named on the page, at most
+# replicas shown on every page: not placed, not answering, failed (the rest are ready or on their way)
+TROUBLED = frozenset({Phase.Pending, Phase.Unresponsive, Phase.Failed})
 
 
 def e(v: object) -> str:
@@ -128,14 +139,68 @@ def _usage(s: Summary) -> str:
                             "completion tokens"], rows, "no usage recorded yet")
 
 
-def render_view(s: Summary) -> str:
-    """The page's contents: every number and word comes from the Summary, escaped."""
-    nodes = [_node(n) for n in s.nodes]
-    reps = [_replica(r) for r in s.replicas]
+@dataclass
+class Rows:
+    """Each node's and replica's row as HTML, with whether it is in trouble: made once per line (a line is kept
+    per record: NodeFacts, ReplicaLines), not at every view; lines no longer shown are forgotten."""
+
+    nodes: dict[str, tuple[NodeLine, str, bool]] = field(default_factory=dict)
+    replicas: dict[str, tuple[ReplicaLine, str, bool]] = field(default_factory=dict)
+
+    def node_rows(self, lines: list[NodeLine]) -> list[tuple[str, bool]]:
+        held, self.nodes = self.nodes, {}
+        for n in lines:
+            h = held.get(n.node)
+            self.nodes[n.node] = h if h is not None and h[0] is n else (n, _node(n), node_troubled(n))
+        return [(h[1], h[2]) for h in self.nodes.values()]
+
+    def replica_rows(self, lines: list[ReplicaLine]) -> list[tuple[str, bool]]:
+        held, self.replicas = self.replicas, {}
+        for r in lines:
+            h = held.get(r.id)
+            self.replicas[r.id] = h if h is not None and h[0] is r else (r, _replica(r), r.state in TROUBLED)
+        return [(h[1], h[2]) for h in self.replicas.values()]
+
+
+def node_troubled(n: NodeLine) -> bool:
+    """Shown on every page: not live, a condition not in its good state (True, for every node condition: faulty
+    GPUs make GPUsHealthy False) but CPUFeatures (advice: the node is usable), or words from the node (its
+    problems, engines, transfers)."""
+    return n.state != "live" or bool(n.warnings) or any(
+        c.status is not Status.TRUE and c.type is not ConditionType.CPUFeatures for c in n.conditions)
+
+
+def _paged(what: str, rest: str, rows: list[tuple[str, bool]], page: int) -> tuple[list[str], str]:
+    """Every troubled row, and one page of the rest, with a line saying how many are not shown and links to the
+    pages beside this one (the script follows them)."""
+    healthy = sum(1 for _, troubled in rows if not troubled)
+    if healthy <= PAGE:
+        return [html for html, _ in rows], ""
+    pages = -(-healthy // PAGE)
+    page = min(page, pages)
+    lo, hi, k, out = (page - 1) * PAGE, page * PAGE, 0, []
+    for html, troubled in rows:
+        if troubled or lo <= k < hi:
+            out.append(html)
+        k += not troubled
+    links = "".join(f' <a href="#" data-page="{p}">{word}</a>'
+                    for p, word in ((page - 1, "previous"), (page + 1, "next")) if 1 <= p <= pages)
+    note = (f'<p class="pager" data-what="{what}">{len(rows) - len(out)} {rest} not shown: page '
+            f'<b class="page">{page}</b> of {pages} ({PAGE} a page; every one in trouble is shown){links}</p>')
+    return out, note
+
+
+def render_view(s: Summary, page: int = 1, rows: Rows | None = None) -> str:
+    """The page's contents: every number and word comes from the Summary, escaped. Nodes and replicas in trouble
+    are all shown; the healthy rest a page at a time."""
+    rows = rows or Rows()
+    nodes, node_note = _paged("nodes", "healthy nodes", rows.node_rows(s.nodes), page)
+    reps, rep_note = _paged("replicas", "replicas ready, starting or stopping", rows.replica_rows(s.replicas), page)
     idle = ""
     if s.idle_replicas:
-        names = e(", ".join(s.idle_replicas))
-        idle = f'<p class="idle">{len(s.idle_replicas)} ready replica(s) unused lately: {names}</p>'
+        names = e(", ".join(s.idle_replicas[:IDLE_NAMED]))
+        more = f" and {len(s.idle_replicas) - IDLE_NAMED} more" if len(s.idle_replicas) > IDLE_NAMED else ""
+        idle = f'<p class="idle">{len(s.idle_replicas)} ready replica(s) unused lately: {names}{more}</p>'
     return "".join([
         f'<p class="counts">nodes: <b id="nodes-live">{s.nodes_live}</b> live of '
         f'<b id="nodes-total">{s.nodes_total}</b> · replicas: <b id="replicas-total">{len(s.replicas)}</b></p>',
@@ -143,14 +208,22 @@ def render_view(s: Summary) -> str:
         "<section><h2>Fabrics</h2>", _fabrics(s), "</section>",
         "<section><h2>Models</h2>", _models(s), "</section>",
         "<section><h2>Weights</h2>", _weights(s), "</section>",
-        "<section><h2>Replicas</h2>", idle,
+        "<section><h2>Replicas</h2>", idle, rep_note,
         _table("replicas", ["model", "replica", "phase", "nodes", "in flight", "engine load", "why"], reps,
                "no replicas"), "</section>",
-        "<section><h2>Nodes</h2>",
+        "<section><h2>Nodes</h2>", node_note,
         _table("nodes", ["node", "state", "GPUs", "memory", "disk", "engines", "fabrics", "weights", "warnings"],
                nodes, "no nodes have registered"), "</section>",
         "<section><h2>Usage</h2>", _usage(s), "</section>",
     ])
+
+
+def page_of(request: web.Request) -> int:
+    """The `page` query parameter: a whole number from 1 (1 when absent); anything else is refused."""
+    raw = request.query.get("page", "1")
+    if not re.fullmatch(r"[0-9]{1,6}", raw) or int(raw) < 1:
+        raise BadRequest(f"page must be a whole number from 1, not {raw[:20]!r}")
+    return int(raw)
 
 
 def dashboard_routes(summary: Callable[[], Awaitable[Summary]]) -> list[web.RouteDef]:
@@ -166,8 +239,11 @@ def dashboard_routes(summary: Callable[[], Awaitable[Summary]]) -> list[web.Rout
     async def icon(_: web.Request) -> web.Response:
         return web.Response(text=ICON, content_type="image/svg+xml", headers=HEADERS)
 
-    async def view(_: web.Request) -> web.Response:
-        return web.Response(text=render_view(await summary()), content_type="text/html", headers=HEADERS)
+    rows = Rows()  # each line's row, kept across views
+
+    async def view(request: web.Request) -> web.Response:
+        page = page_of(request)
+        return web.Response(text=render_view(await summary(), page, rows), content_type="text/html", headers=HEADERS)
 
     return [web.get("/admin", shell), web.get("/admin/app.js", script), web.get("/admin/style.css", style),
             web.get("/admin/icon.svg", icon),

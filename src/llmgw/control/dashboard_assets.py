@@ -16,13 +16,15 @@ SHELL = """<!doctype html>
 """
 
 # The token comes from the address's fragment (never sent to a server) or the form, and stays in this tab's
-# session storage; the view is fetched with it every few seconds and replaced whole.
+# session storage; the view is fetched with it every few seconds and replaced whole. A page link (the healthy nodes
+# and replicas come a page at a time) sets the page the next fetches ask for.
 APP_JS = r"""(function () {
   "use strict";
   var EVERY_MS = 5000;
   var status = document.getElementById("status");
   var view = document.getElementById("view");
   var form = document.getElementById("login");
+  var page = 1;
   var m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
   if (m) {
     try { sessionStorage.setItem("llmgw-token", decodeURIComponent(m[1])); } catch (e) { /* not a token: ask */ }
@@ -34,10 +36,17 @@ APP_JS = r"""(function () {
     form.hidden = true;
     refresh();
   });
+  view.addEventListener("click", function (ev) {
+    var a = ev.target.closest ? ev.target.closest("a[data-page]") : null;
+    if (!a) { return; }
+    ev.preventDefault();
+    page = parseInt(a.getAttribute("data-page"), 10) || 1;
+    refresh();
+  });
   function refresh() {
     var token = sessionStorage.getItem("llmgw-token");
     if (!token) { form.hidden = false; status.textContent = "the operator token is needed"; return; }
-    fetch("/admin/view", {headers: {"Authorization": "Bearer " + token}, cache: "no-store"})
+    fetch("/admin/view?page=" + page, {headers: {"Authorization": "Bearer " + token}, cache: "no-store"})
       .then(function (r) {
         if (r.status === 401) {
           sessionStorage.removeItem("llmgw-token");
@@ -73,7 +82,7 @@ tr.down td, tr.failed td, tr.unresponsive td { color: #b42318; }
 tr.pending td.phase, tr.starting td.phase { color: #b54708; }
 td.warnings ul { margin: 0; padding-left: 1rem; color: #b54708; } td.why { max-width: 40rem; }
 .tag { font-size: .8em; background: #fef0c7; padding: 0 .3em; border-radius: 3px; }
-p.empty { color: #6b7280; } p.idle { color: #b54708; }
+p.empty, p.pager { color: #6b7280; } p.idle { color: #b54708; }
 tr.unresolved td.head, table.weights li.failed { color: #b42318; } table.weights li.absent { color: #b54708; }
 table.weights ul { margin: 0; padding-left: 1rem; } table.weights svg.bar { width: 6rem; background: #e6e9ef; }
 """

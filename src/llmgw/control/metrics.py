@@ -19,7 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from llmgw.api.stats import BUCKETS, Histogram
-from llmgw.control.summary import Summary
+from llmgw.control.summary import NodeLine, ReplicaLine, Summary
 from llmgw.core.conditions import ConditionType, Status
 
 # The control plane's own health, beside the cluster's: name -> (help, how to read it now)
@@ -72,169 +72,201 @@ class SummaryCollector(Collector):
         self.replica_counts = replica_counts
 
     def collect(self) -> Iterator[Metric]:
-        for name, (doc, read) in sorted(self.gauges.items()):
-            g = GaugeMetricFamily(name, doc)
-            g.add_metric([], read())
-            yield g
+        yield from own_gauges(self.gauges)
         s = self.summary()
-        yield from self._cluster(s)
+        yield from cluster_families(s)
         yield from self._nodes(s)
-        yield from self._weights(s)
         yield from self._models(s)
-        yield from self._requests(s)
+        yield from requests_families(s)
         if self.replica_counts is not None:
-            yield from _replica_events(self.replica_counts())
-
-    def _cluster(self, s: Summary) -> Iterable[Metric]:
-        nodes = GaugeMetricFamily("llmgw_nodes", "Nodes known, by liveness", labels=["state"])
-        nodes.add_metric(["live"], s.nodes_live)
-        nodes.add_metric(["lost"], s.nodes_total - s.nodes_live)
-        yield nodes
-        gpus = GaugeMetricFamily(
-            "llmgw_gpus", "GPUs by class and state (faulty are neither used nor free)", labels=["gpu_class", "state"]
-        )
-        for c in s.capacity:
-            for state, v in (("used", c.used), ("free", c.free), ("faulty", c.faulty)):
-                gpus.add_metric([c.gpu_class, state], v)
-        yield gpus
-        fab = GaugeMetricFamily("llmgw_fabric_free_whole_nodes", "Whole nodes free per fabric", labels=["fabric"])
-        held = GaugeMetricFamily("llmgw_fabric_models_held", "1 for each model whose weights a live node of the "
-                                 "fabric holds", labels=["fabric", "model"])
-        for f in s.fabrics:
-            fab.add_metric([f.fabric], f.free_whole_nodes)
-            for model in f.models_held:
-                held.add_metric([f.fabric, model], 1)
-        yield fab
-        yield held
-        idle = GaugeMetricFamily("llmgw_idle_replicas", "Ready replicas nobody has used recently")
-        idle.add_metric([], len(s.idle_replicas))
-        yield idle
+            yield from replica_events(self.replica_counts())
 
     def _nodes(self, s: Summary) -> Iterable[Metric]:
-        # Ready for every node; the others only while not True (their good state): six series per node would be
-        # most of a 1,000-node scrape, and an alert asks "which nodes are not ...", which an absent series answers
-        conds = GaugeMetricFamily(
-            "llmgw_node_condition", "A node's conditions: 1 for the status and reason each has now (Ready always; "
-            "the others only while not True, so an absent series means True)",
-            labels=["node", "type", "status", "reason"],
-        )
-        # one sample per node, not per card: at 1,000 nodes of 8 cards a scrape would otherwise be mostly this
-        nvlink = GaugeMetricFamily("llmgw_gpu_nvlink_peers", "The fewest GPUs any healthy GPU of a node reaches over "
-                                   "NVLink (7 on an 8-card NVSwitch node, 1 on bridged pairs; 0 also where the node "
-                                   "could not read its topology: a flat zero across a fleet means unknown)",
-                                   labels=["node"])
-        inst = GaugeMetricFamily("llmgw_engine_install_bytes", "Bytes of an engine install downloaded so far, by "
-                                 "step", labels=["node", "engine", "version", "step"])
-        inst_total = GaugeMetricFamily("llmgw_engine_install_total_bytes", "The size of an engine install's "
-                                       "download, when known", labels=["node", "engine", "version"])
-        ready, true = ConditionType.Ready, Status.TRUE
+        fams = node_families()
         for n in s.nodes:
-            for nc in n.conditions:
-                if nc.type is ready or nc.status is not true:
-                    conds.add_metric([n.node, nc.type, nc.status, nc.reason], 1)  # str enums: their values
-            if not n.live:
-                continue
-            if n.nvlink_min is not None:
-                nvlink.add_metric([n.node], n.nvlink_min)
-            for i in n.installs:
-                inst.add_metric([n.node, i.engine, i.version, i.step], i.done_bytes)
-                if i.total_bytes is not None:
-                    inst_total.add_metric([n.node, i.engine, i.version], i.total_bytes)
-        yield from (conds, nvlink, inst, inst_total)
-
-    def _weights(self, s: Summary) -> Iterable[Metric]:
-        """Transfers live nodes report (bytes; files for a model directory), and hub sources not resolved."""
-        done = GaugeMetricFamily("llmgw_weights_fetch_bytes", "Bytes of a weights file a node has so far, by where "
-                                 "they come from (origin or the peer node) and the transfer's state",
-                                 labels=["node", "source", "via", "state"])
-        total = GaugeMetricFamily("llmgw_weights_fetch_total_bytes", "The size of a weights file being fetched, "
-                                  "when known", labels=["node", "source"])
-        files = GaugeMetricFamily("llmgw_weights_fetch_files", "Files of a model directory (a hub source) a node "
-                                  "holds whole so far, by the transfer's state", labels=["node", "source", "state"])
-        total_files = GaugeMetricFamily("llmgw_weights_fetch_total_files", "The files of a model directory being "
-                                        "fetched", labels=["node", "source"])
-        for n in s.nodes:
-            if not n.live:
-                continue
-            for fs in n.fetches:
-                done.add_metric([n.node, fs.source, fs.via, fs.state], fs.done_bytes)
-                if fs.total_bytes is not None:
-                    total.add_metric([n.node, fs.source], fs.total_bytes)
-                if fs.total_files is not None:  # a single file's transfer has no files to count
-                    files.add_metric([n.node, fs.source, fs.state], fs.done_files)
-                    total_files.add_metric([n.node, fs.source], fs.total_files)
-        unresolved = GaugeMetricFamily("llmgw_hub_model_unresolved", "1 for each catalog model whose hub source the "
-                                       "control plane has not resolved to a commit, with the reason (its words: "
-                                       "ctl models)", labels=["model", "reason"])
-        for w in s.weights:
-            if not w.resolved:
-                unresolved.add_metric([w.model, w.reason], 1)
-        yield from (done, total, files, total_files, unresolved)
+            node_samples(fams, n)
+        yield from fams
+        yield unresolved(s)
 
     def _models(self, s: Summary) -> Iterable[Metric]:
-        reps = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state", labels=["model", "state"])
-        counts: dict[tuple[str, str], int] = {}
+        yield replica_counts(s)
+        fams = replica_families()
         for r in s.replicas:
-            counts[(r.model, r.state.value)] = counts.get((r.model, r.state.value), 0) + 1
-        for (m, st), v in sorted(counts.items()):
-            reps.add_metric([m, st], v)
-        yield reps
-        phases = GaugeMetricFamily(
-            "llmgw_replica_phase", "Each replica's phase and the reason code for it (its words: ctl explain)",
-            labels=["replica", "model", "phase", "reason"],
-        )
-        running = GaugeMetricFamily("llmgw_engine_requests_running", "Requests an engine is generating now (its "
-                                    "own gauge)", labels=["model", "replica", "node"])
-        waiting = GaugeMetricFamily("llmgw_engine_requests_waiting", "Requests queued inside an engine (its own "
-                                    "gauge)", labels=["model", "replica", "node"])
-        kv = GaugeMetricFamily("llmgw_engine_kv_cache_usage_ratio", "Fraction of an engine's KV cache in use, "
-                               "where the engine says", labels=["model", "replica", "node"])
-        for r in s.replicas:
-            phases.add_metric([r.id, r.model, r.state.value, r.reason.value if r.reason else ""], 1)
-            if r.load is None:
-                continue
-            where = [r.model, r.id, r.nodes[0] if r.nodes else ""]
-            for fam, value in ((running, r.load.running), (waiting, r.load.waiting), (kv, r.load.kv_cache_usage)):
-                if value is not None:
-                    fam.add_metric(where, value)
-        yield from (phases, running, waiting, kv)
-        wanted = GaugeMetricFamily("llmgw_model_wanted_replicas", "Replicas the catalog and recent demand want "
-                                   "for a model now", labels=["model"])
-        ready = GaugeMetricFamily("llmgw_model_ready_replicas", "A model's replicas that serve", labels=["model"])
-        for line in s.models:
-            wanted.add_metric([line.model], line.wanted)
-            ready.add_metric([line.model], line.ready)
-        yield wanted
-        yield ready
+            replica_samples(fams, r)
+        yield from fams
+        yield from model_lines(s)
 
-    def _requests(self, s: Summary) -> Iterable[Metric]:
-        reqs = CounterMetricFamily("llmgw_requests", "Requests answered, per model and the status they are "
-                                   "recorded with (model \"\": refused before naming one)", labels=["model", "status"])
-        prompt = CounterMetricFamily("llmgw_prompt_tokens", "Prompt tokens, as the engines counted them",
+def own_gauges(gauges: Gauges) -> Iterable[Metric]:
+    for name, (doc, read) in sorted(gauges.items()):
+        g = GaugeMetricFamily(name, doc)
+        g.add_metric([], read())
+        yield g
+
+
+def cluster_families(s: Summary) -> Iterable[Metric]:
+    nodes = GaugeMetricFamily("llmgw_nodes", "Nodes known, by liveness", labels=["state"])
+    nodes.add_metric(["live"], s.nodes_live)
+    nodes.add_metric(["lost"], s.nodes_total - s.nodes_live)
+    yield nodes
+    gpus = GaugeMetricFamily(
+        "llmgw_gpus", "GPUs by class and state (faulty are neither used nor free)", labels=["gpu_class", "state"]
+    )
+    for c in s.capacity:
+        for state, v in (("used", c.used), ("free", c.free), ("faulty", c.faulty)):
+            gpus.add_metric([c.gpu_class, state], v)
+    yield gpus
+    fab = GaugeMetricFamily("llmgw_fabric_free_whole_nodes", "Whole nodes free per fabric", labels=["fabric"])
+    held = GaugeMetricFamily("llmgw_fabric_models_held", "1 for each model whose weights a live node of the "
+                             "fabric holds", labels=["fabric", "model"])
+    for f in s.fabrics:
+        fab.add_metric([f.fabric], f.free_whole_nodes)
+        for model in f.models_held:
+            held.add_metric([f.fabric, model], 1)
+    yield fab
+    yield held
+    idle = GaugeMetricFamily("llmgw_idle_replicas", "Ready replicas nobody has used recently")
+    idle.add_metric([], len(s.idle_replicas))
+    yield idle
+
+
+def requests_families(s: Summary) -> Iterable[Metric]:
+    reqs = CounterMetricFamily("llmgw_requests", "Requests answered, per model and the status they are "
+                               "recorded with (model \"\": refused before naming one)", labels=["model", "status"])
+    prompt = CounterMetricFamily("llmgw_prompt_tokens", "Prompt tokens, as the engines counted them",
+                                 labels=["model"])
+    completion = CounterMetricFamily("llmgw_completion_tokens", "Completion tokens, as the engines counted them",
                                      labels=["model"])
-        completion = CounterMetricFamily("llmgw_completion_tokens", "Completion tokens, as the engines counted them",
-                                         labels=["model"])
-        overruns = CounterMetricFamily("llmgw_token_overruns", "Requests an engine reported more tokens for than "
-                                       "they reserved (recorded at the reservation) or streamed past them (cut "
-                                       "there): an engine ignoring its bound", labels=["model"])
-        hists = {kind: HistogramMetricFamily(name, doc, labels=["model"]) for kind, (name, doc) in HISTOGRAMS.items()}
-        for model, ms in sorted(s.requests.models.items()):
-            for status, n in sorted(ms.requests.items()):
-                reqs.add_metric([model, status], n)
-            prompt.add_metric([model], ms.prompt_tokens)
-            completion.add_metric([model], ms.completion_tokens)
-            overruns.add_metric([model], ms.overruns)
-            for kind, fam in hists.items():
-                h: Histogram = getattr(ms, kind)
-                fam.add_metric([model], _buckets(kind, h), h.sum)
-        flying = GaugeMetricFamily("llmgw_requests_in_flight", "Requests the routers have open now, per API key "
-                                   "(its id) and model", labels=["key", "model"])
-        for f in s.requests.in_flight:
-            flying.add_metric([f.key_id, f.model], f.n)
-        yield from (reqs, prompt, completion, overruns, *hists.values(), flying)
+    overruns = CounterMetricFamily("llmgw_token_overruns", "Requests an engine reported more tokens for than "
+                                   "they reserved (recorded at the reservation) or streamed past them (cut "
+                                   "there): an engine ignoring its bound", labels=["model"])
+    hists = {kind: HistogramMetricFamily(name, doc, labels=["model"]) for kind, (name, doc) in HISTOGRAMS.items()}
+    for model, ms in sorted(s.requests.models.items()):
+        for status, n in sorted(ms.requests.items()):
+            reqs.add_metric([model, status], n)
+        prompt.add_metric([model], ms.prompt_tokens)
+        completion.add_metric([model], ms.completion_tokens)
+        overruns.add_metric([model], ms.overruns)
+        for kind, fam in hists.items():
+            h: Histogram = getattr(ms, kind)
+            fam.add_metric([model], _buckets(kind, h), h.sum)
+    flying = GaugeMetricFamily("llmgw_requests_in_flight", "Requests the routers have open now, per API key "
+                               "(its id) and model", labels=["key", "model"])
+    for f in s.requests.in_flight:
+        flying.add_metric([f.key_id, f.model], f.n)
+    yield from (reqs, prompt, completion, overruns, *hists.values(), flying)
 
 
-def _replica_events(counts: Counter[tuple[str, str, str]]) -> Iterable[Metric]:
+def node_families() -> tuple[GaugeMetricFamily, ...]:
+    """The families with one node's samples each (conditions, NVLink, installs, transfers), empty."""
+    # Ready for every node; the others only while not True (their good state): six series per node would be
+    # most of a 1,000-node scrape, and an alert asks "which nodes are not ...", which an absent series answers
+    conds = GaugeMetricFamily(
+        "llmgw_node_condition", "A node's conditions: 1 for the status and reason each has now (Ready always; "
+        "the others only while not True, so an absent series means True)",
+        labels=["node", "type", "status", "reason"],
+    )
+    # one sample per node, not per card: at 1,000 nodes of 8 cards a scrape would otherwise be mostly this
+    nvlink = GaugeMetricFamily("llmgw_gpu_nvlink_peers", "The fewest GPUs any healthy GPU of a node reaches over "
+                               "NVLink (7 on an 8-card NVSwitch node, 1 on bridged pairs; 0 also where the node "
+                               "could not read its topology: a flat zero across a fleet means unknown)",
+                               labels=["node"])
+    inst = GaugeMetricFamily("llmgw_engine_install_bytes", "Bytes of an engine install downloaded so far, by "
+                             "step", labels=["node", "engine", "version", "step"])
+    inst_total = GaugeMetricFamily("llmgw_engine_install_total_bytes", "The size of an engine install's "
+                                   "download, when known", labels=["node", "engine", "version"])
+    # transfers live nodes report (bytes; files for a model directory)
+    done = GaugeMetricFamily("llmgw_weights_fetch_bytes", "Bytes of a weights file a node has so far, by where "
+                             "they come from (origin or the peer node) and the transfer's state",
+                             labels=["node", "source", "via", "state"])
+    total = GaugeMetricFamily("llmgw_weights_fetch_total_bytes", "The size of a weights file being fetched, "
+                              "when known", labels=["node", "source"])
+    files = GaugeMetricFamily("llmgw_weights_fetch_files", "Files of a model directory (a hub source) a node "
+                              "holds whole so far, by the transfer's state", labels=["node", "source", "state"])
+    total_files = GaugeMetricFamily("llmgw_weights_fetch_total_files", "The files of a model directory being "
+                                    "fetched", labels=["node", "source"])
+    return conds, nvlink, inst, inst_total, done, total, files, total_files
+
+
+def node_samples(fams: tuple[GaugeMetricFamily, ...], n: NodeLine) -> None:
+    """One node's samples, added to node_families()."""
+    conds, nvlink, inst, inst_total, done, total, files, total_files = fams
+    ready, true = ConditionType.Ready, Status.TRUE
+    for nc in n.conditions:
+        if nc.type is ready or nc.status is not true:
+            conds.add_metric([n.node, nc.type, nc.status, nc.reason], 1)  # str enums: their values
+    if not n.live:
+        return
+    if n.nvlink_min is not None:
+        nvlink.add_metric([n.node], n.nvlink_min)
+    for i in n.installs:
+        inst.add_metric([n.node, i.engine, i.version, i.step], i.done_bytes)
+        if i.total_bytes is not None:
+            inst_total.add_metric([n.node, i.engine, i.version], i.total_bytes)
+    for fs in n.fetches:
+        done.add_metric([n.node, fs.source, fs.via, fs.state], fs.done_bytes)
+        if fs.total_bytes is not None:
+            total.add_metric([n.node, fs.source], fs.total_bytes)
+        if fs.total_files is not None:  # a single file's transfer has no files to count
+            files.add_metric([n.node, fs.source, fs.state], fs.done_files)
+            total_files.add_metric([n.node, fs.source], fs.total_files)
+
+
+def unresolved(s: Summary) -> Metric:
+    fam = GaugeMetricFamily("llmgw_hub_model_unresolved", "1 for each catalog model whose hub source the control "
+                            "plane has not resolved to a commit, with the reason (its words: ctl models)",
+                            labels=["model", "reason"])
+    for w in s.weights:
+        if not w.resolved:
+            fam.add_metric([w.model, w.reason], 1)
+    return fam
+
+
+def replica_counts(s: Summary) -> Metric:
+    reps = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state", labels=["model", "state"])
+    counts = Counter((r.model, r.state) for r in s.replicas)  # the phase's value read once per pair, not per replica
+    for (m, st), v in sorted(counts.items()):
+        reps.add_metric([m, st.value], v)
+    return reps
+
+
+def replica_families() -> tuple[GaugeMetricFamily, ...]:
+    """The families with one replica's samples each (its phase, its engine's gauges), empty."""
+    phases = GaugeMetricFamily(
+        "llmgw_replica_phase", "Each replica's phase and the reason code for it (its words: ctl explain)",
+        labels=["replica", "model", "phase", "reason"],
+    )
+    running = GaugeMetricFamily("llmgw_engine_requests_running", "Requests an engine is generating now (its "
+                                "own gauge)", labels=["model", "replica", "node"])
+    waiting = GaugeMetricFamily("llmgw_engine_requests_waiting", "Requests queued inside an engine (its own "
+                                "gauge)", labels=["model", "replica", "node"])
+    kv = GaugeMetricFamily("llmgw_engine_kv_cache_usage_ratio", "Fraction of an engine's KV cache in use, "
+                           "where the engine says", labels=["model", "replica", "node"])
+    return phases, running, waiting, kv
+
+
+def replica_samples(fams: tuple[GaugeMetricFamily, ...], r: ReplicaLine) -> None:
+    """One replica's samples, added to replica_families()."""
+    phases, running, waiting, kv = fams
+    phases.add_metric([r.id, r.model, r.state.value, r.reason.value if r.reason else ""], 1)
+    if r.load is None:
+        return
+    where = [r.model, r.id, r.nodes[0] if r.nodes else ""]
+    for fam, value in ((running, r.load.running), (waiting, r.load.waiting), (kv, r.load.kv_cache_usage)):
+        if value is not None:
+            fam.add_metric(where, value)
+
+
+def model_lines(s: Summary) -> Iterable[Metric]:
+    wanted = GaugeMetricFamily("llmgw_model_wanted_replicas", "Replicas the catalog and recent demand want "
+                               "for a model now", labels=["model"])
+    ready = GaugeMetricFamily("llmgw_model_ready_replicas", "A model's replicas that serve", labels=["model"])
+    for line in s.models:
+        wanted.add_metric([line.model], line.wanted)
+        ready.add_metric([line.model], line.ready)
+    return wanted, ready
+
+
+def replica_events(counts: Counter[tuple[str, str, str]]) -> Iterable[Metric]:
     loads = CounterMetricFamily("llmgw_model_loads", "Replicas started because a request asked for an on-demand "
                                 "model", labels=["model"])
     evictions = CounterMetricFamily("llmgw_evictions", "Idle replicas stopped to make room for another model",

@@ -121,8 +121,12 @@ def _cluster_paths() -> dict[str, Any]:
             "each (nodes filtered per reason with each node's words, per-fabric shortfalls, the chosen nodes and "
             "their scores)", _json(_ref("ModelExplanation"), "the explanation, as data"),
             params=[_path_param("model")])},
-        "/api/status": {"get": _op("Capacity, fabrics, every node's conditions, every replica's phase and reason, "
-                                   "usage", _json(_ref("Summary"), "the cluster now"))},
+        "/api/status": {"get": _op("Capacity, fabrics, the nodes a page at a time (nodes_from, nodes_not_shown in "
+                                   "the answer), every replica's phase and reason, usage",
+                                   _json(_ref("Summary"), "the cluster now"),
+                                   params=[_query("nodes_from", {"type": "integer", "minimum": 0}),
+                                           _query("nodes_limit", {"type": "integer", "minimum": 1,
+                                                                  "maximum": 100_000})])},
         "/api/nodes": {"get": _op("One row per node: hardware, engines, conditions, warnings in the node's words",
                                   _json({"type": "array", "items": _ref("NodeRow")}, "every node"))},
         "/api/nodes/{id}": {"get": _op("What a node reported, and the control plane's bookkeeping of it",

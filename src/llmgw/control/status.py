@@ -4,7 +4,8 @@ in memory, with no store read (key names aside, read once after keys change)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity import Activity
@@ -12,7 +13,7 @@ from llmgw.control.credentials import Credentials
 from llmgw.control.passes import Passes
 from llmgw.control.registry import Registry
 from llmgw.control.storage import Storage
-from llmgw.control.summary import DAY, Demand, Summary, summarize
+from llmgw.control.summary import DAY, Demand, NodeLine, ReplicaLine, ReplicaLines, Summary, summarize
 from llmgw.control.usage_totals import UsageTotals
 from llmgw.core.errors import StoreError
 from llmgw.wire.hub import HubState
@@ -36,6 +37,7 @@ class Status:
     usage: UsageTotals
     passes: Passes
     hub: HubStates = no_hub  # model name -> its hub source's state (the owner resolving hub sources keeps it)
+    replica_lines: ReplicaLines = field(default_factory=ReplicaLines)  # each replica's line, kept per record
 
 
 async def summary_of(s: Status) -> Summary:
@@ -62,6 +64,7 @@ async def summary_of(s: Status) -> Summary:
         requests=act.request_stats(),
         facts=reg.node_facts,
         hub=s.hub(),
+        replica_lines=s.replica_lines,
     )
 
 
@@ -70,3 +73,32 @@ def sources_of(models: dict[str, ModelSpec]) -> dict[str, list[str]]:
     for name, m in sorted(models.items()):
         out.setdefault(m.source, []).append(name)
     return out
+
+
+NODES_SHOWN = 1000  # /api/status's nodes by default: a page; the totals and every replica are always there
+
+
+class StatusJson:
+    """The Summary as /api/status answers it, each node's and replica's line made JSON-ready once per line (a line
+    is kept per record) rather than at every request; nodes a page at a time."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[NodeLine, dict[str, Any]]] = {}
+        self.replicas: dict[str, tuple[ReplicaLine, dict[str, Any]]] = {}
+
+    def data(self, s: Summary, nodes_from: int = 0, nodes_limit: int = NODES_SHOWN) -> dict[str, Any]:
+        out = s.model_dump(exclude={"nodes", "replicas"})
+        shown = s.nodes[nodes_from:nodes_from + nodes_limit]
+        held, self.nodes = self.nodes, {}
+        for n in shown:
+            h = held.get(n.node)
+            self.nodes[n.node] = h if h is not None and h[0] is n else (n, n.model_dump())
+        held_r, self.replicas = self.replicas, {}
+        for r in s.replicas:
+            hr = held_r.get(r.id)
+            self.replicas[r.id] = hr if hr is not None and hr[0] is r else (r, r.model_dump())
+        out["nodes"] = [self.nodes[n.node][1] for n in shown]
+        out["replicas"] = [self.replicas[r.id][1] for r in s.replicas]
+        out["nodes_from"] = nodes_from
+        out["nodes_not_shown"] = len(s.nodes) - len(shown)
+        return out

@@ -6,6 +6,8 @@ or the clock: the caller passes usage (from the store's running aggregates, neve
 
 from __future__ import annotations
 
+import weakref
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -105,6 +107,9 @@ class Summary(BaseModel):
     idle_replicas: list[str]
     usage: list[UsageLine]
     requests: RouterStats = RouterStats()  # what the routers measured, per model (counts and histograms)
+    # /api/status gives the node lines a page at a time: where this page starts (name order), how many it leaves out
+    nodes_from: int = 0
+    nodes_not_shown: int = 0
 
 
 @dataclass
@@ -131,13 +136,17 @@ def _leader_load(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> EngineLoad |
     return held[1].load if held is not None and not held[0].lost else None
 
 
+Cards = tuple[tuple[str, frozenset[int], int], ...]  # per GPU class: healthy indices, faulty count
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """What the summary needs of one node record alone: its line, and its cards per class (healthy indices, faulty
     count). Derived from the record only, so a caller may keep it for as long as it holds the same record."""
 
     line: NodeLine
-    cards: tuple[tuple[str, frozenset[int], int], ...]
+    cards: Cards
+    shape: Shape  # its cards, fabrics and weights held, one object for every node alike
 
 
 def node_facts(n: NodeRecord) -> NodeFacts:
@@ -150,7 +159,29 @@ def node_facts(n: NodeRecord) -> NodeFacts:
         else:
             healthy[g.gpu_class].add(g.index)
     cards = tuple((k, frozenset(v), faulty.get(k, 0)) for k, v in healthy.items())
-    return NodeFacts(_node_line(n), cards)
+    return NodeFacts(_node_line(n), cards, Shape.of(cards, tuple(f.name for f in n.report.fabrics),
+                                                    tuple(n.report.weights)))
+
+
+class Shape:
+    """What capacity counts of a node (cards per class, fabrics, weights held), one object for all nodes alike, so
+    that a view counts nodes per shape by identity (a tuple's hash is computed again at every look-up)."""
+
+    __slots__ = ("__weakref__", "cards", "fabrics", "weights")
+
+    def __init__(self, cards: Cards, fabrics: tuple[str, ...], weights: tuple[str, ...]) -> None:
+        self.cards, self.fabrics, self.weights = cards, fabrics, weights
+
+    @classmethod
+    def of(cls, cards: Cards, fabrics: tuple[str, ...], weights: tuple[str, ...]) -> Shape:
+        key = (cards, fabrics, weights)
+        held = _ALIKE.get(key)
+        if held is None:
+            held = _ALIKE[key] = cls(cards, fabrics, weights)
+        return held
+
+
+_ALIKE: weakref.WeakValueDictionary[tuple[object, ...], Shape] = weakref.WeakValueDictionary()  # gone with its nodes
 
 
 def _node_line(n: NodeRecord) -> NodeLine:
@@ -186,12 +217,14 @@ def summarize(
     requests: RouterStats | None = None,
     facts: Callable[[NodeRecord], NodeFacts] = node_facts,  # the plane passes its memo (one per record)
     hub: Mapping[str, HubState] | None = None,  # model -> what the control plane knows of its hub source
+    replica_lines: ReplicaLines | None = None,  # the plane passes its memo (one line per record and moment)
 ) -> Summary:
     demand = demand or Demand()
     weights = model_weights(models or {}, nodes, replicas, hub or {})
     of = {n.id: facts(n) for n in nodes}
-    capacity, fabrics = _capacity(nodes, of, _gpus_in_use(replicas), _held_as(sources, weights))
-    lines, idle = _replica_lines(replicas, nodes, last_used, now, idle_after, demand)
+    lines, idle, used = (replica_lines or ReplicaLines()).lines(replicas, {n.id: n for n in nodes}, last_used, now,
+                                                                idle_after, demand)
+    capacity, fabrics = _capacity(nodes, of, used, _held_as(sources, weights))
     return Summary(
         at=now,
         nodes_total=len(nodes),
@@ -220,84 +253,108 @@ def _held_as(sources: dict[str, list[str]] | None, weights: list[ModelWeights]) 
     return out
 
 
-def _gpus_in_use(replicas: list[ReplicaRecord]) -> dict[str, set[int]]:
-    """Node id -> the GPU indices some replica holds there."""
-    used: dict[str, set[int]] = {}
-    for r in replicas:
-        if r.released:
-            continue  # failed and its shards gone: on view, holding nothing
-        for a in r.assignments:
-            used.setdefault(a.node_id, set()).update(a.gpus)
-    return used
 
-
-def _capacity(nodes: list[NodeRecord], of: dict[str, NodeFacts], used: dict[str, set[int]],
+def _capacity(nodes: list[NodeRecord], of: dict[str, NodeFacts], used: dict[str, frozenset[int]],
               sources: dict[str, list[str]] | None) -> tuple[list[ClassCapacity], list[FabricCapacity]]:
     """Cards per GPU class and nodes per fabric, over the live nodes."""
-    # counted in plain integers, made into records once: at 10,000 cards a model's attribute writes add up
+    # a fleet's nodes come in few shapes (cards, fabrics, weights, cards in use): each shape is counted once
+    shapes: Counter[tuple[Shape, frozenset[int] | None]] = Counter()
+    for n in nodes:
+        if not n.lost:
+            f = of[n.id]
+            shapes[(f.shape, used.get(n.id))] += 1
     caps: dict[str, list[int]] = {}  # class -> [total, used, free, faulty]
     fabrics: dict[str, list[int]] = {}  # fabric -> [nodes, free whole nodes]
     held: dict[str, set[str]] = {}
-    none: set[int] = set()
-    for n in nodes:
-        if n.lost:
-            continue
-        mine = used.get(n.id, none)
-        for cls, healthy, faulty in of[n.id].cards:
-            c = caps.get(cls)
-            if c is None:
-                c = caps[cls] = [0, 0, 0, 0]
+    for (shape, mine), k in shapes.items():
+        for cls, healthy, faulty in shape.cards:
+            c = caps.setdefault(cls, [0, 0, 0, 0])
             busy = len(healthy & mine) if mine else 0
-            c[0] += len(healthy) + faulty
-            c[1] += busy
-            c[2] += len(healthy) - busy
-            c[3] += faulty
-        for f in n.report.fabrics:
-            fc = fabrics.get(f.name)
-            if fc is None:
-                fc = fabrics[f.name] = [0, 0]
-                held[f.name] = set()
-            fc[0] += 1
-            if n.id not in used:
-                fc[1] += 1
-            if sources and n.report.weights:
-                held[f.name].update(m for w in n.report.weights for m in sources.get(w, ()))
+            c[0] += k * (len(healthy) + faulty)
+            c[1] += k * busy
+            c[2] += k * (len(healthy) - busy)
+            c[3] += k * faulty
+        for name in shape.fabrics:
+            fc = fabrics.setdefault(name, [0, 0])
+            fc[0] += k
+            fc[1] += k * (mine is None)
+            held.setdefault(name, set()).update(shape.weights)  # what it holds; the models they are, once below
     return (
         [ClassCapacity(gpu_class=k, total=c[0], used=c[1], free=c[2], faulty=c[3]) for k, c in sorted(caps.items())],
-        [FabricCapacity(fabric=k, nodes=f[0], free_whole_nodes=f[1], models_held=sorted(held[k]))
+        [FabricCapacity(fabric=k, nodes=f[0], free_whole_nodes=f[1],
+                        models_held=sorted({m for w in held[k] for m in (sources or {}).get(w, ())}))
          for k, f in sorted(fabrics.items())],
     )
 
 
-def _replica_lines(replicas: list[ReplicaRecord], nodes: list[NodeRecord], last_used: dict[str, float], now: float,
-                   idle_after: float, demand: Demand) -> tuple[list[ReplicaLine], list[str]]:
-    """One line per replica, by model then id, and the ids of the ready replicas idle for idle_after or more."""
-    by_id = {n.id: n for n in nodes}
-    lines = []
-    idle = []
-    for r in sorted(replicas, key=lambda r: (r.model, r.id)):
-        cond = phase_condition(r)
-        last = last_used.get(r.id)
-        idle_s = now - last if last is not None else None
-        if r.ready and (idle_s is None or idle_s >= idle_after):
-            idle.append(r.id)
-        lines.append(
-            ReplicaLine.model_construct(  # from validated records: no second validation
-                id=r.id,
-                model=r.model,
-                state=replica_phase(r),
-                nodes=r.node_ids(),
-                endpoint=r.endpoint,
-                reason=cond.reason if cond else None,
-                message=cond.message if cond else "",
-                idle_s=idle_s,
-                conditions=r.conditions,
-                placement=explanation_lines(r.explanation)[1:] if r.explanation and not r.placed else [],
-                load=_leader_load(r, by_id),
-                in_flight=demand.in_flight.get(r.id, 0),
-            )
-        )
-    return lines, idle
+@dataclass(frozen=True)
+class _Held:
+    """What a replica record says that every view asks (derived once per record), and its line of the moment."""
+
+    record: ReplicaRecord
+    ready: bool
+    lead_id: str | None
+    holds: tuple[tuple[str, tuple[int, ...]], ...]  # node id -> GPU indices; none once released
+    lead: NodeRecord | None = None
+    idle_s: float | None = None
+    flying: int = 0
+    line: ReplicaLine | None = None  # None: not made yet
+
+
+class ReplicaLines:
+    """Each replica's line, kept while its record, its leading node's record, its idle time and its requests in
+    flight are the same: thousands of lines are otherwise built again at every page view and scrape."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, _Held] = {}
+
+    def lines(self, replicas: list[ReplicaRecord], by_id: dict[str, NodeRecord], last_used: dict[str, float],
+              now: float, idle_after: float, demand: Demand
+              ) -> tuple[list[ReplicaLine], list[str], dict[str, frozenset[int]]]:
+        """One line per replica, by model then id; the ids of the ready replicas idle for idle_after or more; the
+        GPUs replicas hold per node. Replicas no longer asked for are forgotten."""
+        held, self._held = self._held, {}
+        out, idle = [], []
+        used: dict[str, set[int]] = {}
+        for r in sorted(replicas, key=lambda r: (r.model, r.id)):
+            h = held.get(r.id)
+            if h is None or h.record is not r:
+                lead_id = next((a.node_id for a in r.assignments if a.rank == 0), None)
+                holds = () if r.released else tuple((a.node_id, tuple(a.gpus)) for a in r.assignments)
+                h = _Held(r, r.ready, lead_id, holds)
+            last = last_used.get(r.id)
+            idle_s = now - last if last is not None else None
+            if h.ready and (idle_s is None or idle_s >= idle_after):
+                idle.append(r.id)
+            flying = demand.in_flight.get(r.id, 0)
+            lead = by_id.get(h.lead_id) if h.lead_id is not None else None
+            line = h.line
+            if line is None or h.lead is not lead or h.idle_s != idle_s or h.flying != flying:
+                line = _replica_line(r, by_id, idle_s, flying)
+                h = _Held(r, h.ready, h.lead_id, h.holds, lead, idle_s, flying, line)
+            self._held[r.id] = h
+            out.append(line)
+            for node_id, gpus in h.holds:
+                used.setdefault(node_id, set()).update(gpus)
+        return out, idle, {k: frozenset(v) for k, v in used.items()}
+
+
+def _replica_line(r: ReplicaRecord, by_id: dict[str, NodeRecord], idle_s: float | None, flying: int) -> ReplicaLine:
+    cond = phase_condition(r)
+    return ReplicaLine.model_construct(  # from validated records: no second validation
+        id=r.id,
+        model=r.model,
+        state=replica_phase(r),
+        nodes=r.node_ids(),
+        endpoint=r.endpoint,
+        reason=cond.reason if cond else None,
+        message=cond.message if cond else "",
+        idle_s=idle_s,
+        conditions=r.conditions,
+        placement=explanation_lines(r.explanation)[1:] if r.explanation and not r.placed else [],
+        load=_leader_load(r, by_id),
+        in_flight=flying,
+    )
 
 
 def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand: Demand, now: float,
