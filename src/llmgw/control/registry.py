@@ -147,9 +147,8 @@ class Registry:
         now = self.clock.now()
         self.resumed_at = now
         for n in nodes:
-            if n.id not in self.nodes:
+            if n.id not in self.nodes:  # silence counts from resumed_at: when each known node was heard stays true
                 self.nodes[n.id] = n.model_copy(update={"last_seen": now})
-            self.seen[n.id] = max(self.seen.get(n.id, now), now)
         self.replicas_from_store(replicas)
         self.kick.set()
 
