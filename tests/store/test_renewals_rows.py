@@ -43,3 +43,17 @@ def test_a_time_read_back_is_never_before_the_hearing_and_within_a_millisecond(a
     t = at - ago
     back = renewals_read(at, renewals_body(at, {"n": t}))
     assert back is not None and t <= back["n"] < t + 0.001 + 1e-6
+
+
+def test_a_row_with_hearings_after_it_was_written_or_out_of_range_is_skipped(opener: Callable[[], SqlStore]) -> None:
+    """A broken or hostile row (another release, a bug) neither keeps a node alive past its row's time (a negative
+    age: heard an hour from now) nor stops the others' rows being read (an age no float holds)."""
+    s = opener()
+    s.put_renewals("a", 100.0, {"n1": 99.0})
+    s.put_renewals("b", 100.0, {"n2": 99.0})
+    s.put_renewals("c", 100.0, {"n3": 99.0})
+    s._exec("UPDATE renewals SET heard = ? WHERE server = ?", ('{"n2": -3600000}', "b"))
+    s._exec("UPDATE renewals SET heard = ? WHERE server = ?", ('{"n3": 1' + "0" * 400 + "}", "c"))
+    rows = {server: heard for server, _, heard in s.renewals(0.0)}
+    assert rows.keys() == {"a"}
+    assert all(t <= 100.0 for heard in rows.values() for t in heard.values())

@@ -20,8 +20,8 @@ from llmgw.control.storage import Storage
 from llmgw.control.weights import Leaders, plans_for, prune
 from llmgw.core.buckets import Buckets
 from llmgw.records.state import NodeRecord, ReplicaRecord
-from llmgw.wire.lease import Lease, LeaseAnswer, report_digest
-from llmgw.wire.messages import DesiredState, NodeReport
+from llmgw.wire.lease import Lease, LeaseAnswer, ShardLoad, report_digest
+from llmgw.wire.messages import DesiredState, NodeReport, ShardState
 
 NODE_EVENT_BURST = 30.0
 NODE_EVENT_EVERY = 10.0
@@ -35,6 +35,18 @@ def own_states(report: NodeReport, replicas: dict[str, ReplicaRecord]) -> list[t
         r = replicas.get(s.replica_id)
         if r is not None and any(a.node_id == report.node_id and a.rank == s.rank for a in r.assignments):
             out.append((s.replica_id, s.rank, s.state))
+    return out
+
+
+def led_here(node_id: str, shards: list[ShardState] | list[ShardLoad],
+             replicas: dict[str, ReplicaRecord]) -> list[ShardState | ShardLoad]:
+    """The shards among these that lead a replica on this node: a node's gauges steer routing for its own replicas
+    only, never for one another node leads (or led, before it moved)."""
+    out: list[ShardState | ShardLoad] = []
+    for s in shards:
+        r = replicas.get(s.replica_id)
+        if r is not None and s.rank == 0 and any(a.node_id == node_id and a.rank == 0 for a in r.assignments):
+            out.append(s)
     return out
 
 
@@ -70,7 +82,7 @@ class Heartbeats:
         rec, events = merge_report(old, report, reg.models, now)
         rec = rec.model_copy(update={"cert_serial": serial, "cert_not_after": not_after})
         reg.node_reported(rec, changed=self._changed(old, rec))
-        self._activity.loads_reported(report.shards, reg.replicas)
+        self._activity.loads_reported(led_here(report.node_id, report.shards, reg.replicas), reg.replicas)
         self._node_events(rec.id, events)
         self._hub.revision_gone(report)
         held = self._desired(rec.id)
@@ -111,7 +123,7 @@ class Heartbeats:
         if why:
             return Renewal(why=why)
         reg.renewed(node, self.clock.now())
-        self._activity.loads_reported(lease.loads, reg.replicas)
+        self._activity.loads_reported(led_here(node, lease.loads, reg.replicas), reg.replicas)
         held = self._desired(node)
         if held.etag == lease.etag:
             return Renewal(answer=self.leases.unchanged(lease.version))

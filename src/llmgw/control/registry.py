@@ -147,9 +147,8 @@ class Registry:
         now = self.clock.now()
         self.resumed_at = now
         for n in nodes:
-            if n.id not in self.nodes:
+            if n.id not in self.nodes:  # silence counts from resumed_at: when each known node was heard stays true
                 self.nodes[n.id] = n.model_copy(update={"last_seen": now})
-            self.seen[n.id] = max(self.seen.get(n.id, now), now)
         self.replicas_from_store(replicas)
         self.kick.set()
 
@@ -165,6 +164,10 @@ class Registry:
             self._dirty.discard(n.id)
             self.nodes_version += 1
             self.renewed_elsewhere(n.id, n.last_seen)
+        elif n.lost and not n.revoked and not mine.lost:
+            # lost by a leader that had not heard what this server heard since: an unchanged report wrote no record
+            # here, so write this one (later, not lost) for the leader to take, or the node stays lost there for good
+            self._dirty.add(n.id)
 
     def renewed(self, node_id: str, at: float) -> None:
         """A node renewed its lease here: alive at `at`, its report as this server last took it."""

@@ -150,6 +150,7 @@ class Lease(BaseModel):
     expires_at: float
 
 
+MAX_AGE_MS = 2**53  # the largest age a row may say: every whole number of milliseconds up to it is a float
 Renewals = tuple[str, float, dict[str, float]]  # (server, when it wrote, node id -> when it heard the node)
 
 
@@ -174,7 +175,10 @@ def renewals_read(at: float, body: str) -> dict[str, float] | None:
         ages = json.loads(body)
     except ValueError:
         return None
-    if not isinstance(ages, dict) or not all(isinstance(a, int) and not isinstance(a, bool) for a in ages.values()):
+    # an age is never negative (a hearing after the row was written would keep a node alive past it) and fits a
+    # float exactly: a row that breaks either is another release's or broken, and none of it is believed
+    if not isinstance(ages, dict) or not all(isinstance(a, int) and not isinstance(a, bool) and 0 <= a <= MAX_AGE_MS
+                                             for a in ages.values()):
         return None
     return {str(n): at - a / 1000 for n, a in ages.items()}
 

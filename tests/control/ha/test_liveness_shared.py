@@ -198,3 +198,41 @@ async def test_a_node_renewing_with_a_follower_whose_clock_is_behind_is_not_lost
         f"{ca.now() - a.registry.heard('n1'):.0f}s ago")
     for p in (a, b):
         p.store.close()
+
+
+async def test_a_node_lost_at_the_leader_as_it_came_back_to_a_follower_is_not_lost_for_good(two: Two) -> None:
+    """n1 falls silent long enough for the leader to declare it lost, and reports to the follower (unchanged, so no
+    record is written for it) before the follower reads the loss. The follower heard it after the leader's record
+    says, so it keeps its own record; that record must reach the leader, or n1 renews with the follower for ever
+    while the leader holds it lost."""
+    a, b, clock = two
+    await run(a, b, clock, 10)
+    for _ in range(int(3 * LOST_AFTER)):
+        clock.advance(1)
+        for p, ids in ((a, AT_A), (b, ("n5",))):
+            for n in ids:
+                p.registry.renewed(n, clock.now())
+        await passes(a)
+        if a.registry.nodes["n1"].lost:
+            break
+        await passes(b)
+    assert a.registry.nodes["n1"].lost
+    b.heartbeats.heartbeat(node("n1").report)  # back, before b read the loss
+    await run(a, b, clock, int(2 * LOST_AFTER))
+    assert not b.registry.nodes["n1"].lost
+    assert not a.registry.nodes["n1"].lost, "n1 renews with the follower, yet the leader holds it lost for good"
+
+
+async def test_a_takeover_does_not_say_a_node_long_lost_was_heard_at_the_takeover(two: Two) -> None:
+    """The new leader counts silence from its takeover (resumed_at), but when each node was last heard, as views
+    show it and lost records say it, stays what it was: a node lost long ago does not look heard just now."""
+    a, b, clock = two
+    await run(a, b, clock, 10)
+    while not a.registry.nodes["n1"].lost:
+        await run(a, b, clock, 1, at_b=("n5",))
+    last = a.registry.heard("n1")
+    clock.advance(LEASE + 1)
+    await b.following.hold_lease()
+    assert b.leadership.leading
+    assert b.registry.heard("n1") <= last + 1, (
+        f"n1, lost since {clock.now() - last:.0f}s, is shown heard {clock.now() - b.registry.heard('n1'):.0f}s ago")
