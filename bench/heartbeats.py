@@ -45,7 +45,7 @@ def pct(xs: list[float], q: float) -> float | None:
 def start_generators(args: argparse.Namespace, urls: list[str], pki: Path,
                      leases: bool) -> tuple[Plan, list[Connection], list[Any]]:
     """The generator processes, each with its nodes built, all told one start time a second from now."""
-    plan = Plan(str(pki), urls, args.interval, args.seconds, 0.0, leases, args.changes, args.loop)
+    plan = Plan(str(pki), urls, args.interval, args.seconds, 0.0, leases, args.changes, args.loop, args.warmup)
     conns, procs = [], []
     for g in range(args.generators):
         here, there = mp.Pipe()
@@ -108,7 +108,7 @@ def run_once(args: argparse.Namespace, leases: bool, src: str | None) -> dict[st
 
 def summarise(args: argparse.Namespace, t: Tally, cpu: float, rss: list[int], leases: bool,
               src: str | None) -> dict[str, Any]:
-    warm = WARMUP_INTERVALS * args.interval
+    warm = args.warmup * args.interval
     kept = [(x, f) for x, w, f in zip(t.lat, t.when, t.full, strict=True) if warm <= w < warm + args.seconds]
     lat = [x for x, _ in kept]
     fulls = sum(f for _, f in kept)
@@ -259,6 +259,9 @@ def main() -> None:
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     ap.add_argument("--generators", type=int, default=1, help="load-generating processes")
+    ap.add_argument("--warmup", type=int, default=WARMUP_INTERVALS,
+                    help="intervals before the measured window (every node connected and registered; the per-window "
+                         "figures include them)")
     ap.add_argument("--changes", type=float, default=0.01, help="share of heartbeats that carry a changed report")
     ap.add_argument("--no-leases", action="store_true", help="the nodes send full reports only")
     ap.add_argument("--server-src", help="run the servers from this src directory (PYTHONPATH)")
