@@ -1,15 +1,16 @@
-"""What a server writes of the nodes it heard (control/liveness.py): a row when it heard anyone since its last, the
-nodes heard within the window only; the others' rows taken in once each."""
+"""What a server writes of the nodes it heard (control/liveness.py): a row every pass, the nodes heard within the
+window only; the others' rows taken in once each; a leader that writes no row is of an older release."""
 
 from __future__ import annotations
 
 from llmgw.control.liveness import Liveness
 
 
-def test_a_row_is_written_when_a_node_was_heard_since_the_last_and_holds_the_window_only() -> None:
+def test_a_row_is_written_every_pass_and_holds_the_window_only() -> None:
     live = Liveness(window=3.0)
     assert live.row({"n1": 100.0, "n2": 90.0}, 101.0) == {"n1": 100.0}
-    assert live.row({"n1": 100.0, "n2": 90.0}, 102.0) is None  # nobody heard since
+    assert live.row({"n1": 100.0, "n2": 90.0}, 102.0) == {"n1": 100.0}  # nobody heard since: written all the same
+    assert live.row({"n1": 100.0}, 104.0) == {}  # nobody within the window: an empty row says this server is new
     assert live.row({"n1": 102.5, "n2": 90.0}, 103.0) == {"n1": 102.5}
 
 
@@ -25,3 +26,11 @@ def test_the_others_rows_are_taken_once_each_and_this_servers_own_never() -> Non
     assert live.taken(rows, "a", 100.5) == [("n2", 99.5)]
     assert live.taken(rows, "a", 101.5) == []  # the same rows read again
     assert live.taken([("b", 101.0, {"n2": 100.5})], "a", 102.0) == [("n2", 100.5)]
+
+
+def test_a_leader_with_no_fresh_row_is_older_but_never_this_server_nor_no_one() -> None:
+    rows = [("a", 100.0, {}), ("b", 80.0, {"n2": 79.0})]
+    for leader, older in (("a", False), ("b", True), ("c", True), ("me", False), ("", False)):
+        live = Liveness(window=3.0)
+        assert not live.older_leader(rows, leader, "me", 98.0)  # just seen leading: its first row may be on its way
+        assert live.older_leader(rows, leader, "me", 101.0) == older, leader  # b's last row is too old; c has none

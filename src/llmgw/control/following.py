@@ -15,7 +15,7 @@ from llmgw.control.sharing import Sharing
 from llmgw.control.storage import Storage
 from llmgw.control.summary import DAY
 from llmgw.core.errors import StoreError
-from llmgw.store.base import Lease
+from llmgw.store.base import Lease, Renewals
 
 BUDGETS_REREAD_S = 10.0  # on a shared store, what keys spent is read again this often (others' usage, as recorded)
 ACTIVITY_SLACK_S = 10.0  # others' activity is read from this long before the last read (their clocks, their commits)
@@ -38,6 +38,8 @@ class Following:
         self._budgets_read_at = 0.0  # monotonic time keys' spending was last read from the store (shared stores)
         self._liveness = liveness  # when nodes were heard, shared with the others (control/liveness.py)
         self._renewals = NewestRow(lambda at, row: storage.store.put_renewals(leadership.holder, at, row))
+        # the newest hearing written as a node record for a leader of an older release (None: the leader is new)
+        self._for_older: float | None = None
 
     @property
     def leading(self) -> bool:
@@ -106,7 +108,7 @@ class Following:
         node renewing only through another server is as alive here as there (control/liveness.py)."""
         store, now, live, me = self._storage.store, self.clock.now(), self._liveness, self.leadership.holder
         row = live.row(self._registry.heard_here, now)
-        if row is not None and self._renewals.offer(now, row):
+        if self._renewals.offer(now, row):
             try:
                 self._storage.writer.submit(self._renewals.write)
             except BaseException:  # written in this thread (InlineWriter) and failed: the next pass writes again
@@ -115,6 +117,25 @@ class Following:
         rows = await self._storage.read(store.renewals, live.since(now))
         for node, at in live.taken(rows, me, now):
             self._registry.renewed_elsewhere(node, at)
+        self._records_for_older_leader(rows, now)
+
+    def _records_for_older_leader(self, rows: list[Renewals], now: float) -> None:
+        """A leader of a release before renewals (upgrading servers one at a time) reads no renewals and counts a
+        node's silence from its record: for it, this server writes the records of the nodes it heard, each pass."""
+        lease, me = self.leadership.lease, self.leadership.holder
+        leader = lease.holder if lease is not None and lease.expires_at >= now else ""
+        if not self._liveness.older_leader(rows, leader, me, now):
+            if self._for_older is not None:
+                now_leads = "no one" if not leader else "this server" if leader == me else f"{leader} (reads renewals)"
+                self._storage.event("control", "plane", f"{now_leads} leads now: this server no longer writes node "
+                                    "records for an older leader")
+            self._for_older = None
+            return
+        if self._for_older is None:
+            self._storage.event("control", "plane", f"the leader {leader} writes no renewals (an older release): "
+                                "this server writes the records of the nodes it hears, each pass, for it")
+            self._for_older = 0.0
+        self._for_older = self._registry.persist_heard_here(self._for_older)
 
     async def seed_budgets(self) -> None:
         """What keys spent, read again from the store (kept where more than counted here): on a shared store

@@ -29,19 +29,14 @@ def liveness_for(reconcile_interval: float, heartbeat_interval: float, node_lost
 class Liveness:
     window: float
     slack: float = RENEWALS_SLACK_S
-    written: float = 0.0  # the newest hearing in the row this server last wrote
     read_at: float | None = None  # when the others' rows were last read (None: not yet)
     merged: dict[str, float] = field(default_factory=dict)  # server -> the time of its row last taken in
+    leader: tuple[str, float] = ("", 0.0)  # the lease's holder, and when this server first saw it hold the lease
 
-    def row(self, heard_here: dict[str, float], now: float) -> dict[str, float] | None:
-        """This server's row: the nodes it heard itself within the window; None when it heard nobody since it last
-        wrote (its row then says all there is)."""
-        recent = {n: t for n, t in heard_here.items() if t > now - self.window}
-        newest = max(recent.values(), default=0.0)
-        if newest <= self.written <= now:  # (a clock stepped back: the hearings since are older than the last row's)
-            return None
-        self.written = newest
-        return recent
+    def row(self, heard_here: dict[str, float], now: float) -> dict[str, float]:
+        """This server's row, written every pass, even empty: the nodes it heard itself within the window. A row
+        fresh each pass also tells the others that this server reads renewals (older_leader)."""
+        return {n: t for n, t in heard_here.items() if t > now - self.window}
 
     def since(self, now: float) -> float:
         """Read the rows written after this."""
@@ -59,6 +54,17 @@ class Liveness:
             self.merged[server] = at
             out.extend(heard.items())
         return out
+
+    def older_leader(self, rows: list[Renewals], leader: str, me: str, now: float) -> bool:
+        """Whether the lease's holder is of a release before renewals (it writes no row): it reads none either, and
+        counts a node's silence from its record. Never this server, nor when no one holds the lease (""); a leader
+        seen for less than the window may not have written its first row yet (servers started together)."""
+        if leader != self.leader[0]:
+            self.leader = (leader, now)
+        if leader in ("", me) or now - self.leader[1] < self.window:
+            return False
+        fresh = now - self.window - RENEWALS_SLACK_S  # a few passes, and a writer's clock somewhat behind
+        return not any(server == leader and at > fresh for server, at, _ in rows)
 
 
 class NewestRow:

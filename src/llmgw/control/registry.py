@@ -215,6 +215,15 @@ class Registry:
             self._dirty.clear()
             self._storage.writer.submit(self._storage.store.put_nodes, batch)
 
+    def persist_heard_here(self, since: float) -> float:
+        """For a leader of a release before renewals, which counts a node's silence from its record: the records of
+        the nodes this server heard itself after `since`, each as heard, in one transaction. The newest hearing."""
+        heard = {n: t for n, t in self.heard_here.items() if t > since and n in self.nodes}
+        batch = [self._as_heard(self.nodes[n]) for n in sorted(heard)]
+        if batch:
+            self._storage.writer.submit(self._storage.store.put_nodes, batch)
+        return max(heard.values(), default=since)
+
     def _as_heard(self, n: NodeRecord) -> NodeRecord:
         heard = self.seen.get(n.id, 0.0)
         return n.model_copy(update={"last_seen": heard}) if heard > n.last_seen else n

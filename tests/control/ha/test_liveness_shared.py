@@ -236,3 +236,33 @@ async def test_a_takeover_does_not_say_a_node_long_lost_was_heard_at_the_takeove
     assert b.leadership.leading
     assert b.registry.heard("n1") <= last + 1, (
         f"n1, lost since {clock.now() - last:.0f}s, is shown heard {clock.now() - b.registry.heard('n1'):.0f}s ago")
+
+
+async def test_a_follower_writes_its_nodes_records_while_the_leader_writes_no_renewals(dsn: str,
+                                                                                       tmp_path: Path) -> None:
+    """A leader of a release before renewals (here: one that never follows the store, so writes no renewals row)
+    counts silence from records: the follower writes the records of the nodes it hears, each pass, and stops once
+    the leader writes its row (upgraded)."""
+    cfg = config(dsn, tmp_path).model_copy(update={"node_lost_after": LOST_AFTER})
+    clock = FakeClock()
+    a, b = (ControlPlane(cfg, PostgresStore(dsn, PASSWORD).open(), clock) for _ in range(2))
+    for p in (a, b):
+        p.load()
+    b.heartbeats.heartbeat(node("n1").report)
+    revs: list[int] = []
+    for t in range(12):
+        clock.advance(1)
+        b.registry.renewed("n1", clock.now())
+        for p in (a, b):
+            await p.following.hold_lease()
+        if t >= 6:
+            await a.following.follow_store()  # upgraded: a writes its row from now on
+        a.passes.reconcile_once()
+        await passes(b)
+        revs.append(a.store.revs()["nodes"])
+    assert revs[2] < revs[3] < revs[4] < revs[5], f"no record written for the old leader: revisions {revs}"
+    assert revs[-4] == revs[-1], f"records still written for a leader that reads renewals: revisions {revs}"
+    said = [e.message for e in a.store.list_events() if "older release" in e.message]
+    assert len(said) == 1, said
+    for p in (a, b):
+        p.store.close()
