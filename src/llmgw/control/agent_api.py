@@ -12,8 +12,8 @@ import json
 import logging
 import ssl
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -30,6 +30,7 @@ from llmgw.wire.lease import LEASE_PATH, LEASE_WIRE_VERSION, MAX_LEASE_BYTES, SE
 from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
+Body = TypeVar("Body", NodeReport, Lease)
 
 MAX_HEARTBEAT_BYTES = 1024 * 1024
 BURST = 20  # heartbeats a node may send at once (a restart, a failover); then HEARTBEATS_PER_INTERVAL per interval
@@ -156,42 +157,34 @@ def _too_often(ident: PeerIdentity, what: str) -> web.Response:
 
 def read_report(raw: bytes) -> NodeReport | web.Response:
     """A heartbeat's body as a report, or the refusal that says why it is none."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        return _refuse(422, "invalid heartbeat: not JSON")
-    version = data.get("version", WIRE_VERSION) if isinstance(data, dict) else WIRE_VERSION
-    # the version first: a newer agent's new fields would otherwise read as "unknown key", which sends its
-    # operator looking for a typo rather than at the upgrade order
-    if not isinstance(version, int) or not OLDEST_WIRE_VERSION <= version <= WIRE_VERSION:
-        return _refuse(422, f"wire version {str(version)[:20]} not understood by this control plane (speaks "
-                            f"{OLDEST_WIRE_VERSION}-{WIRE_VERSION}): upgrade control planes before agents",
-                       speaks=WIRE_VERSION)
-    try:
-        return NodeReport.model_validate(data)
-    except ValidationError as e:
-        return _refuse(422, "invalid heartbeat", problems=describe(e)[:20])
-    except RecursionError:
-        return _refuse(422, "invalid heartbeat: nested too deeply")
+    return _read(raw, NodeReport, "heartbeat", OLDEST_WIRE_VERSION, lambda v: (
+        f"wire version {v} not understood by this control plane (speaks {OLDEST_WIRE_VERSION}-{WIRE_VERSION}): "
+        "upgrade control planes before agents"))
 
 
 def read_lease(raw: bytes) -> Lease | web.Response:
     """A renewal's body as a lease, or the refusal that says why it is none."""
+    return _read(raw, Lease, "lease renewal", LEASE_WIRE_VERSION, lambda v: (
+        f"lease renewal of wire version {v} not understood by this control plane (takes leases of "
+        f"{LEASE_WIRE_VERSION}-{WIRE_VERSION}): send the report whole, or upgrade control planes before agents"))
+
+
+def _read(raw: bytes, model: type[Body], what: str, oldest: int, words: Callable[[str], str]) -> Body | web.Response:
+    """A node's message of `model`, its version checked first: a newer agent's new fields would otherwise read as
+    "unknown key", which sends its operator looking for a typo rather than at the upgrade order."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
-        return _refuse(422, "invalid lease renewal: not JSON")
-    version = data.get("version", WIRE_VERSION) if isinstance(data, dict) else None
-    if not isinstance(version, int) or not LEASE_WIRE_VERSION <= version <= WIRE_VERSION:
-        return _refuse(422, f"lease renewal of wire version {str(version)[:20]} not understood by this control plane "
-                            f"(takes leases of {LEASE_WIRE_VERSION}-{WIRE_VERSION}): send the report whole, or "
-                            "upgrade control planes before agents", speaks=WIRE_VERSION)
+        return _refuse(422, f"invalid {what}: not JSON")
+    version = data.get("version", WIRE_VERSION) if isinstance(data, dict) else WIRE_VERSION
+    if not isinstance(version, int) or not oldest <= version <= WIRE_VERSION:
+        return _refuse(422, words(str(version)[:20]), speaks=WIRE_VERSION)
     try:
-        return Lease.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
-        return _refuse(422, "invalid lease renewal", problems=describe(e)[:20])
+        return _refuse(422, f"invalid {what}", problems=describe(e)[:20])
     except RecursionError:
-        return _refuse(422, "invalid lease renewal: nested too deeply")
+        return _refuse(422, f"invalid {what}: nested too deeply")
 
 
 def agent_app(registry: Registry, heartbeats: Heartbeats, credentials: Credentials,
