@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from llmgw.config.engines import EngineConfig, EngineName, as_source
+from llmgw.config.serving import AdapterConfig, SidecarConfig, SleepConfig
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
 from llmgw.core.limits import KeyLimits
 from llmgw.wire.engines import EngineSource
@@ -102,6 +103,9 @@ class Scaling(Strict):
         return v
 
 
+PROMISED = 100  # the priority of a model with min >= 1 that names none: above on-demand models (0)
+
+
 class ModelSpec(Strict):
     # what clients send as "model", and part of replica ids and of file names on nodes: letters, digits and . _ - :
     # with "/" between parts (org/model), at most 128 characters
@@ -121,6 +125,13 @@ class ModelSpec(Strict):
     profile: Profile = Profile()
     # No scaling stanza means configured and off: a request must never start a model nobody meant to run.
     scaling: Scaling = Scaling(min=0, max=0)
+    # config/serving.py: who may take whose GPUs (None: above on-demand models when min >= 1), never demoted when
+    # pinned; sleeping when idle; LoRA adapters served as models of their own; processes started before the engine
+    priority: int | None = Field(default=None, ge=-1000, le=1000)
+    pinned: bool = False
+    sleep: SleepConfig | None = None
+    adapters: Annotated[list[AdapterConfig], Field(max_length=1024)] = []
+    sidecars: Annotated[list[SidecarConfig], Field(max_length=16)] = []
 
     @model_validator(mode="after")
     def _plain_http_needs_a_digest(self) -> ModelSpec:
@@ -136,6 +147,13 @@ class ModelSpec(Strict):
     @property
     def on_demand(self) -> bool:
         return self.scaling.min == 0 and self.scaling.max > 0
+
+    @property
+    def rank(self) -> int:
+        """Its priority: as configured, else PROMISED for a model with min >= 1 and 0 for the rest."""
+        if self.priority is not None:
+            return self.priority
+        return PROMISED if self.scaling.min >= 1 else 0
 
 
 class HubConfig(Strict):

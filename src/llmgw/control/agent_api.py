@@ -28,6 +28,7 @@ from llmgw.pki.tls import PeerIdentity, peer_identity
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.lease import LEASE_PATH, LEASE_WIRE_VERSION, MAX_LEASE_BYTES, SEND_REPORT, Lease
 from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, DesiredState, NodeReport
+from llmgw.wire.serving import SERVING_WIRE_VERSION
 
 log = logging.getLogger(__name__)
 Body = TypeVar("Body", NodeReport, Lease)
@@ -209,6 +210,9 @@ def answer_in(desired: DesiredState, version: int) -> str:
         older["engine_sources"] = {"__all__": {"digests_url": True, "variants": {"__all__": set(BUILD_NEEDS)}}}
     if desired.version < LEASE_WIRE_VERSION:
         older.update({"lease": True, "etag": True})
+    if desired.version < SERVING_WIRE_VERSION:  # placement sends such an agent no shard that needs them
+        shards = older.setdefault("shards", {"__all__": set()})["__all__"]
+        shards.update({"sleep", "sidecars", "adapters"})
     return desired.model_dump_json(exclude=older or None)
 
 

@@ -82,6 +82,14 @@ class Reason(StrEnum):
     NoAVX2 = "NoAVX2"
     CPUUnknown = "CPUUnknown"
     NotX86 = "NotX86"
+    # priorities and preemption (reconcile/preemption.py)
+    Preempted = "Preempted"  # stopped (or put to sleep) for a model of higher priority
+    # sleep (wire/serving.py)
+    Sleeping = "Sleeping"  # idle: its engine sleeps, its GPUs are free; the first request wakes it
+    # sidecars (wire/serving.py)
+    SidecarFailed = "SidecarFailed"  # a sidecar exited or never became ready: the shard fails with its words
+    # LoRA adapters (wire/serving.py)
+    AdapterFailed = "AdapterFailed"  # an adapter could not be fetched or loaded, in the engine's words
 
 
 def reason_or(code: str, default: Reason) -> Reason:

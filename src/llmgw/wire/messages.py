@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from llmgw.core.units import mb
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.hub import MAX_FILES, HubFile, is_hub, unique_files
+from llmgw.wire.serving import AdapterSpec, SidecarSpec
 
 X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and Python's names: AVX2 is x86's
 # 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state; 4: weights (the
@@ -24,8 +25,9 @@ X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and 
 # release's digest list), the build a node took and those it passed over with their reasons, the node's glibc;
 # 10: models named by a hub id (a plan's file list, the hub's base URL and token; a fetch's files done and total);
 # 11: leases (wire/lease.py): a node whose report has not changed renews its lease instead of sending it, and the
-# desired state carries the lease and its own etag
-WIRE_VERSION = 11
+# desired state carries the lease and its own etag; 12 (wire/serving.py): a shard may be told to sleep (and reports
+# "sleeping"), may have sidecars started before its engine, and may serve LoRA adapters of its model
+WIRE_VERSION = 12
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
@@ -188,7 +190,7 @@ UNREACHED_HEADER = "X-Llmgw-Engine-Unreached"
 class ShardState(Strict):
     replica_id: Name
     rank: int = Field(ge=0, le=1023)
-    state: Literal["pending", "starting", "running", "ready", "unresponsive", "exited", "failed"]
+    state: Literal["pending", "starting", "running", "ready", "unresponsive", "exited", "failed", "sleeping"]
     message: Text = ""
     reason: Name = ""  # a code for message when it says why the shard is not ready: WeightsUnusable, ModelNotLoaded
     pid: int | None = Field(default=None, ge=0, le=2**32)
@@ -345,6 +347,11 @@ class ShardSpec(Strict):
     # the replica's engine secret: the engine answers only requests that carry it, and only the router has it.
     # Never on a command line (other users can read those) and never in a log (repr=False).
     api_key: str = Field(default="", repr=False)
+    # version 12 (wire/serving.py): 0 awake; 1 or 2: the engine is to sleep at that level (weights to host memory, or
+    # dropped); processes started and ready before the engine; adapters of the model this shard serves
+    sleep: Literal[0, 1, 2] = 0
+    sidecars: list[SidecarSpec] = []
+    adapters: list[AdapterSpec] = []
 
 
 class DesiredState(Strict):
