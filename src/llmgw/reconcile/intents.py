@@ -12,6 +12,7 @@ from llmgw.core.conditions import Status
 from llmgw.core.explanation import Explanation
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.scaling import Step, Timer
+from llmgw.reconcile.waits import Wait
 from llmgw.records.state import ShardAssignment
 
 
@@ -71,6 +72,7 @@ class Unplaced:
     room_model: str = ""
     reason: Reason | None = None
     words: str = ""
+    waits: tuple[Wait, ...] = ()  # replicas preempted for it, draining or stopping (reconcile/waits.py)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,16 @@ class Evict:
 
 
 @dataclass(frozen=True)
+class Preempt:
+    """A replica of a lower priority drains, then stops, to make room for a model of a higher one."""
+
+    replica_id: str
+    for_model: str
+    rank: int
+    for_rank: int
+
+
+@dataclass(frozen=True)
 class Release:
     """A failed replica none of whose shards runs any more: kept on view, holding nothing."""
 
@@ -125,5 +137,5 @@ class Reap:
     replica_id: str
 
 
-ReplicaIntent = Add | Place | Unplaced | Observe | Fail | Stop | Evict | Release
+ReplicaIntent = Add | Place | Unplaced | Observe | Fail | Stop | Evict | Preempt | Release
 Intent = MarkLost | HoldLosses | SetScaleTimer | ReplicaIntent | Reap

@@ -24,6 +24,7 @@ class Timings:
     # operator sees what failed and why; the model's replacements back off while failures repeat
     keep_failed: float = 0.0
     retry_base: float = 5.0  # the second failure in a row waits this long before a replacement, doubling after
+    drain_timeout: float = 60.0  # a stopped replica's requests in flight may finish for this long (config/server.py)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class World:
     demand: dict[str, float] = field(default_factory=dict)  # model -> last request that found no replica
     last_used: dict[str, float] = field(default_factory=dict)  # replica id -> last request (absent: unknown)
     outstanding: dict[str, int] = field(default_factory=dict)  # replica id -> requests in flight
+    recent_requests: dict[str, float] = field(default_factory=dict)  # replica id -> requests lately (decaying)
     timings: Timings = Timings()
     # when the control plane last came back from a stall (a stopped process, a late loop): a node's silence is
     # counted from here at the earliest, since heartbeats it sent meanwhile may not have been read yet
