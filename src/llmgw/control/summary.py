@@ -351,10 +351,19 @@ def _replica_line(r: ReplicaRecord, by_id: dict[str, NodeRecord], idle_s: float 
         message=cond.message if cond else "",
         idle_s=idle_s,
         conditions=r.conditions,
-        placement=explanation_lines(r.explanation)[1:] if r.explanation and not r.placed else [],
+        placement=_placement(r, cond),
         load=_leader_load(r, by_id),
         in_flight=flying,
     )
+
+
+def _placement(r: ReplicaRecord, cond: Condition | None) -> list[str]:
+    """Why a replica is not placed: what it waits for first, when it waits for room being made for it."""
+    if r.placed or r.explanation is None:
+        return []
+    if cond is not None and cond.reason == Reason.WaitingForRoom:
+        return [cond.message, *explanation_lines(r.explanation)[3:]]  # the message holds lines 1-2 already
+    return explanation_lines(r.explanation)[1:]
 
 
 def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand: Demand, now: float,

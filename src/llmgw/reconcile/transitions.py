@@ -77,7 +77,7 @@ def _unplaced(r: ReplicaRecord, i: Unplaced, now: float) -> ReplicaRecord:
         return r.model_copy(update={"explanation": expl, "conditions": conds})
     if i.room:
         why = f"waiting for idle replica {i.room} of {i.room_model}, evicted to make room, to stop; {why}"
-    code = Reason.WaitingForRoom if i.waits else Reason.Unschedulable
+    code = Reason.WaitingForRoom if i.waits or i.room else Reason.Unschedulable
     if i.waits:
         why = f"{wait_words(i.waits)}; {why}"
     conds = set_condition(r.conditions, ConditionType.Scheduled, Status.FALSE, code, why, now)
