@@ -10,9 +10,13 @@ from __future__ import annotations
 from llmgw.config.server import PROMISED, ModelSpec
 from llmgw.core.conditions import ConditionType, get_condition
 from llmgw.core.reasons import Reason
+from llmgw.placement.checks import Request
+from llmgw.placement.snapshot import build_snapshot
 from llmgw.reconcile.apply import Count, State, apply
 from llmgw.reconcile.intents import Evict, Preempt
+from llmgw.reconcile.preemption import _Fits
 from llmgw.reconcile.world import Timings
+from llmgw.records.state import ReplicaRecord
 from tests.clusters import model, node
 from tests.reconcile.harness import Sim
 
@@ -285,3 +289,24 @@ def test_each_preemption_is_counted_with_both_models() -> None:
     counts = [e for e in out.effects if isinstance(e, Count)]
     assert Count("od", "stop", "Preempted") in counts
     assert Count("od", "preempted", "big") in counts
+
+
+def test_the_what_if_of_replicas_gone_is_the_snapshot_rebuilt_without_them() -> None:
+    """Victims are tried on the pass's snapshot with only their nodes counted again: the same picture as a snapshot
+    rebuilt whole without them, for a multi-node replica and two single-node ones on a shared node."""
+    sim = Sim([on_demand("a", gpus=4), on_demand("c", gpus=4), on_demand("wide", gpus=8, nodes=2)],
+              [node(f"n{i}", fabric="ib-a") for i in range(4)], timings=TIMINGS)
+    n3 = sim.nodes["n3"]
+    sim.nodes["n3"] = n3.model_copy(update={"report": n3.report.model_copy(update={"weights": ["/w"], "peer_port": 7})})
+    ids = _start(sim, "wide") | _start(sim, "a", "c")
+    w = sim.world()
+    snap = build_snapshot(w.nodes, w.replicas, w.models, w.now)
+    on_node: dict[str, list[ReplicaRecord]] = {}
+    for r in w.replicas:
+        for nid in {a.node_id for a in r.assignments}:
+            on_node.setdefault(nid, []).append(r)
+    fits = _Fits(Request(replica_id="x", model=promised("x")), snap, on_node, {n.id: n for n in w.nodes}, w)
+    for gone in (["wide"], ["a", "c"], ["wide", "a"]):
+        gone_ids = {ids[g] for g in gone}
+        expected = build_snapshot(w.nodes, [r for r in w.replicas if r.id not in gone_ids], w.models, w.now)
+        assert fits.without([r for r in w.replicas if r.id in gone_ids]) == expected and expected != snap, gone

@@ -4,7 +4,7 @@ costs (reconcile/preemption.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 HALF_LIFE = 600.0
@@ -38,9 +38,24 @@ class RecentRequests:
     def forget(self, replica_id: str) -> None:
         self._counts.pop(replica_id, None)
 
-    def now(self, now: float) -> dict[str, float]:
-        """Each replica's count as of `now`."""
-        return {r: count * self._decay(now - at) for r, (count, at) in self._counts.items()}
+    def at(self, now: float) -> Mapping[str, float]:
+        """Each replica's count as of `now`, worked out when read: a pass reads a few, never all."""
+        return _Decayed(self, now)
 
     def _decay(self, seconds: float) -> float:
         return float(0.5 ** (max(0.0, seconds) / self.half_life))
+
+
+class _Decayed(Mapping[str, float]):
+    def __init__(self, of: RecentRequests, now: float) -> None:
+        self._of, self._now = of, now
+
+    def __getitem__(self, replica_id: str) -> float:
+        count, at = self._of._counts[replica_id]
+        return count * self._of._decay(self._now - at)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._of._counts))
+
+    def __len__(self) -> int:
+        return len(self._of._counts)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place
-from llmgw.placement.snapshot import Snapshot, build_snapshot
+from llmgw.placement.snapshot import NodeView, Snapshot, build_snapshot
 from llmgw.reconcile.world import World
 from llmgw.records.state import NodeRecord, ReplicaRecord
 
@@ -59,6 +59,8 @@ def choose(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], n
         for node_id in {a.node_id for a in r.assignments}:
             on_node.setdefault(node_id, []).append(r)
     fits = _Fits(req, snap, on_node, nodes, w)
+    if not fits(candidates):
+        return None  # not even all of them would do: one what-if a pass for a replica that cannot be placed
     single = [r for r in candidates if len(r.assignments) == 1]
     # a multi-node replica frees several machines and takes long to rebuild: only when nothing single-node will do
     for pool in (single, candidates) if len(single) < len(candidates) else (single,):
@@ -76,17 +78,22 @@ class _Fits:
         self.req, self.snap, self.on_node, self.nodes, self.w = req, snap, on_node, nodes, w
 
     def __call__(self, gone: Iterable[ReplicaRecord]) -> bool:
+        return isinstance(place(self.req, self.without(gone)), Placement)
+
+    def without(self, gone: Iterable[ReplicaRecord]) -> Snapshot:
+        """The pass's snapshot as if these replicas had stopped."""
         gone = list(gone)
         ids = {g.id for g in gone}
-        snap = self.snap
-        for node_id in sorted({a.node_id for g in gone for a in g.assignments}):
-            rec, view = self.nodes.get(node_id), snap.node(node_id)
-            if rec is None or view is None:
-                continue
-            others = [r for r in self.on_node.get(node_id, ()) if r.id not in ids]
-            fresh = build_snapshot([rec], others, self.w.models, self.w.now).nodes[0]
-            snap = snap.with_node(replace(fresh, fabric_weights=view.fabric_weights))
-        return isinstance(place(self.req, snap), Placement)
+        fresh: dict[str, NodeView] = {}
+        for node_id in {a.node_id for g in gone for a in g.assignments}:
+            rec = self.nodes.get(node_id)
+            if rec is not None:
+                others = [r for r in self.on_node.get(node_id, ()) if r.id not in ids]
+                fresh[node_id] = build_snapshot([rec], others, self.w.models, self.w.now).nodes[0]
+        # one new tuple of views, however many nodes changed; what fabric peers hold does not change when replicas go
+        views = tuple(replace(fresh[n.id], fabric_weights=n.fabric_weights) if n.id in fresh else n
+                      for n in self.snap.nodes)
+        return Snapshot(nodes=views, now=self.snap.now)
 
 
 def _smallest(pool: list[ReplicaRecord], fits: _Fits, w: World) -> list[ReplicaRecord] | None:

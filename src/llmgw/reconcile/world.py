@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from llmgw.config.server import ModelSpec
@@ -37,7 +38,7 @@ class World:
     demand: dict[str, float] = field(default_factory=dict)  # model -> last request that found no replica
     last_used: dict[str, float] = field(default_factory=dict)  # replica id -> last request (absent: unknown)
     outstanding: dict[str, int] = field(default_factory=dict)  # replica id -> requests in flight
-    recent_requests: dict[str, float] = field(default_factory=dict)  # replica id -> requests lately (decaying)
+    recent_requests: Mapping[str, float] = field(default_factory=dict)  # replica id -> requests lately (decaying)
     timings: Timings = Timings()
     # when the control plane last came back from a stall (a stopped process, a late loop): a node's silence is
     # counted from here at the earliest, since heartbeats it sent meanwhile may not have been read yet
