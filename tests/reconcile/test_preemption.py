@@ -310,3 +310,17 @@ def test_the_what_if_of_replicas_gone_is_the_snapshot_rebuilt_without_them() -> 
         gone_ids = {ids[g] for g in gone}
         expected = build_snapshot(w.nodes, [r for r in w.replicas if r.id not in gone_ids], w.models, w.now)
         assert fits.without([r for r in w.replicas if r.id in gone_ids]) == expected and expected != snap, gone
+
+
+def test_the_room_made_goes_to_the_higher_priority_not_to_an_older_lower_one() -> None:
+    # od2 (on demand) has waited longer than big for the same node; when od's shard is gone, big is placed first
+    sim = Sim([on_demand("od")], [node("n1")], timings=TIMINGS)
+    ids = _start(sim, "od")
+    older = _want(sim, on_demand("od2"))
+    sim.advance(1)
+    rid = _want(sim, promised("big"))
+    assert _preempted(sim) == [ids["od"]]
+    _gone(sim, ids["od"])
+    assert _preempted(sim) == [ids["od"]], "od2 took the room, and was preempted in turn"
+    assert sim.replicas[rid].node_ids() == ["n1"]
+    assert not sim.replicas[older].placed

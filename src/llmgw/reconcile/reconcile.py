@@ -241,7 +241,7 @@ def _place_pending(p: Pass) -> None:
     w = p.w
     pending = sorted(
         (r for r in p.current.values() if not (r.placed or r.failed or r.stop is not None)),
-        key=lambda r: (r.created_at, r.id),
+        key=lambda r: (-_rank(r, w), r.created_at, r.id),  # room made for a higher priority goes to it first
     )
     if not pending:
         return  # a pass with nothing to place builds no snapshot: at 10,000 nodes that is most of a pass's cost
@@ -273,6 +273,11 @@ def _place_pending(p: Pass) -> None:
                      and v.stop.reason == Reason.Evicted), None)
         waits = _preempt(p, req, snap) if room is None else ()
         p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else "", waits=waits))
+
+
+def _rank(r: ReplicaRecord, w: World) -> int:
+    spec = w.models.get(r.model)
+    return spec.rank if spec is not None else 0
 
 
 def _preempt(p: Pass, req: Request, snap: Snapshot) -> tuple[Wait, ...]:
