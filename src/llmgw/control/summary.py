@@ -18,9 +18,9 @@ from llmgw.api.stats import RouterStats
 from llmgw.api.views import NodeRow, node_row
 from llmgw.config.server import ModelSpec
 from llmgw.core.conditions import Condition
-from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
 from llmgw.reconcile import scaling
+from llmgw.reconcile.waits import unplaced_lines
 from llmgw.records.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
 from llmgw.store.base import UsageTotal
 from llmgw.wire.hub import HubState
@@ -351,19 +351,10 @@ def _replica_line(r: ReplicaRecord, by_id: dict[str, NodeRecord], idle_s: float 
         message=cond.message if cond else "",
         idle_s=idle_s,
         conditions=r.conditions,
-        placement=_placement(r, cond),
+        placement=unplaced_lines(r),
         load=_leader_load(r, by_id),
         in_flight=flying,
     )
-
-
-def _placement(r: ReplicaRecord, cond: Condition | None) -> list[str]:
-    """Why a replica is not placed: what it waits for first, when it waits for room being made for it."""
-    if r.placed or r.explanation is None:
-        return []
-    if cond is not None and cond.reason == Reason.WaitingForRoom:
-        return [cond.message, *explanation_lines(r.explanation)[3:]]  # the message holds lines 1-2 already
-    return explanation_lines(r.explanation)[1:]
 
 
 def _model_lines(models: dict[str, ModelSpec], lines: list[ReplicaLine], demand: Demand, now: float,

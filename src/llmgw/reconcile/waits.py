@@ -7,6 +7,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from llmgw.core.conditions import ConditionType
+from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.world import World
 from llmgw.records.state import ReplicaRecord
@@ -51,3 +53,15 @@ def wait_words(waits: Iterable[Wait]) -> str:
             doing = "to stop: nothing in flight"
         parts.append(f"{where} {doing} (preempted: priority {x.for_rank} over {x.rank})")
     return "waits for " + "; and for ".join(parts) if parts else ""
+
+
+def unplaced_lines(r: ReplicaRecord) -> list[str]:
+    """Why a replica is not placed, for people: when room is being made for it, what it waits for first (its
+    Scheduled condition's words, which hold the explanation's first two lines), then the rest of the explanation."""
+    if r.placed or r.explanation is None:
+        return []
+    lines = explanation_lines(r.explanation)[1:]
+    c = r.condition(ConditionType.Scheduled)
+    if c is not None and c.reason == Reason.WaitingForRoom:
+        return [c.message, *lines[2:]]
+    return lines
