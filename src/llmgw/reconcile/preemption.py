@@ -2,19 +2,22 @@
 
 A candidate is a placed replica of a model of lower rank (config/server.py ModelSpec.rank), not pinned, with nothing
 in flight, idle or not. Among candidates the cheapest to lose goes: fewest recent requests, then fewest GPUs, then
-longest since use; one victim is tried before several, and single-node victims before multi-node ones. The choice
-is returned with its reason and nothing more: the caller decides how the victims go (drained and stopped here).
+longest since use; one victim is tried before several, and single-node victims before multi-node ones. choose() is
+the choice alone, returned with its reason; make_room() carries it out as Preempt intents (drain, then stop), and is
+where another way for victims to go (sleep) would be chosen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place
 from llmgw.placement.snapshot import NodeView, Snapshot, build_snapshot
+from llmgw.reconcile.intents import Preempt
+from llmgw.reconcile.waits import Wait, waits_for
 from llmgw.reconcile.world import World
 from llmgw.records.state import NodeRecord, ReplicaRecord
 
@@ -30,6 +33,25 @@ class Victims:
     replicas: tuple[ReplicaRecord, ...]
     for_model: str
     reason: Reason = Reason.Preempted
+
+
+def rank_of(r: ReplicaRecord, w: World) -> int:
+    spec = w.models.get(r.model)
+    return spec.rank if spec is not None else 0
+
+
+def make_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
+              w: World, do: Callable[[Preempt], None]) -> tuple[Wait, ...]:
+    """For a replica that fits nowhere: victims chosen and preempted (through `do`, which also updates `current`),
+    one round at a time; while those of an earlier round drain and stop, what it waits for."""
+    name = req.model.name
+    waits = waits_for(name, current.values(), w)
+    if not waits:
+        chosen = choose(req, snap, current, nodes, w)
+        for v in chosen.replicas if chosen is not None else ():
+            do(Preempt(v.id, name, rank_of(v, w), req.model.rank))
+        waits = waits_for(name, current.values(), w)
+    return waits
 
 
 def preemptible(r: ReplicaRecord, w: World, rank: int) -> bool:

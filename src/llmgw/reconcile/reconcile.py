@@ -18,7 +18,7 @@ from llmgw.core.explanation import Explanation
 from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place, reservations
-from llmgw.placement.snapshot import Snapshot, build_snapshot
+from llmgw.placement.snapshot import build_snapshot
 from llmgw.reconcile.eviction import victim
 from llmgw.reconcile.intents import (
     Add,
@@ -27,7 +27,6 @@ from llmgw.reconcile.intents import (
     Intent,
     MarkLost,
     Place,
-    Preempt,
     Reap,
     Release,
     ReplicaIntent,
@@ -35,12 +34,11 @@ from llmgw.reconcile.intents import (
     Stop,
     Unplaced,
 )
-from llmgw.reconcile.preemption import choose
+from llmgw.reconcile.preemption import make_room, rank_of
 from llmgw.reconcile.scaling import Step, Timer, decide, floor, wanted
 from llmgw.reconcile.status import observe
 from llmgw.reconcile.transitions import EVICTED_FOR as EVICTED_FOR
 from llmgw.reconcile.transitions import after
-from llmgw.reconcile.waits import Wait, waits_for
 from llmgw.reconcile.world import World
 from llmgw.records.state import NodeRecord, ReplicaRecord
 
@@ -241,7 +239,7 @@ def _place_pending(p: Pass) -> None:
     w = p.w
     pending = sorted(
         (r for r in p.current.values() if not (r.placed or r.failed or r.stop is not None)),
-        key=lambda r: (-_rank(r, w), r.created_at, r.id),  # room made for a higher priority goes to it first
+        key=lambda r: (-rank_of(r, w), r.created_at, r.id),  # room made for a higher priority goes to it first
     )
     if not pending:
         return  # a pass with nothing to place builds no snapshot: at 10,000 nodes that is most of a pass's cost
@@ -271,26 +269,9 @@ def _place_pending(p: Pass) -> None:
                 evicting = True
         room = next((v for v in p.current.values() if v.stop is not None and v.stop.for_model == spec.name
                      and v.stop.reason == Reason.Evicted), None)
-        waits = _preempt(p, req, snap) if room is None else ()
+        # a higher priority takes the room of lower ones, idle or not
+        waits = make_room(req, snap, p.current, p.by_id, w, p.do) if room is None else ()
         p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else "", waits=waits))
-
-
-def _rank(r: ReplicaRecord, w: World) -> int:
-    spec = w.models.get(r.model)
-    return spec.rank if spec is not None else 0
-
-
-def _preempt(p: Pass, req: Request, snap: Snapshot) -> tuple[Wait, ...]:
-    """A model of higher priority takes the room of lower ones (preemption.py), one round at a time: while the
-    replicas preempted for it drain and stop, it waits for them."""
-    name = req.model.name
-    waits = waits_for(name, p.current.values(), p.w)
-    if not waits:
-        chosen = choose(req, snap, p.current, p.by_id, p.w)
-        for v in chosen.replicas if chosen is not None else ():
-            p.do(Preempt(v.id, name, p.w.models[v.model].rank, req.model.rank))
-        waits = waits_for(name, p.current.values(), p.w)
-    return waits
 
 
 def _new_id(model: str, entropy: bytes, taken: set[str]) -> str:
