@@ -106,13 +106,12 @@ class _Fits:
         """The pass's snapshot as if these replicas had stopped."""
         gone = list(gone)
         ids = {g.id for g in gone}
-        fresh: dict[str, NodeView] = {}
-        for node_id in {a.node_id for g in gone for a in g.assignments}:
-            rec = self.nodes.get(node_id)
-            if rec is not None:
-                others = [r for r in self.on_node.get(node_id, ()) if r.id not in ids]
-                fresh[node_id] = build_snapshot([rec], others, self.w.models, self.w.now).nodes[0]
-        # one new tuple of views, however many nodes changed; what fabric peers hold does not change when replicas go
+        touched = sorted({a.node_id for g in gone for a in g.assignments} & self.nodes.keys())
+        others = {r.id: r for n in touched for r in self.on_node.get(n, ()) if r.id not in ids}
+        # the touched nodes counted again in one build, into one new tuple of views, however many there are; what
+        # fabric peers hold does not change when replicas go, so each node keeps its view's
+        rebuilt = build_snapshot([self.nodes[n] for n in touched], list(others.values()), self.w.models, self.w.now)
+        fresh: dict[str, NodeView] = {v.id: v for v in rebuilt.nodes}
         views = tuple(replace(fresh[n.id], fabric_weights=n.fabric_weights) if n.id in fresh else n
                       for n in self.snap.nodes)
         return Snapshot(nodes=views, now=self.snap.now)
