@@ -324,3 +324,22 @@ def test_the_room_made_goes_to_the_higher_priority_not_to_an_older_lower_one() -
     assert _preempted(sim) == [ids["od"]], "od2 took the room, and was preempted in turn"
     assert sim.replicas[rid].node_ids() == ["n1"]
     assert not sim.replicas[older].placed
+
+
+def test_a_replica_beyond_min_scaled_up_on_load_preempts_only_with_a_priority_set() -> None:
+    """The promise is `min`: a promised model's extra replica for load is a convenience, unless its priority says
+    otherwise."""
+    for priority, taken in ((None, False), (PROMISED, True)):
+        sim = Sim([on_demand("od")], [node("n1"), node("n2")], timings=TIMINGS)
+        ids = _start(sim, "od")
+        scaling = model().scaling.model_copy(update={"min": 1, "max": 2, "target_in_flight": 1.0,
+                                                     "scale_up_after": 5.0})
+        big = promised("big", priority=priority, scaling=scaling)
+        sim.models["big"] = big
+        sim.run(10)
+        (first,) = sim.live("big")
+        assert sim.replicas[first.id].ready and _preempted(sim) == []
+        sim.outstanding[first.id] = 4
+        sim.run(10)
+        assert len(sim.live("big")) == 2, "scaled up on load"
+        assert _preempted(sim) == ([ids["od"]] if taken else []), priority

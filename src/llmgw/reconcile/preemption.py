@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place
@@ -46,12 +47,23 @@ def make_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord]
     one round at a time; while those of an earlier round drain and stop, what it waits for."""
     name = req.model.name
     waits = waits_for(name, current.values(), w)
+    rank = wanting_rank(req.model, current)
     if not waits:
-        chosen = choose(req, snap, current, nodes, w)
+        chosen = choose(req, snap, current, nodes, w, rank)
         for v in chosen.replicas if chosen is not None else ():
-            do(Preempt(v.id, name, rank_of(v, w), req.model.rank))
+            do(Preempt(v.id, name, rank_of(v, w), rank))
         waits = waits_for(name, current.values(), w)
     return waits
+
+
+def wanting_rank(spec: ModelSpec, current: Mapping[str, ReplicaRecord]) -> int:
+    """The rank a replica the model is missing preempts with: its priority; without one, the promise holds only
+    while fewer than `min` of its replicas are placed (one added for load beyond min is a convenience)."""
+    if spec.priority is not None or spec.scaling.min == 0:
+        return spec.rank
+    placed = sum(1 for r in current.values()
+                 if r.model == spec.name and r.placed and not r.failed and r.stop is None)
+    return spec.rank if placed < spec.scaling.min else 0
 
 
 def preemptible(r: ReplicaRecord, w: World, rank: int) -> bool:
@@ -70,9 +82,8 @@ def cost(r: ReplicaRecord, w: World) -> tuple[float, int, float, str]:
 
 
 def choose(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
-           w: World) -> Victims | None:
-    """The cheapest victims whose going lets the request fit, or None when no set of candidates does."""
-    rank = req.model.rank
+           w: World, rank: int) -> Victims | None:
+    """The cheapest victims of a rank below `rank` whose going lets the request fit, or None when none do."""
     candidates = sorted((r for r in current.values() if preemptible(r, w, rank)), key=lambda r: cost(r, w))
     if not candidates:
         return None
