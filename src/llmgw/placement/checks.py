@@ -18,6 +18,7 @@ from llmgw.core.reasons import Reason
 from llmgw.placement.snapshot import NodeView
 from llmgw.wire.hub import is_hub
 from llmgw.wire.messages import EngineStatus
+from llmgw.wire.serving import SERVING_WIRE_VERSION
 
 Verdict = tuple[Reason, str] | None
 HUB_WIRE_VERSION = 10  # the first agents that fetch a hub model's directory
@@ -269,9 +270,26 @@ class AgentFetchesHub(Check):
                 f"{HUB_WIRE_VERSION} or later: upgrade the agent")
 
 
+class AgentRunsSidecars(Check):
+    """A model with sidecars needs an agent that starts them (wire version SERVING_WIRE_VERSION): an older one
+    would be sent none and start the engine alone."""
+
+    reason = Reason.AgentTooOld
+
+    def prepare(self, r: Request) -> Test | None:
+        if not r.model.sidecars:
+            return None
+        return lambda n: n.wire_version >= SERVING_WIRE_VERSION
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        return (f"its agent speaks wire version {n.wire_version}; a model with sidecars needs version "
+                f"{SERVING_WIRE_VERSION} or later: upgrade the agent")
+
+
 CHECKS: tuple[Check, ...] = (
     NodeLive(),
     AgentFetchesHub(),
+    AgentRunsSidecars(),
     EngineProbed(),
     EngineInstalled(),
     EngineBeingInstalled(),
