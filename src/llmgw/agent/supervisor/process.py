@@ -10,12 +10,16 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmgw.agent.engines.base import LOOPBACK, Launch, Loopback
 from llmgw.agent.gated import GATE_KEY_ENV, TlsFiles, gated_argv, host_port
 from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess, identity
 from llmgw.agent.supervisor.liveness import Liveness
 from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState
+
+if TYPE_CHECKING:
+    from llmgw.agent.supervisor.sidecars import Sidecars
 
 LOG_TAIL_BYTES = 4096
 
@@ -64,6 +68,7 @@ class ShardProcess:
     liveness: Liveness = field(default_factory=Liveness)  # whether it answers a completion (liveness.py)
     ports: Loopback = field(default_factory=Loopback)  # its loopback ports behind the gate (none: not gated)
     tls: TlsFiles | None = None  # the node's certificate, for tunnels between ranks
+    sidecars: Sidecars | None = None  # started before the engine, stopped after it (sidecars.py)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -149,6 +154,11 @@ class ShardProcess:
         self.health_failures = 0
 
     async def stop(self, grace: float = 10.0) -> None:
+        await self.stop_engine(grace)
+        if self.sidecars is not None:  # after the engine: it depends on them
+            await self.sidecars.stop()
+
+    async def stop_engine(self, grace: float = 10.0) -> None:
         self.stopping = True
         if self.liveness.task is not None:
             self.liveness.task.cancel()
