@@ -195,7 +195,7 @@ async def test_a_sidecar_never_ready_fails_the_shard_at_its_timeout_and_no_engin
         await s.converge([shard(free_port(), rec, "never", check="tcp", timeout=30.0)])
         (rec / "go").touch()
         st = await _held_for_the_sidecar(s, rec)
-        assert "(0s of 30s): tcp on port" in st.message and "ConnectionRefusedError" in st.message, st.message
+        assert "(at most 30s): tcp on port" in st.message and "ConnectionRefusedError" in st.message, st.message
         clock.advance(29.0)
         assert (await _state(s)).state == "starting", "failed before its timeout"
         clock.advance(1.0)

@@ -119,8 +119,8 @@ class Sidecars:
             words = late.last_words()
             return Failed(f"sidecar {late.spec.name} not ready within {limit:g}s ({late.words})"
                           + (f"; its last lines: {words}" if words else ""))
-        return Waiting(f"waiting for sidecar {late.spec.name} to be ready ({waited:.0f}s of {limit:g}s): "
-                       f"{late.words}")
+        # no running count in the words: a report that changes at every heartbeat is written at every heartbeat
+        return Waiting(f"waiting for sidecar {late.spec.name} to be ready (at most {limit:g}s): {late.words}")
 
     async def _start(self, c: Sidecar, now: float) -> str:
         """Start one sidecar; "" or why it could not be."""
