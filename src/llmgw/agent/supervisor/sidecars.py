@@ -21,8 +21,7 @@ import aiohttp
 from llmgw.agent.engines.base import LOOPBACK, Launch
 from llmgw.agent.gate import loopback_ports
 from llmgw.agent.supervisor.adopt import AdoptedProcess, identity, leads_its_session, stop_group
-from llmgw.agent.supervisor.process import ShardProcess, log_tail, write_private
-from llmgw.core.reasons import Reason
+from llmgw.agent.supervisor.files import log_tail, write_private
 from llmgw.wire.messages import ShardSpec
 from llmgw.wire.serving import SIDECAR_KEY_FILE_ENV, SIDECAR_PORT_ENV, SidecarSpec, port_env
 
@@ -196,22 +195,6 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except ProcessLookupError:
         pass
-
-
-async def ready(sp: ShardProcess, now: float, http: aiohttp.ClientSession) -> bool:
-    """Whether the shard's engine may start now, every sidecar ready. Else the shard says what it waits for
-    ("starting", no engine yet), or fails with the words of a sidecar that never got ready, and stops the rest."""
-    assert sp.sidecars is not None
-    step = await sp.sidecars.advance(now, http)
-    if step is None:
-        return True
-    sp.proc, sp.exit_code = None, None  # the engine that ran before them, if any, is gone: not its exit again
-    if isinstance(step, Waiting):
-        sp.state, sp.message, sp.reason = "starting", step.words, Reason.SidecarsStarting.value
-    else:
-        sp.state, sp.message, sp.reason = "failed", step.words, Reason.SidecarFailed.value
-        await sp.sidecars.stop()
-    return False
 
 
 def adopt(spec: ShardSpec, log_path: Path) -> tuple[bool, Sidecars | None]:

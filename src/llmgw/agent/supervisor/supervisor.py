@@ -16,7 +16,7 @@ from llmgw.agent.engines.base import Launch, Loopback
 from llmgw.agent.engines.gauges import read_load
 from llmgw.agent.gate import loopback_ports
 from llmgw.agent.gated import TlsFiles
-from llmgw.agent.supervisor import liveness, sidecars
+from llmgw.agent.supervisor import liveness, sidecar_wait, sidecars
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
 from llmgw.core.backoff import doubling
@@ -194,7 +194,7 @@ class Supervisor:
                     sp.state == "starting" and sp.proc is None):
                 if sp.state == "exited":
                     sp.restarts += 1
-                if sp.sidecars is not None and not await sidecars.ready(sp, now, self._http()):
+                if sp.sidecars is not None and not await sidecar_wait.ready(sp, now, self._http()):
                     continue
                 await sp.start()
             if (sp.state == "starting" or (sp.state in SERVED and not starting_only)) and sp.launch.serves_http:
