@@ -209,3 +209,22 @@ async def test_a_sidecar_never_ready_fails_the_shard_at_its_timeout_and_no_engin
 async def _state_is(s: Supervisor, state: str) -> ShardState | None:
     st = await _state(s)
     return st if st.state == state else None
+
+
+async def test_a_sidecars_secret_is_a_file_only_the_agents_user_reads_and_is_removed_after_it(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    told = rec / "key-file-told"
+    code = ("import os, sys, time; open(sys.argv[1] + '.tmp', 'w').write(os.environ['LLMGW_SIDECAR_KEY_FILE']); "
+            "os.replace(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(600)")
+    car = SidecarSpec(name="keyed", argv=[sys.executable, "-c", code, str(told)], secret=True)
+    spec = ShardSpec(replica_id="r1", model="m", engine="sim", source="org/m", rank=0, world_size=1,
+                     serve_port=free_port(), sidecars=[car], api_key="s3cret")
+    async with supervising(tmp_path, rec) as s:
+        await s.converge([spec])
+        await await_until(lambda: _state_is(s, "ready"), DEADLINE_S, lambda: f"the shard ready: {s.states()}")
+        await await_until(told.exists, DEADLINE_S, "the sidecar told its key file")
+        key = Path(told.read_text())
+        assert key.read_text() == "s3cret" and (key.stat().st_mode & 0o777) == 0o600
+        assert "s3cret" not in " ".join(car.argv)
+        await s.converge([])
+        assert not key.exists(), "the secret outlived the sidecar"
