@@ -56,3 +56,18 @@ def test_a_bad_sidecar_is_refused_with_words_naming_it(tmp_path: Path, sidecars:
     with pytest.raises(ConfigError) as e:
         _load(tmp_path, sidecars)
     assert "models[0].sidecars" in str(e.value) and words in str(e.value)
+
+
+def test_an_engine_argument_naming_a_sidecars_port_must_name_one_that_has_a_port(tmp_path: Path) -> None:
+    p = tmp_path / "server.yaml"
+    model = ("tls: {ca: ca.crt, cert: c.crt, key: c.key}\nmodels:\n  - name: m\n    source: x\n    engine: sim\n"
+             "    profile: {args: [--tok, 'http://127.0.0.1:{sidecars.%s.port}']}\n"
+             "    sidecars: [{name: tok, command: [x], port: %s}]\n")
+    p.write_text(model % ("tok", "true"))
+    assert load(ServerConfig, p).models[0].profile.args[1] == "http://127.0.0.1:{sidecars.tok.port}"
+    for name, port in (("tik", "true"), ("tok", "false")):
+        p.write_text(model % (name, port))
+        with pytest.raises(ConfigError) as e:
+            load(ServerConfig, p)
+        assert f"models[0]: profile.args names {{sidecars.{name}.port}}: the model has no sidecar {name!r}" in str(
+            e.value), str(e.value)

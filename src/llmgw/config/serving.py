@@ -97,6 +97,15 @@ def _unique_names(v: list[SidecarConfig]) -> list[SidecarConfig]:
 Sidecars = Annotated[list[SidecarConfig], Field(max_length=16), AfterValidator(_unique_names)]
 
 
+def sidecar_ports_named(args: list[str], sidecars: list[SidecarConfig]) -> None:
+    """Every {sidecars.NAME.port} in the engine's arguments names a sidecar of the model that has a port."""
+    ported = {c.name for c in sidecars if c.port}
+    for name in re.findall(r"\{sidecars\.([^{}]*)\.port\}", " ".join(args)):
+        if name not in ported:
+            raise ValueError(f"profile.args names {{sidecars.{name}.port}}: the model has no sidecar {name!r} "
+                             f"with port: true")
+
+
 class AdapterConfig(Strict):
     """A LoRA adapter of the model, served as a model of its own (owned by the adapters work: may grow)."""
 
