@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.supervisor import Supervisor, sidecars
 from llmgw.agent.supervisor.adopt import find_running
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
@@ -84,11 +84,24 @@ async def test_sidecars_beside_an_engine_nobody_adopts_are_stopped(tmp_path: Pat
     engine, sidecar = await _left_running(tmp_path, rec)
     os.killpg(engine, signal.SIGKILL)  # the engine died while no agent watched
     await await_until(lambda: not _alive(engine), DEADLINE_S, "the engine gone")
-    s = Supervisor(FakeClock(), tmp_path / "state", "127.0.0.1", engine_launch(rec))
     try:
-        s.adopt(find_running(tmp_path / "state"))
+        found = find_running(tmp_path / "state")  # what the next agent does at its start
+        assert found == {}
+        sidecars.reap(tmp_path / "state", kept=sidecars.beside(found.values()))
         await await_until(lambda: not _alive(sidecar), DEADLINE_S, "the orphaned sidecar stopped")
         assert list((tmp_path / "state").glob("*.run")) == []
     finally:
-        await s.close()
+        _kill(engine, sidecar)
+
+
+async def test_the_next_agents_start_keeps_the_sidecars_of_engines_still_running(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    engine, sidecar = await _left_running(tmp_path, rec)
+    try:
+        found = find_running(tmp_path / "state")
+        sidecars.reap(tmp_path / "state", kept=sidecars.beside(found.values()))
+        assert _alive(sidecar), "a sidecar the next agent is about to adopt was stopped"
+        sidecars.stop_recorded(sidecars.beside(found.values()))  # what a stop does with engines never taken over
+        await await_until(lambda: not _alive(sidecar), DEADLINE_S, "the sidecar stopped")
+    finally:
         _kill(engine, sidecar)

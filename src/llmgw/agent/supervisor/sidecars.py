@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import aiohttp
 
 from llmgw.agent.engines.base import LOOPBACK, Launch
 from llmgw.agent.gate import loopback_ports
-from llmgw.agent.supervisor.adopt import AdoptedProcess, identity, leads_its_session, stop_group
+from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, identity, leads_its_session, stop_group
 from llmgw.agent.supervisor.files import log_tail, write_private
 from llmgw.wire.messages import ShardSpec
 from llmgw.wire.serving import SIDECAR_KEY_FILE_ENV, SIDECAR_PORT_ENV, SidecarSpec, port_env
@@ -223,11 +224,19 @@ def _running(run: Path) -> tuple[int, int]:
         return 0, 0
 
 
+def beside(found: Iterable[Running]) -> set[Path]:
+    """The run files of the sidecars a previous agent left beside these engines."""
+    return {run for r in found for run in r.pid_path.parent.glob(f"{r.pid_path.stem}.sidecar-*{RUN_SUFFIX}")}
+
+
 def reap(state_dir: Path, kept: set[Path]) -> None:
-    """Stop the sidecars a previous agent left beside engines this one did not adopt, and forget them."""
-    for run in state_dir.glob(f"*.sidecar-*{RUN_SUFFIX}"):
-        if run in kept:
-            continue
+    """Stop the sidecars a previous agent left beside engines this one did not adopt (all but `kept`)."""
+    stop_recorded(set(state_dir.glob(f"*.sidecar-*{RUN_SUFFIX}")) - kept)
+
+
+def stop_recorded(runs: Iterable[Path]) -> None:
+    """Stop the sidecars these run files name, when they still are those processes, and forget them."""
+    for run in runs:
         pid, _ = _running(run)
         if pid:
             stop_group(pid)
