@@ -53,7 +53,7 @@ def test_a_sidecar_waited_for_and_one_that_exits_are_said_on_every_surface(tmp_p
              "sidecars": [{"name": "tok", "command": [sys.executable, str(rec / "sidecar.py"), str(rec), "exit"],
                            "port": True, "ready": {"http": "/ready", "timeout": "10m"}}]}
     metrics_port = free_port()
-    p = plan(tmp_path / "cluster", [NodePlan(id="node01", address="127.0.0.61", port_range="17900-17999")], [model],
+    p = plan(tmp_path / "cluster", [NodePlan(id="node01", address="127.0.0.133", port_range="29600-29699")], [model],
              heartbeat_interval="0.3s", reconcile_interval="0.2s",
              extra_server={"metrics_listen": f"127.0.0.1:{metrics_port}"})
     start_cluster(p, running)
