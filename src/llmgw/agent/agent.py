@@ -23,7 +23,7 @@ from llmgw.agent.named_engines import NamedEngines
 from llmgw.agent.redirects import Redirects
 from llmgw.agent.renewals import Reporter
 from llmgw.agent.revocations import Revocations
-from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.supervisor import Supervisor, sidecars
 from llmgw.agent.supervisor.adopt import Running, discard, find_running
 from llmgw.agent.supervisor.supervisor import RestartPolicy
 from llmgw.agent.weights import hubdir, local
@@ -127,6 +127,7 @@ class Agent:
         # engines a previous agent left running: adopted once this agent knows its engines (the first pass), kept
         # if still wanted, stopped at the first converge if not
         self._found = find_running(logs)
+        sidecars.reap(logs, kept=sidecars.beside(self._found.values()))  # beside engines gone already
         try:
             adapters = await asyncio.to_thread(probe_adapters, HostRoot(Path(self.cfg.host_root)))
         except LlmgwError as e:  # said again with every heartbeat, as a problem the control plane shows
@@ -345,6 +346,7 @@ class Agent:
         if not self.hand_over:
             for run in self._found.values():  # found at start and never taken over: a stop leaves nothing behind
                 discard(run)
+            sidecars.stop_recorded(sidecars.beside(self._found.values()))
             self._found = {}
         if self.supervisor is not None:
             if self.hand_over:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from llmgw.config.engines import EngineConfig, EngineName, as_source
-from llmgw.config.serving import AdapterConfig, SidecarConfig, SleepConfig
+from llmgw.config.serving import AdapterConfig, Sidecars, SleepConfig, sidecar_ports_named
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
 from llmgw.core.limits import KeyLimits
 from llmgw.wire.engines import EngineSource
@@ -131,7 +131,12 @@ class ModelSpec(Strict):
     pinned: bool = False
     sleep: SleepConfig | None = None
     adapters: Annotated[list[AdapterConfig], Field(max_length=1024)] = []
-    sidecars: Annotated[list[SidecarConfig], Field(max_length=16)] = []
+    sidecars: Sidecars = []
+
+    @model_validator(mode="after")
+    def _sidecar_ports_named(self) -> ModelSpec:
+        sidecar_ports_named(self.profile.args, self.sidecars)
+        return self
 
     @field_validator("priority", mode="before")
     @classmethod

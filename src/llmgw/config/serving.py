@@ -5,11 +5,13 @@ Each block is validated here with words an operator can act on; reconcile, the r
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from llmgw.config.types import Duration
+from llmgw.config.types import Duration, within
+from llmgw.wire.serving import RESERVED_ENV, SidecarSpec, port_env
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9._:-]+)*$"  # a model's name, also an adapter's
 
@@ -26,12 +28,82 @@ class SleepConfig(Strict):
     stop_after: Duration | None = None
 
 
+class ReadyCheck(Strict):
+    """How the agent knows a sidecar is ready: an HTTP path on its port answered 2xx, or its port accepting a
+    connection; it has `timeout` from its start to get there, or its shard fails (SidecarFailed)."""
+
+    http: str | None = Field(default=None, min_length=1, max_length=512, pattern=r"^/[\x21-\x7e]*$")
+    tcp: bool = False
+    timeout: Annotated[Duration, within(0.1, 3600)] = 60.0
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ReadyCheck:
+        if (self.http is not None) == self.tcp:
+            raise ValueError("give one of http (a path, e.g. /health) or tcp: true")
+        return self
+
+
 class SidecarConfig(Strict):
-    """A process started before the model's engine on each of its nodes (owned by the sidecars work: may grow)."""
+    """A process started before the model's engine on each of its nodes (docs/serving.md, Sidecars)."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     command: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(min_length=1, max_length=256)]
-    env: dict[str, str] = {}
+    env: Annotated[dict[Annotated[str, Field(max_length=128)], Annotated[str, Field(max_length=4096)]],
+                   Field(max_length=256)] = {}
+    # a loopback port the agent picks at each start: {port} in the command, and the engine is told it
+    port: bool = False
+    ready: ReadyCheck | None = None  # None: ready once started
+    # the replica's engine secret in a file only the agent's user can read (its path in SIDECAR_KEY_FILE_ENV)
+    secret: bool = False
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise ValueError(f"{k!r} is not an environment variable name (letters, digits and _)")
+            if k.upper().startswith(RESERVED_ENV):
+                raise ValueError(f"{k!r}: names starting {RESERVED_ENV} are the agent's to set")
+        return v
+
+    @model_validator(mode="after")
+    def _port_for_placeholders(self) -> SidecarConfig:
+        if not self.port and any("{port}" in a for a in self.command):
+            raise ValueError("the command names {port}: set port: true")
+        if not self.port and self.ready is not None:
+            raise ValueError("a readiness check probes the sidecar's port: set port: true")
+        return self
+
+    def spec(self) -> SidecarSpec:
+        ready = self.ready
+        return SidecarSpec(name=self.name, argv=self.command, env=self.env, port=self.port, secret=self.secret,
+                           ready="" if ready is None else "tcp" if ready.tcp else "http",
+                           ready_path=(ready.http or "") if ready else "",
+                           ready_timeout=ready.timeout if ready else 0.0)
+
+
+def _unique_names(v: list[SidecarConfig]) -> list[SidecarConfig]:
+    seen: dict[str, str] = {}
+    for c in v:
+        if c.name in seen.values():
+            raise ValueError(f"duplicate sidecar name {c.name!r}")
+        if port_env(c.name) in seen:  # the engine could not tell their ports apart
+            raise ValueError(f"sidecar names {seen[port_env(c.name)]!r} and {c.name!r} give one variable, "
+                             f"{port_env(c.name)}: rename one")
+        seen[port_env(c.name)] = c.name
+    return v
+
+
+Sidecars = Annotated[list[SidecarConfig], Field(max_length=16), AfterValidator(_unique_names)]
+
+
+def sidecar_ports_named(args: list[str], sidecars: list[SidecarConfig]) -> None:
+    """Every {sidecars.NAME.port} in the engine's arguments names a sidecar of the model that has a port."""
+    ported = {c.name for c in sidecars if c.port}
+    for name in re.findall(r"\{sidecars\.([^{}]*)\.port\}", " ".join(args)):
+        if name not in ported:
+            raise ValueError(f"profile.args names {{sidecars.{name}.port}}: the model has no sidecar {name!r} "
+                             f"with port: true")
 
 
 class AdapterConfig(Strict):

@@ -58,6 +58,7 @@ def desired_for(
                     fabric_adapters=a.fabric_adapters,
                     weights=(weights or {}).get(spec.source),
                     api_key=r.secret,
+                    sidecars=[c.spec() for c in spec.sidecars],
                 )
             )
     return DesiredState(node_id=node_id, shards=shards, engines=engines, engine_sources=sources or [],

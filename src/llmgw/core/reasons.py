@@ -89,6 +89,7 @@ class Reason(StrEnum):
     Sleeping = "Sleeping"  # idle: its engine sleeps, its GPUs are free; the first request wakes it
     # sidecars (wire/serving.py)
     SidecarFailed = "SidecarFailed"  # a sidecar exited or never became ready: the shard fails with its words
+    SidecarsStarting = "SidecarsStarting"  # the engine waits for its sidecars to be ready (which, for how long)
     # LoRA adapters (wire/serving.py)
     AdapterFailed = "AdapterFailed"  # an adapter could not be fetched or loaded, in the engine's words
 

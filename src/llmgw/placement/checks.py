@@ -18,6 +18,7 @@ from llmgw.core.reasons import Reason
 from llmgw.placement.snapshot import NodeView
 from llmgw.wire.hub import is_hub
 from llmgw.wire.messages import EngineStatus
+from llmgw.wire.serving import SERVING_WIRE_VERSION
 
 Verdict = tuple[Reason, str] | None
 HUB_WIRE_VERSION = 10  # the first agents that fetch a hub model's directory
@@ -250,28 +251,36 @@ class Ports(Check):
         return f"no free port in {n.port_low}-{n.port_high}"
 
 
-class AgentFetchesHub(Check):
-    """A hub source is a directory of files fetched by an agent that speaks wire version HUB_WIRE_VERSION."""
+def agent_needs(m: ModelSpec) -> tuple[int, str] | None:
+    """The wire version an agent must speak to run the model, and what needs it (None: any agent)."""
+    needs = [(HUB_WIRE_VERSION, "a hub source (hf://)")] if is_hub(m.source) else []
+    if m.sidecars:  # an older agent is sent none and would start the engine alone
+        needs.append((SERVING_WIRE_VERSION, "a model with sidecars"))
+    return max(needs) if needs else None
+
+
+class AgentNewEnough(Check):
+    """The node's agent speaks the wire version the model needs (agent_needs): a hub source is a directory of files
+    fetched by an agent of HUB_WIRE_VERSION, sidecars are started by one of SERVING_WIRE_VERSION."""
 
     reason = Reason.AgentTooOld
 
     def prepare(self, r: Request) -> Test | None:
-        if not is_hub(r.model.source):
+        need = agent_needs(r.model)
+        if need is None:
             return None
-
-        def test(n: NodeView) -> bool:
-            return n.wire_version >= HUB_WIRE_VERSION
-
-        return test
+        version = need[0]
+        return lambda n: n.wire_version >= version
 
     def explain(self, n: NodeView, r: Request) -> str:
-        return (f"its agent speaks wire version {n.wire_version}; a hub source (hf://) needs version "
-                f"{HUB_WIRE_VERSION} or later: upgrade the agent")
+        version, what = agent_needs(r.model) or (0, "")
+        return (f"its agent speaks wire version {n.wire_version}; {what} needs version {version} or later: "
+                f"upgrade the agent")
 
 
 CHECKS: tuple[Check, ...] = (
     NodeLive(),
-    AgentFetchesHub(),
+    AgentNewEnough(),
     EngineProbed(),
     EngineInstalled(),
     EngineBeingInstalled(),

@@ -8,7 +8,8 @@ shard's model, served under its own name by the same engine. `ShardSpec.sleep` a
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,12 +20,29 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SidecarSpec(Strict):
-    """One process the node starts before the shard's engine (owned by the sidecars work: fields may grow)."""
+RESERVED_ENV = "LLMGW_"  # environment names the agent sets for sidecars and engines: never a sidecar's own
+SIDECAR_PORT_ENV = "LLMGW_SIDECAR_PORT"  # a sidecar's own port, also {port} in its argv
+SIDECAR_KEY_FILE_ENV = "LLMGW_SIDECAR_KEY_FILE"  # where a sidecar with `secret` reads the replica's secret
 
-    name: Annotated[str, Field(min_length=1, max_length=64)]
+
+class SidecarSpec(Strict):
+    """One process the node starts before the shard's engine: the engine starts once every sidecar is ready, and
+    stops before them (config/serving.py SidecarConfig says what each field means)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     argv: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(min_length=1, max_length=256)]
-    env: dict[str, str] = {}
+    env: Annotated[dict[Annotated[str, Field(max_length=128)], Annotated[str, Field(max_length=4096)]],
+                   Field(max_length=256)] = {}
+    port: bool = False
+    ready: Literal["", "tcp", "http"] = ""  # "": ready once started
+    ready_path: Annotated[str, Field(max_length=512)] = ""
+    ready_timeout: Annotated[float, Field(ge=0, le=3600)] = 0.0
+    secret: bool = False
+
+
+def port_env(name: str) -> str:
+    """The variable through which the engine learns a sidecar's port: LLMGW_SIDECAR_<NAME>_PORT."""
+    return f"LLMGW_SIDECAR_{re.sub(r'[^A-Za-z0-9]', '_', name).upper()}_PORT"
 
 
 class AdapterSpec(Strict):

@@ -14,10 +14,11 @@ from pathlib import Path
 from llmgw.agent.engines.base import LOOPBACK, Launch, Loopback
 from llmgw.agent.gated import GATE_KEY_ENV, TlsFiles, gated_argv, host_port
 from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess, identity
+from llmgw.agent.supervisor.files import log_tail as log_tail  # where other modules have found them
+from llmgw.agent.supervisor.files import write_private as write_private
 from llmgw.agent.supervisor.liveness import Liveness
+from llmgw.agent.supervisor.sidecars import Sidecars
 from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState
-
-LOG_TAIL_BYTES = 4096
 
 
 def state_name(replica_id: str, rank: int) -> str:
@@ -25,20 +26,6 @@ def state_name(replica_id: str, rank: int) -> str:
     and every state file of a shard must land in the one directory the reaper reads."""
     readable = re.sub(r"[^A-Za-z0-9._-]", "_", replica_id)[:80].lstrip(".")
     return f"{readable}-{hashlib.sha256(replica_id.encode()).hexdigest()[:8]}-rank{rank}"
-
-
-def log_tail(path: Path, lines: int = 3) -> str:
-    """The last words a process wrote: the machine's own reason for an exit."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return " | ".join(kept[-lines:])
 
 
 @dataclass
@@ -64,6 +51,7 @@ class ShardProcess:
     liveness: Liveness = field(default_factory=Liveness)  # whether it answers a completion (liveness.py)
     ports: Loopback = field(default_factory=Loopback)  # its loopback ports behind the gate (none: not gated)
     tls: TlsFiles | None = None  # the node's certificate, for tunnels between ranks
+    sidecars: Sidecars | None = None  # started before the engine, stopped after it (sidecars.py)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -149,6 +137,11 @@ class ShardProcess:
         self.health_failures = 0
 
     async def stop(self, grace: float = 10.0) -> None:
+        await self.stop_engine(grace)
+        if self.sidecars is not None:  # after the engine: it depends on them
+            await self.sidecars.stop()
+
+    async def stop_engine(self, grace: float = 10.0) -> None:
         self.stopping = True
         if self.liveness.task is not None:
             self.liveness.task.cancel()
@@ -183,20 +176,6 @@ class ShardProcess:
             slots=self.launch.slots if self.launch is not None else None,
             lost_peer=self.lost_peer if self.state in ("exited", "failed") else None,
         )
-
-
-def write_private(path: Path, content: str) -> None:
-    """Write a file only its owner can read, whole: a temp file beside it, then a rename."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, content.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -16,11 +16,12 @@ from llmgw.agent.engines.base import Launch, Loopback
 from llmgw.agent.engines.gauges import read_load
 from llmgw.agent.gate import loopback_ports
 from llmgw.agent.gated import TlsFiles
-from llmgw.agent.supervisor import liveness
+from llmgw.agent.supervisor import liveness, sidecar_wait, sidecars
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
+from llmgw.core.reasons import Reason
 from llmgw.wire.messages import EngineLoad, Problem, ShardSpec, ShardState
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,8 @@ class Supervisor:
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
                 picked = loopback_ports(1 + (spec.world_size if spec.world_size > 1 else 0))
                 sp = ShardProcess(spec=spec, launch=None, log_path=log, host=self.host, tls=self.tls,
-                                  ports=Loopback(engine=picked[0], peers=tuple(picked[1:])))
+                                  ports=Loopback(engine=picked[0], peers=tuple(picked[1:])),
+                                  sidecars=sidecars.Sidecars.of(spec, log))
                 self._prepare(sp)
                 self.shards[key] = sp
         await self.tick()
@@ -122,7 +124,7 @@ class Supervisor:
             launch, why = self.resolve(sp.spec, sp.ports)
         except Exception as e:  # one shard's trouble fails that shard, never the agent and its engines
             launch, why = None, f"cannot prepare the shard: {type(e).__name__}: {e}"
-        sp.launch = launch
+        sp.launch = launch if launch is None or sp.sidecars is None else sp.sidecars.into(launch)
         if launch is not None:
             if sp.reason == "WeightsFetching":
                 sp.message, sp.reason = "", ""
@@ -146,18 +148,21 @@ class Supervisor:
                 launch = None
             # no loopback port recorded: started by an agent before gates, listening on the network itself; it is
             # restarted behind one rather than adopted
-            if launch is None or not run.engine_port or not leads_its_session(run.pid):
+            log_path = self.log_dir / f"{state_name(run.spec.replica_id, run.spec.rank)}.log"
+            whole, beside = sidecars.adopt(run.spec, log_path)  # not whole: the engine restarts after them
+            if launch is None or not run.engine_port or not leads_its_session(run.pid) or not whole:
                 discard(run)
                 continue
-            log_path = self.log_dir / f"{state_name(run.spec.replica_id, run.spec.rank)}.log"
-            sp = ShardProcess(spec=run.spec, launch=launch, log_path=log_path, host=self.host, tls=self.tls,
-                              ports=ports)
+            sp = ShardProcess(spec=run.spec, launch=beside.into(launch) if beside else launch, log_path=log_path,
+                              host=self.host, tls=self.tls, ports=ports, sidecars=beside)
             sp.proc = AdoptedProcess(run.pid)
             sp.state = "starting" if launch.serves_http else "running"
             sp.message = "adopted from the previous agent"
             self.shards[key] = sp
             log.info("adopted %s rank %d (pid %d) from the previous agent", run.spec.replica_id, run.spec.rank,
                      run.pid)
+        sidecars.reap(self.log_dir, {c.path(sidecars.RUN_SUFFIX) for sp in self.shards.values() if sp.sidecars
+                                     for c in sp.sidecars.members})
 
     async def tick(self, starting_only: bool = False) -> None:
         """Start what is due, notice what exited, probe engines' health. `starting_only`: probe only engines not yet
@@ -170,23 +175,27 @@ class Supervisor:
             if sp.launch is None or sp.state == "failed":
                 continue
             p = sp.proc
-            if p is not None and p.returncode is not None and sp.state not in ("exited",):
+            if sp.sidecars is not None and sp.state != "exited" and (gone := sp.sidecars.gone()):
+                await sp.stop_engine()  # it depends on the sidecar: restarted after it, as if it had exited
+                sp.exit_code, sp.lost_peer = None, None
+                if self._exited(sp, now, gone, Reason.SidecarFailed):
+                    await sp.sidecars.stop()
+                    continue
+            elif p is not None and p.returncode is not None and sp.state not in ("exited",):
                 sp.exit_code = p.returncode
-                sp.state = "exited"
                 words = log_tail(sp.log_path)
                 how = "exited (exit code unknown: adopted)" if isinstance(p, AdoptedProcess) else (
                     f"exited with code {p.returncode}")
-                sp.message = how + (f": {words}" if words else "")
-                sp.reason = "EngineExited"
                 sp.lost_peer = sp.launch.peer_lost(words, sp.spec.world_size)
-                if sp.restarts >= self.restart.limit:
-                    sp.state = "failed"
-                    sp.message = f"gave up after {sp.restarts} restarts; {sp.message}"
+                if self._exited(sp, now, how + (f": {words}" if words else ""), Reason.EngineExited):
                     continue
-                sp.next_start = now + self.restart.delay(sp.restarts)
-            if sp.state in ("pending",) or (sp.state == "exited" and now >= sp.next_start):
+            # ("starting" with no engine yet: waiting for its sidecars)
+            if sp.state == "pending" or (sp.state == "exited" and now >= sp.next_start) or (
+                    sp.state == "starting" and sp.proc is None):
                 if sp.state == "exited":
                     sp.restarts += 1
+                if sp.sidecars is not None and not await sidecar_wait.ready(sp, now, self._http()):
+                    continue
                 await sp.start()
             if (sp.state == "starting" or (sp.state in SERVED and not starting_only)) and sp.launch.serves_http:
                 probes.append(self._probe(sp))
@@ -195,6 +204,16 @@ class Supervisor:
         if not starting_only:  # a ready engine's gauges were read just now: whether it is idle is known
             for sp in self.shards.values():
                 self._liveness(sp, now)
+
+    def _exited(self, sp: ShardProcess, now: float, words: str, reason: Reason) -> bool:
+        """The shard's engine exited (or was stopped for a sidecar that did): restarted after a delay, or, past the
+        policy's limit, failed (True)."""
+        sp.state, sp.message, sp.reason = "exited", words, reason.value
+        if sp.restarts >= self.restart.limit:
+            sp.state, sp.message = "failed", f"gave up after {sp.restarts} restarts; {words}"
+            return True
+        sp.next_start = now + self.restart.delay(sp.restarts)
+        return False
 
     def _liveness(self, sp: ShardProcess, now: float) -> None:
         """Take a finished completion probe's verdict, and start the next one when it is due (liveness.py). Runs
