@@ -19,7 +19,7 @@ from llmgw.agent.renewals import Held, Reporter, renewal
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import UpstreamError
 from llmgw.wire.lease import LEASE_PATH, REPORT_REFRESH_S, SEND_REPORT, LeaseAnswer, report_digest
-from llmgw.wire.messages import DesiredState, EngineLoad, Hardware, NodeReport, ShardState
+from llmgw.wire.messages import WIRE_VERSION, DesiredState, EngineLoad, Hardware, NodeReport, ShardState
 from tests.harness import free_port, served
 
 URL = "http://127.0.0.1:1"
@@ -211,7 +211,7 @@ async def test_an_older_control_plane_is_asked_in_the_newest_version_again_in_ti
 async def test_a_control_plane_older_than_10_is_refused_with_its_words() -> None:
     plane = Playing(speaks=9)
     async with talking(plane) as (client, reporter, _):
-        with pytest.raises(UpstreamError, match=r"422 .*wire version 11 not understood"):
+        with pytest.raises(UpstreamError, match=rf"422 .*wire version {WIRE_VERSION} not understood"):
             await reporter.send(client, report())
         assert plane.reports == []
 
