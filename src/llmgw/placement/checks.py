@@ -18,6 +18,7 @@ from llmgw.core.reasons import Reason
 from llmgw.placement.snapshot import NodeView
 from llmgw.wire.hub import is_hub
 from llmgw.wire.messages import EngineStatus
+from llmgw.wire.serving import SERVING_WIRE_VERSION
 
 Verdict = tuple[Reason, str] | None
 HUB_WIRE_VERSION = 10  # the first agents that fetch a hub model's directory
@@ -251,22 +252,34 @@ class Ports(Check):
 
 
 class AgentFetchesHub(Check):
-    """A hub source is a directory of files fetched by an agent that speaks wire version HUB_WIRE_VERSION."""
+    """A hub source is a directory of files fetched by an agent that speaks wire version HUB_WIRE_VERSION; a model
+    with LoRA adapters needs SERVING_WIRE_VERSION (an older agent is sent none of them)."""
 
     reason = Reason.AgentTooOld
 
     def prepare(self, r: Request) -> Test | None:
-        if not is_hub(r.model.source):
+        need = _agent_needs(r.model)
+        if need is None:
             return None
 
         def test(n: NodeView) -> bool:
-            return n.wire_version >= HUB_WIRE_VERSION
+            return n.wire_version >= need[0]
 
         return test
 
     def explain(self, n: NodeView, r: Request) -> str:
-        return (f"its agent speaks wire version {n.wire_version}; a hub source (hf://) needs version "
-                f"{HUB_WIRE_VERSION} or later: upgrade the agent")
+        version, what = _agent_needs(r.model) or (0, "")
+        return (f"its agent speaks wire version {n.wire_version}; {what} needs version {version} or later: upgrade "
+                "the agent")
+
+
+def _agent_needs(m: ModelSpec) -> tuple[int, str] | None:
+    """The wire version an agent must speak for the model, and what needs it; None: any."""
+    if m.adapters:
+        return SERVING_WIRE_VERSION, "a model with LoRA adapters"
+    if is_hub(m.source):
+        return HUB_WIRE_VERSION, "a hub source (hf://)"
+    return None
 
 
 CHECKS: tuple[Check, ...] = (
