@@ -5,7 +5,8 @@ naming the adapter, and the usage recorded under it.
 llama-server takes the adapters in a body's "lora" field, by their index at launch; a body without the field gets
 the adapters as the request before it on the slot left them (seen on the build checked: its prompt cache kept), and
 a client could apply an adapter its key is not allowed by naming its index. So every request to a model with
-adapters on such an engine gets the field from the router: the adapter asked for at its scale, the others at 0.
+adapters on such an engine gets the field from the router: the adapter asked for at its scale (the others are then
+0), or the first at 0 for the model itself.
 """
 
 from __future__ import annotations
@@ -47,9 +48,14 @@ def rewritten(payload: dict[str, Any], body: bytes, spec: ModelSpec, served: Ser
     """The body to send for a request to `spec` (the adapter `served` of it, or the model itself)."""
     if not spec.adapters or ADAPTER_REQUESTS.get(spec.engine) != LORA_FIELD:
         return body  # an engine that takes the adapter's name as the model: sent as it is
-    chosen = served.index if served is not None else -1
-    payload["lora"] = [{"id": i, "scale": a.scale if i == chosen else 0.0} for i, a in enumerate(spec.adapters)]
-    return json.dumps(payload).encode()
+    # llama-server sets every adapter a non-empty list leaves out to 0 (an empty one means each at its default)
+    lora = [{"id": served.index, "scale": served.adapter.scale} if served is not None else {"id": 0, "scale": 0.0}]
+    theirs = "lora" in payload
+    payload["lora"] = lora  # for a stage that writes the body again from it
+    if theirs:  # the client's own is replaced, whatever its bytes were
+        return json.dumps(payload).encode()
+    at = body.index(b"{") + 1  # a JSON object with a "model" at least: put first, without writing the rest again
+    return body[:at] + b'"lora":' + json.dumps(lora, separators=(",", ":")).encode() + b"," + body[at:]
 
 
 def renamed(spec: ModelSpec, served: Served | None) -> tuple[bytes, bytes] | None:
