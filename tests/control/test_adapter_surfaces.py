@@ -8,6 +8,7 @@ from prometheus_client import generate_latest
 from llmgw.config.serving import AdapterConfig
 from llmgw.control.dashboard import render_view
 from llmgw.control.metrics import registry
+from llmgw.control.scrape import Scrape
 from llmgw.control.summary import Summary, summarize
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
@@ -36,6 +37,7 @@ def test_metrics_say_which_replica_serves_which_adapter() -> None:
     text = generate_latest(registry(lambda: s)).decode()
     assert 'llmgw_adapter_replica{adapter="m-pirate",model="m",replica="m-1"} 1.0' in text
     assert 'replica="m-2"' not in text.split("llmgw_adapter_replica", 1)[1].split("# HELP", 1)[0]
+    assert Scrape().text(s) == text.encode(), "the scrape the server serves writes it too"
 
 
 def test_the_dashboard_lists_adapters() -> None:
