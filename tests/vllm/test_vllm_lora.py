@@ -50,7 +50,7 @@ def test_vllm_serves_a_peft_adapter_as_a_model_of_its_own(
     model = {"name": "smollm2", "source": str(model_dir), "engine": "vllm",
              "profile": {"args": ["--enforce-eager", "--max-model-len", "2048"]}, "scaling": {"min": 1, "max": 1},
              "adapters": [{"name": ADAPTER, "source": str(adapter_dir)}]}
-    p = plan(tmp_path, [NodePlan(id="cpu01", address="127.0.0.101", kind="cpu", gpus=0, port_range="29100-29199",
+    p = plan(tmp_path, [NodePlan(id="cpu01", address="127.0.0.101", kind="cpu", gpus=0, port_range="29400-29499",
                                  agent_extra={"engines": {}, "probe_engines": ["vllm"], "peer_port": free_port()})],
              [model], heartbeat_interval="1s", reconcile_interval="0.5s", extra_server={"engines": ["sim", source]})
     c = Cluster(p)
