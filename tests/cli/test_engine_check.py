@@ -30,7 +30,7 @@ def llama() -> Path:
 def test_the_real_llama_server_accepts_every_flag_of_the_widest_command() -> None:
     r = engine_check("--engine", "llamacpp", "--binary", str(llama()))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "all 10 flags accepted" in r.stdout and "--rpc" in r.stdout and "--api-key-file" in r.stdout
+    assert "all 12 flags accepted" in r.stdout and "--rpc" in r.stdout and "--api-key-file" in r.stdout
     assert "ggml-rpc-server: runs" in r.stdout
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from llmgw import __version__
 from llmgw.agent import launches, observe
+from llmgw.agent.adapter_files import adapter_sources, adapters_in_use
 from llmgw.agent.client import ControlPlaneClient
 from llmgw.agent.discovery import HostRoot, check_fabrics, hardware_warnings
 from llmgw.agent.discovery.infiniband import probe_adapters
@@ -101,7 +102,8 @@ class Agent:
                 out |= hubdir.targets(self.weights_dir, sp.spec.weights)
             else:
                 out.add(local.target_for(self.weights_dir, sp.spec.source))
-        return out
+        return out | {p for sp in self.supervisor.shards.values() if sp.state != "failed"
+                      for p in adapters_in_use(self.weights_dir, sp.spec)}
 
     def resolve(self, spec: ShardSpec, ports: Loopback | None = None) -> launches.Resolved:
         node = launches.Node(node_id=self.node_id, address=self.address, engines=self.engines, fetcher=self.fetcher,
@@ -261,7 +263,7 @@ class Agent:
             self.learn_revoked(desired.revoked)
         if desired.version >= 3:  # an older control plane names no sources: the node keeps what it has
             await self.converge_engines(desired.engine_sources)
-        self.fetcher.keep({s.source for s in desired.shards})
+        self.fetcher.keep({s.source for s in desired.shards} | adapter_sources(desired.shards))
         await self.supervisor.converge(desired.shards)
 
     async def run(self, stop: asyncio.Event) -> None:

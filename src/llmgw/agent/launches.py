@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmgw.agent.adapter_files import adapter_paths
 from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
 from llmgw.agent.engines.base import Loopback
 from llmgw.agent.supervisor.process import state_name
@@ -57,7 +58,11 @@ def resolve(node: Node, spec: ShardSpec, ports: Loopback | None = None) -> Resol
     path = weights_path(spec, node.fetcher)
     if not isinstance(path, str):
         return None, path
+    loras = adapter_paths(spec, node.fetcher)
+    if not isinstance(loras, tuple):
+        return None, loras
     key_file = str(node.keys_dir / f"{state_name(spec.replica_id, spec.rank)}.key")
     ctx = LaunchContext(binary=binary, model_path=path, host=node.address, threads=1, key_file=key_file,
-                        serve_port=ports.engine if ports else 0, peer_tunnels=ports.peers if ports else ())
+                        serve_port=ports.engine if ports else 0, peer_tunnels=ports.peers if ports else (),
+                        adapters=loras)
     return adapter.launch(spec, ctx), ""

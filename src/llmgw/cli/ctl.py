@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from llmgw.api.adapter_lines import AdapterLine, adapter_rows
 from llmgw.api.model_weights import ModelWeights, weights_lines
 from llmgw.api.router import ModelExplanation, model_explanation_lines
 from llmgw.cli import keys as key_commands
@@ -157,6 +158,11 @@ def status(admin: AdminOpt = DEFAULT_ADMIN, as_json: JsonOpt = False) -> None:
     for m in s.get("models", []):
         t.add_row(safe(m["model"]), str(m["wanted"]), str(m["ready"]), safe(" | ".join(m["why"])) or "-")
     console.print(t)
+    if s.get("adapters"):
+        t = Table("adapter", "model", "ready replicas serving it", title="LoRA adapters")
+        for row in adapter_rows([AdapterLine.model_validate(a) for a in s["adapters"]]):
+            t.add_row(*(safe(x) for x in row))
+        console.print(t)
     t = Table("replica", "model", "state", "nodes", "endpoint", "why", title="replicas")
     for r in s["replicas"]:
         t.add_row(

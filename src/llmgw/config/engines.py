@@ -19,6 +19,11 @@ EngineName = Literal["llamacpp", "vllm", "sglang", "sim"]
 # What the control plane knows of engines without their adapters (agent/engines/, which it does not import), read
 # as data rather than by comparing names. The engines that take a model profile's `sim:` block (a speed) as flags:
 TAKES_SPEED_FLAGS: frozenset[str] = frozenset({"sim"})
+# The engines that serve LoRA adapters, and how a request names one (router/adapters.py): "lora_field", every adapter
+# loaded at scale 0 and the one asked for given its scale in the body's "lora" (llama-server); "model_name", the
+# adapter's name sent as the model (vLLM)
+ADAPTER_REQUESTS: dict[str, str] = {"llamacpp": "lora_field", "vllm": "model_name"}
+MAX_ADAPTERS = 64  # per model: every replica loads all of its model's adapters at start
 # the CUDA the registry's wheels are built for (the torch they pull: 2.13.0+cu130, 2.14.1+cu130, found by CI's CUDA
 # stage): which NVIDIA driver a node needs for them (580 or newer)
 VLLM_CUDA = "13.0"
@@ -111,4 +116,5 @@ def as_source(entry: str | EngineConfig) -> EngineSource | None:
     return entry.source()
 
 
-__all__ = ["DEFAULTS", "TAKES_SPEED_FLAGS", "EngineConfig", "EngineName", "as_source"]
+__all__ = ["ADAPTER_REQUESTS", "DEFAULTS", "MAX_ADAPTERS", "TAKES_SPEED_FLAGS", "EngineConfig", "EngineName",
+           "as_source"]

@@ -7,7 +7,14 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from llmgw.config.engines import EngineConfig, EngineName, as_source
-from llmgw.config.serving import AdapterConfig, Sidecars, SleepConfig, sidecar_ports_named
+from llmgw.config.serving import (
+    AdapterConfig,
+    Sidecars,
+    SleepConfig,
+    adapters_checked,
+    names_checked,
+    sidecar_ports_named,
+)
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
 from llmgw.core.limits import KeyLimits
 from llmgw.wire.engines import EngineSource
@@ -156,6 +163,7 @@ class ModelSpec(Strict):
             parse_hub(self.source)  # its words say what is wrong with it
             if self.sha256 or self.size is not None:
                 raise ValueError("a hub source's files, sizes and digests come from the hub: drop sha256 and size")
+        adapters_checked(self)
         return self
 
     @property
@@ -334,4 +342,5 @@ class ServerConfig(Strict):
             if m.name in seen:
                 raise ValueError(f"models: duplicate model name {m.name!r}")
             seen.add(m.name)
+        names_checked(self.models)
         return self

@@ -14,6 +14,7 @@ from html import escape
 
 from aiohttp import web
 
+from llmgw.api.adapter_lines import adapter_rows
 from llmgw.api.model_weights import ModelWeights, NodeWeights, node_weights_words, weights_head
 from llmgw.control.dashboard_assets import APP_JS, ICON, SHELL, STYLE
 from llmgw.control.keys_api import BadRequest
@@ -102,6 +103,11 @@ def _models(s: Summary) -> str:
             f'<td class="n wanted">{m.wanted}</td><td class="n ready">{m.ready}</td>'
             f'<td class="why">{e(" | ".join(m.why))}</td></tr>' for m in s.models]
     return _table("models", ["model", "engine", "wanted", "ready", "why not"], rows, "no models in the catalog")
+
+
+def _adapters(s: Summary) -> str:
+    rows = [f"<tr><td>{e(a)}</td><td>{e(m)}</td><td>{e(r)}</td></tr>" for a, m, r in adapter_rows(s.adapters)]
+    return _table("adapters", ["LoRA adapter", "model", "ready replicas serving it"], rows, "") if rows else ""
 
 
 def _progress(n: NodeWeights) -> str:
@@ -206,7 +212,7 @@ def render_view(s: Summary, page: int = 1, rows: Rows | None = None) -> str:
         f'<b id="nodes-total">{s.nodes_total}</b> · replicas: <b id="replicas-total">{len(s.replicas)}</b></p>',
         "<section><h2>GPUs</h2>", _capacity(s), "</section>",
         "<section><h2>Fabrics</h2>", _fabrics(s), "</section>",
-        "<section><h2>Models</h2>", _models(s), "</section>",
+        "<section><h2>Models</h2>", _models(s), _adapters(s), "</section>",
         "<section><h2>Weights</h2>", _weights(s), "</section>",
         "<section><h2>Replicas</h2>", idle, rep_note,
         _table("replicas", ["model", "replica", "phase", "nodes", "in flight", "engine load", "why"], reps,

@@ -7,6 +7,7 @@ from llmgw.config.server import ModelSpec
 from llmgw.records.state import ReplicaRecord
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.messages import DesiredState, ShardSpec, WeightsPlan
+from llmgw.wire.serving import AdapterSpec
 
 
 def engine_args(spec: ModelSpec) -> list[str]:
@@ -59,6 +60,8 @@ def desired_for(
                     weights=(weights or {}).get(spec.source),
                     api_key=r.secret,
                     sidecars=[c.spec() for c in spec.sidecars],
+                    adapters=[AdapterSpec(name=x.name, source=x.source, weights=(weights or {}).get(x.source))
+                              for x in spec.adapters],
                 )
             )
     return DesiredState(node_id=node_id, shards=shards, engines=engines, engine_sources=sources or [],

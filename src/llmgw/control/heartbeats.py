@@ -144,7 +144,8 @@ class Heartbeats:
         plans, chosen = plans_for(node_id, reg.nodes, replicas, models, self.fetch_leaders, revoked,
                                   self._hub.plans())
         if chosen:
-            leaders = prune({**self.fetch_leaders, **chosen}, reg.nodes, {m.source for m in models.values()})
+            sources = {m.source for m in models.values()} | {a.source for m in models.values() for a in m.adapters}
+            leaders = prune({**self.fetch_leaders, **chosen}, reg.nodes, sources)
             if leaders != self.fetch_leaders:
                 self.fetch_leaders = leaders
                 self._leaders_version += 1

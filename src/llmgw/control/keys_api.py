@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
+from llmgw.config.adapters import catalog_names
 from llmgw.config.loader import describe
 from llmgw.config.server import ModelSpec
 from llmgw.control.credentials import Credentials
@@ -95,7 +96,8 @@ class TenantRoutes:
         if not isinstance(name, str) or not 1 <= len(name) <= 128 or not isinstance(allowed, list):
             return js({"error": 'body must be {"name": "1-128 characters", "models": [...]}'}, 400)
         allowed = [str(m) for m in allowed]
-        unknown = [m for m in allowed if m not in self.models]
+        names = catalog_names(self.models.values())  # a key may be allowed an adapter, as a model
+        unknown = [m for m in allowed if m not in names]
         if unknown:
             return js({"error": f"unknown model(s): {', '.join(unknown)}"}, 400)
         raw, rec = await self.credentials.create_key(name, allowed, limits_of(body))
@@ -112,7 +114,8 @@ class TenantRoutes:
             update["limits"] = limits_of(body)
         if "models" in body:
             models = body["models"]
-            if not isinstance(models, list) or any(not isinstance(m, str) or m not in self.models for m in models):
+            names = catalog_names(self.models.values())
+            if not isinstance(models, list) or any(not isinstance(m, str) or m not in names for m in models):
                 return js({"error": "models must be a list of the catalog's models"}, 400)
             update["models"] = [str(m) for m in models]
         new = await self.credentials.update_key(kid, update)

@@ -78,6 +78,7 @@ class SummaryCollector(Collector):
         yield from self._nodes(s)
         yield from self._models(s)
         yield from requests_families(s)
+        yield adapter_family(s)
         if self.replica_counts is not None:
             yield from replica_events(self.replica_counts())
 
@@ -264,6 +265,15 @@ def model_lines(s: Summary) -> Iterable[Metric]:
         wanted.add_metric([line.model], line.wanted)
         ready.add_metric([line.model], line.ready)
     return wanted, ready
+
+
+def adapter_family(s: Summary) -> Metric:
+    fam = GaugeMetricFamily("llmgw_adapter_replica", "1 for each ready replica serving a LoRA adapter (a model of "
+                            "its own, served by its base model's replicas)", labels=["adapter", "model", "replica"])
+    for line in s.adapters:
+        for rid in line.replicas:
+            fam.add_metric([line.adapter, line.model, rid], 1)
+    return fam
 
 
 def replica_events(counts: Counter[tuple[str, str, str]]) -> Iterable[Metric]:

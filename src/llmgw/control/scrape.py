@@ -17,6 +17,7 @@ from llmgw.control.exposition import Formats, header, samples, text
 from llmgw.control.metrics import (
     Gauges,
     ReplicaCounts,
+    adapter_family,
     cluster_families,
     model_lines,
     node_families,
@@ -81,5 +82,5 @@ class Scrape:
             self.nodes.text(s.nodes),
             text([unresolved(s), replica_counts(s)], f).encode(),
             self.replicas.text(s.replicas),
-            text([*model_lines(s), *requests_families(s), *events], f).encode(),
+            text([*model_lines(s), *requests_families(s), adapter_family(s), *events], f).encode(),
         ])

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
+from llmgw.api.adapter_lines import AdapterLine, adapter_lines
 from llmgw.api.model_weights import ModelWeights, model_weights, weights_trouble
 from llmgw.api.stats import RouterStats
 from llmgw.api.views import NodeRow, node_row
@@ -107,6 +108,7 @@ class Summary(BaseModel):
     idle_replicas: list[str]
     usage: list[UsageLine]
     requests: RouterStats = RouterStats()  # what the routers measured, per model (counts and histograms)
+    adapters: list[AdapterLine] = []  # the catalog's LoRA adapters and the ready replicas serving each
     # /api/status gives the node lines a page at a time: where this page starts (name order), how many it leaves out
     nodes_from: int = 0
     nodes_not_shown: int = 0
@@ -238,6 +240,7 @@ def summarize(
         idle_replicas=idle,
         usage=_usage_lines(usage, recent or [], key_names or {}, requests),
         requests=requests or RouterStats(),
+        adapters=adapter_lines(models or {}, lines),
     )
 
 

@@ -46,16 +46,17 @@ def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[Rep
     if me is None:
         return {}, {}
     live = [r for r in replicas if not r.failed and r.stop is None and r.assignments]
-    mine: dict[str, ModelSpec] = {}
+    mine: dict[str, WeightsPlan] = {}  # source -> the plan it starts from
     wanting: dict[str, set[str]] = {}  # source -> nodes with a shard that uses it
     for r in live:
         spec = models.get(r.model)
-        if spec is None or not is_remote(spec.source) or (is_hub(spec.source) and spec.source not in (hub or {})):
+        if spec is None:
             continue
         ids = {a.node_id for a in r.assignments}
-        wanting.setdefault(spec.source, set()).update(ids)
-        if node_id in ids:
-            mine[spec.source] = spec
+        for source, base in remote_files(spec, hub or {}):
+            wanting.setdefault(source, set()).update(ids)
+            if node_id in ids:
+                mine[source] = base
     if not mine:
         return {}, {}  # most reports: nothing of this node's is fetched, and the fabric need not be looked at
     fabrics = sorted(_fabrics(me.report))
@@ -63,13 +64,22 @@ def plans_for(node_id: str, nodes: dict[str, NodeRecord], replicas: Iterable[Rep
              and n.id not in revoked and n.cert_serial not in revoked]
     plans: dict[str, WeightsPlan] = {}
     chosen: Leaders = {}
-    for source, spec in mine.items():
-        base = (hub or {}).get(source) or WeightsPlan(sha256=spec.sha256 or "", size=spec.size)
+    for source, base in mine.items():
         plans[source], leader = _plan(me, group, source, base, wanting.get(source, set()), fabrics, leaders or {})
         if leader:
             theirs = _fabrics((nodes[leader] if leader in nodes else me).report)
             chosen.update({(f, source): leader for f in fabrics if f in theirs})  # only where it is a member
     return plans, chosen
+
+
+def remote_files(spec: ModelSpec, hub: Mapping[str, WeightsPlan]) -> Iterable[tuple[str, WeightsPlan]]:
+    """The model's files nodes fetch (its weights, its LoRA adapters'), each with the plan it starts from; a hub
+    source not resolved yet has none."""
+    if is_remote(spec.source) and (not is_hub(spec.source) or spec.source in hub):
+        yield spec.source, hub.get(spec.source) or WeightsPlan(sha256=spec.sha256 or "", size=spec.size)
+    for a in spec.adapters:
+        if is_remote(a.source):
+            yield a.source, WeightsPlan(sha256=a.sha256 or "", size=a.size)
 
 
 def serves(n: NodeRecord) -> bool:

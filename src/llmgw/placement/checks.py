@@ -256,6 +256,8 @@ def agent_needs(m: ModelSpec) -> tuple[int, str] | None:
     needs = [(HUB_WIRE_VERSION, "a hub source (hf://)")] if is_hub(m.source) else []
     if m.sidecars:  # an older agent is sent none and would start the engine alone
         needs.append((SERVING_WIRE_VERSION, "a model with sidecars"))
+    if m.adapters:  # an older agent is sent none of them
+        needs.append((SERVING_WIRE_VERSION, "a model with LoRA adapters"))
     return max(needs) if needs else None
 
 

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from llmgw.config.adapters import Served
 from llmgw.config.server import RouterConfig
+from llmgw.router.adapters import AdapterIndex, rewritten
 from llmgw.router.auth import Authenticator
 from llmgw.router.choice import Chooser
 from llmgw.router.context import RequestContext
@@ -31,6 +33,11 @@ from llmgw.store.base import ApiKeyRecord
 # proxied to the engine as they are, routed by their "model" field: OpenAI's, its Responses API, Anthropic's Messages
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
 NO_RATE: dict[str, str] = {}  # the headers of a key without limits (never changed: only copied into an answer's)
+
+
+def model_object(s: Served) -> dict[str, object]:
+    """An adapter as /v1/models lists it: a model whose parent is its base (vLLM's own listing says so too)."""
+    return {"id": s.adapter.name, "object": "model", "created": 0, "owned_by": "llmgw", "parent": s.base.name}
 
 
 class Router:
@@ -60,6 +67,7 @@ class Router:
         self.dispatch = Dispatcher(state, self.table, Chooser(state, self.table, cfg), self.usage_journal, cfg,
                                    self.worker)
         self.uploads = Uploads()  # bodies arriving, per key: no more at once than its concurrency
+        self.adapters = AdapterIndex()
 
     def refresh(self) -> None:
         """The routing table follows the control plane's replicas."""
@@ -82,6 +90,8 @@ class Router:
             for m in self.state.models.values()
             if m.scaling.max > 0 and (not key.models or m.name in key.models)
         ]
+        data += [model_object(s) for s in self.adapters.listed(self.state.models, self.state.generation())
+                 if s.base.scaling.max > 0 and (not key.models or s.adapter.name in key.models)]
         return web.json_response({"object": "list", "data": data})
 
     async def model(self, request: web.Request) -> web.Response:
@@ -91,10 +101,13 @@ class Router:
         if isinstance(key, web.Response):
             return key
         name = request.match_info["id"]
-        m = self.state.models.get(name)
+        served = self.adapters.find(name, self.state.models, self.state.generation())
+        m = self.state.models.get(name) or (served.base if served is not None else None)
         if m is None or m.scaling.max == 0 or (key.models and name not in key.models):
             return openai_error(404, f"the model '{name}' does not exist", "invalid_request_error",
                                 "model_not_found", "model")
+        if served is not None and m.name != name:
+            return web.json_response(model_object(served))
         return web.json_response({"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"})
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
@@ -148,11 +161,13 @@ class Router:
         payload = payload_of(body)
         if isinstance(payload, web.Response):
             return payload
-        spec = spec_of(payload, self.state.models, key, m)
+        spec = spec_of(payload, self.state.models, key, m, self._adapter)
         if isinstance(spec, web.Response):
             return spec
+        served = self._adapter(m.model) if m.model != spec.name else None
+        body = rewritten(payload, body, spec, served)
         if not lim.any():
-            return RequestContext(request, m, key, spec, payload, body, NO_RATE)
+            return RequestContext(request, m, key, spec, payload, body, NO_RATE, served=served)
         try:
             body, cost = reserve(request.path, payload, body, self.cfg.reserve_max_tokens,
                                  media_tokens=self.cfg.reserve_media_tokens)
@@ -164,12 +179,16 @@ class Router:
             if self.cfg.expose_routing:
                 resp.headers["X-Llmgw-Worker"] = self.worker
             return resp
-        return RequestContext(request, m, key, spec, payload, body, dict(admitted.headers), admitted.ticket, cost)
+        return RequestContext(request, m, key, spec, payload, body, dict(admitted.headers), admitted.ticket, cost,
+                              served=served)
+
+    def _adapter(self, name: str) -> Served | None:
+        return self.adapters.find(name, self.state.models, self.state.generation())
 
     def _unroutable(self, ctx: RequestContext) -> web.Response | None:
         """Counted in flight from here on; refused while the routing table has gone unconfirmed too long."""
         ctx.m.key_id = ctx.key.id  # with recorder.begin: the end is counted only for a request begun
-        self.recorder.begin(ctx.key.id, ctx.spec.name)
+        self.recorder.begin(ctx.key.id, ctx.m.model)  # the adapter's name for an adapter (as its end is counted)
         stale = self.state.stale_for()
         if stale > self.cfg.serve_stale_for:
             return openai_error(503, f"this server has not been able to confirm where models run for {stale:.0f}s "

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from llmgw.config.server import RouterConfig
 from llmgw.core.errors import ConnectFailed, StreamBroken
+from llmgw.router.adapters import renamed
 from llmgw.router.choice import Chooser
 from llmgw.router.context import RequestContext
 from llmgw.router.errors import MESSAGES, RETRY_AFTER_S, openai_error, unsupported
@@ -64,6 +65,7 @@ class Dispatcher:
                     ctx.outcome = await forward(
                         ctx.request, self._session(), route.url(path), ctx.body, ctx.stream, self.timeouts, ctx.watch,
                         route.secret, ctx.m, said, route.closes_after_stream, self._opening(ctx, route),
+                        renamed(ctx.spec, ctx.served),
                     )
                 except ConnectFailed as e:
                     ctx.reached, ctx.watch = False, None  # nothing was sent: safe to try elsewhere
@@ -95,7 +97,7 @@ class Dispatcher:
             ctx.blocks = chain(spec.name, prompt_text(payload, self.cfg.prefix_max_chars), self.cfg.prefix_block_chars)
         clock = self.state.clock
         ctx.t0, ctx.now = clock.monotonic(), clock.now()
-        ctx.rec = Usage(new_usage_id(), ctx.key.id, spec.name, "", 0, 0, ctx.now, 0.0, UNKNOWN)
+        ctx.rec = Usage(new_usage_id(), ctx.key.id, ctx.m.model, "", 0, 0, ctx.now, 0.0, UNKNOWN)  # an adapter's own
         self.usage_journal.begin(ctx.rec)  # journaled before anything is sent: a crash from here on still records it
 
     def _sent(self, ctx: RequestContext, route: Route) -> None:

@@ -4,10 +4,12 @@ Answers in the OpenAI envelope; the caller goes on to the key's limits (admissio
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
+from llmgw.config.adapters import Served
 from llmgw.config.server import ModelSpec
 from llmgw.router.errors import openai_error
 from llmgw.router.stats import OTHER, Measure
@@ -27,14 +29,18 @@ def payload_of(body: bytes) -> dict[str, Any] | web.Response:
     return payload
 
 
-def spec_of(payload: dict[str, Any], models: dict[str, ModelSpec], key: ApiKeyRecord,
-            m: Measure) -> ModelSpec | web.Response:
+def spec_of(payload: dict[str, Any], models: dict[str, ModelSpec], key: ApiKeyRecord, m: Measure,
+            adapter: Callable[[str], Served | None] | None = None) -> ModelSpec | web.Response:
     """The model the request names, as the catalog has it (and counted under it from here on), or the answer
-    refusing it: missing, unknown, not this key's, switched off."""
+    refusing it: missing, unknown, not this key's, switched off. A LoRA adapter's name gives its model's spec; the
+    key must be allowed the adapter itself."""
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         return openai_error(400, "'model' is required", "invalid_request_error", "missing_model", "model")
     spec = models.get(model)
+    if spec is None and adapter is not None:
+        served = adapter(model)
+        spec = served.base if served is not None else None
     if spec is None:
         m.model = OTHER
         return openai_error(

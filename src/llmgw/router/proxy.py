@@ -89,13 +89,15 @@ async def forward(
     said: dict[str, str] | None = None,
     fresh_for_stream: bool = False,
     opening: MessageStart | None = None,
+    rename: tuple[bytes, bytes] | None = None,
 ) -> Outcome:
     """Raises ConnectFailed when nothing was sent to the engine (it could not be reached, or no connection to it
     came free in time): safe to try elsewhere, and nothing to record. Raises StreamBroken when the engine failed
     after it had the request: never retried, recorded with what was seen. `watch` follows a stream's usage, and
     the caller can read it however this ends (a cancelled request included). `trace` goes to the session's trace
     hooks (the router times the wait for a connection with them). `said`: headers the answer carries (how it was
-    routed). `opening`: a Messages stream's beginning, put right where the engine left out message_start."""
+    routed). `opening`: a Messages stream's beginning, put right where the engine left out message_start.
+    `rename`: (what, by what) replaced in the answer: an adapter's name where the engine answers with its model's."""
     try:
         resp = await session.post(url, data=body, headers=engine_headers(stream and fresh_for_stream, secret),
                                   timeout=t.client, allow_redirects=False, trace_request_ctx=trace)
@@ -124,13 +126,14 @@ async def forward(
             if data is None:
                 return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
             p, c = usage_from_body(data) if resp.status == 200 else (0, 0)
-            out = web.Response(status=resp.status, body=data, headers={"Content-Type": ctype, **(said or {})})
+            out = web.Response(status=resp.status, body=data if rename is None else data.replace(*rename),
+                               headers={"Content-Type": ctype, **(said or {})})
             return Outcome(resp.status, p, c, out)
         if watch is None:  # (the caller makes one for every request that asks for a stream)
             watch = StreamUsage(strip=False)
         sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache",
                                                              **(said or {})})
-        return await _relay(request, sr, resp, watch, t.idle, opening)
+        return await _relay(request, sr, resp, watch, t.idle, opening, rename)
     finally:
         resp.release()
 
@@ -176,7 +179,7 @@ def _not_relayed(resp: aiohttp.ClientResponse, ctype: str) -> Outcome | None:
 
 
 async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.ClientResponse, watch: StreamUsage,
-                 idle: float, opening: MessageStart | None) -> Outcome:
+                 idle: float, opening: MessageStart | None, rename: tuple[bytes, bytes] | None = None) -> Outcome:
     """Engine to client, chunk by chunk. Trouble reading from the engine ends the stream with an error event; a
     client that went away (an official client closes as soon as it has [DONE]) is expected, not an error: the
     engine is told by closing its connection, and the request is recorded with what was seen."""
@@ -209,7 +212,8 @@ async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.Cli
                 await sr.write_eof()
                 raise StreamBroken(f"{why} ({watch.limit})", status=502, seen=watch.so_far(), answered=sr)
             if out:
-                await sr.write(out)
+                # (a name split across two reads is left as the engine sent it: llama-server writes whole events)
+                await sr.write(out if rename is None else out.replace(*rename))
         await sr.write_eof()
     except ConnectionError:
         resp.close()

@@ -12,8 +12,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from llmgw.core.units import mb
 from llmgw.wire.engines import EngineSource
-from llmgw.wire.hub import MAX_FILES, HubFile, is_hub, unique_files
+from llmgw.wire.hub import MAX_FILES, is_hub
 from llmgw.wire.serving import AdapterSpec, SidecarSpec
+from llmgw.wire.weights_plan import WeightsPeer as WeightsPeer  # re-exported: named from here too
+from llmgw.wire.weights_plan import WeightsPlan as WeightsPlan
 
 X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and Python's names: AVX2 is x86's
 # 2: problems with codes, a reason on engines and shards; 3: engine sources in the desired state; 4: weights (the
@@ -301,30 +303,6 @@ def is_remote(source: str) -> bool:
     """A model source the nodes fetch themselves (and plan, per fabric, with the control plane): a URL, or a hub id
     (a directory of files)."""
     return source.startswith(("http://", "https://")) or is_hub(source)
-
-
-class WeightsPeer(Strict):
-    node_id: str  # the name its certificate must bear
-    address: str
-    port: int
-
-
-class WeightsPlan(Strict):
-    """How a shard's weights file is to be had, decided by the control plane for the whole fabric: copied from
-    peers that hold it (in this order), else fetched from the origin, or waited for while one node of the fabric
-    fetches it from the origin."""
-
-    sha256: str = ""
-    size: int | None = None
-    peers: list[WeightsPeer] = []
-    origin: bool = True
-    wait_for: str = ""
-    # version 10, for a hub source (wire/hub.py): the resolved commit's files, fetched from `base_url` (the hub's
-    # `<endpoint>/<repo>/resolve/<commit>`) into one directory; the hub token for gated or private repositories,
-    # sent only to the hub's own host (never to a peer, never in a log: repr=False)
-    files: Annotated[list[HubFile], Field(max_length=MAX_FILES), AfterValidator(unique_files)] = []
-    base_url: str = Field(default="", max_length=2048)
-    token: str = Field(default="", repr=False, max_length=4096)
 
 
 class ShardSpec(Strict):

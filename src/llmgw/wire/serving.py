@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmgw.wire.weights_plan import WeightsPlan
+
 SERVING_WIRE_VERSION = 12  # the first agents that sleep, run sidecars and serve adapters
 
 
@@ -46,7 +48,9 @@ def port_env(name: str) -> str:
 
 
 class AdapterSpec(Strict):
-    """A LoRA adapter the shard's engine serves under `name` (owned by the adapters work: fields may grow)."""
+    """A LoRA adapter the shard's engine loads at start and serves under `name`: its file had like weights (a path
+    on the node, or a URL fetched by the plan, once per fabric), in the order the router names them by."""
 
     name: Annotated[str, Field(min_length=1, max_length=128)]
     source: Annotated[str, Field(min_length=1, max_length=2048)]
+    weights: WeightsPlan | None = None  # for a source fetched over http(s)

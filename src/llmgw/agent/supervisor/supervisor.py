@@ -22,7 +22,7 @@ from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
 from llmgw.core.reasons import Reason
-from llmgw.wire.messages import EngineLoad, Problem, ShardSpec, ShardState
+from llmgw.wire.messages import EngineLoad, Problem, ShardSpec, ShardState, WeightsPlan
 
 log = logging.getLogger(__name__)
 
@@ -371,8 +371,8 @@ class Supervisor:
 def _launched(spec: ShardSpec) -> ShardSpec:
     """The spec as its engine reads it: the peers a plan names, the node it waits for and the hub token change as
     the fabric does (another node comes to hold the weights) and are no reason to restart an engine."""
-    w = spec.weights
-    if w is None:
-        return spec
-    return spec.model_copy(update={"weights": w.model_copy(update={"peers": [], "origin": True, "wait_for": "",
-                                                                   "token": ""})})
+    def plain(w: WeightsPlan | None) -> WeightsPlan | None:
+        return None if w is None else w.model_copy(update={"peers": [], "origin": True, "wait_for": "", "token": ""})
+
+    adapters = [a.model_copy(update={"weights": plain(a.weights)}) for a in spec.adapters]  # LoRA files likewise
+    return spec.model_copy(update={"weights": plain(spec.weights), "adapters": adapters})

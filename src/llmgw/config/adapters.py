@@ -1,0 +1,26 @@
+"""The catalog's adapters by the name clients send: which model each belongs to, and its place among that model's
+(llama-server knows an adapter by its index in the order given at launch)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from llmgw.config.server import ModelSpec
+from llmgw.config.serving import AdapterConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    base: ModelSpec
+    adapter: AdapterConfig
+    index: int
+
+
+def served_adapters(models: Iterable[ModelSpec]) -> dict[str, Served]:
+    return {a.name: Served(m, a, i) for m in models for i, a in enumerate(m.adapters)}
+
+
+def catalog_names(models: Iterable[ModelSpec]) -> set[str]:
+    """Every name a key may be allowed: the models' and their adapters'."""
+    return {n for m in models for n in (m.name, *(a.name for a in m.adapters))}

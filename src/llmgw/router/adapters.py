@@ -1,0 +1,66 @@
+"""Requests for a LoRA adapter: routed to the ready replicas of its model (each loads every adapter of its model at
+start), the body rewritten as that model's engine names an adapter (config/engines.py ADAPTER_REQUESTS), the answer
+naming the adapter, and the usage recorded under it.
+
+llama-server takes the adapters in a body's "lora" field, by their index at launch; a body without the field gets
+the adapters as the request before it on the slot left them (seen on the build checked: its prompt cache kept), and
+a client could apply an adapter its key is not allowed by naming its index. So every request to a model with
+adapters on such an engine gets the field from the router: the adapter asked for at its scale (the others are then
+0), or the first at 0 for the model itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from llmgw.config.adapters import Served, served_adapters
+from llmgw.config.engines import ADAPTER_REQUESTS
+from llmgw.config.server import ModelSpec
+
+LORA_FIELD = "lora_field"
+
+
+class AdapterIndex:
+    """The catalog's adapters by name, rebuilt when the catalog or the routing generation changes: a request for
+    a model costs nothing more; one for an adapter, a dict lookup."""
+
+    def __init__(self) -> None:
+        self._seen: tuple[int, int, int] | None = None
+        self._served: dict[str, Served] = {}
+
+    def find(self, name: str, models: dict[str, ModelSpec], generation: int) -> Served | None:
+        seen = (generation, id(models), len(models))
+        if seen != self._seen:
+            self._seen, self._served = seen, served_adapters(models.values())
+        served = self._served.get(name)
+        if served is not None and models.get(served.base.name) is not served.base:  # the catalog changed in place
+            self._served = served_adapters(models.values())
+            served = self._served.get(name)
+        return served
+
+    def listed(self, models: dict[str, ModelSpec], generation: int) -> list[Served]:
+        self.find("", models, generation)
+        return list(self._served.values())
+
+
+def rewritten(payload: dict[str, Any], body: bytes, spec: ModelSpec, served: Served | None) -> bytes:
+    """The body to send for a request to `spec` (the adapter `served` of it, or the model itself)."""
+    if not spec.adapters or ADAPTER_REQUESTS.get(spec.engine) != LORA_FIELD:
+        return body  # an engine that takes the adapter's name as the model: sent as it is
+    # llama-server sets every adapter a non-empty list leaves out to 0 (an empty one means each at its default)
+    lora = [{"id": served.index, "scale": served.adapter.scale} if served is not None else {"id": 0, "scale": 0.0}]
+    theirs = "lora" in payload
+    payload["lora"] = lora  # for a stage that writes the body again from it
+    if theirs:  # the client's own is replaced, whatever its bytes were
+        return json.dumps(payload).encode()
+    at = body.index(b"{") + 1  # a JSON object with a "model" at least: put first, without writing the rest again
+    return body[:at] + b'"lora":' + json.dumps(lora, separators=(",", ":")).encode() + b"," + body[at:]
+
+
+def renamed(spec: ModelSpec, served: Served | None) -> tuple[bytes, bytes] | None:
+    """(the model's name, the adapter's) as the engine's answer has them, where the engine answers with the
+    model's name (llama-server names its --alias); None where the answer needs nothing."""
+    if served is None or ADAPTER_REQUESTS.get(spec.engine) != LORA_FIELD:
+        return None
+    return b'"model":' + json.dumps(spec.name).encode(), b'"model":' + json.dumps(served.adapter.name).encode()
