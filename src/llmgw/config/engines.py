@@ -19,6 +19,8 @@ EngineName = Literal["llamacpp", "vllm", "sglang", "sim"]
 # What the control plane knows of engines without their adapters (agent/engines/, which it does not import), read
 # as data rather than by comparing names. The engines that take a model profile's `sim:` block (a speed) as flags:
 TAKES_SPEED_FLAGS: frozenset[str] = frozenset({"sim"})
+# the engines that can sleep (free their GPUs and keep the weights in host memory) when the model has a sleep block
+SLEEPS: frozenset[str] = frozenset({"sim", "vllm"})
 # the CUDA the registry's wheels are built for (the torch they pull: 2.13.0+cu130, 2.14.1+cu130, found by CI's CUDA
 # stage): which NVIDIA driver a node needs for them (580 or newer)
 VLLM_CUDA = "13.0"
@@ -111,4 +113,4 @@ def as_source(entry: str | EngineConfig) -> EngineSource | None:
     return entry.source()
 
 
-__all__ = ["DEFAULTS", "TAKES_SPEED_FLAGS", "EngineConfig", "EngineName", "as_source"]
+__all__ = ["DEFAULTS", "SLEEPS", "TAKES_SPEED_FLAGS", "EngineConfig", "EngineName", "as_source"]

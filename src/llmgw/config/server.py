@@ -68,11 +68,13 @@ class SimSpeed(Strict):
     tokens_per_second: float = Field(default=200.0, gt=0)
     tokens: int = Field(default=16, ge=1)
     load_seconds: Duration = Field(default=0.0, ge=0)  # how long the sim engine takes to load its model
+    wake_seconds: Duration = Field(default=0.0, ge=0)  # how long it takes to wake from a level-1 sleep
 
     def flags(self) -> list[str]:
         """This block on the command line of an engine that reads it (config/engines.py: TAKES_SPEED_FLAGS)."""
         out = ["--tokens-per-second", str(self.tokens_per_second), "--tokens", str(self.tokens)]
-        return out + (["--load-seconds", str(self.load_seconds)] if self.load_seconds else [])
+        out += ["--load-seconds", str(self.load_seconds)] if self.load_seconds else []
+        return out + (["--wake-seconds", str(self.wake_seconds)] if self.wake_seconds else [])
 
 
 class Profile(Strict):

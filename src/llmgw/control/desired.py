@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.config.engines import TAKES_SPEED_FLAGS
+from llmgw.config.engines import SLEEPS, TAKES_SPEED_FLAGS
 from llmgw.config.server import ModelSpec
 from llmgw.records.state import ReplicaRecord
 from llmgw.wire.engines import EngineSource
@@ -58,6 +58,7 @@ def desired_for(
                     fabric_adapters=a.fabric_adapters,
                     weights=(weights or {}).get(spec.source),
                     api_key=r.secret,
+                    can_sleep=spec.sleep is not None and spec.engine in SLEEPS,
                 )
             )
     return DesiredState(node_id=node_id, shards=shards, engines=engines, engine_sources=sources or [],
