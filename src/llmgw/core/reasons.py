@@ -86,6 +86,7 @@ class Reason(StrEnum):
     Preempted = "Preempted"  # stopped (or put to sleep) for a model of higher priority
     # sleep (wire/serving.py)
     Sleeping = "Sleeping"  # idle: its engine sleeps, its GPUs are free; the first request wakes it
+    SleepFailed = "SleepFailed"  # its engine could not sleep (GPU memory not freed) or wake: it is stopped instead
     # sidecars (wire/serving.py)
     SidecarFailed = "SidecarFailed"  # a sidecar exited or never became ready: the shard fails with its words
     # LoRA adapters (wire/serving.py)

@@ -58,6 +58,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpu-memory-mb", type=int, default=1024, help="the GPU memory it would hold awake")
     p.add_argument("--sleep-leak-mb", type=int, default=0,
                    help="GPU memory still held after a level-1 sleep (a planted leak; level 2 frees it)")
+    p.add_argument("--sleep-leak-deep", action="store_true", help="the leak holds after a level-2 sleep too")
     p.add_argument("--fail-load", default="", metavar="WORDS",
                    help="play a model that failed to load: /health answers, nothing else does (a planted fault)")
     p.add_argument(
@@ -167,7 +168,8 @@ def _app(args: argparse.Namespace) -> web.Application:
                           load_seconds=args.load_seconds, sleep=SleepMode(
                               enabled=args.enable_sleep_mode, wake_seconds=args.wake_seconds,
                               reload_seconds=args.load_seconds, memory_bytes=args.gpu_memory_mb << 20,
-                              leak_bytes=min(args.sleep_leak_mb, args.gpu_memory_mb) << 20))
+                              leak_bytes=min(args.sleep_leak_mb, args.gpu_memory_mb) << 20,
+                              deep_leak=args.sleep_leak_deep))
     return make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second, api_key=key,
                     load_failure=args.fail_load, behaviour=behaviour)
 

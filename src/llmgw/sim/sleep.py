@@ -3,7 +3,8 @@ GET /is_sleeping. While asleep, the paths that need the weights answer 503 and t
 
 The sim has no GPU: the memory it would hold is a number, reported as `gpu_memory_used_bytes` in /is_sleeping's
 answer and as the gauge sim:gpu_memory_used_bytes, so the agent can check that a sleep really freed it. A planted
-leak keeps `leak_bytes` held after a level-1 sleep (engines leak); level 2 drops everything.
+leak keeps `leak_bytes` held after a level-1 sleep (engines leak); level 2 drops everything, unless the leak
+is deep too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class SleepMode:
     reload_seconds: float = 0.0  # a level-2 wake: the weights were dropped and are read again (the load time)
     memory_bytes: int = 1 << 30  # what the engine holds awake
     leak_bytes: int = 0  # still held after a level-1 sleep
+    deep_leak: bool = False  # and after a level-2 one: nothing frees it
 
 
 class Sleeper:
@@ -38,7 +40,7 @@ class Sleeper:
     def used_bytes(self) -> int:
         if self.level == 0:
             return self.mode.memory_bytes
-        return self.mode.leak_bytes if self.level == 1 else 0
+        return self.mode.leak_bytes if self.level == 1 or self.mode.deep_leak else 0
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/sleep", self.sleep)

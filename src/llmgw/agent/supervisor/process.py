@@ -15,6 +15,7 @@ from llmgw.agent.engines.base import LOOPBACK, Launch, Loopback
 from llmgw.agent.gated import GATE_KEY_ENV, TlsFiles, gated_argv, host_port
 from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess, identity
 from llmgw.agent.supervisor.liveness import Liveness
+from llmgw.agent.supervisor.sleeping import Sleep
 from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState
 
 LOG_TAIL_BYTES = 4096
@@ -64,6 +65,7 @@ class ShardProcess:
     liveness: Liveness = field(default_factory=Liveness)  # whether it answers a completion (liveness.py)
     ports: Loopback = field(default_factory=Loopback)  # its loopback ports behind the gate (none: not gated)
     tls: TlsFiles | None = None  # the node's certificate, for tunnels between ranks
+    sleep: Sleep = field(default_factory=Sleep)  # the level its engine sleeps at, and the call under way
 
     @property
     def key(self) -> tuple[str, int]:
@@ -110,6 +112,8 @@ class ShardProcess:
         if self.liveness.task is not None:  # a new process: nothing the last one was found to be holds for it
             self.liveness.task.cancel()
         self.liveness = Liveness()
+        self.sleep.cancel()
+        self.sleep = Sleep()  # a new process is awake
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             for path, content in self.launch.files.items():
@@ -150,6 +154,7 @@ class ShardProcess:
 
     async def stop(self, grace: float = 10.0) -> None:
         self.stopping = True
+        self.sleep.cancel()
         if self.liveness.task is not None:
             self.liveness.task.cancel()
         p = self.proc

@@ -16,7 +16,7 @@ from llmgw.agent.engines.base import Launch, Loopback
 from llmgw.agent.engines.gauges import read_load
 from llmgw.agent.gate import loopback_ports
 from llmgw.agent.gated import TlsFiles
-from llmgw.agent.supervisor import liveness
+from llmgw.agent.supervisor import liveness, sleeping
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
 from llmgw.core.backoff import doubling
@@ -188,6 +188,10 @@ class Supervisor:
                 if sp.state == "exited":
                     sp.restarts += 1
                 await sp.start()
+            if sp.launch.sleep is not None and sp.proc is not None and sp.proc.returncode is None:
+                sleeping.steer(sp, self._http())
+            if sp.sleep.busy or sp.state == "failed":  # asleep, its health says nothing of serving
+                continue
             if (sp.state == "starting" or (sp.state in SERVED and not starting_only)) and sp.launch.serves_http:
                 probes.append(self._probe(sp))
         if probes:
@@ -352,6 +356,7 @@ class Supervisor:
 def _launched(spec: ShardSpec) -> ShardSpec:
     """The spec as its engine reads it: the peers a plan names, the node it waits for and the hub token change as
     the fabric does (another node comes to hold the weights) and are no reason to restart an engine."""
+    spec = spec.model_copy(update={"sleep": 0})  # asleep or awake, the same engine
     w = spec.weights
     if w is None:
         return spec
