@@ -229,6 +229,8 @@ class Retention(Strict):
 class EvictionConfig(Strict):
     idle_after: Duration = 30.0  # unused this long before it may be stopped for another model
     protect_after_ready: Duration = 300.0  # never evict a replica Ready for less: two models must not take turns
+    # the share of a node's host memory that replicas asleep there may hold (their SleepConfig.host_memory)
+    sleep_host_share: float = Field(default=0.5, ge=0, le=1)
 
 
 class ServerConfig(Strict):

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from llmgw.config.types import Duration
+from llmgw.config.types import ByteSize, Duration
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9._:-]+)*$"  # a model's name, also an adapter's
 
@@ -24,6 +24,11 @@ class SleepConfig(Strict):
     level: Literal[1, 2] = 1
     # a sleeping replica stops for good after this long unused (None: only for room)
     stop_after: Duration | None = None
+    # the host memory a replica asleep at level 1 holds (its weights): a node takes sleepers only up to its share
+    # for them (server.yaml eviction.sleep_host_share); level 2 holds none
+    host_memory: ByteSize = 0
+    # a replica ready (or woken) for less than this is not put to sleep, so sleep and wake do not take turns
+    min_stay: Duration = 60.0
 
 
 class SidecarConfig(Strict):

@@ -59,6 +59,7 @@ def desired_for(
                     weights=(weights or {}).get(spec.source),
                     api_key=r.secret,
                     can_sleep=spec.sleep is not None and spec.engine in SLEEPS,
+                    sleep=r.sleep_level if spec.sleep is not None and spec.engine in SLEEPS else 0,
                 )
             )
     return DesiredState(node_id=node_id, shards=shards, engines=engines, engine_sources=sources or [],

@@ -16,6 +16,7 @@ from llmgw.reconcile.intents import (
     Stop,
     Unplaced,
 )
+from llmgw.reconcile.sleep_intents import Sleep, Wake, slept, woken
 from llmgw.records.state import ReplicaRecord, StopRequest
 
 EVICTED_FOR = "idle, to make room for "
@@ -103,3 +104,7 @@ def after(r: ReplicaRecord | None, i: ReplicaIntent, now: float) -> ReplicaRecor
             return stopped(r, Reason.Evicted, EVICTED_FOR + i.for_model, now, for_model=i.for_model)
         case Release():
             return released(r, now)
+        case Sleep():
+            return slept(r, i, now)
+        case Wake():
+            return woken(r, now)
