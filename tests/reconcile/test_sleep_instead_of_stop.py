@@ -7,6 +7,7 @@ from __future__ import annotations
 from llmgw.config.server import ModelSpec
 from llmgw.config.serving import SleepConfig
 from llmgw.control.desired import desired_for
+from llmgw.control.watch import shard_digests
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.sleep_intents import Sleep, Wake
 from llmgw.reconcile.world import Timings
@@ -118,7 +119,28 @@ def test_a_node_without_room_in_its_host_memory_share_stops_it_instead() -> None
 
 
 def test_a_woken_replica_stays_awake_its_minimum_stay() -> None:
-    sim, rid = loaded(sleepy(min_stay=300))
+    sim, rid = loaded(sleepy(min_stay=900))  # longer than its idle timeout
+    sim.last_used[rid] = sim.now
+    sim.run(895)
+    assert sim.replicas[rid].sleep_level == 0, "idle, but not yet awake its minimum stay"
+    sim.run(10)
+    assert sim.replicas[rid].sleep_level == 1
+    sim.demand["od"] = sim.now
+    sim.step()
+    sim.advance(1)
+    sim.heartbeat()
+    sim.step()
+    assert sim.replicas[rid].ready
+    sim.demand.clear()  # the request that woke it never reached it: its last use is from before it slept
+    sim.run(895)
+    assert sim.replicas[rid].ready and sim.replicas[rid].sleep_level == 0
+    sim.run(10)
+    assert sim.replicas[rid].sleep_level == 1
+    assert sum(isinstance(i, Sleep) and i.replica_id == rid for i in sim.intents) == 2
+
+
+def test_a_woken_replica_is_not_put_back_to_sleep_before_the_request_that_woke_it_arrives() -> None:
+    sim, rid = loaded(sleepy(min_stay=0))
     sim.last_used[rid] = sim.now
     idle_out(sim)
     sim.demand["od"] = sim.now
@@ -127,9 +149,18 @@ def test_a_woken_replica_stays_awake_its_minimum_stay() -> None:
     sim.heartbeat()
     sim.step()
     assert sim.replicas[rid].ready
-    sim.demand.clear()  # the request that woke it never reached it: its last use is from before it slept
-    sim.run(295)
-    assert sim.replicas[rid].ready and sim.replicas[rid].sleep_level == 0
-    sim.run(10)
-    assert sim.replicas[rid].sleep_level == 1
-    assert any(isinstance(i, Sleep) and i.replica_id == rid for i in sim.intents)
+    sim.demand.clear()
+    sim.run(IDLE - 10)  # its last use is from before it slept: the idle timer runs from the wake
+    assert sim.replicas[rid].ready
+
+
+def test_a_sleep_or_a_wake_changes_the_nodes_watch_digest() -> None:
+    """The agent hears of it at once (its watch answers), not at its next heartbeat: a wake has a request waiting."""
+    sim, _ = loaded(sleepy())
+    awake = shard_digests(sim.replicas.values())["n1"]
+    idle_out(sim)
+    asleep = shard_digests(sim.replicas.values())["n1"]
+    assert asleep != awake
+    sim.demand["od"] = sim.now
+    sim.step()
+    assert shard_digests(sim.replicas.values())["n1"] == awake

@@ -28,7 +28,9 @@ def demote(w: World, by_id: Mapping[str, NodeRecord], current: Mapping[str, Repl
     cfg = spec.sleep
     if cfg is None or spec.pinned or spec.engine not in SLEEPS or len(r.assignments) != 1 or not r.ready:
         return stop
-    if r.ready_at is not None and w.now - r.ready_at < cfg.min_stay:
+    # awake since ready_at (a wake clears it): its last use may be from before it slept, and the request that woke
+    # it may not have reached it yet, so the idle timer also runs from the wake
+    if r.ready_at is not None and w.now - r.ready_at < max(cfg.min_stay, spec.scaling.idle_timeout):
         return None
     node = by_id.get(r.assignments[0].node_id)
     if node is None or node.lost:

@@ -334,7 +334,9 @@ class Supervisor:
     def settling(self) -> bool:
         """An engine is up and not yet serving: its readiness is worth noticing (and reporting) at once."""
         # ("running": a worker's steady state; a hung engine is probed at its own pace, not every moment)
-        return any(sp.state == "starting" and not sp.liveness.wedged for sp in self.shards.values())
+        # (a sleep or a wake under way: its end is a change of state to report at once)
+        return any((sp.state == "starting" and not sp.liveness.wedged) or sp.sleep.task is not None
+                   for sp in self.shards.values())
 
     def states(self) -> list[ShardState]:
         return [sp.report() for _, sp in sorted(self.shards.items())]
