@@ -4,7 +4,10 @@ its development routes) only for a shard whose model has a sleep block, and the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from llmgw.agent.engines import ADAPTERS, LaunchContext
+from llmgw.agent.installs.engine_check import check_flags, flags_of
 from llmgw.config.engines import SLEEPS, EngineName
 from llmgw.config.server import ModelSpec, Scaling
 from llmgw.config.serving import SleepConfig
@@ -12,6 +15,7 @@ from llmgw.control.desired import desired_for
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.wire.messages import ShardSpec
 
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "engines"
 CTX = LaunchContext(binary="/opt/engine", model_path="/m/model", host="10.0.0.5")
 
 
@@ -56,3 +60,12 @@ def test_the_desired_state_says_a_shard_may_sleep_only_for_a_model_with_a_sleep_
     assert shard("vllm", SleepConfig()).can_sleep
     assert not shard("sim", None).can_sleep
     assert not shard("llamacpp", SleepConfig()).can_sleep
+
+
+def test_engine_check_holds_the_sleep_flag_against_vllms_own_help() -> None:
+    """The stored `vllm serve --help=all` of 0.32.0 lists it (for CUDA and ROCm only, it says); the vLLM stages
+    check it against the installed builds' help the same way (tests/vllm)."""
+    assert "--enable-sleep-mode" in flags_of("vllm")
+    help_text = (FIXTURES / "vllm-0.32.0-serve-help-all.txt").read_text(encoding="utf-8")
+    report = check_flags("vllm", help_text)
+    assert report.ok, report.missing
