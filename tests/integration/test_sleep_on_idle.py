@@ -42,6 +42,8 @@ def test_an_idle_model_sleeps_and_the_next_request_wakes_it(tmp_path: Path, runn
         (rep,) = admin_get(p, "/api/replicas")
         ready = next(c for c in rep["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "Sleeping"), ready
+        (line,) = admin_get(p, "/api/status")["replicas"]  # what ctl status and the dashboard show
+        assert (line["state"], line["reason"]) == ("sleeping", "Sleeping"), line
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
             assert 'phase="sleeping"' in r.read().decode()
 
