@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from llmgw.config.engines import EngineConfig, EngineName, as_source
-from llmgw.config.serving import AdapterConfig, SidecarConfig, SleepConfig
+from llmgw.config.serving import AdapterConfig, SidecarConfig, SleepConfig, sleep_refused
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
 from llmgw.core.limits import KeyLimits
 from llmgw.wire.engines import EngineSource
@@ -144,6 +144,12 @@ class ModelSpec(Strict):
             parse_hub(self.source)  # its words say what is wrong with it
             if self.sha256 or self.size is not None:
                 raise ValueError("a hub source's files, sizes and digests come from the hub: drop sha256 and size")
+        return self
+
+    @model_validator(mode="after")
+    def _sleeps_where_it_can(self) -> ModelSpec:
+        if self.sleep is not None:
+            sleep_refused(self.engine, self.on_demand, self.profile.nodes)
         return self
 
     @property

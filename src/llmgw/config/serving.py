@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmgw.config.engines import SLEEPS
 from llmgw.config.types import ByteSize, Duration
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9._:-]+)*$"  # a model's name, also an adapter's
@@ -29,6 +30,16 @@ class SleepConfig(Strict):
     host_memory: ByteSize = 0
     # a replica ready (or woken) for less than this is not put to sleep, so sleep and wake do not take turns
     min_stay: Duration = 60.0
+
+
+def sleep_refused(engine: str, on_demand: bool, nodes: int) -> None:
+    """A sleep block where it could never apply is refused, in words that say why (ValueError)."""
+    if engine not in SLEEPS:
+        raise ValueError(f"sleep: engine {engine} cannot sleep (engines that can: {', '.join(sorted(SLEEPS))})")
+    if not on_demand:
+        raise ValueError("sleep: only an on-demand model (scaling min 0, max above it) sleeps when idle")
+    if nodes != 1:
+        raise ValueError("sleep: a replica spanning nodes never sleeps: the model's profile.nodes must be 1")
 
 
 class SidecarConfig(Strict):
