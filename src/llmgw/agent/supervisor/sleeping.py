@@ -12,15 +12,13 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import aiohttp
 
-from llmgw.agent.engines.base import SleepControl
+from llmgw.agent.engines.base import Launch, SleepControl
 from llmgw.core.reasons import Reason
-
-if TYPE_CHECKING:
-    from llmgw.agent.supervisor.process import ShardProcess
+from llmgw.wire.messages import ShardSpec
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +134,21 @@ def _words(body: bytes) -> str:
     return body[:300].decode(errors="replace").strip()
 
 
-def steer(sp: ShardProcess, http: aiohttp.ClientSession) -> None:
+class Shard(Protocol):
+    """What steer() reads and sets of a shard (agent/supervisor/process.py's ShardProcess)."""
+
+    spec: ShardSpec
+    launch: Launch | None
+    sleep: Sleep
+    state: str
+    reason: str
+    message: str
+
+    @property
+    def endpoint(self) -> str: ...
+
+
+def steer(sp: Shard, http: aiohttp.ClientSession) -> None:
     """Take a finished call's result, and start the call that brings the engine to the level its spec says."""
     assert sp.launch is not None and sp.launch.sleep is not None
     s, done = sp.sleep, outcome(sp.sleep)
