@@ -164,3 +164,14 @@ def test_a_sleep_or_a_wake_changes_the_nodes_watch_digest() -> None:
     sim.demand["od"] = sim.now
     sim.step()
     assert shard_digests(sim.replicas.values())["n1"] == awake
+
+
+def test_a_replica_on_an_agent_older_than_sleep_stops_instead() -> None:
+    """An agent before wire version 12 is never told to sleep (the field is stripped for it): its engine would stay
+    awake while its GPUs were given to another."""
+    sim, rid = loaded(sleepy())
+    rec = sim.nodes["n1"]
+    sim.nodes["n1"] = rec.model_copy(update={"report": rec.report.model_copy(update={"version": 11})})
+    idle_out(sim)
+    r = sim.replicas[rid]
+    assert r.sleep_level == 0 and r.stop is not None and r.stop.reason == Reason.Idle

@@ -19,6 +19,7 @@ from llmgw.reconcile.intents import Evict, Fail, Observe, Stop
 from llmgw.reconcile.sleep_intents import Sleep, Wake
 from llmgw.reconcile.world import World
 from llmgw.records.state import NodeRecord, ReplicaRecord
+from llmgw.wire.serving import SERVING_WIRE_VERSION
 
 
 def demote(w: World, by_id: Mapping[str, NodeRecord], current: Mapping[str, ReplicaRecord], spec: ModelSpec,
@@ -33,8 +34,8 @@ def demote(w: World, by_id: Mapping[str, NodeRecord], current: Mapping[str, Repl
     if r.ready_at is not None and w.now - r.ready_at < max(cfg.min_stay, spec.scaling.idle_timeout):
         return None
     node = by_id.get(r.assignments[0].node_id)
-    if node is None or node.lost:
-        return stop
+    if node is None or node.lost or node.report.version < SERVING_WIRE_VERSION:
+        return stop  # an older agent would keep its engine awake while its GPUs were given to another
     held = cfg.host_memory if cfg.level == 1 else 0
     if held and held + _held_asleep(w, current, node.id) > node.report.hardware.mem_total_bytes * \
             w.timings.sleep_host_share:
