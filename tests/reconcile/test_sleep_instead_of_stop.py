@@ -175,3 +175,19 @@ def test_a_replica_on_an_agent_older_than_sleep_stops_instead() -> None:
     idle_out(sim)
     r = sim.replicas[rid]
     assert r.sleep_level == 0 and r.stop is not None and r.stop.reason == Reason.Idle
+
+
+def test_a_shard_that_could_not_free_its_memory_fails_with_the_reason_and_is_not_replaced() -> None:
+    sim, rid = loaded(sleepy())
+    idle_out(sim)
+    sim.heartbeat(overrides={(rid, 0): "failed"})
+    rec = sim.nodes["n1"]
+    (shard,) = rec.report.shards
+    said = shard.model_copy(update={"reason": "SleepFailed", "message": "GPU memory not freed after sleep"})
+    sim.nodes["n1"] = rec.model_copy(update={"report": rec.report.model_copy(update={"shards": [said]})})
+    sim.step()
+    r = sim.replicas.get(rid)
+    assert r is None or (r.failed and sim.ready_reason(r) == Reason.SleepFailed)
+    assert any("GPU memory not freed after sleep" in e for e in sim.events), sim.events
+    sim.run(60)
+    assert sim.live("od") == [], "idle and not asked for: nothing replaces it"
