@@ -97,8 +97,17 @@ def test_loads_evictions_and_scale_events_say_why() -> None:
     assert v(out, "llmgw_scale_events_total", model="m", direction="up", reason="wanted") == 1
 
 
+def test_preemptions_name_the_model_stopped_and_the_one_it_made_room_for() -> None:
+    counts = Counter({("od", "stop", "Preempted"): 2, ("od", "preempted", "m"): 2})
+    out = samples(known(), counts)
+    assert v(out, "llmgw_preemptions_total", model="od", for_model="m") == 2
+    assert v(out, "llmgw_scale_events_total", model="od", direction="down", reason="Preempted") == 2
+    assert v(out, "llmgw_scale_events_total", model="od", direction="down", reason="m") is None
+
+
 def test_every_family_exported_is_listed_and_every_listed_one_appears() -> None:
-    out = samples(known(), Counter({("od", "start", "demand"): 1, ("od", "stop", "Evicted"): 1}))
+    out = samples(known(), Counter({("od", "start", "demand"): 1, ("od", "stop", "Evicted"): 1,
+                                    ("od", "preempted", "m"): 1}))
     seen = {name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum").removesuffix("_total")
             for name, _ in out}
     listed = {f.removesuffix("_total") for f in FAMILIES}

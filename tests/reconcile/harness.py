@@ -37,6 +37,7 @@ class Sim:
         self.demand: dict[str, float] = {}
         self.last_used: dict[str, float] = {}
         self.outstanding: dict[str, int] = {}
+        self.recent: dict[str, float] = {}  # replica id -> requests lately (what preempting it costs)
         self.scale_timers: dict[str, Timer] = {}
         self.timings = timings or Timings()
         self.intents: list[Intent] = []  # every intent so far, in order
@@ -54,8 +55,8 @@ class Sim:
         return World(
             now=self.now, started_at=self.started_at, models=dict(self.models), nodes=list(self.nodes.values()),
             replicas=list(self.replicas.values()), demand=dict(self.demand), last_used=dict(self.last_used),
-            outstanding=dict(self.outstanding), timings=self.timings, entropy=self._entropy(),
-            scale_timers=dict(self.scale_timers),
+            outstanding=dict(self.outstanding), recent_requests=dict(self.recent), timings=self.timings,
+            entropy=self._entropy(), scale_timers=dict(self.scale_timers),
         )
 
     def _entropy(self) -> bytes:

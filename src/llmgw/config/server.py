@@ -135,6 +135,15 @@ class ModelSpec(Strict):
     adapters: Annotated[list[AdapterConfig], Field(max_length=1024)] = []
     sidecars: Annotated[list[SidecarConfig], Field(max_length=16)] = []
 
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _whole_priority(cls, v: object) -> object:
+        # a quoted number, a fraction or yes/no is more likely a slip than a priority: said so, in the range's words
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not -1000 <= v <= 1000):
+            raise ValueError(f"must be a whole number from -1000 to 1000, not {v!r:.40} (higher preempts lower; "
+                             f"default {PROMISED} with min >= 1, else 0)")
+        return v
+
     @model_validator(mode="after")
     def _plain_http_needs_a_digest(self) -> ModelSpec:
         # over plain http anyone on the way (or an origin's redirect) decides the bytes; a digest is what says no

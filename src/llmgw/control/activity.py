@@ -10,6 +10,7 @@ from llmgw.api.router import Activity as Report
 from llmgw.api.stats import RouterStats
 from llmgw.config.server import ModelSpec
 from llmgw.control.limit_counters import LimitCounters
+from llmgw.control.recent_requests import RecentRequests
 from llmgw.control.sharing import SERVER, Others
 from llmgw.control.storage import Storage
 from llmgw.control.usage_totals import UsageTotals
@@ -34,6 +35,7 @@ class Activity:
         self._storage = storage
         self.demand: dict[str, float] = {}
         self.last_used: dict[str, float] = {}
+        self.recent = RecentRequests()  # requests per replica lately: what preempting it would cost
         # requests in flight per replica, per reporter (this process's router, each API worker): summed, never
         # overwritten, so a replica busy in one worker does not look idle because another worker has none on it
         self.in_flight_by: dict[str, dict[str, int]] = {}
@@ -57,6 +59,7 @@ class Activity:
     def forget(self, replica_id: str) -> None:
         """A replica reaped: its use, gauges and requests in flight go with it."""
         self.last_used.pop(replica_id, None)
+        self.recent.forget(replica_id)
         self.engine_loads.pop(replica_id, None)
         for counts in self.in_flight_by.values():
             counts.pop(replica_id, None)
@@ -169,4 +172,5 @@ class Activity:
         new is added to the in-memory totals the summary reads."""
         fresh = await self._storage.writer.run(self._storage.store.add_usage_new, batch)
         self._usage.add(fresh)
+        self.recent.add(fresh)
         return len(fresh)

@@ -47,7 +47,7 @@ FAMILIES = frozenset({
     "llmgw_engine_install_total_bytes", "llmgw_engine_requests_running", "llmgw_engine_requests_waiting",
     "llmgw_engine_kv_cache_usage_ratio", "llmgw_requests_total", "llmgw_prompt_tokens_total",
     "llmgw_completion_tokens_total", "llmgw_token_overruns_total", "llmgw_requests_in_flight",
-    "llmgw_model_loads_total", "llmgw_evictions_total",
+    "llmgw_model_loads_total", "llmgw_evictions_total", "llmgw_preemptions_total",
     "llmgw_scale_events_total", "llmgw_store_writes_queued", "llmgw_store_unreachable_seconds",
     "llmgw_usage_unflushed",
     *(name for name, _ in HISTOGRAMS.values()),
@@ -273,8 +273,12 @@ def replica_events(counts: Counter[tuple[str, str, str]]) -> Iterable[Metric]:
                                     labels=["model"])
     scale = CounterMetricFamily("llmgw_scale_events", "Replicas started (up) and stopped (down), and why",
                                 labels=["model", "direction", "reason"])
+    preempted = CounterMetricFamily("llmgw_preemptions", "Replicas stopped to make room for a model of higher "
+                                    "priority (for_model)", labels=["model", "for_model"])
     for (model, what, why), n in sorted(counts.items()):
-        if what == "start":
+        if what == "preempted":
+            preempted.add_metric([model, why], n)
+        elif what == "start":
             scale.add_metric([model, "up", why], n)
             if why == "demand":
                 loads.add_metric([model], n)
@@ -282,7 +286,7 @@ def replica_events(counts: Counter[tuple[str, str, str]]) -> Iterable[Metric]:
             scale.add_metric([model, "down", why], n)
             if why == "Evicted":
                 evictions.add_metric([model], n)
-    yield from (loads, evictions, scale)
+    yield from (loads, evictions, scale, preempted)
 
 
 def registry(summary: Callable[[], Summary], gauges: Gauges | None = None,

@@ -54,6 +54,7 @@ class Passes:
             demand=dict(act.demand),
             last_used=dict(act.last_used),
             outstanding=act.outstanding(),
+            recent_requests=act.recent.at(self.clock.now()),
             timings=self.timings,
             entropy=secrets.token_bytes(32),
             resumed_at=reg.resumed_at,

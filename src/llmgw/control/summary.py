@@ -18,9 +18,9 @@ from llmgw.api.stats import RouterStats
 from llmgw.api.views import NodeRow, node_row
 from llmgw.config.server import ModelSpec
 from llmgw.core.conditions import Condition
-from llmgw.core.explanation import explanation_lines
 from llmgw.core.reasons import Reason
 from llmgw.reconcile import scaling
+from llmgw.reconcile.waits import unplaced_lines
 from llmgw.records.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
 from llmgw.store.base import UsageTotal
 from llmgw.wire.hub import HubState
@@ -351,7 +351,7 @@ def _replica_line(r: ReplicaRecord, by_id: dict[str, NodeRecord], idle_s: float 
         message=cond.message if cond else "",
         idle_s=idle_s,
         conditions=r.conditions,
-        placement=explanation_lines(r.explanation)[1:] if r.explanation and not r.placed else [],
+        placement=unplaced_lines(r),
         load=_leader_load(r, by_id),
         in_flight=flying,
     )

@@ -84,6 +84,7 @@ class Reason(StrEnum):
     NotX86 = "NotX86"
     # priorities and preemption (reconcile/preemption.py)
     Preempted = "Preempted"  # stopped (or put to sleep) for a model of higher priority
+    WaitingForRoom = "WaitingForRoom"  # not placed yet: replicas preempted for it are draining or stopping
     # sleep (wire/serving.py)
     Sleeping = "Sleeping"  # idle: its engine sleeps, its GPUs are free; the first request wakes it
     SleepFailed = "SleepFailed"  # its engine could not sleep (GPU memory not freed) or wake: it is stopped instead

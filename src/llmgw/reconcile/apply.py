@@ -23,6 +23,7 @@ from llmgw.reconcile.intents import (
     MarkLost,
     Observe,
     Place,
+    Preempt,
     Reap,
     ReplicaIntent,
     SetScaleTimer,
@@ -32,7 +33,7 @@ from llmgw.reconcile.intents import (
 from llmgw.reconcile.node_status import node_conditions
 from llmgw.reconcile.scaling import Step, Timer
 from llmgw.reconcile.sleep_intents import Sleep, Wake
-from llmgw.reconcile.transitions import EVICTED_FOR, after, stop_message
+from llmgw.reconcile.transitions import EVICTED_FOR, after, preempted_for, stop_message
 from llmgw.records.state import NodeRecord, ReplicaRecord
 
 HEARD_AGAIN = "nodes are heard from again: losses are declared as usual"
@@ -79,8 +80,8 @@ class Count:
     """A replica started or stopped, and why: the metrics' loads, evictions and scale events."""
 
     model: str
-    what: str  # "start" | "stop"
-    why: str
+    what: str  # "start" | "stop" | "preempted"
+    why: str  # preempted: the model it gave way to
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,8 @@ def _event(before: ReplicaRecord | None, i: ReplicaIntent, r: ReplicaRecord) -> 
             return f"{of} asleep at level {i.level}: {i.words}"
         case Wake():
             return f"{of} waking: a request asks for it"
+        case Preempt():
+            return f"{of} {preempted_for(i)}"
     return ""
 
 
@@ -222,6 +225,8 @@ def _written(old: ReplicaRecord | None, r: ReplicaRecord, add: Add | None, deman
         out.append(Count(r.model, "start", why))
     elif old.stop is None and r.stop is not None:
         out.append(Count(r.model, "stop", r.stop.reason.value))
+        if r.stop.reason == Reason.Preempted:  # per victim and the model it gave way to: llmgw_preemptions_total
+            out.append(Count(r.model, "preempted", r.stop.for_model))
     if r.ready:
         demand.pop(r.model, None)
         out.append(Served(r.model))

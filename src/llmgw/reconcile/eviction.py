@@ -20,8 +20,10 @@ from llmgw.records.state import NodeRecord, ReplicaRecord
 def evictable(r: ReplicaRecord, w: World, exclude_model: str) -> float | None:
     """When an idle single-node replica of another on-demand model was last used; None if it may not be evicted."""
     spec: ModelSpec | None = w.models.get(r.model)
-    if spec is None or r.model == exclude_model or not spec.on_demand:
-        return None  # min >= 1 is a promise that the model stays up
+    if spec is None or r.model == exclude_model or not spec.on_demand or spec.pinned:
+        return None  # min >= 1 is a promise that the model stays up; pinned, never demoted
+    if (wanting := w.models.get(exclude_model)) is not None and spec.rank > wanting.rank:
+        return None  # a lower priority never takes a higher one's room, idle or not
     if not r.ready or len(r.assignments) != 1:
         return None  # a multi-node replica frees several machines and takes long to rebuild
     used = w.last_used.get(r.id)

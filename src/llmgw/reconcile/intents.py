@@ -13,6 +13,7 @@ from llmgw.core.explanation import Explanation
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.scaling import Step, Timer
 from llmgw.reconcile.sleep_intents import Sleep, Wake
+from llmgw.reconcile.waits import Wait
 from llmgw.records.state import ShardAssignment
 
 
@@ -72,6 +73,7 @@ class Unplaced:
     room_model: str = ""
     reason: Reason | None = None
     words: str = ""
+    waits: tuple[Wait, ...] = ()  # replicas preempted for it, draining or stopping (reconcile/waits.py)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,16 @@ class Evict:
 
 
 @dataclass(frozen=True)
+class Preempt:
+    """A replica of a lower priority drains, then stops, to make room for a model of a higher one."""
+
+    replica_id: str
+    for_model: str
+    rank: int
+    for_rank: int
+
+
+@dataclass(frozen=True)
 class Release:
     """A failed replica none of whose shards runs any more: kept on view, holding nothing."""
 
@@ -126,5 +138,5 @@ class Reap:
     replica_id: str
 
 
-ReplicaIntent = Add | Place | Unplaced | Observe | Fail | Stop | Evict | Release | Sleep | Wake
+ReplicaIntent = Add | Place | Unplaced | Observe | Fail | Stop | Evict | Preempt | Release | Sleep | Wake
 Intent = MarkLost | HoldLosses | SetScaleTimer | ReplicaIntent | Reap

@@ -35,6 +35,7 @@ from llmgw.reconcile.intents import (
     Stop,
     Unplaced,
 )
+from llmgw.reconcile.preemption import make_room, rank_of
 from llmgw.reconcile.scaling import Step, Timer, decide, floor, wanted
 from llmgw.reconcile.status import observe
 from llmgw.reconcile.transitions import EVICTED_FOR as EVICTED_FOR
@@ -249,7 +250,7 @@ def _place_pending(p: Pass) -> None:
     w = p.w
     pending = sorted(
         (r for r in p.current.values() if not (r.placed or r.failed or r.stop is not None)),
-        key=lambda r: (r.created_at, r.id),
+        key=lambda r: (-rank_of(r, w), r.created_at, r.id),  # room made for a higher priority goes to it first
     )
     if not pending:
         return  # a pass with nothing to place builds no snapshot: at 10,000 nodes that is most of a pass's cost
@@ -277,8 +278,11 @@ def _place_pending(p: Pass) -> None:
             if v is not None:
                 p.do(Evict(v.id, spec.name))
                 evicting = True
-        room = next((v for v in p.current.values() if v.stop is not None and v.stop.for_model == spec.name), None)
-        p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else ""))
+        room = next((v for v in p.current.values() if v.stop is not None and v.stop.for_model == spec.name
+                     and v.stop.reason == Reason.Evicted), None)
+        # a higher priority takes the room of lower ones, idle or not
+        waits = make_room(req, snap, p.current, p.by_id, w, p.do) if room is None else ()
+        p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else "", waits=waits))
 
 
 def _new_id(model: str, entropy: bytes, taken: set[str]) -> str:

@@ -11,15 +11,21 @@ from llmgw.reconcile.intents import (
     Fail,
     Observe,
     Place,
+    Preempt,
     Release,
     ReplicaIntent,
     Stop,
     Unplaced,
 )
 from llmgw.reconcile.sleep_intents import Sleep, Wake, slept, woken
+from llmgw.reconcile.waits import wait_words
 from llmgw.records.state import ReplicaRecord, StopRequest
 
 EVICTED_FOR = "idle, to make room for "
+
+
+def preempted_for(i: Preempt) -> str:
+    return f"preempted for {i.for_model} (priority {i.for_rank} over {i.rank}): drains, then stops"
 
 
 def stop_message(model: str, reason: Reason, words: str) -> str:
@@ -72,7 +78,10 @@ def _unplaced(r: ReplicaRecord, i: Unplaced, now: float) -> ReplicaRecord:
         return r.model_copy(update={"explanation": expl, "conditions": conds})
     if i.room:
         why = f"waiting for idle replica {i.room} of {i.room_model}, evicted to make room, to stop; {why}"
-    conds = set_condition(r.conditions, ConditionType.Scheduled, Status.FALSE, Reason.Unschedulable, why, now)
+    code = Reason.WaitingForRoom if i.waits or i.room else Reason.Unschedulable
+    if i.waits:
+        why = f"{wait_words(i.waits)}; {why}"
+    conds = set_condition(r.conditions, ConditionType.Scheduled, Status.FALSE, code, why, now)
     return r.model_copy(update={"explanation": expl, "conditions": conds})
 
 
@@ -102,6 +111,8 @@ def after(r: ReplicaRecord | None, i: ReplicaIntent, now: float) -> ReplicaRecor
             return stopped(r, i.reason, stop_message(r.model, i.reason, i.words), now)
         case Evict():
             return stopped(r, Reason.Evicted, EVICTED_FOR + i.for_model, now, for_model=i.for_model)
+        case Preempt():
+            return stopped(r, Reason.Preempted, preempted_for(i), now, for_model=i.for_model)
         case Release():
             return released(r, now)
         case Sleep():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from llmgw.config.server import ModelSpec
@@ -25,6 +26,7 @@ class Timings:
     keep_failed: float = 0.0
     retry_base: float = 5.0  # the second failure in a row waits this long before a replacement, doubling after
     sleep_host_share: float = 0.5  # of a node's host memory, what replicas asleep there may hold
+    drain_timeout: float = 60.0  # a stopped replica's requests in flight may finish for this long (config/server.py)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class World:
     demand: dict[str, float] = field(default_factory=dict)  # model -> last request that found no replica
     last_used: dict[str, float] = field(default_factory=dict)  # replica id -> last request (absent: unknown)
     outstanding: dict[str, int] = field(default_factory=dict)  # replica id -> requests in flight
+    recent_requests: Mapping[str, float] = field(default_factory=dict)  # replica id -> requests lately (decaying)
     timings: Timings = Timings()
     # when the control plane last came back from a stall (a stopped process, a late loop): a node's silence is
     # counted from here at the earliest, since heartbeats it sent meanwhile may not have been read yet
