@@ -193,7 +193,8 @@ def _scale(p: Pass, name: str, spec: ModelSpec, taken: set[str]) -> None:
     if spec.on_demand:
         asleep = [r for r in active if r.sleep_level]
         awake = _stop_idle(p, spec, [r for r in active if not r.sleep_level], demanded)
-        for i in sleeping.keep_asleep(w, spec, asleep, len(awake), demanded):
+        held = sleeping.held_gpus(p.current) if asleep else {}
+        for i in sleeping.keep_asleep(w, spec, asleep, len(awake), demanded, held):
             p.do(i)
         active = [r for r in active if r.id in p.current and p.current[r.id].stop is None]
     step, words = Step.Hold, ""
@@ -281,7 +282,8 @@ def _place_pending(p: Pass) -> None:
         room = next((v for v in p.current.values() if v.stop is not None and v.stop.for_model == spec.name
                      and v.stop.reason == Reason.Evicted), None)
         # a higher priority takes the room of lower ones, idle or not
-        waits = make_room(req, snap, p.current, p.by_id, w, p.do) if room is None else ()
+        to_sleep = sleeping.preempt_to_sleep(w, p.by_id, p.current, p.do)  # victims that can sleep do
+        waits = make_room(req, snap, p.current, p.by_id, w, to_sleep) if room is None else ()
         p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else "", waits=waits))
 
 

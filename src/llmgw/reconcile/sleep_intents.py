@@ -17,6 +17,7 @@ class Sleep:
     replica_id: str
     level: Literal[1, 2]
     words: str
+    for_model: str = ""  # preempted for this model, rather than idle
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,10 @@ def slept(r: ReplicaRecord, i: Sleep, now: float) -> ReplicaRecord:
     conds = set_condition(r.conditions, ConditionType.Ready, Status.FALSE, Reason.Sleeping, i.words, now)
     # ready_at is cleared so that the idle timer and the minimum stay run from its wake
     return r.model_copy(update={"conditions": conds, "endpoint": "", "sleep_level": i.level, "slept_at": now,
-                                "ready_at": None})
+                                "ready_at": None, "slept_for": i.for_model})
 
 
 def woken(r: ReplicaRecord, now: float) -> ReplicaRecord:
     words = f"waking from level {r.sleep_level} sleep: a request asks for {r.model}"
     conds = set_condition(r.conditions, ConditionType.Ready, Status.FALSE, Reason.ShardsStarting, words, now)
-    return r.model_copy(update={"conditions": conds, "sleep_level": 0, "slept_at": None})
+    return r.model_copy(update={"conditions": conds, "sleep_level": 0, "slept_at": None, "slept_for": ""})

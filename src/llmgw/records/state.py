@@ -72,6 +72,7 @@ class ReplicaRecord(BaseModel):
     # its engine told to sleep at this level (0: awake), since slept_at: its GPUs free for others (reconcile/sleeping)
     sleep_level: Literal[0, 1, 2] = 0
     slept_at: float | None = None
+    slept_for: str = ""  # put to sleep for this model's room (preempted): it sleeps on under it, waking once it goes
 
     @model_validator(mode="before")
     @classmethod
