@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCHES = {
     "adapters": "adapter work alone",
     "coldstart": "overhead beyond the engine's load",
+    "wake": "request to first token, wake",
     "dashboard": "/metrics",
     "fetch": "peer:   llmgw / curl",
     "gate": "through the tunnel",

@@ -24,6 +24,8 @@ TAKES_SPEED_FLAGS: frozenset[str] = frozenset({"sim"})
 # adapter's name sent as the model (vLLM)
 ADAPTER_REQUESTS: dict[str, str] = {"llamacpp": "lora_field", "vllm": "model_name"}
 MAX_ADAPTERS = 64  # per model: every replica loads all of its model's adapters at start
+# the engines that can sleep (free their GPUs and keep the weights in host memory) when the model has a sleep block
+SLEEPS: frozenset[str] = frozenset({"sim", "vllm"})
 # the CUDA the registry's wheels are built for (the torch they pull: 2.13.0+cu130, 2.14.1+cu130, found by CI's CUDA
 # stage): which NVIDIA driver a node needs for them (580 or newer)
 VLLM_CUDA = "13.0"
@@ -116,5 +118,5 @@ def as_source(entry: str | EngineConfig) -> EngineSource | None:
     return entry.source()
 
 
-__all__ = ["ADAPTER_REQUESTS", "DEFAULTS", "MAX_ADAPTERS", "TAKES_SPEED_FLAGS", "EngineConfig", "EngineName",
-           "as_source"]
+__all__ = ["ADAPTER_REQUESTS", "DEFAULTS", "MAX_ADAPTERS", "SLEEPS", "TAKES_SPEED_FLAGS", "EngineConfig",
+           "EngineName", "as_source"]

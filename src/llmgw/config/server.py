@@ -14,6 +14,7 @@ from llmgw.config.serving import (
     adapters_checked,
     names_checked,
     sidecar_ports_named,
+    sleep_refused,
 )
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
 from llmgw.core.limits import KeyLimits
@@ -75,11 +76,13 @@ class SimSpeed(Strict):
     tokens_per_second: float = Field(default=200.0, gt=0)
     tokens: int = Field(default=16, ge=1)
     load_seconds: Duration = Field(default=0.0, ge=0)  # how long the sim engine takes to load its model
+    wake_seconds: Duration = Field(default=0.0, ge=0)  # how long it takes to wake from a level-1 sleep
 
     def flags(self) -> list[str]:
         """This block on the command line of an engine that reads it (config/engines.py: TAKES_SPEED_FLAGS)."""
         out = ["--tokens-per-second", str(self.tokens_per_second), "--tokens", str(self.tokens)]
-        return out + (["--load-seconds", str(self.load_seconds)] if self.load_seconds else [])
+        out += ["--load-seconds", str(self.load_seconds)] if self.load_seconds else []
+        return out + (["--wake-seconds", str(self.wake_seconds)] if self.wake_seconds else [])
 
 
 class Profile(Strict):
@@ -166,6 +169,12 @@ class ModelSpec(Strict):
         adapters_checked(self)
         return self
 
+    @model_validator(mode="after")
+    def _sleeps_where_it_can(self) -> ModelSpec:
+        if self.sleep is not None:
+            sleep_refused(self.engine, self.on_demand, self.profile.nodes)
+        return self
+
     @property
     def on_demand(self) -> bool:
         return self.scaling.min == 0 and self.scaling.max > 0
@@ -249,6 +258,8 @@ class Retention(Strict):
 class EvictionConfig(Strict):
     idle_after: Duration = 30.0  # unused this long before it may be stopped for another model
     protect_after_ready: Duration = 300.0  # never evict a replica Ready for less: two models must not take turns
+    # the share of a node's host memory that replicas asleep there may hold (their SleepConfig.host_memory)
+    sleep_host_share: float = Field(default=0.5, ge=0, le=1)
 
 
 class ServerConfig(Strict):

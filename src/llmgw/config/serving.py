@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from llmgw.config.engines import ADAPTER_REQUESTS, MAX_ADAPTERS
+from llmgw.config.engines import ADAPTER_REQUESTS, MAX_ADAPTERS, SLEEPS
 from llmgw.config.types import ByteSize, Duration, within
 from llmgw.wire.serving import RESERVED_ENV, SidecarSpec, port_env
 
@@ -28,6 +28,21 @@ class SleepConfig(Strict):
     level: Literal[1, 2] = 1
     # a sleeping replica stops for good after this long unused (None: only for room)
     stop_after: Duration | None = None
+    # the host memory a replica asleep at level 1 holds (its weights): a node takes sleepers only up to its share
+    # for them (server.yaml eviction.sleep_host_share); level 2 holds none
+    host_memory: ByteSize = 0
+    # a replica ready (or woken) for less than this is not put to sleep, so sleep and wake do not take turns
+    min_stay: Duration = 60.0
+
+
+def sleep_refused(engine: str, on_demand: bool, nodes: int) -> None:
+    """A sleep block where it could never apply is refused, in words that say why (ValueError)."""
+    if engine not in SLEEPS:
+        raise ValueError(f"sleep: engine {engine} cannot sleep (engines that can: {', '.join(sorted(SLEEPS))})")
+    if not on_demand:
+        raise ValueError("sleep: only an on-demand model (scaling min 0, max above it) sleeps when idle")
+    if nodes != 1:
+        raise ValueError("sleep: a replica spanning nodes never sleeps: the model's profile.nodes must be 1")
 
 
 class ReadyCheck(Strict):

@@ -212,7 +212,7 @@ def answer_in(desired: DesiredState, version: int) -> str:
         older.update({"lease": True, "etag": True})
     if desired.version < SERVING_WIRE_VERSION:  # placement sends such an agent no shard that needs them
         shards = older.setdefault("shards", {"__all__": set()})["__all__"]
-        shards.update({"sleep", "sidecars", "adapters"})
+        shards.update({"sleep", "can_sleep", "sidecars", "adapters"})
     return desired.model_dump_json(exclude=older or None)
 
 

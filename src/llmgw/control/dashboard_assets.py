@@ -80,6 +80,7 @@ svg.bar { width: 16rem; height: .8rem; background: #cde8d3; border-radius: 2px; 
 svg.bar rect.used { fill: #2f6fdb; } svg.bar rect.faulty { fill: #d92d20; }
 tr.down td, tr.failed td, tr.unresponsive td { color: #b42318; }
 tr.pending td.phase, tr.starting td.phase { color: #b54708; }
+tr.sleeping td.phase { color: #5b6b8c; }
 td.warnings ul { margin: 0; padding-left: 1rem; color: #b54708; } td.why { max-width: 40rem; }
 .tag { font-size: .8em; background: #fef0c7; padding: 0 .3em; border-radius: 3px; }
 p.empty, p.pager { color: #6b7280; } p.idle { color: #b54708; }

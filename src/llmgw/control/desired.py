@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.config.engines import TAKES_SPEED_FLAGS
+from llmgw.config.engines import SLEEPS, TAKES_SPEED_FLAGS
 from llmgw.config.server import ModelSpec
 from llmgw.records.state import ReplicaRecord
 from llmgw.wire.engines import EngineSource
@@ -62,6 +62,8 @@ def desired_for(
                     sidecars=[c.spec() for c in spec.sidecars],
                     adapters=[AdapterSpec(name=x.name, source=x.source, weights=(weights or {}).get(x.source))
                               for x in spec.adapters],
+                    can_sleep=spec.sleep is not None and spec.engine in SLEEPS,
+                    sleep=r.sleep_level if spec.sleep is not None and spec.engine in SLEEPS else 0,
                 )
             )
     return DesiredState(node_id=node_id, shards=shards, engines=engines, engine_sources=sources or [],

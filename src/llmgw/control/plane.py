@@ -48,6 +48,7 @@ def timings_of(cfg: ServerConfig) -> Timings:
         demand_window=max(60.0, 4 * cfg.load_wait),
         loss_grace=min(cfg.node_lost_after / 2, max(1.0, 2 * cfg.heartbeat_interval)),
         keep_failed=cfg.failed_kept_for,
+        sleep_host_share=cfg.eviction.sleep_host_share,
         drain_timeout=cfg.drain_timeout,
     )
 

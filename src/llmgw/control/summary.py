@@ -320,10 +320,10 @@ class ReplicaLines:
         out, idle = [], []
         used: dict[str, set[int]] = {}
         for r in sorted(replicas, key=lambda r: (r.model, r.id)):
-            h = held.get(r.id)
+            h = held.get(r.id)  # a sleeper holds no GPUs (reconcile/sleeping.py)
             if h is None or h.record is not r:
                 lead_id = next((a.node_id for a in r.assignments if a.rank == 0), None)
-                holds = () if r.released else tuple((a.node_id, tuple(a.gpus)) for a in r.assignments)
+                holds = () if r.released or r.sleep_level else tuple((a.node_id, tuple(a.gpus)) for a in r.assignments)
                 h = _Held(r, r.ready, lead_id, holds)
             last = last_used.get(r.id)
             idle_s = now - last if last is not None else None

@@ -18,13 +18,15 @@ EMPTY = hashlib.blake2b(b"", digest_size=12).hexdigest()
 
 def shard_digests(replicas: Iterable[ReplicaRecord]) -> dict[str, str]:
     """Per node, a digest of the shards it is to run (replica, rank and the replica's incarnation): changes when a
-    shard is placed on it, or leaves it for any reason (stopped, failed, moved). Pure; one pass over the replicas."""
+    shard is placed on it, leaves it for any reason (stopped, failed, moved), or is to sleep or wake. Pure; one pass
+    over the replicas."""
     held: dict[str, list[str]] = {}
     for r in replicas:
         if r.failed or r.stop is not None:
             continue
         for a in r.assignments:
-            held.setdefault(a.node_id, []).append(f"{r.id}/{a.rank}/{a.serve_port}/{a.address}")
+            # the sleep level too: a wake is a request waiting (reconcile/sleeping.py)
+            held.setdefault(a.node_id, []).append(f"{r.id}/{a.rank}/{a.serve_port}/{a.address}/{r.sleep_level}")
     return {n: hashlib.blake2b("\n".join(sorted(v)).encode(), digest_size=12).hexdigest() for n, v in held.items()}
 
 

@@ -87,6 +87,7 @@ class Reason(StrEnum):
     WaitingForRoom = "WaitingForRoom"  # not placed yet: replicas preempted for it are draining or stopping
     # sleep (wire/serving.py)
     Sleeping = "Sleeping"  # idle: its engine sleeps, its GPUs are free; the first request wakes it
+    SleepFailed = "SleepFailed"  # its engine could not sleep (GPU memory not freed) or wake: it is stopped instead
     # sidecars (wire/serving.py)
     SidecarFailed = "SidecarFailed"  # a sidecar exited or never became ready: the shard fails with its words
     SidecarsStarting = "SidecarsStarting"  # the engine waits for its sidecars to be ready (which, for how long)

@@ -155,7 +155,14 @@ def build_snapshot(
         spec = models.get(r.model)
         memory = spec.profile.memory if spec else 0
         multi = len(r.assignments) > 1
+        asleep = r.sleep_level > 0  # its GPUs are free: it stops if another takes them (reconcile/sleeping.py)
+        if asleep:
+            memory += spec.sleep.host_memory if spec and spec.sleep and r.sleep_level == 1 else 0
         for a in r.assignments:
+            if asleep:
+                mem[a.node_id] = mem.get(a.node_id, 0) + memory
+                ports.setdefault(a.node_id, set()).update(a.ports())
+                continue
             used.setdefault(a.node_id, set()).update(a.gpus)
             mem[a.node_id] = mem.get(a.node_id, 0) + memory
             ports.setdefault(a.node_id, set()).update(a.ports())

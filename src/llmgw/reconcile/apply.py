@@ -32,6 +32,7 @@ from llmgw.reconcile.intents import (
 )
 from llmgw.reconcile.node_status import node_conditions
 from llmgw.reconcile.scaling import Step, Timer
+from llmgw.reconcile.sleep_intents import Sleep, Wake
 from llmgw.reconcile.transitions import EVICTED_FOR, after, preempted_for, stop_message
 from llmgw.records.state import NodeRecord, ReplicaRecord
 
@@ -205,6 +206,10 @@ def _event(before: ReplicaRecord | None, i: ReplicaIntent, r: ReplicaRecord) -> 
             return f"{of} stopping: scaled down ({stop_message(r.model, i.reason, i.words)})"
         case Evict():
             return f"{of} evicted: {EVICTED_FOR}{i.for_model}"
+        case Sleep():
+            return f"{of} asleep at level {i.level}: {i.words}"
+        case Wake():
+            return f"{of} waking: a request asks for it"
         case Preempt():
             return f"{of} {preempted_for(i)}"
     return ""

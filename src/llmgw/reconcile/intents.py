@@ -12,6 +12,7 @@ from llmgw.core.conditions import Status
 from llmgw.core.explanation import Explanation
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.scaling import Step, Timer
+from llmgw.reconcile.sleep_intents import Sleep, Wake
 from llmgw.reconcile.waits import Wait
 from llmgw.records.state import ShardAssignment
 
@@ -137,5 +138,5 @@ class Reap:
     replica_id: str
 
 
-ReplicaIntent = Add | Place | Unplaced | Observe | Fail | Stop | Evict | Preempt | Release
+ReplicaIntent = Add | Place | Unplaced | Observe | Fail | Stop | Evict | Preempt | Release | Sleep | Wake
 Intent = MarkLost | HoldLosses | SetScaleTimer | ReplicaIntent | Reap

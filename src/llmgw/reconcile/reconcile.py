@@ -19,6 +19,7 @@ from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place, reservations
 from llmgw.placement.snapshot import build_snapshot
+from llmgw.reconcile import sleeping
 from llmgw.reconcile.eviction import victim
 from llmgw.reconcile.intents import (
     Add,
@@ -79,6 +80,8 @@ def reconcile(w: World) -> list[Intent]:
     for name, spec in w.models.items():
         _scale(p, name, spec, taken)
     _place_pending(p)
+    for evicted in sleeping.taken(p.current):  # a sleeper's GPUs given to another: it stops
+        p.do(evicted)
     return p.intents
 
 
@@ -131,7 +134,7 @@ def _status(p: Pass) -> None:
             continue
         seen = observe(r, p.by_id)
         if seen is not None:
-            p.do(seen)
+            p.do(sleeping.while_asleep(r, seen))
 
 
 def _still_running(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> bool:
@@ -188,7 +191,12 @@ def _scale(p: Pass, name: str, spec: ModelSpec, taken: set[str]) -> None:
     )
     demanded = w.now - w.demand.get(name, float("-inf")) <= w.timings.demand_window
     if spec.on_demand:
-        active = _stop_idle(p, spec, active, demanded)
+        asleep = [r for r in active if r.sleep_level]
+        awake = _stop_idle(p, spec, [r for r in active if not r.sleep_level], demanded)
+        held = sleeping.held_gpus(p.current) if asleep else {}
+        for i in sleeping.keep_asleep(w, spec, asleep, len(awake), demanded, held):
+            p.do(i)
+        active = [r for r in active if r.id in p.current and p.current[r.id].stop is None]
     step, words = Step.Hold, ""
     if spec.scaling.target_in_flight is not None:
         step, words = _on_load(p, name, spec, active, demanded)
@@ -214,8 +222,12 @@ def _stop_idle(p: Pass, spec: ModelSpec, active: list[ReplicaRecord], demanded: 
         idle = w.now - _last_activity(r, w)
         if w.outstanding.get(r.id, 0) > 0 or idle < spec.scaling.idle_timeout or (demanded and not r.ready):
             left.append(r)
-        else:
-            p.do(Stop(r.id, Reason.Idle, f"{idle:.0f}s"))
+            continue
+        demoted = sleeping.demote(w, p.by_id, p.current, spec, r, idle)
+        if demoted is not None:
+            p.do(demoted)
+        if not isinstance(demoted, Stop):
+            left.append(r)
     return left
 
 
@@ -270,7 +282,8 @@ def _place_pending(p: Pass) -> None:
         room = next((v for v in p.current.values() if v.stop is not None and v.stop.for_model == spec.name
                      and v.stop.reason == Reason.Evicted), None)
         # a higher priority takes the room of lower ones, idle or not
-        waits = make_room(req, snap, p.current, p.by_id, w, p.do) if room is None else ()
+        to_sleep = sleeping.preempt_to_sleep(w, p.by_id, p.current, p.do)  # victims that can sleep do
+        waits = make_room(req, snap, p.current, p.by_id, w, to_sleep) if room is None else ()
         p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else "", waits=waits))
 
 

@@ -15,7 +15,7 @@ from llmgw.wire.messages import ShardState
 # what a node may say of its own shard: anything else it sends (NodeLost, AllShardsReady, ...) is the control
 # plane's to say, and becomes the default
 SHARD_REASONS = {Reason.WeightsUnusable, Reason.ModelNotLoaded, Reason.EngineExited, Reason.EngineUnresponsive,
-                 Reason.ShardFailed, Reason.SidecarFailed, Reason.SidecarsStarting,
+                 Reason.ShardFailed, Reason.SidecarFailed, Reason.SidecarsStarting, Reason.Sleeping, Reason.SleepFailed,
                  Reason.WeightsFetching, Reason.DigestMismatch, Reason.SizeMismatch, Reason.InsufficientDisk,
                  Reason.DownloadFailed, Reason.DiskFull}
 

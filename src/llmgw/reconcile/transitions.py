@@ -17,6 +17,7 @@ from llmgw.reconcile.intents import (
     Stop,
     Unplaced,
 )
+from llmgw.reconcile.sleep_intents import Sleep, Wake, slept, woken
 from llmgw.reconcile.waits import wait_words
 from llmgw.records.state import ReplicaRecord, StopRequest
 
@@ -114,3 +115,7 @@ def after(r: ReplicaRecord | None, i: ReplicaIntent, now: float) -> ReplicaRecor
             return stopped(r, Reason.Preempted, preempted_for(i), now, for_model=i.for_model)
         case Release():
             return released(r, now)
+        case Sleep():
+            return slept(r, i, now)
+        case Wake():
+            return woken(r, now)

@@ -25,6 +25,7 @@ class Timings:
     # operator sees what failed and why; the model's replacements back off while failures repeat
     keep_failed: float = 0.0
     retry_base: float = 5.0  # the second failure in a row waits this long before a replacement, doubling after
+    sleep_host_share: float = 0.5  # of a node's host memory, what replicas asleep there may hold
     drain_timeout: float = 60.0  # a stopped replica's requests in flight may finish for this long (config/server.py)
 
 

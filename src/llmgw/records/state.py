@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field, model_validator
 
@@ -69,6 +69,10 @@ class ReplicaRecord(BaseModel):
     secret: str = Field(default="", repr=False)
     stop: StopRequest | None = None
     seen_ranks: list[int] = []  # ranks some node has reported: one that disappears afterwards is missing
+    # its engine told to sleep at this level (0: awake), since slept_at: its GPUs free for others (reconcile/sleeping)
+    sleep_level: Literal[0, 1, 2] = 0
+    slept_at: float | None = None
+    slept_for: str = ""  # put to sleep for this model's room (preempted): it sleeps on under it, waking once it goes
 
     @model_validator(mode="before")
     @classmethod
@@ -157,6 +161,7 @@ class Phase(StrEnum):
     Starting = "starting"  # placed, not every shard serves
     Ready = "ready"
     Unresponsive = "unresponsive"  # it served, and an engine of it no longer answers: nothing is loading
+    Sleeping = "sleeping"  # idle, its engine asleep and its GPUs free: the first request wakes it
     Stopping = "stopping"  # no longer wanted; reaped once its shards are gone
     Failed = "failed"  # lost a node or a shard: replaced, and reaped once its shards are gone
 
@@ -169,6 +174,8 @@ def replica_phase(r: ReplicaRecord) -> Phase:
         return Phase.Stopping
     if not r.placed:
         return Phase.Pending
+    if r.sleep_level:
+        return Phase.Sleeping
     if r.ready:
         return Phase.Ready
     c = r.condition(ConditionType.Ready)

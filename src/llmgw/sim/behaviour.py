@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from llmgw.sim.sleep import SleepMode
 
 BLOCK_CHARS = 64  # about 16 tokens: vLLM's default KV block
 Fault = Literal["", "hang", "slow", "error"]
@@ -23,6 +25,7 @@ class Behaviour:
     max_running: int = 0  # requests generating at once (0: no limit); the rest wait in order, and the gauges say so
     fault: Fault = ""  # hang: accept and never answer; slow: ten times as long; error: answer 503
     load_seconds: float = 0.0  # the model "loads" this long after the server starts: every path answers 503 meanwhile
+    sleep: SleepMode = field(default_factory=SleepMode)  # vLLM's sleep mode (sim/sleep.py): off unless enabled
 
 
 class PrefixCache:

@@ -22,6 +22,7 @@ from llmgw.agent.engines.base import KEY_ENV
 from llmgw.sim.behaviour import Behaviour
 from llmgw.sim.rendezvous import Leader, RendezvousError, Worker
 from llmgw.sim.server import DEFAULT_TOKENS, make_app
+from llmgw.sim.sleep import SleepMode
 
 T = TypeVar("T")
 
@@ -51,6 +52,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="a planted fault: hang (accept, never answer), slow (10x), error (503)")
     p.add_argument("--load-seconds", type=float, default=0.0,
                    help="the model takes this long to load after the server starts: 503 'Loading model' meanwhile")
+    p.add_argument("--enable-sleep-mode", action="store_true",
+                   help="answer POST /sleep?level=N, POST /wake_up and GET /is_sleeping as vLLM does")
+    p.add_argument("--wake-seconds", type=float, default=0.0, help="a wake from level-1 sleep takes this long")
+    p.add_argument("--gpu-memory-mb", type=int, default=1024, help="the GPU memory it would hold awake")
+    p.add_argument("--sleep-leak-mb", type=int, default=0,
+                   help="GPU memory still held after a level-1 sleep (a planted leak; level 2 frees it)")
+    p.add_argument("--sleep-leak-deep", action="store_true", help="the leak holds after a level-2 sleep too")
     p.add_argument("--fail-load", default="", metavar="WORDS",
                    help="play a model that failed to load: /health answers, nothing else does (a planted fault)")
     p.add_argument(
@@ -67,9 +75,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.rank > 0 and not args.leader_address:
         p.error("workers (--rank > 0) need --leader-address")
     if min(args.tokens, args.tokens_per_second, args.join_timeout, args.prefill_tokens_per_second,
-           args.cache_blocks, args.max_running, args.load_seconds) < 0:
+           args.cache_blocks, args.max_running, args.load_seconds, args.wake_seconds, args.gpu_memory_mb,
+           args.sleep_leak_mb) < 0:
         p.error("--tokens, --tokens-per-second, --join-timeout, --prefill-tokens-per-second, --cache-blocks, "
-                "--max-running and --load-seconds must not be negative")
+                "--max-running, --load-seconds, --wake-seconds, --gpu-memory-mb and --sleep-leak-mb must not be "
+                "negative")
     return args
 
 
@@ -155,7 +165,11 @@ def _app(args: argparse.Namespace) -> web.Application:
     key = os.environ.pop(KEY_ENV, "")
     behaviour = Behaviour(prefill_tokens_per_second=args.prefill_tokens_per_second,
                           cache_blocks=args.cache_blocks, max_running=args.max_running, fault=args.fault,
-                          load_seconds=args.load_seconds)
+                          load_seconds=args.load_seconds, sleep=SleepMode(
+                              enabled=args.enable_sleep_mode, wake_seconds=args.wake_seconds,
+                              reload_seconds=args.load_seconds, memory_bytes=args.gpu_memory_mb << 20,
+                              leak_bytes=min(args.sleep_leak_mb, args.gpu_memory_mb) << 20,
+                              deep_leak=args.sleep_leak_deep))
     return make_app(args.model, tokens=args.tokens, tokens_per_second=args.tokens_per_second, api_key=key,
                     load_failure=args.fail_load, behaviour=behaviour)
 

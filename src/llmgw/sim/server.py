@@ -20,6 +20,7 @@ from aiohttp.typedefs import Middleware
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.sim import openai_format as fmt
 from llmgw.sim.behaviour import Behaviour, PrefixCache, Slots, prefill_seconds
+from llmgw.sim.sleep import Sleeper
 
 DEFAULT_TOKENS = 16
 
@@ -39,7 +40,8 @@ def make_app(
     """An aiohttp app serving `model`: /health, /metrics (the engine's own gauges, sim:requests_running,
     sim:requests_waiting, sim:kv_cache_usage_ratio), /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings.
     With `api_key`, every path answers 401 without `Authorization: Bearer <api_key>`. With `load_failure`, a model
-    that failed to load behind a live HTTP server: /health 200, everything else 503 with those words.
+    that failed to load behind a live HTTP server: /health 200, everything else 503 with those words. Sleep mode
+    (behaviour.sleep): /sleep, /wake_up, /is_sleeping as sim/sleep.py says.
     """
     if tokens < 0:
         raise ValueError(f"tokens must be >= 0, got {tokens}")
@@ -51,7 +53,9 @@ def make_app(
         middlewares.append(_not_loaded(load_failure))
     if handlers.b.load_seconds > 0:
         middlewares.insert(0, _loading(handlers.clock, handlers.clock.monotonic() + handlers.b.load_seconds))
+    middlewares.append(handlers.sleeper.middleware())
     app = web.Application(middlewares=middlewares)
+    handlers.sleeper.add_routes(app)
     app.router.add_get("/health", handlers.health)
     app.router.add_get("/metrics", handlers.metrics)
     app.router.add_get("/v1/models", handlers.models)
@@ -93,6 +97,7 @@ class _Handlers:
         self.b = b
         self.cache = PrefixCache(b.cache_blocks)
         self.slots = Slots(b.max_running)
+        self.sleeper = Sleeper(b.sleep)
         self.requests = 0  # completions, chats and embeddings asked for, answered or not
 
     async def health(self, request: web.Request) -> web.Response:
@@ -109,7 +114,7 @@ class _Handlers:
             "# HELP sim:requests_total Completions, chats and embeddings asked for, answered or not.\n"
             "# TYPE sim:requests_total counter\n"
             f"sim:requests_total {self.requests}\n"
-        )
+        ) + self.sleeper.metrics()
         if self.b.cache_blocks:
             text += ("# HELP sim:kv_cache_usage_ratio Share of the prefix cache's blocks in use.\n"
                      "# TYPE sim:kv_cache_usage_ratio gauge\n"

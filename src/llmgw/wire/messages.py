@@ -328,6 +328,7 @@ class ShardSpec(Strict):
     # version 12 (wire/serving.py): 0 awake; 1 or 2: the engine is to sleep at that level (weights to host memory, or
     # dropped); processes started and ready before the engine; adapters of the model this shard serves
     sleep: Literal[0, 1, 2] = 0
+    can_sleep: bool = False  # the engine is started able to sleep (the model has a sleep block and its engine sleeps)
     sidecars: list[SidecarSpec] = []
     adapters: list[AdapterSpec] = []
 

@@ -54,6 +54,18 @@ def http_bind(spec: ShardSpec, ctx: LaunchContext) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
+class SleepControl:
+    """How an engine started able to sleep is put to sleep, woken and asked (vLLM's routes; the sim's alike)."""
+
+    sleep_path: str = "/sleep?level={level}"
+    wake_path: str = "/wake_up"
+    state_path: str = "/is_sleeping"  # answers {"is_sleeping": bool, ...}
+    # the field of state_path's answer giving the GPU memory it still holds, read after a sleep to see it was
+    # freed ("": the engine says none, and its word that it sleeps is taken)
+    memory_field: str = ""
+
+
+@dataclass(frozen=True)
 class Launch:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
@@ -83,6 +95,7 @@ class Launch:
     # group is that rank; a match without one names the leader, rank 0), so the control plane can name the node
     # that went. "": it does not say
     lost_peer: str = ""
+    sleep: SleepControl | None = None  # None: this engine, as launched, cannot sleep
 
     def peer_lost(self, words: str, world_size: int) -> int | None:
         """The rank whose going the engine gave as why it ended, from its last words; None: not said."""

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import itertools
 
-from llmgw.agent.engines.base import KEY_ENV, Bounds, Launch, LaunchContext, Packaging, http_bind, nccl_env
+from llmgw.agent.engines.base import (
+    KEY_ENV,
+    Bounds,
+    Launch,
+    LaunchContext,
+    Packaging,
+    SleepControl,
+    http_bind,
+    nccl_env,
+)
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
 # the names llmgw.sim.server exports (the KV gauge only with a prefix cache: --cache-blocks)
 GAUGES = Gauges(running=("sim:requests_running",), waiting=("sim:requests_waiting",),
                 kv_cache_usage=("sim:kv_cache_usage_ratio",))
+
+# the sim reports the memory it would hold in /is_sleeping's answer (sim/sleep.py)
+SLEEP = SleepControl(memory_field="gpu_memory_used_bytes")
 
 # llmgw.sim.engine's words when its group broke: the leader names the worker that went, a worker its leader
 LOST_PEER = r"worker rank (\d+) disconnected|lost the leader"
@@ -41,6 +53,8 @@ class Sim:
             argv += ["--http-host", host, "--port", str(port)]
         if spec.world_size > 1:
             argv += ["--rendezvous-port", str(spec.rendezvous_port), "--leader-address", spec.leader_address]
+        if spec.can_sleep:
+            argv += ["--enable-sleep-mode"]
         argv += spec.args
         env = nccl_env(spec)
         if spec.api_key:
@@ -48,8 +62,9 @@ class Sim:
         running = [int(v) for f, v in itertools.pairwise(argv) if f == "--max-running" and v.isdigit()]
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
                       slots=running[-1] if running and running[-1] > 0 else None,
-                      gauges=GAUGES, lost_peer=LOST_PEER, http_port=port)
+                      gauges=GAUGES, lost_peer=LOST_PEER, http_port=port,
+                      sleep=SLEEP if spec.can_sleep and spec.rank == 0 else None)
 
     def flags(self) -> list[str]:
         return ["--model", "--rank", "--world-size", "--host", "--http-host", "--port", "--rendezvous-port",
-                "--leader-address"]
+                "--leader-address", "--enable-sleep-mode"]

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import Bounds, Launch, LaunchContext, Packaging, http_bind, hub_offline_env, nccl_env
+from llmgw.agent.engines.base import (
+    Bounds,
+    Launch,
+    LaunchContext,
+    Packaging,
+    SleepControl,
+    http_bind,
+    hub_offline_env,
+    nccl_env,
+)
 from llmgw.agent.engines.gauges import Gauges
 from llmgw.wire.messages import ShardSpec
 
@@ -10,6 +19,10 @@ from llmgw.wire.messages import ShardSpec
 # fraction despite "perc"; builds before the V1 engine named it gpu_cache_usage_perc, and some export both.
 GAUGES = Gauges(running=("vllm:num_requests_running",), waiting=("vllm:num_requests_waiting",),
                 kv_cache_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"))
+
+# vLLM's /is_sleeping says only whether it sleeps, not what it still holds: its word is taken (NVML's per-process
+# memory would tell, and is not read)
+SLEEP = SleepControl()
 
 
 MAX_GPU_LORAS = 4  # adapters in one batch, on the GPU (vLLM swaps the others in from host memory, least recent out)
@@ -74,13 +87,19 @@ class VLLM:
             argv += ["--host", host, "--port", str(port)]
         else:
             argv += ["--headless"]
+        if spec.can_sleep:
+            argv += ["--enable-sleep-mode"]
         argv += spec.args
         env = nccl_env(spec) | hub_offline_env(ctx)
         env["VLLM_HOST_IP"] = ctx.host  # the address it tells its peers; otherwise it picks one itself
         if spec.api_key:
             env["VLLM_API_KEY"] = spec.api_key  # vLLM reads it as --api-key; the environment is private, argv is not
+        if spec.can_sleep:
+            # its /sleep, /wake_up and /is_sleeping exist only in its development mode; behind the gate only the
+            # router and the agent reach them, with the engine's key
+            env["VLLM_SERVER_DEV_MODE"] = "1"
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
-                      gauges=GAUGES, http_port=port)
+                      gauges=GAUGES, http_port=port, sleep=SLEEP if spec.can_sleep and spec.rank == 0 else None)
 
     def flags(self) -> list[str]:
         return [
@@ -98,4 +117,5 @@ class VLLM:
             "--lora-modules",
             "--max-loras",
             "--max-cpu-loras",
+            "--enable-sleep-mode",
         ]

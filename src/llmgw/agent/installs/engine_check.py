@@ -23,10 +23,12 @@ class FlagReport:
 
 
 def widest_spec(engine: str) -> ShardSpec:
-    """A leader of a two-node, two-GPU replica: a flag used only there is the one nobody notices has gone."""
+    """A leader of a two-node, two-GPU replica of a model that may sleep: a flag used only there is the one nobody
+    notices has gone."""
     return ShardSpec(
         replica_id="check", model="check", engine=engine, source="/models/check", rank=0, world_size=2, gpus=[0, 1],
         serve_port=8000, leader_address="10.0.0.1", rendezvous_port=29500, peer_addresses=["10.0.0.1", "10.0.0.2"],
+        can_sleep=True,
     )
 
 

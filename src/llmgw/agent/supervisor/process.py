@@ -18,6 +18,7 @@ from llmgw.agent.supervisor.files import log_tail as log_tail  # where other mod
 from llmgw.agent.supervisor.files import write_private as write_private
 from llmgw.agent.supervisor.liveness import Liveness
 from llmgw.agent.supervisor.sidecars import Sidecars
+from llmgw.agent.supervisor.sleeping import Sleep
 from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState
 
 
@@ -52,6 +53,7 @@ class ShardProcess:
     ports: Loopback = field(default_factory=Loopback)  # its loopback ports behind the gate (none: not gated)
     tls: TlsFiles | None = None  # the node's certificate, for tunnels between ranks
     sidecars: Sidecars | None = None  # started before the engine, stopped after it (sidecars.py)
+    sleep: Sleep = field(default_factory=Sleep)  # the level its engine sleeps at, and the call under way
 
     @property
     def key(self) -> tuple[str, int]:
@@ -98,6 +100,8 @@ class ShardProcess:
         if self.liveness.task is not None:  # a new process: nothing the last one was found to be holds for it
             self.liveness.task.cancel()
         self.liveness = Liveness()
+        self.sleep.cancel()
+        self.sleep = Sleep()  # a new process is awake
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             for path, content in self.launch.files.items():
@@ -143,6 +147,7 @@ class ShardProcess:
 
     async def stop_engine(self, grace: float = 10.0) -> None:
         self.stopping = True
+        self.sleep.cancel()
         if self.liveness.task is not None:
             self.liveness.task.cancel()
         p = self.proc

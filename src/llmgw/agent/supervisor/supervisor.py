@@ -16,7 +16,7 @@ from llmgw.agent.engines.base import Launch, Loopback
 from llmgw.agent.engines.gauges import read_load
 from llmgw.agent.gate import loopback_ports
 from llmgw.agent.gated import TlsFiles
-from llmgw.agent.supervisor import liveness, sidecar_wait, sidecars
+from llmgw.agent.supervisor import liveness, sidecar_wait, sidecars, sleeping
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
 from llmgw.core.backoff import doubling
@@ -197,6 +197,10 @@ class Supervisor:
                 if sp.sidecars is not None and not await sidecar_wait.ready(sp, now, self._http()):
                     continue
                 await sp.start()
+            if sp.launch.sleep is not None and sp.proc is not None and sp.proc.returncode is None:
+                sleeping.steer(sp, self._http())
+            if sp.sleep.busy or sp.state == "failed":  # asleep, its health says nothing of serving
+                continue
             if (sp.state == "starting" or (sp.state in SERVED and not starting_only)) and sp.launch.serves_http:
                 probes.append(self._probe(sp))
         if probes:
@@ -349,7 +353,9 @@ class Supervisor:
     def settling(self) -> bool:
         """An engine is up and not yet serving: its readiness is worth noticing (and reporting) at once."""
         # ("running": a worker's steady state; a hung engine is probed at its own pace, not every moment)
-        return any(sp.state == "starting" and not sp.liveness.wedged for sp in self.shards.values())
+        # (a sleep or a wake under way: its end is a change of state to report at once)
+        return any((sp.state == "starting" and not sp.liveness.wedged) or sp.sleep.task is not None
+                   for sp in self.shards.values())
 
     def states(self) -> list[ShardState]:
         return [sp.report() for _, sp in sorted(self.shards.items())]
@@ -375,4 +381,5 @@ def _launched(spec: ShardSpec) -> ShardSpec:
         return None if w is None else w.model_copy(update={"peers": [], "origin": True, "wait_for": "", "token": ""})
 
     adapters = [a.model_copy(update={"weights": plain(a.weights)}) for a in spec.adapters]  # LoRA files likewise
-    return spec.model_copy(update={"weights": plain(spec.weights), "adapters": adapters})
+    return spec.model_copy(update={"weights": plain(spec.weights), "adapters": adapters,
+                                   "sleep": 0})  # asleep or awake, the same engine

@@ -1,0 +1,168 @@
+"""A shard told to sleep (ShardSpec.sleep) is put to sleep by its engine, and woken when told 0.
+
+After a sleep the agent checks that the GPU memory was really freed (engines leak), where the engine says what it
+holds (SleepControl.memory_field); else it wakes the engine and tries level 2, and when that frees nothing either the
+shard fails with reason SleepFailed and the numbers: the control plane then stops it. Each call runs as a task beside
+the loop, so a slow wake never holds a heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+
+from llmgw.agent.engines.base import Launch, SleepControl
+from llmgw.core.reasons import Reason
+from llmgw.wire.messages import ShardSpec
+
+log = logging.getLogger(__name__)
+
+FREED_SHARE = 0.1  # a sleep freed the GPU when at most this share of what the engine held awake is still held
+CALL_TIMEOUT_S = 120.0  # a wake at level 2 reloads the weights: as long as a load may reasonably take
+MiB = 1 << 20
+
+
+@dataclass
+class Sleep:
+    """What the agent knows of one shard's sleep: the level its engine sleeps at (0 awake) and the call under way."""
+
+    level: int = 0
+    task: asyncio.Task[tuple[int, str]] | None = None
+    waking: bool = False  # the task under way wakes it (else it puts it to sleep)
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    @property
+    def busy(self) -> bool:
+        """Asleep or on its way in or out: its health says nothing about serving, and nothing probes it."""
+        return self.level > 0 or self.task is not None
+
+
+class Engine:
+    """One engine's sleep routes, reached through its gate with its key."""
+
+    def __init__(self, http: aiohttp.ClientSession, endpoint: str, key: str, ctl: SleepControl) -> None:
+        self.http, self.endpoint, self.ctl = http, endpoint, ctl
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    async def _call(self, method: str, path: str) -> tuple[int, bytes]:
+        timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
+        async with self.http.request(method, self.endpoint + path, headers=self.headers, timeout=timeout) as r:
+            return r.status, (await r.content.read(4096))
+
+    async def held(self) -> tuple[bool, int | None]:
+        """(whether it says it sleeps, the GPU memory it says it holds, or None where it says none)."""
+        status, body = await self._call("GET", self.ctl.state_path)
+        if status != 200:
+            raise SleepError(f"{self.ctl.state_path} answered {status}: {_words(body)}")
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise SleepError(f"{self.ctl.state_path} is not JSON: {_words(body)}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("is_sleeping"), bool):
+            raise SleepError(f"{self.ctl.state_path} does not say whether it sleeps: {_words(body)}")
+        mem = data.get(self.ctl.memory_field) if self.ctl.memory_field else None
+        return data["is_sleeping"], mem if isinstance(mem, int) and mem >= 0 else None
+
+    async def post(self, path: str) -> None:
+        status, body = await self._call("POST", path)
+        if status != 200:
+            raise SleepError(f"{path.split('?')[0]} answered {status}: {_words(body)}")
+
+
+class SleepError(Exception):
+    """The engine refused or failed a sleep call: its words."""
+
+
+async def put_to_sleep(e: Engine, level: int) -> tuple[int, str]:
+    """(the level it sleeps at with its GPU memory freed, words); level 0: it could not, and why."""
+    _, awake = await e.held()
+    tried = []
+    for lvl in sorted({level, 2}):
+        await e.post(e.ctl.sleep_path.format(level=lvl))
+        asleep, held = await e.held()
+        if not asleep:
+            return 0, f"asked to sleep at level {lvl}, it says it is awake"
+        if held is None or awake is None or held <= awake * FREED_SHARE:
+            freed = "" if held is None else f": {held // MiB} MiB of {(awake or 0) // MiB} MiB still held"
+            return lvl, f"asleep at level {lvl}{freed}"
+        tried.append(f"level {lvl} left {held // MiB} MiB of {awake // MiB} MiB held")
+        await e.post(e.ctl.wake_path)  # deeper from awake: an engine need not go from one level to another
+    return 0, "GPU memory not freed after sleep: " + "; ".join(tried)
+
+
+async def wake(e: Engine) -> tuple[int, str]:
+    await e.post(e.ctl.wake_path)
+    asleep, _ = await e.held()
+    return (1, "asked to wake, it says it still sleeps") if asleep else (0, "")
+
+
+def outcome(s: Sleep) -> tuple[str, str, str] | None:
+    """A finished call's result as the shard's (state, reason, message); None while none finished."""
+    if s.task is None or not s.task.done():
+        return None
+    task, waking = s.task, s.waking
+    s.task = None
+    try:
+        level, words = task.result()
+    except asyncio.CancelledError:
+        return None
+    except (SleepError, aiohttp.ClientError, TimeoutError, OSError) as ex:
+        level, words = (s.level, f"{type(ex).__name__}: {ex}") if not isinstance(ex, SleepError) else (s.level, str(ex))
+        what = "wake" if waking else "sleep"
+        return "failed", Reason.SleepFailed, f"could not {what}: {words}"
+    if waking:
+        if level:
+            return "failed", Reason.SleepFailed, f"could not wake: {words}"
+        s.level = 0
+        return "starting", "", "woken: waiting for health"
+    if not level:
+        return "failed", Reason.SleepFailed, words
+    s.level = level
+    return "sleeping", Reason.Sleeping, words
+
+
+def _words(body: bytes) -> str:
+    return body[:300].decode(errors="replace").strip()
+
+
+class Shard(Protocol):
+    """What steer() reads and sets of a shard (agent/supervisor/process.py's ShardProcess)."""
+
+    spec: ShardSpec
+    launch: Launch | None
+    sleep: Sleep
+    state: str
+    reason: str
+    message: str
+
+    @property
+    def endpoint(self) -> str: ...
+
+
+def steer(sp: Shard, http: aiohttp.ClientSession) -> None:
+    """Take a finished call's result, and start the call that brings the engine to the level its spec says."""
+    assert sp.launch is not None and sp.launch.sleep is not None
+    s, done = sp.sleep, outcome(sp.sleep)
+    if done is not None:
+        sp.state, sp.reason, sp.message = done
+        if sp.state == "failed":
+            log.warning("%s rank %d: %s", sp.spec.replica_id, sp.spec.rank, sp.message)
+    if s.task is not None or sp.state == "failed" or not sp.endpoint:
+        return
+    e = Engine(http, sp.endpoint, sp.spec.api_key, sp.launch.sleep)
+    if sp.spec.sleep and not s.level and sp.state == "ready":
+        s.task, s.waking = asyncio.create_task(put_to_sleep(e, sp.spec.sleep)), False
+        # out of the routing table at once: what it is asked while it goes to sleep would be refused
+        sp.state, sp.reason, sp.message = "sleeping", Reason.Sleeping, f"going to sleep at level {sp.spec.sleep}"
+    elif not sp.spec.sleep and s.level:
+        s.task, s.waking = asyncio.create_task(wake(e)), True
+        sp.state, sp.reason, sp.message = "sleeping", Reason.Sleeping, f"waking from level {s.level}"

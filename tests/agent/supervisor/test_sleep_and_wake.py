@@ -1,0 +1,91 @@
+"""A shard told to sleep is put to sleep by its engine (a real sim process) without a restart, reports "sleeping"
+with reason Sleeping once its GPU memory is freed, and is woken when told 0; an engine that leaks at level 1 is put
+to sleep at level 2, and one that frees nothing at either level fails with SleepFailed and the numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+
+from llmgw.agent.supervisor import Supervisor
+from llmgw.core.clock import FakeClock
+from llmgw.wire.messages import ShardSpec, ShardState
+from tests.agent.supervisor.test_engine_load import KEY, sim
+from tests.harness import await_until, free_port
+
+
+def spec(port: int, sleep: int, *args: str) -> ShardSpec:
+    return ShardSpec(replica_id="r1", model="m", engine="sim", source="org/m", rank=0, world_size=1, serve_port=port,
+                     api_key=KEY, args=["--gpu-memory-mb", "1000", *args], can_sleep=True, sleep=sleep)  # type: ignore[arg-type]
+
+
+async def until(s: Supervisor, state: str, what: str) -> ShardState:
+    async def reached() -> ShardState | None:
+        await s.tick()
+        st = s.states()[0]
+        return st if st.state == state else None
+    got: ShardState = await await_until(reached, 20, what)
+    return got
+
+
+async def asleep_at(s: Supervisor, level: int) -> None:
+    async def reached() -> bool:
+        await s.tick()
+        return s.shards[("r1", 0)].sleep.level == level
+    await await_until(reached, 20, f"asleep at level {level}")
+
+
+async def completion(port: int) -> int:
+    body = {"model": "m", "prompt": "hi", "max_tokens": 1}
+    async with aiohttp.ClientSession() as http, http.post(
+            f"http://127.0.0.1:{port}/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}) as r:
+        return r.status
+
+
+async def test_a_shard_sleeps_in_place_and_wakes_when_told(tmp_path: Path) -> None:
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim)
+    port = free_port()
+    try:
+        await s.converge([spec(port, 0)])
+        ready = await until(s, "ready", "the engine ready")
+        await s.converge([spec(port, 1)])
+        st = await until(s, "sleeping", "asleep")
+        await asleep_at(s, 1)
+        st = s.states()[0]
+        assert (st.state, st.reason, st.pid) == ("sleeping", "Sleeping", ready.pid), st  # the same process
+        assert "asleep at level 1: 0 MiB of 1000 MiB still held" in st.message
+        assert await completion(port) == 503  # the engine itself refuses while asleep
+        await s.converge([spec(port, 0)])
+        st = await until(s, "ready", "awake and ready again")
+        assert st.pid == ready.pid and await completion(port) == 200
+    finally:
+        await s.close()
+
+
+async def test_a_leak_at_level_one_falls_back_to_level_two(tmp_path: Path) -> None:
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim)
+    port = free_port()
+    try:
+        await s.converge([spec(port, 1, "--sleep-leak-mb", "600")])
+        await until(s, "ready", "the engine ready")
+        await asleep_at(s, 2)
+        st = s.states()[0]
+        assert (st.state, st.reason) == ("sleeping", "Sleeping") and "asleep at level 2" in st.message, st
+    finally:
+        await s.close()
+
+
+async def test_an_engine_that_frees_nothing_fails_with_the_reason(tmp_path: Path) -> None:
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim)
+    port = free_port()
+    try:
+        await s.converge([spec(port, 1, "--sleep-leak-mb", "900", "--sleep-leak-deep")])
+        st = await until(s, "failed", "failed to sleep")
+        assert st.reason == "SleepFailed", st
+        assert st.message == ("GPU memory not freed after sleep: level 1 left 900 MiB of 1000 MiB held; "
+                              "level 2 left 900 MiB of 1000 MiB held")
+        assert st.pid is not None  # still running, awake: the control plane stops it
+        assert await completion(port) == 200
+    finally:
+        await s.close()
