@@ -54,3 +54,15 @@ def test_the_release_of_version_10_refuses_what_it_does_not_know(tmp_path: Path)
     body = report_in(everything(), OLDEST_WRITTEN)
     read = old_reads(unpack(tmp_path), body[:-1] + ',"added_later":0}')
     assert read.returncode != 0 and "added_later" in read.stderr
+
+
+def test_a_sleeping_shard_is_said_in_words_a_release_before_12_reads(tmp_path: Path) -> None:
+    """"sleeping" is a state of version 12: an older control plane would refuse the whole report for it. It reads
+    "starting" (not serving, not failed) with the node's words kept."""
+    report = everything()
+    report.shards = [m.ShardState(replica_id="r1", rank=0, state="sleeping", message="asleep at level 1")]
+    body = report_in(report, OLDEST_WRITTEN)
+    read = old_reads(unpack(tmp_path), body)
+    assert read.returncode == 0, read.stderr[-3000:]
+    assert '"state":"starting"' in body and "asleep at level 1" in body
+    assert '"state":"sleeping"' in report_in(report)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.wire.messages import WIRE_VERSION, NodeReport
+from llmgw.wire.messages import WIRE_VERSION, NodeReport, ShardState
 
 OLDEST_WRITTEN = 10  # before it, reports differed in more than added fields: such a control plane is refused
-# what each version added to the report, from OLDEST_WRITTEN + 1 on (11, leases, added nothing to it)
-ADDED: dict[int, dict[str, Any]] = {11: {}}
+# what each version added to the report, from OLDEST_WRITTEN + 1 on (11, leases, and 12, sleep, added no field)
+ADDED: dict[int, dict[str, Any]] = {11: {}, 12: {}}
+# states a version added, and what an older control plane is told instead: a sleeping shard is not serving and has
+# not failed (an older control plane never asks a shard to sleep; this is a shard put to sleep before it came)
+STATES_ADDED: dict[int, dict[str, str]] = {12: {"sleeping": "starting"}}
 
 
 def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
@@ -40,5 +43,10 @@ def report_in(report: NodeReport, version: int = WIRE_VERSION) -> str:
         return report.model_dump_json()
     if version < OLDEST_WRITTEN:
         raise ValueError(f"no report is written in wire version {version} (the oldest is {OLDEST_WRITTEN})")
-    older = report.model_copy(update={"version": version})
+    older = report.model_copy(update={"version": version, "shards": _states_in(report.shards, version)})
     return older.model_dump_json(exclude=left_out(version) or None)
+
+
+def _states_in(shards: list[ShardState], version: int) -> list[ShardState]:
+    said = {new: old for v, states in STATES_ADDED.items() if v > version for new, old in states.items()}
+    return [s.model_copy(update={"state": said[s.state]}) if s.state in said else s for s in shards]
