@@ -154,3 +154,18 @@ class Sim:
     def scheduled(r: ReplicaRecord) -> tuple[str, str] | None:
         c = get_condition(r.conditions, ConditionType.Scheduled)
         return (c.status.value, c.reason) if c else None
+
+    def start(self, *names: str) -> dict[str, str]:
+        """Bring these models up (asking for the on-demand ones): model -> its ready replica id."""
+        for name in names:
+            self.demand[name] = self.now
+        self.step()
+        self.advance(5)
+        self.heartbeat()
+        self.step()
+        out = {}
+        for name in names:
+            (r,) = self.live(name)
+            assert r.ready, f"{name} did not come up"
+            out[name] = r.id
+        return out

@@ -22,19 +22,7 @@ def on_demand(name: str, gpus: int = 8, nodes: int = 1) -> ModelSpec:
 
 
 def _start(sim: Sim, *names: str) -> dict[str, str]:
-    """Bring these models up (asking for the on-demand ones) and return model -> ready replica id."""
-    for name in names:
-        sim.demand[name] = sim.now
-    sim.step()
-    sim.advance(5)
-    sim.heartbeat()
-    sim.step()
-    out = {}
-    for name in names:
-        (r,) = sim.live(name)
-        assert r.ready, f"{name} did not come up"
-        out[name] = r.id
-    return out
+    return sim.start(*names)
 
 
 def _settle(sim: Sim, ids: dict[str, str], idle_for: float = 60.0, age: float = 400.0) -> None:

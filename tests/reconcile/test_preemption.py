@@ -35,17 +35,7 @@ def promised(name: str, gpus: int = 8, nodes: int = 1, **kw: object) -> ModelSpe
 
 def _start(sim: Sim, *names: str) -> dict[str, str]:
     """Bring these models up (asking for the on-demand ones), then use each 5 s ago: model -> ready replica id."""
-    for name in names:
-        sim.demand[name] = sim.now
-    sim.step()
-    sim.advance(5)
-    sim.heartbeat()
-    sim.step()
-    out = {}
-    for name in names:
-        (r,) = sim.live(name)
-        assert r.ready, f"{name} did not come up"
-        out[name] = r.id
+    out = sim.start(*names)
     sim.advance(10)
     for rid in out.values():
         sim.last_used[rid] = sim.now - 5
