@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
-from llmgw.placement.place import Placement, place
+from llmgw.placement.place import Placement, place, reservations
 from llmgw.placement.snapshot import NodeView, Snapshot, build_snapshot
 from llmgw.reconcile.intents import Preempt
 from llmgw.reconcile.waits import Wait, waits_for
@@ -54,6 +54,24 @@ def make_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord]
             do(Preempt(v.id, name, rank_of(v, w), rank))
         waits = waits_for(name, current.values(), w)
     return waits
+
+
+def hold_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
+              w: World, waits: tuple[Wait, ...]) -> Snapshot:
+    """The pass's snapshot with the room its victims are freeing reserved for the replica waiting on them: one
+    victim gone before another must not let a replica placed later in the pass (a lower or later one) take its
+    part, or the waiting replica finds no room once all are gone and preempts again."""
+    if not waits:
+        return snap
+    gone = [current[x.replica_id] for x in waits if x.replica_id in current]
+    on_node: dict[str, list[ReplicaRecord]] = {}
+    for r in current.values():
+        for node_id in {a.node_id for a in r.assignments}:
+            on_node.setdefault(node_id, []).append(r)
+    found = place(req, _Fits(req, snap, on_node, nodes, w).without(gone))
+    if not isinstance(found, Placement):
+        return snap
+    return snap.with_reservation(req.replica_id, reservations(req, found.assignments))
 
 
 def wanting_rank(spec: ModelSpec, current: Mapping[str, ReplicaRecord]) -> int:

@@ -34,7 +34,7 @@ from llmgw.reconcile.intents import (
     Stop,
     Unplaced,
 )
-from llmgw.reconcile.preemption import make_room, rank_of
+from llmgw.reconcile.preemption import hold_room, make_room, rank_of
 from llmgw.reconcile.scaling import Step, Timer, decide, floor, wanted
 from llmgw.reconcile.status import observe
 from llmgw.reconcile.transitions import EVICTED_FOR as EVICTED_FOR
@@ -271,6 +271,7 @@ def _place_pending(p: Pass) -> None:
                      and v.stop.reason == Reason.Evicted), None)
         # a higher priority takes the room of lower ones, idle or not
         waits = make_room(req, snap, p.current, p.by_id, w, p.do) if room is None else ()
+        snap = hold_room(req, snap, p.current, p.by_id, w, waits)  # what is freed for it is not given away
         p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else "", waits=waits))
 
 
