@@ -42,14 +42,18 @@ def rank_of(r: ReplicaRecord, w: World) -> int:
 
 
 def make_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
-              w: World, do: Callable[[Preempt], None]) -> tuple[Wait, ...]:
+              w: World, do: Callable[[Preempt], None], hopeless: set[str] | None = None) -> tuple[Wait, ...]:
     """For a replica that fits nowhere: victims chosen and preempted (through `do`, which also updates `current`),
-    one round at a time; while those of an earlier round drain and stop, what it waits for."""
+    one round at a time; while those of an earlier round drain and stop, what it waits for. `hopeless`: models
+    no set of victims made room for earlier in this pass; later in a pass room only shrinks, so they are not tried
+    again (a what-if over every candidate's node each, for every replica a model is missing)."""
     name = req.model.name
     waits = waits_for(name, current.values(), w)
     rank = wanting_rank(req.model, current)
-    if not waits:
+    if not waits and (hopeless is None or name not in hopeless):
         chosen = choose(req, snap, current, nodes, w, rank)
+        if chosen is None and hopeless is not None:
+            hopeless.add(name)
         for v in chosen.replicas if chosen is not None else ():
             do(Preempt(v.id, name, rank_of(v, w), rank))
         waits = waits_for(name, current.values(), w)
