@@ -27,3 +27,24 @@ def test_room_freed_by_one_victim_is_held_while_another_drains() -> None:
     sim.run(10, every=5)
     assert sim.replicas[rid].node_ids() == ["n1"]
     assert sorted(_preempted(sim)) == sorted([ids["a"], ids["b"]]), "nobody else preempted"
+
+
+def test_room_made_for_a_priority_is_not_taken_by_a_replica_beyond_min() -> None:
+    """A promised model's replica added for load beyond min is a convenience (it preempts nothing): the room a model
+    of priority 50 had made for itself is not given to it first."""
+    sim = Sim([on_demand("od")], [node("n1"), node("n2")], timings=TIMINGS)
+    ids = _start(sim, "od")
+    scaling = on_demand("x").scaling.model_copy(update={"min": 1, "max": 2, "target_in_flight": 1.0,
+                                                        "scale_up_after": 5.0})
+    sim.models["busy"] = promised("busy", scaling=scaling)
+    sim.run(10)
+    (first,) = sim.live("busy")
+    sim.outstanding[first.id] = 4
+    sim.run(10)
+    extra = [r for r in sim.live("busy") if r.id != first.id]
+    assert len(extra) == 1 and not extra[0].placed and _preempted(sim) == [], "beyond min: od is not taken for it"
+    rid = _want(sim, on_demand("urgent", priority=50))
+    assert _preempted(sim) == [ids["od"]]
+    sim.run(15, every=5)
+    assert sim.replicas[rid].placed, "the room made for urgent went to busy's extra replica"
+    assert not sim.replicas[extra[0].id].placed

@@ -81,11 +81,30 @@ def hold_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord]
 def wanting_rank(spec: ModelSpec, current: Mapping[str, ReplicaRecord]) -> int:
     """The rank a replica the model is missing preempts with: its priority; without one, the promise holds only
     while fewer than `min` of its replicas are placed (one added for load beyond min is a convenience)."""
-    if spec.priority is not None or spec.scaling.min == 0:
-        return spec.rank
     placed = sum(1 for r in current.values()
                  if r.model == spec.name and r.placed and not r.failed and r.stop is None)
+    return _rank_with(spec, placed)
+
+
+def _rank_with(spec: ModelSpec, placed: int) -> int:
+    if spec.priority is not None or spec.scaling.min == 0:
+        return spec.rank
     return spec.rank if placed < spec.scaling.min else 0
+
+
+def placing_order(current: Mapping[str, ReplicaRecord], w: World) -> Callable[[ReplicaRecord], tuple[int, float, str]]:
+    """The order pending replicas are placed in: by the rank each would preempt with (wanting_rank), highest first,
+    so the room made for a model goes to it and not to a replica beyond another's min; then oldest first."""
+    placed: dict[str, int] = {}
+    for r in current.values():
+        if r.placed and not r.failed and r.stop is None:
+            placed[r.model] = placed.get(r.model, 0) + 1
+
+    def key(r: ReplicaRecord) -> tuple[int, float, str]:
+        spec = w.models.get(r.model)
+        return (-(_rank_with(spec, placed.get(r.model, 0)) if spec is not None else 0), r.created_at, r.id)
+
+    return key
 
 
 def preemptible(r: ReplicaRecord, w: World, rank: int) -> bool:

@@ -34,7 +34,7 @@ from llmgw.reconcile.intents import (
     Stop,
     Unplaced,
 )
-from llmgw.reconcile.preemption import hold_room, make_room, rank_of
+from llmgw.reconcile.preemption import hold_room, make_room, placing_order
 from llmgw.reconcile.scaling import Step, Timer, decide, floor, wanted
 from llmgw.reconcile.status import observe
 from llmgw.reconcile.transitions import EVICTED_FOR as EVICTED_FOR
@@ -239,7 +239,7 @@ def _place_pending(p: Pass) -> None:
     w = p.w
     pending = sorted(
         (r for r in p.current.values() if not (r.placed or r.failed or r.stop is not None)),
-        key=lambda r: (-rank_of(r, w), r.created_at, r.id),  # room made for a higher priority goes to it first
+        key=placing_order(p.current, w),  # room made for a higher priority goes to it first
     )
     if not pending:
         return  # a pass with nothing to place builds no snapshot: at 10,000 nodes that is most of a pass's cost
