@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
-from llmgw.placement.checks import Request
+from llmgw.placement.checks import Request, prepared
 from llmgw.placement.place import Placement, place, reservations
 from llmgw.placement.snapshot import NodeView, Snapshot, build_snapshot
 from llmgw.reconcile.intents import Preempt
@@ -133,8 +133,14 @@ def choose(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], n
         for node_id in {a.node_id for a in r.assignments}:
             on_node.setdefault(node_id, []).append(r)
     fits = _Fits(req, snap, on_node, nodes, w)
-    if not fits(candidates):
+    everything = fits.without(candidates)
+    if not isinstance(place(req, everything), Placement):
         return None  # not even all of them would do: one what-if a pass for a replica that cannot be placed
+    # the what-ifs tried are bounded: spent only on victims on a node that could take a shard with all gone (the
+    # right class, engine, fabric ...), or the one that would do may lie beyond the bound behind cheaper ones
+    tests = [t for _, t in prepared(req)]
+    able = {n.id for n in everything.nodes if all(t(n) for t in tests)}
+    candidates = [r for r in candidates if any(a.node_id in able for a in r.assignments)]
     single = [r for r in candidates if len(r.assignments) == 1]
     # a multi-node replica frees several machines and takes long to rebuild: only when nothing single-node will do
     for pool in (single, candidates) if len(single) < len(candidates) else (single,):
