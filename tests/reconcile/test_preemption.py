@@ -125,7 +125,8 @@ def test_the_wait_names_requests_in_flight_and_the_drain_time_left() -> None:
     sim.advance(20)  # past drain_timeout: its engine is stopped whatever is in flight
     sim.heartbeat(keep=[(ids["od"], 0)])
     sim.step()
-    assert _scheduled(sim, rid).startswith("waits for od on n1 to stop: nothing in flight")
+    assert _scheduled(sim, rid).startswith("waits for od on n1 to stop: drain time over, 2 requests in flight cut "
+                                           "off"), "the requests still counted are not said to be none"
     assert _preempted(sim) == [ids["od"]], "one round at a time: nothing more is preempted meanwhile"
 
 
