@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.clusters import node
 from tests.reconcile.harness import Sim
-from tests.reconcile.test_preemption import TIMINGS, _preempted, _start, _want, on_demand, promised
+from tests.reconcile.test_preemption import TIMINGS, _gone, _preempted, _scheduled, _start, _want, on_demand, promised
 
 
 def test_room_freed_by_one_victim_is_held_while_another_drains() -> None:
@@ -48,3 +48,19 @@ def test_room_made_for_a_priority_is_not_taken_by_a_replica_beyond_min() -> None
     sim.run(15, every=5)
     assert sim.replicas[rid].placed, "the room made for urgent went to busy's extra replica"
     assert not sim.replicas[extra[0].id].placed
+
+
+def test_each_missing_replica_of_a_model_makes_its_own_room_and_waits_for_its_own_victims() -> None:
+    """Two replicas missing, two victims needed: both go in the first round, not the second only after the first
+    has drained; and each replica's wait names the victim whose room it will take."""
+    sim = Sim([on_demand("a"), on_demand("b")], [node("n1"), node("n2")], timings=TIMINGS)
+    ids = _start(sim, "a", "b")
+    scaling = on_demand("x").scaling.model_copy(update={"min": 2, "max": 2})
+    sim.models["big"] = promised("big", scaling=scaling)
+    sim.heartbeat()
+    sim.step()
+    assert sorted(_preempted(sim)) == sorted(ids.values())
+    waits = [_scheduled(sim, r.id) for r in sim.live("big")]
+    assert sorted(w.split(" to stop")[0] for w in waits) == ["waits for a on n1", "waits for b on n2"], waits
+    _gone(sim, *ids.values())
+    assert sorted(n for r in sim.live("big") for n in r.node_ids()) == ["n1", "n2"]

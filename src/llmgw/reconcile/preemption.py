@@ -42,13 +42,15 @@ def rank_of(r: ReplicaRecord, w: World) -> int:
 
 
 def make_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
-              w: World, do: Callable[[Preempt], None], hopeless: set[str] | None = None) -> tuple[Wait, ...]:
+              w: World, do: Callable[[Preempt], None], hopeless: set[str] | None = None,
+              claimed: set[str] | None = None) -> tuple[Wait, ...]:
     """For a replica that fits nowhere: victims chosen and preempted (through `do`, which also updates `current`),
     one round at a time; while those of an earlier round drain and stop, what it waits for. `hopeless`: models
     no set of victims made room for earlier in this pass; later in a pass room only shrinks, so they are not tried
-    again (a what-if over every candidate's node each, for every replica a model is missing)."""
+    again (a what-if over every candidate's node each, for every replica a model is missing). `claimed`: victims
+    whose room an earlier replica of the pass holds (hold_room): another replica of the model makes its own."""
     name = req.model.name
-    waits = waits_for(name, current.values(), w)
+    waits = tuple(x for x in waits_for(name, current.values(), w) if not claimed or x.replica_id not in claimed)
     rank = wanting_rank(req.model, current)
     if not waits and (hopeless is None or name not in hopeless):
         chosen = choose(req, snap, current, nodes, w, rank)
@@ -56,15 +58,16 @@ def make_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord]
             hopeless.add(name)
         for v in chosen.replicas if chosen is not None else ():
             do(Preempt(v.id, name, rank_of(v, w), rank))
-        waits = waits_for(name, current.values(), w)
+        waits = tuple(x for x in waits_for(name, current.values(), w) if not claimed or x.replica_id not in claimed)
     return waits
 
 
 def hold_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
-              w: World, waits: tuple[Wait, ...]) -> Snapshot:
+              w: World, waits: tuple[Wait, ...], claimed: set[str] | None = None) -> Snapshot:
     """The pass's snapshot with the room its victims are freeing reserved for the replica waiting on them: one
     victim gone before another must not let a replica placed later in the pass (a lower or later one) take its
-    part, or the waiting replica finds no room once all are gone and preempts again."""
+    part, or the waiting replica finds no room once all are gone and preempts again. The victims on the nodes it
+    holds are added to `claimed`."""
     if not waits:
         return snap
     gone = [current[x.replica_id] for x in waits if x.replica_id in current]
@@ -75,6 +78,9 @@ def hold_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord]
     found = place(req, _Fits(req, snap, on_node, nodes, w).without(gone))
     if not isinstance(found, Placement):
         return snap
+    held = {a.node_id for a in found.assignments}
+    if claimed is not None:
+        claimed.update(x.replica_id for x in waits if held.intersection(x.nodes))
     return snap.with_reservation(req.replica_id, reservations(req, found.assignments))
 
 

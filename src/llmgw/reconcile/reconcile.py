@@ -247,6 +247,7 @@ def _place_pending(p: Pass) -> None:
     evicting = any(r.stop is not None and r.stop.reason == Reason.Evicted for r in p.current.values())
     failed_on: dict[str, frozenset[str]] = {}
     hopeless: set[str] = set()  # models no preemption makes room for, this pass
+    claimed: set[str] = set()  # victims whose room a replica waiting on them holds, this pass
     for f in p.current.values():  # failed replicas stay on view a while (failed_kept_for): their nodes are avoided
         if f.failed:
             failed_on[f.model] = failed_on.get(f.model, frozenset()) | {a.node_id for a in f.assignments}
@@ -271,8 +272,8 @@ def _place_pending(p: Pass) -> None:
         room = next((v for v in p.current.values() if v.stop is not None and v.stop.for_model == spec.name
                      and v.stop.reason == Reason.Evicted), None)
         # a higher priority takes the room of lower ones, idle or not
-        waits = make_room(req, snap, p.current, p.by_id, w, p.do, hopeless) if room is None else ()
-        snap = hold_room(req, snap, p.current, p.by_id, w, waits)  # what is freed for it is not given away
+        waits = make_room(req, snap, p.current, p.by_id, w, p.do, hopeless, claimed) if room is None else ()
+        snap = hold_room(req, snap, p.current, p.by_id, w, waits, claimed)  # what is freed for it is not given away
         p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else "", waits=waits))
 
 
