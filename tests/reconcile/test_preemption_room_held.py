@@ -3,6 +3,7 @@ priority replica asking meanwhile is not placed into the part already freed."""
 
 from __future__ import annotations
 
+from llmgw.reconcile.intents import Evict
 from tests.clusters import node
 from tests.reconcile.harness import Sim
 from tests.reconcile.test_preemption import TIMINGS, _gone, _preempted, _scheduled, _start, _want, on_demand, promised
@@ -64,3 +65,22 @@ def test_each_missing_replica_of_a_model_makes_its_own_room_and_waits_for_its_ow
     assert sorted(w.split(" to stop")[0] for w in waits) == ["waits for a on n1", "waits for b on n2"], waits
     _gone(sim, *ids.values())
     assert sorted(n for r in sim.live("big") for n in r.node_ids()) == ["n1", "n2"]
+
+
+def test_a_replica_beyond_min_does_not_evict_an_idle_replica_of_a_higher_priority() -> None:
+    """Idle eviction follows the same ranks: a promised model's replica for load beyond min ranks as on-demand
+    (0), below an idle on-demand model of priority 50."""
+    sim = Sim([on_demand("mid", priority=50)], [node("n1"), node("n2")], timings=TIMINGS)
+    ids = _start(sim, "mid")
+    scaling = on_demand("x").scaling.model_copy(update={"min": 1, "max": 2, "target_in_flight": 1.0,
+                                                        "scale_up_after": 5.0})
+    sim.models["busy"] = promised("busy", scaling=scaling)
+    sim.run(10)
+    (first,) = sim.live("busy")
+    sim.advance(400)  # mid: ready long ago, unused for long: idle eviction's own rules would take it
+    sim.last_used[ids["mid"]] = sim.now - 100
+    sim.outstanding[first.id] = 4
+    sim.run(10)
+    assert len(sim.live("busy")) == 2, "scaled up on load"
+    assert [i for i in sim.intents if isinstance(i, Evict)] == [], "mid outranks busy's replica beyond min"
+    assert sim.live("mid")
