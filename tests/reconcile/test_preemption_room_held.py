@@ -84,3 +84,19 @@ def test_a_replica_beyond_min_does_not_evict_an_idle_replica_of_a_higher_priorit
     assert len(sim.live("busy")) == 2, "scaled up on load"
     assert [i for i in sim.intents if isinstance(i, Evict)] == [], "mid outranks busy's replica beyond min"
     assert sim.live("mid")
+
+
+def test_while_its_victim_drains_idle_eviction_takes_nothing_more_for_it() -> None:
+    sim = Sim([on_demand("a"), on_demand("b")], [node("n1"), node("n2")], timings=TIMINGS)
+    ids = _start(sim, "a", "b")
+    sim.advance(400)  # both ready long ago; a used just now, b 20 s ago (idle eviction waits for 30 s)
+    sim.last_used[ids["a"]] = sim.now - 5
+    sim.last_used[ids["b"]] = sim.now - 20
+    sim.recent[ids["b"]] = 5.0  # dearer to lose than a
+    sim.heartbeat()
+    _want(sim, promised("big"))
+    assert _preempted(sim) == [ids["a"]]
+    sim.outstanding[ids["a"]] = 1  # a drains
+    sim.run(15, every=5, keep=[(ids["a"], 0)])  # meanwhile b has been unused for 35 s
+    assert [i for i in sim.intents if isinstance(i, Evict)] == [], "b stopped too: two victims for one replica"
+    assert sim.live("b")

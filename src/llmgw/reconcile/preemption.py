@@ -62,6 +62,13 @@ def make_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord]
     return waits
 
 
+def making_room(model: str, current: Mapping[str, ReplicaRecord], claimed: set[str]) -> bool:
+    """Whether replicas preempted for the model, and not claimed by another of its replicas, are still going: then
+    idle eviction takes nothing more for it (two victims for one replica)."""
+    return any(r.stop is not None and r.stop.reason == Reason.Preempted and r.stop.for_model == model
+               and r.id not in claimed for r in current.values())
+
+
 def hold_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
               w: World, waits: tuple[Wait, ...], claimed: set[str] | None = None) -> Snapshot:
     """The pass's snapshot with the room its victims are freeing reserved for the replica waiting on them: one

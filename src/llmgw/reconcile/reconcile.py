@@ -34,7 +34,7 @@ from llmgw.reconcile.intents import (
     Stop,
     Unplaced,
 )
-from llmgw.reconcile.preemption import hold_room, make_room, placing_order
+from llmgw.reconcile.preemption import hold_room, make_room, making_room, placing_order
 from llmgw.reconcile.scaling import Step, Timer, decide, floor, wanted
 from llmgw.reconcile.status import observe
 from llmgw.reconcile.transitions import EVICTED_FOR as EVICTED_FOR
@@ -264,7 +264,7 @@ def _place_pending(p: Pass) -> None:
             snap = snap.with_reservation(r.id, reservations(req, result.assignments))
             continue
         # a model asked for now (on demand) or promised (min >= 1) may have an idle on-demand replica stopped for it
-        if not evicting:
+        if not evicting and not making_room(spec.name, p.current, claimed):
             v = victim(req, snap, p.current, p.by_id, w)
             if v is not None:
                 p.do(Evict(v.id, spec.name))
