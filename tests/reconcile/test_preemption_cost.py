@@ -3,7 +3,7 @@ each replica it is missing (each try is a what-if over every candidate's node)."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import pytest
 
@@ -33,12 +33,39 @@ def test_a_model_no_victims_make_room_for_is_tried_once_a_pass(monkeypatch: pyte
     real = preemption.choose
 
     def counted(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord],
-                nodes: Mapping[str, NodeRecord], w: World, rank: int) -> preemption.Victims | None:
+                nodes: Mapping[str, NodeRecord], w: World, rank: int,
+                memo: preemption.Tried | None = None) -> preemption.Victims | None:
         tried.append(req.replica_id)
-        return real(req, snap, current, nodes, w, rank)
+        return real(req, snap, current, nodes, w, rank, memo)
 
     monkeypatch.setattr(preemption, "choose", counted)
     sim.heartbeat()
     sim.step()
     assert len(tried) == 1, tried
+    assert _preempted(sim) == []
+
+
+def test_the_what_if_of_every_candidate_gone_is_made_once_a_pass_for_many_models(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    low = model("low", gpus_per_shard=8, min_=4, max_=4).model_copy(update={"priority": -1})
+    sim = Sim([low], [node(f"n{i}") for i in range(4)], timings=TIMINGS)
+    sim.step()
+    sim.advance(5)
+    sim.heartbeat()
+    sim.step()
+    for k in range(5):  # five models, each a replica no node has the cards for
+        sim.models[f"big{k}"] = promised(f"big{k}", gpus=16)
+    sim.step()
+    built: list[int] = []
+    real = preemption._Fits.without
+
+    def counted(self: preemption._Fits, gone: Iterable[ReplicaRecord]) -> Snapshot:
+        gone = list(gone)
+        built.append(len(gone))
+        return real(self, gone)
+
+    monkeypatch.setattr(preemption._Fits, "without", counted)
+    sim.heartbeat()
+    sim.step()
+    assert built == [4], "rebuilt for each model although the candidates and the snapshot were the same"
     assert _preempted(sim) == []

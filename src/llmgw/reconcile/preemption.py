@@ -10,7 +10,7 @@ where another way for victims to go (sleep) would be chosen.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
@@ -25,6 +25,15 @@ from llmgw.records.state import NodeRecord, ReplicaRecord
 # bounds one choice's what-ifs (each a placement): single victims tried, and nodes whose candidates are tried as a set
 MAX_SINGLES_TRIED = 32
 MAX_NODES_TRIED = 16
+
+
+@dataclass
+class Tried:
+    """What a pass's preemption learned, for its later replicas: models no victims make room for, and the costliest
+    what-if (every candidate gone), kept per candidate set with the snapshot it was made from."""
+
+    hopeless: set[str] = field(default_factory=set)
+    everything: dict[frozenset[str], tuple[Snapshot, Snapshot]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -42,20 +51,20 @@ def rank_of(r: ReplicaRecord, w: World) -> int:
 
 
 def make_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
-              w: World, do: Callable[[Preempt], None], hopeless: set[str] | None = None,
+              w: World, do: Callable[[Preempt], None], tried: Tried | None = None,
               claimed: set[str] | None = None) -> tuple[Wait, ...]:
     """For a replica that fits nowhere: victims chosen and preempted (through `do`, which also updates `current`),
-    one round at a time; while those of an earlier round drain and stop, what it waits for. `hopeless`: models
-    no set of victims made room for earlier in this pass; later in a pass room only shrinks, so they are not tried
-    again (a what-if over every candidate's node each, for every replica a model is missing). `claimed`: victims
-    whose room an earlier replica of the pass holds (hold_room): another replica of the model makes its own."""
+    one round at a time; while those of an earlier round drain and stop, what it waits for. `tried`: what earlier
+    replicas of the pass learned (Tried). `claimed`: victims whose room an earlier replica of the pass holds
+    (hold_room): another replica of the model makes its own."""
     name = req.model.name
     waits = tuple(x for x in waits_for(name, current.values(), w) if not claimed or x.replica_id not in claimed)
     rank = wanting_rank(req.model, current)
-    if not waits and (hopeless is None or name not in hopeless):
-        chosen = choose(req, snap, current, nodes, w, rank)
-        if chosen is None and hopeless is not None:
-            hopeless.add(name)
+    # later in a pass room only shrinks: a model no set of victims made room for is not tried again
+    if not waits and (tried is None or name not in tried.hopeless):
+        chosen = choose(req, snap, current, nodes, w, rank, tried)
+        if chosen is None and tried is not None:
+            tried.hopeless.add(name)
         for v in chosen.replicas if chosen is not None else ():
             do(Preempt(v.id, name, rank_of(v, w), rank))
         waits = tuple(x for x in waits_for(name, current.values(), w) if not claimed or x.replica_id not in claimed)
@@ -136,9 +145,9 @@ def cost(r: ReplicaRecord, w: World) -> tuple[float, int, float, str]:
 
 
 def choose(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
-           w: World, rank: int) -> Victims | None:
+           w: World, rank: int, tried: Tried | None = None) -> Victims | None:
     """The cheapest victims of a rank below `rank` whose going lets the request fit, or None when none do."""
-    candidates = sorted((r for r in current.values() if preemptible(r, w, rank)), key=lambda r: cost(r, w))
+    candidates = [r for r in current.values() if preemptible(r, w, rank)]
     if not candidates:
         return None
     on_node: dict[str, list[ReplicaRecord]] = {}
@@ -146,14 +155,15 @@ def choose(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], n
         for node_id in {a.node_id for a in r.assignments}:
             on_node.setdefault(node_id, []).append(r)
     fits = _Fits(req, snap, on_node, nodes, w)
-    everything = fits.without(candidates)
+    everything = _everything(fits, candidates, tried)
     if not isinstance(place(req, everything), Placement):
         return None  # not even all of them would do: one what-if a pass for a replica that cannot be placed
     # the what-ifs tried are bounded: spent only on victims on a node that could take a shard with all gone (the
     # right class, engine, fabric ...), or the one that would do may lie beyond the bound behind cheaper ones
     tests = [t for _, t in prepared(req)]
     able = {n.id for n in everything.nodes if all(t(n) for t in tests)}
-    candidates = [r for r in candidates if any(a.node_id in able for a in r.assignments)]
+    candidates = sorted((r for r in candidates if any(a.node_id in able for a in r.assignments)),
+                        key=lambda r: cost(r, w))  # sorted only once some set would do
     single = [r for r in candidates if len(r.assignments) == 1]
     # a multi-node replica frees several machines and takes long to rebuild: only when nothing single-node will do
     for pool in (single, candidates) if len(single) < len(candidates) else (single,):
@@ -161,6 +171,19 @@ def choose(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], n
         if found is not None:
             return Victims(tuple(sorted(found, key=lambda r: cost(r, w))), req.model.name)
     return None
+
+
+def _everything(fits: _Fits, candidates: list[ReplicaRecord], tried: Tried | None) -> Snapshot:
+    """The snapshot as if every candidate were gone: the same for every model of the pass with these candidates,
+    until the pass's snapshot changes (a placement, a hold)."""
+    if tried is None:
+        return fits.without(candidates)
+    key = frozenset(r.id for r in candidates)
+    hit = tried.everything.get(key)
+    if hit is None or hit[0] is not fits.snap:
+        hit = (fits.snap, fits.without(candidates))
+        tried.everything = {key: hit}  # one kept: a pass's snapshot only moves on
+    return hit[1]
 
 
 class _Fits:

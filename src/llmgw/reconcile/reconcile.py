@@ -34,7 +34,7 @@ from llmgw.reconcile.intents import (
     Stop,
     Unplaced,
 )
-from llmgw.reconcile.preemption import hold_room, make_room, making_room, placing_order
+from llmgw.reconcile.preemption import Tried, hold_room, make_room, making_room, placing_order
 from llmgw.reconcile.scaling import Step, Timer, decide, floor, wanted
 from llmgw.reconcile.status import observe
 from llmgw.reconcile.transitions import EVICTED_FOR as EVICTED_FOR
@@ -246,7 +246,7 @@ def _place_pending(p: Pass) -> None:
     snap = build_snapshot(p.nodes, list(p.current.values()), w.models, w.now)
     evicting = any(r.stop is not None and r.stop.reason == Reason.Evicted for r in p.current.values())
     failed_on: dict[str, frozenset[str]] = {}
-    hopeless: set[str] = set()  # models no preemption makes room for, this pass
+    tried = Tried()  # what preemption learned this pass, for the replicas after
     claimed: set[str] = set()  # victims whose room a replica waiting on them holds, this pass
     for f in p.current.values():  # failed replicas stay on view a while (failed_kept_for): their nodes are avoided
         if f.failed:
@@ -272,7 +272,7 @@ def _place_pending(p: Pass) -> None:
         room = next((v for v in p.current.values() if v.stop is not None and v.stop.for_model == spec.name
                      and v.stop.reason == Reason.Evicted), None)
         # a higher priority takes the room of lower ones, idle or not
-        waits = make_room(req, snap, p.current, p.by_id, w, p.do, hopeless, claimed) if room is None else ()
+        waits = make_room(req, snap, p.current, p.by_id, w, p.do, tried, claimed) if room is None else ()
         snap = hold_room(req, snap, p.current, p.by_id, w, waits, claimed)  # what is freed for it is not given away
         p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else "", waits=waits))
 
