@@ -115,8 +115,21 @@ def test_the_wait_names_requests_in_flight_and_the_drain_time_left() -> None:
     sim.advance(20)  # past drain_timeout: its engine is stopped whatever is in flight
     sim.heartbeat(keep=[(ids["od"], 0)])
     sim.step()
-    assert _scheduled(sim, rid).startswith("waits for od on n1 to stop: nothing in flight")
+    assert _scheduled(sim, rid).startswith("waits for od on n1 to stop: drain time over, 2 requests in flight cut "
+                                           "off"), "the requests still counted are not said to be none"
     assert _preempted(sim) == [ids["od"]], "one round at a time: nothing more is preempted meanwhile"
+
+
+def test_while_its_victims_drain_no_further_victims_are_taken() -> None:
+    # two nodes, each with a replica big could have; the first chosen drains for a while: the other stays up
+    sim = Sim([on_demand("a"), on_demand("b")], [node("n1"), node("n2")], timings=TIMINGS)
+    ids = _start(sim, "a", "b")
+    _want(sim, promised("big"))
+    (first,) = _preempted(sim)
+    sim.outstanding[first] = 1
+    sim.run(20, every=5, keep=[(first, 0)])
+    assert _preempted(sim) == [first], "one round at a time: nothing more is preempted meanwhile"
+    assert {r.id for r in sim.live("a") + sim.live("b")} == set(ids.values()) - {first}
 
 
 def test_a_replica_with_requests_in_flight_is_not_preempted() -> None:
@@ -222,6 +235,19 @@ def test_a_set_is_pruned_to_what_is_needed() -> None:
     sim.recent[ids["a"]] = 5.0
     _want(sim, promised("big", gpus=6))
     assert sorted(_preempted(sim)) == sorted([ids["b"], ids["c"]])
+
+
+def test_victims_gathered_node_by_node_are_pruned_to_what_is_needed() -> None:
+    # big takes two whole nodes of one fabric: x (cheapest, alone on ib-b) is gathered first, but only y and z help
+    fab = {"n1": "ib-b", "n2": "ib-a", "n3": "ib-a"}
+    sim = Sim([on_demand("x"), on_demand("y"), on_demand("z")], [node(n, fabric=f) for n, f in fab.items()],
+              timings=TIMINGS)
+    ids = _start(sim, "x") | _start(sim, "y", "z")
+    on_b = next(m for m, r in ids.items() if sim.replicas[r].node_ids() == ["n1"])
+    for m, r in ids.items():
+        sim.recent[r] = 0.0 if m == on_b else 1.0
+    _want(sim, promised("big", gpus=8, nodes=2))
+    assert sorted(_preempted(sim)) == sorted(r for m, r in ids.items() if m != on_b)
 
 
 def test_multi_node_victims_only_when_no_single_node_set_frees_enough() -> None:

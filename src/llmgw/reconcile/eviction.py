@@ -13,16 +13,21 @@ from llmgw.config.server import ModelSpec
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place
 from llmgw.placement.snapshot import Snapshot, build_snapshot
+from llmgw.reconcile.preemption import wanting_rank
 from llmgw.reconcile.world import World
 from llmgw.records.state import NodeRecord, ReplicaRecord
 
 
-def evictable(r: ReplicaRecord, w: World, exclude_model: str) -> float | None:
-    """When an idle single-node replica of another on-demand model was last used; None if it may not be evicted."""
+def evictable(r: ReplicaRecord, w: World, exclude_model: str, rank: int | None = None) -> float | None:
+    """When an idle single-node replica of another on-demand model was last used; None if it may not be evicted.
+    `rank`: the one the wanting replica preempts with (preemption.wanting_rank), else its model's."""
     spec: ModelSpec | None = w.models.get(r.model)
     if spec is None or r.model == exclude_model or not spec.on_demand or spec.pinned:
         return None  # min >= 1 is a promise that the model stays up; pinned, never demoted
-    if (wanting := w.models.get(exclude_model)) is not None and spec.rank > wanting.rank:
+    wanting = w.models.get(exclude_model)
+    if rank is None and wanting is not None:
+        rank = wanting.rank
+    if rank is not None and spec.rank > rank:
         return None  # a lower priority never takes a higher one's room, idle or not
     if not r.ready or len(r.assignments) != 1:
         return None  # a multi-node replica frees several machines and takes long to rebuild
@@ -39,9 +44,10 @@ def evictable(r: ReplicaRecord, w: World, exclude_model: str) -> float | None:
 def victim(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
            w: World) -> ReplicaRecord | None:
     """The longest idle candidate whose removal lets this request fit, if any."""
+    rank = wanting_rank(req.model, current)  # a replica beyond a promised model's min ranks as on-demand
     candidates = []
     for r in current.values():
-        used = evictable(r, w, req.model.name)
+        used = evictable(r, w, req.model.name, rank)
         if used is not None:
             candidates.append((used, r.id, r))
     on_node: dict[str, list[ReplicaRecord]] = {}

@@ -10,12 +10,12 @@ where another way for victims to go (sleep) would be chosen.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from llmgw.config.server import ModelSpec
 from llmgw.core.reasons import Reason
-from llmgw.placement.checks import Request
-from llmgw.placement.place import Placement, place
+from llmgw.placement.checks import Request, prepared
+from llmgw.placement.place import Placement, place, reservations
 from llmgw.placement.snapshot import NodeView, Snapshot, build_snapshot
 from llmgw.reconcile.intents import Preempt
 from llmgw.reconcile.waits import Wait, waits_for
@@ -25,6 +25,15 @@ from llmgw.records.state import NodeRecord, ReplicaRecord
 # bounds one choice's what-ifs (each a placement): single victims tried, and nodes whose candidates are tried as a set
 MAX_SINGLES_TRIED = 32
 MAX_NODES_TRIED = 16
+
+
+@dataclass
+class Tried:
+    """What a pass's preemption learned, for its later replicas: models no victims make room for, and the costliest
+    what-if (every candidate gone), kept per candidate set with the snapshot it was made from."""
+
+    hopeless: set[str] = field(default_factory=set)
+    everything: dict[frozenset[str], tuple[Snapshot, Snapshot]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -42,28 +51,82 @@ def rank_of(r: ReplicaRecord, w: World) -> int:
 
 
 def make_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
-              w: World, do: Callable[[Preempt], None]) -> tuple[Wait, ...]:
+              w: World, do: Callable[[Preempt], None], tried: Tried | None = None,
+              claimed: set[str] | None = None) -> tuple[Wait, ...]:
     """For a replica that fits nowhere: victims chosen and preempted (through `do`, which also updates `current`),
-    one round at a time; while those of an earlier round drain and stop, what it waits for."""
+    one round at a time; while those of an earlier round drain and stop, what it waits for. `tried`: what earlier
+    replicas of the pass learned (Tried). `claimed`: victims whose room an earlier replica of the pass holds
+    (hold_room): another replica of the model makes its own."""
     name = req.model.name
-    waits = waits_for(name, current.values(), w)
+    waits = tuple(x for x in waits_for(name, current.values(), w) if not claimed or x.replica_id not in claimed)
     rank = wanting_rank(req.model, current)
-    if not waits:
-        chosen = choose(req, snap, current, nodes, w, rank)
+    # later in a pass room only shrinks: a model no set of victims made room for is not tried again
+    if not waits and (tried is None or name not in tried.hopeless):
+        chosen = choose(req, snap, current, nodes, w, rank, tried)
+        if chosen is None and tried is not None:
+            tried.hopeless.add(name)
         for v in chosen.replicas if chosen is not None else ():
             do(Preempt(v.id, name, rank_of(v, w), rank))
-        waits = waits_for(name, current.values(), w)
+        waits = tuple(x for x in waits_for(name, current.values(), w) if not claimed or x.replica_id not in claimed)
     return waits
+
+
+def making_room(model: str, current: Mapping[str, ReplicaRecord], claimed: set[str]) -> bool:
+    """Whether replicas preempted for the model, and not claimed by another of its replicas, are still going: then
+    idle eviction takes nothing more for it (two victims for one replica)."""
+    return any(r.stop is not None and r.stop.reason == Reason.Preempted and r.stop.for_model == model
+               and r.id not in claimed for r in current.values())
+
+
+def hold_room(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
+              w: World, waits: tuple[Wait, ...], claimed: set[str] | None = None) -> Snapshot:
+    """The pass's snapshot with the room its victims are freeing reserved for the replica waiting on them: one
+    victim gone before another must not let a replica placed later in the pass (a lower or later one) take its
+    part, or the waiting replica finds no room once all are gone and preempts again. The victims on the nodes it
+    holds are added to `claimed`."""
+    if not waits:
+        return snap
+    gone = [current[x.replica_id] for x in waits if x.replica_id in current]
+    on_node: dict[str, list[ReplicaRecord]] = {}
+    for r in current.values():
+        for node_id in {a.node_id for a in r.assignments}:
+            on_node.setdefault(node_id, []).append(r)
+    found = place(req, _Fits(req, snap, on_node, nodes, w).without(gone))
+    if not isinstance(found, Placement):
+        return snap
+    held = {a.node_id for a in found.assignments}
+    if claimed is not None:
+        claimed.update(x.replica_id for x in waits if held.intersection(x.nodes))
+    return snap.with_reservation(req.replica_id, reservations(req, found.assignments))
 
 
 def wanting_rank(spec: ModelSpec, current: Mapping[str, ReplicaRecord]) -> int:
     """The rank a replica the model is missing preempts with: its priority; without one, the promise holds only
     while fewer than `min` of its replicas are placed (one added for load beyond min is a convenience)."""
-    if spec.priority is not None or spec.scaling.min == 0:
-        return spec.rank
     placed = sum(1 for r in current.values()
                  if r.model == spec.name and r.placed and not r.failed and r.stop is None)
+    return _rank_with(spec, placed)
+
+
+def _rank_with(spec: ModelSpec, placed: int) -> int:
+    if spec.priority is not None or spec.scaling.min == 0:
+        return spec.rank
     return spec.rank if placed < spec.scaling.min else 0
+
+
+def placing_order(current: Mapping[str, ReplicaRecord], w: World) -> Callable[[ReplicaRecord], tuple[int, float, str]]:
+    """The order pending replicas are placed in: by the rank each would preempt with (wanting_rank), highest first,
+    so the room made for a model goes to it and not to a replica beyond another's min; then oldest first."""
+    placed: dict[str, int] = {}
+    for r in current.values():
+        if r.placed and not r.failed and r.stop is None:
+            placed[r.model] = placed.get(r.model, 0) + 1
+
+    def key(r: ReplicaRecord) -> tuple[int, float, str]:
+        spec = w.models.get(r.model)
+        return (-(_rank_with(spec, placed.get(r.model, 0)) if spec is not None else 0), r.created_at, r.id)
+
+    return key
 
 
 def preemptible(r: ReplicaRecord, w: World, rank: int) -> bool:
@@ -82,9 +145,9 @@ def cost(r: ReplicaRecord, w: World) -> tuple[float, int, float, str]:
 
 
 def choose(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], nodes: Mapping[str, NodeRecord],
-           w: World, rank: int) -> Victims | None:
+           w: World, rank: int, tried: Tried | None = None) -> Victims | None:
     """The cheapest victims of a rank below `rank` whose going lets the request fit, or None when none do."""
-    candidates = sorted((r for r in current.values() if preemptible(r, w, rank)), key=lambda r: cost(r, w))
+    candidates = [r for r in current.values() if preemptible(r, w, rank)]
     if not candidates:
         return None
     on_node: dict[str, list[ReplicaRecord]] = {}
@@ -92,8 +155,15 @@ def choose(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], n
         for node_id in {a.node_id for a in r.assignments}:
             on_node.setdefault(node_id, []).append(r)
     fits = _Fits(req, snap, on_node, nodes, w)
-    if not fits(candidates):
+    everything = _everything(fits, candidates, tried)
+    if not isinstance(place(req, everything), Placement):
         return None  # not even all of them would do: one what-if a pass for a replica that cannot be placed
+    # the what-ifs tried are bounded: spent only on victims on a node that could take a shard with all gone (the
+    # right class, engine, fabric ...), or the one that would do may lie beyond the bound behind cheaper ones
+    tests = [t for _, t in prepared(req)]
+    able = {n.id for n in everything.nodes if all(t(n) for t in tests)}
+    candidates = sorted((r for r in candidates if any(a.node_id in able for a in r.assignments)),
+                        key=lambda r: cost(r, w))  # sorted only once some set would do
     single = [r for r in candidates if len(r.assignments) == 1]
     # a multi-node replica frees several machines and takes long to rebuild: only when nothing single-node will do
     for pool in (single, candidates) if len(single) < len(candidates) else (single,):
@@ -101,6 +171,19 @@ def choose(req: Request, snap: Snapshot, current: Mapping[str, ReplicaRecord], n
         if found is not None:
             return Victims(tuple(sorted(found, key=lambda r: cost(r, w))), req.model.name)
     return None
+
+
+def _everything(fits: _Fits, candidates: list[ReplicaRecord], tried: Tried | None) -> Snapshot:
+    """The snapshot as if every candidate were gone: the same for every model of the pass with these candidates,
+    until the pass's snapshot changes (a placement, a hold)."""
+    if tried is None:
+        return fits.without(candidates)
+    key = frozenset(r.id for r in candidates)
+    hit = tried.everything.get(key)
+    if hit is None or hit[0] is not fits.snap:
+        hit = (fits.snap, fits.without(candidates))
+        tried.everything = {key: hit}  # one kept: a pass's snapshot only moves on
+    return hit[1]
 
 
 class _Fits:

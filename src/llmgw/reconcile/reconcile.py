@@ -35,7 +35,7 @@ from llmgw.reconcile.intents import (
     Stop,
     Unplaced,
 )
-from llmgw.reconcile.preemption import make_room, rank_of
+from llmgw.reconcile.preemption import Tried, hold_room, make_room, making_room, placing_order
 from llmgw.reconcile.scaling import Step, Timer, decide, floor, wanted
 from llmgw.reconcile.status import observe
 from llmgw.reconcile.transitions import EVICTED_FOR as EVICTED_FOR
@@ -251,13 +251,15 @@ def _place_pending(p: Pass) -> None:
     w = p.w
     pending = sorted(
         (r for r in p.current.values() if not (r.placed or r.failed or r.stop is not None)),
-        key=lambda r: (-rank_of(r, w), r.created_at, r.id),  # room made for a higher priority goes to it first
+        key=placing_order(p.current, w),  # room made for a higher priority goes to it first
     )
     if not pending:
         return  # a pass with nothing to place builds no snapshot: at 10,000 nodes that is most of a pass's cost
     snap = build_snapshot(p.nodes, list(p.current.values()), w.models, w.now)
     evicting = any(r.stop is not None and r.stop.reason == Reason.Evicted for r in p.current.values())
     failed_on: dict[str, frozenset[str]] = {}
+    tried = Tried()  # what preemption learned this pass, for the replicas after
+    claimed: set[str] = set()  # victims whose room a replica waiting on them holds, this pass
     for f in p.current.values():  # failed replicas stay on view a while (failed_kept_for): their nodes are avoided
         if f.failed:
             failed_on[f.model] = failed_on.get(f.model, frozenset()) | {a.node_id for a in f.assignments}
@@ -274,7 +276,7 @@ def _place_pending(p: Pass) -> None:
             snap = snap.with_reservation(r.id, reservations(req, result.assignments))
             continue
         # a model asked for now (on demand) or promised (min >= 1) may have an idle on-demand replica stopped for it
-        if not evicting:
+        if not evicting and not making_room(spec.name, p.current, claimed):
             v = victim(req, snap, p.current, p.by_id, w)
             if v is not None:
                 p.do(Evict(v.id, spec.name))
@@ -283,7 +285,8 @@ def _place_pending(p: Pass) -> None:
                      and v.stop.reason == Reason.Evicted), None)
         # a higher priority takes the room of lower ones, idle or not
         to_sleep = sleeping.preempt_to_sleep(w, p.by_id, p.current, p.do)  # victims that can sleep do
-        waits = make_room(req, snap, p.current, p.by_id, w, to_sleep) if room is None else ()
+        waits = make_room(req, snap, p.current, p.by_id, w, to_sleep, tried, claimed) if room is None else ()
+        snap = hold_room(req, snap, p.current, p.by_id, w, waits, claimed)  # what is freed for it is not given away
         p.do(Unplaced(r.id, result.explanation, room.id if room else "", room.model if room else "", waits=waits))
 
 

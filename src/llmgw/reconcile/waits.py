@@ -46,9 +46,11 @@ def wait_words(waits: Iterable[Wait]) -> str:
     parts = []
     for x in waits:
         where = f"{x.model} on {', '.join(x.nodes) or 'no node'}"
+        n = f"{x.in_flight} request{'s' if x.in_flight != 1 else ''}"
         if x.in_flight and x.drain_left > 0:
-            n = f"{x.in_flight} request{'s' if x.in_flight != 1 else ''}"
             doing = f"to drain: {n} in flight, at most {math.ceil(x.drain_left)} s"
+        elif x.in_flight:  # its engine is stopped whatever is still in flight: not "nothing"
+            doing = f"to stop: drain time over, {n} in flight cut off"
         else:
             doing = "to stop: nothing in flight"
         parts.append(f"{where} {doing} (preempted: priority {x.for_rank} over {x.rank})")
