@@ -19,6 +19,9 @@ from llmgw.config.engines import ADAPTER_REQUESTS
 from llmgw.config.server import ModelSpec
 
 LORA_FIELD = "lora_field"
+# where llama-server reads a body's "lora" (checked on its build: its Messages path leaves it out and runs with every
+# adapter at its launch scale, whatever the body says): on the others a model with adapters is not served
+LORA_FIELD_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 
 
 class AdapterIndex:
@@ -42,6 +45,11 @@ class AdapterIndex:
     def listed(self, models: dict[str, ModelSpec], generation: int) -> list[Served]:
         self.find("", models, generation)
         return list(self._served.values())
+
+
+def lora_unread(spec: ModelSpec, path: str) -> bool:
+    """Whether `spec`'s engine would answer on `path` with adapters other than the one asked for (or none)."""
+    return bool(spec.adapters) and ADAPTER_REQUESTS.get(spec.engine) == LORA_FIELD and path not in LORA_FIELD_PATHS
 
 
 def rewritten(payload: dict[str, Any], body: bytes, spec: ModelSpec, served: Served | None) -> bytes:
