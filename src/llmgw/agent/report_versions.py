@@ -14,7 +14,7 @@ from llmgw.wire.messages import WIRE_VERSION, NodeReport
 
 OLDEST_WRITTEN = 10  # before it, reports differed in more than added fields: such a control plane is refused
 # what each version added to the report, from OLDEST_WRITTEN + 1 on (11, leases, added nothing to it)
-ADDED: dict[int, dict[str, Any]] = {11: {}}
+ADDED: dict[int, dict[str, Any]] = {11: {}, 12: {"shards": {"__all__": {"adapters"}}}}
 
 
 def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
