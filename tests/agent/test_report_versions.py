@@ -33,7 +33,8 @@ def everything() -> m.NodeReport:
         fabrics=[m.Fabric(name="ib-a", adapters=["mlx5_0"], rate_gbps=400)], weights=["org/m"],
         weights_dirs=[m.WeightsDir(path="/w", budget_bytes=1)],
         fetches=[m.FetchStatus(source="org/m", state="fetching")],
-        shards=[m.ShardState(replica_id="r1", rank=0, state="ready", load=m.EngineLoad(running=1.0), lost_peer=1)],
+        shards=[m.ShardState(replica_id="r1", rank=0, state="ready", load=m.EngineLoad(running=1.0), lost_peer=1,
+                            adapters=["m-a"])],
         problems=[m.Problem(code="C", message="m")],
     )
 

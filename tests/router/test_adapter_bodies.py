@@ -7,7 +7,7 @@ import json
 
 from llmgw.config.adapters import served_adapters
 from llmgw.config.server import ModelSpec
-from llmgw.router.adapters import AdapterIndex, rewritten
+from llmgw.router.adapters import AdapterIndex, lora_unread, rewritten
 
 
 def spec(engine: str = "llamacpp") -> ModelSpec:
@@ -51,3 +51,9 @@ def test_the_index_follows_a_catalog_changed_in_place() -> None:
     assert index.find("m-a", models, 1) is None
     found = index.find("m-b", models, 1)
     assert found is not None and found.index == 0
+
+
+def test_a_path_where_llama_server_reads_no_lora_is_not_served_for_a_model_with_adapters() -> None:
+    assert lora_unread(spec(), "/v1/messages") and not lora_unread(spec(), "/v1/chat/completions")
+    assert not lora_unread(spec("vllm"), "/v1/messages"), "vLLM is told by the model's name on every path"
+    assert not lora_unread(spec().model_copy(update={"adapters": []}), "/v1/messages")

@@ -135,3 +135,19 @@ async def test_adapters_are_listed_as_models_of_their_parent(lora_rut: RouterUnd
     async with aiohttp.ClientSession() as s, s.get(lora_rut.url + f"/v1/models/{PIRATE}",
                                                    headers={"Authorization": f"Bearer {lora_rut.key}"}) as r:
         assert r.status == 200 and (await r.json())["parent"] == BASE
+
+
+async def test_no_surface_answers_with_adapters_other_than_the_one_asked_for(lora_rut: RouterUnderTest) -> None:
+    """llama-server's Messages path reads no "lora" (it runs every adapter at its launch scale): a request there is
+    answered as its chat request would be, or refused; never with another tenant's adapter applied."""
+    for model in (BASE, PIRATE):
+        _, chatted = await chat(lora_rut, model)
+        body = {"model": model, "messages": PROMPT, "temperature": 0, "max_tokens": 12}
+        async with aiohttp.ClientSession() as s, s.post(lora_rut.url + "/v1/messages", json=body,
+                                                        headers={"x-api-key": lora_rut.key}) as r:
+            status, answer = r.status, await r.json()
+        if status == 200:
+            assert answer["content"][0]["text"] == said(chatted), (model, answer, said(chatted))
+        else:
+            assert status == 404 and answer["error"]["type"] == "not_found_error", (model, answer)
+            assert "LoRA" in answer["error"]["message"]

@@ -13,8 +13,9 @@ from typing import Any
 from llmgw.wire.messages import WIRE_VERSION, NodeReport, ShardState
 
 OLDEST_WRITTEN = 10  # before it, reports differed in more than added fields: such a control plane is refused
-# what each version added to the report, from OLDEST_WRITTEN + 1 on (11, leases, and 12, sleep, added no field)
-ADDED: dict[int, dict[str, Any]] = {11: {}, 12: {}}
+# what each version added to the report, from OLDEST_WRITTEN + 1 on (11, leases, added no field; 12 the adapters a
+# shard's engine loaded)
+ADDED: dict[int, dict[str, Any]] = {11: {}, 12: {"shards": {"__all__": {"adapters"}}}}
 # states a version added, and what an older control plane is told instead: a sleeping shard is not serving and has
 # not failed (an older control plane never asks a shard to sleep; this is a shard put to sleep before it came)
 STATES_ADDED: dict[int, dict[str, str]] = {12: {"sleeping": "starting"}}

@@ -11,6 +11,7 @@ import secrets
 from collections import Counter
 
 from llmgw.api.router import ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
+from llmgw.config.adapters import loaded_as_named
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity import Activity
 from llmgw.control.credentials import Credentials
@@ -283,6 +284,8 @@ class Registry:
         for r in self.replicas.values():
             if r.ready and r.endpoint:
                 held = leader_shard(r, self.nodes)  # what it says of its engine: connections, slots
+                if not loaded_as_named(self.models.get(r.model), held[1] if held is not None else None):
+                    continue  # its engine has other LoRA adapters than its model now: restarted with these first
                 ready.setdefault(r.model, []).append(ReadyReplica(
                     id=r.id, endpoint=r.endpoint, secret=r.secret,
                     closes_after_stream=held is not None and held[1].closes_after_stream,

@@ -19,6 +19,9 @@ from llmgw.config.engines import ADAPTER_REQUESTS
 from llmgw.config.server import ModelSpec
 
 LORA_FIELD = "lora_field"
+# where llama-server reads a body's "lora" (checked on its build: its Messages path leaves it out and runs with every
+# adapter at its launch scale, whatever the body says): on the others a model with adapters is not served
+LORA_FIELD_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 
 
 class AdapterIndex:
@@ -44,6 +47,11 @@ class AdapterIndex:
         return list(self._served.values())
 
 
+def lora_unread(spec: ModelSpec, path: str) -> bool:
+    """Whether `spec`'s engine would answer on `path` with adapters other than the one asked for (or none)."""
+    return bool(spec.adapters) and ADAPTER_REQUESTS.get(spec.engine) == LORA_FIELD and path not in LORA_FIELD_PATHS
+
+
 def rewritten(payload: dict[str, Any], body: bytes, spec: ModelSpec, served: Served | None) -> bytes:
     """The body to send for a request to `spec` (the adapter `served` of it, or the model itself)."""
     if not spec.adapters or ADAPTER_REQUESTS.get(spec.engine) != LORA_FIELD:
@@ -64,3 +72,26 @@ def renamed(spec: ModelSpec, served: Served | None) -> tuple[bytes, bytes] | Non
     if served is None or ADAPTER_REQUESTS.get(spec.engine) != LORA_FIELD:
         return None
     return b'"model":' + json.dumps(spec.name).encode(), b'"model":' + json.dumps(served.adapter.name).encode()
+
+
+class StreamRename:
+    """`renamed`'s replacement over a stream: a read may end inside the name (a network splits an event where it
+    likes), so a tail that could begin it is held for the next read."""
+
+    def __init__(self, old: bytes, new: bytes) -> None:
+        self.old, self.new, self.held = old, new, b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data, self.held = self.held + chunk, b""
+        last = data.rfind(self.old)
+        after = last + len(self.old) if last >= 0 else 0  # a tail held never overlaps a whole name before it
+        for k in range(min(len(self.old) - 1, len(data) - after), 0, -1):
+            if data.endswith(self.old[:k]):
+                data, self.held = data[:-k], data[-k:]
+                break
+        return data.replace(self.old, self.new)
+
+    def rest(self) -> bytes:
+        """What is still held when the stream ends: as it came."""
+        held, self.held = self.held, b""
+        return held

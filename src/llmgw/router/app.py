@@ -12,12 +12,12 @@ from aiohttp import web
 
 from llmgw.config.adapters import Served
 from llmgw.config.server import RouterConfig
-from llmgw.router.adapters import AdapterIndex, rewritten
+from llmgw.router.adapters import AdapterIndex, lora_unread, rewritten
 from llmgw.router.auth import Authenticator
 from llmgw.router.choice import Chooser
 from llmgw.router.context import RequestContext
 from llmgw.router.dispatch import Dispatcher
-from llmgw.router.errors import openai_envelope, openai_error
+from llmgw.router.errors import openai_envelope, openai_error, unsupported
 from llmgw.router.intake import payload_of, spec_of
 from llmgw.router.keys import KeyRing
 from llmgw.router.limits import Unreservable, refused, reserve, used_of
@@ -164,6 +164,8 @@ class Router:
         spec = spec_of(payload, self.state.models, key, m, self._adapter)
         if isinstance(spec, web.Response):
             return spec
+        if lora_unread(spec, request.path):  # it would apply adapters this request did not ask for
+            return unsupported(m.model, request.path, "its engine would not be told which LoRA adapter to apply")
         served = self._adapter(m.model) if m.model != spec.name else None
         body = rewritten(payload, body, spec, served)
         if not lim.any():

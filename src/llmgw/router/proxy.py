@@ -11,6 +11,7 @@ from aiohttp import web
 from yarl import URL
 
 from llmgw.core.errors import ConnectFailed, StreamBroken
+from llmgw.router.adapters import StreamRename
 from llmgw.router.errors import openai_error, sse_error
 from llmgw.router.message_start import MessageStart
 from llmgw.router.usage import StreamUsage, usage_from_body
@@ -183,6 +184,7 @@ async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.Cli
     """Engine to client, chunk by chunk. Trouble reading from the engine ends the stream with an error event; a
     client that went away (an official client closes as soon as it has [DONE]) is expected, not an error: the
     engine is told by closing its connection, and the request is recorded with what was seen."""
+    names = StreamRename(*rename) if rename is not None else None
     try:
         await sr.prepare(request)
         content = resp.content
@@ -196,7 +198,7 @@ async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.Cli
                         chunk = await content.readany()
             except (aiohttp.ClientError, TimeoutError) as e:
                 why = f"the engine {'went quiet' if isinstance(e, TimeoutError) else 'broke off'} mid-stream"
-                await sr.write(sse_error(why, "upstream_stream_broken"))
+                await sr.write((names.rest() if names else b"") + sse_error(why, "upstream_stream_broken"))
                 await sr.write_eof()
                 raise StreamBroken(f"{why} ({type(e).__name__})", seen=watch.so_far(), answered=sr) from e
             if not chunk:
@@ -205,6 +207,8 @@ async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.Cli
             elif opening is not None:  # a Messages stream: message_start first (message_start.py)
                 chunk = await opening.feed(chunk)
             out = watch.feed(chunk)
+            if names is not None:  # an adapter's name where the engine wrote its model's (router/adapters.py)
+                out = names.feed(out) + (names.rest() if watch.over else b"")
             if watch.over:  # the engine generates past what was reserved: what it could cost is all it gets to cost
                 resp.close()
                 why = "the engine went past the tokens reserved for this request"
@@ -212,8 +216,9 @@ async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.Cli
                 await sr.write_eof()
                 raise StreamBroken(f"{why} ({watch.limit})", status=502, seen=watch.so_far(), answered=sr)
             if out:
-                # (a name split across two reads is left as the engine sent it: llama-server writes whole events)
-                await sr.write(out if rename is None else out.replace(*rename))
+                await sr.write(out)
+        if names is not None and (tail := names.rest()):
+            await sr.write(tail)
         await sr.write_eof()
     except ConnectionError:
         resp.close()

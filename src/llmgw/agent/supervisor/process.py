@@ -180,6 +180,7 @@ class ShardProcess:
             closes_after_stream=self.launch.closes_after_stream if self.launch is not None else False,
             slots=self.launch.slots if self.launch is not None else None,
             lost_peer=self.lost_peer if self.state in ("exited", "failed") else None,
+            adapters=[a.name for a in self.spec.adapters] if self.launch is not None else [],
         )
 
 
