@@ -10,6 +10,7 @@ from pathlib import Path
 from llmgw.config.server import ServerConfig, TLSFiles
 from llmgw.config.serving import AdapterConfig
 from llmgw.control.plane import ControlPlane
+from llmgw.control.summary import summarize
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
@@ -51,3 +52,25 @@ def test_an_engine_started_with_other_adapters_is_not_routed_until_restarted_wit
 
 def test_a_model_without_adapters_is_routed_as_before(tmp_path: Path) -> None:
     assert routed(plane(tmp_path, []), []) == ["m-1"]
+
+
+def test_such_a_replica_is_not_ready_on_any_surface_and_says_why(tmp_path: Path) -> None:
+    """Left out of routing alone, it would still look Ready on ctl, the dashboard and /metrics."""
+    p = plane(tmp_path, ["m-a", "m-b"])
+    routed(p, ["m-b"])
+    p.passes.reconcile_once()
+    r = p.registry.replicas["m-1"]
+    c = r.condition(ConditionType.Ready)
+    assert c is not None and c.status == Status.FALSE and c.reason == Reason.AdapterFailed, c
+    assert "m-b" in c.message and "m-a" in c.message
+    nodes = list(p.registry.nodes.values())
+    s = summarize(nodes, list(p.registry.replicas.values()), [], {}, now=T0, models=p.registry.models)
+    assert [x.replicas for x in s.adapters] == [[], []], "ctl, the dashboard and /metrics read these lines"
+    as_ready = r.model_copy(update={"conditions": set_condition(
+        r.conditions, ConditionType.Ready, Status.TRUE, Reason.AllShardsReady, "", T0)})
+    s = summarize(nodes, [as_ready], [], {}, now=T0, models=p.registry.models)
+    assert [x.replicas for x in s.adapters] == [["m-1"], ["m-1"]], "the check above can fail"
+    routed(p, ["m-a", "m-b"])
+    p.passes.reconcile_once()
+    c = p.registry.replicas["m-1"].condition(ConditionType.Ready)
+    assert c is not None and c.status == Status.TRUE

@@ -132,7 +132,8 @@ def _status(p: Pass) -> None:
         if r.model not in p.w.models:
             p.do(Stop(r.id, Reason.Removed))
             continue
-        seen = observe(r, p.by_id)
+        spec = p.w.models[r.model]
+        seen = observe(r, p.by_id, [a.name for a in spec.adapters])
         if seen is not None:
             p.do(sleeping.while_asleep(r, seen))
 

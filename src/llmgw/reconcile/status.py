@@ -36,8 +36,10 @@ def derive(r: ReplicaRecord, nodes: dict[str, NodeRecord], now: float) -> Replic
     return r if seen is None else after(r, seen, now)
 
 
-def observe(r: ReplicaRecord, nodes: dict[str, NodeRecord]) -> Fail | Observe | None:
-    """What the nodes' reports say of a placed, live replica: failed, or how ready (None: nothing to observe)."""
+def observe(r: ReplicaRecord, nodes: dict[str, NodeRecord], adapters: list[str] | None = None) -> Fail | Observe | None:
+    """What the nodes' reports say of a placed, live replica: failed, or how ready (None: nothing to observe).
+    `adapters`: its model's LoRA adapters now, which its leading shard's engine must have loaded, in that order, to
+    be ready (an engine started before the catalog changed knows them by other indices: it is restarted)."""
     if r.failed or r.stop is not None or not r.assignments:
         return None
     states: dict[int, ShardState] = {}
@@ -58,6 +60,11 @@ def observe(r: ReplicaRecord, nodes: dict[str, NodeRecord]) -> Fail | Observe | 
     if len(r.assignments) < r.shards_expected:
         return Fail(r.id, Reason.ShardMissing, f"{len(r.assignments)} of {r.shards_expected} shards assigned")
     if len(states) == r.shards_expected and all(_ready_state(s) for s in states.values()):
+        lead = states.get(0)
+        if adapters is not None and lead is not None and lead.adapters != adapters:
+            return Observe(r.id, Status.FALSE, Reason.AdapterFailed, f"its engine loaded LoRA adapters "
+                           f"[{', '.join(lead.adapters)}]; the catalog names [{', '.join(adapters)}]: restarted "
+                           "with these", "", seen)
         return Observe(r.id, Status.TRUE, Reason.AllShardsReady, "", assigned_endpoint(r), seen)
     pending = ", ".join(
         f"rank {a.rank}: {states[a.rank].state}{' (' + states[a.rank].message + ')' if states[a.rank].message else ''}"
