@@ -228,3 +228,27 @@ async def test_a_sidecars_secret_is_a_file_only_the_agents_user_reads_and_is_rem
         assert "s3cret" not in " ".join(car.argv)
         await s.converge([])
         assert not key.exists(), "the secret outlived the sidecar"
+
+
+async def test_an_engine_that_gives_up_past_its_restart_limit_stops_its_sidecars(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    (rec / "sidecar.py").write_text(SIDECAR)
+    (rec / "go").touch()
+
+    def exits(s: ShardSpec, ports: Loopback) -> tuple[Launch | None, str]:
+        return Launch(argv=[sys.executable, "-c", "import sys; print('engine: out of memory'); sys.exit(1)"],
+                      serves_http=True), ""
+
+    s = Supervisor(FakeClock(), tmp_path / "state", "127.0.0.1", exits, restart=RestartPolicy(limit=0))
+    try:
+        await s.converge([shard(free_port(), rec, "serve")])
+        st = await await_until(lambda: _state_is(s, "failed"), DEADLINE_S, lambda: f"the shard failed: {s.states()}")
+        assert st.reason == Reason.EngineExited, st
+        assert (rec / "sidecar.stopped").exists(), "a failed shard's sidecar was left running"
+        assert list((tmp_path / "state").glob("*.run")) == [], "its run file outlived it"
+    finally:
+        await s.close()
+        pid = int((rec / "sidecar.pid").read_text() or 0) if (rec / "sidecar.pid").exists() else 0
+        if pid and _alive(pid):
+            os.kill(pid, 9)

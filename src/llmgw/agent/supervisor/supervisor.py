@@ -188,6 +188,8 @@ class Supervisor:
                     f"exited with code {p.returncode}")
                 sp.lost_peer = sp.launch.peer_lost(words, sp.spec.world_size)
                 if self._exited(sp, now, how + (f": {words}" if words else ""), Reason.EngineExited):
+                    if sp.sidecars is not None:  # given up: nothing will use them until the shard is placed again
+                        await sp.sidecars.stop()
                     continue
             # ("starting" with no engine yet: waiting for its sidecars)
             if sp.state == "pending" or (sp.state == "exited" and now >= sp.next_start) or (
