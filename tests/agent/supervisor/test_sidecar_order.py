@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Literal
 
 from llmgw.agent.engines import Launch
 from llmgw.agent.engines.base import Loopback
-from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.supervisor import Supervisor, sidecars
 from llmgw.agent.supervisor.supervisor import Resolver, RestartPolicy
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
@@ -252,3 +253,44 @@ async def test_an_engine_that_gives_up_past_its_restart_limit_stops_its_sidecars
         pid = int((rec / "sidecar.pid").read_text() or 0) if (rec / "sidecar.pid").exists() else 0
         if pid and _alive(pid):
             os.kill(pid, 9)
+
+
+# A sidecar that takes connections and never answers one: its HTTP readiness probe waits out PROBE_S.
+SILENT = textwrap.dedent("""
+    import os, socket, sys
+    s = socket.socket()
+    s.bind(("127.0.0.1", int(os.environ["LLMGW_SIDECAR_PORT"])))
+    s.listen(64)
+    open(sys.argv[1], "w").write(str(os.getpid()))
+    held = []
+    while True:
+        held.append(s.accept()[0])
+""")
+
+
+async def test_sidecars_that_never_answer_hold_a_tick_one_probe_long_not_one_per_shard(tmp_path: Path) -> None:
+    (tmp_path / "silent.py").write_text(SILENT)
+    shards = 5
+
+    def spec(i: int) -> ShardSpec:
+        car = SidecarSpec(name="tok", argv=[sys.executable, str(tmp_path / "silent.py"), str(tmp_path / f"up{i}")],
+                          port=True, ready="http", ready_path="/ready", ready_timeout=600.0)
+        return ShardSpec(replica_id=f"r{i}", model="m", engine="sim", source="org/m", rank=0, world_size=1,
+                         serve_port=free_port(), sidecars=[car])
+
+    def never(s: ShardSpec, ports: Loopback) -> tuple[Launch | None, str]:
+        return Launch(argv=[sys.executable, "-c", "raise SystemExit('the engine started')"], serves_http=True), ""
+
+    s = Supervisor(FakeClock(), tmp_path / "state", "127.0.0.1", never)
+    try:
+        await s.converge([spec(i) for i in range(shards)])
+        await await_until(lambda: all((tmp_path / f"up{i}").exists() for i in range(shards)), DEADLINE_S,
+                          "every sidecar listening")
+        began = time.monotonic()
+        await s.tick()
+        took = time.monotonic() - began
+        assert all(st.reason == Reason.SidecarsStarting for st in s.states()), s.states()
+        # probed one after another, the tick (and the heartbeat behind it) waits PROBE_S per shard
+        assert took < 3 * sidecars.PROBE_S, f"one tick took {took:.1f}s for {shards} silent sidecars"
+    finally:
+        await s.close()

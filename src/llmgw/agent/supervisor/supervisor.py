@@ -196,7 +196,8 @@ class Supervisor:
                     sp.state == "starting" and sp.proc is None):
                 if sp.state == "exited":
                     sp.restarts += 1
-                if sp.sidecars is not None and not await sidecar_wait.ready(sp, now, self._http()):
+                if sp.sidecars is not None:  # probed beside every other shard: a silent one costs a tick PROBE_S once
+                    probes.append(self._start_after_sidecars(sp, now))
                     continue
                 await sp.start()
             if (sp.state == "starting" or (sp.state in SERVED and not starting_only)) and sp.launch.serves_http:
@@ -206,6 +207,14 @@ class Supervisor:
         if not starting_only:  # a ready engine's gauges were read just now: whether it is idle is known
             for sp in self.shards.values():
                 self._liveness(sp, now)
+
+    async def _start_after_sidecars(self, sp: ShardProcess, now: float) -> None:
+        """Start the engine once every sidecar is ready, and probe it at once, as tick does an engine it starts."""
+        assert sp.launch is not None
+        if await sidecar_wait.ready(sp, now, self._http()):
+            await sp.start()
+            if sp.state == "starting" and sp.launch.serves_http:
+                await self._probe(sp)
 
     def _exited(self, sp: ShardProcess, now: float, words: str, reason: Reason) -> bool:
         """The shard's engine exited (or was stopped for a sidecar that did): restarted after a delay, or, past the
