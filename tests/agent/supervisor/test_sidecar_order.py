@@ -294,3 +294,22 @@ async def test_sidecars_that_never_answer_hold_a_tick_one_probe_long_not_one_per
         assert took < 3 * sidecars.PROBE_S, f"one tick took {took:.1f}s for {shards} silent sidecars"
     finally:
         await s.close()
+
+
+async def test_a_sidecar_that_cannot_be_started_fails_its_shard_and_not_the_agents_pass(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    bad = SidecarSpec(name="bad", argv=[sys.executable, "-c", "pass", "a\x00b"])  # exec refuses a NUL
+    broken = ShardSpec(replica_id="r0", model="m", engine="sim", source="org/m", rank=0, world_size=1,
+                       serve_port=free_port(), sidecars=[bad])
+    async with supervising(tmp_path, rec) as s:
+        (rec / "go").touch()
+        await s.converge([broken, shard(free_port(), rec, "serve")])  # a tick: it must not raise
+        st = s.states()[0]
+        assert (st.state, st.reason) == ("failed", Reason.SidecarFailed), st
+        assert st.message.startswith("cannot start sidecar bad"), st.message
+
+
+        async def the_other_ready() -> bool:
+            await s.tick()
+            return s.states()[1].state == "ready"
+        await await_until(the_other_ready, DEADLINE_S, lambda: f"the other shard ready: {s.states()}")

@@ -144,9 +144,9 @@ class Sidecars:
             c.proc = await asyncio.create_subprocess_exec(
                 *argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True)  # its own process group: a stop reaches its children too
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: a NUL in its argv or env, which exec cannot pass
             c.proc = None
-            return f"cannot start sidecar {c.spec.name} ({argv[0]}): {e.strerror}"
+            return f"cannot start sidecar {c.spec.name} ({argv[0]!r}): {e.strerror if isinstance(e, OSError) else e}"
         finally:
             log.close()
         c.started_at, c.ready, c.words = now, not c.spec.ready, "not yet probed"
