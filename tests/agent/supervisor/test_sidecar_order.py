@@ -313,3 +313,33 @@ async def test_a_sidecar_that_cannot_be_started_fails_its_shard_and_not_the_agen
             await s.tick()
             return s.states()[1].state == "ready"
         await await_until(the_other_ready, DEADLINE_S, lambda: f"the other shard ready: {s.states()}")
+
+
+# A sidecar whose main process leaves a child behind in its group (a server it spawned) and exits.
+FORKS = textwrap.dedent("""
+    import os, subprocess, sys, time
+    child = os.path.join(sys.argv[1], "child.pid")
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+    subprocess.Popen([sys.executable, "-c", code, child])
+    while not os.path.exists(child) or not open(child).read():
+        time.sleep(0.02)
+    sys.exit(3)
+""")
+
+
+async def test_what_an_exited_sidecar_left_in_its_group_is_stopped_with_it(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    async with supervising(tmp_path, rec, restart=RestartPolicy(limit=0)) as s:
+        (rec / "forks.py").write_text(FORKS)
+        car = SidecarSpec(name="forks", argv=[sys.executable, str(rec / "forks.py"), str(rec)])
+        spec = ShardSpec(replica_id="r1", model="m", engine="sim", source="org/m", rank=0, world_size=1,
+                         serve_port=free_port(), sidecars=[car])
+        await s.converge([spec])
+        st = await await_until(lambda: _state_is(s, "failed"), DEADLINE_S, lambda: f"the shard failed: {s.states()}")
+        assert st.reason == Reason.SidecarFailed, st
+        child = int((rec / "child.pid").read_text())
+        try:
+            await await_until(lambda: not _alive(child), DEADLINE_S, "what the sidecar left behind stopped")
+        finally:
+            if _alive(child):
+                os.kill(child, 9)
