@@ -315,31 +315,52 @@ async def test_a_sidecar_that_cannot_be_started_fails_its_shard_and_not_the_agen
         await await_until(the_other_ready, DEADLINE_S, lambda: f"the other shard ready: {s.states()}")
 
 
-# A sidecar whose main process leaves a child behind in its group (a server it spawned) and exits.
+# A sidecar whose main process spawns a child in its group (a server) that shrugs off SIGTERM, then exits (mode
+# "exit") or stays until stopped (mode "stay").
 FORKS = textwrap.dedent("""
     import os, subprocess, sys, time
     child = os.path.join(sys.argv[1], "child.pid")
-    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+    code = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)")
     subprocess.Popen([sys.executable, "-c", code, child])
     while not os.path.exists(child) or not open(child).read():
         time.sleep(0.02)
+    if sys.argv[2] == "stay":
+        time.sleep(600)
     sys.exit(3)
 """)
+
+
+def _forks(rec: Path, mode: str) -> ShardSpec:
+    (rec / "forks.py").write_text(FORKS)
+    car = SidecarSpec(name="forks", argv=[sys.executable, str(rec / "forks.py"), str(rec), mode])
+    return ShardSpec(replica_id="r1", model="m", engine="sim", source="org/m", rank=0, world_size=1,
+                     serve_port=free_port(), sidecars=[car])
+
+
+async def _child_stopped(rec: Path) -> None:
+    child = int((rec / "child.pid").read_text())
+    try:
+        await await_until(lambda: not _alive(child), DEADLINE_S, "what the sidecar left behind stopped")
+    finally:
+        if _alive(child):
+            os.kill(child, 9)
 
 
 async def test_what_an_exited_sidecar_left_in_its_group_is_stopped_with_it(tmp_path: Path) -> None:
     rec = tmp_path / "rec"
     async with supervising(tmp_path, rec, restart=RestartPolicy(limit=0)) as s:
-        (rec / "forks.py").write_text(FORKS)
-        car = SidecarSpec(name="forks", argv=[sys.executable, str(rec / "forks.py"), str(rec)])
-        spec = ShardSpec(replica_id="r1", model="m", engine="sim", source="org/m", rank=0, world_size=1,
-                         serve_port=free_port(), sidecars=[car])
-        await s.converge([spec])
+        await s.converge([_forks(rec, "exit")])
         st = await await_until(lambda: _state_is(s, "failed"), DEADLINE_S, lambda: f"the shard failed: {s.states()}")
         assert st.reason == Reason.SidecarFailed, st
-        child = int((rec / "child.pid").read_text())
-        try:
-            await await_until(lambda: not _alive(child), DEADLINE_S, "what the sidecar left behind stopped")
-        finally:
-            if _alive(child):
-                os.kill(child, 9)
+        await _child_stopped(rec)
+
+
+async def test_a_sidecars_stop_reaches_what_outlives_its_main_process(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    async with supervising(tmp_path, rec) as s:
+        await s.converge([_forks(rec, "stay")])
+        await await_until(lambda: (rec / "child.pid").exists() and (rec / "child.pid").read_text(), DEADLINE_S,
+                          "the sidecar's child started")
+        await s.converge([])
+        await _child_stopped(rec)

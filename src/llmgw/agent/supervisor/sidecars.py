@@ -190,7 +190,8 @@ async def _stop(c: Sidecar, grace: float) -> None:
         except TimeoutError:
             _signal_group(p.pid, signal.SIGKILL)
             await p.wait()
-    c.ready = False
+    _leftovers(c)  # its children, when it went without them
+    c.proc, c.ready = None, False  # its pid is no longer ours to signal
     c.path(RUN_SUFFIX).unlink(missing_ok=True)
     c.path(".key").unlink(missing_ok=True)
 
