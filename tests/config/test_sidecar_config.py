@@ -51,6 +51,8 @@ def test_a_sidecar_with_a_port_and_an_http_check_reaches_the_shard_as_given(tmp_
     ("      - {name: a, command: [x], env: {'A B': k}}\n", "'A B' is not an environment variable name"),
     ("      - {name: a, command: []}\n", "command"),
     ("      - {name: ../a, command: [x]}\n", "name"),
+    ('      - {name: a, command: [x, "a\\0b"]}\n', "a NUL character"),  # "\\0" in YAML: a NUL
+    ('      - {name: a, command: [x], env: {A: "a\\0b"}}\n', "a NUL character"),
 ])
 def test_a_bad_sidecar_is_refused_with_words_naming_it(tmp_path: Path, sidecars: str, words: str) -> None:
     with pytest.raises(ConfigError) as e:

@@ -85,6 +85,8 @@ class SidecarConfig(Strict):
 
     @model_validator(mode="after")
     def _port_for_placeholders(self) -> SidecarConfig:
+        if any("\0" in a for a in [*self.command, *self.env.values()]):
+            raise ValueError("a NUL character cannot be passed to a process (in its command or env)")
         if not self.port and any("{port}" in a for a in self.command):
             raise ValueError("the command names {port}: set port: true")
         if not self.port and self.ready is not None:

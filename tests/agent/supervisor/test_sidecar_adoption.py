@@ -3,14 +3,21 @@ it; sidecars left beside an engine nobody adopts are stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import sys
 from pathlib import Path
 
+import pytest
+
+from llmgw.agent.engines import Launch
+from llmgw.agent.engines.base import Loopback
 from llmgw.agent.supervisor import Supervisor, sidecars
-from llmgw.agent.supervisor.adopt import find_running
+from llmgw.agent.supervisor.adopt import find_running, identity
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
+from llmgw.wire.messages import ShardSpec
 from tests.agent.supervisor.test_sidecar_order import (
     DEADLINE_S,
     ENGINE,
@@ -105,3 +112,42 @@ async def test_the_next_agents_start_keeps_the_sidecars_of_engines_still_running
         await await_until(lambda: not _alive(sidecar), DEADLINE_S, "the sidecar stopped")
     finally:
         _kill(engine, sidecar)
+
+
+async def test_sidecars_beside_an_engine_the_next_agent_cannot_adopt_are_stopped_with_it(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    engine, sidecar = await _left_running(tmp_path, rec)
+
+    def gone(s: ShardSpec, ports: Loopback) -> tuple[Launch | None, str]:
+        return None, "the engine is no longer installed"
+
+    s = Supervisor(FakeClock(), tmp_path / "state", "127.0.0.1", gone)
+    try:
+        found = find_running(tmp_path / "state")
+        sidecars.reap(tmp_path / "state", kept=sidecars.beside(found.values()))
+        assert _alive(sidecar), "stopped before the engine beside it was looked at"
+        s.adopt(found)
+        assert s.shards == {}
+        await await_until(lambda: not _alive(engine) and not _alive(sidecar), DEADLINE_S, "both stopped")
+        assert list((tmp_path / "state").glob("*.run")) == []
+    finally:
+        await s.close()
+        _kill(engine, sidecar)
+
+
+async def test_a_run_file_whose_pid_names_another_process_leaves_that_process_alone(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    other = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(600)",
+                                                 start_new_session=True)  # leads its session, as a sidecar does
+    try:
+        run = state / f"x-0badcafe-rank0.sidecar-tok{sidecars.RUN_SUFFIX}"
+        boot = identity(os.getpid()).split("/")[0]
+        run.write_text(f"{other.pid} {boot}/1 40000\n")  # its pid reused: that process started at another time
+        sidecars.reap(state, kept=set())
+        assert not run.exists()
+        with pytest.raises(TimeoutError):  # a kill would end it well within this
+            await asyncio.wait_for(asyncio.shield(other.wait()), 1.0)
+    finally:
+        other.kill()
+        await other.wait()

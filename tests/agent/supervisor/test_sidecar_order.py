@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Literal
 
 from llmgw.agent.engines import Launch
 from llmgw.agent.engines.base import Loopback
-from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.supervisor import Supervisor, sidecars
 from llmgw.agent.supervisor.supervisor import Resolver, RestartPolicy
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
@@ -228,3 +229,138 @@ async def test_a_sidecars_secret_is_a_file_only_the_agents_user_reads_and_is_rem
         assert "s3cret" not in " ".join(car.argv)
         await s.converge([])
         assert not key.exists(), "the secret outlived the sidecar"
+
+
+async def test_an_engine_that_gives_up_past_its_restart_limit_stops_its_sidecars(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    (rec / "sidecar.py").write_text(SIDECAR)
+    (rec / "go").touch()
+
+    def exits(s: ShardSpec, ports: Loopback) -> tuple[Launch | None, str]:
+        return Launch(argv=[sys.executable, "-c", "import sys; print('engine: out of memory'); sys.exit(1)"],
+                      serves_http=True), ""
+
+    s = Supervisor(FakeClock(), tmp_path / "state", "127.0.0.1", exits, restart=RestartPolicy(limit=0))
+    try:
+        await s.converge([shard(free_port(), rec, "serve")])
+        st = await await_until(lambda: _state_is(s, "failed"), DEADLINE_S, lambda: f"the shard failed: {s.states()}")
+        assert st.reason == Reason.EngineExited, st
+        assert (rec / "sidecar.stopped").exists(), "a failed shard's sidecar was left running"
+        assert list((tmp_path / "state").glob("*.run")) == [], "its run file outlived it"
+    finally:
+        await s.close()
+        pid = int((rec / "sidecar.pid").read_text() or 0) if (rec / "sidecar.pid").exists() else 0
+        if pid and _alive(pid):
+            os.kill(pid, 9)
+
+
+# A sidecar that takes connections and never answers one: its HTTP readiness probe waits out PROBE_S.
+SILENT = textwrap.dedent("""
+    import os, socket, sys
+    s = socket.socket()
+    s.bind(("127.0.0.1", int(os.environ["LLMGW_SIDECAR_PORT"])))
+    s.listen(64)
+    open(sys.argv[1], "w").write(str(os.getpid()))
+    held = []
+    while True:
+        held.append(s.accept()[0])
+""")
+
+
+async def test_sidecars_that_never_answer_hold_a_tick_one_probe_long_not_one_per_shard(tmp_path: Path) -> None:
+    (tmp_path / "silent.py").write_text(SILENT)
+    shards = 5
+
+    def spec(i: int) -> ShardSpec:
+        car = SidecarSpec(name="tok", argv=[sys.executable, str(tmp_path / "silent.py"), str(tmp_path / f"up{i}")],
+                          port=True, ready="http", ready_path="/ready", ready_timeout=600.0)
+        return ShardSpec(replica_id=f"r{i}", model="m", engine="sim", source="org/m", rank=0, world_size=1,
+                         serve_port=free_port(), sidecars=[car])
+
+    def never(s: ShardSpec, ports: Loopback) -> tuple[Launch | None, str]:
+        return Launch(argv=[sys.executable, "-c", "raise SystemExit('the engine started')"], serves_http=True), ""
+
+    s = Supervisor(FakeClock(), tmp_path / "state", "127.0.0.1", never)
+    try:
+        await s.converge([spec(i) for i in range(shards)])
+        await await_until(lambda: all((tmp_path / f"up{i}").exists() for i in range(shards)), DEADLINE_S,
+                          "every sidecar listening")
+        began = time.monotonic()
+        await s.tick()
+        took = time.monotonic() - began
+        assert all(st.reason == Reason.SidecarsStarting for st in s.states()), s.states()
+        # probed one after another, the tick (and the heartbeat behind it) waits PROBE_S per shard
+        assert took < 3 * sidecars.PROBE_S, f"one tick took {took:.1f}s for {shards} silent sidecars"
+    finally:
+        await s.close()
+
+
+async def test_a_sidecar_that_cannot_be_started_fails_its_shard_and_not_the_agents_pass(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    bad = SidecarSpec(name="bad", argv=[sys.executable, "-c", "pass", "a\x00b"])  # exec refuses a NUL
+    broken = ShardSpec(replica_id="r0", model="m", engine="sim", source="org/m", rank=0, world_size=1,
+                       serve_port=free_port(), sidecars=[bad])
+    async with supervising(tmp_path, rec) as s:
+        (rec / "go").touch()
+        await s.converge([broken, shard(free_port(), rec, "serve")])  # a tick: it must not raise
+        st = s.states()[0]
+        assert (st.state, st.reason) == ("failed", Reason.SidecarFailed), st
+        assert st.message.startswith("cannot start sidecar bad"), st.message
+
+
+        async def the_other_ready() -> bool:
+            await s.tick()
+            return s.states()[1].state == "ready"
+        await await_until(the_other_ready, DEADLINE_S, lambda: f"the other shard ready: {s.states()}")
+
+
+# A sidecar whose main process spawns a child in its group (a server) that shrugs off SIGTERM, then exits (mode
+# "exit") or stays until stopped (mode "stay").
+FORKS = textwrap.dedent("""
+    import os, subprocess, sys, time
+    child = os.path.join(sys.argv[1], "child.pid")
+    code = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)")
+    subprocess.Popen([sys.executable, "-c", code, child])
+    while not os.path.exists(child) or not open(child).read():
+        time.sleep(0.02)
+    if sys.argv[2] == "stay":
+        time.sleep(600)
+    sys.exit(3)
+""")
+
+
+def _forks(rec: Path, mode: str) -> ShardSpec:
+    (rec / "forks.py").write_text(FORKS)
+    car = SidecarSpec(name="forks", argv=[sys.executable, str(rec / "forks.py"), str(rec), mode])
+    return ShardSpec(replica_id="r1", model="m", engine="sim", source="org/m", rank=0, world_size=1,
+                     serve_port=free_port(), sidecars=[car])
+
+
+async def _child_stopped(rec: Path) -> None:
+    child = int((rec / "child.pid").read_text())
+    try:
+        await await_until(lambda: not _alive(child), DEADLINE_S, "what the sidecar left behind stopped")
+    finally:
+        if _alive(child):
+            os.kill(child, 9)
+
+
+async def test_what_an_exited_sidecar_left_in_its_group_is_stopped_with_it(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    async with supervising(tmp_path, rec, restart=RestartPolicy(limit=0)) as s:
+        await s.converge([_forks(rec, "exit")])
+        st = await await_until(lambda: _state_is(s, "failed"), DEADLINE_S, lambda: f"the shard failed: {s.states()}")
+        assert st.reason == Reason.SidecarFailed, st
+        await _child_stopped(rec)
+
+
+async def test_a_sidecars_stop_reaches_what_outlives_its_main_process(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    async with supervising(tmp_path, rec) as s:
+        await s.converge([_forks(rec, "stay")])
+        await await_until(lambda: (rec / "child.pid").exists() and (rec / "child.pid").read_text(), DEADLINE_S,
+                          "the sidecar's child started")
+        await s.converge([])
+        await _child_stopped(rec)

@@ -42,6 +42,7 @@ class Sidecar:
     started_at: float = 0.0  # the clock's monotonic time of its start
     ready: bool = False
     words: str = ""  # why it is not ready, as the last probe found
+    who: str = ""  # its process's identity (adopt.identity) at its start: its pid may later name another
 
     def path(self, suffix: str) -> Path:
         return self.stem.with_name(self.stem.name + suffix)
@@ -107,6 +108,7 @@ class Sidecars:
         the shard fails."""
         for c in self.members:
             if c.proc is None or c.exited():
+                _leftovers(c)  # a child of the last one would hold its port
                 why = await self._start(c, now)
                 if why:
                     return Failed(why)
@@ -144,13 +146,14 @@ class Sidecars:
             c.proc = await asyncio.create_subprocess_exec(
                 *argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True)  # its own process group: a stop reaches its children too
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: a NUL in its argv or env, which exec cannot pass
             c.proc = None
-            return f"cannot start sidecar {c.spec.name} ({argv[0]}): {e.strerror}"
+            return f"cannot start sidecar {c.spec.name} ({argv[0]!r}): {e.strerror if isinstance(e, OSError) else e}"
         finally:
             log.close()
         c.started_at, c.ready, c.words = now, not c.spec.ready, "not yet probed"
-        c.path(RUN_SUFFIX).write_text(f"{c.proc.pid} {identity(c.proc.pid)} {c.port}\n")
+        c.who = identity(c.proc.pid)
+        c.path(RUN_SUFFIX).write_text(f"{c.proc.pid} {c.who} {c.port}\n")
         return ""
 
     async def stop(self, grace: float = STOP_GRACE_S) -> None:
@@ -178,6 +181,7 @@ async def _probe(c: Sidecar, http: aiohttp.ClientSession) -> None:
 
 
 async def _stop(c: Sidecar, grace: float) -> None:
+    _leftovers(c)
     p = c.proc
     if p is not None and p.returncode is None:
         _signal_group(p.pid, signal.SIGTERM)
@@ -186,9 +190,18 @@ async def _stop(c: Sidecar, grace: float) -> None:
         except TimeoutError:
             _signal_group(p.pid, signal.SIGKILL)
             await p.wait()
-    c.ready = False
+    _leftovers(c)  # its children, when it went without them
+    c.proc, c.ready = None, False  # its pid is no longer ours to signal
     c.path(RUN_SUFFIX).unlink(missing_ok=True)
     c.path(".key").unlink(missing_ok=True)
+
+
+def _leftovers(c: Sidecar) -> None:
+    """Kill what an exited sidecar left in its process group (a server it spawned), unless its pid now names another
+    process: while any of the group lives, the kernel gives no new process that number."""
+    p = c.proc
+    if p is not None and p.returncode is not None and identity(p.pid) in ("", c.who):
+        _signal_group(p.pid, signal.SIGKILL)
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -210,6 +223,7 @@ def adopt(spec: ShardSpec, log_path: Path) -> tuple[bool, Sidecars | None]:
         if not pid:
             return False, None
         c.proc, c.port, c.ready = AdoptedProcess(pid), port, True
+        c.who = c.proc.who
         members.append(c)
     return True, Sidecars(members, spec.api_key)
 

@@ -188,13 +188,16 @@ class Supervisor:
                     f"exited with code {p.returncode}")
                 sp.lost_peer = sp.launch.peer_lost(words, sp.spec.world_size)
                 if self._exited(sp, now, how + (f": {words}" if words else ""), Reason.EngineExited):
+                    if sp.sidecars is not None:  # given up: nothing will use them until the shard is placed again
+                        await sp.sidecars.stop()
                     continue
             # ("starting" with no engine yet: waiting for its sidecars)
             if sp.state == "pending" or (sp.state == "exited" and now >= sp.next_start) or (
                     sp.state == "starting" and sp.proc is None):
                 if sp.state == "exited":
                     sp.restarts += 1
-                if sp.sidecars is not None and not await sidecar_wait.ready(sp, now, self._http()):
+                if sp.sidecars is not None:  # probed beside every other shard: a silent one costs a tick PROBE_S once
+                    probes.append(self._start_after_sidecars(sp, now))
                     continue
                 await sp.start()
             if sp.launch.sleep is not None and sp.proc is not None and sp.proc.returncode is None:
@@ -208,6 +211,14 @@ class Supervisor:
         if not starting_only:  # a ready engine's gauges were read just now: whether it is idle is known
             for sp in self.shards.values():
                 self._liveness(sp, now)
+
+    async def _start_after_sidecars(self, sp: ShardProcess, now: float) -> None:
+        """Start the engine once every sidecar is ready, and probe it at once, as tick does an engine it starts."""
+        assert sp.launch is not None
+        if await sidecar_wait.ready(sp, now, self._http()):
+            await sp.start()
+            if sp.state == "starting" and sp.launch.serves_http:
+                await self._probe(sp)
 
     def _exited(self, sp: ShardProcess, now: float, words: str, reason: Reason) -> bool:
         """The shard's engine exited (or was stopped for a sidecar that did): restarted after a delay, or, past the
