@@ -153,7 +153,7 @@ class Sidecars:
             log.close()
         c.started_at, c.ready, c.words = now, not c.spec.ready, "not yet probed"
         c.who = identity(c.proc.pid)
-        c.path(RUN_SUFFIX).write_text(f"{c.proc.pid} {c.who} {c.port}\n")
+        write_private(c.path(RUN_SUFFIX), f"{c.proc.pid} {c.who} {c.port}\n")  # whole or not at all
         return ""
 
     async def stop(self, grace: float = STOP_GRACE_S) -> None:
