@@ -67,6 +67,11 @@ class Failed:
 Step = Waiting | Failed | None  # None: every sidecar is ready
 
 
+def ports_wanted(spec: ShardSpec) -> int:
+    """How many loopback ports the shard's sidecars listen on."""
+    return sum(1 for s in spec.sidecars if s.port)
+
+
 class Sidecars:
     """The sidecars of one shard, with the loopback ports picked for them (kept across restarts: the engine is told
     them once, in its environment and its arguments)."""
@@ -76,11 +81,12 @@ class Sidecars:
         self._secret = secret
 
     @classmethod
-    def of(cls, spec: ShardSpec, log_path: Path) -> Sidecars | None:
-        """The shard's sidecars, ports picked (None: it has none)."""
+    def of(cls, spec: ShardSpec, log_path: Path, picked: list[int] | None = None) -> Sidecars | None:
+        """The shard's sidecars, with the ports `picked` for them (ports_wanted(spec) of them, chosen in one call
+        with the engine's so that none repeats one of those) or picked here (None: it has none)."""
         if not spec.sidecars:
             return None
-        ports = iter(loopback_ports(sum(s.port for s in spec.sidecars)))
+        ports = iter(picked if picked is not None else loopback_ports(ports_wanted(spec)))
         return cls([Sidecar(s, _stem(log_path, s.name), next(ports) if s.port else 0) for s in spec.sidecars],
                    spec.api_key)
 

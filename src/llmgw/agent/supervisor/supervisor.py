@@ -110,10 +110,12 @@ class Supervisor:
         for key, spec in want.items():
             if key not in self.shards:
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
-                picked = loopback_ports(1 + (spec.world_size if spec.world_size > 1 else 0))
+                # the engine's, its peers' and its sidecars' ports in one call: the kernel repeats none of them
+                peers = spec.world_size if spec.world_size > 1 else 0
+                picked = loopback_ports(1 + peers + sidecars.ports_wanted(spec))
                 sp = ShardProcess(spec=spec, launch=None, log_path=log, host=self.host, tls=self.tls,
-                                  ports=Loopback(engine=picked[0], peers=tuple(picked[1:])),
-                                  sidecars=sidecars.Sidecars.of(spec, log))
+                                  ports=Loopback(engine=picked[0], peers=tuple(picked[1:1 + peers])),
+                                  sidecars=sidecars.Sidecars.of(spec, log, picked[1 + peers:]))
                 self._prepare(sp)
                 self.shards[key] = sp
         await self.tick()
