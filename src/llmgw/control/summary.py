@@ -18,6 +18,7 @@ from llmgw.api.model_weights import ModelWeights, model_weights, weights_trouble
 from llmgw.api.stats import RouterStats
 from llmgw.api.views import NodeRow, node_row
 from llmgw.config.server import ModelSpec
+from llmgw.control.ready_times import ReadyTime
 from llmgw.core.conditions import Condition
 from llmgw.core.reasons import Reason
 from llmgw.reconcile import scaling
@@ -109,6 +110,7 @@ class Summary(BaseModel):
     usage: list[UsageLine]
     requests: RouterStats = RouterStats()  # what the routers measured, per model (counts and histograms)
     adapters: list[AdapterLine] = []  # the catalog's LoRA adapters and the ready replicas serving each
+    ready_times: list[ReadyTime] = []  # each way to ready (wake, load) as measured (control/ready_times.py)
     # /api/status gives the node lines a page at a time: where this page starts (name order), how many it leaves out
     nodes_from: int = 0
     nodes_not_shown: int = 0
