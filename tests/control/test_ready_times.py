@@ -3,8 +3,11 @@ bounded in keys, shown on /api/status's summary and /metrics as llmgw_ready_seco
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from llmgw.control import ready_times
 from llmgw.control.ready_times import ReadyTimes
+from llmgw.control.status import StatusJson, summary_of
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.explanation import Explanation
 from llmgw.core.reasons import Reason
@@ -14,6 +17,7 @@ from llmgw.reconcile.world import World
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from tests.clusters import model, node
 from tests.control.test_metrics_families import known, samples, v
+from tests.harness import plane_in
 
 A = ShardAssignment(rank=0, node_id="n1", address="10.0.0.1", gpus=[0, 1, 2, 3])
 
@@ -72,3 +76,11 @@ def test_the_estimates_are_on_metrics_per_model_engine_class_and_way() -> None:
     s.ready_times = t.lines()
     out = samples(s)
     assert v(out, "llmgw_ready_seconds", model="m", engine="sim", gpu_class="H100-80G", way="load_held") == 12.0
+
+
+async def test_the_plane_s_estimates_are_on_its_status(tmp_path: Path) -> None:
+    p = plane_in(tmp_path)
+    placed_then_ready(p.ready_times, 100.0, 7.0)
+    data = StatusJson().data(await summary_of(p.status()))
+    assert data["ready_times"] == [{"model": "m", "engine": "sim", "gpu_class": "H100-80G", "way": "load_held",
+                                    "seconds": 7.0, "samples": 1, "at": 107.0}]
