@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from prometheus_client.core import GaugeMetricFamily
-from pydantic import BaseModel
 
+from llmgw.api.views import ReadyTime
 from llmgw.reconcile.fastest import Key, load_key, wake_key
 from llmgw.reconcile.intents import Intent, Place
 from llmgw.reconcile.sleep_intents import Wake
@@ -22,18 +22,6 @@ from llmgw.records.state import ReplicaRecord
 ALPHA = 0.3  # the weight of the newest measurement
 MAX_KEYS = 1024
 MAX_SECONDS = 24 * 3600.0  # a replica longer than this on its way (a stalled fetch) teaches nothing
-
-
-class ReadyTime(BaseModel):
-    """One estimate, as /api/status and /metrics show it."""
-
-    model: str
-    engine: str
-    gpu_class: str
-    way: str  # wake, wake2, load_held, load_fetch (reconcile/fastest.py)
-    seconds: float
-    samples: int
-    at: float  # when last measured
 
 
 class ReadyTimes:

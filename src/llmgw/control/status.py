@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmgw.api.views import ReadyTime
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity import Activity
 from llmgw.control.credentials import Credentials
 from llmgw.control.passes import Passes
-from llmgw.control.ready_times import ReadyTime
 from llmgw.control.registry import Registry
 from llmgw.control.storage import Storage
 from llmgw.control.summary import DAY, Demand, NodeLine, ReplicaLine, ReplicaLines, Summary, summarize

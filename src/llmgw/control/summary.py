@@ -1,8 +1,7 @@
 """One computation of what the cluster holds; ctl status, the dashboard, the API and the metrics all read it.
 
 Pure: records, the catalog and what the routers measured go in, a Summary comes out. Nothing here reads the store
-or the clock: the caller passes usage (from the store's running aggregates, never a scan of every request) and now.
-"""
+or the clock: the caller passes usage (from the store's running aggregates, never a scan of every request) and now."""
 
 from __future__ import annotations
 
@@ -16,9 +15,8 @@ from pydantic import BaseModel, Field
 from llmgw.api.adapter_lines import AdapterLine, adapter_lines
 from llmgw.api.model_weights import ModelWeights, model_weights, weights_trouble
 from llmgw.api.stats import RouterStats
-from llmgw.api.views import NodeRow, node_row
+from llmgw.api.views import NodeRow, ReadyTime, node_row
 from llmgw.config.server import ModelSpec
-from llmgw.control.ready_times import ReadyTime
 from llmgw.core.conditions import Condition
 from llmgw.core.reasons import Reason
 from llmgw.reconcile import scaling
