@@ -64,6 +64,8 @@ OWNERS = {
     "control/limit_counters.py": {"limit_counters"},
     "control/usage_totals.py": {"usage"},
     "control/watch.py": {"watch"},
+    "control/ready_times.py": {"ready_times"},
+    "control/sleep_refusals.py": {"sleep_refusals", "refusals"},
 }
 MUTATORS = {"pop", "update", "clear", "setdefault", "append", "add", "remove", "discard", "popitem", "extend",
             "insert"}

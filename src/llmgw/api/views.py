@@ -1,4 +1,4 @@
-"""Rows for people: what ctl and the API show about nodes. Derived from records, never stored."""
+"""Rows for people: what ctl and the API show about nodes (and measured ways to ready). Derived, never stored."""
 
 from __future__ import annotations
 
@@ -105,3 +105,15 @@ def node_row(n: NodeRecord, heard: float | None = None) -> NodeRow:
         fetches=r.fetches,
         engine_builds=r.engines,
     )
+
+
+class ReadyTime(BaseModel):
+    """One estimate, as /api/status and /metrics show it."""
+
+    model: str
+    engine: str
+    gpu_class: str
+    way: str  # wake, wake2, load_held, load_fetch (reconcile/fastest.py)
+    seconds: float
+    samples: int
+    at: float  # when last measured

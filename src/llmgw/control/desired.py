@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from llmgw.config.engines import SLEEPS, TAKES_SPEED_FLAGS
 from llmgw.config.server import ModelSpec
 from llmgw.records.state import ReplicaRecord
@@ -26,7 +28,7 @@ def draining(replicas: list[ReplicaRecord], in_flight: dict[str, int], now: floa
 def desired_for(
     node_id: str, replicas: list[ReplicaRecord], models: dict[str, ModelSpec], engines: list[str],
     interval: float, sources: list[EngineSource] | None = None, weights: dict[str, WeightsPlan] | None = None,
-    drain: set[str] | None = None,
+    drain: set[str] | None = None, no_sleep: Mapping[tuple[str, str], str] | None = None,
 ) -> DesiredState:
     shards: list[ShardSpec] = []
     for r in replicas:
@@ -38,6 +40,8 @@ def desired_for(
         leader = r.assignments[0]
         peers = [a.address for a in r.assignments]
         peer_ports = [a.worker_port or 0 for a in r.assignments]
+        # an engine that refused sleep mode on this node starts there without it (control/sleep_refusals.py)
+        sleeps = spec.sleep is not None and spec.engine in SLEEPS and (node_id, spec.engine) not in (no_sleep or {})
         for a in r.assignments:
             if a.node_id != node_id:
                 continue
@@ -62,8 +66,8 @@ def desired_for(
                     sidecars=[c.spec() for c in spec.sidecars],
                     adapters=[AdapterSpec(name=x.name, source=x.source, weights=(weights or {}).get(x.source))
                               for x in spec.adapters],
-                    can_sleep=spec.sleep is not None and spec.engine in SLEEPS,
-                    sleep=r.sleep_level if spec.sleep is not None and spec.engine in SLEEPS else 0,
+                    can_sleep=sleeps,
+                    sleep=r.sleep_level if sleeps else 0,
                 )
             )
     return DesiredState(node_id=node_id, shards=shards, engines=engines, engine_sources=sources or [],

@@ -16,6 +16,7 @@ from llmgw.control.desired import desired_for, draining
 from llmgw.control.hub_models import HubModels
 from llmgw.control.leases import Held, Leases, Renewal, drains_here
 from llmgw.control.registry import Registry, merge_report
+from llmgw.control.sleep_refusals import SleepRefusals
 from llmgw.control.storage import Storage
 from llmgw.control.weights import Leaders, plans_for, prune
 from llmgw.core.buckets import Buckets
@@ -52,7 +53,8 @@ def led_here(node_id: str, shards: list[ShardState] | list[ShardLoad],
 
 class Heartbeats:
     def __init__(self, cfg: ServerConfig, storage: Storage, registry: Registry, activity: Activity,
-                 credentials: Credentials, kick: asyncio.Event, hub: HubModels) -> None:
+                 credentials: Credentials, kick: asyncio.Event, hub: HubModels,
+                 refusals: SleepRefusals | None = None) -> None:
         self.cfg = cfg
         self.clock = storage.clock
         self._engine_names, self._engine_sources = cfg.engine_names(), cfg.engine_sources()
@@ -62,6 +64,7 @@ class Heartbeats:
         self._credentials = credentials
         self._kick = kick
         self._hub = hub
+        self._refusals = refusals or SleepRefusals()  # read: where an engine starts without sleep mode
         # who fetches each remote file from its origin, per fabric (control/weights.py); soft state: after a
         # restart it is read again from what the nodes report fetching
         self.fetch_leaders: Leaders = {}
@@ -154,7 +157,7 @@ class Heartbeats:
             else set()
         desired = desired_for(
             node_id, replicas, models, self._engine_names, self.cfg.heartbeat_interval,
-            self._engine_sources, plans, drain,
+            self._engine_sources, plans, drain, self._refusals.known(),
         )
         desired.revoked = self._credentials.revoked()
         # the versions as they are now, after this derivation moved the fetch leaders (its own choice is in it)

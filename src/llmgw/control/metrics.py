@@ -19,6 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from llmgw.api.stats import BUCKETS, Histogram
+from llmgw.control.ready_times import ready_family
 from llmgw.control.summary import NodeLine, ReplicaLine, Summary
 from llmgw.core.conditions import ConditionType, Status
 
@@ -49,7 +50,7 @@ FAMILIES = frozenset({
     "llmgw_completion_tokens_total", "llmgw_token_overruns_total", "llmgw_requests_in_flight",
     "llmgw_model_loads_total", "llmgw_evictions_total", "llmgw_preemptions_total",
     "llmgw_scale_events_total", "llmgw_store_writes_queued", "llmgw_store_unreachable_seconds",
-    "llmgw_usage_unflushed",
+    "llmgw_usage_unflushed", "llmgw_ready_seconds",
     *(name for name, _ in HISTOGRAMS.values()),
 })
 
@@ -79,6 +80,7 @@ class SummaryCollector(Collector):
         yield from self._models(s)
         yield from requests_families(s)
         yield adapter_family(s)
+        yield ready_family(s.ready_times)
         if self.replica_counts is not None:
             yield from replica_events(self.replica_counts())
 

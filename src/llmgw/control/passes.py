@@ -10,7 +10,9 @@ from llmgw.config.server import ServerConfig
 from llmgw.control.activity import Activity
 from llmgw.control.hub_models import HubModels
 from llmgw.control.leadership import Leadership
+from llmgw.control.ready_times import ReadyTimes
 from llmgw.control.registry import Registry
+from llmgw.control.sleep_refusals import SleepRefusals
 from llmgw.control.storage import Storage
 from llmgw.reconcile.intents import Intent
 from llmgw.reconcile.reconcile import reconcile
@@ -21,7 +23,8 @@ STALL_AFTER = 5.0  # seconds between passes beyond which the control plane count
 
 class Passes:
     def __init__(self, cfg: ServerConfig, storage: Storage, timings: Timings, leadership: Leadership,
-                 registry: Registry, activity: Activity, kick: asyncio.Event, hub: HubModels) -> None:
+                 registry: Registry, activity: Activity, kick: asyncio.Event, hub: HubModels,
+                 ready_times: ReadyTimes | None = None, refusals: SleepRefusals | None = None) -> None:
         self.cfg = cfg
         self.clock = storage.clock
         self.timings = timings
@@ -30,6 +33,8 @@ class Passes:
         self._registry = registry
         self._activity = activity
         self._hub = hub
+        self._ready_times = ready_times or ReadyTimes()  # each way to ready measured, as the passes see it
+        self._refusals = refusals or SleepRefusals()  # nodes where an engine refused sleep mode
         # set when a pass is worth running before the next interval: a request asks for a model not loaded, or a
         # node reports a shard ready or gone (a cold start waits on both)
         self.kick = kick
@@ -60,6 +65,8 @@ class Passes:
             resumed_at=reg.resumed_at,
             scale_timers=dict(reg.scale_timers),
             seen=dict(reg.seen),
+            ready_times=self._ready_times.seconds(),
+            no_sleep=self._refusals.known(),
         )
 
     def reconcile_once(self) -> list[Intent]:
@@ -70,8 +77,12 @@ class Passes:
             self.done += 1  # what it shows is what it knows
             return []
         self._notice_stall()
-        intents = reconcile(self.world())
+        w = self.world()
+        intents = reconcile(w)
         self._registry.apply(intents)
+        self._ready_times.saw(w, intents, self._registry.replicas)
+        for node, words in self._refusals.learn(w, intents):
+            self._storage.event("node", node, words)
         self._registry.persist_nodes()
         self.done += 1
         return intents

@@ -11,6 +11,8 @@ changes go through that owner's named operations:
 - following (control/following.py): the lease, following the shared store, sharing activity, budgets read again.
 - limit_counters (control/limit_counters.py) and usage (control/usage_totals.py): keys' counters and usage totals.
 - hub_models (control/hub_models.py): each hf:// model's resolution to a commit and its files, or why none.
+- ready_times (control/ready_times.py): how long each way to ready (a wake, a load) took, per model and GPU class.
+- sleep_refusals (control/sleep_refusals.py): nodes where an engine refused sleep mode, so it runs there without.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.liveness import liveness_for
 from llmgw.control.metrics import Gauges
 from llmgw.control.passes import Passes
+from llmgw.control.ready_times import ReadyTimes
 from llmgw.control.registry import Registry, revoke_node
+from llmgw.control.sleep_refusals import SleepRefusals
 from llmgw.control.status import Status
 from llmgw.control.storage import Storage
 from llmgw.control.summary import DAY
@@ -78,10 +82,12 @@ class ControlPlane:
         self.credentials = Credentials(self.storage, self.limit_counters)
         self.registry = Registry(self.storage, self.leadership, self.activity, models, kick)
         self.hub_models = HubModels(cfg.hub, clock, resolver or hub_resolve, store)
+        self.sleep_refusals = SleepRefusals()  # nodes where an engine refused sleep mode: it runs there without
         self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick,
-                                     self.hub_models)
+                                     self.hub_models, self.sleep_refusals)
+        self.ready_times = ReadyTimes()  # each way to ready (wake, load) measured per model, engine, GPU class
         self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick,
-                             self.hub_models)
+                             self.hub_models, self.ready_times, self.sleep_refusals)
         self.following = Following(self.storage, self.leadership, self.registry, self.credentials, self.activity,
                                    self.limit_counters,
                                    liveness_for(cfg.reconcile_interval, cfg.heartbeat_interval, cfg.node_lost_after))
@@ -117,7 +123,7 @@ class ControlPlane:
     def status(self) -> Status:
         """The owners the summary (management API, dashboard, metrics) is read from."""
         return Status(self.registry, self.activity, self.credentials, self.storage, self.usage, self.passes,
-                      hub=lambda: self.hub_models.states)
+                      hub=lambda: self.hub_models.states, ready_times=self.ready_times.lines)
 
     async def revoke(self, node_id: str, serial: str, reason: str) -> str:
         """Cut a node off (serial "") or one of its certificates. Takes effect at its next heartbeat; revoking the

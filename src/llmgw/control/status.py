@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmgw.api.views import ReadyTime
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity import Activity
 from llmgw.control.credentials import Credentials
@@ -38,6 +39,7 @@ class Status:
     passes: Passes
     hub: HubStates = no_hub  # model name -> its hub source's state (the owner resolving hub sources keeps it)
     replica_lines: ReplicaLines = field(default_factory=ReplicaLines)  # each replica's line, kept per record
+    ready_times: Callable[[], list[ReadyTime]] = list  # each way to ready as measured (control/ready_times.py)
 
 
 async def summary_of(s: Status) -> Summary:
@@ -49,7 +51,7 @@ async def summary_of(s: Status) -> Summary:
         except StoreError:  # the store is out: the names known before do (the view and the scrape go on)
             names = s.credentials.known_key_names()
     reg, act = s.registry, s.activity
-    return summarize(
+    out = summarize(
         list(reg.nodes.values()),
         list(reg.replicas.values()),
         s.usage.totals(),  # kept in memory as usage is recorded: no store read on a page view or a scrape
@@ -66,6 +68,8 @@ async def summary_of(s: Status) -> Summary:
         hub=s.hub(),
         replica_lines=s.replica_lines,
     )
+    out.ready_times = s.ready_times()
+    return out
 
 
 def sources_of(models: dict[str, ModelSpec]) -> dict[str, list[str]]:

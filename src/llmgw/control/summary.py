@@ -1,8 +1,7 @@
 """One computation of what the cluster holds; ctl status, the dashboard, the API and the metrics all read it.
 
 Pure: records, the catalog and what the routers measured go in, a Summary comes out. Nothing here reads the store
-or the clock: the caller passes usage (from the store's running aggregates, never a scan of every request) and now.
-"""
+or the clock: the caller passes usage (from the store's running aggregates, never a scan of every request) and now."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from pydantic import BaseModel, Field
 from llmgw.api.adapter_lines import AdapterLine, adapter_lines
 from llmgw.api.model_weights import ModelWeights, model_weights, weights_trouble
 from llmgw.api.stats import RouterStats
-from llmgw.api.views import NodeRow, node_row
+from llmgw.api.views import NodeRow, ReadyTime, node_row
 from llmgw.config.server import ModelSpec
 from llmgw.core.conditions import Condition
 from llmgw.core.reasons import Reason
@@ -109,6 +108,7 @@ class Summary(BaseModel):
     usage: list[UsageLine]
     requests: RouterStats = RouterStats()  # what the routers measured, per model (counts and histograms)
     adapters: list[AdapterLine] = []  # the catalog's LoRA adapters and the ready replicas serving each
+    ready_times: list[ReadyTime] = []  # each way to ready (wake, load) as measured (control/ready_times.py)
     # /api/status gives the node lines a page at a time: where this page starts (name order), how many it leaves out
     nodes_from: int = 0
     nodes_not_shown: int = 0

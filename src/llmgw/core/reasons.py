@@ -88,6 +88,9 @@ class Reason(StrEnum):
     # sleep (wire/serving.py)
     Sleeping = "Sleeping"  # idle: its engine sleeps, its GPUs are free; the first request wakes it
     SleepFailed = "SleepFailed"  # its engine could not sleep (GPU memory not freed) or wake: it is stopped instead
+    # its engine refused to start able to sleep on this node (vLLM's CPU build): it runs there without, in its words
+    SleepUnsupported = "SleepUnsupported"
+    FasterToLoad = "FasterToLoad"  # a sleeper stopped: a load elsewhere is measured faster than its wake
     # sidecars (wire/serving.py)
     SidecarFailed = "SidecarFailed"  # a sidecar exited or never became ready: the shard fails with its words
     SidecarsStarting = "SidecarsStarting"  # the engine waits for its sidecars to be ready (which, for how long)

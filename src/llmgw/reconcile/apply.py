@@ -203,6 +203,8 @@ def _event(before: ReplicaRecord | None, i: ReplicaIntent, r: ReplicaRecord) -> 
                 return f"replica {r.id} stopping: model {r.model} removed from the catalog"
             if i.reason == Reason.Idle:
                 return f"{of} stopping: idle for {i.words}"
+            if i.reason == Reason.FasterToLoad:
+                return f"{of} stopping: {i.words}"
             return f"{of} stopping: scaled down ({stop_message(r.model, i.reason, i.words)})"
         case Evict():
             return f"{of} evicted: {EVICTED_FOR}{i.for_model}"

@@ -19,7 +19,7 @@ from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, place, reservations
 from llmgw.placement.snapshot import build_snapshot
-from llmgw.reconcile import sleeping
+from llmgw.reconcile import fastest, sleeping
 from llmgw.reconcile.eviction import victim
 from llmgw.reconcile.intents import (
     Add,
@@ -195,6 +195,10 @@ def _scale(p: Pass, name: str, spec: ModelSpec, taken: set[str]) -> None:
         asleep = [r for r in active if r.sleep_level]
         awake = _stop_idle(p, spec, [r for r in active if not r.sleep_level], demanded)
         held = sleeping.held_gpus(p.current) if asleep else {}
+        if demanded and not awake:  # the fastest way to ready: a sleeper's wake, or a load measured faster
+            for faster in fastest.instead_of_waking(w, p.by_id, p.current, spec, asleep, held):
+                p.do(faster)
+            asleep = [r for r in asleep if p.current[r.id].stop is None]
         for i in sleeping.keep_asleep(w, spec, asleep, len(awake), demanded, held):
             p.do(i)
         active = [r for r in active if r.id in p.current and p.current[r.id].stop is None]

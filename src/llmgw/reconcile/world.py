@@ -54,6 +54,10 @@ class World:
     # node id -> when it was last heard from (a lease renewal or a report; the later of this and its record's
     # last_seen counts): renewals update no record (wire/lease.py)
     seen: dict[str, float] = field(default_factory=dict)
+    # (model, engine, GPU class, way) -> seconds from placed or woken to ready, as measured (reconcile/fastest.py)
+    ready_times: Mapping[tuple[str, str, str, str], float] = field(default_factory=dict)
+    # (node, engine) -> its words: the engine refused sleep mode there, and runs there without (reconcile/sleeping.py)
+    no_sleep: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
     def heard(self, n: NodeRecord) -> float:
         return max(n.last_seen, self.seen.get(n.id, 0.0))

@@ -96,6 +96,17 @@ class Launch:
     # that went. "": it does not say
     lost_peer: str = ""
     sleep: SleepControl | None = None  # None: this engine, as launched, cannot sleep
+    # how the engine says it refuses the way it was started, so restarting it the same way cannot help: (a regular
+    # expression over its last log lines, the reason code the shard then fails with at once)
+    refusals: tuple[tuple[str, str], ...] = ()
+
+    def refused(self, words: str) -> tuple[str, str]:
+        """(the reason code, the line that says it) of the first refusal its last words hold; ("", "") for none."""
+        for pattern, code in self.refusals:
+            line = next((ln.strip() for ln in words.splitlines() if re.search(pattern, ln)), None)
+            if line is not None:
+                return code, line[:500]
+        return "", ""
 
     def peer_lost(self, words: str, world_size: int) -> int | None:
         """The rank whose going the engine gave as why it ended, from its last words; None: not said."""

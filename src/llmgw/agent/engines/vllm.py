@@ -13,6 +13,7 @@ from llmgw.agent.engines.base import (
     nccl_env,
 )
 from llmgw.agent.engines.gauges import Gauges
+from llmgw.core.reasons import Reason
 from llmgw.wire.messages import ShardSpec
 
 # the API server's /metrics, one sample per model_name and engine (data-parallel rank). The KV cache gauge is a
@@ -23,6 +24,9 @@ GAUGES = Gauges(running=("vllm:num_requests_running",), waiting=("vllm:num_reque
 # vLLM's /is_sleeping says only whether it sleeps, not what it still holds: its word is taken (NVML's per-process
 # memory would tell, and is not read)
 SLEEP = SleepControl()
+# what vLLM says, and exits, when started with --enable-sleep-mode on a platform without it (its CPU build: the check
+# in vllm/config/model.py, raised as a ValueError inside its config's validation): the shard fails at once with it
+SLEEP_REFUSED = (r"Sleep mode is not supported on current platform", Reason.SleepUnsupported.value)
 
 
 MAX_GPU_LORAS = 4  # adapters in one batch, on the GPU (vLLM swaps the others in from host memory, least recent out)
@@ -99,7 +103,8 @@ class VLLM:
             # router and the agent reach them, with the engine's key
             env["VLLM_SERVER_DEV_MODE"] = "1"
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
-                      gauges=GAUGES, http_port=port, sleep=SLEEP if spec.can_sleep and spec.rank == 0 else None)
+                      gauges=GAUGES, http_port=port, sleep=SLEEP if spec.can_sleep and spec.rank == 0 else None,
+                      refusals=(SLEEP_REFUSED,) if spec.can_sleep else ())
 
     def flags(self) -> list[str]:
         return [

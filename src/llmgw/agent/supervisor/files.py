@@ -8,7 +8,7 @@ from pathlib import Path
 LOG_TAIL_BYTES = 4096
 
 
-def log_tail(path: Path, lines: int = 3) -> str:
+def log_tail(path: Path, lines: int = 3, sep: str = " | ") -> str:
     """The last words a process wrote: the machine's own reason for an exit."""
     try:
         with path.open("rb") as f:
@@ -19,7 +19,7 @@ def log_tail(path: Path, lines: int = 3) -> str:
     except OSError:
         return ""
     kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return " | ".join(kept[-lines:])
+    return sep.join(kept[-lines:])
 
 
 def write_private(path: Path, content: str) -> None:

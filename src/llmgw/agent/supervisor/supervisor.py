@@ -39,6 +39,7 @@ class RestartPolicy:
         return doubling(self.base, self.cap, restarts)
 
 HEALTH_FAILURES_BEFORE_UNREADY = 3
+REFUSAL_LINES = 40  # of its log's last 4 kB, where an engine's refusal of how it was started is looked for
 SERVED = ("ready", "unresponsive")  # states of an engine that has served since it started
 NO_MODEL = "no model loaded"
 MODELS_BODY_MAX = 256 * 1024
@@ -189,6 +190,11 @@ class Supervisor:
                 how = "exited (exit code unknown: adopted)" if isinstance(p, AdoptedProcess) else (
                     f"exited with code {p.returncode}")
                 sp.lost_peer = sp.launch.peer_lost(words, sp.spec.world_size)
+                code, line = sp.launch.refused(log_tail(sp.log_path, REFUSAL_LINES, "\n")) if sp.launch.refusals \
+                    else ("", "")
+                if code:  # started the same way, it refuses again: no restart
+                    sp.state, sp.reason, sp.message = "failed", code, f"{how}: {line}"
+                    continue
                 if self._exited(sp, now, how + (f": {words}" if words else ""), Reason.EngineExited):
                     if sp.sidecars is not None:  # given up: nothing will use them until the shard is placed again
                         await sp.sidecars.stop()
