@@ -19,7 +19,7 @@ from llmgw.agent.supervisor.files import write_private as write_private
 from llmgw.agent.supervisor.liveness import Liveness
 from llmgw.agent.supervisor.sidecars import Sidecars
 from llmgw.agent.supervisor.sleeping import Sleep
-from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState
+from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState, WeightsPlan
 
 
 def state_name(replica_id: str, rank: int) -> str:
@@ -189,3 +189,14 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def launched(spec: ShardSpec) -> ShardSpec:
+    """The spec as its engine reads it: the peers a plan names, the node it waits for and the hub token change as
+    the fabric does (another node comes to hold the weights) and are no reason to restart an engine."""
+    def plain(w: WeightsPlan | None) -> WeightsPlan | None:
+        return None if w is None else w.model_copy(update={"peers": [], "origin": True, "wait_for": "", "token": ""})
+
+    adapters = [a.model_copy(update={"weights": plain(a.weights)}) for a in spec.adapters]  # LoRA files likewise
+    return spec.model_copy(update={"weights": plain(spec.weights), "adapters": adapters,
+                                   "sleep": 0})  # asleep or awake, the same engine

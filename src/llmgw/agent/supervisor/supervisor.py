@@ -18,11 +18,11 @@ from llmgw.agent.gate import loopback_ports
 from llmgw.agent.gated import TlsFiles
 from llmgw.agent.supervisor import liveness, sidecar_wait, sidecars, sleeping
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
-from llmgw.agent.supervisor.process import ShardProcess, log_tail, state_name
+from llmgw.agent.supervisor.process import ShardProcess, launched, log_tail, state_name
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
 from llmgw.core.reasons import Reason
-from llmgw.wire.messages import EngineLoad, Problem, ShardSpec, ShardState, WeightsPlan
+from llmgw.wire.messages import EngineLoad, Problem, ShardSpec, ShardState
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class Supervisor:
             # an engine launched is kept when only how its weights are had changed; one not launched (waiting,
             # or failed: a token refused, say) is prepared again from the new plan
             if key not in want or (want[key] != sp.spec and (sp.launch is None
-                                                             or _launched(want[key]) != _launched(sp.spec))):
+                                                             or launched(want[key]) != launched(sp.spec))):
                 await sp.stop()
                 del self.shards[key]
             else:
@@ -392,13 +392,3 @@ class Supervisor:
             await self._session.close()
             self._session = None
 
-
-def _launched(spec: ShardSpec) -> ShardSpec:
-    """The spec as its engine reads it: the peers a plan names, the node it waits for and the hub token change as
-    the fabric does (another node comes to hold the weights) and are no reason to restart an engine."""
-    def plain(w: WeightsPlan | None) -> WeightsPlan | None:
-        return None if w is None else w.model_copy(update={"peers": [], "origin": True, "wait_for": "", "token": ""})
-
-    adapters = [a.model_copy(update={"weights": plain(a.weights)}) for a in spec.adapters]  # LoRA files likewise
-    return spec.model_copy(update={"weights": plain(spec.weights), "adapters": adapters,
-                                   "sleep": 0})  # asleep or awake, the same engine
