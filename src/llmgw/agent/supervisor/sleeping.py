@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 FREED_SHARE = 0.1  # a sleep freed the GPU when at most this share of what the engine held awake is still held
 CALL_TIMEOUT_S = 120.0  # a wake at level 2 reloads the weights: as long as a load may reasonably take
 MiB = 1 << 20
+MEMORY_MAX = 1 << 50  # a PiB: more than one engine's GPUs hold
 
 
 @dataclass
@@ -69,8 +70,15 @@ class Engine:
             raise SleepError(f"{self.ctl.state_path} is not JSON: {_words(body)}") from None
         if not isinstance(data, dict) or not isinstance(data.get("is_sleeping"), bool):
             raise SleepError(f"{self.ctl.state_path} does not say whether it sleeps: {_words(body)}")
-        mem = data.get(self.ctl.memory_field) if self.ctl.memory_field else None
-        return data["is_sleeping"], mem if isinstance(mem, int) and mem >= 0 else None
+        if not self.ctl.memory_field:
+            return data["is_sleeping"], None
+        # an engine that says what it holds must say it plainly: a figure missing, negative, not a whole number or
+        # past any GPU is no proof that memory was freed (and one past a float would break the check itself)
+        mem = data.get(self.ctl.memory_field)
+        if type(mem) is not int or not 0 <= mem <= MEMORY_MAX:
+            raise SleepError(f"{self.ctl.state_path} gives no GPU memory figure in {self.ctl.memory_field}: "
+                             f"{_words(body)}")
+        return data["is_sleeping"], mem
 
     async def post(self, path: str) -> None:
         status, body = await self._call("POST", path)
