@@ -3,7 +3,8 @@
 After a sleep the agent checks that the GPU memory was really freed (engines leak), where the engine says what it
 holds (SleepControl.memory_field); else it wakes the engine and tries level 2, and when that frees nothing either the
 shard fails with reason SleepFailed and the numbers: the control plane then stops it. Each call runs as a task beside
-the loop, so a slow wake never holds a heartbeat.
+the loop, so a slow wake never holds a heartbeat. An engine adopted from a previous agent is asked whether it
+sleeps before its health is believed, and brought to a level only once the control plane has said which.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ class Sleep:
     level: int = 0
     task: asyncio.Task[tuple[int, str]] | None = None
     waking: bool = False  # the task under way wakes it (else it puts it to sleep)
+    # adopted from a previous agent: whether it sleeps is read from the engine (known), and nothing is changed
+    # before the control plane has said the level (told): the spec on file is from the engine's start
+    known: bool = True
+    learning: bool = False  # the task under way reads whether it sleeps
+    told: bool = True
 
     def cancel(self) -> None:
         if self.task is not None:
@@ -44,7 +50,7 @@ class Sleep:
     @property
     def busy(self) -> bool:
         """Asleep or on its way in or out: its health says nothing about serving, and nothing probes it."""
-        return self.level > 0 or self.task is not None
+        return self.level > 0 or self.task is not None or not self.known
 
 
 class Engine:
@@ -107,6 +113,11 @@ async def put_to_sleep(e: Engine, level: int) -> tuple[int, str]:
     return 0, "GPU memory not freed after sleep: " + "; ".join(tried)
 
 
+async def learn(e: Engine) -> tuple[int, str]:
+    asleep, _ = await e.held()
+    return (1, "found asleep by this agent") if asleep else (0, "adopted from the previous agent")
+
+
 async def wake(e: Engine) -> tuple[int, str]:
     await e.post(e.ctl.wake_path)
     asleep, _ = await e.held()
@@ -117,16 +128,19 @@ def outcome(s: Sleep) -> tuple[str, str, str] | None:
     """A finished call's result as the shard's (state, reason, message); None while none finished."""
     if s.task is None or not s.task.done():
         return None
-    task, waking = s.task, s.waking
-    s.task = None
+    task, waking, learning = s.task, s.waking, s.learning
+    s.task, s.learning = None, False
     try:
         level, words = task.result()
     except asyncio.CancelledError:
         return None
     except (SleepError, aiohttp.ClientError, TimeoutError, OSError) as ex:
         level, words = (s.level, f"{type(ex).__name__}: {ex}") if not isinstance(ex, SleepError) else (s.level, str(ex))
-        what = "wake" if waking else "sleep"
+        what = "read whether it sleeps" if learning else "wake" if waking else "sleep"
         return "failed", Reason.SleepFailed, f"could not {what}: {words}"
+    if learning:  # asleep: it stays out of the routing table; awake: its health is probed as any adopted engine's
+        s.known, s.level = True, level
+        return ("sleeping", Reason.Sleeping, words) if level else ("starting", "", words)
     if waking:
         if level:
             return "failed", Reason.SleepFailed, f"could not wake: {words}"
@@ -167,7 +181,11 @@ def steer(sp: Shard, http: aiohttp.ClientSession) -> None:
     if s.task is not None or sp.state == "failed" or not sp.endpoint:
         return
     e = Engine(http, sp.endpoint, sp.spec.api_key, sp.launch.sleep)
-    if sp.spec.sleep and not s.level and sp.state == "ready":
+    if not s.known:
+        s.task, s.learning = asyncio.create_task(learn(e)), True
+    elif not s.told:
+        return
+    elif sp.spec.sleep and not s.level and sp.state == "ready":
         s.task, s.waking = asyncio.create_task(put_to_sleep(e, sp.spec.sleep)), False
         # out of the routing table at once: what it is asked while it goes to sleep would be refused
         sp.state, sp.reason, sp.message = "sleeping", Reason.Sleeping, f"going to sleep at level {sp.spec.sleep}"

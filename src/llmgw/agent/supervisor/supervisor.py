@@ -107,6 +107,7 @@ class Supervisor:
                 del self.shards[key]
             else:
                 sp.spec = want[key]  # how its weights are had now: which files a running engine keeps in use
+                sp.sleep.told = True  # the level to bring an adopted engine to is the control plane's
         for key, spec in want.items():
             if key not in self.shards:
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
@@ -156,6 +157,8 @@ class Supervisor:
             sp = ShardProcess(spec=run.spec, launch=beside.into(launch) if beside else launch, log_path=log_path,
                               host=self.host, tls=self.tls, ports=ports, sidecars=beside)
             sp.proc = AdoptedProcess(run.pid)
+            if sp.launch is not None and sp.launch.sleep is not None:  # asleep or not: read from the engine
+                sp.sleep.known = sp.sleep.told = False
             sp.state = "starting" if launch.serves_http else "running"
             sp.message = "adopted from the previous agent"
             self.shards[key] = sp
