@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -156,6 +157,11 @@ def _words(body: bytes) -> str:
     return body[:300].decode(errors="replace").strip()
 
 
+class Process(Protocol):
+    @property
+    def returncode(self) -> int | None: ...
+
+
 class Shard(Protocol):
     """What steer() reads and sets of a shard (agent/supervisor/process.py's ShardProcess)."""
 
@@ -167,7 +173,22 @@ class Shard(Protocol):
     message: str
 
     @property
+    def proc(self) -> Process | None: ...
+
+    @property
     def endpoint(self) -> str: ...
+
+
+def held_by(sp: Shard, shards: Iterable[Shard]) -> str:
+    """Another engine on the node still holding a GPU the shard is to use ("" none): one told to sleep that has not
+    yet freed it, or failed to. The control plane counts a sleeper's GPUs free at once; the node starts the engine
+    that takes them only once they are."""
+    mine = set(sp.spec.gpus)
+    for o in shards:
+        running = o.proc is not None and o.proc.returncode is None
+        if o is not sp and running and mine & set(o.spec.gpus) and (not o.sleep.level or o.sleep.task is not None):
+            return o.spec.replica_id
+    return ""
 
 
 def steer(sp: Shard, http: aiohttp.ClientSession) -> None:

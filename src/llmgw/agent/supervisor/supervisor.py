@@ -195,6 +195,9 @@ class Supervisor:
             # ("starting" with no engine yet: waiting for its sidecars)
             if sp.state == "pending" or (sp.state == "exited" and now >= sp.next_start) or (
                     sp.state == "starting" and sp.proc is None):
+                if holder := sleeping.held_by(sp, self.shards.values()):  # GPUs free once it sleeps
+                    sp.message = f"waiting for the engine of {holder} to free its GPUs"
+                    continue
                 if sp.state == "exited":
                     sp.restarts += 1
                 if sp.sidecars is not None and not await sidecar_wait.ready(sp, now, self._http()):
