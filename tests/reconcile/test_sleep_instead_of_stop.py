@@ -191,3 +191,29 @@ def test_a_shard_that_could_not_free_its_memory_fails_with_the_reason_and_is_not
     assert any("GPU memory not freed after sleep" in e for e in sim.events), sim.events
     sim.run(60)
     assert sim.live("od") == [], "idle and not asked for: nothing replaces it"
+
+
+def test_an_idle_replica_whose_engine_does_not_serve_stops_instead() -> None:
+    """The agent puts only a serving engine to sleep: one recorded asleep that never slept would hold the GPUs
+    counted free."""
+    sim, rid = loaded(sleepy())
+    sim.advance(IDLE + 1)
+    sim.heartbeat(overrides={(rid, 0): "starting"})
+    sim.step()
+    r = sim.replicas[rid]
+    assert r.sleep_level == 0 and r.stop is not None and r.stop.reason == Reason.Idle
+
+
+def test_the_node_share_for_sleepers_counts_those_already_asleep_there() -> None:
+    """Two level-1 sleepers of 200 GiB each do not fit the 256 GiB share of one node: the second stops instead."""
+    a, b = (sleepy(n, gpus=4, host_memory=200 * GiB) for n in ("a", "b"))
+    sim = Sim([a, b], [node("n1")], timings=Timings(demand_window=60.0))
+    sim.demand.update({"a": sim.now, "b": sim.now})
+    sim.step()
+    sim.advance(10)
+    sim.heartbeat()
+    sim.step()
+    assert all(r.ready for r in sim.replicas.values()) and len(sim.replicas) == 2
+    idle_out(sim)
+    levels = sorted((r.sleep_level, r.stop is not None) for r in sim.replicas.values())
+    assert levels == [(0, True), (1, False)], levels
