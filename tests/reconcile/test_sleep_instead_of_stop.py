@@ -217,3 +217,19 @@ def test_the_node_share_for_sleepers_counts_those_already_asleep_there() -> None
     idle_out(sim)
     levels = sorted((r.sleep_level, r.stop is not None) for r in sim.replicas.values())
     assert levels == [(0, True), (1, False)], levels
+
+
+def test_a_slow_wake_outlasting_the_demand_window_is_not_stopped_as_idle() -> None:
+    """A level-2 wake reloads the weights and may take longer than the demand window; its last use is from before
+    it slept. Stopped as idle mid-wake, the request that woke it would wait out load_wait for nothing."""
+    sim, rid = loaded(sleepy(level=2))
+    idle_out(sim)
+    sim.run(3000, overrides={(rid, 0): "sleeping"})
+    sim.demand["od"] = sim.now
+    assert Wake(rid) in sim.step()
+    sim.run(120, overrides={(rid, 0): "sleeping"})  # the engine still reloading its weights
+    r = sim.replicas[rid]
+    assert r.stop is None and r.sleep_level == 0, "stopped mid-wake"
+    sim.heartbeat()
+    sim.step()
+    assert sim.replicas[rid].ready

@@ -149,10 +149,11 @@ def _still_running(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> bool:
 
 def _last_activity(r: ReplicaRecord, w: World) -> float:
     """The idle timer runs from the last request; with none known, from readiness or our own start."""
+    woken = r.woken_at or float("-inf")  # a wake is a request's: one slower than the demand window runs on
     used = w.last_used.get(r.id)
     if used is not None:
-        return used
-    return max(r.ready_at or r.created_at, w.started_at)
+        return max(used, woken)
+    return max(r.ready_at or r.created_at, w.started_at, woken)
 
 
 def _failed_to_keep(w: World) -> set[str]:
