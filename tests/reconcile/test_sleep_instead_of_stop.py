@@ -233,3 +233,16 @@ def test_a_slow_wake_outlasting_the_demand_window_is_not_stopped_as_idle() -> No
     sim.heartbeat()
     sim.step()
     assert sim.replicas[rid].ready
+
+
+def test_a_sleeper_of_a_model_made_promised_is_woken_or_replaced() -> None:
+    """A model given min: 1 (and so no sleep block) while its replica sleeps: that replica is no longer one that may
+    sleep, and a promise is not kept by a sleeper."""
+    sim, rid = loaded(sleepy())
+    idle_out(sim)
+    assert sim.replicas[rid].sleep_level == 1
+    sim.models["od"] = model("od", min_=1, max_=1, idle=IDLE, gpus_per_shard=8, source="/models/od")
+    sim.run(30, overrides={(r, 0): "sleeping" for r in [rid] if sim.replicas[rid].sleep_level})
+    sim.heartbeat()
+    sim.step()
+    assert [r.ready for r in sim.live("od")] == [True], sim.live("od")

@@ -191,11 +191,12 @@ def _scale(p: Pass, name: str, spec: ModelSpec, taken: set[str]) -> None:
         key=lambda r: (r.created_at, r.id),
     )
     demanded = w.now - w.demand.get(name, float("-inf")) <= w.timings.demand_window
-    if spec.on_demand:
-        asleep = [r for r in active if r.sleep_level]
-        awake = _stop_idle(p, spec, [r for r in active if not r.sleep_level], demanded)
+    asleep = [r for r in active if r.sleep_level]
+    if spec.on_demand or asleep:  # a sleeper of a model made promised is woken (or stopped): a promise stays awake
+        awake = [r for r in active if not r.sleep_level]
+        awake = _stop_idle(p, spec, awake, demanded) if spec.on_demand else awake
         held = sleeping.held_gpus(p.current) if asleep else {}
-        for i in sleeping.keep_asleep(w, spec, asleep, len(awake), demanded, held):
+        for i in sleeping.keep_asleep(w, spec, asleep, len(awake), demanded or not spec.on_demand, held):
             p.do(i)
         active = [r for r in active if r.id in p.current and p.current[r.id].stop is None]
     step, words = Step.Hold, ""
