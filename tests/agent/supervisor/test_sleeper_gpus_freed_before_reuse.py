@@ -4,6 +4,7 @@ real GPU it would find the memory still held), and never while one that failed t
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from llmgw.agent.supervisor import Supervisor
@@ -58,5 +59,35 @@ async def test_it_never_starts_while_a_sleeper_that_freed_nothing_runs(tmp_path:
         assert s.shards[("r2", 0)].proc is None, "started beside an engine still holding its GPUs"
         await s.converge([taker(p2)])  # the control plane stops the one that failed
         await until(s, "ready", "started once the GPUs are free")
+    finally:
+        await s.close()
+
+
+async def test_a_sleepers_engine_that_exits_is_not_restarted_awake_on_gpus_another_holds(tmp_path: Path) -> None:
+    clock = FakeClock()
+    s = Supervisor(clock, tmp_path, "127.0.0.1", sim)
+    p1, p2 = free_port(), free_port()
+    try:
+        await s.converge([sleeper(p1, 0)])
+        await until(s, "ready", "the sleeper's engine ready")
+        await s.converge([sleeper(p1, 1), taker(p2)])
+
+        async def both() -> bool:
+            await s.tick()
+            return s.shards[("r1", 0)].sleep.level == 1 and s.shards[("r2", 0)].state == "ready"
+        await await_until(both, 20, lambda: f"asleep, and the other ready: {s.states()}")
+        first = s.shards[("r1", 0)]
+        assert isinstance(first.proc, asyncio.subprocess.Process)
+        first.proc.kill()
+
+        async def exited() -> bool:
+            await s.tick()
+            return first.state == "exited"
+        await await_until(exited, 20, "the sleeper's engine exited")
+        for _ in range(3):
+            clock.advance(600)  # past any restart delay
+            await s.tick()
+        assert first.state == "exited" and first.proc.returncode is not None, "restarted on GPUs another holds"
+        assert "waiting for the engine of r2 to free its GPUs" in first.message
     finally:
         await s.close()
