@@ -205,6 +205,8 @@ class Supervisor:
                 await sp.start()
             if sp.launch.sleep is not None and sp.proc is not None and sp.proc.returncode is None:
                 sleeping.steer(sp, self._http())
+                if sp.sleep.busy and sp.liveness.task is not None:  # what a sleeper refuses is no verdict on it
+                    sp.liveness.task.cancel()
             if sp.sleep.busy or sp.state == "failed":  # asleep, its health says nothing of serving
                 continue
             if (sp.state == "starting" or (sp.state in SERVED and not starting_only)) and sp.launch.serves_http:
