@@ -91,3 +91,22 @@ async def test_a_sleepers_engine_that_exits_is_not_restarted_awake_on_gpus_anoth
         assert "waiting for the engine of r2 to free its GPUs" in first.message
     finally:
         await s.close()
+
+
+async def test_a_shard_told_to_sleep_whose_engine_does_not_answer_fails_so_its_gpus_come_free(tmp_path: Path) -> None:
+    """An engine found unresponsive is never put to sleep (nothing asks it): waiting for it, the engine placed on
+    its GPUs would wait for ever. It fails (SleepFailed), the control plane stops it, and the other starts."""
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim)
+    p1, p2 = free_port(), free_port()
+    try:
+        await s.converge([sleeper(p1, 0)])
+        await until(s, "ready", "the sleeper's engine ready")
+        first = s.shards[("r1", 0)]
+        first.state, first.reason = "unresponsive", "EngineUnresponsive"  # as its probes found it
+        await s.converge([sleeper(p1, 1), taker(p2)])
+        assert (first.state, first.reason) == ("failed", "SleepFailed"), first
+        assert s.shards[("r2", 0)].proc is None
+        await s.converge([taker(p2)])
+        await until(s, "ready", "started once the GPUs are free")
+    finally:
+        await s.close()

@@ -210,6 +210,9 @@ def steer(sp: Shard, http: aiohttp.ClientSession) -> None:
         s.task, s.waking = asyncio.create_task(put_to_sleep(e, sp.spec.sleep)), False
         # out of the routing table at once: what it is asked while it goes to sleep would be refused
         sp.state, sp.reason, sp.message = "sleeping", Reason.Sleeping, f"going to sleep at level {sp.spec.sleep}"
+    elif sp.spec.sleep and not s.level and sp.state == "unresponsive":  # it cannot be asked: its GPUs stay held,
+        # and an engine placed on them waits (held_by) until the control plane stops this one
+        sp.state, sp.reason, sp.message = "failed", Reason.SleepFailed, "could not sleep: its engine does not answer"
     elif not sp.spec.sleep and s.level:
         s.task, s.waking = asyncio.create_task(wake(e)), True
         sp.state, sp.reason, sp.message = "sleeping", Reason.Sleeping, f"waking from level {s.level}"
