@@ -13,7 +13,7 @@ from llmgw.reconcile.sleep_intents import Sleep, Wake
 from llmgw.reconcile.world import Timings
 from llmgw.records.state import Phase, replica_phase
 from tests.clusters import GiB, model, node
-from tests.reconcile.harness import Sim
+from tests.reconcile.harness import T0, Sim
 
 IDLE = 600.0
 
@@ -246,3 +246,29 @@ def test_a_sleeper_of_a_model_made_promised_is_woken_or_replaced() -> None:
     sim.heartbeat()
     sim.step()
     assert [r.ready for r in sim.live("od")] == [True], sim.live("od")
+
+
+def test_scaling_on_load_wakes_a_sleeper_rather_than_being_held_back_by_it() -> None:
+    """A sleeper counts among its model's replicas up to max: with the load back above the target, it wakes (it
+    would otherwise hold the step up back for as long as it sleeps)."""
+    m = sleepy(gpus=4)
+    m = m.model_copy(update={"scaling": m.scaling.model_copy(update={
+        "max": 2, "target_in_flight": 4, "scale_up_after": 30.0, "scale_down_after": 100000.0})})
+    sim, a = loaded(m)
+    sim.outstanding[a] = 10
+    sim.run(40)
+    (b,) = [r.id for r in sim.live("od") if r.id != a]
+    sim.outstanding[a] = 6  # within the target for two: the second goes idle and sleeps
+    while not sim.replicas[b].sleep_level:
+        assert sim.now < T0 + 2000, sim.replicas[b]
+        sim.last_used[a] = sim.now
+        asleep_beat(sim)
+        sim.advance(10)
+        sim.step()
+    sim.outstanding[a] = 12  # above the target for one
+    for _ in range(10):
+        sim.last_used[a] = sim.now
+        sim.advance(5)
+        asleep_beat(sim)
+        sim.step()
+    assert any(isinstance(i, Wake) and i.replica_id == b for i in sim.intents), sim.live("od")

@@ -202,6 +202,9 @@ def _scale(p: Pass, name: str, spec: ModelSpec, taken: set[str]) -> None:
     step, words = Step.Hold, ""
     if spec.scaling.target_in_flight is not None:
         step, words = _on_load(p, name, spec, active, demanded)
+        if step is Step.Up and sleeping.woken_for_load(w, spec, active, p.current, p.do):
+            step, words = Step.Hold, ""  # a sleeper woke for it: no replica more
+        active = [r for r in active if r.id in p.current and p.current[r.id].stop is None]
     want = wanted(spec, active=len(active), ready=sum(1 for r in active if r.ready), demanded=demanded, step=step)
     if want > len(active) and _backing_off(name, p.current, w):
         want = len(active)  # failing again and again: the next try waits (CrashLoopBackOff, in small)
