@@ -96,3 +96,18 @@ def test_a_victim_that_cannot_sleep_is_drained_and_stopped_as_before() -> None:
     assert any(isinstance(i, Preempt) and i.replica_id == rid for i in sim.intents)
     r = sim.replicas[rid]
     assert r.sleep_level == 0 and r.stop is not None and r.stop.reason == Reason.Preempted
+
+
+def test_a_request_before_the_higher_priority_is_placed_does_not_wake_it_onto_the_room_made() -> None:
+    """Its GPUs are the waiting replica's from the moment it sleeps, not only once that replica is placed: woken
+    there, it would be preempted again (drained and stopped) and the higher priority would wait for the drain."""
+    sim, rid = busy_od(sleep=True)
+    sim.advance(1)
+    sim.demand["od"] = sim.now  # asked for in the pass before big is placed on its GPUs
+    beat(sim)
+    out = sim.step()
+    assert Wake(rid) not in out and not any(isinstance(i, Preempt) for i in out)
+    (b,) = sim.live("big")
+    assert b.placed and b.assignments[0].gpus == sim.replicas[rid].assignments[0].gpus
+    r = sim.replicas[rid]
+    assert r.stop is not None and r.stop.reason == Reason.Evicted and r.stop.for_model == "big"

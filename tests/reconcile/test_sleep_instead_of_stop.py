@@ -13,7 +13,7 @@ from llmgw.reconcile.sleep_intents import Sleep, Wake
 from llmgw.reconcile.world import Timings
 from llmgw.records.state import Phase, replica_phase
 from tests.clusters import GiB, model, node
-from tests.reconcile.harness import Sim
+from tests.reconcile.harness import T0, Sim
 
 IDLE = 600.0
 
@@ -191,3 +191,84 @@ def test_a_shard_that_could_not_free_its_memory_fails_with_the_reason_and_is_not
     assert any("GPU memory not freed after sleep" in e for e in sim.events), sim.events
     sim.run(60)
     assert sim.live("od") == [], "idle and not asked for: nothing replaces it"
+
+
+def test_an_idle_replica_whose_engine_does_not_serve_stops_instead() -> None:
+    """The agent puts only a serving engine to sleep: one recorded asleep that never slept would hold the GPUs
+    counted free."""
+    sim, rid = loaded(sleepy())
+    sim.advance(IDLE + 1)
+    sim.heartbeat(overrides={(rid, 0): "starting"})
+    sim.step()
+    r = sim.replicas[rid]
+    assert r.sleep_level == 0 and r.stop is not None and r.stop.reason == Reason.Idle
+
+
+def test_the_node_share_for_sleepers_counts_those_already_asleep_there() -> None:
+    """Two level-1 sleepers of 200 GiB each do not fit the 256 GiB share of one node: the second stops instead."""
+    a, b = (sleepy(n, gpus=4, host_memory=200 * GiB) for n in ("a", "b"))
+    sim = Sim([a, b], [node("n1")], timings=Timings(demand_window=60.0))
+    sim.demand.update({"a": sim.now, "b": sim.now})
+    sim.step()
+    sim.advance(10)
+    sim.heartbeat()
+    sim.step()
+    assert all(r.ready for r in sim.replicas.values()) and len(sim.replicas) == 2
+    idle_out(sim)
+    levels = sorted((r.sleep_level, r.stop is not None) for r in sim.replicas.values())
+    assert levels == [(0, True), (1, False)], levels
+
+
+def test_a_slow_wake_outlasting_the_demand_window_is_not_stopped_as_idle() -> None:
+    """A level-2 wake reloads the weights and may take longer than the demand window; its last use is from before
+    it slept. Stopped as idle mid-wake, the request that woke it would wait out load_wait for nothing."""
+    sim, rid = loaded(sleepy(level=2))
+    idle_out(sim)
+    sim.run(3000, overrides={(rid, 0): "sleeping"})
+    sim.demand["od"] = sim.now
+    assert Wake(rid) in sim.step()
+    sim.run(120, overrides={(rid, 0): "sleeping"})  # the engine still reloading its weights
+    r = sim.replicas[rid]
+    assert r.stop is None and r.sleep_level == 0, "stopped mid-wake"
+    sim.heartbeat()
+    sim.step()
+    assert sim.replicas[rid].ready
+
+
+def test_a_sleeper_of_a_model_made_promised_is_woken_or_replaced() -> None:
+    """A model given min: 1 (and so no sleep block) while its replica sleeps: that replica is no longer one that may
+    sleep, and a promise is not kept by a sleeper."""
+    sim, rid = loaded(sleepy())
+    idle_out(sim)
+    assert sim.replicas[rid].sleep_level == 1
+    sim.models["od"] = model("od", min_=1, max_=1, idle=IDLE, gpus_per_shard=8, source="/models/od")
+    sim.run(30, overrides={(r, 0): "sleeping" for r in [rid] if sim.replicas[rid].sleep_level})
+    sim.heartbeat()
+    sim.step()
+    assert [r.ready for r in sim.live("od")] == [True], sim.live("od")
+
+
+def test_scaling_on_load_wakes_a_sleeper_rather_than_being_held_back_by_it() -> None:
+    """A sleeper counts among its model's replicas up to max: with the load back above the target, it wakes (it
+    would otherwise hold the step up back for as long as it sleeps)."""
+    m = sleepy(gpus=4)
+    m = m.model_copy(update={"scaling": m.scaling.model_copy(update={
+        "max": 2, "target_in_flight": 4, "scale_up_after": 30.0, "scale_down_after": 100000.0})})
+    sim, a = loaded(m)
+    sim.outstanding[a] = 10
+    sim.run(40)
+    (b,) = [r.id for r in sim.live("od") if r.id != a]
+    sim.outstanding[a] = 6  # within the target for two: the second goes idle and sleeps
+    while not sim.replicas[b].sleep_level:
+        assert sim.now < T0 + 2000, sim.replicas[b]
+        sim.last_used[a] = sim.now
+        asleep_beat(sim)
+        sim.advance(10)
+        sim.step()
+    sim.outstanding[a] = 12  # above the target for one
+    for _ in range(10):
+        sim.last_used[a] = sim.now
+        sim.advance(5)
+        asleep_beat(sim)
+        sim.step()
+    assert any(isinstance(i, Wake) and i.replica_id == b for i in sim.intents), sim.live("od")

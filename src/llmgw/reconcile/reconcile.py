@@ -150,10 +150,11 @@ def _still_running(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> bool:
 
 def _last_activity(r: ReplicaRecord, w: World) -> float:
     """The idle timer runs from the last request; with none known, from readiness or our own start."""
+    woken = r.woken_at or float("-inf")  # a wake is a request's: one slower than the demand window runs on
     used = w.last_used.get(r.id)
     if used is not None:
-        return used
-    return max(r.ready_at or r.created_at, w.started_at)
+        return max(used, woken)
+    return max(r.ready_at or r.created_at, w.started_at, woken)
 
 
 def _failed_to_keep(w: World) -> set[str]:
@@ -191,20 +192,24 @@ def _scale(p: Pass, name: str, spec: ModelSpec, taken: set[str]) -> None:
         key=lambda r: (r.created_at, r.id),
     )
     demanded = w.now - w.demand.get(name, float("-inf")) <= w.timings.demand_window
-    if spec.on_demand:
-        asleep = [r for r in active if r.sleep_level]
-        awake = _stop_idle(p, spec, [r for r in active if not r.sleep_level], demanded)
+    asleep = [r for r in active if r.sleep_level]
+    if spec.on_demand or asleep:  # a sleeper of a model made promised is woken (or stopped): a promise stays awake
+        awake = [r for r in active if not r.sleep_level]
+        awake = _stop_idle(p, spec, awake, demanded) if spec.on_demand else awake
         held = sleeping.held_gpus(p.current) if asleep else {}
         if demanded and not awake:  # the fastest way to ready: a sleeper's wake, or a load measured faster
             for faster in fastest.instead_of_waking(w, p.by_id, p.current, spec, asleep, held):
                 p.do(faster)
             asleep = [r for r in asleep if p.current[r.id].stop is None]
-        for i in sleeping.keep_asleep(w, spec, asleep, len(awake), demanded, held):
+        for i in sleeping.keep_asleep(w, spec, asleep, len(awake), demanded or not spec.on_demand, held):
             p.do(i)
         active = [r for r in active if r.id in p.current and p.current[r.id].stop is None]
     step, words = Step.Hold, ""
     if spec.scaling.target_in_flight is not None:
         step, words = _on_load(p, name, spec, active, demanded)
+        if step is Step.Up and sleeping.woken_for_load(w, spec, active, p.current, p.do):
+            step, words = Step.Hold, ""  # a sleeper woke for it: no replica more
+        active = [r for r in active if r.id in p.current and p.current[r.id].stop is None]
     want = wanted(spec, active=len(active), ready=sum(1 for r in active if r.ready), demanded=demanded, step=step)
     if want > len(active) and _backing_off(name, p.current, w):
         want = len(active)  # failing again and again: the next try waits (CrashLoopBackOff, in small)

@@ -37,4 +37,5 @@ def slept(r: ReplicaRecord, i: Sleep, now: float) -> ReplicaRecord:
 def woken(r: ReplicaRecord, now: float) -> ReplicaRecord:
     words = f"waking from level {r.sleep_level} sleep: a request asks for {r.model}"
     conds = set_condition(r.conditions, ConditionType.Ready, Status.FALSE, Reason.ShardsStarting, words, now)
-    return r.model_copy(update={"conditions": conds, "sleep_level": 0, "slept_at": None, "slept_for": ""})
+    return r.model_copy(update={"conditions": conds, "sleep_level": 0, "slept_at": None, "slept_for": "",
+                                "woken_at": now})

@@ -97,13 +97,26 @@ def keep_asleep(w: World, spec: ModelSpec, sleepers: list[ReplicaRecord], awake:
     return out
 
 
+def woken_for_load(w: World, spec: ModelSpec, active: list[ReplicaRecord], current: Mapping[str, ReplicaRecord],
+                   do: Callable[[Wake | Stop | Evict], None]) -> bool:
+    """Scaling on load wants one more: a sleeper wakes rather than another loads (True). A sleeper counts among the
+    model's replicas up to max, so unwoken it would hold the step up back; one whose GPUs another holds stops."""
+    asleep = [r for r in active if r.sleep_level]
+    out = keep_asleep(w, spec, asleep, 0, True, held_gpus(current)) if asleep else []
+    for i in out:
+        do(i)
+    return any(isinstance(i, Wake) for i in out)
+
+
 def held_gpus(current: Mapping[str, ReplicaRecord]) -> dict[tuple[str, int], str]:
-    """(node, GPU) -> the model of the live, awake replica holding it."""
+    """(node, GPU) -> the model of the live, awake replica holding it, or of the replica not yet placed that a
+    sleeper preempted for it still makes room for (the room is theirs: waking onto it would only be preempted again)."""
     held: dict[tuple[str, int], str] = {}
+    waiting = {r.model for r in current.values() if not (r.placed or r.failed or r.stop is not None)}
     for r in current.values():
-        if not r.sleep_level and not r.failed and r.stop is None:
+        if (not r.sleep_level or r.slept_for in waiting) and not r.failed and r.stop is None:
             for a in r.assignments:
-                held.update({(a.node_id, g): r.model for g in a.gpus})
+                held.update({(a.node_id, g): r.slept_for if r.sleep_level else r.model for g in a.gpus})
     return held
 
 

@@ -73,6 +73,7 @@ class ReplicaRecord(BaseModel):
     sleep_level: Literal[0, 1, 2] = 0
     slept_at: float | None = None
     slept_for: str = ""  # put to sleep for this model's room (preempted): it sleeps on under it, waking once it goes
+    woken_at: float | None = None  # a request woke it: its idle timer runs from then (its last use is older)
 
     @model_validator(mode="before")
     @classmethod

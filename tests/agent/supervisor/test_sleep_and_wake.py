@@ -4,6 +4,7 @@ to sleep at level 2, and one that frees nothing at either level fails with Sleep
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp
@@ -87,5 +88,31 @@ async def test_an_engine_that_frees_nothing_fails_with_the_reason(tmp_path: Path
                               "level 2 left 900 MiB of 1000 MiB held")
         assert st.pid is not None  # still running, awake: the control plane stops it
         assert await completion(port) == 200
+    finally:
+        await s.close()
+
+
+async def test_a_completion_probe_answered_while_it_sleeps_leaves_no_verdict_after_the_wake(tmp_path: Path) -> None:
+    """The agent's idle completion probe may be in flight when the sleep begins, and be refused by the sleeping
+    engine: that refusal says nothing of the engine, and must not mark it unresponsive once woken."""
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim)
+    port = free_port()
+    answered = asyncio.Event()
+
+    async def refused_late() -> str:  # the probe's verdict, once the engine is asleep
+        await answered.wait()
+        return "/v1/completions answered 503: the model is sleeping"
+    try:
+        await s.converge([spec(port, 0)])
+        await until(s, "ready", "the engine ready")
+        sp = s.shards[("r1", 0)]
+        sp.liveness.task = asyncio.create_task(refused_late())
+        await s.converge([spec(port, 1)])
+        await asleep_at(s, 1)
+        answered.set()
+        await s.tick()
+        await s.converge([spec(port, 0)])
+        st = await until(s, "ready", "awake and ready again")
+        assert (st.state, st.reason) == ("ready", ""), st
     finally:
         await s.close()

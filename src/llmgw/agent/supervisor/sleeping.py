@@ -3,7 +3,8 @@
 After a sleep the agent checks that the GPU memory was really freed (engines leak), where the engine says what it
 holds (SleepControl.memory_field); else it wakes the engine and tries level 2, and when that frees nothing either the
 shard fails with reason SleepFailed and the numbers: the control plane then stops it. Each call runs as a task beside
-the loop, so a slow wake never holds a heartbeat.
+the loop, so a slow wake never holds a heartbeat. An engine adopted from a previous agent is asked whether it
+sleeps before its health is believed, and brought to a level only once the control plane has said which.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 FREED_SHARE = 0.1  # a sleep freed the GPU when at most this share of what the engine held awake is still held
 CALL_TIMEOUT_S = 120.0  # a wake at level 2 reloads the weights: as long as a load may reasonably take
 MiB = 1 << 20
+MEMORY_MAX = 1 << 50  # a PiB: more than one engine's GPUs hold
 
 
 @dataclass
@@ -34,6 +37,11 @@ class Sleep:
     level: int = 0
     task: asyncio.Task[tuple[int, str]] | None = None
     waking: bool = False  # the task under way wakes it (else it puts it to sleep)
+    # adopted from a previous agent: whether it sleeps is read from the engine (known), and nothing is changed
+    # before the control plane has said the level (told): the spec on file is from the engine's start
+    known: bool = True
+    learning: bool = False  # the task under way reads whether it sleeps
+    told: bool = True
 
     def cancel(self) -> None:
         if self.task is not None:
@@ -43,7 +51,7 @@ class Sleep:
     @property
     def busy(self) -> bool:
         """Asleep or on its way in or out: its health says nothing about serving, and nothing probes it."""
-        return self.level > 0 or self.task is not None
+        return self.level > 0 or self.task is not None or not self.known
 
 
 class Engine:
@@ -69,8 +77,15 @@ class Engine:
             raise SleepError(f"{self.ctl.state_path} is not JSON: {_words(body)}") from None
         if not isinstance(data, dict) or not isinstance(data.get("is_sleeping"), bool):
             raise SleepError(f"{self.ctl.state_path} does not say whether it sleeps: {_words(body)}")
-        mem = data.get(self.ctl.memory_field) if self.ctl.memory_field else None
-        return data["is_sleeping"], mem if isinstance(mem, int) and mem >= 0 else None
+        if not self.ctl.memory_field:
+            return data["is_sleeping"], None
+        # an engine that says what it holds must say it plainly: a figure missing, negative, not a whole number or
+        # past any GPU is no proof that memory was freed (and one past a float would break the check itself)
+        mem = data.get(self.ctl.memory_field)
+        if type(mem) is not int or not 0 <= mem <= MEMORY_MAX:
+            raise SleepError(f"{self.ctl.state_path} gives no GPU memory figure in {self.ctl.memory_field}: "
+                             f"{_words(body)}")
+        return data["is_sleeping"], mem
 
     async def post(self, path: str) -> None:
         status, body = await self._call("POST", path)
@@ -99,6 +114,11 @@ async def put_to_sleep(e: Engine, level: int) -> tuple[int, str]:
     return 0, "GPU memory not freed after sleep: " + "; ".join(tried)
 
 
+async def learn(e: Engine) -> tuple[int, str]:
+    asleep, _ = await e.held()
+    return (1, "found asleep by this agent") if asleep else (0, "adopted from the previous agent")
+
+
 async def wake(e: Engine) -> tuple[int, str]:
     await e.post(e.ctl.wake_path)
     asleep, _ = await e.held()
@@ -109,16 +129,19 @@ def outcome(s: Sleep) -> tuple[str, str, str] | None:
     """A finished call's result as the shard's (state, reason, message); None while none finished."""
     if s.task is None or not s.task.done():
         return None
-    task, waking = s.task, s.waking
-    s.task = None
+    task, waking, learning = s.task, s.waking, s.learning
+    s.task, s.learning = None, False
     try:
         level, words = task.result()
     except asyncio.CancelledError:
         return None
     except (SleepError, aiohttp.ClientError, TimeoutError, OSError) as ex:
         level, words = (s.level, f"{type(ex).__name__}: {ex}") if not isinstance(ex, SleepError) else (s.level, str(ex))
-        what = "wake" if waking else "sleep"
+        what = "read whether it sleeps" if learning else "wake" if waking else "sleep"
         return "failed", Reason.SleepFailed, f"could not {what}: {words}"
+    if learning:  # asleep: it stays out of the routing table; awake: its health is probed as any adopted engine's
+        s.known, s.level = True, level
+        return ("sleeping", Reason.Sleeping, words) if level else ("starting", "", words)
     if waking:
         if level:
             return "failed", Reason.SleepFailed, f"could not wake: {words}"
@@ -134,6 +157,11 @@ def _words(body: bytes) -> str:
     return body[:300].decode(errors="replace").strip()
 
 
+class Process(Protocol):
+    @property
+    def returncode(self) -> int | None: ...
+
+
 class Shard(Protocol):
     """What steer() reads and sets of a shard (agent/supervisor/process.py's ShardProcess)."""
 
@@ -145,7 +173,22 @@ class Shard(Protocol):
     message: str
 
     @property
+    def proc(self) -> Process | None: ...
+
+    @property
     def endpoint(self) -> str: ...
+
+
+def held_by(sp: Shard, shards: Iterable[Shard]) -> str:
+    """Another engine on the node still holding a GPU the shard is to use ("" none): one told to sleep that has not
+    yet freed it, or failed to. The control plane counts a sleeper's GPUs free at once; the node starts the engine
+    that takes them only once they are."""
+    mine = set(sp.spec.gpus)
+    for o in shards:
+        running = o.proc is not None and o.proc.returncode is None
+        if o is not sp and running and mine & set(o.spec.gpus) and (not o.sleep.level or o.sleep.task is not None):
+            return o.spec.replica_id
+    return ""
 
 
 def steer(sp: Shard, http: aiohttp.ClientSession) -> None:
@@ -159,10 +202,17 @@ def steer(sp: Shard, http: aiohttp.ClientSession) -> None:
     if s.task is not None or sp.state == "failed" or not sp.endpoint:
         return
     e = Engine(http, sp.endpoint, sp.spec.api_key, sp.launch.sleep)
-    if sp.spec.sleep and not s.level and sp.state == "ready":
+    if not s.known:
+        s.task, s.learning = asyncio.create_task(learn(e)), True
+    elif not s.told:
+        return
+    elif sp.spec.sleep and not s.level and sp.state == "ready":
         s.task, s.waking = asyncio.create_task(put_to_sleep(e, sp.spec.sleep)), False
         # out of the routing table at once: what it is asked while it goes to sleep would be refused
         sp.state, sp.reason, sp.message = "sleeping", Reason.Sleeping, f"going to sleep at level {sp.spec.sleep}"
+    elif sp.spec.sleep and not s.level and sp.state == "unresponsive":  # it cannot be asked: its GPUs stay held,
+        # and an engine placed on them waits (held_by) until the control plane stops this one
+        sp.state, sp.reason, sp.message = "failed", Reason.SleepFailed, "could not sleep: its engine does not answer"
     elif not sp.spec.sleep and s.level:
         s.task, s.waking = asyncio.create_task(wake(e)), True
         sp.state, sp.reason, sp.message = "sleeping", Reason.Sleeping, f"waking from level {s.level}"

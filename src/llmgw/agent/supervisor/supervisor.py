@@ -108,6 +108,7 @@ class Supervisor:
                 del self.shards[key]
             else:
                 sp.spec = want[key]  # how its weights are had now: which files a running engine keeps in use
+                sp.sleep.told = True  # the level to bring an adopted engine to is the control plane's
         for key, spec in want.items():
             if key not in self.shards:
                 log = self.log_dir / f"{state_name(spec.replica_id, spec.rank)}.log"
@@ -159,6 +160,8 @@ class Supervisor:
             sp = ShardProcess(spec=run.spec, launch=beside.into(launch) if beside else launch, log_path=log_path,
                               host=self.host, tls=self.tls, ports=ports, sidecars=beside)
             sp.proc = AdoptedProcess(run.pid)
+            if sp.launch is not None and sp.launch.sleep is not None:  # asleep or not: read from the engine
+                sp.sleep.known = sp.sleep.told = False
             sp.state = "starting" if launch.serves_http else "running"
             sp.message = "adopted from the previous agent"
             self.shards[key] = sp
@@ -202,6 +205,9 @@ class Supervisor:
             # ("starting" with no engine yet: waiting for its sidecars)
             if sp.state == "pending" or (sp.state == "exited" and now >= sp.next_start) or (
                     sp.state == "starting" and sp.proc is None):
+                if holder := sleeping.held_by(sp, self.shards.values()):  # GPUs free once it sleeps
+                    sp.message = f"waiting for the engine of {holder} to free its GPUs"
+                    continue
                 if sp.state == "exited":
                     sp.restarts += 1
                 if sp.sidecars is not None:  # probed beside every other shard: a silent one costs a tick PROBE_S once
@@ -210,6 +216,8 @@ class Supervisor:
                 await sp.start()
             if sp.launch.sleep is not None and sp.proc is not None and sp.proc.returncode is None:
                 sleeping.steer(sp, self._http())
+                if sp.sleep.busy and sp.liveness.task is not None:  # what a sleeper refuses is no verdict on it
+                    sp.liveness.task.cancel()
             if sp.sleep.busy or sp.state == "failed":  # asleep, its health says nothing of serving
                 continue
             if (sp.state == "starting" or (sp.state in SERVED and not starting_only)) and sp.launch.serves_http:
