@@ -30,6 +30,7 @@ from llmgw.control.metrics import (
     requests_families,
     unresolved,
 )
+from llmgw.control.ready_times import ready_family
 from llmgw.control.summary import NodeLine, ReplicaLine, Summary
 
 L = TypeVar("L", bound=BaseModel)
@@ -82,5 +83,6 @@ class Scrape:
             self.nodes.text(s.nodes),
             text([unresolved(s), replica_counts(s)], f).encode(),
             self.replicas.text(s.replicas),
-            text([*model_lines(s), *requests_families(s), adapter_family(s), *events], f).encode(),
+            text([*model_lines(s), *requests_families(s), adapter_family(s), ready_family(s.ready_times), *events],
+                 f).encode(),
         ])

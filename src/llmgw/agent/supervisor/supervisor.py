@@ -160,10 +160,8 @@ class Supervisor:
             sp = ShardProcess(spec=run.spec, launch=beside.into(launch) if beside else launch, log_path=log_path,
                               host=self.host, tls=self.tls, ports=ports, sidecars=beside)
             sp.proc = AdoptedProcess(run.pid)
-            if sp.launch is not None and sp.launch.sleep is not None:  # asleep or not: read from the engine
-                sp.sleep.known = sp.sleep.told = False
-            sp.state = "starting" if launch.serves_http else "running"
-            sp.message = "adopted from the previous agent"
+            sp.sleep.known = sp.sleep.told = launch.sleep is None  # asleep or not: read from an engine that sleeps
+            sp.state, sp.message = "starting" if launch.serves_http else "running", "adopted from the previous agent"
             self.shards[key] = sp
             log.info("adopted %s rank %d (pid %d) from the previous agent", run.spec.replica_id, run.spec.rank,
                      run.pid)
@@ -216,8 +214,8 @@ class Supervisor:
                 await sp.start()
             if sp.launch.sleep is not None and sp.proc is not None and sp.proc.returncode is None:
                 sleeping.steer(sp, self._http())
-                if sp.sleep.busy and sp.liveness.task is not None:  # what a sleeper refuses is no verdict on it
-                    sp.liveness.task.cancel()
+                if sp.sleep.busy and sp.liveness.task is not None:
+                    sp.liveness.task.cancel()  # what a sleeper refuses is no verdict on it
             if sp.sleep.busy or sp.state == "failed":  # asleep, its health says nothing of serving
                 continue
             if (sp.state == "starting" or (sp.state in SERVED and not starting_only)) and sp.launch.serves_http:
