@@ -54,7 +54,7 @@ def test_a_stream_on_a_replica_scaled_down_under_it_finishes_and_new_requests_go
     tmp_path: Path, running: list[Cluster]
 ) -> None:
     model = {"name": "d", "source": "org/d", "engine": "sim",
-             "profile": {"gpus_per_shard": 1, "gpu_class": "H100-80G", "sim": {"tokens": 100,
+             "profile": {"gpus_per_shard": 1, "gpu_class": "H100-80G", "sim": {"tokens": 150,
                                                                                "tokens_per_second": 10}},
              "scaling": {"min": 1, "max": 2, "target_in_flight": 2, "scale_up_after": "0.3s",
                          "scale_down_after": "1s"}}
@@ -70,14 +70,15 @@ def test_a_stream_on_a_replica_scaled_down_under_it_finishes_and_new_requests_go
                           and any(c["type"] == "Ready" and c["status"] == "True" for c in r["conditions"]))
 
         (first,) = wait_until(ready, 30, "the first replica ready")
-        # three 4-second streams on one replica: above 2 in flight per replica, so a second one is added
-        load = [Stream(p.api_port, key, 40) for _ in range(3)]
+        # three 8-second streams on one replica: above 2 in flight per replica, so a second one is added (it took
+        # 3.4 s from placed to ready on a loaded 2-core CI machine, which 4-second streams did not outlast)
+        load = [Stream(p.api_port, key, 80) for _ in range(3)]
         for s in load:
             s.start()
         (second,) = wait_until(lambda: [r for r in ready() if r != first], 30, "a second replica, scaled up")
         assert all(s.is_alive() for s in load), "the load ended before the second replica served: slow machine"
-        # a 10-second stream: the least loaded replica is the new one
-        long = Stream(p.api_port, key, 100)
+        # a 15-second stream: the least loaded replica is the new one
+        long = Stream(p.api_port, key, 150)
         long.start()
         assert long.started.wait(20) and long.status == 200, long.error
         assert replica_of(long.route) == second, long.route
@@ -99,7 +100,7 @@ def test_a_stream_on_a_replica_scaled_down_under_it_finishes_and_new_requests_go
             assert replica_of(s.route) == first, f"a new request reached the draining replica: {s.route}"
         assert long.is_alive(), "the long stream was cut"
         long.join(30)
-        assert long.status == 200 and long.done and long.tokens == 100, (long.tokens, long.done, long.error)
+        assert long.status == 200 and long.done and long.tokens == 150, (long.tokens, long.done, long.error)
         wait_until(lambda: [r["id"] for r in admin_get(p, "/api/replicas")] == [first], 20,
                    "the drained replica stopped and gone")
         events = [e["message"] for e in admin_get(p, "/api/events?limit=200")]
