@@ -38,10 +38,12 @@ class ReadyTimes:
 
     def saw(self, w: World, intents: Iterable[Intent], after: Mapping[str, ReplicaRecord]) -> None:
         """A pass's world and intents, and the replicas as they are once applied: clocks started and stopped."""
-        by_id = {n.id: n for n in w.nodes}
-        before = {r.id: r for r in w.replicas}
-        for i in intents:
-            r = after.get(i.replica_id) if isinstance(i, Place | Wake) else None
+        started = [i for i in intents if isinstance(i, Place | Wake)]
+        # only a pass that placed or woke a replica indexes the fleet: most passes at 10,000 nodes do neither
+        by_id = {n.id: n for n in w.nodes} if started else {}
+        before = {r.id: r for r in w.replicas} if started else {}
+        for i in started:
+            r = after.get(i.replica_id)
             spec = w.models.get(r.model) if r is not None else None
             if r is None or spec is None:
                 continue
