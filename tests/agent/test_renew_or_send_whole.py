@@ -18,34 +18,35 @@ from llmgw.agent.client import HEARTBEAT_PATH, ControlPlaneClient
 from llmgw.agent.renewals import Held, Reporter, renewal
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import UpstreamError
-from llmgw.wire.lease import LEASE_PATH, REPORT_REFRESH_S, SEND_REPORT, LeaseAnswer, report_digest
+from llmgw.wire.lease import LEASE_PATH, MEMORY_STEPS, REPORT_REFRESH_S, SEND_REPORT, Lease, LeaseAnswer
 from llmgw.wire.messages import WIRE_VERSION, DesiredState, EngineLoad, Hardware, NodeReport, ShardState
 from tests.harness import free_port, served
 
 URL = "http://127.0.0.1:1"
 
 
-def report(state: str = "ready", running: float = 0.0) -> NodeReport:
+def report(state: str = "ready", running: float = 0.0, mem_available: int = 0) -> NodeReport:
     shard = ShardState(replica_id="r1", rank=0, state=state,  # type: ignore[arg-type]
                        load=EngineLoad(running=running) if state == "ready" else None)
-    return NodeReport(node_id="node01", address="127.0.0.1", hardware=Hardware(mem_total_bytes=64 << 30),
-                      shards=[shard])
+    return NodeReport(node_id="node01", address="127.0.0.1",
+                      hardware=Hardware(mem_total_bytes=64 << 30, mem_available_bytes=mem_available), shards=[shard])
 
 
 def held(r: NodeReport, token: str = "t1", url: str = URL, at: float = 0.0) -> Held:
-    return Held(url=url, token=token, digest=report_digest(r), sent_at=at,
-                desired=DesiredState(node_id="node01", lease=token, etag="e1"))
+    return Held.of(r, url, token, at, DesiredState(node_id="node01", lease=token, etag="e1"))
 
 
 def test_an_unchanged_report_is_renewed_with_the_desired_states_etag_and_the_gauges() -> None:
     lease = renewal(held(report()), report(running=7.0), URL, now=10.0)
-    assert lease is not None and (lease.lease, lease.etag) == ("t1", "e1")
+    assert isinstance(lease, Lease) and (lease.lease, lease.etag) == ("t1", "e1")
     assert [s.load.running for s in lease.loads if s.load] == [7.0]  # gauges ride on the lease, no change
 
 
-@pytest.mark.parametrize("case", ["shard state changed", "refresh due", "no token", "another control plane",
-                                  "nothing held"])
-def test_the_report_goes_whole(case: str) -> None:
+@pytest.mark.parametrize(("case", "why"), [("shard state changed", "the report changed"),
+                                           ("refresh due", "refresh due"), ("no token", "no lease held"),
+                                           ("another control plane", "the lease is another control plane's"),
+                                           ("nothing held", "no lease held")])
+def test_the_report_goes_whole(case: str, why: str) -> None:
     h: Held | None = held(report())
     r, url, now = report(), URL, 10.0
     if case == "shard state changed":
@@ -58,7 +59,26 @@ def test_the_report_goes_whole(case: str) -> None:
         url = "http://127.0.0.1:2"
     else:
         h = None
-    assert renewal(h, r, url, now) is None
+    assert renewal(h, r, url, now) == why
+
+
+STEP = (64 << 30) // MEMORY_STEPS  # the move of free memory that is a change of the report
+
+
+def test_free_memory_jittering_across_a_step_boundary_is_no_change() -> None:
+    """A node whose free memory sits at a multiple of the step and moves by a byte either way renews: the move is
+    measured from what the last whole report said, not from fixed boundaries (a node at a boundary sent its report
+    whole at every step, and a cluster-wide test saw a whole report where nothing had changed)."""
+    at_boundary = 10 * STEP
+    lease = renewal(held(report(mem_available=at_boundary - 1)), report(mem_available=at_boundary + 1), URL, 10.0)
+    assert isinstance(lease, Lease)
+
+
+def test_free_memory_moved_by_a_step_from_the_last_whole_report_is_a_change() -> None:
+    h = held(report(mem_available=10 * STEP + 5))
+    assert isinstance(renewal(h, report(mem_available=11 * STEP + 4), URL, 10.0), Lease)  # a byte short of a step
+    assert renewal(h, report(mem_available=11 * STEP + 5), URL, 10.0) == "free memory or disk moved"
+    assert renewal(h, report(mem_available=9 * STEP + 5), URL, 10.0) == "free memory or disk moved"
 
 
 class Playing:

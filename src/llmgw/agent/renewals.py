@@ -9,13 +9,23 @@ report whole in the same step, to that control plane or, failing over, the next.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from llmgw.agent.client import SendReport
 from llmgw.core.clock import Clock
 from llmgw.core.errors import ControlPlaneUnreachable
-from llmgw.wire.lease import REPORT_REFRESH_S, Lease, LeaseAnswer, loads_of, report_digest
+from llmgw.wire.lease import (
+    REPORT_REFRESH_S,
+    FreeSpace,
+    Lease,
+    LeaseAnswer,
+    free_space,
+    free_space_moved,
+    loads_of,
+    report_shape,
+)
 from llmgw.wire.messages import DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
@@ -34,31 +44,42 @@ class Plane(Protocol):
 
 @dataclass(frozen=True)
 class Held:
-    """What the answer to the last whole report left: its lease at `url`, the report's digest, when it went (the
-    clock's monotonic seconds), and the desired state last answered."""
+    """What the answer to the last whole report left: its lease at `url`, the report's shape (wire/lease.py
+    report_shape) and free space, when it went (the clock's monotonic seconds), and the desired state last
+    answered."""
 
     url: str
     token: str
     digest: str
     sent_at: float
     desired: DesiredState
+    free: FreeSpace = ()
+
+    @classmethod
+    def of(cls, report: NodeReport, url: str, token: str, sent_at: float, desired: DesiredState) -> Held:
+        return cls(url=url, token=token, digest=report_shape(report), sent_at=sent_at, desired=desired,
+                   free=free_space(report))
 
 
 def renewal(held: Held | None, report: NodeReport, url: str, now: float,
-            refresh_s: float = REPORT_REFRESH_S) -> Lease | None:
-    """The renewal to send instead of `report`, or None: send the report whole."""
-    if held is None or not held.token or held.url != url:
-        return None
+            refresh_s: float = REPORT_REFRESH_S) -> Lease | str:
+    """The renewal to send instead of `report`, or why the report goes whole."""
+    if held is None or not held.token:
+        return "no lease held"
+    if held.url != url:
+        return "the lease is another control plane's"
     if not 0 <= now - held.sent_at < refresh_s:
-        return None
-    if report_digest(report) != held.digest:
-        return None
+        return "refresh due"
+    if report_shape(report) != held.digest:
+        return "the report changed"
+    if free_space_moved(held.free, free_space(report)):
+        return "free memory or disk moved"
     return Lease(node_id=report.node_id, lease=held.token, etag=held.desired.etag, loads=loads_of(report))
 
 
 class Reporter:
     """Sends each step's report (renewed or whole) and keeps what the answers leave held. `renewals` and `whole`
-    count what it sent, for the agent's log and tests."""
+    count what it sent, and `why` each whole report went, for the agent's log and tests."""
 
     def __init__(self, clock: Clock, refresh_s: float = REPORT_REFRESH_S) -> None:
         self.clock = clock
@@ -66,16 +87,18 @@ class Reporter:
         self.held: Held | None = None
         self.renewals = 0
         self.whole = 0
+        self.why: Counter[str] = Counter()
 
     async def send(self, plane: Plane, report: NodeReport) -> DesiredState:
         """The desired state to converge to after this step's report."""
         held, self.held = self.held, None  # dropped unless an answer gives it back
-        lease = None if held is None else renewal(held, report, plane.url, self.clock.monotonic(), self.refresh_s)
-        if held is not None and lease is not None:
+        lease = renewal(held, report, plane.url, self.clock.monotonic(), self.refresh_s)
+        if held is not None and isinstance(lease, Lease):
             try:
                 answer = await plane.renew(lease)
             except ControlPlaneUnreachable as e:
                 log.info("lease renewal not answered (%s): sending the whole report", e)
+                lease = "the renewal went unanswered"
             else:  # any other refusal (UpstreamError) goes up, with the lease dropped: the next step sends whole
                 if isinstance(answer, LeaseAnswer):
                     self.renewals += 1
@@ -83,13 +106,14 @@ class Reporter:
                     self.held = replace(held, token=desired.lease or held.token, desired=desired)
                     return desired
                 log.info("control plane %s wants the whole report: %s", plane.url, answer.words)
-        return await self._whole(plane, report)
+                lease = "the control plane asked for it"
+        return await self._whole(plane, report, lease if isinstance(lease, str) else "")
 
-    async def _whole(self, plane: Plane, report: NodeReport) -> DesiredState:
+    async def _whole(self, plane: Plane, report: NodeReport, why: str) -> DesiredState:
         desired = await plane.heartbeat(report)
         self.whole += 1
+        self.why[why] += 1
+        log.debug("report sent whole to %s: %s", plane.url, why)
         if desired.lease:  # no token: a control plane that takes no leases, sent every report whole
-            self.held = Held(url=plane.url, token=desired.lease, digest=report_digest(report),
-                             sent_at=self.clock.monotonic(), desired=desired)
+            self.held = Held.of(report, plane.url, desired.lease, self.clock.monotonic(), desired)
         return desired
-

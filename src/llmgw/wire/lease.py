@@ -60,23 +60,60 @@ def _step(value: int, total: int, steps: int) -> int:
     return value * steps // total if total > 0 else value
 
 
+FreeSpace = tuple[tuple[int, int, int], ...]  # (free, total, steps) of memory, the disk, each weights directory
+
+
+def free_space(report: NodeReport) -> FreeSpace:
+    """What of the report moves all the time and counts only when it moves by a step of its total."""
+    hw = report.hardware
+    space = [(hw.mem_available_bytes, hw.mem_total_bytes, MEMORY_STEPS)]
+    if hw.disk is not None:
+        space.append((hw.disk.free_bytes, hw.disk.total_bytes, DISK_STEPS))
+    space += [(w.free_bytes, w.total_bytes, DISK_STEPS) for w in report.weights_dirs]
+    return tuple(space)
+
+
+def free_space_moved(before: FreeSpace, now: FreeSpace) -> bool:
+    """Whether any free space moved by a step of its total since `before` (or the set of them changed). Measured
+    from the value last sent, not from fixed boundaries: a value sitting at a boundary and moving by a byte either
+    way is no change."""
+    if [(t, n) for _, t, n in before] != [(t, n) for _, t, n in now]:
+        return True
+    return any(abs(a - b) * n >= t if t > 0 else a != b for (a, t, n), (b, _, _) in zip(before, now, strict=True))
+
+
+def _digest(data: dict[str, object]) -> str:
+    return hashlib.blake2b(json.dumps(data, sort_keys=True, separators=(",", ":")).encode(),
+                           digest_size=16).hexdigest()
+
+
+def _without_free_space(report: NodeReport, free: list[int]) -> dict[str, object]:
+    """The report as data, its engine gauges left out and its free space (in free_space's order) set to `free`."""
+    data = report.model_dump(mode="json")
+    hw = data["hardware"]
+    values = iter(free)
+    hw["mem_available_bytes"] = next(values)
+    if report.hardware.disk is not None:
+        hw["disk"]["free_bytes"] = next(values)
+    for d in data["weights_dirs"]:
+        d["free_bytes"] = next(values)
+    for s in data["shards"]:
+        s.pop("load", None)
+    return data
+
+
+def report_shape(report: NodeReport) -> str:
+    """The digest of what the report says apart from its free space and engine gauges: the agent renews while this
+    holds and free_space has not moved (agent/renewals.py)."""
+    return _digest(_without_free_space(report, [0] * len(free_space(report))))
+
+
 def report_digest(report: NodeReport) -> str:
     """What the report says, apart from what moves all the time: free memory and disk counted in steps of their
     totals, engine gauges left out (a lease carries them). Equal digests: the control plane has nothing to learn
-    from the report that a lease would not tell it. The agent's own business (which report to send); the control
+    from the report that a lease would not tell it (it writes a node's record only when this changes). The control
     plane keys leases by its own token, never by this."""
-    data = report.model_dump(mode="json")
-    hw = data["hardware"]
-    hw["mem_available_bytes"] = _step(report.hardware.mem_available_bytes, report.hardware.mem_total_bytes,
-                                      MEMORY_STEPS)
-    if report.hardware.disk is not None:
-        hw["disk"]["free_bytes"] = _step(report.hardware.disk.free_bytes, report.hardware.disk.total_bytes, DISK_STEPS)
-    for d, w in zip(data["weights_dirs"], report.weights_dirs, strict=True):
-        d["free_bytes"] = _step(w.free_bytes, w.total_bytes, DISK_STEPS)
-    for s in data["shards"]:
-        s.pop("load", None)
-    return hashlib.blake2b(json.dumps(data, sort_keys=True, separators=(",", ":")).encode(),
-                           digest_size=16).hexdigest()
+    return _digest(_without_free_space(report, [_step(f, t, n) for f, t, n in free_space(report)]))
 
 
 def loads_of(report: NodeReport) -> list[ShardLoad]:
