@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from llmgw.config.chargeback import ChargebackConfig
 from llmgw.config.engines import EngineConfig, EngineName, as_source
 from llmgw.config.serving import (
     AdapterConfig,
@@ -296,6 +297,7 @@ class ServerConfig(Strict):
     # API worker processes sharing api_listen (SO_REUSEPORT); beyond one, they are separate processes
     api_workers: int = Field(default=1, ge=1, le=64)
     eviction: EvictionConfig = EvictionConfig()
+    chargeback: ChargebackConfig = ChargebackConfig()  # GPU-hour prices and accounting windows (config/chargeback)
     # which engines every node has: a name (its default source, config/engines.py) or a whole source
     engines: list[EngineName | EngineConfig] = ["llamacpp", "sim"]
     hub: HubConfig = HubConfig()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from llmgw.store.chargeback_sql import CHARGEBACK
+
 # the lease one control plane holds to reconcile, and the fencing epoch its writes carry (store/sql.py)
 LEADER = """
     CREATE TABLE leader (
@@ -114,4 +116,6 @@ MIGRATIONS: list[str] = [
     HUB_RESOLUTIONS,
     # 11: renewals (above), as PostgreSQL's seventh
     RENEWALS,
+    # 12: chargeback (store/chargeback_sql.py), as PostgreSQL's eighth
+    CHARGEBACK,
 ]

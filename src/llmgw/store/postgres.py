@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from llmgw.core.errors import StoreError, StoreRejected
 from llmgw.store.base import AnyUsage
+from llmgw.store.chargeback_sql import CHARGEBACK
 from llmgw.store.migrations import ACTIVITY, HUB_RESOLUTIONS, LEADER, RENEWALS, REVISIONS, REVOCATION_REVS
 from llmgw.store.sql import USAGE_COLUMNS, Row, SqlStore, once_each, split, usage_values
 
@@ -65,6 +66,8 @@ MIGRATIONS: list[str] = [
     HUB_RESOLUTIONS,
     # 7: when each server last heard the nodes that talk to it, one row per server
     RENEWALS,
+    # 8: chargeback: replica spans, hourly charges, the accountant's mark
+    CHARGEBACK,
 ]
 
 INSERT_NEW_USAGE = (

@@ -28,6 +28,7 @@ from llmgw.store.base import (
     renewals_read,
     sum_by_hour,
 )
+from llmgw.store.chargeback_sql import ChargebackSql
 from llmgw.wire.hub import Resolution
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def _total(r: Row, at: int = 0) -> UsageTotal:
                       prompt_tokens=int(r[at + 3]), completion_tokens=int(r[at + 4]), last_at=float(r[at + 5]))
 
 
-class SqlStore:
+class SqlStore(ChargebackSql):
     """The Store operations over a subclass's `_tx`, `_rows` and `_insert_usage`."""
 
     def _tx(self) -> AbstractContextManager[Tx]:
@@ -280,6 +281,7 @@ class SqlStore:
                 if n < PRUNE_BATCH:
                     break
         self._exec("DELETE FROM usage_hourly WHERE hour < ?", (hour_of(usage_before),))  # a few rows per hour
+        self.prune_charges(usage_before)
         self._exec("DELETE FROM activity WHERE at < ?", (events_before,))
         self._exec("DELETE FROM renewals WHERE at < ?", (events_before,))  # servers long gone
         return done[0], done[1]

@@ -1,0 +1,53 @@
+"""server.yaml `chargeback`: what a GPU-hour costs per GPU class, and how the leader accounts GPU time
+(docs/tenants.md, "Chargeback").
+
+A GPU class is a part of a GPU's name as its node reports it ("H100" matches "NVIDIA H100 80GB HBM3"), matched
+without regard to case; the longest class that matches is the GPU's, and "*" matches any GPU no other class does.
+A GPU no class matches costs nothing (its GPU-seconds are still counted)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from llmgw.config.types import Duration, within
+
+ANY_CLASS = "*"
+NO_GPU = "cpu"  # the class of a replica holding no GPU (a CPU engine): its seconds count as one device's
+
+
+class ChargebackConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # price of one GPU-hour per GPU class, in `currency`
+    rates: Annotated[dict[str, Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]],
+                     Field(max_length=256)] = {}
+    currency: str = Field(default="USD", min_length=1, max_length=16, pattern=r"^[A-Za-z$€£¥]+$")
+    # GPU time is accounted in windows of this length, each once it ended `settle_after` ago: by then every
+    # request that ran in it has ended and its usage landed (a longer request's time past that counts as idle)
+    window: Annotated[Duration, within(1, 3600)] = 60.0
+    settle_after: Annotated[Duration, within(0, 86400)] = 900.0
+
+    @field_validator("rates")
+    @classmethod
+    def _classes(cls, v: dict[str, float]) -> dict[str, float]:
+        for name in v:
+            if not name.strip() or len(name) > 128:
+                raise ValueError(f"chargeback.rates: {name[:40]!r} is no GPU class (a part of a GPU's name, or *)")
+        return v
+
+    def gpu_class(self, gpu_name: str) -> str:
+        """The class a GPU of this name is priced by: the longest class naming part of it, else "*" if priced,
+        else the name itself (priced at nothing)."""
+        if not gpu_name:
+            return NO_GPU
+        low = gpu_name.lower()
+        best = max((c for c in self.rates if c != ANY_CLASS and c.lower() in low), key=len, default="")
+        if best:
+            return best
+        return ANY_CLASS if ANY_CLASS in self.rates else gpu_name
+
+    def rate(self, gpu_class: str) -> float:
+        """The price of one GPU-hour of the class (0: not priced)."""
+        return self.rates.get(gpu_class, 0.0)

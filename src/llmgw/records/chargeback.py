@@ -1,0 +1,55 @@
+"""What chargeback keeps in the store: each replica's span on its GPUs (what the accountant needs of it across
+windows), and the GPU time charged per hour, key, model and GPU class (docs/tenants.md, "Chargeback")."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+OPERATOR = ""  # the key_id of the operator's share: GPU time no key caused (min >= 1 models' idle, unused loads)
+Seconds = Annotated[float, Field(ge=0, le=1e13, allow_inf_nan=False)]
+Time = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
+
+
+class ChargeRow(BaseModel):
+    """GPU-seconds charged in one hour to one key (OPERATOR: the operator's) on one model and GPU class, by what
+    the GPUs were doing, and their price at the rates of the time they were accounted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hour: int = Field(ge=0, le=10**8)  # hours since 1970 (store/base.py hour_of)
+    key_id: str = Field(max_length=128)
+    model: str = Field(min_length=1, max_length=256)
+    gpu_class: str = Field(min_length=1, max_length=256)
+    busy_s: Seconds = 0.0  # its share of the time the replica's engine had its requests in flight
+    load_s: Seconds = 0.0  # loading or waking for it
+    idle_s: Seconds = 0.0  # kept warm for it: ready, nothing in flight
+    cost: Seconds = 0.0  # in the chargeback currency
+
+    @property
+    def gpu_s(self) -> float:
+        return self.busy_s + self.load_s + self.idle_s
+
+
+class ReplicaSpan(BaseModel):
+    """One replica's time on its GPUs, from placement to its end, and what the accountant carries across windows.
+    Written only by the leader's accountant (chargeback/), fenced like every leader write."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=256)
+    model: str = Field(min_length=1, max_length=256)
+    gpus: int = Field(ge=0, le=100_000)  # GPUs it holds over all its nodes (0: a CPU engine, counted as one device)
+    gpu_class: str = Field(min_length=1, max_length=256)
+    demand: bool  # loaded on demand (scaling.min 0): its load and idle time are its users'; else the operator's
+    created_at: Time
+    ready_at: Time | None = None  # first ready
+    ended_at: Time | None = None  # gone from the registry (None: alive)
+    asleep: Annotated[list[tuple[Time, Time | None]], Field(max_length=100_000)] = []  # GPUs free: not charged
+    accounted_to: Time = 0.0  # its time before this is charged
+    # the accountant's own carry (chargeback/): who the residency served so far, who loaded or woke it, time
+    # waiting for a key to charge it to
+    keys: Annotated[dict[str, Seconds], Field(max_length=100_000)] = {}
+    trigger: str = Field(default="", max_length=128)
+    pending_s: Seconds = 0.0

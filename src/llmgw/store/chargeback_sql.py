@@ -1,0 +1,95 @@
+"""Chargeback in the store (records/chargeback.py): replica spans, hourly charges and the accountant's mark, over
+the SQL both SQLite and PostgreSQL speak (store/sql.py). One accounting step (chargeback/) writes its charges, its
+spans and the new mark in one fenced transaction: a window is charged whole, once, or not at all."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
+from llmgw.core.errors import Accounted
+from llmgw.records.chargeback import ChargeRow, ReplicaSpan
+from llmgw.store.base import UsageRecord, hour_of
+
+if TYPE_CHECKING:
+    from llmgw.store.sql import Row, Tx
+
+# SQLite's 12th migration and PostgreSQL's 8th
+CHARGEBACK = """
+    CREATE TABLE replica_spans (id TEXT PRIMARY KEY, ended_at DOUBLE PRECISION, body TEXT NOT NULL);
+    CREATE INDEX replica_spans_ended ON replica_spans (ended_at);
+    CREATE TABLE chargeback_hourly (
+        hour BIGINT NOT NULL, key_id TEXT NOT NULL, model TEXT NOT NULL, gpu_class TEXT NOT NULL,
+        busy_s DOUBLE PRECISION NOT NULL, load_s DOUBLE PRECISION NOT NULL, idle_s DOUBLE PRECISION NOT NULL,
+        cost DOUBLE PRECISION NOT NULL, PRIMARY KEY (hour, key_id, model, gpu_class)
+    );
+    CREATE TABLE chargeback_mark (id INTEGER PRIMARY KEY, accounted_to DOUBLE PRECISION NOT NULL);
+    INSERT INTO chargeback_mark (id, accounted_to) VALUES (1, 0);
+    """
+
+ADD_CHARGES = (
+    "INSERT INTO chargeback_hourly (hour, key_id, model, gpu_class, busy_s, load_s, idle_s, cost)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hour, key_id, model, gpu_class) DO UPDATE SET"
+    " busy_s = chargeback_hourly.busy_s + excluded.busy_s, load_s = chargeback_hourly.load_s + excluded.load_s,"
+    " idle_s = chargeback_hourly.idle_s + excluded.idle_s, cost = chargeback_hourly.cost + excluded.cost"
+)
+PUT_SPAN = ("INSERT INTO replica_spans (id, ended_at, body) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+            " ended_at = excluded.ended_at, body = excluded.body")
+USAGE_READ = ("SELECT id, key_id, model, replica_id, prompt_tokens, completion_tokens, started_at, duration_s, status"
+              " FROM usage WHERE started_at >= ? AND started_at < ? ORDER BY started_at")
+
+
+class ChargebackSql:
+    """The chargeback operations of SqlStore (its `_tx`, `_rows` and `_fence`)."""
+
+    def _tx(self) -> AbstractContextManager[Tx]:
+        raise NotImplementedError
+
+    def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Row]:
+        raise NotImplementedError
+
+    def charge_mark(self) -> float:
+        """The time before which GPU time is charged (0: never accounted)."""
+        return float(self._rows("SELECT accounted_to FROM chargeback_mark WHERE id = 1")[0][0])
+
+    def put_charges(self, rows: Sequence[ChargeRow], spans: Sequence[ReplicaSpan], before: float, to: float,
+                    epoch: int | None = None) -> None:
+        """Add `rows` to the hourly charges, write `spans` whole and move the mark from `before` to `to`, in one
+        transaction; Accounted (nothing written) when the mark is no longer `before`."""
+        from llmgw.store.sql import _fence
+
+        with self._tx() as tx:
+            _fence(tx, epoch)
+            if not tx.run("UPDATE chargeback_mark SET accounted_to = ? WHERE id = 1 AND accounted_to = ?",
+                          (to, before)):
+                raise Accounted(f"GPU time before {before} was accounted by another step")
+            if rows:
+                tx.run_many(ADD_CHARGES, [(r.hour, r.key_id, r.model, r.gpu_class, r.busy_s, r.load_s, r.idle_s,
+                                           r.cost) for r in rows])
+            if spans:
+                tx.run_many(PUT_SPAN, [(s.id, s.ended_at, s.model_dump_json()) for s in spans])
+
+    def open_spans(self, ended_since: float) -> list[ReplicaSpan]:
+        """Spans alive, or ended at or after `ended_since`."""
+        rows = self._rows("SELECT body FROM replica_spans WHERE ended_at IS NULL OR ended_at >= ?", (ended_since,))
+        return [ReplicaSpan.model_validate_json(str(r[0])) for r in rows]
+
+    def charges_since(self, since: float) -> list[ChargeRow]:
+        """The hourly charges from the hour holding `since` on."""
+        rows = self._rows("SELECT hour, key_id, model, gpu_class, busy_s, load_s, idle_s, cost FROM chargeback_hourly"
+                          " WHERE hour >= ? ORDER BY hour, key_id, model, gpu_class", (hour_of(since),))
+        return [ChargeRow(hour=int(r[0]), key_id=str(r[1]), model=str(r[2]), gpu_class=str(r[3]), busy_s=float(r[4]),
+                          load_s=float(r[5]), idle_s=float(r[6]), cost=float(r[7])) for r in rows]
+
+    def usage_started(self, since: float, before: float) -> list[UsageRecord]:
+        """The usage rows of requests started in [since, before), oldest first."""
+        return [UsageRecord(id=str(r[0]), key_id=str(r[1]), model=str(r[2]), replica_id=str(r[3]),
+                            prompt_tokens=int(r[4]), completion_tokens=int(r[5]), started_at=float(r[6]),
+                            duration_s=float(r[7]), status=int(r[8])) for r in self._rows(USAGE_READ, (since, before))]
+
+    def prune_charges(self, before: float) -> None:
+        """Hourly charges before the hour holding `before`, and spans that ended before it."""
+        with self._tx() as tx:
+            tx.run("DELETE FROM chargeback_hourly WHERE hour < ?", (hour_of(before),))
+            tx.run("DELETE FROM replica_spans WHERE ended_at IS NOT NULL AND ended_at < ?", (before,))
