@@ -1,4 +1,4 @@
-"""core, placement and reconcile do no I/O: they import nothing that could do it (the clock module aside)."""
+"""core, placement, reconcile and chargeback do no I/O: they import nothing that could do it (the clock module aside)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "llmgw"
-PURE = ("core", "placement", "reconcile")
+PURE = ("core", "placement", "reconcile", "chargeback")
 FORBIDDEN = {
     "aiohttp", "asyncio", "os", "pathlib", "shutil", "socket", "sqlite3", "ssl", "subprocess", "time", "urllib",
     "datetime", "random", "llmgw.store", "llmgw.control", "llmgw.router", "llmgw.agent", "llmgw.cli", "llmgw.dev",

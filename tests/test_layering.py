@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"store", "pki"},
     {"net", "api"},  # HTTP pieces shared by agent and control; what router and control say to each other
     {"placement"},
-    {"reconcile"},
+    {"reconcile", "chargeback"},  # chargeback: pure, GPU time in, charges out
     {"agent", "router"},
     {"control"},
     {"sim"},  # an engine stand-in: a process the agent launches like an engine
