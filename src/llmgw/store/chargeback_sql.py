@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
 from llmgw.core.errors import Accounted
 from llmgw.records.chargeback import ChargeRow, ReplicaSpan
 from llmgw.store.base import UsageRecord, hour_of
-
-if TYPE_CHECKING:
-    from llmgw.store.sql import Row, Tx
+from llmgw.store.tx import Row, Tx, _fence
 
 # SQLite's 12th migration and PostgreSQL's 8th
 CHARGEBACK = """
@@ -57,8 +54,6 @@ class ChargebackSql:
                     epoch: int | None = None) -> None:
         """Add `rows` to the hourly charges, write `spans` whole and move the mark from `before` to `to`, in one
         transaction; Accounted (nothing written) when the mark is no longer `before`."""
-        from llmgw.store.sql import _fence
-
         with self._tx() as tx:
             _fence(tx, epoch)
             if not tx.run("UPDATE chargeback_mark SET accounted_to = ? WHERE id = 1 AND accounted_to = ?",

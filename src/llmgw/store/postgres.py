@@ -17,7 +17,8 @@ from llmgw.core.errors import StoreError, StoreRejected
 from llmgw.store.base import AnyUsage
 from llmgw.store.chargeback_sql import CHARGEBACK
 from llmgw.store.migrations import ACTIVITY, HUB_RESOLUTIONS, LEADER, RENEWALS, REVISIONS, REVOCATION_REVS
-from llmgw.store.sql import USAGE_COLUMNS, Row, SqlStore, once_each, split, usage_values
+from llmgw.store.sql import USAGE_COLUMNS, SqlStore, once_each, split, usage_values
+from llmgw.store.tx import Row
 
 MIGRATE_LOCK = 7_331_001  # the advisory lock key migrations hold
 CONNECT_TIMEOUT_S = 10

@@ -9,12 +9,11 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
 from llmgw.config.server import ModelSpec
-from llmgw.core.errors import Deposed, StoreError
+from llmgw.core.errors import StoreError
 from llmgw.records.state import Event, NodeRecord, ReplicaRecord
 from llmgw.store.base import (
     AnyUsage,
@@ -29,11 +28,11 @@ from llmgw.store.base import (
     sum_by_hour,
 )
 from llmgw.store.chargeback_sql import ChargebackSql
+from llmgw.store.tx import Row, Tx, _fence
 from llmgw.wire.hub import Resolution
 
 log = logging.getLogger(__name__)
 PRUNE_BATCH = 5000  # rows per delete transaction: retention never holds the write lock for long
-Row = tuple[Any, ...]
 
 
 USAGE_COLUMNS = ("id", "key_id", "model", "replica_id", "prompt_tokens", "completion_tokens", "started_at",
@@ -56,14 +55,6 @@ def once_each(records: Sequence[AnyUsage], new: Callable[[str], bool]) -> list[A
             taken.add(u.id)
             out.append(u)
     return out
-
-
-class Tx(Protocol):
-    """What a transaction offers the shared statements."""
-
-    def run(self, sql: str, args: Sequence[object] = ()) -> int: ...  # rows affected
-    def run_many(self, sql: str, rows: list[Sequence[object]]) -> None: ...
-    def one(self, sql: str, args: Sequence[object] = ()) -> Row | None: ...
 
 
 def upsert(table: str, columns: tuple[str, ...], key: tuple[str, ...]) -> str:
@@ -369,14 +360,6 @@ def _bump(tx: Tx, name: str) -> int:
     if row is None:
         raise StoreError(f"the store has no revision counter {name!r}: its schema is not this version's")
     return int(row[0])
-
-
-def _fence(tx: Tx, epoch: int | None) -> None:
-    """Within a leader's write: go on only if `epoch` is still the lease's. The row is updated (to itself), not just
-    read, so it stays locked to this transaction: a new leader's takeover waits for this write to commit, and this
-    write cannot commit after a takeover it did not see."""
-    if epoch is not None and not tx.run("UPDATE leader SET epoch = epoch WHERE id = 1 AND epoch = ?", (epoch,)):
-        raise Deposed(f"refused a write fenced at epoch {epoch}: another control plane has led since")
 
 
 def split(sql: str) -> Iterator[str]:

@@ -17,7 +17,8 @@ from pathlib import Path
 from llmgw.core.errors import StoreError
 from llmgw.store.base import AnyUsage
 from llmgw.store.migrations import MIGRATIONS
-from llmgw.store.sql import USAGE_COLUMNS, Row, SqlStore, once_each, split, usage_values
+from llmgw.store.sql import USAGE_COLUMNS, SqlStore, once_each, split, usage_values
+from llmgw.store.tx import Row
 
 BUSY_TIMEOUT_MS = 5000
 
