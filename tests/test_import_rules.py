@@ -1,4 +1,4 @@
-"""core, placement, reconcile and chargeback do no I/O: they import nothing that could do it (the clock module aside)."""
+"""core, placement, reconcile and chargeback do no I/O: they import nothing that could (the clock module aside)."""
 
 from __future__ import annotations
 
