@@ -92,7 +92,8 @@ class Reporter:
     async def send(self, plane: Plane, report: NodeReport) -> DesiredState:
         """The desired state to converge to after this step's report."""
         held, self.held = self.held, None  # dropped unless an answer gives it back
-        lease = renewal(held, report, plane.url, self.clock.monotonic(), self.refresh_s)
+        lease = ("no lease held" if held is None
+                 else renewal(held, report, plane.url, self.clock.monotonic(), self.refresh_s))
         if held is not None and isinstance(lease, Lease):
             try:
                 answer = await plane.renew(lease)
@@ -113,7 +114,7 @@ class Reporter:
         desired = await plane.heartbeat(report)
         self.whole += 1
         self.why[why] += 1
-        log.debug("report sent whole to %s: %s", plane.url, why)
+        log.debug("report sent whole: %s", why)
         if desired.lease:  # no token: a control plane that takes no leases, sent every report whole
             self.held = Held.of(report, plane.url, desired.lease, self.clock.monotonic(), desired)
         return desired
