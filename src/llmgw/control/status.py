@@ -10,6 +10,7 @@ from typing import Any
 from llmgw.api.views import ReadyTime
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity import Activity
+from llmgw.control.charge_book import ChargeBook
 from llmgw.control.credentials import Credentials
 from llmgw.control.passes import Passes
 from llmgw.control.registry import Registry
@@ -40,6 +41,7 @@ class Status:
     hub: HubStates = no_hub  # model name -> its hub source's state (the owner resolving hub sources keeps it)
     replica_lines: ReplicaLines = field(default_factory=ReplicaLines)  # each replica's line, kept per record
     ready_times: Callable[[], list[ReadyTime]] = list  # each way to ready as measured (control/ready_times.py)
+    charges: ChargeBook = field(default_factory=ChargeBook)  # GPU time and cost per key (control/charge_book.py)
 
 
 async def summary_of(s: Status) -> Summary:
