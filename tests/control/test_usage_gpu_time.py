@@ -15,12 +15,14 @@ import aiohttp
 import pytest
 
 from llmgw.api.router import Activity
+from llmgw.control.charge_book import REFRESH, ChargeBook
 from llmgw.control.usage_charges import CSV_HEAD, OPERATOR_NAME
+from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import ClusterPlan, admin_post
 from llmgw.records.chargeback import OPERATOR, ChargeRow
 from llmgw.store.base import UsageRecord, hour_of
 from llmgw.store.sqlite import SqliteStore
-from tests.harness import InProcessServer, aget, plan
+from tests.harness import InProcessServer, aget, plan, plane_in
 
 MODELS = [{"name": name, "source": f"org/{name}", "engine": "sim", "scaling": {"min": 0, "max": 1}}
           for name in ("m", "n")]
@@ -122,3 +124,24 @@ async def test_the_csv_has_gpu_time_and_cost_per_hour_key_and_model(tmp_path: Pa
         assert earlier[head["requests"]] == "0" and float(earlier[head["load_s"]]) == 60  # a load, no tokens
         ops = next(r for (k, _, _), r in lines.items() if k == OPERATOR)
         assert float(ops[head["idle_s"]]) == 1800 and float(ops[head["cost"]]) == pytest.approx(1.8)
+
+
+async def test_the_dashboards_reading_is_refreshed_every_few_seconds_and_survives_the_store(tmp_path: Path) -> None:
+    """The dashboard's GPU time per key is read from the store at most every REFRESH seconds (by the plane's
+    clock); while the store cannot be read, the last reading is shown."""
+    clock = FakeClock()
+    plane = plane_in(tmp_path, clock)
+    book, store = ChargeBook("EUR"), plane.storage.store
+    h = hour_of(clock.now())
+    store.put_charges([charge(h, "k1", "m", busy=10)], [], 0.0, 0.0)
+    shown = await book.gpu_time(plane.storage, clock.now() - 3600, {"k1": "team"})
+    assert [(k.name, k.gpu_seconds) for k in shown.keys] == [("team", 10)] and shown.currency == "EUR"
+    store.put_charges([charge(h, OPERATOR, "m", idle=5)], [], 0.0, 0.0)
+    assert (await book.gpu_time(plane.storage, clock.now() - 3600, {"k1": "team"})) is shown  # not read again yet
+    clock.advance(REFRESH)
+    shown = await book.gpu_time(plane.storage, clock.now() - 3600, {"k1": "team"})
+    assert [(k.name, k.gpu_seconds) for k in shown.keys] == [("team", 10), (OPERATOR_NAME, 5)]
+    store.close()  # reads now fail
+    clock.advance(REFRESH)
+    again = await book.gpu_time(plane.storage, clock.now() - 3600, {"k1": "renamed"})
+    assert [(k.name, k.gpu_seconds) for k in again.keys] == [("renamed", 10), (OPERATOR_NAME, 5)]

@@ -6,41 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import BaseModel
-
 from llmgw.control.storage import Storage
-from llmgw.control.usage_charges import name_of
+from llmgw.control.usage_charges import GpuTime, by_key
 from llmgw.core.errors import StoreError
-from llmgw.records.chargeback import OPERATOR, ChargeRow
+from llmgw.records.chargeback import ChargeRow
 
 REFRESH = 10.0  # seconds a reading is shown before the store is read again
-
-
-class KeyCharge(BaseModel):
-    """One key's (or the operator's: key_id OPERATOR) GPU-seconds and their cost over the period."""
-
-    key_id: str
-    name: str = ""
-    gpu_seconds: float = 0.0
-    busy_s: float = 0.0
-    load_s: float = 0.0
-    idle_s: float = 0.0
-    cost: float = 0.0
-
-
-def by_key(charges: list[ChargeRow], names: Mapping[str, str]) -> list[KeyCharge]:
-    """Per key, every model and hour summed; the operator's share last."""
-    out: dict[str, KeyCharge] = {}
-    for c in charges:
-        k = out.get(c.key_id)
-        if k is None:
-            k = out[c.key_id] = KeyCharge(key_id=c.key_id, name=name_of(c.key_id, names))
-        k.busy_s += c.busy_s
-        k.load_s += c.load_s
-        k.idle_s += c.idle_s
-        k.gpu_seconds += c.gpu_s
-        k.cost += c.cost
-    return [out[k] for k in sorted(out, key=lambda k: (k == OPERATOR, k))]
 
 
 class ChargeBook:
@@ -51,6 +22,15 @@ class ChargeBook:
         self.currency = currency
         self._charges: list[ChargeRow] = []
         self._read_at: float | None = None
+        self._shown: tuple[float | None, dict[str, str], GpuTime] | None = None  # summed once per reading
+
+    async def gpu_time(self, storage: Storage, since: float, names: Mapping[str, str]) -> GpuTime:
+        """Per key (named), the operator's share last."""
+        charges = await self.since(storage, since)
+        shown = self._shown
+        if shown is None or shown[0] != self._read_at or shown[1] != names:
+            shown = self._shown = (self._read_at, dict(names), by_key(charges, names, self.currency))
+        return shown[2]
 
     async def since(self, storage: Storage, since: float) -> list[ChargeRow]:
         now = storage.clock.monotonic()

@@ -1,5 +1,6 @@
 """The cluster's summary as the management API, the dashboard and the metrics read it: made from the owners' state
-in memory, with no store read (key names aside, read once after keys change)."""
+in memory, with no store read (key names aside, read once after keys change; GPU time charged, read at most every
+few seconds: control/charge_book.py)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ async def summary_of(s: Status) -> Summary:
         replica_lines=s.replica_lines,
     )
     out.ready_times = s.ready_times()
+    out.gpu_time = await s.charges.gpu_time(s.storage, now - DAY, names)
     return out
 
 

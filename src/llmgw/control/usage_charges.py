@@ -11,6 +11,8 @@ import io
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from llmgw.records.chargeback import OPERATOR, ChargeRow
 from llmgw.store.base import UsageTotal
 
@@ -63,6 +65,32 @@ def usage_rows(totals: Iterable[UsageTotal], charges: Iterable[ChargeRow], by: s
     for c in charges:
         _add_charge(row(c.key_id if by == "key" else c.model), c)
     return [rows[k] for k in sorted(rows, key=_key_order)]
+
+
+class KeyCharge(BaseModel):
+    """One key's (or the operator's: key_id OPERATOR) GPU-seconds and their cost over a period."""
+
+    key_id: str
+    name: str = ""
+    gpu_seconds: float = 0.0
+    busy_s: float = 0.0
+    load_s: float = 0.0
+    idle_s: float = 0.0
+    cost: float = 0.0
+
+
+class GpuTime(BaseModel):
+    """GPU time and cost per key over a period, the operator's share last."""
+
+    currency: str = ""
+    keys: list[KeyCharge] = []
+
+
+def by_key(charges: Iterable[ChargeRow], names: Mapping[str, str], currency: str) -> GpuTime:
+    """Per key, every model, GPU class and hour summed."""
+    rows = usage_rows((), charges, "key", names)
+    return GpuTime(currency=currency, keys=[KeyCharge(key_id=r["key"], name=r["name"],
+                                                      **{f: r[f] for f in GPU_FIELDS}) for r in rows])
 
 
 def hourly_rows(by_hour: Iterable[tuple[int, UsageTotal]],
