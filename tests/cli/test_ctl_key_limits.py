@@ -64,18 +64,20 @@ async def test_usage_by_key_and_model_and_as_csv(tmp_path: Path) -> None:
             assert r.status == 200, await r.text()
 
         by_key = json.loads((await ctl(p, "usage", "--by", "key", "--since", "1h", "--json")).stdout)
+        no_gpu_time = {"gpu_seconds": 0.0, "busy_s": 0.0, "load_s": 0.0, "idle_s": 0.0, "cost": 0.0}
         assert by_key["rows"] == [{"key": k["id"], "name": "=HYPERLINK(1)", "requests": 2, "prompt_tokens": 20,
-                                   "completion_tokens": 7}]
+                                   "completion_tokens": 7, **no_gpu_time}]
         by_model = json.loads((await ctl(p, "usage", "--by", "model", "--json")).stdout)
-        assert by_model["rows"] == [{"model": "m", "requests": 2, "prompt_tokens": 20, "completion_tokens": 7}]
+        assert by_model["rows"] == [{"model": "m", "requests": 2, "prompt_tokens": 20, "completion_tokens": 7,
+                                     **no_gpu_time}]
         assert "m" in (await ctl(p, "usage", "--by", "model")).stdout
 
         out = await ctl(p, "usage", "--csv", "--since", "2h")
         assert out.returncode == 0, out.stderr
         rows = list(csv.reader(io.StringIO(out.stdout)))
-        assert rows[0] == ["hour_utc", "key_id", "key_name", "model", "requests", "prompt_tokens",
-                           "completion_tokens"]
-        assert [r[1:] for r in rows[1:]] == [[k["id"], "'=HYPERLINK(1)", "m", "2", "20", "7"]]  # not a formula
+        assert rows[0][:7] == ["hour_utc", "key_id", "key_name", "model", "requests", "prompt_tokens",
+                               "completion_tokens"]  # GPU time and cost follow (test_usage_gpu_time.py)
+        assert [r[1:7] for r in rows[1:]] == [[k["id"], "'=HYPERLINK(1)", "m", "2", "20", "7"]]  # not a formula
         assert (await ctl(p, "usage", "--since", "forever")).returncode == 2
 
 
@@ -94,4 +96,4 @@ async def test_a_name_with_separators_and_quotes_stays_one_cell(tmp_path: Path) 
             assert r.status == 200, await r.text()
         out = (await ctl(p, "usage", "--csv", "--since", "2h")).stdout
         rows = list(csv.reader(io.StringIO(out)))
-        assert [r[1:] for r in rows[1:]] == [[k["id"], 'team;a,"b"', "m", "1", "10", "1"]], out
+        assert [r[1:7] for r in rows[1:]] == [[k["id"], 'team;a,"b"', "m", "1", "10", "1"]], out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -16,7 +17,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmgw.control.usage_charges import OPERATOR_NAME
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from llmgw.records.chargeback import OPERATOR, ChargeRow
+from llmgw.store.base import hour_of
+from tests.control.test_usage_gpu_time import plant_charges
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_engine_install import ctl_json
@@ -175,11 +180,25 @@ def artifacts() -> Path:
     return d
 
 
+def _plant_gpu_time(p: ClusterPlan) -> str:
+    """GPU time charged to the "dash" key and to the operator, as the accountant writes it; the key's id once the
+    summary shows it (it re-reads charges every few seconds)."""
+    dash = next(k["id"] for k in admin_get(p, "/api/keys") if k["name"] == "dash")
+    h = hour_of(time.time())
+    plant_charges(p, [ChargeRow(hour=h, key_id=dash, model="sim-8b", gpu_class="L40S", busy_s=120, load_s=30,
+                                idle_s=6, cost=0.25),
+                      ChargeRow(hour=h, key_id=OPERATOR, model="sim-405b", gpu_class="H100", idle_s=7200, cost=8)])
+    wait_until(lambda: any(k["key_id"] == dash for k in admin_get(p, "/api/status")["gpu_time"]["keys"]), 20,
+               "the planted GPU time in /api/status")
+    return str(dash)
+
+
 def test_the_page_shows_what_ctl_status_shows(cluster: tuple[ClusterPlan, int, str], tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     p, _, _ = cluster
     chromium = _chromium_or_skip()
+    dash = _plant_gpu_time(p)
     status = ctl_json(p, "status")
     token = p.token_file.read_text().strip()
     shot = artifacts() / "dashboard.png"
@@ -220,6 +239,12 @@ def test_the_page_shows_what_ctl_status_shows(cluster: tuple[ClusterPlan, int, s
             assert XID in text('table.nodes tr[data-node="node03"] td.warnings')
             nowhere = next(r for r in status["replicas"] if r["model"] == "m-nowhere")
             assert nowhere["placement"][0] in text(f'table.replicas tr[data-replica="{nowhere["id"]}"] td.why')
+            for k in status["gpu_time"]["keys"]:  # GPU time and cost per key, the operator's share named
+                row = f'table.gpu-time tr[data-key="{k["key_id"]}"]'
+                got = (text(f"{row} td.name"), text(f"{row} td.gpu-seconds"), text(f"{row} td.cost"))
+                assert got == (k["name"] or k["key_id"], f'{k["gpu_seconds"]:.1f}', f'{k["cost"]:.4f}'), got
+            assert text(f'table.gpu-time tr[data-key="{dash}"] td.gpu-seconds') == "156.0"
+            assert text('table.gpu-time tr[data-key=""] td.name') == OPERATOR_NAME
             page.screenshot(path=str(shot), full_page=True)
             assert not errors, errors  # the policy refused nothing the page needs, the script threw nothing
         finally:

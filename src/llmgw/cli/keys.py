@@ -112,14 +112,16 @@ def seconds(text: str) -> int:
 
 
 def usage(
-    by: Annotated[str, typer.Option("--by", help="key or model")] = "key",
+    by: Annotated[str, typer.Option("--by", help="key (one row per key, its models summed; the operator's share "
+                                                 "last) or model")] = "key",
     since: Annotated[str, typer.Option("--since", help="how far back: 30m, 24h, 7d (from the hour holding it)")]
     = "24h",
     as_csv: Annotated[bool, typer.Option("--csv", help="per hour, key and model, as CSV (for billing)")] = False,
     admin: AdminOpt = DEFAULT_ADMIN,
     as_json: JsonOpt = False,
 ) -> None:
-    """Requests and tokens by key or by model since a time; --csv: per hour, key and model."""
+    """Requests, tokens, GPU-seconds and their cost by key or by model since a time; --csv: per hour, key and
+    model."""
     if by not in ("key", "model"):
         console.print("[red]error:[/red] --by must be key or model")
         raise typer.Exit(2)
@@ -131,8 +133,22 @@ def usage(
     if json_out(out, as_json):
         return
     t = Table(by, *(["name"] if by == "key" else []), "requests", "prompt tokens", "completion tokens",
+              "GPU-s", "busy", "load", "idle", f"cost {safe(out.get('currency', ''))}",
               title=f"usage in the last {safe(since)}")
+    total = dict.fromkeys(GPU_COLUMNS, 0.0)
     for r in out["rows"]:
         t.add_row(safe(r[by]), *([safe(r["name"])] if by == "key" else []), str(r["requests"]),
-                  str(r["prompt_tokens"]), str(r["completion_tokens"]))
+                  str(r["prompt_tokens"]), str(r["completion_tokens"]), *gpu_cells(r))
+        total = {c: total[c] + float(r.get(c, 0.0)) for c in GPU_COLUMNS}
+    if out["rows"]:
+        t.add_section()
+        t.add_row("total", *([""] if by == "key" else []), "", "", "", *gpu_cells(total))
     console.print(t)
+
+
+GPU_COLUMNS = ("gpu_seconds", "busy_s", "load_s", "idle_s", "cost")
+
+
+def gpu_cells(row: dict[str, Any]) -> list[str]:
+    """GPU-seconds to a tenth, cost to four places (a few GPU-seconds cost a fraction of a cent)."""
+    return [f"{float(row.get(c, 0.0)):.1f}" for c in GPU_COLUMNS[:4]] + [f"{float(row.get('cost', 0.0)):.4f}"]

@@ -240,7 +240,8 @@ def admin_app(status: Status, limit_counters: LimitCounters, gauges: Gauges, hea
     app = web.Application(client_max_size=MAX_BODY, middlewares=[guard(token, hosts, any_ip), bad_requests])
     app.add_routes(metrics_routes(status, gauges, health))
     app.add_routes(dashboard_routes(lambda: summary_of(status)))
-    app.add_routes(key_routes(status.credentials, limit_counters, status.storage, status.registry.models))
+    app.add_routes(key_routes(status.credentials, limit_counters, status.storage, status.registry.models,
+                              status.charges.currency))
     app.add_routes(RouterRoutes(status.registry, status.activity, status.credentials, limit_counters,
                                 status.storage).routes())
     app.add_routes(AdminRoutes(status).routes())

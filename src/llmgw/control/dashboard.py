@@ -145,6 +145,16 @@ def _usage(s: Summary) -> str:
                             "completion tokens"], rows, "no usage recorded yet")
 
 
+def _gpu_time(s: Summary) -> str:
+    """GPU-seconds and cost per key over the last day, the operator's share named and last."""
+    rows = [f'<tr data-key="{e(k.key_id)}"><td class="name">{e(k.name or k.key_id)}</td>'
+            f'<td class="n gpu-seconds">{k.gpu_seconds:.1f}</td><td class="n busy">{k.busy_s:.1f}</td>'
+            f'<td class="n load">{k.load_s:.1f}</td><td class="n idle">{k.idle_s:.1f}</td>'
+            f'<td class="n cost">{k.cost:.4f}</td></tr>' for k in s.gpu_time.keys]
+    return _table("gpu-time", ["key", "GPU-s 24 h", "busy", "load", "idle", f"cost 24 h ({s.gpu_time.currency})"],
+                  rows, "no GPU time charged in the last 24 hours")
+
+
 @dataclass
 class Rows:
     """Each node's and replica's row as HTML, with whether it is in trouble: made once per line (a line is kept
@@ -221,6 +231,7 @@ def render_view(s: Summary, page: int = 1, rows: Rows | None = None) -> str:
         _table("nodes", ["node", "state", "GPUs", "memory", "disk", "engines", "fabrics", "weights", "warnings"],
                nodes, "no nodes have registered"), "</section>",
         "<section><h2>Usage</h2>", _usage(s), "</section>",
+        "<section><h2>GPU time and cost</h2>", _gpu_time(s), "</section>",
     ])
 
 

@@ -3,8 +3,6 @@ usage by key or model since a time, and an hourly CSV of it for billing."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 from typing import Any
@@ -18,6 +16,7 @@ from llmgw.config.server import ModelSpec
 from llmgw.control.credentials import Credentials
 from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.storage import Storage
+from llmgw.control.usage_charges import usage_csv, usage_rows
 from llmgw.core.limits import KeyLimits
 from llmgw.store.base import ApiKeyRecord
 
@@ -70,11 +69,12 @@ class TenantRoutes:
     """Keys (with their limits and their use against them) and usage, for the management API."""
 
     def __init__(self, credentials: Credentials, limit_counters: LimitCounters, storage: Storage,
-                 models: dict[str, ModelSpec]) -> None:
+                 models: dict[str, ModelSpec], currency: str = "USD") -> None:
         self.credentials = credentials
         self.limit_counters = limit_counters
         self.storage = storage
         self.models = models  # the catalog: a key may name only its models
+        self.currency = currency  # chargeback's: what the costs are in
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -124,47 +124,30 @@ class TenantRoutes:
         return js(key_row(self.limit_counters, new))
 
     async def usage(self, request: web.Request) -> web.Response:
-        """Usage since `since` seconds ago (from the hour holding it: the hourly aggregate), by key or model."""
+        """Usage since `since` seconds ago (from the hour holding it: the hourly aggregates), by key or model: tokens,
+        and GPU-seconds with their cost (the operator's share a row of its own)."""
         by = request.query.get("by", "key")
         if by not in ("key", "model"):
             raise BadRequest("by must be key or model")
         since = since_of(request, self.storage.clock.now())
         names = await key_names(self.credentials, self.storage)
-        rows: dict[str, dict[str, Any]] = {}
-        for t in await self.storage.read(self.storage.store.usage_recent, since):
-            k = t.key_id if by == "key" else t.model
-            row = rows.setdefault(k, {by: k, **({"name": names.get(k, "")} if by == "key" else {}),
-                                      "requests": 0, "prompt_tokens": 0, "completion_tokens": 0})
-            row["requests"] += t.requests
-            row["prompt_tokens"] += t.prompt_tokens
-            row["completion_tokens"] += t.completion_tokens
-        return js({"since": since, "by": by, "rows": sorted(rows.values(), key=lambda r: str(r[by]))})
+        store = self.storage.store
+        totals, charges = await self.storage.read(lambda: (store.usage_recent(since), store.charges_since(since)))
+        return js({"since": since, "by": by, "currency": self.currency,
+                   "rows": usage_rows(totals, charges, by, names)})
 
     async def usage_csv(self, request: web.Request) -> web.Response:
-        """Usage per hour, key and model since `since` seconds ago: what an invoice is made from."""
+        """Usage per hour, key and model since `since` seconds ago, GPU time and cost included: what an invoice is
+        made from."""
         since = since_of(request, self.storage.clock.now())
         names = await key_names(self.credentials, self.storage)
-        out = io.StringIO()
-        w = csv.writer(out, quoting=csv.QUOTE_ALL)  # RFC 4180: separators and quotes inside a cell stay in it
-        w.writerow(["hour_utc", "key_id", "key_name", "model", "requests", "prompt_tokens", "completion_tokens"])
-        for hour, t in await self.storage.read(self.storage.store.usage_by_hour, since):
-            w.writerow([_iso(hour), t.key_id, _cell(names.get(t.key_id, "")), _cell(t.model), t.requests,
-                        t.prompt_tokens, t.completion_tokens])
-        return web.Response(text=out.getvalue(), content_type="text/csv",
+        store = self.storage.store
+        by_hour, charges = await self.storage.read(lambda: (store.usage_by_hour(since), store.charges_since(since)))
+        return web.Response(text=usage_csv(by_hour, charges, names, self.currency), content_type="text/csv",
                             headers={"Content-Disposition": 'attachment; filename="llmgw-usage.csv"'})
 
 
 def key_routes(credentials: Credentials, limit_counters: LimitCounters, storage: Storage,
-                  models: dict[str, ModelSpec]) -> list[web.RouteDef]:
-    return TenantRoutes(credentials, limit_counters, storage, models).routes()
+               models: dict[str, ModelSpec], currency: str = "USD") -> list[web.RouteDef]:
+    return TenantRoutes(credentials, limit_counters, storage, models, currency).routes()
 
-
-def _iso(hour: int) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(hour * 3600, tz=dt.UTC).strftime("%Y-%m-%dT%H:00:00Z")
-
-
-def _cell(text: str) -> str:
-    """A cell a spreadsheet will not run as a formula (a key named "=HYPERLINK(...)")."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

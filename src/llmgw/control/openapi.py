@@ -167,9 +167,10 @@ def _key_paths() -> dict[str, Any]:
         "/api/keys/revoke": {"post": _op("Revoke a key by its name", _json(OBJECT, "revoked"), more=NO_SUCH,
                                          body={"type": "object", "properties": {"name": NAME},
                                                "required": ["name"]})},
-        "/api/usage": {"get": _op("Usage by key or by model since a time", _json(OBJECT, "totals"),
+        "/api/usage": {"get": _op("Usage by key or by model since a time: tokens, GPU-seconds and their cost "
+                                  "(the operator's share under key \"\")", _json(OBJECT, "totals"),
                                   params=[_query("by", {"type": "string", "enum": ["key", "model"]}), since])},
-        "/api/usage.csv": {"get": _op("Usage per hour, key and model, for billing",
+        "/api/usage.csv": {"get": _op("Usage per hour, key and model with GPU-seconds and cost, for billing",
                                       _text("RFC 4180 CSV", "text/csv"), params=[since])},
     }
 

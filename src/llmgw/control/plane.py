@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from llmgw.config.server import ModelSpec, ServerConfig
 from llmgw.control.activity import Activity
+from llmgw.control.charge_book import ChargeBook
 from llmgw.control.credentials import Credentials, spent_by_period
 from llmgw.control.following import Following, health_of
 from llmgw.control.heartbeats import Heartbeats
@@ -85,6 +86,7 @@ class ControlPlane:
         self.sleep_refusals = SleepRefusals()  # nodes where an engine refused sleep mode: it runs there without
         self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick,
                                      self.hub_models, self.sleep_refusals)
+        self.charge_book = ChargeBook(cfg.chargeback.currency)  # GPU time per key, as the dashboard shows it
         self.ready_times = ReadyTimes()  # each way to ready (wake, load) measured per model, engine, GPU class
         self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick,
                              self.hub_models, self.ready_times, self.sleep_refusals)
@@ -123,7 +125,8 @@ class ControlPlane:
     def status(self) -> Status:
         """The owners the summary (management API, dashboard, metrics) is read from."""
         return Status(self.registry, self.activity, self.credentials, self.storage, self.usage, self.passes,
-                      hub=lambda: self.hub_models.states, ready_times=self.ready_times.lines)
+                      hub=lambda: self.hub_models.states, ready_times=self.ready_times.lines,
+                      charges=self.charge_book)
 
     async def revoke(self, node_id: str, serial: str, reason: str) -> str:
         """Cut a node off (serial "") or one of its certificates. Takes effect at its next heartbeat; revoking the

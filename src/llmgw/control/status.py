@@ -1,5 +1,6 @@
 """The cluster's summary as the management API, the dashboard and the metrics read it: made from the owners' state
-in memory, with no store read (key names aside, read once after keys change)."""
+in memory, with no store read (key names aside, read once after keys change; GPU time charged, read at most every
+few seconds: control/charge_book.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from llmgw.api.views import ReadyTime
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity import Activity
+from llmgw.control.charge_book import ChargeBook
 from llmgw.control.credentials import Credentials
 from llmgw.control.passes import Passes
 from llmgw.control.registry import Registry
@@ -40,6 +42,7 @@ class Status:
     hub: HubStates = no_hub  # model name -> its hub source's state (the owner resolving hub sources keeps it)
     replica_lines: ReplicaLines = field(default_factory=ReplicaLines)  # each replica's line, kept per record
     ready_times: Callable[[], list[ReadyTime]] = list  # each way to ready as measured (control/ready_times.py)
+    charges: ChargeBook = field(default_factory=ChargeBook)  # GPU time and cost per key (control/charge_book.py)
 
 
 async def summary_of(s: Status) -> Summary:
@@ -69,6 +72,7 @@ async def summary_of(s: Status) -> Summary:
         replica_lines=s.replica_lines,
     )
     out.ready_times = s.ready_times()
+    out.gpu_time = await s.charges.gpu_time(s.storage, now - DAY, names)
     return out
 
 

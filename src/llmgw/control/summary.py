@@ -17,6 +17,7 @@ from llmgw.api.model_weights import ModelWeights, model_weights, weights_trouble
 from llmgw.api.stats import RouterStats
 from llmgw.api.views import NodeRow, ReadyTime, node_row
 from llmgw.config.server import ModelSpec
+from llmgw.control.usage_charges import GpuTime
 from llmgw.core.conditions import Condition
 from llmgw.core.reasons import Reason
 from llmgw.reconcile import scaling
@@ -109,6 +110,7 @@ class Summary(BaseModel):
     requests: RouterStats = RouterStats()  # what the routers measured, per model (counts and histograms)
     adapters: list[AdapterLine] = []  # the catalog's LoRA adapters and the ready replicas serving each
     ready_times: list[ReadyTime] = []  # each way to ready (wake, load) as measured (control/ready_times.py)
+    gpu_time: GpuTime = GpuTime()  # the last day's GPU-seconds and cost per key (control/usage_charges.py)
     # /api/status gives the node lines a page at a time: where this page starts (name order), how many it leaves out
     nodes_from: int = 0
     nodes_not_shown: int = 0
@@ -191,13 +193,10 @@ def _node_line(n: NodeRecord) -> NodeLine:
     disk = hw.disk
     peers = {g.index: len(g.nvlink_peers or ()) for g in hw.gpus if not g.faulty}
     return NodeLine.model_construct(  # from a validated record: no second validation
-        **node_row(n).__dict__,
-        live=not n.lost,
-        mem_total_bytes=hw.mem_total_bytes,
-        mem_available_bytes=hw.mem_available_bytes,
+        **node_row(n).__dict__, live=not n.lost, nvlink_peers=peers,
+        mem_total_bytes=hw.mem_total_bytes, mem_available_bytes=hw.mem_available_bytes,
         disk_total_bytes=disk.total_bytes if disk else 0,
         disk_free_bytes=disk.free_bytes if disk else 0,
-        nvlink_peers=peers,
         nvlink_min=min(peers.values()) if peers else None,
         nvlink_known=all(g.nvlink_peers is not None for g in hw.gpus if not g.faulty),
         installs=[] if n.lost else n.report.installs,

@@ -1,0 +1,44 @@
+"""The last day's GPU time and cost per key, as the dashboard and /api/status show them: read from the store's
+hourly charges at most once per REFRESH seconds (charges change once per accounting window, not per request), so a
+page view or a scrape costs no store read in between."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from llmgw.control.storage import Storage
+from llmgw.control.usage_charges import GpuTime, by_key
+from llmgw.core.errors import StoreError
+from llmgw.records.chargeback import ChargeRow
+
+REFRESH = 10.0  # seconds a reading is shown before the store is read again
+
+
+class ChargeBook:
+    """The charges since a time, re-read when older than REFRESH (by the injected clock); what was read before is
+    shown while the store cannot be read."""
+
+    def __init__(self, currency: str = "USD") -> None:
+        self.currency = currency
+        self._charges: list[ChargeRow] = []
+        self._read_at: float | None = None
+        self._shown: tuple[float | None, dict[str, str], GpuTime] | None = None  # summed once per reading
+
+    async def gpu_time(self, storage: Storage, since: float, names: Mapping[str, str]) -> GpuTime:
+        """Per key (named), the operator's share last."""
+        charges = await self.since(storage, since)
+        shown = self._shown
+        if shown is None or shown[0] != self._read_at or shown[1] != names:
+            shown = self._shown = (self._read_at, dict(names), by_key(charges, names, self.currency))
+        return shown[2]
+
+    async def since(self, storage: Storage, since: float) -> list[ChargeRow]:
+        now = storage.clock.monotonic()
+        if self._read_at is None or now - self._read_at >= REFRESH:
+            try:
+                self._charges = await storage.read(storage.store.charges_since, since)
+            except StoreError:
+                pass  # the store is out: the last reading does, and the next view tries again
+            else:
+                self._read_at = now
+        return self._charges
