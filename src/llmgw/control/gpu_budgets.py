@@ -27,19 +27,60 @@ HOUR_S = 3600.0
 NOTHING = GpuUse()
 
 
+class Settled:
+    """One key's requests settled since the mark, summed per BUCKET_S of their end (oldest first), and in all."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, list[float]] = {}
+        self.gpu_s = self.cost = 0.0
+
+    def add(self, b: int, use: GpuUse) -> None:
+        had = self.buckets.get(b)
+        if had is None:
+            out_of_order = bool(self.buckets) and b < next(reversed(self.buckets))  # the wall clock stepped back
+            had = self.buckets[b] = [0.0, 0.0]
+            if out_of_order:
+                self.buckets = dict(sorted(self.buckets.items()))
+        had[0] += use.gpu_s
+        had[1] += use.cost
+        self.gpu_s += use.gpu_s
+        self.cost += use.cost
+        if len(self.buckets) > MAX_BUCKETS:  # kept, merged into the next one
+            oldest = next(iter(self.buckets))
+            gpu_s, cost = self.buckets.pop(oldest)
+            nxt = self.buckets[next(iter(self.buckets))]
+            nxt[0] += gpu_s
+            nxt[1] += cost
+
+    def since(self, b: int) -> GpuUse:
+        """What was settled in buckets from `b` on."""
+        if not self.buckets or next(iter(self.buckets)) >= b:
+            return GpuUse(self.gpu_s, self.cost)
+        kept = [v for k, v in self.buckets.items() if k >= b]
+        return GpuUse(sum(v[0] for v in kept), sum(v[1] for v in kept))
+
+    def drop_before(self, b: int) -> bool:
+        """Buckets wholly before bucket `b` dropped; whether any is left."""
+        for k in [k for k in self.buckets if k < b]:
+            gpu_s, cost = self.buckets.pop(k)
+            self.gpu_s, self.cost = max(0.0, self.gpu_s - gpu_s), max(0.0, self.cost - cost)
+        return bool(self.buckets)
+
+
 class GpuBudgets:
     def __init__(self, clock: Clock, currency: str, size_of: Callable[[str], Size] | None = None) -> None:
         self.clock = clock
         self.currency = currency
         self.size_of: Callable[[str], Size] = size_of or (lambda model: Size(1, 0.0))
         self._speeds: dict[str, deque[float]] = {}  # model -> recent requests' tokens per second
+        self._speed: dict[str, float] = {}  # model -> the speed taken from them (sorted once per batch recorded)
         self.held: dict[str, GpuUse] = {}  # key -> what its requests in flight reserved
         self.mark = 0.0  # the accountant's mark as last read: GPU time before it is charged
         self.read = False  # the store's charges read at least once
         self._final_h = 0  # hours before this one are whole (the mark is past them): folded into _frozen
         self._frozen: dict[str, dict[Period, tuple[float, GpuUse]]] = {}  # key -> period -> (its start, charged)
         self._recent: dict[str, list[tuple[float, GpuUse]]] = {}  # key -> (hour's start, charged) of hours not whole
-        self._local: dict[str, dict[int, GpuUse]] = {}  # key -> bucket of end time -> settled after the mark
+        self._local: dict[str, Settled] = {}  # key -> what its requests settled since the mark
 
     def sized_by(self, size_of: Callable[[str], Size]) -> None:
         """Where each model's size is read from (the registry's, once it is made: control/plane.py)."""
@@ -47,6 +88,7 @@ class GpuBudgets:
 
     def measured(self, records: Iterable[AnyUsage]) -> None:
         """Recorded requests that ended well: their speed, for the next reservations of their model."""
+        changed = set()
         for r in records:
             tokens = r.prompt_tokens + r.completion_tokens
             if r.status != 200 or r.duration_s <= 0 or tokens <= 0:
@@ -57,10 +99,14 @@ class GpuBudgets:
                     continue
                 kept = self._speeds[r.model] = deque(maxlen=SPEEDS_KEPT)
             kept.append(tokens / r.duration_s)
+            changed.add(r.model)
+        for model in changed:
+            self._speed[model] = speed(self._speeds[model])
 
     def ask(self, model: str, tokens: int) -> GpuUse:
         """What a request of `model` reserving `tokens` tokens reserves of GPU budgets."""
-        return bound(tokens, self.size_of(model), speed(self._speeds.get(model, ())))
+        taken = self._speed.get(model)
+        return bound(tokens, self.size_of(model), speed(()) if taken is None else taken)
 
     def hold(self, key_id: str, use: GpuUse, sign: int = 1) -> None:
         h = self.held.get(key_id, NOTHING)
@@ -76,12 +122,10 @@ class GpuBudgets:
         use = of_seconds(self.size_of(model), seconds)
         if end < self.mark:
             return NOTHING
-        buckets = self._local.setdefault(key_id, {})
-        b = int(end // BUCKET_S)
-        buckets[b] = buckets.get(b, NOTHING) + use
-        if len(buckets) > MAX_BUCKETS:
-            oldest, *rest = sorted(buckets)[:2]
-            buckets[rest[0]] = buckets[rest[0]] + buckets.pop(oldest)
+        local = self._local.get(key_id)
+        if local is None:
+            local = self._local[key_id] = Settled()
+        local.add(int(end // BUCKET_S), use)
         return use
 
     def spent(self, key_id: str, period: Period, now: float) -> GpuUse:
@@ -95,10 +139,8 @@ class GpuBudgets:
         for at, use in self._recent.get(key_id, ()):
             if at >= start:
                 total = total + use
-        for b, use in self._local.get(key_id, {}).items():
-            if b * BUCKET_S >= start:
-                total = total + use
-        return total
+        local = self._local.get(key_id)
+        return total if local is None else total + local.since(int(start // BUCKET_S))
 
     def landed(self, mark: float, rows: Iterable[ChargeRow]) -> None:
         """The accountant's mark and its charges from the hour `reads_from()` says on: whole hours are folded, the
@@ -112,10 +154,8 @@ class GpuBudgets:
             else:
                 self._recent.setdefault(r.key_id, []).append((r.hour * HOUR_S, use))
         self._final_h, self.mark, self.read = final_h, max(self.mark, mark), True
-        for key_id, buckets in list(self._local.items()):
-            for b in [b for b in buckets if (b + 1) * BUCKET_S <= self.mark]:
-                del buckets[b]
-            if not buckets:
+        for key_id, local in list(self._local.items()):
+            if not local.drop_before(int(self.mark // BUCKET_S)):
                 del self._local[key_id]
 
     async def refresh(self, storage: Storage) -> None:
