@@ -25,6 +25,7 @@ SPEEDS_KEPT = 64  # per model: the last requests' speeds the estimate is taken f
 MAX_MODELS = 10_000
 HOUR_S = 3600.0
 NOTHING = GpuUse()
+SHARED_UNITS = {"kgpu": 1e3, "kcst": 1e6}  # written to the other servers as whole milli-GPU-s and millionths
 
 
 class Settled:
@@ -77,10 +78,13 @@ class GpuBudgets:
         self.held: dict[str, GpuUse] = {}  # key -> what its requests in flight reserved
         self.mark = 0.0  # the accountant's mark as last read: GPU time before it is charged
         self.read = False  # the store's charges read at least once
+        self.fresh = 30.0  # how old another server's figures may be and still count (forget_silent says)
         self._final_h = 0  # hours before this one are whole (the mark is past them): folded into _frozen
         self._frozen: dict[str, dict[Period, tuple[float, GpuUse]]] = {}  # key -> period -> (its start, charged)
         self._recent: dict[str, list[tuple[float, GpuUse]]] = {}  # key -> (hour's start, charged) of hours not whole
         self._local: dict[str, Settled] = {}  # key -> what its requests settled since the mark
+        # key -> server -> (when it said so, GPU-s, money) its requests hold or settled since the mark, as it said
+        self._elsewhere: dict[str, dict[str, tuple[float, float, float]]] = {}
 
     def sized_by(self, size_of: Callable[[str], Size]) -> None:
         """Where each model's size is read from (the registry's, once it is made: control/plane.py)."""
@@ -141,6 +145,41 @@ class GpuBudgets:
                 total = total + use
         local = self._local.get(key_id)
         return total if local is None else total + local.since(int(start // BUCKET_S))
+
+    def unlanded(self, key_id: str, now: float) -> GpuUse:
+        """What `key_id`'s requests hold, here and at the other servers, and settled since the mark elsewhere."""
+        out = self.held.get(key_id, NOTHING)
+        for at, gpu_s, cost in self._elsewhere.get(key_id, {}).values():
+            if now - at <= self.fresh:
+                out = out + GpuUse(gpu_s, cost)
+        return out
+
+    def shared(self) -> dict[tuple[str, str], int]:
+        """This server's figures per key for the others: (kind, key id) -> n (sharing.KEY_KINDS kgpu, kcst)."""
+        out: dict[tuple[str, str], int] = {}
+        for key_id in self.held.keys() | self._local.keys():
+            local = self._local.get(key_id)
+            use = self.held.get(key_id, NOTHING) + (local.since(0) if local is not None else NOTHING)
+            out[("kgpu", key_id)] = round(use.gpu_s * SHARED_UNITS["kgpu"])
+            out[("kcst", key_id)] = round(use.cost * SHARED_UNITS["kcst"])
+        return out
+
+    def heard(self, server: str, kind: str, key_id: str, at: float, n: int) -> None:
+        """Another server's figure for a key (shared())."""
+        servers = self._elsewhere.setdefault(key_id, {})
+        had_at, gpu_s, cost = servers.get(server, (at, 0.0, 0.0))
+        value = n / SHARED_UNITS[kind]
+        servers[server] = (max(at, had_at), value if kind == "kgpu" else gpu_s, value if kind == "kcst" else cost)
+
+    def forget_silent(self, now: float, fresh: float) -> None:
+        """Servers whose figures are older than `fresh` have stopped: theirs no longer count."""
+        self.fresh = fresh
+        for key_id, servers in list(self._elsewhere.items()):
+            live = {s: v for s, v in servers.items() if now - v[0] <= fresh}
+            if live:
+                self._elsewhere[key_id] = live
+            else:
+                del self._elsewhere[key_id]
 
     def landed(self, mark: float, rows: Iterable[ChargeRow]) -> None:
         """The accountant's mark and its charges from the hour `reads_from()` says on: whole hours are folded, the

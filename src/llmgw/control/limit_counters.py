@@ -92,7 +92,7 @@ class LimitCounters:
         if lim.gpu_limited():
             gpu = self.gpu.ask(model, cost)
             d = gpu_budget.check(lim, self.gpu.spent(key.id, lim.budget_period, now),
-                                 self.gpu.held.get(key.id, NOTHING), gpu, now, self.gpu.currency)
+                                 self.gpu.unlanded(key.id, now), gpu, now, self.gpu.currency)
             if not d.admitted:
                 return d, ""
         spent = self.spent_in(key.id, lim.budget_period) if lim.budget is not None else 0
@@ -143,7 +143,7 @@ class LimitCounters:
             c = self.counters.get(key_id)
             out.update({("kreq", key_id): requests, ("ktok", key_id): tokens, ("kspd", key_id): spent,
                         ("kinf", key_id): c.in_flight if c else 0, ("kres", key_id): c.reserved if c else 0})
-        return out
+        return out | self.gpu.shared()
 
     def absorb(self, rows: list[tuple[str, str, str, float, int]], now: float, fresh: float,
                first: bool = False) -> None:
@@ -167,11 +167,14 @@ class LimitCounters:
                 _, req, tok = self._pending.get(key_id, (mono, 0, 0))
                 self._pending[key_id] = (mono, req + (n - before if kind == "kreq" else 0),
                                          tok + (n - before if kind == "ktok" else 0))
+            elif kind in ("kgpu", "kcst"):
+                self.gpu.heard(server, kind, key_id, at, n)
             elif kind in ("kinf", "kres"):
                 had = self._elsewhere.setdefault(key_id, {}).get(server, (at, 0, 0))
                 self._elsewhere[key_id][server] = (max(at, had[0]), n if kind == "kinf" else had[1],
                                                    n if kind == "kres" else had[2])
         self._fresh = fresh
+        self.gpu.forget_silent(now, fresh)
         for key_id, servers in list(self._elsewhere.items()):
             live = {s: v for s, v in servers.items() if now - v[0] <= fresh}
             if live:
@@ -230,5 +233,6 @@ class LimitCounters:
         """A key's GPU-seconds and money spent in its budget's period, and held by its requests in flight."""
         if not lim.gpu_limited():
             return {}
-        use = self.gpu.spent(key_id, lim.budget_period, self.clock.now()) + self.gpu.held.get(key_id, NOTHING)
+        now = self.clock.now()
+        use = self.gpu.spent(key_id, lim.budget_period, now) + self.gpu.unlanded(key_id, now)
         return {"gpu_used": round(use.gpu_s, 3), "cost_used": round(use.cost, 6), "currency": self.gpu.currency}
