@@ -106,3 +106,13 @@ async def test_a_cost_budget_reserves_at_the_rate_of_the_models_gpus(tmp_path: P
     d, _ = p.limit_counters.admit(k, 10, model="m")
     assert d.refusal == Refusal.Quota and "cost budget spent: 0.98 of 1 USD this month" in d.message
     assert p.limit_counters.gpu.held[k.id] == GpuUse(8.0, 0.08)
+
+
+async def test_a_gpu_budget_refusal_takes_nothing_from_the_keys_other_limits(tmp_path: Path) -> None:
+    p = plane_in(tmp_path, FakeClock(NOON))
+    k = await key(p, "k", KeyLimits(rpm=1, concurrency=1, gpu_budget=50.0, budget_period="day"))
+    d, _ = p.limit_counters.admit(k, 200, model="m")  # 80 GPU-s asked
+    assert d.refusal == Refusal.Quota
+    use = p.limit_counters.use_of(k)
+    assert (use["in_flight"], use["requests_left"], use["gpu_used"]) == (0, 1, 0.0)
+    assert p.limit_counters.admit(k, 100, model="m")[0].admitted  # 40: the one request a minute still there
