@@ -114,5 +114,8 @@ async def test_a_gpu_budget_refusal_takes_nothing_from_the_keys_other_limits(tmp
     d, _ = p.limit_counters.admit(k, 200, model="m")  # 80 GPU-s asked
     assert d.refusal == Refusal.Quota
     use = p.limit_counters.use_of(k)
-    assert (use["in_flight"], use["requests_left"], use["gpu_used"]) == (0, 1, 0.0)
-    assert p.limit_counters.admit(k, 100, model="m")[0].admitted  # 40: the one request a minute still there
+    assert (use["in_flight"], use["requests_left"], use["gpu_used"]) == (0, None, 0.0)  # no bucket even made
+    d, ticket = p.limit_counters.admit(k, 100, model="m")  # 40 GPU-s: the one request a minute still there
+    assert d.admitted
+    assert p.limit_counters.settle(ticket, 50)
+    assert p.limit_counters.admit(k, 1, model="m")[0].refusal == Refusal.Rate  # and now taken
