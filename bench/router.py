@@ -7,6 +7,9 @@ One run measures, at concurrency 1, 16 and 64, non-streaming and streaming (32 c
   (p) the same with the model's routing policy `prefix` (the prompt hashed in blocks on every request);
   (l) the same with a key that has every limit (rates, concurrency, budget), set high enough to refuse nothing:
       every request reserved at admission and settled at its end;
+  (g) the same with a key that has budgets in GPU-seconds and money (high enough to refuse nothing), over a store
+      holding a month of the accountant's hourly charges for it and 49 other keys: the metering's cost per request
+      against (c) in the same run;
   (d) LiteLLM's proxy, from its own virtual environment (skipped, with a message, when that is absent).
 Each server runs in its own process (started here with sys.executable, bound to 127.0.0.1 on a free port, killed by
 PID at the end); this process is only the load generator. (b) and (c) run on uvloop and on asyncio's own loop.
@@ -14,7 +17,7 @@ PID at the end); this process is only the load generator. (b) and (c) run on uvl
     .venv/bin/python -m bench.router                 # everything, about 3-4 minutes on 2 cores
     .venv/bin/python -m bench.router --repeat 2      # best of two rounds for (a)-(c), about 5.5 minutes
     .venv/bin/python -m bench.router --quick         # 0.5 s cells, no retries: under a minute
-    .venv/bin/python -m bench.router --smoke         # (a)-(c), (p), (l) on asyncio, c=8, 0.3 s cells: it runs
+    .venv/bin/python -m bench.router --smoke         # (a)-(c), (p), (l), (g) on asyncio, c=8, 0.3 s cells: it runs
     .venv/bin/python -m bench.router --only a,c --loops asyncio --json /tmp/out.json
 
 Results, method and what they showed: docs/benchmarks.md, "Router".
@@ -38,9 +41,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 from tests.harness import free_port
+
+if TYPE_CHECKING:
+    from llmgw.store.base import Store
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "bench"
@@ -56,8 +63,19 @@ AIMS = {"c_over_b_at_64": 0.70, "c_over_d_at_64": 20.0, "added_p50_c_minus_b_at_
 # ---------------------------------------------------------------- (c): llmgw's router, served in its own process
 
 
+def month_of_charges(store: Store, key_id: str, now: float) -> None:
+    """A month of hourly charges for `key_id` and 49 other keys, as the accountant leaves them, its mark at now."""
+    from llmgw.records.chargeback import ChargeRow
+    from llmgw.store.base import hour_of
+
+    keys = [key_id, *(f"other-{i}" for i in range(49))]
+    rows = [ChargeRow(hour=h, key_id=k, model=MODEL, gpu_class="H100", busy_s=30.0, load_s=1.0, idle_s=5.0, cost=0.04)
+            for h in range(hour_of(now) - 30 * 24, hour_of(now) + 1) for k in keys]
+    store.put_charges(rows, [], store.charge_mark(), now)
+
+
 def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop: bool,
-                 routing: str = "least_loaded", limited: bool = False) -> None:
+                 routing: str = "least_loaded", limited: str = "") -> None:
     """Build the router the way `llmgw server` does, with one key and one ready replica, and serve only its API,
     through the listener the server gives it (connection limiter, request bounds), with the server's GC settings."""
     from llmgw.config.server import ModelSpec, Scaling, ServerConfig, StoreConfig, TLSFiles
@@ -85,15 +103,18 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
                           routing="prefix" if routing == "prefix" else "least_loaded")],
     )
     store = SqliteStore(cfg.store.path).open()
-    writer = StoreWriter(clock)  # as `llmgw server`: store writes off the loop, usage journaled per request
-    plane = ControlPlane(cfg, store, clock, writer=writer)
-    plane.load()
     raw, rec = new_key("bench", [], clock)
     if limited:
         from llmgw.core.limits import KeyLimits
 
-        rec.limits = KeyLimits(rpm=10**9, tpm=10**12, concurrency=10**6, budget=10**15)
+        rec.limits = (KeyLimits(rpm=10**9, tpm=10**12, concurrency=10**6, budget=10**15) if limited == "tokens" else
+                      KeyLimits(gpu_budget=1e13, cost_budget=1e13))
+    if limited == "gpu":
+        month_of_charges(store, rec.id, clock.now())
     store.put_key(rec)
+    writer = StoreWriter(clock)  # as `llmgw server`: store writes off the loop, usage journaled per request
+    plane = ControlPlane(cfg, store, clock, writer=writer)
+    plane.load()
     keys = KeyRing(store)
     keys.reload()
     # No reconcile loop: with no nodes it would rightly retire this replica. Routing, keys and usage are all on.
@@ -528,8 +549,9 @@ def ratios(cells: list[Cell], loops: list[str]) -> tuple[str, list[str]]:
     d_loop = next((x.loop for x in cells if x.target == "d"), "")
     rows = [
         "| (b),(c) loop | mode | conc | (c)/(b) req/s | (c)/(b) by CPU | (p)/(b) req/s | (l)/(b) req/s "
-        "| (c)/(d) req/s | added p50 (c)-(b) ms | added p99 (c)-(b) ms | server CPU us/req (c) vs (b) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| (g)/(c) req/s | (g)/(c) by CPU | (c)/(d) req/s | added p50 (c)-(b) ms | added p99 (c)-(b) ms "
+        "| server CPU us/req (c) vs (b) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     verdicts: list[str] = []
     for loop in loops:
@@ -541,9 +563,12 @@ def ratios(cells: list[Cell], loops: list[str]) -> tuple[str, list[str]]:
                 pb = rp.rps / rb.rps if rp and rb else None
                 rl = by.get(("l", loop, stream, c))
                 lb = rl.rps / rb.rps if rl and rb else None
+                rg = by.get(("g", loop, stream, c))
                 if rc is None:
                     continue
                 cb = rc.rps / rb.rps if rb else None
+                gc = rg.rps / rc.rps if rg and rc.rps else None
+                gc_cpu = rc.total_cpu_us / rg.total_cpu_us if rg and rg.total_cpu_us and rc.total_cpu_us else None
                 cb_cpu = rb.total_cpu_us / rc.total_cpu_us if rb and rb.total_cpu_us and rc.total_cpu_us else None
                 cd = rc.rps / rd.rps if rd and rd.rps else None
                 p50 = rc.p50_ms - rb.p50_ms if rb else None
@@ -552,7 +577,7 @@ def ratios(cells: list[Cell], loops: list[str]) -> tuple[str, list[str]]:
                 mode = "stream" if stream else "whole"
                 rows.append(
                     f"| {loop} | {mode} | {c} | {fmt(cb, '.2f')} | {fmt(cb_cpu, '.2f')} | {fmt(pb, '.2f')} | "
-                    f"{fmt(lb, '.2f')} | "
+                    f"{fmt(lb, '.2f')} | {fmt(gc, '.2f')} | {fmt(gc_cpu, '.2f')} | "
                     f"{fmt(cd, '.1f')} | "
                     f"{fmt(p50, '.3f')} | {fmt(p99, '.3f')} | {cpu} |"
                 )
@@ -632,7 +657,8 @@ async def run(args: argparse.Namespace) -> list[Cell]:
                 targets.append(Target("b", "bare aiohttp proxy", loop, bare, args.seconds))
             for key, policy, label in (("c", "least_loaded", "llmgw router"),
                                        ("p", "prefix", "llmgw router, prefix policy"),
-                                       ("l", "least_loaded", "llmgw router, key with limits")):
+                                       ("l", "least_loaded", "llmgw router, key with limits"),
+                                       ("g", "least_loaded", "llmgw router, key with GPU budgets")):
                 if key not in args.only:
                     continue
                 key_file = ss.tmp / f"key-{key}-{loop}"
@@ -652,7 +678,7 @@ async def run(args: argparse.Namespace) -> list[Cell]:
                         str(ss.tmp / f"router-{key}-{loop}.db"),
                         "--serve-routing",
                         policy,
-                        *(["--serve-limited"] if key == "l" else []),
+                        *({"l": ["--serve-limited"], "g": ["--serve-gpu-budgets"]}.get(key, [])),
                         *flag,
                     ],
                 )
@@ -660,7 +686,7 @@ async def run(args: argparse.Namespace) -> list[Cell]:
         await wait_up(standin, "/health", 30)
         for t in targets:
             await wait_up(t.srv, "/v1/models", 30)
-            if t.key in ("c", "p", "l"):
+            if t.key in ("c", "p", "l", "g"):
                 t.srv.headers = {"Authorization": f"Bearer {(ss.tmp / f'key-{t.key}-{t.loop}').read_text()}"}
         for i in range(args.repeat):
             if args.repeat > 1:
@@ -709,7 +735,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=200, help="warm-up requests per cell, not measured (default 200)")
     ap.add_argument("--warmup-seconds", type=float, default=1.0, help="warm-up seconds per cell, at most (default 1)")
     ap.add_argument("--concurrency", default="1,16,64", help="comma-separated (default 1,16,64)")
-    ap.add_argument("--only", default="a,b,c,p,l,d", help="which of a,b,c,p,l,d to run (default all)")
+    ap.add_argument("--only", default="a,b,c,p,l,g,d", help="which of a,b,c,p,l,g,d to run (default all)")
     ap.add_argument("--loops", default="uvloop,asyncio", help="event loops for (b) and (c): uvloop,asyncio")
     ap.add_argument("--litellm-venv", default=str(REPO / ".bench-venv"), help="venv holding litellm[proxy]")
     ap.add_argument("--repeat", type=int, default=1, help="rounds over the (a)-(c) grid; the best of each cell counts")
@@ -727,6 +753,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--db", help=argparse.SUPPRESS)
     ap.add_argument("--serve-routing", default="least_loaded", help=argparse.SUPPRESS)
     ap.add_argument("--serve-limited", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--serve-gpu-budgets", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-uvloop", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
@@ -744,7 +771,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.retries = 0
     if args.smoke:
         args.requests, args.seconds, args.warmup, args.warmup_seconds, args.retries = 300, 0.3, 20, 0.2, 0
-        args.only, args.loops, args.concurrency, args.repeat = {"a", "b", "c", "p", "l"}, ["asyncio"], [8], 1
+        args.only, args.loops, args.concurrency, args.repeat = {"a", "b", "c", "p", "l", "g"}, ["asyncio"], [8], 1
     return args
 
 
@@ -752,7 +779,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.serve_router is not None:
         serve_router(args.serve_router, args.upstream, Path(args.key_file), Path(args.db), not args.no_uvloop,
-                     args.serve_routing, args.serve_limited)
+                     args.serve_routing, "gpu" if args.serve_gpu_budgets else "tokens" if args.serve_limited else "")
         return
     try:
         import uvloop

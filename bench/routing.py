@@ -85,7 +85,7 @@ class BenchState:
     async def flush(self) -> None:
         pass
 
-    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
+    async def admit(self, key: ApiKeyRecord, cost: int, model: str = "") -> Admission:
         raise RuntimeError(f"key {key.id} has limits: this bench's state keeps none")
 
     def settle(self, ticket: str, used: int) -> None:

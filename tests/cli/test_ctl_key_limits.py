@@ -28,7 +28,8 @@ async def test_keys_carry_limits_that_can_be_changed_and_are_listed_with_their_u
         made = await ctl(p, "keys", "create", "--name", "team-a", "--rpm", "60", "--budget", "1000/day")
         assert made.returncode == 0, made.stdout + made.stderr
         (k,) = json.loads((await ctl(p, "keys", "list", "--json")).stdout)
-        assert k["limits"] == {"rpm": 60, "tpm": None, "concurrency": None, "budget": 1000, "budget_period": "day"}
+        assert k["limits"] == {"rpm": 60, "tpm": None, "concurrency": None, "budget": 1000, "gpu_budget": None,
+                               "cost_budget": None, "budget_period": "day"}
         assert k["use"]["own_limits"] and k["use"]["budget_used"] == 0 and k["use"]["requests_left"] is None
         table = (await ctl(p, "keys", "list")).stdout
         assert "60 req/min, 1000 tok/day" in table and "0/1000 tok this day" in table
@@ -46,6 +47,29 @@ async def test_keys_carry_limits_that_can_be_changed_and_are_listed_with_their_u
         assert bad.returncode == 2 and "TOKENS/day" in bad.stdout
         bad = await ctl(p, "keys", "update", k["id"], "--rpm", "0")
         assert bad.returncode == 1 and "rpm" in bad.stdout  # refused by the API: at least 1
+
+
+async def test_keys_carry_budgets_in_gpu_seconds_or_money(tmp_path: Path) -> None:
+    p = cluster(tmp_path)
+    async with InProcessServer(p):
+        made = await ctl(p, "keys", "create", "--name", "team-g", "--gpu-budget", "3600/day", "--cost-budget",
+                         "12.5/day")
+        assert made.returncode == 0, made.stdout + made.stderr
+        (k,) = json.loads((await ctl(p, "keys", "list", "--json")).stdout)
+        assert (k["limits"]["gpu_budget"], k["limits"]["cost_budget"], k["limits"]["budget_period"]) == (
+            3600.0, 12.5, "day")
+        assert (k["use"]["gpu_used"], k["use"]["cost_used"], k["use"]["currency"]) == (0.0, 0.0, "USD")
+        table = (await ctl(p, "keys", "list")).stdout
+        assert "3600 GPU-s/day" in table and "0/3600 GPU-s this day" in table and "0/12.5 USD this day" in table
+
+        bad = await ctl(p, "keys", "update", k["id"], "--gpu-budget", "10/day", "--budget", "5/month")
+        assert bad.returncode == 2 and "share one period" in bad.stdout
+        bad = await ctl(p, "keys", "update", k["id"], "--gpu-budget", "a lot")
+        assert bad.returncode == 2 and "GPU_SECONDS/day" in bad.stdout
+        bad = await ctl(p, "keys", "update", k["id"], "--cost-budget", "0/day")
+        assert bad.returncode == 1 and "cost_budget" in bad.stdout  # refused by the API: more than 0
+        (k,) = json.loads((await ctl(p, "keys", "list", "--json")).stdout)
+        assert k["limits"]["cost_budget"] == 12.5  # unchanged
 
 
 async def test_usage_by_key_and_model_and_as_csv(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ class FakeState:
     async def store_usage(self, batch: list[AnyUsage]) -> None:
         await asyncio.to_thread(self.store.add_usage, batch)
 
-    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
+    async def admit(self, key: ApiKeyRecord, cost: int, model: str = "") -> Admission:
         raise AssertionError(f"key {key.id} has limits: FakeState keeps none (test limits over the control plane)")
 
     def settle(self, ticket: str, used: int) -> None:

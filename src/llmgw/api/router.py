@@ -58,6 +58,7 @@ class AdmitRequest(BaseModel):
 
     key_id: Annotated[str, Field(max_length=64)]
     cost: Annotated[int, Field(ge=0, le=10**15)]  # the tokens it reserves (core/limits.py reservation)
+    model: Annotated[str, Field(max_length=256)] = ""  # the model it asks for: what GPU budgets reserve by
     # the ticket the worker chose, so it can release it when the answer is lost ("": the control plane chooses)
     ticket: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9_.-]*$")] = ""
 

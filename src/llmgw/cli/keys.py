@@ -16,19 +16,36 @@ Rpm = Annotated[int | None, typer.Option("--rpm", help="requests per minute")]
 Tpm = Annotated[int | None, typer.Option("--tpm", help="tokens (prompt + completion) per minute")]
 Conc = Annotated[int | None, typer.Option("--concurrency", help="requests in flight at once")]
 Budget = Annotated[str | None, typer.Option("--budget", help="tokens per period: N/day, N/month or N/total")]
+GpuBudget = Annotated[str | None, typer.Option("--gpu-budget", help="GPU-seconds per period: N/day, N/month or "
+                                               "N/total (the period is the token budget's too)")]
+CostBudget = Annotated[str | None, typer.Option("--cost-budget", help="money per period, in chargeback.currency: "
+                                                "N/day, N/month or N/total")]
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def limits(rpm: int | None, tpm: int | None, concurrency: int | None, budget: str | None) -> dict[str, Any]:
+def limits(rpm: int | None, tpm: int | None, concurrency: int | None, budget: str | None,
+           gpu_budget: str | None = None, cost_budget: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {k: v for k, v in (("rpm", rpm), ("tpm", tpm), ("concurrency", concurrency))
                            if v is not None}
-    if budget:
-        m = re.fullmatch(r"([0-9]{1,15})/(day|month|total)", budget.strip())
+    periods = set()
+    decimal = r"[0-9]{1,13}(?:\.[0-9]{1,6})?"
+    for flag, field, given, number, unit in (("--budget", "budget", budget, r"[0-9]{1,15}", "TOKENS"),
+                                             ("--gpu-budget", "gpu_budget", gpu_budget, decimal, "GPU_SECONDS"),
+                                             ("--cost-budget", "cost_budget", cost_budget, decimal, "MONEY")):
+        if not given:
+            continue
+        m = re.fullmatch(rf"({number})/(day|month|total)", given.strip())
         if m is None:
-            console.print(f"[red]error:[/red] --budget must be TOKENS/day, TOKENS/month or TOKENS/total, not "
-                          f"{safe(budget)}")
+            console.print(f"[red]error:[/red] {flag} must be {unit}/day, {unit}/month or {unit}/total, not "
+                          f"{safe(given)}")
             raise typer.Exit(2)
-        out |= {"budget": int(m.group(1)), "budget_period": m.group(2)}
+        out[field] = int(m.group(1)) if field == "budget" else float(m.group(1))
+        periods.add(m.group(2))
+    if len(periods) > 1:
+        console.print("[red]error:[/red] a key's budgets share one period: give them all per day, month or total")
+        raise typer.Exit(2)
+    if periods:
+        out["budget_period"] = periods.pop()
     return out
 
 
@@ -37,6 +54,8 @@ def described(lim: dict[str, Any]) -> str:
                                                   ("concurrency", "at once")) if lim.get(k)]
     if lim.get("budget"):
         parts.append(f"{lim['budget']} tok/{lim.get('budget_period', 'month')}")
+    parts += [f"{lim[k]:g} {unit}/{lim.get('budget_period', 'month')}"
+              for k, unit in (("gpu_budget", "GPU-s"), ("cost_budget", "money")) if lim.get(k)]
     return ", ".join(parts) or "none"
 
 
@@ -51,6 +70,11 @@ def used(use: dict[str, Any]) -> str:
         parts.append(f"{use['in_flight']}/{lim['concurrency']} in flight")
     if lim.get("budget"):
         parts.append(f"{use['budget_used']}/{lim['budget']} tok this {lim.get('budget_period', 'month')}")
+    if lim.get("gpu_budget"):
+        parts.append(f"{use['gpu_used']:g}/{lim['gpu_budget']:g} GPU-s this {lim.get('budget_period', 'month')}")
+    if lim.get("cost_budget"):
+        parts.append(f"{use['cost_used']:g}/{lim['cost_budget']:g} {use['currency']} this "
+                     f"{lim.get('budget_period', 'month')}")
     return "; ".join(parts) or "-"
 
 
@@ -58,12 +82,12 @@ def keys_create(
     name: Annotated[str, typer.Option("--name", help="who or what the key is for")],
     model: Annotated[list[str] | None, typer.Option("--model", help="allow only these models (repeatable)")] = None,
     rpm: Rpm = None, tpm: Tpm = None, concurrency: Conc = None, budget: Budget = None,
-    admin: AdminOpt = DEFAULT_ADMIN,
+    gpu_budget: GpuBudget = None, cost_budget: CostBudget = None, admin: AdminOpt = DEFAULT_ADMIN,
 ) -> None:
     """Create a key, with its own limits if given (else the router's default_limits). Shown once; only its hash is
     kept."""
     body: dict[str, Any] = {"name": name, "models": model or []}
-    lim = limits(rpm, tpm, concurrency, budget)
+    lim = limits(rpm, tpm, concurrency, budget, gpu_budget, cost_budget)
     if lim:
         body["limits"] = lim
     out = call(admin, "POST", "/api/keys", body)
@@ -74,14 +98,16 @@ def keys_create(
 def keys_update(
     key_id: Annotated[str, typer.Argument(help="the key's id (`ctl keys list`)")],
     rpm: Rpm = None, tpm: Tpm = None, concurrency: Conc = None, budget: Budget = None,
+    gpu_budget: GpuBudget = None, cost_budget: CostBudget = None,
     default: Annotated[bool, typer.Option("--default-limits", help="drop its own limits: the router's default")]
     = False,
     admin: AdminOpt = DEFAULT_ADMIN,
 ) -> None:
     """Set a key's limits (those given; the others none), from its next request on."""
-    lim = limits(rpm, tpm, concurrency, budget)
+    lim = limits(rpm, tpm, concurrency, budget, gpu_budget, cost_budget)
     if default == bool(lim):
-        console.print("[red]error:[/red] give limits (--rpm, --tpm, --concurrency, --budget) or --default-limits")
+        console.print("[red]error:[/red] give limits (--rpm, --tpm, --concurrency, --budget, --gpu-budget, "
+                      "--cost-budget) or --default-limits")
         raise typer.Exit(2)
     out = call(admin, "PATCH", f"/api/keys/{urllib.parse.quote(key_id, safe='')}", {"limits": lim or None})
     console.print(f"key {safe(out['id'])} ({safe(out['name'])}): limits {safe(described(out['use']['limits']))}")

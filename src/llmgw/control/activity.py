@@ -172,5 +172,6 @@ class Activity:
         new is added to the in-memory totals the summary reads."""
         fresh = await self._storage.writer.run(self._storage.store.add_usage_new, batch)
         self._usage.add(fresh)
+        self._limit_counters.gpu.measured(fresh)  # models' speeds, for GPU budgets' reservations
         self.recent.add(fresh)
         return len(fresh)

@@ -11,8 +11,11 @@ import secrets
 from dataclasses import dataclass
 
 from llmgw.api.router import Admission
+from llmgw.control.gpu_budgets import NOTHING, GpuBudgets
+from llmgw.core import gpu_budget
 from llmgw.core import limits as key_limits
 from llmgw.core.clock import Clock
+from llmgw.core.gpu_budget import GpuUse
 from llmgw.core.limits import Decision, KeyCounters, KeyLimits, Period, Spent
 from llmgw.store.base import ApiKeyRecord, UsageTotal
 
@@ -28,12 +31,15 @@ class Ticket:
     cost: int
     at: float  # monotonic
     wall: float  # when it was admitted: the budget periods its tokens count in
+    model: str = ""
+    gpu: GpuUse = NOTHING  # what it holds of GPU budgets (core/gpu_budget.py)
 
 
 class LimitCounters:
-    def __init__(self, clock: Clock, default: KeyLimits) -> None:
+    def __init__(self, clock: Clock, default: KeyLimits, gpu: GpuBudgets | None = None) -> None:
         self.clock = clock
         self.default = default
+        self.gpu = gpu or GpuBudgets(clock, "USD")  # budgets in GPU-seconds or money
         self.counters: dict[str, KeyCounters] = {}
         self.spent: dict[str, Spent] = {}  # what each key was charged, per kind of period (before this start too)
         self.tickets: dict[str, Ticket] = {}
@@ -66,10 +72,10 @@ class LimitCounters:
         s = self.spent.get(key_id)
         return 0 if s is None else s.of(period, self.clock.now())
 
-    def admit(self, key: ApiKeyRecord, cost: int, ticket: str = "") -> tuple[Decision, str]:
-        """Admit one request of `key` reserving `cost` tokens: the decision, and the ticket to settle it with ("" when
-        the key has no limits: nothing to settle). `ticket`: the one the asking worker chose (so it can release it
-        when the answer is lost); one is made here when none is given."""
+    def admit(self, key: ApiKeyRecord, cost: int, ticket: str = "", model: str = "") -> tuple[Decision, str]:
+        """Admit one request of `key` to `model` reserving `cost` tokens: the decision, and the ticket to settle it
+        with ("" when the key has no limits: nothing to settle). `ticket`: the one the asking worker chose (so it
+        can release it when the answer is lost); one is made here when none is given."""
         lim = self.limits_of(key)
         if not lim.any():
             return Decision(True), ""
@@ -82,20 +88,28 @@ class LimitCounters:
         if c is None:
             c = self.counters[key.id] = KeyCounters()
         self._from_elsewhere(key.id, c, lim, now, mono)
+        gpu = NOTHING
+        if lim.gpu_limited():
+            gpu = self.gpu.ask(model, cost)
+            d = gpu_budget.check(lim, self.gpu.spent(key.id, lim.budget_period, now),
+                                 self.gpu.unlanded(key.id, now), gpu, now, self.gpu.currency)
+            if not d.admitted:
+                return d, ""
         spent = self.spent_in(key.id, lim.budget_period) if lim.budget is not None else 0
         d = key_limits.admit(c, lim, cost, spent, now, mono)
         if not d.admitted:
             return d, ""
         ticket = ticket or f"{self._prefix}{next(self._serial)}"
-        self.tickets[ticket] = Ticket(key.id, cost, mono, now)
+        self.tickets[ticket] = Ticket(key.id, cost, mono, now, model, gpu)
+        self.gpu.hold(key.id, gpu)
         taken = self.taken.setdefault(key.id, [0, 0, 0])
         taken[0] += 1
         taken[1] += cost
         return d, ticket
 
-    def admission(self, key: ApiKeyRecord, cost: int, ticket: str = "") -> Admission:
+    def admission(self, key: ApiKeyRecord, cost: int, ticket: str = "", model: str = "") -> Admission:
         """admit(), as the wire says it (for any router process)."""
-        d, ticket = self.admit(key, cost, ticket)
+        d, ticket = self.admit(key, cost, ticket, model)
         # made from our own values: not validated again (this is on every limited request's path)
         return Admission.model_construct(admitted=d.admitted, refusal=d.refusal.value if d.refusal else "",
                                          message=d.message, retry_after=d.retry_after, headers=list(d.headers),
@@ -116,6 +130,10 @@ class LimitCounters:
             taken[1] -= max(0, t.cost - max(0, used))  # given back to the bucket here: the others' too
             taken[2] += max(0, used)  # charged to the budget here: the others' too
         self.spent.setdefault(t.key_id, Spent()).charge(max(0, used), t.wall)
+        if t.gpu != NOTHING:
+            self.gpu.hold(t.key_id, t.gpu, -1)
+            if used > 0:  # it reached an engine: held its model's GPUs at most as long as it was admitted
+                self.gpu.settled(t.key_id, t.model, self.clock.monotonic() - t.at, self.clock.now())
         return True
 
     def shared(self) -> dict[tuple[str, str], int]:
@@ -125,7 +143,7 @@ class LimitCounters:
             c = self.counters.get(key_id)
             out.update({("kreq", key_id): requests, ("ktok", key_id): tokens, ("kspd", key_id): spent,
                         ("kinf", key_id): c.in_flight if c else 0, ("kres", key_id): c.reserved if c else 0})
-        return out
+        return out | self.gpu.shared()
 
     def absorb(self, rows: list[tuple[str, str, str, float, int]], now: float, fresh: float,
                first: bool = False) -> None:
@@ -149,11 +167,14 @@ class LimitCounters:
                 _, req, tok = self._pending.get(key_id, (mono, 0, 0))
                 self._pending[key_id] = (mono, req + (n - before if kind == "kreq" else 0),
                                          tok + (n - before if kind == "ktok" else 0))
+            elif kind in ("kgpu", "kcst"):
+                self.gpu.heard(server, kind, key_id, at, n)
             elif kind in ("kinf", "kres"):
                 had = self._elsewhere.setdefault(key_id, {}).get(server, (at, 0, 0))
                 self._elsewhere[key_id][server] = (max(at, had[0]), n if kind == "kinf" else had[1],
                                                    n if kind == "kres" else had[2])
         self._fresh = fresh
+        self.gpu.forget_silent(now, fresh)
         for key_id, servers in list(self._elsewhere.items()):
             live = {s: v for s, v in servers.items() if now - v[0] <= fresh}
             if live:
@@ -206,4 +227,12 @@ class LimitCounters:
             "requests_left": None if c.requests is None else int(c.requests.level),
             "tokens_left": None if c.tokens is None else int(c.tokens.level),
             "budget_used": self.spent_in(key.id, lim.budget_period) + c.reserved if lim.budget is not None else None,
-        }
+        } | self._gpu_use(key.id, lim)
+
+    def _gpu_use(self, key_id: str, lim: KeyLimits) -> dict[str, object]:
+        """A key's GPU-seconds and money spent in its budget's period, and held by its requests in flight."""
+        if not lim.gpu_limited():
+            return {}
+        now = self.clock.now()
+        use = self.gpu.spent(key_id, lim.budget_period, now) + self.gpu.unlanded(key_id, now)
+        return {"gpu_used": round(use.gpu_s, 3), "cost_used": round(use.cost, 6), "currency": self.gpu.currency}

@@ -77,8 +77,8 @@ class LocalState(RouterSide):
     async def flush(self) -> None:
         pass  # demand and use are already the control plane's: it is in this process
 
-    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
-        return self.limit_counters.admission(key, cost)
+    async def admit(self, key: ApiKeyRecord, cost: int, model: str = "") -> Admission:
+        return self.limit_counters.admission(key, cost, model=model)
 
     def settle(self, ticket: str, used: int) -> None:
         self.limit_counters.settle(ticket, used)

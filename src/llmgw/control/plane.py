@@ -25,6 +25,7 @@ from llmgw.control.activity import Activity
 from llmgw.control.charge_book import ChargeBook
 from llmgw.control.credentials import Credentials, spent_by_period
 from llmgw.control.following import Following, health_of
+from llmgw.control.gpu_budgets import GpuBudgets, ModelSizes
 from llmgw.control.heartbeats import Heartbeats
 from llmgw.control.hub_models import HubModels, Resolver, hub_resolve
 from llmgw.control.leadership import Leadership, holder_id
@@ -75,13 +76,15 @@ class ControlPlane:
         self.timings = timings or timings_of(cfg)
         self.storage = Storage(store, self.writer, clock, shared=cfg.store.kind == "postgres")
         self.leadership = Leadership(holder_id(), cfg.leader_lease)
-        self.limit_counters = LimitCounters(clock, cfg.router.default_limits)  # every key's counters against its limits
+        self.limit_counters = LimitCounters(clock, cfg.router.default_limits,  # every key's counters against its limits
+                                            GpuBudgets(clock, cfg.chargeback.currency))
         self.usage = UsageTotals()  # totals per key and model, all-time and by the hour: the summary's usage
         kick = asyncio.Event()  # a pass is worth running before the next interval
         models: dict[str, ModelSpec] = {}  # the catalog: the registry fills it; the activity reads it
         self.activity = Activity(clock, models, kick, self.limit_counters, self.usage, self.storage)
         self.credentials = Credentials(self.storage, self.limit_counters)
         self.registry = Registry(self.storage, self.leadership, self.activity, models, kick)
+        self.limit_counters.gpu.sized_by(ModelSizes(self.registry, cfg.chargeback))
         self.hub_models = HubModels(cfg.hub, clock, resolver or hub_resolve, store)
         self.sleep_refusals = SleepRefusals()  # nodes where an engine refused sleep mode: it runs there without
         self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick,
@@ -111,6 +114,7 @@ class ControlPlane:
         self.usage.load(totals, store.usage_by_hour(now - DAY - HOUR))
         for period, start, spent in spent_by_period(store, now, totals):  # what keys spent before, for budgets
             self.limit_counters.seed(period, start, spent)
+        self.limit_counters.gpu.landed(store.charge_mark(), store.charges_since(0.0))  # and GPU time charged
         self.following.start(now, revs)
         self.registry.adopt_replicas(store.list_replicas())
         self.registry.changed()

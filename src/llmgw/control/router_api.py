@@ -45,7 +45,7 @@ class RouterRoutes(RouterSide):
         if key is None or key.revoked_at is not None:
             answer = Admission(admitted=False, refusal="invalid_api_key", message="invalid or revoked API key")
         else:
-            answer = self.limit_counters.admission(key, ask.cost, ask.ticket)
+            answer = self.limit_counters.admission(key, ask.cost, ask.ticket, ask.model)
         return web.Response(text=answer.model_dump_json(), content_type="application/json")
 
     async def report(self, request: web.Request) -> web.Response:

@@ -184,6 +184,7 @@ async def reconcile_loop(plane: ControlPlane, router: Router, interval: float) -
             with contextlib.suppress(StoreError):  # unreachable: the pass goes on with what this server knows
                 await plane.following.follow_store()
                 await plane.following.share_activity()
+                await plane.limit_counters.gpu.refresh(plane.storage)  # GPU time charged, for GPU budgets
             passes.reconcile_once()
             router.refresh()
         except Exception:  # a failed pass is logged and retried on the next tick, never swallowed silently

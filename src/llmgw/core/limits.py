@@ -28,11 +28,18 @@ class KeyLimits(BaseModel):
     tpm: int | None = Field(default=None, strict=True, ge=1, le=10**12)  # tokens (prompt + completion) per minute
     concurrency: int | None = Field(default=None, strict=True, ge=1, le=10**6)  # requests in flight at once
     budget: int | None = Field(default=None, strict=True, ge=1, le=10**15)  # tokens per budget_period
+    # GPU-seconds, and money in chargeback.currency, per budget_period (core/gpu_budget.py)
+    gpu_budget: float | None = Field(default=None, strict=True, gt=0, le=1e13, allow_inf_nan=False)
+    cost_budget: float | None = Field(default=None, strict=True, gt=0, le=1e13, allow_inf_nan=False)
     budget_period: Period = "month"
 
     def any(self) -> bool:
         # asked on every request: no generator
-        return self.rpm is not None or self.tpm is not None or self.concurrency is not None or self.budget is not None
+        return (self.rpm is not None or self.tpm is not None or self.concurrency is not None
+                or self.budget is not None or self.gpu_budget is not None or self.cost_budget is not None)
+
+    def gpu_limited(self) -> bool:
+        return self.gpu_budget is not None or self.cost_budget is not None
 
 
 class Refusal(StrEnum):

@@ -175,7 +175,7 @@ class Router:
                                  media_tokens=self.cfg.reserve_media_tokens)
         except Unreservable as e:
             return openai_error(400, str(e), "invalid_request_error", "invalid_value")
-        admitted = await self.state.admit(key, cost)
+        admitted = await self.state.admit(key, cost, spec.name)
         if not admitted.admitted:  # refused here: it reaches no engine and costs nothing
             resp = refused(admitted)
             if self.cfg.expose_routing:

@@ -47,7 +47,7 @@ class RouterState(Protocol):
     async def explain(self, model: str) -> ModelExplanation | None: ...
     async def flush(self) -> None: ...
     # tenant limits, kept in the control plane's process for every router process (control/limit_counters.py)
-    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission: ...
+    async def admit(self, key: ApiKeyRecord, cost: int, model: str = "") -> Admission: ...
     def settle(self, ticket: str, used: int) -> None: ...
     def attach(self, recorder: Recorder) -> None: ...
     def ejected(self, replica_id: str, words: str) -> None: ...  # a replica left out of routing, and why
@@ -122,7 +122,7 @@ class RemoteState:
         else:
             self._in_flight.pop(replica_id, None)
 
-    async def admit(self, key: ApiKeyRecord, cost: int) -> Admission:
+    async def admit(self, key: ApiKeyRecord, cost: int, model: str = "") -> Admission:
         """Asked of the control plane, which keeps every process's counters; refused when it cannot be asked (a
         limit that cannot be checked is not one to wave through). The ticket is chosen here, so an admission whose
         answer is lost is released (settled at 0) rather than holding the key's slot until it expires."""
@@ -130,7 +130,7 @@ class RemoteState:
         try:
             async with self._http().post(
                 self.admin + "/api/router/admit",
-                data=AdmitRequest(key_id=key.id, cost=cost, ticket=ticket).model_dump_json(),
+                data=AdmitRequest(key_id=key.id, cost=cost, ticket=ticket, model=model).model_dump_json(),
                 headers={"Content-Type": "application/json"},
             ) as r:
                 r.raise_for_status()
