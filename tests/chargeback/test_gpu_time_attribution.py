@@ -112,3 +112,15 @@ def test_an_unpriced_class_is_counted_at_no_cost() -> None:
 def test_a_cpu_replica_counts_as_one_device() -> None:
     acc = account(0, 10, [span(gpus=0, demand=False)], [], CONFIG)
     assert sum(r.gpu_s for r in acc.rows) == 10.0
+
+
+def test_the_request_that_asked_for_a_load_triggers_it_though_it_came_first() -> None:
+    acc = account(0, 10, [span(created=2.0, ready=5.0)], [req("A", 1.0, 6.0), req("B", 3.0, 1.0)], CONFIG)
+    assert by_key(acc) == {"A": (2.0, 3.0, 3.0)}
+
+
+def test_the_request_that_woke_a_sleeper_triggers_the_wake_though_it_came_first() -> None:
+    s = span(asleep=[(2.0, 6.0)])
+    acc = account(0, 10, [s], [req("A", 0, 1), req("B", 5.0, 2.0), req("C", 8.0, 1.0)], CONFIG)
+    assert by_key(acc) == {"A": (1.0, 0.0, 1.0), "B": (1.0, 0.0, 1.0), "C": (1.0, 0.0, 1.0)}
+    assert acc.spans[0].trigger == "B"

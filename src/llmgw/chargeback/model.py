@@ -119,7 +119,7 @@ def _account_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[Request]
                    shares: dict[str, float]) -> None:
     """One awake stretch [p0, p1) of the current residency: its load, busy and idle time."""
     g = float(max(s.gpus, 1))
-    first = next((r for r in reqs if s.residency_from <= r.started_at < p1), None)
+    first = next((r for r in reqs if _since(s) <= r.started_at < p1), None)
     if first is not None and not s.trigger:
         s.trigger = first.key_id
     if s.residency_from == s.created_at:  # loading until first ready
@@ -147,6 +147,14 @@ def _account_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[Request]
     if s.trigger and (s.pending_s or s.pending_idle_s):
         led.add(s.trigger, load=s.pending_s, idle=s.pending_idle_s)
         s.pending_s = s.pending_idle_s = 0.0
+
+
+def _since(s: ReplicaSpan) -> float:
+    """Where the current residency's requests begin: the request that loads a replica, or wakes it, arrives before
+    it is placed, or woken, and waits for it."""
+    if s.residency_from == s.created_at:
+        return -INF
+    return max((x for x, y in s.asleep if y is not None and y <= s.residency_from), default=s.residency_from)
 
 
 def _split_idle(s: ReplicaSpan, idle: float, led: _Ledger) -> None:
