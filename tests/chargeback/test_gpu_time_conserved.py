@@ -11,6 +11,7 @@ from llmgw.chargeback import account, held_pieces
 from llmgw.records.chargeback import ReplicaSpan
 from llmgw.store.base import UsageRecord
 from tests.chargeback.test_gpu_time_attribution import CONFIG, req, span
+from tests.tiers import examples
 
 END = 100.0
 
@@ -49,7 +50,7 @@ def pending(spans: list[ReplicaSpan]) -> float:
     return sum(s.pending_s + s.pending_idle_s for s in spans)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(traces())
 def test_each_window_charges_exactly_the_gpu_time_held(trace: tuple[list[ReplicaSpan], list[UsageRecord],
                                                                      float]) -> None:

@@ -93,6 +93,11 @@ class Accountant:
         self._spans = {s.id: s for s in acc.spans if s.ended_at is None or s.ended_at > b}
         return True
 
+    def sample_now(self) -> None:
+        """Between ticks (after each reconcile pass): a span ends, sleeps or wakes when its replica does."""
+        if self._spans is not None and self._leadership.leading:
+            self.sample(self._spans)
+
     def sample(self, spans: dict[str, ReplicaSpan]) -> None:
         """New replicas get a span; a span's readiness, sleeps and end follow its replica's record."""
         reg, now = self._registry, self._clock.now()

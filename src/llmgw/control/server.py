@@ -187,6 +187,7 @@ async def reconcile_loop(plane: ControlPlane, router: Router, interval: float) -
                 await plane.following.follow_store()
                 await plane.following.share_activity()
             passes.reconcile_once()
+            plane.accountant.sample_now()
             router.refresh()
         except Exception:  # a failed pass is logged and retried on the next tick, never swallowed silently
             log.exception("reconcile pass failed")
