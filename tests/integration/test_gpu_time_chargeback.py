@@ -18,7 +18,9 @@ from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 
 TPS = 20.0  # the sim's tokens per second: a request of n tokens is in flight n / TPS seconds
-CHARGEBACK = {"window": "1s", "settle_after": "2s", "rates": {"H100": 3.6}}
+# a window is accounted once every request in it has ended and its usage landed: the longest here is 2 s, the
+# usage flush 1 s
+CHARGEBACK = {"window": "1s", "settle_after": "4s", "rates": {"H100": 3.6}}
 
 
 def sim_model(name: str, gpus: int, min_: int, idle: str = "10m", load: str = "0s") -> dict[str, Any]:
