@@ -124,3 +124,11 @@ def test_the_request_that_woke_a_sleeper_triggers_the_wake_though_it_came_first(
     acc = account(0, 10, [s], [req("A", 0, 1), req("B", 5.0, 2.0), req("C", 8.0, 1.0)], CONFIG)
     assert by_key(acc) == {"A": (1.0, 0.0, 1.0), "B": (1.0, 0.0, 1.0), "C": (1.0, 0.0, 1.0)}
     assert acc.spans[0].trigger == "B"
+
+
+def test_sleeps_before_the_current_residency_are_not_carried() -> None:
+    s = span(asleep=[(1.0, 2.0), (3.0, 4.0), (5.0, 6.0), (8.0, None)])
+    (out,) = account(0, 10, [s], [req("A", 7.0, 0.5)], CONFIG).spans
+    assert out.asleep == [(5.0, 6.0), (8.0, None)]
+    later = account(10, 20, [out.model_copy(update={"asleep": [(5.0, 6.0), (8.0, 12.0)]})], [], CONFIG)
+    assert later.spans[0].asleep == [(8.0, 12.0)]

@@ -13,6 +13,8 @@ from llmgw.control.accounting import Accountant
 from llmgw.control.leadership import Leadership, holder_id
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
+from llmgw.core.conditions import Condition, ConditionType, Status
+from llmgw.core.reasons import Reason
 from llmgw.records.chargeback import OPERATOR
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.store.base import UsageRecord
@@ -141,3 +143,13 @@ async def test_a_sleep_seen_in_the_registry_is_not_charged(plane: ControlPlane) 
     clock(plane).advance(9)
     assert await acc.tick() == 1
     assert charged(plane) == {"A": (2.0, 0.0, 2.0), "B": (2.0, 2.0, 4.0)}
+
+
+async def test_a_replica_is_charged_from_its_placement_not_from_when_it_was_asked_for(plane: ControlPlane) -> None:
+    placed = Condition(type=ConditionType.Scheduled, status=Status.TRUE, reason=Reason.Placed, last_transition=T0 + 3)
+    plane.registry.adopt_replicas([replica().model_copy(update={"conditions": [placed], "ready_at": T0 + 3})])
+    plane.store.add_usage([usage("A", T0 + 5, 1)])
+    acc = accountant(plane)
+    clock(plane).advance(15)
+    assert await acc.tick() == 1
+    assert charged(plane) == {"A": (2.0, 0.0, 12.0)}

@@ -112,6 +112,8 @@ def _account_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[Request]
     if s.ended_at is not None and s.ended_at <= b:
         _close_residency(s, led)
     s.accounted_to = max(s.accounted_to, b)
+    # sleeps before the current residency are accounted: only the one that ended at its start is read again
+    s.asleep = [(x, y) for x, y in s.asleep if y is None or y >= s.residency_from]
     return s
 
 

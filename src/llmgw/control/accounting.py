@@ -15,6 +15,7 @@ from llmgw.control.leadership import Leadership
 from llmgw.control.registry import Registry
 from llmgw.control.storage import Storage
 from llmgw.core.clock import Clock
+from llmgw.core.conditions import ConditionType
 from llmgw.core.errors import Deposed, StoreError
 from llmgw.records.chargeback import ReplicaSpan
 from llmgw.records.state import NodeRecord, ReplicaRecord
@@ -123,9 +124,10 @@ def span_of(r: ReplicaRecord, nodes: dict[str, NodeRecord], spec: ModelSpec | No
         gpus = {g.index: g.name for g in node.report.hardware.gpus} if node is not None else {}
         names += [gpus.get(i, "") for i in a.gpus]
     named = sorted(n for n in names if n)
+    placed = r.condition(ConditionType.Scheduled)  # a replica waiting for room holds no GPU until it is placed
+    held_from = max(r.created_at, placed.last_transition if placed is not None and placed.true else 0.0)
     return ReplicaSpan(id=r.id, model=r.model, gpus=len(names), gpu_class=cfg.gpu_class(named[0] if named else ""),
-                       demand=spec is None or spec.scaling.min == 0, created_at=r.created_at,
-                       residency_from=r.created_at)
+                       demand=spec is None or spec.scaling.min == 0, created_at=held_from, residency_from=held_from)
 
 
 def follow(s: ReplicaSpan, r: ReplicaRecord, now: float) -> None:
