@@ -4,7 +4,9 @@ accounted first, nothing at all on a follower."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -12,6 +14,8 @@ from llmgw.config.chargeback import ChargebackConfig
 from llmgw.control.accounting import Accountant
 from llmgw.control.leadership import Leadership, holder_id
 from llmgw.control.plane import ControlPlane
+from llmgw.control.storage import Storage
+from llmgw.control.writer import InlineWriter
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import Condition, ConditionType, Status
 from llmgw.core.reasons import Reason
@@ -21,6 +25,7 @@ from llmgw.store.base import UsageRecord
 from tests.clusters import node
 from tests.harness import plane_in
 
+T = TypeVar("T")
 T0 = 1_800_000_000.0  # a multiple of the window and of an hour
 CFG = ChargebackConfig(rates={"H100": 36.0}, window=10, settle_after=5)
 
@@ -153,3 +158,32 @@ async def test_a_replica_is_charged_from_its_placement_not_from_when_it_was_aske
     clock(plane).advance(15)
     assert await acc.tick() == 1
     assert charged(plane) == {"A": (2.0, 0.0, 12.0)}
+
+
+class PassDuringWrite(InlineWriter):
+    """A writer during whose write a reconcile pass samples the registry, as the server's writer thread allows."""
+
+    def __init__(self, during: Callable[[], None]) -> None:
+        self.during = during
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        self.during()
+        return fn(*args)
+
+
+async def test_what_a_pass_samples_while_a_step_is_written_is_kept(plane: ControlPlane) -> None:
+    acc: Accountant | None = None
+
+    def replica_gone() -> None:
+        assert acc is not None
+        plane.registry.adopt_replicas([])
+        acc.sample_now()
+
+    storage = Storage(plane.store, PassDuringWrite(replica_gone), plane.clock, shared=False)
+    acc = Accountant(CFG, storage, plane.leadership, plane.registry, plane.clock)
+    clock(plane).advance(15)
+    assert await acc.tick() == 1
+    clock(plane).advance(20)
+    await acc.tick()
+    (span,) = plane.store.open_spans(0)
+    assert span.ended_at == T0 + 15, "the end a pass saw while the step was written was lost"

@@ -91,8 +91,19 @@ class Accountant:
         await self._storage.writer.run(store.put_charges, acc.rows, acc.spans, self._mark, b, epoch)
         self._mark = b
         self._carry = [r for r in fresh if r.started_at + r.duration_s > b]
-        self._spans = {s.id: s for s in acc.spans if s.ended_at is None or s.ended_at > b}
+        self._spans = self._merged(acc.spans, b)
         return True
+
+    def _merged(self, stepped: list[ReplicaSpan], b: float) -> dict[str, ReplicaSpan]:
+        """The spans after a step, with what a reconcile pass sampled while it was written (a new replica, an
+        end); spans ended by `b` are done."""
+        assert self._spans is not None
+        out = {s.id: s for s in stepped}
+        for sid, seen in self._spans.items():
+            s = out.setdefault(sid, seen)
+            if s.ended_at is None:
+                s.ended_at = seen.ended_at
+        return {sid: s for sid, s in out.items() if s.ended_at is None or s.ended_at > b}
 
     def sample_now(self) -> None:
         """Between ticks (after each reconcile pass): a span ends, sleeps or wakes when its replica does."""
