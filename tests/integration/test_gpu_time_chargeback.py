@@ -134,3 +134,43 @@ def test_an_on_demand_load_is_its_triggers_and_its_idle_time_its_users(tmp_path:
     except BaseException:
         print(dump_logs(p))
         raise
+
+
+def test_a_sleepers_time_asleep_is_charged_to_nobody_and_its_wake_to_the_waker(tmp_path: Path,
+                                                                                running: list[Cluster]) -> None:
+    m = sim_model("sleepy", gpus=4, min_=0, idle="2s", load="0.5s")
+    m["profile"]["sim"]["wake_seconds"] = "0.5s"
+    m["sleep"] = {"level": 1, "min_stay": "0s"}
+    p = cluster(tmp_path, running, "127.0.0.136", "26600-26649", m)
+    try:
+        a, b = (admin_post(p, "/api/keys", {"name": n}) for n in ("a", "b"))
+
+        def record(want: str) -> dict[str, Any] | None:
+            """The replica's record once it is asleep, ready or woken and ready (ready_at: since its last wake)."""
+            for r in admin_get(p, "/api/replicas"):
+                if r["model"] == "sleepy" and r[want] and (want == "slept_at" or r["ready_at"]):
+                    return dict(r)
+            return None
+
+        chat(p, a["key"], "sleepy", 10)  # loads it
+        loaded: dict[str, Any] = wait_until(lambda: record("ready_at"), 30, "ready")
+        first: dict[str, Any] = wait_until(lambda: record("slept_at"), 30, "asleep once idle", interval=0.05)
+        chat(p, b["key"], "sleepy", 10)  # wakes it
+        woken: dict[str, Any] = wait_until(lambda: record("woken_at"), 30, "woken and ready")
+        second: dict[str, Any] = wait_until(lambda: record("slept_at"), 30, "asleep again", interval=0.05)
+        rows, _ = charges_after(p, second["slept_at"] + 2)
+        keys = per_key(rows, "sleepy")
+        print({k or "operator": (round(r.busy_s, 3), round(r.load_s, 3), round(r.idle_s, 3)) for k, r in keys.items()})
+        # the spans read the record times the test saw: what each residency held is its user's, exactly, and the
+        # time between (asleep) nobody's
+        ka, kb = keys[a["id"]], keys[b["id"]]
+        assert set(keys) == {a["id"], b["id"]}, keys
+        assert abs(ka.gpu_s - 4 * (first["slept_at"] - loaded["created_at"])) < 1e-6
+        assert abs(ka.load_s - 4 * (loaded["ready_at"] - loaded["created_at"])) < 1e-6
+        assert abs(kb.gpu_s - 4 * (second["slept_at"] - woken["woken_at"])) < 1e-6
+        # the wake is the waker's load: from the wake to its request's start, which the router counts from the
+        # moment a ready replica takes it, so no later than the replica was seen ready again (a pass, 0.2 s)
+        assert 0 < kb.load_s <= 4 * (woken["ready_at"] - woken["woken_at"] + 0.3), kb.load_s
+    except BaseException:
+        print(dump_logs(p))
+        raise
