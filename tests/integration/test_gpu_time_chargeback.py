@@ -1,7 +1,7 @@
 """Chargeback on a real cluster of sim engines with known speeds: two keys on one model are charged GPU-seconds in
 proportion to the tokens they asked for; an on-demand model's load is charged to the key that asked for it and
-its idle time to the keys it served; every party's GPU-seconds add up to the GPUs times the replicas' lifetimes as
-the test itself saw them."""
+its idle time to the keys it served; a sleeper's residencies are their users' and its time asleep nobody's; every
+party's GPU-seconds add up to the GPUs times the replicas' lifetimes as the test itself saw them."""
 
 from __future__ import annotations
 
