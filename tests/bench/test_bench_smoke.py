@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 # bench module -> a line of its table that a run which measured something prints
 BENCHES = {
     "adapters": "adapter work alone",
+    "chargeback": "worst |GPU share / work share - 1|",
     "coldstart": "overhead beyond the engine's load",
     "wake": "request to first token, wake",
     "dashboard": "/metrics",

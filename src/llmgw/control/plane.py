@@ -13,6 +13,7 @@ changes go through that owner's named operations:
 - hub_models (control/hub_models.py): each hf:// model's resolution to a commit and its files, or why none.
 - ready_times (control/ready_times.py): how long each way to ready (a wake, a load) took, per model and GPU class.
 - sleep_refusals (control/sleep_refusals.py): nodes where an engine refused sleep mode, so it runs there without.
+- accountant (control/accounting.py): GPU time charged per key, window by window, on the leader.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import asyncio
 from collections.abc import Callable
 
 from llmgw.config.server import ModelSpec, ServerConfig
+from llmgw.control.accounting import Accountant
 from llmgw.control.activity import Activity
 from llmgw.control.charge_book import ChargeBook
 from llmgw.control.credentials import Credentials, spent_by_period
@@ -93,6 +95,7 @@ class ControlPlane:
         self.ready_times = ReadyTimes()  # each way to ready (wake, load) measured per model, engine, GPU class
         self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick,
                              self.hub_models, self.ready_times, self.sleep_refusals)
+        self.accountant = Accountant(cfg.chargeback, self.storage, self.leadership, self.registry, clock)
         self.following = Following(self.storage, self.leadership, self.registry, self.credentials, self.activity,
                                    self.limit_counters,
                                    liveness_for(cfg.reconcile_interval, cfg.heartbeat_interval, cfg.node_lost_after))

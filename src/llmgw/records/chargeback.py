@@ -52,4 +52,6 @@ class ReplicaSpan(BaseModel):
     # waiting for a key to charge it to
     keys: Annotated[dict[str, Seconds], Field(max_length=100_000)] = {}
     trigger: str = Field(default="", max_length=128)
-    pending_s: Seconds = 0.0
+    pending_s: Seconds = 0.0  # load time with no trigger known yet
+    pending_idle_s: Seconds = 0.0  # idle time before the residency served anyone: its trigger's, like its load
+    residency_from: Time = 0.0  # when the current residency began: created_at, or its last wake

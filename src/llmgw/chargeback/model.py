@@ -1,0 +1,179 @@
+"""GPU time of one accounting window [a, b) charged to the keys that caused it (docs/tenants.md, "Chargeback: how GPU
+time is attributed"): load to the request that triggered it, busy time shared equally by the requests in flight,
+idle time split by the keys the residency served; a min >= 1 model's load and idle time the operator's."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from llmgw.chargeback.sharing import busy_shares
+from llmgw.config.chargeback import ChargebackConfig
+from llmgw.records.chargeback import OPERATOR, ChargeRow, ReplicaSpan
+
+HOUR = 3600.0
+INF = math.inf
+
+
+class Request(Protocol):
+    """What the model reads of a usage record: who sent it, where it ran, when it was in flight."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def key_id(self) -> str: ...
+    @property
+    def replica_id(self) -> str: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def duration_s(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """One window's charges, the spans as they stand after it, and each request's busy GPU-seconds in it."""
+
+    rows: list[ChargeRow]
+    spans: list[ReplicaSpan]
+    shares: dict[str, float]
+
+
+@dataclass
+class _Ledger:
+    model: str = ""
+    gpu_class: str = ""
+    sums: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
+
+    def add(self, key: str, busy: float = 0.0, load: float = 0.0, idle: float = 0.0) -> None:
+        acc = self.sums.setdefault((key, self.model, self.gpu_class), [0.0, 0.0, 0.0])
+        acc[0] += busy
+        acc[1] += load
+        acc[2] += idle
+
+    def rows(self, hour: int, config: ChargebackConfig) -> list[ChargeRow]:
+        return [ChargeRow(hour=hour, key_id=key, model=model, gpu_class=cls, busy_s=v[0], load_s=v[1], idle_s=v[2],
+                          cost=(v[0] + v[1] + v[2]) * config.rate(cls) / HOUR)
+                for (key, model, cls), v in sorted(self.sums.items()) if v[0] + v[1] + v[2] > 0]
+
+
+def account(a: float, b: float, spans: Iterable[ReplicaSpan], requests: Iterable[Request],
+            config: ChargebackConfig) -> Accounting:
+    """Charge the window [a, b): every span's held time in it (less its asleep time) to exactly one party each
+    instant, or to its pending time until the party is known. `requests` are the usage records overlapping it."""
+    by_replica: dict[str, dict[str, Request]] = {}
+    for r in requests:
+        by_replica.setdefault(r.replica_id, {})[r.id] = r
+    ledger = _Ledger()
+    shares: dict[str, float] = {}
+    out = []
+    for span in spans:
+        ledger.model, ledger.gpu_class = span.model, span.gpu_class
+        reqs = sorted(by_replica.get(span.id, {}).values(), key=lambda r: (r.started_at, r.id))
+        out.append(_account_span(span, a, b, reqs, ledger, shares))
+    return Accounting(ledger.rows(int(a // HOUR), config), out, shares)
+
+
+def held_pieces(span: ReplicaSpan, lo: float, hi: float) -> list[tuple[float, float]]:
+    """[lo, hi) less the span's asleep intervals, in order."""
+    pieces, cur = [], lo
+    for x, y in sorted(span.asleep, key=lambda iv: iv[0]):
+        end = INF if y is None else y
+        if end <= cur:
+            continue
+        if x >= hi:
+            break
+        if x > cur:
+            pieces.append((cur, min(x, hi)))
+        cur = max(cur, end)
+        if cur >= hi:
+            break
+    if cur < hi:
+        pieces.append((cur, hi))
+    return pieces
+
+
+def _account_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[Request], led: _Ledger,
+                  shares: dict[str, float]) -> ReplicaSpan:
+    s = span.model_copy(deep=True)
+    s.residency_from = max(s.residency_from, s.created_at)
+    lo = max(a, s.created_at, s.accounted_to)
+    hi = b if s.ended_at is None else min(b, s.ended_at)
+    for p0, p1 in held_pieces(s, lo, hi):
+        began = max([s.created_at] + [y for _, y in s.asleep if y is not None and y <= p0])
+        if began > s.residency_from:  # woken: the residency before the sleep ends, a new one begins
+            _close_residency(s, led)
+            s.residency_from = began
+        _account_piece(s, p0, p1, reqs, led, shares)
+        if p1 < hi:  # put to sleep: its residency is over
+            _close_residency(s, led)
+    if s.ended_at is not None and s.ended_at <= b:
+        _close_residency(s, led)
+    s.accounted_to = max(s.accounted_to, b)
+    # sleeps before the current residency are accounted: only the one that ended at its start is read again
+    s.asleep = [(x, y) for x, y in s.asleep if y is None or y >= s.residency_from]
+    return s
+
+
+def _account_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[Request], led: _Ledger,
+                   shares: dict[str, float]) -> None:
+    """One awake stretch [p0, p1) of the current residency: its load, busy and idle time."""
+    g = float(max(s.gpus, 1))
+    first = next((r for r in reqs if _since(s) <= r.started_at < p1), None)
+    if first is not None and not s.trigger:
+        s.trigger = first.key_id
+    if s.residency_from == s.created_at:  # loading until first ready
+        load_end = INF if s.ready_at is None else s.ready_at
+    else:  # waking: the waking request waits for it
+        load_end = first.started_at if first is not None else (p0 if s.trigger else INF)
+    q0 = max(p0, min(load_end, p1))
+    flights = [(r.id, r.started_at, r.started_at + r.duration_s) for r in reqs]
+    busy, busy_t = busy_shares(flights, q0, p1, g)
+    keys = {r.id: r.key_id for r in reqs}
+    for rid, gs in busy.items():
+        if gs > 0:
+            shares[rid] = shares.get(rid, 0.0) + gs
+            led.add(keys[rid], busy=gs)
+            s.keys[keys[rid]] = s.keys.get(keys[rid], 0.0) + gs
+    load, idle = g * (q0 - p0), g * max(0.0, p1 - q0 - busy_t)
+    if not s.demand:
+        led.add(OPERATOR, load=load, idle=idle)
+        return
+    if s.trigger:
+        led.add(s.trigger, load=load)
+    else:
+        s.pending_s += load
+    _split_idle(s, idle, led)
+    if s.trigger and (s.pending_s or s.pending_idle_s):
+        led.add(s.trigger, load=s.pending_s, idle=s.pending_idle_s)
+        s.pending_s = s.pending_idle_s = 0.0
+
+
+def _since(s: ReplicaSpan) -> float:
+    """Where the current residency's requests begin: the request that loads a replica, or wakes it, arrives before
+    it is placed, or woken, and waits for it."""
+    if s.residency_from == s.created_at:
+        return -INF
+    return max((x for x, y in s.asleep if y is not None and y <= s.residency_from), default=s.residency_from)
+
+
+def _split_idle(s: ReplicaSpan, idle: float, led: _Ledger) -> None:
+    total = sum(s.keys.values())
+    if total <= 0:
+        s.pending_idle_s += idle
+        return
+    for key, used in s.keys.items():
+        if used > 0:
+            led.add(key, idle=idle * used / total)
+
+
+def _close_residency(s: ReplicaSpan, led: _Ledger) -> None:
+    """A residency ended (slept, or the replica is gone): what still waits for a trigger is the trigger's, or with
+    none the operator's; the next residency starts afresh."""
+    if s.pending_s or s.pending_idle_s:
+        led.add(s.trigger or OPERATOR, load=s.pending_s, idle=s.pending_idle_s)
+    s.pending_s = s.pending_idle_s = 0.0
+    s.trigger = ""
+    s.keys = {}
