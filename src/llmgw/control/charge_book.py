@@ -15,8 +15,8 @@ REFRESH = 10.0  # seconds a reading is shown before the store is read again
 
 
 class ChargeBook:
-    """The charges since a time, re-read when older than REFRESH (by the injected clock); what was read before is
-    shown while the store cannot be read."""
+    """The charges since a time, summed per key and model, re-read when older than REFRESH (by the injected clock);
+    what was read before is shown while the store cannot be read."""
 
     def __init__(self, currency: str = "USD") -> None:
         self.currency = currency
@@ -36,7 +36,7 @@ class ChargeBook:
         now = storage.clock.monotonic()
         if self._read_at is None or now - self._read_at >= REFRESH:
             try:
-                self._charges = await storage.read(storage.store.charges_since, since)
+                self._charges = await storage.read(storage.store.charges_by_key_model, since)
             except StoreError:
                 pass  # the store is out: the last reading does, and the next view tries again
             else:

@@ -132,7 +132,8 @@ class TenantRoutes:
         since = since_of(request, self.storage.clock.now())
         names = await key_names(self.credentials, self.storage)
         store = self.storage.store
-        totals, charges = await self.storage.read(lambda: (store.usage_recent(since), store.charges_since(since)))
+        totals, charges = await self.storage.read(  # both summed in the store: rows in keys and models, not hours
+            lambda: (store.usage_recent(since), store.charges_by_key_model(since)))
         return js({"since": since, "by": by, "currency": self.currency,
                    "rows": usage_rows(totals, charges, by, names)})
 
