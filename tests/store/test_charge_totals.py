@@ -3,12 +3,12 @@ per key and model however many hours and GPU classes the period holds, the same 
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from llmgw.records.chargeback import OPERATOR, ChargeRow
-from llmgw.store.sqlite import SqliteStore
+from llmgw.store.sql import SqlStore
 
 H = 3600.0
 
@@ -18,8 +18,8 @@ def charge(hour: int, key: str, model: str, cls: str, busy: float) -> ChargeRow:
                      idle_s=busy / 8, cost=busy / 100)
 
 
-def test_charges_are_summed_per_key_and_model_in_the_store(tmp_path: Path) -> None:
-    s = SqliteStore(tmp_path / "s.db").open()
+def test_charges_are_summed_per_key_and_model_in_the_store(opener: Callable[[], SqlStore]) -> None:
+    s = opener()
     rows = [charge(h, k, m, c, 1.0 + h % 7) for h in range(1000, 1000 + 30 * 24) for k in ("a", "b", OPERATOR)
             for m in ("m", "n") for c in ("H100", "A100")]
     s.put_charges(rows, [], 0.0, 0.0)
@@ -34,4 +34,3 @@ def test_charges_are_summed_per_key_and_model_in_the_store(tmp_path: Path) -> No
     for r in got:
         assert [r.busy_s, r.load_s, r.idle_s, r.cost] == pytest.approx(want[(r.key_id, r.model)])
     assert s.charges_by_key_model(2000 * H) == []
-    s.close()
