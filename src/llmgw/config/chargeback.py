@@ -2,11 +2,13 @@
 (docs/tenants.md, "Chargeback").
 
 A GPU class is a part of a GPU's name as its node reports it ("H100" matches "NVIDIA H100 80GB HBM3"), matched
-without regard to case; the longest class that matches is the GPU's, and "*" matches any GPU no other class does.
+without regard to case and as whole words ("L4" is not "NVIDIA L40S"); the longest class that matches is the GPU's,
+and "*" matches any GPU no other class does.
 A GPU no class matches costs nothing (its GPU-seconds are still counted)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -15,6 +17,7 @@ from llmgw.config.types import Duration, within
 
 ANY_CLASS = "*"
 NO_GPU = "cpu"  # the class of a replica holding no GPU (a CPU engine): its seconds count as one device's
+HOUR = 3600.0
 
 
 class ChargebackConfig(BaseModel):
@@ -35,6 +38,19 @@ class ChargebackConfig(BaseModel):
         for name in v:
             if not name.strip() or len(name) > 128:
                 raise ValueError(f"chargeback.rates: {name[:40]!r} is no GPU class (a part of a GPU's name, or *)")
+        seen: set[str] = set()
+        for name in v:
+            if name.lower() in seen:  # matching ignores case: which rate won would be the file's order
+                raise ValueError(f"chargeback.rates: {name[:40]!r} is named twice (case aside)")
+            seen.add(name.lower())
+        return v
+
+    @field_validator("window")
+    @classmethod
+    def _divides_hour(cls, v: float) -> float:
+        # a window's charges go to the hour it starts in: a window crossing an hour would misplace its time
+        if HOUR % v:
+            raise ValueError(f"chargeback.window: {v:g}s does not divide an hour")
         return v
 
     def gpu_class(self, gpu_name: str) -> str:
@@ -43,7 +59,7 @@ class ChargebackConfig(BaseModel):
         if not gpu_name:
             return NO_GPU
         low = gpu_name.lower()
-        best = max((c for c in self.rates if c != ANY_CLASS and c.lower() in low), key=len, default="")
+        best = max((c for c in self.rates if c != ANY_CLASS and _names(c, low)), key=len, default="")
         if best:
             return best
         return ANY_CLASS if ANY_CLASS in self.rates else gpu_name
@@ -51,3 +67,10 @@ class ChargebackConfig(BaseModel):
     def rate(self, gpu_class: str) -> float:
         """The price of one GPU-hour of the class (0: not priced)."""
         return self.rates.get(gpu_class, 0.0)
+
+
+def _names(cls: str, low_name: str) -> bool:
+    """Whether the class is in the (lower-cased) GPU name as whole words: "L4" is not in "nvidia l40s"."""
+    head = r"(?<![0-9a-z])" if cls[:1].isalnum() else ""
+    tail = r"(?![0-9a-z])" if cls[-1:].isalnum() else ""
+    return re.search(head + re.escape(cls.lower()) + tail, low_name) is not None

@@ -16,7 +16,7 @@ from llmgw.config.server import ModelSpec
 from llmgw.control.credentials import Credentials
 from llmgw.control.limit_counters import LimitCounters
 from llmgw.control.storage import Storage
-from llmgw.control.usage_charges import usage_csv, usage_rows
+from llmgw.control.usage_charges import OPERATOR_NAME, usage_csv, usage_rows
 from llmgw.core.limits import KeyLimits
 from llmgw.store.base import ApiKeyRecord
 
@@ -95,6 +95,8 @@ class TenantRoutes:
         name, allowed = body.get("name"), body.get("models", [])
         if not isinstance(name, str) or not 1 <= len(name) <= 128 or not isinstance(allowed, list):
             return js({"error": 'body must be {"name": "1-128 characters", "models": [...]}'}, 400)
+        if name == OPERATOR_NAME:  # the views name the operator's share so: a key so named would read as it
+            return js({"error": f"{OPERATOR_NAME} names the operator's share of GPU time: choose another name"}, 400)
         allowed = [str(m) for m in allowed]
         names = catalog_names(self.models.values())  # a key may be allowed an adapter, as a model
         unknown = [m for m in allowed if m not in names]
@@ -132,7 +134,8 @@ class TenantRoutes:
         since = since_of(request, self.storage.clock.now())
         names = await key_names(self.credentials, self.storage)
         store = self.storage.store
-        totals, charges = await self.storage.read(lambda: (store.usage_recent(since), store.charges_since(since)))
+        totals, charges = await self.storage.read(  # both summed in the store: rows in keys and models, not hours
+            lambda: (store.usage_recent(since), store.charges_by_key_model(since)))
         return js({"since": since, "by": by, "currency": self.currency,
                    "rows": usage_rows(totals, charges, by, names)})
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from llmgw.records.chargeback import OPERATOR, ChargeRow
 from llmgw.store.base import UsageTotal
 
-OPERATOR_NAME = "(operator)"  # no key's name can be this: shown where a key's name would be
+OPERATOR_NAME = "(operator)"  # shown where a key's name would be: the management API refuses it as a key's name
 GPU_FIELDS = ("gpu_seconds", "busy_s", "load_s", "idle_s", "cost")
 TOKEN_FIELDS = ("requests", "prompt_tokens", "completion_tokens")
 CSV_HEAD = ["hour_utc", "key_id", "key_name", "model", *TOKEN_FIELDS, *GPU_FIELDS, "currency"]

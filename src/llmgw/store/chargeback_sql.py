@@ -77,6 +77,18 @@ class ChargebackSql:
         return [ChargeRow(hour=int(r[0]), key_id=str(r[1]), model=str(r[2]), gpu_class=str(r[3]), busy_s=float(r[4]),
                           load_s=float(r[5]), idle_s=float(r[6]), cost=float(r[7])) for r in rows]
 
+    def charges_by_key_model(self, since: float) -> list[ChargeRow]:
+        """The hourly charges from the hour holding `since` on, summed per key and model (hours and GPU classes
+        together: each row's hour the first one's, its class "*"): a per-key view reads one row per key and model,
+        not one per hour."""
+        rows = self._rows("SELECT key_id, model, SUM(busy_s), SUM(load_s), SUM(idle_s), SUM(cost) FROM"
+                          " chargeback_hourly WHERE hour >= ? GROUP BY key_id, model ORDER BY key_id, model",
+                          (hour_of(since),))
+        # sums of validated rows, which may pass a single row's bounds over a long period: not validated again
+        return [ChargeRow.model_construct(hour=hour_of(since), key_id=str(r[0]), model=str(r[1]), gpu_class="*",
+                                          busy_s=float(r[2]), load_s=float(r[3]), idle_s=float(r[4]),
+                                          cost=float(r[5])) for r in rows]
+
     def usage_started(self, since: float, before: float) -> list[UsageRecord]:
         """The usage rows of requests started in [since, before), oldest first."""
         return [UsageRecord(id=str(r[0]), key_id=str(r[1]), model=str(r[2]), replica_id=str(r[3]),
