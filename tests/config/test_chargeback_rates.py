@@ -47,3 +47,12 @@ def test_two_classes_differing_only_in_case_are_refused() -> None:
     # matching ignores case: which of the two rates a GPU got would be down to the order of the file
     with pytest.raises(ValidationError, match="twice"):
         ChargebackConfig(rates={"H100": 2.5, "h100": 9.0})
+
+
+def test_llmgws_own_short_class_prices_first() -> None:
+    """The class `ctl nodes` lists and a profile asks for ("H100-80G") is one an operator would price by; no GPU's
+    name holds it, so matching names alone priced it at nothing."""
+    cb = ChargebackConfig(rates={"h100-80g": 2.5, "H100": 2.2, "*": 1.0})
+    assert cb.gpu_class("NVIDIA H100 80GB HBM3", "H100-80G") == "h100-80g"
+    assert cb.gpu_class("NVIDIA H100 NVL", "H100-94G") == "H100"
+    assert cb.gpu_class("NVIDIA L40S", "L40S-45G") == ANY_CLASS

@@ -53,16 +53,20 @@ class ChargebackConfig(BaseModel):
             raise ValueError(f"chargeback.window: {v:g}s does not divide an hour")
         return v
 
-    def gpu_class(self, gpu_name: str) -> str:
-        """The class a GPU of this name is priced by: the longest class naming part of it, else "*" if priced,
-        else the name itself (priced at nothing)."""
-        if not gpu_name:
+    def gpu_class(self, gpu_name: str, short: str = "") -> str:
+        """The class a GPU is priced by: the class llmgw names it by (`short`, "H100-80G", as `ctl nodes` and a
+        profile's gpu_class say it) when a rate names that, else the longest class naming whole words of its name,
+        else "*" if priced, else the name itself (priced at nothing)."""
+        if not gpu_name and not short:
             return NO_GPU
+        exact = next((c for c in self.rates if short and c.lower() == short.lower()), "")
+        if exact:
+            return exact
         low = gpu_name.lower()
         best = max((c for c in self.rates if c != ANY_CLASS and _names(c, low)), key=len, default="")
         if best:
             return best
-        return ANY_CLASS if ANY_CLASS in self.rates else gpu_name
+        return ANY_CLASS if ANY_CLASS in self.rates else (gpu_name or short)
 
     def rate(self, gpu_class: str) -> float:
         """The price of one GPU-hour of the class (0: not priced)."""

@@ -9,7 +9,7 @@ import asyncio
 import logging
 
 from llmgw.chargeback import account
-from llmgw.config.chargeback import ChargebackConfig
+from llmgw.config.chargeback import NO_GPU, ChargebackConfig
 from llmgw.config.server import ModelSpec
 from llmgw.control.leadership import Leadership
 from llmgw.control.registry import Registry
@@ -132,12 +132,13 @@ def span_of(r: ReplicaRecord, nodes: dict[str, NodeRecord], spec: ModelSpec | No
     names = []
     for a in r.assignments:
         node = nodes.get(a.node_id)
-        gpus = {g.index: g.name for g in node.report.hardware.gpus} if node is not None else {}
-        names += [gpus.get(i, "") for i in a.gpus]
-    named = sorted(n for n in names if n)
+        gpus = {g.index: (g.name, g.gpu_class) for g in node.report.hardware.gpus} if node is not None else {}
+        names += [gpus.get(i, ("", "")) for i in a.gpus]
+    named = sorted(n for n in names if n != ("", ""))
     placed = r.condition(ConditionType.Scheduled)  # a replica waiting for room holds no GPU until it is placed
     held_from = max(r.created_at, placed.last_transition if placed is not None and placed.true else 0.0)
-    return ReplicaSpan(id=r.id, model=r.model, gpus=len(names), gpu_class=cfg.gpu_class(named[0] if named else ""),
+    cls = cfg.gpu_class(*named[0]) if named else NO_GPU
+    return ReplicaSpan(id=r.id, model=r.model, gpus=len(names), gpu_class=cls,
                        demand=spec is None or spec.scaling.min == 0, created_at=held_from, residency_from=held_from)
 
 

@@ -249,9 +249,10 @@ class ModelSizes:
             for a in r.assignments:
                 gpus += len(a.gpus)
                 node = self._registry.nodes.get(a.node_id)
-                names = {g.name for g in node.report.hardware.gpus if g.index in a.gpus} if node else set()
+                hw = node.report.hardware.gpus if node else []
+                names = {(g.name, g.gpu_class) for g in hw if g.index in a.gpus}
                 cb = self._chargeback
-                rate = max([rate, *(cb.rate(cb.gpu_class(n)) for n in names)] if a.gpus else [rate, cb.rate(NO_GPU)])
+                rate = max([rate, *(cb.rate(cb.gpu_class(*n)) for n in names)] if a.gpus else [rate, cb.rate(NO_GPU)])
             had = out.get(r.model, Size(0, 0.0))
             out[r.model] = Size(max(had.gpus, gpus, 1), max(had.rate, rate))
         return out
