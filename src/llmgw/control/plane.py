@@ -114,7 +114,8 @@ class ControlPlane:
         self.usage.load(totals, store.usage_by_hour(now - DAY - HOUR))
         for period, start, spent in spent_by_period(store, now, totals):  # what keys spent before, for budgets
             self.limit_counters.seed(period, start, spent)
-        self.limit_counters.gpu.landed(store.charge_mark(), store.charges_since(0.0))  # and GPU time charged
+        # and GPU time charged (what retention pruned too: `total` budgets count it)
+        self.limit_counters.gpu.landed(store.charge_mark(), store.pruned_charges() + store.charges_since(0.0))
         self.following.start(now, revs)
         self.registry.adopt_replicas(store.list_replicas())
         self.registry.changed()
