@@ -119,6 +119,9 @@ class ControlPlane:
         self.following.start(now, revs)
         self.registry.adopt_replicas(store.list_replicas())
         self.registry.changed()
+        if not self.storage.shared:  # alone on its store, every record is its own (else the others count theirs)
+            since = max(self.limit_counters.gpu.mark, now - DAY) - self.cfg.chargeback.settle_after  # not charged yet
+            self.limit_counters.gpu.replayed(store.usage_started(since, now + DAY))
         reg = self.registry
         self.storage.event("control", "plane", f"started with {len(reg.nodes)} node(s), {len(reg.replicas)} "
                            f"replica(s), {len(reg.models)} model(s)")
