@@ -66,3 +66,13 @@ def test_the_key_api_refuses_a_gpu_budget_out_of_bounds(bad: dict[str, object]) 
 def test_a_gpu_budget_is_a_limit() -> None:
     assert KeyLimits(gpu_budget=1.0).any() and KeyLimits(cost_budget=1).any()
     assert KeyLimits(gpu_budget=1.0).gpu_limited() and not KeyLimits(budget=1).gpu_limited()
+
+
+def test_a_refusal_names_money_below_a_cent_in_figures_that_are_not_zero() -> None:
+    # a request of one GPU for a few seconds costs a fraction of a cent: "may cost up to 0.00" with "0.00 left" would
+    # refuse what the message says is free
+    lim = KeyLimits(cost_budget=0.05, budget_period="day")
+    d = check(lim, GpuUse(10.0, 0.048), GpuUse(), GpuUse(4.0, 0.004), NOON, "USD")
+    assert d.refusal == Refusal.Quota
+    assert d.message == ("cost budget spent: 0.048 of 0.05 USD this day are charged or held by requests in flight, "
+                         "0.002 left, and this request may cost up to 0.004; it renews in 12h0m0s")

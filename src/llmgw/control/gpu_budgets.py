@@ -132,6 +132,13 @@ class GpuBudgets:
         local.add(int(end // BUCKET_S), use)
         return use
 
+    def replayed(self, records: Iterable[AnyUsage]) -> None:
+        """At start: requests recorded as having reached a replica and ended after the mark, settled at their
+        duration, as this server counted them before it stopped (their charges have not landed)."""
+        for r in records:
+            if r.replica_id and r.duration_s > 0 and r.started_at + r.duration_s >= self.mark:
+                self.settled(r.key_id, r.model, r.duration_s, r.started_at + r.duration_s)
+
     def spent(self, key_id: str, period: Period, now: float) -> GpuUse:
         """What `key_id` spent in the period of that kind holding `now`: the charges landed, and its requests
         settled since the mark."""

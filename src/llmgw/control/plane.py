@@ -117,10 +117,14 @@ class ControlPlane:
         self.usage.load(totals, store.usage_by_hour(now - DAY - HOUR))
         for period, start, spent in spent_by_period(store, now, totals):  # what keys spent before, for budgets
             self.limit_counters.seed(period, start, spent)
-        self.limit_counters.gpu.landed(store.charge_mark(), store.charges_since(0.0))  # and GPU time charged
+        # and GPU time charged (what retention pruned too: `total` budgets count it)
+        self.limit_counters.gpu.landed(store.charge_mark(), store.pruned_charges() + store.charges_since(0.0))
         self.following.start(now, revs)
         self.registry.adopt_replicas(store.list_replicas())
         self.registry.changed()
+        if not self.storage.shared:  # alone on its store, every record is its own (else the others count theirs)
+            since = max(self.limit_counters.gpu.mark, now - DAY) - self.cfg.chargeback.settle_after  # not charged yet
+            self.limit_counters.gpu.replayed(store.usage_started(since, now + DAY))
         reg = self.registry
         self.storage.event("control", "plane", f"started with {len(reg.nodes)} node(s), {len(reg.replicas)} "
                            f"replica(s), {len(reg.models)} model(s)")

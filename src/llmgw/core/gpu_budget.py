@@ -10,6 +10,7 @@ money").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,7 +75,17 @@ def check(lim: KeyLimits, spent: GpuUse, held: GpuUse, ask: GpuUse, now: float, 
         (lim.cost_budget, spent.cost + held.cost, ask.cost, currency, "cost budget"),
     ):
         if limit is not None and used + asked > limit:
-            return Decision(False, Refusal.Quota, f"{name} spent: {used:.2f} of {limit:g} {unit} this "
+            return Decision(False, Refusal.Quota, f"{name} spent: {figure(used)} of {limit:g} {unit} this "
                             f"{lim.budget_period} are charged or held by requests in flight, "
-                            f"{max(0.0, limit - used):.2f} left, and this request may cost up to {asked:.2f}{when}")
+                            f"{figure(max(0.0, limit - used))} left, and this request may cost up to "
+                            f"{figure(asked)}{when}")
     return Decision(True)
+
+
+def figure(x: float) -> str:
+    """A refusal's figure: two decimals, or two significant digits below 0.1 (a request's money is often a fraction
+    of a cent, which two decimals would show as 0.00)."""
+    if not 0 < x < 0.1:
+        return f"{x:.2f}"
+    shown = f"{x:.{min(9, 1 - math.floor(math.log10(x)))}f}".rstrip("0")
+    return shown if len(shown) > 4 else f"{x:.2f}"  # 0.010 as 0.01

@@ -33,6 +33,14 @@ ADD_CHARGES = (
 )
 PUT_SPAN = ("INSERT INTO replica_spans (id, ended_at, body) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
             " ended_at = excluded.ended_at, body = excluded.body")
+# the hour pruned charges are summed into, per key, model and class: what a `total` GPU budget still counts (no
+# report reads it: they read from hours of their own time on)
+PRUNED_HOUR = -1
+KEEP_PRUNED = (
+    "INSERT INTO chargeback_hourly (hour, key_id, model, gpu_class, busy_s, load_s, idle_s, cost)"
+    " SELECT ?, key_id, model, gpu_class, SUM(busy_s), SUM(load_s), SUM(idle_s), SUM(cost) FROM chargeback_hourly"
+    " WHERE hour >= 0 AND hour < ? GROUP BY key_id, model, gpu_class" + ADD_CHARGES[ADD_CHARGES.index(" ON CONFLICT"):]
+)
 USAGE_READ = ("SELECT id, key_id, model, replica_id, prompt_tokens, completion_tokens, started_at, duration_s, status"
               " FROM usage WHERE started_at >= ? AND started_at < ? ORDER BY started_at")
 
@@ -73,7 +81,7 @@ class ChargebackSql:
     def charges_since(self, since: float) -> list[ChargeRow]:
         """The hourly charges from the hour holding `since` on."""
         rows = self._rows("SELECT hour, key_id, model, gpu_class, busy_s, load_s, idle_s, cost FROM chargeback_hourly"
-                          " WHERE hour >= ? ORDER BY hour, key_id, model, gpu_class", (hour_of(since),))
+                          " WHERE hour >= ? ORDER BY hour, key_id, model, gpu_class", (max(0, hour_of(since)),))
         return [ChargeRow(hour=int(r[0]), key_id=str(r[1]), model=str(r[2]), gpu_class=str(r[3]), busy_s=float(r[4]),
                           load_s=float(r[5]), idle_s=float(r[6]), cost=float(r[7])) for r in rows]
 
@@ -95,8 +103,18 @@ class ChargebackSql:
                             prompt_tokens=int(r[4]), completion_tokens=int(r[5]), started_at=float(r[6]),
                             duration_s=float(r[7]), status=int(r[8])) for r in self._rows(USAGE_READ, (since, before))]
 
+    def pruned_charges(self) -> list[ChargeRow]:
+        """What pruning took of the hourly charges, summed per key, model and class, as rows of hour 0 (1970: before
+        any budget's day or month, in its total)."""
+        rows = self._rows("SELECT 0, key_id, model, gpu_class, busy_s, load_s, idle_s, cost FROM chargeback_hourly"
+                          " WHERE hour = ?", (PRUNED_HOUR,))
+        return [ChargeRow(hour=int(r[0]), key_id=str(r[1]), model=str(r[2]), gpu_class=str(r[3]), busy_s=float(r[4]),
+                          load_s=float(r[5]), idle_s=float(r[6]), cost=float(r[7])) for r in rows]
+
     def prune_charges(self, before: float) -> None:
-        """Hourly charges before the hour holding `before`, and spans that ended before it."""
+        """Hourly charges before the hour holding `before` (summed into PRUNED_HOUR first: `total` budgets count
+        them), and spans that ended before it."""
         with self._tx() as tx:
-            tx.run("DELETE FROM chargeback_hourly WHERE hour < ?", (hour_of(before),))
+            tx.run(KEEP_PRUNED, (PRUNED_HOUR, hour_of(before)))
+            tx.run("DELETE FROM chargeback_hourly WHERE hour >= 0 AND hour < ?", (hour_of(before),))
             tx.run("DELETE FROM replica_spans WHERE ended_at IS NOT NULL AND ended_at < ?", (before,))
