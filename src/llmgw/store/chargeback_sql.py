@@ -96,7 +96,9 @@ class ChargebackSql:
                             duration_s=float(r[7]), status=int(r[8])) for r in self._rows(USAGE_READ, (since, before))]
 
     def prune_charges(self, before: float) -> None:
-        """Hourly charges before the hour holding `before`, and spans that ended before it."""
+        """Hourly charges before the hour holding `before`, and spans that ended before it and before the mark (a
+        span ended after the mark still has GPU time to charge, whatever the retention)."""
         with self._tx() as tx:
             tx.run("DELETE FROM chargeback_hourly WHERE hour < ?", (hour_of(before),))
-            tx.run("DELETE FROM replica_spans WHERE ended_at IS NOT NULL AND ended_at < ?", (before,))
+            tx.run("DELETE FROM replica_spans WHERE ended_at IS NOT NULL AND ended_at < ? AND ended_at <"
+                   " (SELECT accounted_to FROM chargeback_mark WHERE id = 1)", (before,))
