@@ -9,6 +9,8 @@ from pathlib import Path
 from llmgw.config.chargeback import ChargebackConfig
 from llmgw.control.accounting import Accountant
 from llmgw.core.clock import FakeClock
+from llmgw.core.conditions import Condition, ConditionType, Status
+from llmgw.core.reasons import Reason
 from llmgw.records.chargeback import OPERATOR
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.store.base import UsageRecord
@@ -49,3 +51,22 @@ async def test_a_replica_gone_before_its_window_settled_is_charged_after_a_resta
     assert sum(s.pending_s + s.pending_idle_s for s in p.store.open_spans(0)) == 20.0
     assert {s.id: s.ended_at for s in p.store.open_spans(0)} == {"short": T0 + 3, "long": None}
     assert OPERATOR not in {r.key_id for r in p.store.charges_since(0)}
+
+
+async def test_a_replica_released_before_the_mark_ends_its_open_span_after_a_restart(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    p = plane_in(tmp_path, clock)
+    await p.following.hold_lease()
+    p.registry.node_reported(node("n1"))
+    p.registry.adopt_replicas([replica("r1")])
+    first = Accountant(CFG, p.storage, p.leadership, p.registry, clock)
+    clock.advance(25)
+    assert await first.tick() == 2  # [T0, T0 + 20) charged, the span open in the store
+    gone = [Condition(type=t, status=Status.TRUE, reason=Reason.ShardsGone, last_transition=T0 + 12)
+            for t in (ConditionType.Failed, ConditionType.Released)]
+    p.registry.adopt_replicas([replica("r1").model_copy(update={"conditions": gone})])  # kept on view, released
+    second = Accountant(CFG, p.storage, p.leadership, p.registry, clock)
+    clock.advance(20)
+    await second.tick()
+    assert {s.id: s.ended_at for s in p.store.open_spans(0)} == {"r1": T0 + 12}
+    assert sum(r.gpu_s for r in p.store.charges_since(0)) == 40.0, "no time past the mark for a released replica"

@@ -131,10 +131,9 @@ class Accountant:
         """New replicas get a span; a span's readiness, sleeps and end follow its replica's record."""
         reg, now = self._registry, self._clock.now()
         for r in reg.replicas.values():
-            # a released replica whose end the mark has passed has nothing left to charge: no new span each pass
-            if not r.placed or (r.released and r.failed_at is not None and r.failed_at <= self._mark):
-                continue
             s = spans.get(r.id)
+            if not r.placed or (s is None and _charged(r, self._mark)):
+                continue
             if s is None:
                 s = spans[r.id] = span_of(r, reg.nodes, reg.models.get(r.model), self.cfg)
                 self._dirty.add(r.id)
@@ -146,6 +145,11 @@ class Accountant:
             if s.ended_at is None and s.id not in reg.replicas:
                 s.ended_at = max(now, s.created_at)
                 self._dirty.add(s.id)
+
+
+def _charged(r: ReplicaRecord, mark: float) -> bool:
+    """Released before the mark: nothing left to charge, so no new span each pass once its own is done."""
+    return r.released and r.failed_at is not None and r.failed_at <= mark
 
 
 def _seen(s: ReplicaSpan) -> tuple[object, ...]:
