@@ -137,7 +137,8 @@ def _account_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[Request]
         if gs > 0:
             shares[rid] = shares.get(rid, 0.0) + gs
             led.add(keys[rid], busy=gs)
-            s.keys[keys[rid]] = s.keys.get(keys[rid], 0.0) + gs
+            if s.demand:  # an operator's span never splits its idle time by key: nothing to carry
+                s.keys[keys[rid]] = s.keys.get(keys[rid], 0.0) + gs
     load, idle = g * (q0 - p0), g * max(0.0, p1 - q0 - busy_t)
     if not s.demand:
         led.add(OPERATOR, load=load, idle=idle)
