@@ -77,7 +77,7 @@ class Accountant:
         """Charge the window after the mark if it has settled."""
         assert self._spans is not None
         a = self._mark if self._mark > 0 else self._first_window()
-        b = a + self.cfg.window
+        b = self._window_of(a) + self.cfg.window  # a mark left by another window length: realigned here
         if b + self.cfg.settle_after > self._clock.now():
             return False
         store, read = self._storage.store, self._storage.read
