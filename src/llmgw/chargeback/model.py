@@ -122,12 +122,13 @@ def _account_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[Request]
     """One awake stretch [p0, p1) of the current residency: its load, busy and idle time."""
     g = float(max(s.gpus, 1))
     first = next((r for r in reqs if _since(s) <= r.started_at < p1), None)
+    known = bool(s.trigger)  # the wake's first request landed in an earlier window: its load is over
     if first is not None and not s.trigger:
         s.trigger = first.key_id
     if s.residency_from == s.created_at:  # loading until first ready
         load_end = INF if s.ready_at is None else s.ready_at
     else:  # waking: the waking request waits for it
-        load_end = first.started_at if first is not None else (p0 if s.trigger else INF)
+        load_end = p0 if known else first.started_at if first is not None else INF
     q0 = max(p0, min(load_end, p1))
     flights = [(r.id, r.started_at, r.started_at + r.duration_s) for r in reqs]
     busy, busy_t = busy_shares(flights, q0, p1, g)
@@ -136,7 +137,8 @@ def _account_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[Request]
         if gs > 0:
             shares[rid] = shares.get(rid, 0.0) + gs
             led.add(keys[rid], busy=gs)
-            s.keys[keys[rid]] = s.keys.get(keys[rid], 0.0) + gs
+            if s.demand:  # an operator's span never splits its idle time by key: nothing to carry
+                s.keys[keys[rid]] = s.keys.get(keys[rid], 0.0) + gs
     load, idle = g * (q0 - p0), g * max(0.0, p1 - q0 - busy_t)
     if not s.demand:
         led.add(OPERATOR, load=load, idle=idle)

@@ -39,10 +39,11 @@ class Accountant:
         self._spans: dict[str, ReplicaSpan] | None = None  # None: read the store's again before accounting
         self._mark = 0.0
         self._carry: list[UsageRecord] | None = None  # records still in flight at the mark (None: read again)
+        self._dirty: set[str] = set()  # spans sampled changed since they were last written
 
     def forget(self) -> None:
         """Drop what is carried: the next tick reads the mark, the spans and the records again."""
-        self._spans, self._carry = None, None
+        self._spans, self._carry, self._dirty = None, None, set()
 
     async def tick(self) -> int:
         """Sample the registry and charge every window that has settled: how many were charged."""
@@ -58,6 +59,7 @@ class Accountant:
         try:
             while done < MAX_WINDOWS_PER_TICK and await self._step():
                 done += 1
+            await self._write_sampled()
         except Deposed as e:  # another leader accounted, or this one no longer leads: start again from the store
             log.info("accounting step refused: %s", e)
             self.forget()
@@ -75,7 +77,7 @@ class Accountant:
         """Charge the window after the mark if it has settled."""
         assert self._spans is not None
         a = self._mark if self._mark > 0 else self._first_window()
-        b = a + self.cfg.window
+        b = self._window_of(a) + self.cfg.window  # a mark left by another window length: realigned here
         if b + self.cfg.settle_after > self._clock.now():
             return False
         store, read = self._storage.store, self._storage.read
@@ -85,14 +87,29 @@ class Accountant:
             fresh = self._carry + await read(store.usage_started, a, b)
         spans = list(self._spans.values())
         acc = account(a, b, spans, fresh, self.cfg)
-        epoch = self._leadership.epoch
-        if epoch is None:
-            raise Deposed("no longer the leader")
-        await self._storage.writer.run(store.put_charges, acc.rows, acc.spans, self._mark, b, epoch)
+        self._dirty.clear()  # every span is written with the step
+        await self._storage.writer.run(store.put_charges, acc.rows, acc.spans, self._mark, b, self._epoch())
         self._mark = b
         self._carry = [r for r in fresh if r.started_at + r.duration_s > b]
         self._spans = self._merged(acc.spans, b)
         return True
+
+    async def _write_sampled(self) -> None:
+        """Spans sampled new, ready, asleep, woken or ended are written now, not with their window, the mark left
+        where it is: a replica gone before its window is accounted is in no registry a restarted or new leader
+        reads, so its span must already be in the store."""
+        assert self._spans is not None
+        spans = [self._spans[sid] for sid in sorted(self._dirty) if sid in self._spans]
+        self._dirty = set()
+        if spans:
+            store = self._storage.store
+            await self._storage.writer.run(store.put_charges, [], spans, self._mark, self._mark, self._epoch())
+
+    def _epoch(self) -> int:
+        epoch = self._leadership.epoch
+        if epoch is None:
+            raise Deposed("no longer the leader")
+        return epoch
 
     def _merged(self, stepped: list[ReplicaSpan], b: float) -> dict[str, ReplicaSpan]:
         """The spans after a step, with what a reconcile pass sampled while it was written (a new replica, an
@@ -114,15 +131,30 @@ class Accountant:
         """New replicas get a span; a span's readiness, sleeps and end follow its replica's record."""
         reg, now = self._registry, self._clock.now()
         for r in reg.replicas.values():
-            if not r.placed:
-                continue
             s = spans.get(r.id)
+            if not r.placed or (s is None and _charged(r, self._mark)):
+                continue
             if s is None:
                 s = spans[r.id] = span_of(r, reg.nodes, reg.models.get(r.model), self.cfg)
+                self._dirty.add(r.id)
+            was = _seen(s)
             follow(s, r, now)
+            if _seen(s) != was:
+                self._dirty.add(r.id)
         for s in spans.values():
             if s.ended_at is None and s.id not in reg.replicas:
                 s.ended_at = max(now, s.created_at)
+                self._dirty.add(s.id)
+
+
+def _charged(r: ReplicaRecord, mark: float) -> bool:
+    """Released before the mark: nothing left to charge, so no new span each pass once its own is done."""
+    return r.released and r.failed_at is not None and r.failed_at <= mark
+
+
+def _seen(s: ReplicaSpan) -> tuple[object, ...]:
+    """What sampling changes in a span."""
+    return s.ready_at, s.ended_at, len(s.asleep), s.asleep[-1] if s.asleep else None
 
 
 def span_of(r: ReplicaRecord, nodes: dict[str, NodeRecord], spec: ModelSpec | None,

@@ -4,8 +4,11 @@ spans and the new mark in one fenced transaction: a window is charged whole, onc
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+
+from pydantic import ValidationError
 
 from llmgw.core.errors import Accounted
 from llmgw.records.chargeback import ChargeRow, ReplicaSpan
@@ -41,8 +44,9 @@ KEEP_PRUNED = (
     " SELECT ?, key_id, model, gpu_class, SUM(busy_s), SUM(load_s), SUM(idle_s), SUM(cost) FROM chargeback_hourly"
     " WHERE hour >= 0 AND hour < ? GROUP BY key_id, model, gpu_class" + ADD_CHARGES[ADD_CHARGES.index(" ON CONFLICT"):]
 )
-USAGE_READ = ("SELECT id, key_id, model, replica_id, prompt_tokens, completion_tokens, started_at, duration_s, status"
-              " FROM usage WHERE started_at >= ? AND started_at < ? ORDER BY started_at")
+log = logging.getLogger(__name__)
+USAGE_READ = ("SELECT id, key_id, model, replica_id, prompt_tokens, completion_tokens, started_at, duration_s, status,"
+              " seq FROM usage WHERE started_at >= ? AND started_at < ? ORDER BY started_at")
 
 
 class ChargebackSql:
@@ -98,10 +102,22 @@ class ChargebackSql:
                                           cost=float(r[5])) for r in rows]
 
     def usage_started(self, since: float, before: float) -> list[UsageRecord]:
-        """The usage rows of requests started in [since, before), oldest first."""
-        return [UsageRecord(id=str(r[0]), key_id=str(r[1]), model=str(r[2]), replica_id=str(r[3]),
-                            prompt_tokens=int(r[4]), completion_tokens=int(r[5]), started_at=float(r[6]),
-                            duration_s=float(r[7]), status=int(r[8])) for r in self._rows(USAGE_READ, (since, before))]
+        """The usage rows of requests started in [since, before), oldest first. A row an older release wrote without
+        an id is named by its sequence number; one no request can have written (times out of bounds) is left out
+        and logged, so that it cannot stop the accounting of every window after it."""
+        out, bad = [], 0
+        for r in self._rows(USAGE_READ, (since, before)):
+            try:
+                out.append(UsageRecord(id=str(r[0]) if r[0] is not None else f"usage-row-{r[9]}", key_id=str(r[1]),
+                                       model=str(r[2]), replica_id=str(r[3]), prompt_tokens=int(r[4]),
+                                       completion_tokens=int(r[5]), started_at=float(r[6]), duration_s=float(r[7]),
+                                       status=int(r[8])))
+            except ValidationError:
+                bad += 1
+        if bad:
+            log.warning("usage: %d row(s) started in [%s, %s) have times no request has: not charged", bad, since,
+                        before)
+        return out
 
     def pruned_charges(self) -> list[ChargeRow]:
         """What pruning took of the hourly charges, summed per key, model and class, as rows of hour 0 (1970: before
@@ -113,8 +129,10 @@ class ChargebackSql:
 
     def prune_charges(self, before: float) -> None:
         """Hourly charges before the hour holding `before` (summed into PRUNED_HOUR first: `total` budgets count
-        them), and spans that ended before it."""
+        them), and spans that ended before it and before the mark (a span ended after the mark still has GPU time
+        to charge, whatever the retention)."""
         with self._tx() as tx:
             tx.run(KEEP_PRUNED, (PRUNED_HOUR, hour_of(before)))
             tx.run("DELETE FROM chargeback_hourly WHERE hour >= 0 AND hour < ?", (hour_of(before),))
-            tx.run("DELETE FROM replica_spans WHERE ended_at IS NOT NULL AND ended_at < ?", (before,))
+            tx.run("DELETE FROM replica_spans WHERE ended_at IS NOT NULL AND ended_at < ? AND ended_at <"
+                   " (SELECT accounted_to FROM chargeback_mark WHERE id = 1)", (before,))
