@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from llmgw.config.chargeback import NO_GPU, ChargebackConfig
 from llmgw.config.server import ModelSpec
@@ -26,6 +26,19 @@ MAX_MODELS = 10_000
 HOUR_S = 3600.0
 NOTHING = GpuUse()
 SHARED_UNITS = {"kgpu": 1e3, "kcst": 1e6}  # written to the other servers as whole milli-GPU-s and millionths
+
+
+Shared = TypeVar("Shared", bound=tuple[float, ...])
+
+
+def keep_fresh(elsewhere: dict[str, dict[str, Shared]], now: float, fresh: float) -> None:
+    """Per key, the other servers' figures (`at` first) no older than `fresh`; a key left with none is dropped."""
+    for key_id, servers in list(elsewhere.items()):
+        live = {s: v for s, v in servers.items() if now - v[0] <= fresh}
+        if live:
+            elsewhere[key_id] = live
+        else:
+            del elsewhere[key_id]
 
 
 class Settled:
@@ -181,12 +194,7 @@ class GpuBudgets:
     def forget_silent(self, now: float, fresh: float) -> None:
         """Servers whose figures are older than `fresh` have stopped: theirs no longer count."""
         self.fresh = fresh
-        for key_id, servers in list(self._elsewhere.items()):
-            live = {s: v for s, v in servers.items() if now - v[0] <= fresh}
-            if live:
-                self._elsewhere[key_id] = live
-            else:
-                del self._elsewhere[key_id]
+        keep_fresh(self._elsewhere, now, fresh)
 
     def landed(self, mark: float, rows: Iterable[ChargeRow]) -> None:
         """The accountant's mark and its charges from the hour `reads_from()` says on: whole hours are folded, the

@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 
 from llmgw.api.router import Admission
-from llmgw.control.gpu_budgets import NOTHING, GpuBudgets
+from llmgw.control.gpu_budgets import NOTHING, GpuBudgets, keep_fresh
 from llmgw.core import gpu_budget
 from llmgw.core import limits as key_limits
 from llmgw.core.clock import Clock
@@ -175,12 +175,7 @@ class LimitCounters:
                                                    n if kind == "kres" else had[2])
         self._fresh = fresh
         self.gpu.forget_silent(now, fresh)
-        for key_id, servers in list(self._elsewhere.items()):
-            live = {s: v for s, v in servers.items() if now - v[0] <= fresh}
-            if live:
-                self._elsewhere[key_id] = live
-            else:
-                del self._elsewhere[key_id]
+        keep_fresh(self._elsewhere, now, fresh)
 
     def _from_elsewhere(self, key_id: str, c: KeyCounters, lim: KeyLimits, now: float, mono: float) -> None:
         """Before an admission: what the other servers took since (from this server's buckets) and hold now."""
