@@ -8,6 +8,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
 
 from llmgw.control.dashboard import PAGE, Rows, render_view
@@ -170,6 +171,7 @@ async def test_page_parameters_out_of_range_are_400s_that_say_why(tmp_path: Path
         assert status == 200 and '"nodes_not_shown": 0' in text
 
 
+@pytest.mark.real  # it runs promtool: a process, which the unit tier refuses
 def test_promtool_accepts_the_scrape_written_from_kept_samples() -> None:
     facts, lines = Facts(), ReplicaLines()
     s = cluster([with_load(node("n1", fabric="ib-a"), 3), node("n2", lost=True), hostile()], facts, lines)
