@@ -20,27 +20,30 @@ from pathlib import Path
 from tests.harness import free_port
 
 from bench.coldstart import wait
+from llmgw.config.types import parse_duration
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up, prepare
 from llmgw.records.chargeback import OPERATOR
 from llmgw.store.sqlite import SqliteStore
 
 GPUS = 2
+SETTLE_S = 5.0
 WORK = {"long": 40, "mid": 20, "short": 10}  # tokens each key asks for per request
 
 
-def chat(plan: ClusterPlan, key: str, tokens: int) -> int:
+def chat(plan: ClusterPlan, key: str, tokens: int) -> tuple[int, int]:
     body = json.dumps({"model": "m", "max_tokens": tokens, "messages": [{"role": "user", "content": "hi"}]})
     req = urllib.request.Request(plan.api + "/v1/chat/completions", data=body.encode(),
                                  headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
-        return int(json.loads(r.read())["usage"]["completion_tokens"])
+        usage = json.loads(r.read())["usage"]
+        return int(usage["prompt_tokens"]), int(usage["completion_tokens"])
 
 
-def busy_by_key(plan: ClusterPlan, until: float) -> dict[str, float]:
+def busy_by_key(plan: ClusterPlan, until: float, window_s: float) -> dict[str, float]:
     """Busy GPU-seconds per key, once every window up to `until` is accounted."""
     store = SqliteStore(plan.workdir / "state" / "llmgw.db").open()
     try:
-        wait(lambda: store.charge_mark() >= until, 60, "the windows accounted")
+        wait(lambda: store.charge_mark() >= until, window_s + SETTLE_S + 60, "the windows accounted")
         out: dict[str, float] = {}
         for r in store.charges_since(0):
             if r.key_id != OPERATOR:
@@ -50,14 +53,22 @@ def busy_by_key(plan: ClusterPlan, until: float) -> dict[str, float]:
         store.close()
 
 
-def run_case(plan: ClusterPlan, keys: dict[str, dict[str, str]], rounds: int, together: bool) -> dict[str, float]:
-    """Each key's busy GPU-seconds from this case alone (the charges after, less those before)."""
-    before = busy_by_key(plan, time.time())
-    sent: dict[str, int] = dict.fromkeys(WORK, 0)
+def run_case(plan: ClusterPlan, keys: dict[str, dict[str, str]], rounds: int, together: bool, window_s: float
+             ) -> tuple[dict[str, float], dict[str, int]]:
+    """Each key's busy GPU-seconds from this case alone (the charges after, less those before), and the tokens it
+    had processed (prompt and completion: the work the model weighs, at the default prompt_weight 1)."""
+    before = busy_by_key(plan, time.time(), window_s)
+    asked: dict[str, int] = dict.fromkeys(WORK, 0)
+    work: dict[str, int] = dict.fromkeys(WORK, 0)
+
+    def one(name: str) -> None:
+        prompt, completion = chat(plan, keys[name]["key"], WORK[name])
+        asked[name] += completion
+        work[name] += prompt + completion
 
     def key_loop(name: str) -> None:
         for _ in range(rounds):
-            sent[name] += chat(plan, keys[name]["key"], WORK[name])
+            one(name)
 
     if together:
         threads = [threading.Thread(target=key_loop, args=(n,)) for n in WORK]
@@ -68,21 +79,21 @@ def run_case(plan: ClusterPlan, keys: dict[str, dict[str, str]], rounds: int, to
     else:
         for _ in range(rounds):
             for n in WORK:
-                sent[n] += chat(plan, keys[n]["key"], WORK[n])
-    after = busy_by_key(plan, time.time())
-    if sum(sent.values()) != rounds * sum(WORK.values()):
-        raise SystemExit(f"requests answered short: {sent}")
-    return {n: after.get(keys[n]["id"], 0.0) - before.get(keys[n]["id"], 0.0) for n in WORK}
+                one(n)
+    after = busy_by_key(plan, time.time(), window_s)
+    if sum(asked.values()) != rounds * sum(WORK.values()):
+        raise SystemExit(f"requests answered short: {asked}")
+    return {n: after.get(keys[n]["id"], 0.0) - before.get(keys[n]["id"], 0.0) for n in WORK}, work
 
 
-def report(case: str, busy: dict[str, float]) -> float:
-    total_busy, total_work = sum(busy.values()), sum(WORK.values())
+def report(case: str, busy: dict[str, float], work: dict[str, int]) -> float:
+    total_busy, total_work = sum(busy.values()), sum(work.values())
     worst = 0.0
     for n in WORK:
-        share, work = busy[n] / total_busy, WORK[n] / total_work
-        worst = max(worst, abs(share / work - 1))
-        print(f"  {case:<10} {n:<6} work {work:6.1%}  GPU-seconds {busy[n]:7.3f} = {share:6.1%}  "
-              f"ratio {share / work:5.3f}")
+        share, part = busy[n] / total_busy, work[n] / total_work
+        worst = max(worst, abs(share / part - 1))
+        print(f"  {case:<10} {n:<6} tokens {part:6.1%}  GPU-seconds {busy[n]:7.3f} = {share:6.1%}  "
+              f"ratio {share / part:5.3f}")
     print(f"  {case:<10} worst |GPU share / work share - 1|: {worst:.1%}")
     return worst
 
@@ -91,10 +102,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--tps", type=float, default=20.0, help="the sim's tokens per second")
-    ap.add_argument("--smoke", action="store_true", help="one round at 200 tokens/s: that it runs")
+    ap.add_argument("--window", default="60s", help="chargeback.window: busy time is pooled within one")
+    ap.add_argument("--smoke", action="store_true", help="one round at 200 tokens/s, 1 s windows: that it runs")
     a = ap.parse_args()
     if a.smoke:
-        a.rounds, a.tps = 1, 200.0
+        a.rounds, a.tps, a.window = 1, 200.0, "1s"
     model = {"name": "m", "source": "org/m", "engine": "sim",
              "profile": {"gpus_per_shard": GPUS, "gpu_class": "H100-80G",
                          "sim": {"tokens": 200, "tokens_per_second": a.tps}},
@@ -104,7 +116,7 @@ def main() -> None:
                                                               port_range="26500-26599")],
                            models=[model], agent_port=free_port(), api_port=free_port(), admin_port=free_port(),
                            heartbeat_interval="1s", reconcile_interval="0.5s", load_wait="60s",
-                           extra_server={"chargeback": {"window": "1s", "settle_after": "5s"}})
+                           extra_server={"chargeback": {"window": a.window, "settle_after": f"{SETTLE_S:g}s"}})
         prepare(plan)
         cluster = Cluster(plan)
         cluster.start()
@@ -113,9 +125,10 @@ def main() -> None:
             wait(lambda: any(r["ready_at"] for r in admin_get(plan, "/api/replicas")), 60, "the model ready")
             keys = {n: admin_post(plan, "/api/keys", {"name": n}) for n in WORK}
             print(f"chargeback on the sim: {GPUS} GPUs, {a.tps:g} tokens/s, requests of {WORK} tokens, "
-                  f"{a.rounds} round(s)")
-            report("sequential", run_case(plan, keys, a.rounds, together=False))
-            report("concurrent", run_case(plan, keys, a.rounds, together=True))
+                  f"{a.rounds} round(s), {a.window} windows")
+            window_s = parse_duration(a.window)
+            report("sequential", *run_case(plan, keys, a.rounds, False, window_s))
+            report("concurrent", *run_case(plan, keys, a.rounds, True, window_s))
         finally:
             cluster.stop()
 

@@ -1,4 +1,4 @@
-"""Each window's GPU time charged to exactly one party: busy time shared equally by the requests in flight, load
+"""Each window's GPU time charged to exactly one party: busy time shared by the tokens its requests processed, load
 to the key that triggered it (pending until it lands), idle split by the residency's keys, asleep time free."""
 
 from __future__ import annotations
@@ -21,22 +21,60 @@ def span(gpus: int = 1, created: float = 0.0, ready: float | None = 0.0, demand:
                        ready_at=ready, ended_at=ended, asleep=list(asleep))
 
 
-def req(key: str, start: float, dur: float, replica: str = "r1", id: str = "") -> UsageRecord:
+def req(key: str, start: float, dur: float, replica: str = "r1", id: str = "", prompt: int = 1,
+        completion: int = 1) -> UsageRecord:
     return UsageRecord(id=id or f"{key}-{start:08.3f}-{replica}", key_id=key, model="m", replica_id=replica,
-                       prompt_tokens=1, completion_tokens=1, started_at=start, duration_s=dur, status=200)
+                       prompt_tokens=prompt, completion_tokens=completion, started_at=start, duration_s=dur,
+                       status=200)
 
 
 def by_key(acc: Accounting) -> dict[str, tuple[float, float, float]]:
     return {r.key_id: (r.busy_s, r.load_s, r.idle_s) for r in acc.rows}
 
 
-def test_concurrent_requests_share_the_gpus_equally() -> None:
-    a, b = req("A", 0, 10, id="a" * 8), req("B", 5, 5, id="b" * 8)
+def test_a_busy_stretch_goes_to_its_requests_by_the_tokens_they_processed() -> None:
+    a = req("A", 0, 10, id="a" * 8, prompt=0, completion=30)
+    b = req("B", 5, 5, id="b" * 8, prompt=0, completion=10)
     acc = account(0, 10, [span(gpus=2)], [a, b], CONFIG)
     assert by_key(acc) == {"A": (15.0, 0.0, 0.0), "B": (5.0, 0.0, 0.0)}
     assert acc.shares == {"a" * 8: 15.0, "b" * 8: 5.0}
     assert [r.cost for r in acc.rows] == [pytest.approx(0.015), pytest.approx(0.005)]
     assert all(r.hour == 0 for r in acc.rows)
+
+
+def test_a_long_requests_lone_tail_is_shared_by_the_work_of_its_stretch() -> None:
+    """Sent together, 40 tokens and 10: the long one runs its last 1.5 s alone, and is charged 4/5 of the stretch,
+    not the whole replica for those seconds (which made shares follow time in flight, not work)."""
+    acc = account(0, 10, [span()], [req("A", 0, 2, completion=40, prompt=0), req("B", 0, 0.5, completion=10,
+                                                                                prompt=0)], CONFIG)
+    busy = {k: v[0] for k, v in by_key(acc).items()}
+    assert busy["A"] == pytest.approx(1.6) and busy["B"] == pytest.approx(0.4)
+
+
+def test_stretches_apart_are_not_pooled() -> None:
+    acc = account(0, 10, [span()], [req("A", 0, 1, completion=10, prompt=0), req("B", 5, 1, completion=90,
+                                                                                prompt=0)], CONFIG)
+    assert {k: v[0] for k, v in by_key(acc).items()} == {"A": 1.0, "B": 1.0}
+
+
+def test_a_request_across_the_window_counts_the_part_of_its_work_inside() -> None:
+    acc = account(0, 10, [span()], [req("A", 5, 10, completion=10, prompt=0), req("B", 8, 1, completion=5,
+                                                                                 prompt=0)], CONFIG)
+    busy = {k: v[0] for k, v in by_key(acc).items()}
+    assert busy["A"] == pytest.approx(2.5) and busy["B"] == pytest.approx(2.5)
+
+
+def test_prompt_tokens_weigh_as_configured() -> None:
+    cheap = ChargebackConfig(rates={"H100": 3.6}, prompt_weight=0.1)
+    reqs = [req("A", 0, 1, prompt=100, completion=0), req("B", 0, 1, prompt=0, completion=30)]
+    busy = {k: v[0] for k, v in by_key(account(0, 10, [span()], reqs, cheap)).items()}
+    assert busy["A"] == pytest.approx(0.25) and busy["B"] == pytest.approx(0.75)
+
+
+def test_a_stretch_without_tokens_is_split_by_time_in_flight() -> None:
+    reqs = [req("A", 0, 4, prompt=0, completion=0), req("B", 0, 1, prompt=0, completion=0)]
+    busy = {k: v[0] for k, v in by_key(account(0, 10, [span()], reqs, CONFIG)).items()}
+    assert busy["A"] == pytest.approx(3.2) and busy["B"] == pytest.approx(0.8)
 
 
 def test_load_waits_for_its_trigger_then_is_charged_to_it() -> None:

@@ -1,5 +1,5 @@
 """GPU time of one accounting window [a, b) charged to the keys that caused it (docs/tenants.md, "Chargeback: how GPU
-time is attributed"): load to the request that triggered it, busy time shared equally by the requests in flight,
+time is attributed"): load to the request that triggered it, busy time shared by the tokens its requests processed,
 idle time split by the keys the residency served; a min >= 1 model's load and idle time the operator's."""
 
 from __future__ import annotations
@@ -30,6 +30,16 @@ class Request(Protocol):
     def started_at(self) -> float: ...
     @property
     def duration_s(self) -> float: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def completion_tokens(self) -> int: ...
+
+
+def work(r: Request, prompt_weight: float) -> float:
+    """A request's work: the tokens it processed as its engine counted them, a prompt token weighing
+    `prompt_weight` of a generated one."""
+    return prompt_weight * r.prompt_tokens + r.completion_tokens
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,7 @@ class Accounting:
 class _Ledger:
     model: str = ""
     gpu_class: str = ""
+    prompt_weight: float = 1.0
     sums: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
 
     def add(self, key: str, busy: float = 0.0, load: float = 0.0, idle: float = 0.0) -> None:
@@ -66,7 +77,7 @@ def account(a: float, b: float, spans: Iterable[ReplicaSpan], requests: Iterable
     by_replica: dict[str, dict[str, Request]] = {}
     for r in requests:
         by_replica.setdefault(r.replica_id, {})[r.id] = r
-    ledger = _Ledger()
+    ledger = _Ledger(prompt_weight=config.prompt_weight)
     shares: dict[str, float] = {}
     out = []
     for span in spans:
@@ -130,7 +141,7 @@ def _account_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[Request]
     else:  # waking: the waking request waits for it
         load_end = p0 if known else first.started_at if first is not None else INF
     q0 = max(p0, min(load_end, p1))
-    flights = [(r.id, r.started_at, r.started_at + r.duration_s) for r in reqs]
+    flights = [(r.id, r.started_at, r.started_at + r.duration_s, work(r, led.prompt_weight)) for r in reqs]
     busy, busy_t = busy_shares(flights, q0, p1, g)
     keys = {r.id: r.key_id for r in reqs}
     for rid, gs in busy.items():

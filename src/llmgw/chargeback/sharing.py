@@ -1,29 +1,40 @@
-"""Processor sharing: the requests in flight on a replica share its GPUs equally at each instant."""
+"""Busy time by the work done in it: each stretch of a replica's time with requests in flight is split among those
+requests by the tokens they processed in it (docs/tenants.md, "Chargeback: how GPU time is attributed")."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+Flight = tuple[str, float, float, float]  # request id, start, end, its work (weighted tokens) over all its time
 
-def busy_shares(spans: Sequence[tuple[str, float, float]], lo: float, hi: float, g: float
-                ) -> tuple[dict[str, float], float]:
-    """Each request's GPU-seconds in [lo, hi) (the integral of g/n over its time in flight there, n the requests in
-    flight) and how long at least one was in flight. `spans` are (id, start, end). One sort, one sweep: a
-    request's share is W(end) - W(start), W the running integral of g/n."""
-    events: list[tuple[float, int, str]] = []
-    for rid, s, e in spans:
-        s, e = max(s, lo), min(e, hi)
-        if e > s:
-            events.append((s, 1, rid))
-            events.append((e, -1, rid))
-    events.sort(key=lambda ev: (ev[0], ev[1]))  # ends before starts at one instant
+
+def busy_shares(flights: Sequence[Flight], lo: float, hi: float, g: float) -> tuple[dict[str, float], float]:
+    """Each request's GPU-seconds in [lo, hi) and how long at least one was in flight there. Requests whose times in
+    flight overlap, directly or through others, form one busy stretch; its g x length GPU-seconds go to them in
+    proportion to the work each did inside [lo, hi) (its work times the share of its time in flight that lies
+    there: tokens are taken to flow evenly over a request's time). A stretch whose requests report no work is split
+    by their time in flight. One sort, one pass."""
+    clipped = []
+    for rid, s, e, work in flights:
+        cs, ce = max(s, lo), min(e, hi)
+        if ce > cs:
+            part = (ce - cs) / (e - s)
+            clipped.append((cs, ce, rid, max(0.0, work) * part))
+    clipped.sort()
     shares: dict[str, float] = {}
-    w, n, last, busy = 0.0, 0, lo, 0.0
-    for t, step, rid in events:
-        if n:
-            w += g * (t - last) / n
-            busy += t - last
-        last = t
-        n += step
-        shares[rid] = shares.get(rid, 0.0) + (w if step < 0 else -w)
+    busy = 0.0
+    i = 0
+    while i < len(clipped):
+        start, end, j = clipped[i][0], clipped[i][1], i
+        while j + 1 < len(clipped) and clipped[j + 1][0] < end:  # touching is not overlapping: two stretches
+            j += 1
+            end = max(end, clipped[j][1])
+        stretch = clipped[i:j + 1]
+        length = end - start
+        busy += length
+        total = sum(w for *_, w in stretch)
+        for cs, ce, rid, w in stretch:
+            part = w / total if total > 0 else (ce - cs) / sum(y - x for x, y, *_ in stretch)
+            shares[rid] = shares.get(rid, 0.0) + g * length * part
+        i = j + 1
     return shares, busy

@@ -31,6 +31,9 @@ class ChargebackConfig(BaseModel):
     # request that ran in it has ended and its usage landed (a longer request's time past that counts as idle)
     window: Annotated[Duration, within(1, 3600)] = 60.0
     settle_after: Annotated[Duration, within(0, 86400)] = 900.0
+    # busy time goes to the requests in flight by the tokens they processed; a prompt token weighs this much of a
+    # generated one (1: tokens as the engine counts them; lower where prefill is cheap next to decode)
+    prompt_weight: float = Field(default=1.0, ge=0, le=1000, allow_inf_nan=False)
 
     @field_validator("rates")
     @classmethod
