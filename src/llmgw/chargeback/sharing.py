@@ -33,8 +33,10 @@ def busy_shares(flights: Sequence[Flight], lo: float, hi: float, g: float) -> tu
         length = end - start
         busy += length
         total = sum(w for *_, w in stretch)
+        by_time = total <= 0
+        if by_time:
+            total = sum(ce - cs for cs, ce, *_ in stretch)
         for cs, ce, rid, w in stretch:
-            part = w / total if total > 0 else (ce - cs) / sum(y - x for x, y, *_ in stretch)
-            shares[rid] = shares.get(rid, 0.0) + g * length * part
+            shares[rid] = shares.get(rid, 0.0) + g * length * ((ce - cs) if by_time else w) / total
         i = j + 1
     return shares, busy
