@@ -11,6 +11,7 @@ import logging
 from llmgw.chargeback import account
 from llmgw.config.chargeback import NO_GPU, ChargebackConfig
 from llmgw.config.server import ModelSpec
+from llmgw.control.gpu_budgets import replica_gpus
 from llmgw.control.leadership import Leadership
 from llmgw.control.registry import Registry
 from llmgw.control.storage import Storage
@@ -161,11 +162,7 @@ def span_of(r: ReplicaRecord, nodes: dict[str, NodeRecord], spec: ModelSpec | No
             cfg: ChargebackConfig) -> ReplicaSpan:
     """A new replica's span: its GPUs over all its shards, the class their name prices them at, whether it is
     loaded on demand (its users pay for its load and idle time) or kept by the operator (min >= 1)."""
-    names = []
-    for a in r.assignments:
-        node = nodes.get(a.node_id)
-        gpus = {g.index: (g.name, g.gpu_class) for g in node.report.hardware.gpus} if node is not None else {}
-        names += [gpus.get(i, ("", "")) for i in a.gpus]
+    names = replica_gpus(r, nodes)
     named = sorted(n for n in names if n != ("", ""))
     placed = r.condition(ConditionType.Scheduled)  # a replica waiting for room holds no GPU until it is placed
     held_from = max(r.created_at, placed.last_transition if placed is not None and placed.true else 0.0)

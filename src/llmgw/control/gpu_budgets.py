@@ -233,6 +233,17 @@ class GpuBudgets:
                 kept[period] = (start, had[1] + use)
 
 
+def replica_gpus(r: ReplicaRecord, nodes: dict[str, NodeRecord]) -> list[tuple[str, str]]:
+    """Each GPU the replica holds over all its shards: its name and llmgw's short class as its node reports them
+    (("", ""): a GPU its node does not report, or a node not known)."""
+    out: list[tuple[str, str]] = []
+    for a in r.assignments:
+        node = nodes.get(a.node_id)
+        gpus = {g.index: (g.name, g.gpu_class) for g in node.report.hardware.gpus} if node is not None else {}
+        out += [gpus.get(i, ("", "")) for i in a.gpus]
+    return out
+
+
 class Replicas(Protocol):
     """What ModelSizes reads of the registry (control/registry.py)."""
 
@@ -259,15 +270,13 @@ class ModelSizes:
     def _measure(self) -> dict[str, Size]:
         """The largest and dearest replica of each model that has one: the bound holds whichever serves it."""
         out: dict[str, Size] = {}
+        cb = self._chargeback
         for r in self._registry.replicas.values():
-            gpus, rate = 0, 0.0
-            for a in r.assignments:
-                gpus += len(a.gpus)
-                node = self._registry.nodes.get(a.node_id)
-                hw = node.report.hardware.gpus if node else []
-                names = {(g.name, g.gpu_class) for g in hw if g.index in a.gpus}
-                cb = self._chargeback
-                rate = max([rate, *(cb.rate(cb.gpu_class(*n)) for n in names)] if a.gpus else [rate, cb.rate(NO_GPU)])
+            held = replica_gpus(r, self._registry.nodes)
+            rates = [cb.rate(cb.gpu_class(*n)) for n in set(held) if n != ("", "")]
+            if any(not a.gpus for a in r.assignments):  # a shard on a CPU engine: one device of class cpu
+                rates.append(cb.rate(NO_GPU))
+            gpus, rate = len(held), max(rates, default=0.0)
             had = out.get(r.model, Size(0, 0.0))
             out[r.model] = Size(max(had.gpus, gpus, 1), max(had.rate, rate))
         return out
