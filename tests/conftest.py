@@ -6,8 +6,9 @@ import pytest
 
 from tests.pg import Postgres
 
-# the test tiers (tests/tiers.py: `--unit`, the `real` mark); pytester tests the tier rule itself
-pytest_plugins = ["pytester", "tests.tiers"]
+# the test tiers (tests/tiers.py: `--unit`, the `real` mark), the time per directory (tests/timing.py); pytester
+# tests the tier rule itself
+pytest_plugins = ["pytester", "tests.tiers", "tests.timing"]
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import os
-import random
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -24,6 +21,11 @@ from llmgw.control.server import serve
 from llmgw.core.clock import FakeClock, SystemClock
 from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_up, prepare
 from llmgw.store.sqlite import SqliteStore
+from tests.addresses import engine_ports, free_port
+
+__all__ = ["free_port"]  # where most tests have always taken it from
+
+DEFAULT_ENGINE_PORTS = NodePlan.port_range
 
 
 def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
@@ -42,39 +44,10 @@ def local_state(plane: ControlPlane) -> LocalState:
     return LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
 
 
-# Listening ports for tests come from 10000-19999: below the kernel's ephemeral range (32768-60999 here), where an
-# outgoing connection can take a port between the moment a test learns it is free and the moment a server binds it
-# (CI saw exactly that: "address already in use" for a port asked of the kernel with bind(0)), and below the
-# 20000-29999 the tests' simulated nodes hand to their engines. Each port is handed out once per run.
-# LLMGW_TEST_PORTS=LO-HI narrows the range: two suites running side by side (CI runs the vLLM stage beside
-# `make test`) each take their own part of it, so neither hands out a port the other has just found free.
-def _port_range() -> range:
-    lo, _, hi = os.environ.get("LLMGW_TEST_PORTS", "10000-17999").partition("-")
-    return range(int(lo), int(hi) + 1)
-
-
-_PORTS = _port_range()
-_handed: set[int] = set()
-_rng = random.Random(os.getpid())
-
-
-def free_port() -> int:
-    """A loopback TCP port nothing listens on and no earlier call of this run returned."""
-    for _ in range(len(_PORTS)):
-        port = _rng.choice(_PORTS)
-        if port in _handed:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed.add(port)
-        return port
-    raise RuntimeError(f"no free port left in {_PORTS.start}-{_PORTS.stop - 1}")
-
-
 def plan(tmp: Path, nodes: list[NodePlan], models: list[dict[str, Any]], **kw: Any) -> ClusterPlan:
+    for n in nodes:  # a node left on the agent's default engine range gets one of its own: tests run side by side
+        if n.port_range == DEFAULT_ENGINE_PORTS:
+            n.port_range = engine_ports()
     p = ClusterPlan(
         workdir=tmp,
         nodes=nodes,

@@ -12,6 +12,9 @@ from llmgw.config.agent import AgentConfig
 from llmgw.core.clock import FakeClock
 from llmgw.pki.ca import init_ca, issue
 from llmgw.wire.messages import NodeReport
+from tests.addresses import loopback
+
+HOST_A = loopback()  # the address this module's tests name (tests/addresses.py)
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 
@@ -25,7 +28,7 @@ def config(tmp: Path, host: str, fabrics: list[dict[str, object]]) -> AgentConfi
             "control_planes": ["https://127.0.0.1:1"],
             "tls": {"ca": str(pki / "ca.crt"), "cert": str(pki / "node07.crt"), "key": str(pki / "node07.key")},
             "node_id": "node07",
-            "address": "127.0.0.77",
+            "address": HOST_A,
             "host_root": str(HOSTS / host),
             "gpu_inventory": str(HOSTS / host / "gpu-inventory.yaml"),
             "weights_dir": str(tmp / "weights"),
@@ -55,7 +58,7 @@ async def test_report_describes_the_host(tmp_path: Path) -> None:
         r = await a.report()
     finally:
         await a.close()
-    assert r.node_id == "node07" and r.address == "127.0.0.77"
+    assert r.node_id == "node07" and r.address == HOST_A
     assert len(r.hardware.gpus) == 8 and {g.gpu_class for g in r.hardware.gpus} == {"H100-80G"}
     assert [f.name for f in r.fabrics] == ["ib-a"] and r.fabrics[0].adapters == ["mlx5_0", "mlx5_1"]
     assert r.engines_probed and [e.name for e in r.engines] == ["sim"]

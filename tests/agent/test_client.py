@@ -12,8 +12,11 @@ from llmgw.core.errors import UpstreamError
 from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.pki.tls import client_context
 from llmgw.wire.messages import WIRE_VERSION, DesiredState, Hardware, NodeReport
+from tests.addresses import loopback
 from tests.agent.weights.kit import Pki, make_pki
 from tests.harness import InProcessServer, free_port, plan
+
+HOST_A, HOST_B = loopback(), loopback()  # the addresses this module's tests name (tests/addresses.py)
 
 
 def _client(p: ClusterPlan, node: str, urls: list[str]) -> ControlPlaneClient:
@@ -23,11 +26,11 @@ def _client(p: ClusterPlan, node: str, urls: list[str]) -> ControlPlaneClient:
 
 
 async def test_fails_over_to_the_next_control_plane_and_stays_there(tmp_path: Path) -> None:
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11")], [])
+    p = plan(tmp_path, [NodePlan(id="node01", address=HOST_A)], [])
     dead = f"https://127.0.0.1:{free_port()}"
     live = f"https://127.0.0.1:{p.agent_port}"
     c = _client(p, "node01", [dead, live])
-    report = NodeReport(node_id="node01", address="127.0.0.11", hardware=Hardware())
+    report = NodeReport(node_id="node01", address=HOST_A, hardware=Hardware())
     async with InProcessServer(p):
         try:
             desired = await c.heartbeat(report)
@@ -40,25 +43,25 @@ async def test_fails_over_to_the_next_control_plane_and_stays_there(tmp_path: Pa
 
 
 async def test_no_control_plane_answering_names_every_address(tmp_path: Path) -> None:
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11")], [])
+    p = plan(tmp_path, [NodePlan(id="node01", address=HOST_A)], [])
     urls = [f"https://127.0.0.1:{free_port()}", f"https://127.0.0.1:{free_port()}"]
     c = _client(p, "node01", urls)
     try:
         with pytest.raises(UpstreamError) as e:
-            await c.heartbeat(NodeReport(node_id="node01", address="127.0.0.11", hardware=Hardware()))
+            await c.heartbeat(NodeReport(node_id="node01", address=HOST_A, hardware=Hardware()))
         assert all(u in str(e.value) for u in urls)
     finally:
         await c.close()
 
 
 async def test_a_refusal_is_not_failed_over(tmp_path: Path) -> None:
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11"), NodePlan(id="node02", address="127.0.0.12")],
+    p = plan(tmp_path, [NodePlan(id="node01", address=HOST_A), NodePlan(id="node02", address=HOST_B)],
              [])
     c = _client(p, "node01", [f"https://127.0.0.1:{p.agent_port}", f"https://127.0.0.1:{free_port()}"])
     async with InProcessServer(p):
         try:
             with pytest.raises(UpstreamError) as e:
-                await c.heartbeat(NodeReport(node_id="node02", address="127.0.0.12", hardware=Hardware()))
+                await c.heartbeat(NodeReport(node_id="node02", address=HOST_B, hardware=Hardware()))
             assert "403" in str(e.value) and c.current == 0
         finally:
             await c.close()
@@ -73,7 +76,7 @@ async def test_a_desired_state_of_another_wire_version_is_named_as_such(tmp_path
     async def newer(_: web.Request) -> web.Response:
         return web.json_response({"version": WIRE_VERSION + 1, "node_id": "node01", "shards": [], "a_new_field": True})
 
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11")], [])
+    p = plan(tmp_path, [NodePlan(id="node01", address=HOST_A)], [])
     app = web.Application()
     app.router.add_post("/v1/agent/heartbeat", newer)
     pki = p.workdir / "pki"
@@ -85,7 +88,7 @@ async def test_a_desired_state_of_another_wire_version_is_named_as_such(tmp_path
     c = _client(p, "node01", [f"https://127.0.0.1:{port}"])
     try:
         with pytest.raises(UpstreamError) as e:
-            await c.heartbeat(NodeReport(node_id="node01", address="127.0.0.11", hardware=Hardware()))
+            await c.heartbeat(NodeReport(node_id="node01", address=HOST_A, hardware=Hardware()))
         assert (f"desired state wire version {WIRE_VERSION + 1} not understood by this agent (speaks {WIRE_VERSION})"
                 in str(e.value))
     finally:

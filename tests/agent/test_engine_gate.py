@@ -27,13 +27,14 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.errors import ConnectFailed
 from llmgw.router.proxy import Timeouts, forward
 from llmgw.wire.messages import UNREACHED_HEADER, ShardSpec
+from tests.addresses import loopback
 from tests.agent.engine_sockets import gate_and_engine, listening
 from tests.harness import await_until, free_port
 
 pytestmark = pytest.mark.real  # processes: the unit tier leaves this file out (tests/tiers.py)
 
 SECRET = "gate-secret-" + "y" * 32
-NODE = "127.0.0.2"  # the node's address: not the engine's loopback one
+NODE = loopback()  # the node's address: not the engine's loopback one
 PATHS = ["/health", "/metrics", "/v1/models", "/props", "/tokenize", "/pooling", "/invocations", "/nope"]
 
 

@@ -19,6 +19,7 @@ from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.pki.ca import renew
 from llmgw.pki.tls import client_context
 from llmgw.wire.messages import Hardware, NodeReport
+from tests.addresses import engine_port_pair
 from tests.harness import InProcessServer, aget, plan
 from tests.integration.forger import HostileNode
 
@@ -58,7 +59,7 @@ async def test_a_certificate_ending_within_two_weeks_is_warned_about_and_one_end
     renew(p.workdir / "pki", "node02", days=15)
     async with InProcessServer(p):
         for node in ("node01", "node02"):
-            status, body = await HostileNode(p, node, "127.0.0.1", (27100, 27199)).heartbeat()
+            status, body = await HostileNode(p, node, "127.0.0.1", engine_port_pair()).heartbeat()
             assert status == 200, body
         rows = {r["node"]: r for r in await aget(p, "/api/nodes")}
         assert [w for w in rows["node01"]["warnings"] if "certificate" in w] == [

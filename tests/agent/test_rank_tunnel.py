@@ -1,6 +1,6 @@
 """The tunnel between ranks (llama.cpp's RPC workers have no authentication): a worker's peer server is reached
 only through mutual TLS with a node certificate of this cluster and the replica's secret. An echo server stands in
-for ggml-rpc-server on the worker's loopback; the nodes are 127.0.0.2 (leader) and 127.0.0.3 (worker)."""
+for ggml-rpc-server on the worker's loopback; leader and worker have loopback addresses of their own."""
 
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ from llmgw.core.clock import FakeClock
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.messages import ShardSpec
+from tests.addresses import loopback
 from tests.agent.engine_sockets import gate_and_engine
 from tests.harness import await_until, free_port
 
 SECRET = "tunnel-secret-" + "z" * 30
-LEADER, WORKER = "127.0.0.2", "127.0.0.3"
+LEADER, WORKER = loopback(), loopback()
 
 
 @dataclass

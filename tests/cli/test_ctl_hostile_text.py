@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from llmgw.dev.cluster import ClusterPlan, NodePlan
+from tests.addresses import engine_port_pair
 from tests.harness import InProcessServer, plan
 from tests.integration.forger import HostileNode
 
@@ -25,7 +26,7 @@ async def ctl(p: ClusterPlan, *args: str) -> subprocess.CompletedProcess[bytes]:
 async def test_ctl_nodes_and_events_show_a_hostile_warning_as_harmless_text(tmp_path: Path) -> None:
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.1")], [])
     async with InProcessServer(p):
-        n = HostileNode(p, "node01", "127.0.0.1", (27100, 27199))
+        n = HostileNode(p, "node01", "127.0.0.1", engine_port_pair())
         status, body = await n.heartbeat(problems=[{"code": "FabricProblem", "message": WARNING}])
         assert status == 200, body
         # a change: an event with the text, and a code no llmgw reason has

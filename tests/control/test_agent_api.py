@@ -13,13 +13,16 @@ from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context
 from llmgw.wire.messages import WIRE_VERSION, DesiredState, Hardware, NodeReport
+from tests.addresses import loopback
 from tests.harness import InProcessServer, aget, plan
+
+HOST_A, HOST_B = loopback(), loopback()  # the addresses this module's tests name (tests/addresses.py)
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> ClusterPlan:
     return plan(
-        tmp_path, [NodePlan(id="node01", address="127.0.0.11"), NodePlan(id="node02", address="127.0.0.12")], []
+        tmp_path, [NodePlan(id="node01", address=HOST_A), NodePlan(id="node02", address=HOST_B)], []
     )
 
 
@@ -29,7 +32,7 @@ def ctx(p: ClusterPlan, node: str) -> ssl.SSLContext:
 
 
 def report(node_id: str) -> NodeReport:
-    return NodeReport(node_id=node_id, address="127.0.0.11", hardware=Hardware(mem_total_bytes=2**30))
+    return NodeReport(node_id=node_id, address=HOST_A, hardware=Hardware(mem_total_bytes=2**30))
 
 
 async def post(p: ClusterPlan, sslctx: ssl.SSLContext, body: str) -> tuple[int, str]:
@@ -128,7 +131,7 @@ async def test_a_revoked_node_is_refused_and_a_revoked_certificate_too_until_ren
     pki = cluster.workdir / "pki"
     async with InProcessServer(cluster):
         n1 = report("node01")
-        n2 = NodeReport(node_id="node02", address="127.0.0.12", hardware=Hardware(mem_total_bytes=2**30))
+        n2 = NodeReport(node_id="node02", address=HOST_B, hardware=Hardware(mem_total_bytes=2**30))
         assert (await post(cluster, ctx(cluster, "node01"), n1.model_dump_json()))[0] == 200
         assert (await post(cluster, ctx(cluster, "node02"), n2.model_dump_json()))[0] == 200
         old = ctx(cluster, "node02")
@@ -170,7 +173,7 @@ async def test_a_revoked_node_is_refused_and_a_revoked_certificate_too_until_ren
         ({"port_low": 80, "port_high": 90}, "port_low"),
         ({"port_low": 30000, "port_high": 20000}, "port_low 30000 is above port_high 20000"),
         ({"address": "evil.example"}, "not an IP address"),
-        ({"address": "::ffff:127.0.0.11%1]:999#"}, "zone"),  # a zone that would rewrite the endpoint URL
+        ({"address": "::ffff:198.51.100.11%1]:999#"}, "zone"),  # a zone that would rewrite the endpoint URL
         ({"hardware": {"mem_total_bytes": 2**70}}, "mem_total_bytes"),
     ],
 )

@@ -25,9 +25,12 @@ from llmgw.net.listeners import Limiter, client_of_address, start_listener
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
 from llmgw.store.sqlite import SqliteStore
+from tests.addresses import loopback
 from tests.control.test_guards_connection_caps import connect, response, settle
 from tests.harness import await_until, free_port, local_state
 from tests.router.conftest import models
+
+SECOND_CLIENT = loopback()  # a client at another address than 127.0.0.1 (tests/addresses.py)
 
 MB8 = 8 * 1024 * 1024
 CHAT = "/v1/chat/completions"
@@ -125,7 +128,7 @@ async def test_a_key_uploads_no_more_bodies_at_once_than_its_concurrency(tmp_pat
         key = await a.key(KeyLimits(concurrency=1))
         first = await a.upload(key)
         await await_until(lambda: a.limiter.uploads.open, 5, "the first upload open", interval=0.01)
-        second = await a.upload(key, local="127.0.0.2")
+        second = await a.upload(key, local=SECOND_CLIENT)
         answer = await response(second, 3)
         assert status_of(answer) == 429, answer[:200]
         assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "rate_limit_exceeded"
@@ -140,12 +143,13 @@ async def test_one_key_from_many_addresses_cannot_hold_the_listener(tmp_path: Pa
     async with api(tmp_path, max_total=16, per_client=8) as a:
         key = await a.key(KeyLimits(concurrency=1))
         other = await a.key()
-        attack = [await a.upload(key, local=f"127.0.0.{10 + i % 4}") for i in range(16)]
+        fours = [loopback() for _ in range(4)]
+        attack = [await a.upload(key, local=fours[i % 4]) for i in range(16)]
         refused = [await closed_within(s, 2.0) for s in attack]
         assert sum(refused) >= 15, f"{16 - sum(refused)} of 16 uploads of one key held open"
         loop = asyncio.get_running_loop()
         for i in range(10):
-            s = await connect(a.port, f"127.0.0.{30 + i}")
+            s = await connect(a.port, loopback())
             a.socks.append(s)
             await loop.sock_sendall(
                 s, f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {other}\r\n\r\n".encode())
@@ -181,7 +185,7 @@ async def test_at_the_cap_the_slowest_upload_is_closed_for_a_new_connection(tmp_
         await await_until(lambda: len(a.limiter.uploads.open) >= 4, 5, "four uploads open", interval=0.01)
         assert len(a.limiter.uploads.open) == 4
         await asyncio.sleep(UPLOAD_GRACE_S + 0.1)  # younger uploads are not judged by their rate yet
-        other = await connect(a.port, "127.0.0.2")
+        other = await connect(a.port, SECOND_CLIENT)
         a.socks.append(other)
         await asyncio.get_running_loop().sock_sendall(
             other, f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n".encode())

@@ -12,7 +12,10 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.net.listeners import Limiter, refusal, start_listener
+from tests.addresses import loopback
 from tests.harness import await_until, free_port
+
+VICTIM = loopback()  # a client at another address than 127.0.0.1 (tests/addresses.py)
 
 PLAIN = refusal(b'{"error": "too many connections"}')
 LONG_PATH = "/" + "a" * 7900  # an unknown path: a 404 of some 8 KB, which echoes it, to anyone, unauthenticated
@@ -106,7 +109,7 @@ async def test_a_client_refused_at_its_own_cap_closes_no_other_clients_connectio
     """A client refused at its own per-client cap closes no other client's kept-alive connection to make room."""
     async with listening(max_total=3, per_client=2, header_timeout=30.0) as (lim, port, socks):
         loop = asyncio.get_running_loop()
-        victim = await connect(port, "127.0.0.2")
+        victim = await connect(port, VICTIM)
         socks.append(victim)
         await loop.sock_sendall(victim, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         assert b" 200 " in (await response(victim, 5)).split(b"\r\n")[0]
@@ -118,7 +121,7 @@ async def test_a_client_refused_at_its_own_cap_closes_no_other_clients_connectio
         # (since the fix, the client at its own cap replaces its own oldest waiting connection: never more than 2)
         await await_until(lambda: lim.evicted + lim.refused >= 1, 5,
                           "the third connection refused or replacing another", interval=TURN)
-        assert lim.per_client["127.0.0.1"] <= 2 and lim.per_client["127.0.0.2"] == 1, lim.per_client
+        assert lim.per_client["127.0.0.1"] <= 2 and lim.per_client[VICTIM] == 1, lim.per_client
         await loop.sock_sendall(victim, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         again = await response(victim, 5)
         assert again.startswith(b"HTTP/1.1 200"), (

@@ -18,14 +18,17 @@ from llmgw.pki.ca import renew
 from llmgw.pki.tls import client_context
 from llmgw.wire.lease import LEASE_PATH, MAX_LEASE_BYTES, SEND_REPORT, Lease, LeaseAnswer, ShardLoad
 from llmgw.wire.messages import DesiredState, Hardware, NodeReport
+from tests.addresses import loopback
 from tests.harness import InProcessServer, aget, await_until, plan
+
+HOST_A, HOST_B = loopback(), loopback()  # the addresses this module's tests name (tests/addresses.py)
 
 GiB = 2**30
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> ClusterPlan:
-    return plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11"), NodePlan(id="node02", address="127.0.0.12")],
+    return plan(tmp_path, [NodePlan(id="node01", address=HOST_A), NodePlan(id="node02", address=HOST_B)],
                 [], heartbeat_interval="1s", node_lost_after="3s", reconcile_interval="0.2s")
 
 
@@ -34,7 +37,7 @@ def ctx(p: ClusterPlan, node: str) -> ssl.SSLContext:
     return client_context(pki / f"{node}.crt", pki / f"{node}.key", pki / "ca.crt")
 
 
-def report(node_id: str, free: int = GiB, address: str = "127.0.0.11") -> NodeReport:
+def report(node_id: str, free: int = GiB, address: str = HOST_A) -> NodeReport:
     return NodeReport(node_id=node_id, address=address, hardware=Hardware(mem_total_bytes=4 * GiB,
                                                                            mem_available_bytes=free))
 
@@ -89,7 +92,7 @@ async def test_an_unchanged_node_renews_and_reports_without_a_store_write(cluste
         # the report whole again, free memory moved within a step: kept in memory, not written
         again = await full(cluster, report("node01", free=GiB + 2**20))
         assert again.lease != d.lease and again.etag == d.etag
-        await full(cluster, report("node02", address="127.0.0.12"))  # written by the next pass
+        await full(cluster, report("node02", address=HOST_B))  # written by the next pass
         await await_until(lambda: stored(cluster, "node02")[0], 10, "node02 written")
         assert stored(cluster, "node01") == before, "an unchanged node's record and events are as they were"
         assert json.loads(body)["report"]["hardware"]["mem_available_bytes"] == GiB
@@ -101,7 +104,7 @@ async def test_an_unchanged_node_renews_and_reports_without_a_store_write(cluste
 async def test_a_node_that_only_renews_stays_live_and_one_that_stops_is_lost(cluster: ClusterPlan) -> None:
     async with InProcessServer(cluster):
         d1 = await full(cluster, report("node01"))
-        d2 = await full(cluster, report("node02", address="127.0.0.12"))
+        d2 = await full(cluster, report("node02", address=HOST_B))
 
         async def renewing_until_lost() -> bool:
             status, text = await renewal(cluster, "node01", d1.lease, d1.etag)
@@ -114,7 +117,7 @@ async def test_a_node_that_only_renews_stays_live_and_one_that_stops_is_lost(clu
         status, text = await renewal(cluster, "node02", d2.lease, d2.etag)
         assert status == SEND_REPORT and json.loads(text)["report"] is True
         assert "is lost here" in json.loads(text)["error"]
-        await full(cluster, report("node02", address="127.0.0.12"))
+        await full(cluster, report("node02", address=HOST_B))
         assert await state_of(cluster, "node02") == "live"
 
 

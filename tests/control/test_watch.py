@@ -24,8 +24,11 @@ from llmgw.dev.cluster import NodePlan
 from llmgw.pki.tls import client_context, server_context
 from llmgw.records.state import ReplicaRecord, ShardAssignment, StopRequest
 from llmgw.store.sqlite import SqliteStore
+from tests.addresses import loopback
 from tests.clusters import node
 from tests.harness import await_until, free_port, plan
+
+HOST_A = loopback()  # the address this module's tests name (tests/addresses.py)
 
 
 def replica(rid: str, *nodes: str, **kw: object) -> ReplicaRecord:
@@ -63,7 +66,7 @@ async def test_a_wait_ends_on_a_change_and_a_nodes_second_wait_ends_its_first() 
 async def agent_door(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, str, Path]]:
     model = {"name": "m", "source": "org/m", "engine": "sim", "scaling": {"min": 1, "max": 1},
              "profile": {"gpus_per_shard": 8, "gpu_class": "H100-80G"}}
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.11"), NodePlan(id="node02", address="127.0.0.12")],
+    p = plan(tmp_path, [NodePlan(id="node01", address=HOST_A), NodePlan(id="node02", address=loopback())],
              [model])
     plane = ControlPlane(load(ServerConfig, p.workdir / "server.yaml"), SqliteStore(tmp_path / "s.db").open(),
                          FakeClock())
@@ -97,7 +100,7 @@ async def test_a_watch_answers_when_a_shard_is_placed_on_its_node_and_not_before
         held = asyncio.create_task(watch(url, as_node(pki, "node01"), EMPTY))
         other = asyncio.create_task(watch(url, as_node(pki, "node02"), EMPTY))
         await await_until(lambda: plane.registry.watch.waiting() == 2, 10, "both nodes waiting")
-        plane.heartbeats.heartbeat(node("node01", address="127.0.0.11").report)
+        plane.heartbeats.heartbeat(node("node01", address=HOST_A).report)
         plane.passes.reconcile_once()  # places the min-1 model on node01, the only node with room
         assert [a.node_id for r in plane.registry.replicas.values() for a in r.assignments] == ["node01"]
         status, body = await asyncio.wait_for(held, 10)

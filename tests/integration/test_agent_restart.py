@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -37,7 +38,7 @@ def failures(p: ClusterPlan) -> list[str]:
 
 
 def test_a_restarted_agent_adopts_what_runs(tmp_path: Path, running: list[Cluster]) -> None:
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.80", port_range="26800-26899")], MODELS,
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], MODELS,
              heartbeat_interval="0.3s", reconcile_interval="0.2s", node_lost_after="20s")
     c = Cluster(p)
     running.append(c)

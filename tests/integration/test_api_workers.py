@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -33,7 +34,7 @@ def chat(p: ClusterPlan, key: str, model: str = "m") -> tuple[int, str]:
 
 
 def test_two_api_workers_share_the_port(tmp_path: Path, running: list[Cluster]) -> None:
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.60", port_range="26000-26099")], MODELS,
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], MODELS,
              heartbeat_interval="0.3s", reconcile_interval="0.2s",
              extra_server={"api_workers": 2, "router": {"expose_routing": True}})  # answers name their worker
     c = Cluster(p)

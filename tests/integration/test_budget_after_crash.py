@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_usage_integrity import MODEL, chat
@@ -32,7 +33,7 @@ def test_a_budget_counts_what_a_killed_server_had_only_journaled(tmp_path: Path,
     """Usage is flushed every 60 s here, so every request served before the kill is in the journal only. Started
     again, the server records them from the journal; the key's budget must count them at once, not after a
     second restart."""
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.64", port_range="26400-26499")], [MODEL],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [MODEL],
              heartbeat_interval="0.3s", reconcile_interval="0.2s",
              extra_server={"router": {"usage_flush_interval": "60s"}})
     c = Cluster(p)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -30,7 +31,7 @@ def events(p: ClusterPlan) -> list[str]:
 
 
 def test_a_stopped_control_plane_declares_nobody_lost_when_it_resumes(tmp_path: Path, running: list[Cluster]) -> None:
-    nodes = [NodePlan(id=f"node0{i}", address=f"127.0.0.{70 + i}", port_range=f"{26400 + 100 * i}-{26499 + 100 * i}")
+    nodes = [NodePlan(id=f"node0{i}", address=loopback(), port_range=engine_ports())
              for i in range(1, 4)]
     p = plan(tmp_path, nodes, [MODEL], heartbeat_interval="0.3s", reconcile_interval="0.2s",
              node_lost_after=f"{LOST_AFTER}s")

@@ -21,6 +21,7 @@ from llmgw.control.usage_charges import OPERATOR_NAME
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from llmgw.records.chargeback import OPERATOR, ChargeRow
 from llmgw.store.base import hour_of
+from tests.addresses import engine_ports, loopback
 from tests.control.test_usage_gpu_time import plant_charges
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
@@ -50,9 +51,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterP
     tmp = tmp_path_factory.mktemp("dashboard")
     adapters = {"mlx5_0": "ACTIVE"}
     nodes = [
-        NodePlan(id="node01", address="127.0.0.11", fabric="ib-a", adapters=adapters, port_range="21000-21099"),
-        NodePlan(id="node02", address="127.0.0.12", fabric="ib-a", adapters=adapters, port_range="21100-21199"),
-        NodePlan(id="node03", address="127.0.0.13", fabric="ib-b", adapters=adapters, port_range="21200-21299",
+        NodePlan(id="node01", address=loopback(), fabric="ib-a", adapters=adapters, port_range=engine_ports()),
+        NodePlan(id="node02", address=loopback(), fabric="ib-a", adapters=adapters, port_range=engine_ports()),
+        NodePlan(id="node03", address=loopback(), fabric="ib-b", adapters=adapters, port_range=engine_ports(),
                  faulty={3: XID}, gpu_name="NVIDIA L40S"),
     ]
     metrics_port = free_port()

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
+from tests.addresses import engine_ports
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -35,7 +36,7 @@ def _serving(p: ClusterPlan) -> dict[str, int]:
 def test_a_failing_probe_is_a_warning_and_the_shards_keep_running(tmp_path: Path, running: list[Cluster]) -> None:
     # two more nodes, reporting as usual: with one node alone, its silence would be taken for the control plane's
     # own trouble and never declared a loss, and the test could not fail
-    nodes = [NodePlan(id=f"node0{i}", address="127.0.0.1", port_range=f"28{i}00-28{i}99",
+    nodes = [NodePlan(id=f"node0{i}", address="127.0.0.1", port_range=engine_ports(),
                       gpu_name="NVIDIA A100-SXM4-80GB" if i == 1 else "NVIDIA H100 80GB HBM3") for i in (1, 2, 3)]
     p = plan(tmp_path, nodes, [MODEL],
              heartbeat_interval="0.3s", reconcile_interval="0.2s", node_lost_after=f"{LOST_AFTER:.0f}s")

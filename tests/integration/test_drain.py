@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 
@@ -58,7 +59,7 @@ def test_a_stream_on_a_replica_scaled_down_under_it_finishes_and_new_requests_go
                                                                                "tokens_per_second": 10}},
              "scaling": {"min": 1, "max": 2, "target_in_flight": 2, "scale_up_after": "0.3s",
                          "scale_down_after": "1s"}}
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.53", port_range="25300-25399")], [model],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [model],
              heartbeat_interval="0.3s", reconcile_interval="0.2s",
              extra_server={"router": {"expose_routing": True}})  # X-Llmgw-Route names the replica
     start_cluster(p, running)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.dev.cluster import SMOLLM2, Cluster, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.agent.installs.archives import llama_archive, sha256
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until
@@ -40,7 +41,7 @@ def test_a_bare_node_installs_llama_cpp_and_serves(tmp_path: Path, running: list
         p = plan(
             tmp_path,
             # nothing named in agent.yaml: the node has no engine until it installs one
-            [NodePlan(id="bare01", address="127.0.0.40", kind="cpu", gpus=0, port_range="23400-23499",
+            [NodePlan(id="bare01", address=loopback(), kind="cpu", gpus=0, port_range=engine_ports(),
                       agent_extra={"engines": {}})],
             [{"name": "smollm2", "source": SMOLLM2, "engine": "llamacpp", "profile": {"memory": "256Mi"},
               "scaling": {"min": 1, "max": 1}}],

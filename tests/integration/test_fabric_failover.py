@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.netstate import listening_ports
@@ -33,8 +34,8 @@ FABRIC = {"node01": "ib-a", "node02": "ib-a", "node03": "ib-b", "node04": "ib-b"
 
 def nodes() -> list[NodePlan]:
     return [
-        NodePlan(id=n, address=f"127.0.0.{40 + i}", fabric=f, adapters={"mlx5_0": "ACTIVE", "mlx5_1": "ACTIVE"},
-                 port_range=f"{24000 + 100 * i}-{24099 + 100 * i}")
+        NodePlan(id=n, address=loopback(), fabric=f, adapters={"mlx5_0": "ACTIVE", "mlx5_1": "ACTIVE"},
+                 port_range=engine_ports())
         for i, (n, f) in enumerate(FABRIC.items())
     ]
 

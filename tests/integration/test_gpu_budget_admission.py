@@ -15,6 +15,7 @@ from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_p
 from llmgw.records.chargeback import ChargeRow
 from llmgw.store.base import hour_of
 from llmgw.store.sqlite import SqliteStore
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_usage_integrity import MODEL
@@ -51,7 +52,7 @@ def gpu_used(p: ClusterPlan, key_id: str) -> float:
 
 
 def test_a_key_over_its_gpu_budget_is_refused_and_another_served(tmp_path: Path, running: list[Cluster]) -> None:
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.65", port_range="26500-26599")], [MODEL],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [MODEL],
              heartbeat_interval="0.3s", reconcile_interval="0.2s")
     c = Cluster(p)
     c.start()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.dev.cluster import Cluster, NodePlan, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.agent.installs.archives import llama_archive, sha256
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until
@@ -63,8 +64,8 @@ def test_gpu_nodes_take_gpu_builds_and_state_every_fallback(tmp_path: Path, runn
     data = llama_archive(VERSION)
     with release_server(Release()) as rel:
         source = _source(rel, data)
-        nodes = [NodePlan(id=name, address=f"127.0.0.{41 + i}", gpus=1, port_range=f"{23500 + 100 * i}-"
-                          f"{23599 + 100 * i}", agent_extra={"probe_engines": ["sim", "llamacpp"]},
+        nodes = [NodePlan(id=name, address=loopback(), gpus=1, port_range=engine_ports(),
+                          agent_extra={"probe_engines": ["sim", "llamacpp"]},
                           driver=h["driver"], cuda=h["cuda"], glibc=h["glibc"], arch=h.get("arch", ""))
                  for i, (name, h) in enumerate(NODES.items())]
         p = plan(tmp_path, nodes, [], heartbeat_interval="0.5s", reconcile_interval="0.3s",

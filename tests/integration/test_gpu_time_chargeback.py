@@ -15,6 +15,7 @@ from typing import Any
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
 from llmgw.records.chargeback import OPERATOR, ChargeRow
 from llmgw.store.sqlite import SqliteStore
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 
@@ -86,7 +87,7 @@ def placed_at(rep: dict[str, Any]) -> float:
 
 def test_two_keys_on_one_model_are_charged_in_proportion_to_their_work(tmp_path: Path,
                                                                        running: list[Cluster]) -> None:
-    p = cluster(tmp_path, running, "127.0.0.134", "26400-26449", sim_model("steady", gpus=2, min_=1))
+    p = cluster(tmp_path, running, loopback(), engine_ports(), sim_model("steady", gpus=2, min_=1))
     try:
         rep = replica_of(p, "steady")
         a, b = (admin_post(p, "/api/keys", {"name": n}) for n in ("a", "b"))
@@ -117,7 +118,7 @@ def test_two_keys_sending_at_once_are_charged_by_the_tokens_they_processed(tmp_p
     split by the work of the stretch, so the keys are charged as their tokens, not as their time in flight (which
     charged the long one the whole replica for its tail: a ratio near 7 here instead of the work's)."""
     window = 30.0  # every round in one window: a window boundary cuts no stretch
-    p = cluster(tmp_path, running, "127.0.0.137", "26650-26699", sim_model("together", gpus=2, min_=1),
+    p = cluster(tmp_path, running, loopback(), engine_ports(), sim_model("together", gpus=2, min_=1),
                 chargeback={**CHARGEBACK, "window": f"{window:g}s"})
     try:
         replica_of(p, "together")
@@ -143,7 +144,7 @@ def test_two_keys_sending_at_once_are_charged_by_the_tokens_they_processed(tmp_p
 
 def test_an_on_demand_load_is_its_triggers_and_its_idle_time_its_users(tmp_path: Path,
                                                                          running: list[Cluster]) -> None:
-    p = cluster(tmp_path, running, "127.0.0.135", "26450-26499", sim_model("od", gpus=4, min_=0, idle="3s",
+    p = cluster(tmp_path, running, loopback(), engine_ports(), sim_model("od", gpus=4, min_=0, idle="3s",
                                                                             load="1s"))
     try:
         a, b = (admin_post(p, "/api/keys", {"name": n}) for n in ("a", "b"))
@@ -180,7 +181,7 @@ def test_a_sleepers_time_asleep_is_charged_to_nobody_and_its_wake_to_the_waker(t
     m = sim_model("sleepy", gpus=4, min_=0, idle="2s", load="0.5s")
     m["profile"]["sim"]["wake_seconds"] = "0.5s"
     m["sleep"] = {"level": 1, "min_stay": "0s"}
-    p = cluster(tmp_path, running, "127.0.0.136", "26600-26649", m)
+    p = cluster(tmp_path, running, loopback(), engine_ports(), m)
     try:
         a, b = (admin_post(p, "/api/keys", {"name": n}) for n in ("a", "b"))
 

@@ -18,6 +18,7 @@ import yaml
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan
 from llmgw.store.postgres import PostgresStore
+from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.pg import PASSWORD, Postgres
@@ -58,13 +59,12 @@ class Three:
         return "server" if i == 0 else f"server{i}"
 
 
-def three_servers(tmp_path: Path, running: list[Cluster], postgres: Postgres, base: int) -> Three:
+def three_servers(tmp_path: Path, running: list[Cluster], postgres: Postgres) -> Three:
     dsn = postgres.fresh_db()
     (tmp_path / "pg.password").write_text(PASSWORD + "\n")
     ports = [(free_port(), free_port(), free_port()) for _ in range(3)]  # agents, API, admin
     control = [f"https://127.0.0.1:{a}" for a, _, _ in ports]
-    nodes = [NodePlan(id=f"node0{i + 1}", address=f"127.0.0.{base + i}", gpus=2,
-                      port_range=f"{27000 + 100 * (base + i - 70)}-{27099 + 100 * (base + i - 70)}",
+    nodes = [NodePlan(id=f"node0{i + 1}", address=loopback(), gpus=2, port_range=engine_ports(),
                       agent_extra={"control_planes": control}) for i in range(2)]
     p = plan(tmp_path, nodes, [MODEL], heartbeat_interval="0.3s", reconcile_interval="0.2s", node_lost_after="6s",
              extra_server={"store": {"kind": "postgres", "dsn": dsn, "password_file": "pg.password",
@@ -147,7 +147,7 @@ def placement(t: Three, i: int) -> dict[str, list[str]]:
 
 
 def test_killing_the_leader_under_traffic(tmp_path: Path, running: list[Cluster], postgres: Postgres) -> None:
-    t = three_servers(tmp_path, running, postgres, 71)
+    t = three_servers(tmp_path, running, postgres)
     try:
         key = json.loads(urllib.request.urlopen(urllib.request.Request(
             t.admin(0) + "/api/keys", data=json.dumps({"name": "t"}).encode(), method="POST", headers={
@@ -217,7 +217,7 @@ def test_a_paused_leader_cannot_write_when_it_wakes(tmp_path: Path, running: lis
     from llmgw.core.errors import Deposed
     from llmgw.records.state import ReplicaRecord
 
-    t = three_servers(tmp_path, running, postgres, 73)
+    t = three_servers(tmp_path, running, postgres)
     try:
         old_epoch = t.get(0, "/health")["leader"]["epoch"]
         before = placement(t, 1)

@@ -14,6 +14,7 @@ import yaml
 
 from llmgw.dev.cluster import Cluster, NodePlan
 from llmgw.store.postgres import PostgresStore
+from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.pg import PASSWORD, Postgres
@@ -28,8 +29,8 @@ def test_nodes_each_heard_by_one_server_stay_alive_at_both(tmp_path: Path, runni
     (tmp_path / "pg.password").write_text(PASSWORD + "\n")
     ports = [(free_port(), free_port(), free_port()) for _ in range(2)]  # agents, API, admin
     to = [f"https://127.0.0.1:{a}" for a, _, _ in ports]
-    nodes = [NodePlan(id=f"node0{i + 1}", address=f"127.0.0.{77 + i}", gpus=1, port_range=f"{28700 + 100 * i}-"
-                      f"{28799 + 100 * i}", agent_extra={"control_planes": [to[1 - i]]}) for i in range(2)]
+    nodes = [NodePlan(id=f"node0{i + 1}", address=loopback(), gpus=1, port_range=engine_ports(),
+                      agent_extra={"control_planes": [to[1 - i]]}) for i in range(2)]
     p = plan(tmp_path, nodes, [MODEL], heartbeat_interval="0.3s", reconcile_interval="0.2s",
              node_lost_after=f"{LOST_AFTER:g}s", extra_server={
                  "store": {"kind": "postgres", "dsn": dsn, "password_file": "pg.password", "path": "state/llmgw.db"},

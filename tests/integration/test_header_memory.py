@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 from llmgw.dev.cluster import NodePlan, admin_up
+from tests.addresses import loopback
 from tests.harness import await_until, plan, wait_until
 from tests.integration.test_listener_exhaustion import rss_kib
 
-CLIENTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+CLIENTS = (loopback(), loopback(), loopback())
 PER_CLIENT = 100  # under the API's per-client cap (256): nothing here is refused for the count of connections
 LINES = 60
 HEAD = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + b"".join(

@@ -15,6 +15,7 @@ from llmgw.control.hub import resolve
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
 from llmgw.sim.hub_repo import write_sample_model
 from llmgw.wire.hub import HubRef
+from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_engine_install import ctl_json
@@ -43,8 +44,8 @@ def test_three_nodes_of_a_fabric_fetch_a_hub_model_from_the_hub_once(tmp_path: P
         counters(hub, reset=True)
         p = plan(
             tmp_path / "cluster",
-            [NodePlan(id=n, address=f"127.0.0.{61 + i}", fabric="ib-a", adapters={"mlx5_0": "ACTIVE"},
-                      port_range=f"{24500 + 100 * i}-{24599 + 100 * i}") for i, n in enumerate(NODES)],
+            [NodePlan(id=n, address=loopback(), fabric="ib-a", adapters={"mlx5_0": "ACTIVE"},
+                      port_range=engine_ports()) for n in NODES],
             [{"name": "tiny", "source": f"hf://{REPO}", "engine": "sim",
               "profile": {"gpus_per_shard": 8, "gpu_class": "H100-80G"}, "scaling": {"min": 3, "max": 3}}],
             heartbeat_interval="0.5s",

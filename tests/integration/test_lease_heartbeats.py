@@ -19,6 +19,7 @@ from llmgw.config.agent import AgentConfig
 from llmgw.config.loader import load
 from llmgw.core.clock import SystemClock
 from llmgw.dev.cluster import ClusterPlan, NodePlan
+from tests.addresses import engine_ports
 from tests.harness import InProcessServer, aget, await_until, plan
 
 pytestmark = pytest.mark.real  # an engine process
@@ -48,7 +49,7 @@ async def reported_pid(p: ClusterPlan) -> int | None:
 async def test_leases_between_changes_and_the_report_whole_after_a_restart(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.1", port_range="26950-26999")], MODELS,
+    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.1", port_range=engine_ports())], MODELS,
              heartbeat_interval=f"{INTERVAL}s", reconcile_interval="0.2s", node_lost_after="20s")
     agent = Agent(load(AgentConfig, p.workdir / "nodes" / "node01" / "agent.yaml"), SystemClock())
     sent = agent.reporter

@@ -16,6 +16,7 @@ from pathlib import Path
 import aiohttp
 
 from llmgw.dev.cluster import NodePlan, admin_post, admin_up
+from tests.addresses import engine_port_pair, loopback
 from tests.harness import await_until, plan, wait_until
 from tests.integration.forger import HostileNode
 
@@ -103,9 +104,9 @@ async def test_a_connection_flood_on_the_api_starves_nothing_else(tmp_path: Path
 
         # while the flood is on: the operators, the agents and another API client are all still served
         assert await asyncio.to_thread(admin_up, p)
-        status, body = await HostileNode(p, "node01", "127.0.0.1", (27100, 27199)).heartbeat()
+        status, body = await HostileNode(p, "node01", "127.0.0.1", engine_port_pair()).heartbeat()
         assert status == 200, body
-        conn = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+        conn = aiohttp.TCPConnector(local_addr=(loopback(), 0))
         async with aiohttp.ClientSession(connector=conn) as client, client.get(
             p.api + "/v1/models", headers={"Authorization": f"Bearer {key}"}
         ) as r:

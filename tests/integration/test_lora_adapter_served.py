@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.dev.cluster import SMOLLM2, Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
@@ -36,8 +37,8 @@ def test_an_adapter_fetched_by_url_is_served_as_a_model(tmp_path: Path, running:
                  "scaling": {"min": 1, "max": 1},
                  "adapters": [{"name": ADAPTER, "source": origin.url("pirate.gguf"),
                                "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}]}
-        p = plan(tmp_path, [NodePlan(id="cpu01", address="127.0.0.133", kind="cpu", gpus=0,
-                                     port_range="15500-15599")],
+        p = plan(tmp_path, [NodePlan(id="cpu01", address=loopback(), kind="cpu", gpus=0,
+                                     port_range=engine_ports())],
                  [model], heartbeat_interval="0.5s", reconcile_interval="0.3s")
         c = Cluster(p)
         running.append(c)

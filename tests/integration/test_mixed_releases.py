@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_get, admin_up
+from tests.addresses import engine_ports
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.releases import MixedCluster, unpack
@@ -25,7 +26,7 @@ def ready(p: ClusterPlan) -> bool:
                                                                    "old-agent-new-control-plane"])
 def test_a_node_serves_across_one_release(tmp_path: Path, older: str) -> None:
     src = unpack(tmp_path / "release")
-    p = plan(tmp_path / "cluster", [NodePlan(id="node01", address="127.0.0.1", port_range="26900-26949")], MODELS,
+    p = plan(tmp_path / "cluster", [NodePlan(id="node01", address="127.0.0.1", port_range=engine_ports())], MODELS,
              heartbeat_interval="0.5s", reconcile_interval="0.2s")
     c = MixedCluster(p, src, {older})
     try:

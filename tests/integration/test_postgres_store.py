@@ -19,6 +19,7 @@ from llmgw.core.clock import SystemClock
 from llmgw.core.errors import StoreError
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
 from llmgw.store.postgres import PostgresStore
+from tests.addresses import engine_ports, loopback
 from tests.harness import InProcessServer, aget, plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 from tests.pg import PASSWORD, Postgres
@@ -84,7 +85,7 @@ def store_unreachable(p: ClusterPlan) -> float:
 
 
 def test_a_cluster_serves_and_bills_on_postgres(tmp_path: Path, running: list[Cluster], postgres: Postgres) -> None:
-    p, key, dsn = on_postgres(tmp_path, running, postgres, "127.0.0.61", "26100-26199")
+    p, key, dsn = on_postgres(tmp_path, running, postgres, loopback(), engine_ports())
     try:
         assert chat(p, key) == 200
         db = PostgresStore(dsn, PASSWORD).open()
@@ -109,7 +110,7 @@ def test_serving_outlives_a_postgres_outage_and_no_usage_is_lost(tmp_path: Path,
     """The database stops for 20 s under traffic: requests to the ready replica keep being answered, the metrics
     and /health say the store is unreachable, and when it is back every request's usage lands, once, and the
     server leads again (its lease ran out meanwhile: no placement happened without the store)."""
-    p, key, dsn = on_postgres(tmp_path, running, postgres, "127.0.0.62", "26200-26299")
+    p, key, dsn = on_postgres(tmp_path, running, postgres, loopback(), engine_ports())
     try:
         assert chat(p, key) == 200
         postgres.outage()
@@ -158,7 +159,7 @@ def test_a_router_serves_from_what_it_knew_for_the_configured_time_only(tmp_path
     again once the store is back."""
     dsn = postgres.fresh_db()
     (tmp_path / "pg.password").write_text(PASSWORD + "\n")
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.63", port_range="26300-26399")], [MODEL],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [MODEL],
              heartbeat_interval="0.3s", reconcile_interval="0.2s",
              extra_server={"store": {"kind": "postgres", "dsn": dsn, "password_file": "pg.password",
                                      "path": "state/llmgw.db"}, "router": {"serve_stale_for": "3s"}})

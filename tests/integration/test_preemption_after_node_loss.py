@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 
@@ -26,8 +27,8 @@ SMALL = {"name": "small", "source": "org/small-8b", "engine": "sim",
 
 
 def nodes() -> list[NodePlan]:
-    return [NodePlan(id=n, address=f"127.0.0.{71 + i}", fabric=f, adapters={"mlx5_0": "ACTIVE", "mlx5_1": "ACTIVE"},
-                     port_range=f"{29500 + 100 * i}-{29599 + 100 * i}")
+    return [NodePlan(id=n, address=loopback(), fabric=f, adapters={"mlx5_0": "ACTIVE", "mlx5_1": "ACTIVE"},
+                     port_range=engine_ports())
             for i, (n, f) in enumerate(FABRIC.items())]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from llmgw.dev.cluster import NodePlan
+from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.pg import PASSWORD, Postgres
@@ -28,8 +29,8 @@ def test_a_node_of_a_new_server_stays_alive_at_an_old_leader(tmp_path: Path, pos
     dsn = postgres.fresh_db()
     (tmp_path / "pg.password").write_text(PASSWORD + "\n")
     ports = [(free_port(), free_port(), free_port()) for _ in range(2)]  # agents, API, admin: old, new
-    nodes = [NodePlan(id=f"node0{i + 1}", address=f"127.0.0.{81 + i}", gpus=1, port_range=f"{28800 + 100 * i}-"
-                      f"{28899 + 100 * i}", agent_extra={"control_planes": [f"https://127.0.0.1:{ports[1 - i][0]}"]})
+    nodes = [NodePlan(id=f"node0{i + 1}", address=loopback(), gpus=1, port_range=engine_ports(),
+                      agent_extra={"control_planes": [f"https://127.0.0.1:{ports[1 - i][0]}"]})
              for i in range(2)]  # node01 to the new server, node02 to the old one
     p = plan(tmp_path / "cluster", nodes, [MODEL], heartbeat_interval="0.3s", reconcile_interval="0.2s",
              node_lost_after=f"{LOST_AFTER:g}s", extra_server={

@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get
+from tests.addresses import engine_ports, loopback
 from tests.agent.supervisor.test_sidecar_order import SIDECAR
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
@@ -53,7 +54,7 @@ def test_a_sidecar_waited_for_and_one_that_exits_are_said_on_every_surface(tmp_p
              "sidecars": [{"name": "tok", "command": [sys.executable, str(rec / "sidecar.py"), str(rec), "exit"],
                            "port": True, "ready": {"http": "/ready", "timeout": "10m"}}]}
     metrics_port = free_port()
-    p = plan(tmp_path / "cluster", [NodePlan(id="node01", address="127.0.0.133", port_range="29600-29699")], [model],
+    p = plan(tmp_path / "cluster", [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [model],
              heartbeat_interval="0.3s", reconcile_interval="0.2s",
              extra_server={"metrics_listen": f"127.0.0.1:{metrics_port}"})
     start_cluster(p, running)

@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post
+from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 from tests.integration.test_on_demand import chat, od
@@ -20,7 +21,7 @@ def test_an_idle_model_sleeps_and_the_next_request_wakes_it(tmp_path: Path, runn
     m["profile"]["sim"].update(load_seconds=f"{LOAD_S}s", wake_seconds=f"{WAKE_S}s")
     m["sleep"] = {"level": 1, "min_stay": "1s"}
     metrics_port = free_port()
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.53", port_range="25300-25399")], [m],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [m],
              heartbeat_interval="0.3s", reconcile_interval="0.2s", load_wait="30s",
              extra_server={"metrics_listen": f"127.0.0.1:{metrics_port}"})
     start_cluster(p, running)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 
@@ -94,7 +95,7 @@ def metric(p: ClusterPlan, name: str) -> float | None:
 def test_a_store_locked_by_another_process_delays_usage_but_loses_none_and_blocks_no_request(
     tmp_path: Path, running: list[Cluster]
 ) -> None:
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.61", port_range="26100-26199")], [MODEL],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [MODEL],
              heartbeat_interval="0.3s", reconcile_interval="0.2s")
     c, key, key_id = up(p)
     running.append(c)
@@ -121,7 +122,7 @@ def test_a_store_locked_by_another_process_delays_usage_but_loses_none_and_block
 
 
 def test_several_workers_stopping_record_each_request_once(tmp_path: Path, running: list[Cluster]) -> None:
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.62", port_range="26200-26299")], [MODEL],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [MODEL],
              heartbeat_interval="0.3s", reconcile_interval="0.2s", extra_server={"api_workers": 3})
     c, key, key_id = up(p)
     running.append(c)
@@ -162,7 +163,7 @@ def test_a_killed_server_loses_no_request_its_clients_saw_complete(tmp_path: Pat
     none for the outcome of an answer the client has whole (a whole, not streamed, answer is journaled before it
     goes out). Only a request in flight at the crash may be recorded with status 0 (outcome unknown) and the
     tokens of none."""
-    p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.63", port_range="26300-26399")], [MODEL],
+    p = plan(tmp_path, [NodePlan(id="node01", address=loopback(), port_range=engine_ports())], [MODEL],
              heartbeat_interval="0.3s", reconcile_interval="0.2s")
     c, key, key_id = up(p)
     running.append(c)

@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.dev.cluster import SMOLLM2, Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
+
+HOST_A = loopback()  # the address this module's tests name (tests/addresses.py)
 
 MODELS = [
     {
@@ -69,13 +72,13 @@ def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Pa
     p = plan(
         tmp_path,
         [
-            NodePlan(id="cpu01", address="127.0.0.30", kind="cpu", gpus=0, port_range="23000-23099"),
+            NodePlan(id="cpu01", address=HOST_A, kind="cpu", gpus=0, port_range=engine_ports()),
             NodePlan(
                 id="node01",
-                address="127.0.0.11",
+                address=loopback(),
                 fabric="ib-a",
                 adapters={"mlx5_0": "ACTIVE"},
-                port_range="23100-23199",
+                port_range=engine_ports(),
             ),
         ],
         MODELS,
@@ -90,7 +93,7 @@ def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Pa
         wait_until(lambda: len(admin_get(p, "/api/nodes")) == 2, 30, "both nodes registered")
 
         out = ctl(p, "nodes")
-        assert "cpu01" in out and "127.0.0.30" in out and "llamacpp" in out
+        assert "cpu01" in out and HOST_A in out and "llamacpp" in out
         assert "node01" in out and "8x H100-80G" in out and "ib-a" in out
         rows = {r["node"]: r for r in json.loads(ctl(p, "nodes", "--json"))}
         assert rows["node01"]["gpu_count"] == 8 and rows["cpu01"]["gpu_count"] == 0

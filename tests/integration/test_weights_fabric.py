@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
@@ -26,8 +27,8 @@ def test_four_nodes_of_a_fabric_download_a_new_model_once(tmp_path: Path, runnin
         url = origin.url(NAME)
         p = plan(
             tmp_path,
-            [NodePlan(id=n, address=f"127.0.0.{51 + i}", fabric="ib-a", adapters={"mlx5_0": "ACTIVE"},
-                      port_range=f"{23500 + 100 * i}-{23599 + 100 * i}") for i, n in enumerate(NODES)],
+            [NodePlan(id=n, address=loopback(), fabric="ib-a", adapters={"mlx5_0": "ACTIVE"},
+                      port_range=engine_ports()) for n in NODES],
             [{"name": "fetched", "source": url, "sha256": hashlib.sha256(DATA).hexdigest(), "size": len(DATA),
               "engine": "sim", "profile": {"gpus_per_shard": 8, "gpu_class": "H100-80G"},
               "scaling": {"min": 4, "max": 4}}],

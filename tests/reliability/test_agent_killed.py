@@ -13,6 +13,7 @@ from pathlib import Path
 from llmgw.agent.installs.recipes import MARKER
 from llmgw.agent.weights.local import target_for
 from llmgw.dev.cluster import Cluster, NodePlan, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.agent.installs.archives import llama_archive
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until
@@ -38,8 +39,8 @@ def test_an_agent_killed_twenty_times_mid_download_leaves_only_whole_files_and_i
     rel = Release(files={ARCHIVE: archive, "w.gguf": weights}, trickle={ARCHIVE: 0.0005, "w.gguf": 0.0005})
     with release_server(rel) as srv:
         source, model = served(srv, archive, weights)
-        p = plan(tmp_path, [NodePlan(id="kill01", address="127.0.0.97", kind="cpu", gpus=0,
-                                     port_range="28700-28799", agent_extra={"engines": {}})],
+        p = plan(tmp_path, [NodePlan(id="kill01", address=loopback(), kind="cpu", gpus=0,
+                                     port_range=engine_ports(), agent_extra={"engines": {}})],
                  [model], heartbeat_interval="0.5s", reconcile_interval="0.3s",
                  extra_server={"engines": ["sim", source]})
         c = Cluster(p)

@@ -21,9 +21,12 @@ from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context
+from tests.addresses import engine_ports, loopback
 from tests.clusters import node
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
+
+HOST_A = loopback()  # the address this module's tests name (tests/addresses.py)
 
 DAY = 86400.0
 
@@ -38,7 +41,7 @@ def status_of(req: urllib.request.Request) -> int:
 
 async def heartbeat(p: Any, cert: Path, key: Path, ca: Path, node_id: str) -> str:
     """What became of one heartbeat as node_id, presenting cert: the HTTP status, or how the connection failed."""
-    report = node(node_id, engines=("sim",), address="127.0.0.99").report.model_dump(mode="json")
+    report = node(node_id, engines=("sim",), address=HOST_A).report.model_dump(mode="json")
     url = f"https://127.0.0.1:{p.agent_port}/v1/agent/heartbeat"
     try:
         async with aiohttp.ClientSession() as s, s.post(
@@ -50,7 +53,7 @@ async def heartbeat(p: Any, cert: Path, key: Path, ca: Path, node_id: str) -> st
 
 
 async def test_bad_certificates_are_refused_and_change_nothing(tmp_path: Path, running: list[Cluster]) -> None:
-    p = plan(tmp_path, [NodePlan(id="n1", address="127.0.0.98", gpus=1, port_range="28900-28999")], [],
+    p = plan(tmp_path, [NodePlan(id="n1", address=loopback(), gpus=1, port_range=engine_ports())], [],
              heartbeat_interval="0.5s", reconcile_interval="0.2s")
     c = Cluster(p)
     running.append(c)
@@ -63,7 +66,7 @@ async def test_bad_certificates_are_refused_and_change_nothing(tmp_path: Path, r
         now = dt.datetime.now(dt.UTC).timestamp()
         other = tmp_path / "other-ca"
         init_ca(other)
-        ip = ["127.0.0.99"]  # the address the heartbeats name for their engines
+        ip = [HOST_A]  # the address the heartbeats name for their engines
         issue(other, "rogue1", ips=ip)  # a certificate as good as any, from a CA nobody trusts
         issue(pki, "old1", ips=ip, days=1, clock=FakeClock(start=now - 10 * DAY))  # expired nine days ago
         issue(pki, "new1", ips=ip, days=90, clock=FakeClock(start=now + 10 * DAY))  # valid ten days from now

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_walking_skeleton import chat
@@ -26,8 +27,8 @@ def test_the_wall_clock_jumping_an_hour_either_way_loses_no_node_and_idles_nothi
         unavailable(f"{FAKETIME} missing (apt-get install faketime)")
     offset = tmp_path / "offset"
     offset.write_text("+0\n")
-    nodes = [NodePlan(id=f"c{i}", address=f"127.0.0.{60 + i}", gpus=1,
-                      port_range=f"{27500 + 100 * i}-{27599 + 100 * i}") for i in range(3)]
+    nodes = [NodePlan(id=f"c{i}", address=loopback(), gpus=1,
+                      port_range=engine_ports()) for i in range(3)]
     p = plan(tmp_path, nodes, [MODEL], heartbeat_interval="0.5s", node_lost_after="4s", reconcile_interval="0.2s")
     c = Cluster(p)
     running.append(c)

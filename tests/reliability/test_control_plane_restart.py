@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.reliability.figures import record
@@ -33,8 +34,8 @@ def shards(p: ClusterPlan) -> dict[str, tuple[int, int]]:
 def test_a_killed_control_plane_comes_back_to_the_same_replicas_and_requests_resume(
     tmp_path: Path, running: list[Cluster]
 ) -> None:
-    nodes = [NodePlan(id=f"k{i}", address=f"127.0.0.{90 + i}", gpus=1,
-                      port_range=f"{28000 + 100 * i}-{28099 + 100 * i}") for i in range(3)]
+    nodes = [NodePlan(id=f"k{i}", address=loopback(), gpus=1,
+                      port_range=engine_ports()) for i in range(3)]
     p = plan(tmp_path, nodes, [MODEL], heartbeat_interval="0.3s", reconcile_interval="0.2s",
              node_lost_after=f"{LOST_AFTER}s")
     c = Cluster(p)

@@ -18,6 +18,7 @@ from pathlib import Path
 from llmgw.agent.installs.recipes import MARKER
 from llmgw.agent.weights.local import target_for
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.agent.installs.archives import llama_archive
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until
@@ -72,8 +73,8 @@ def node_disk_full(tmp_path: Path, running: list[Cluster], install: bool) -> Non
     rel = Release(files={ARCHIVE: archive, "w.gguf": weights}, trickle={} if install else {"w.gguf": 0.001})
     with release_server(rel) as srv:
         source, model = served(srv, archive, weights)
-        p = plan(tmp_path, [NodePlan(id="full01", address="127.0.0.96", kind="cpu", gpus=0,
-                                     port_range="28600-28699", agent_extra={"engines": {}} if install else {})],
+        p = plan(tmp_path, [NodePlan(id="full01", address=loopback(), kind="cpu", gpus=0,
+                                     port_range=engine_ports(), agent_extra={"engines": {}} if install else {})],
                  [model], heartbeat_interval="0.5s", reconcile_interval="0.3s",
                  extra_server={"engines": ["sim", source]} if install else {})
         node = p.workdir / "nodes" / "full01"
@@ -136,7 +137,7 @@ SIM = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_sh
 
 
 def test_the_store_disk_full_keeps_usage_and_the_database_and_resumes(tmp_path: Path, running: list[Cluster]) -> None:
-    p = plan(tmp_path, [NodePlan(id="s1", address="127.0.0.95", gpus=1, port_range="28500-28599")], [SIM],
+    p = plan(tmp_path, [NodePlan(id="s1", address=loopback(), gpus=1, port_range=engine_ports())], [SIM],
              heartbeat_interval="0.5s", reconcile_interval="0.3s",
              extra_server={"router": {"usage_flush_interval": "0.2s"}})
     state = p.workdir / "state"

@@ -20,6 +20,7 @@ from typing import Any
 
 from llmgw.agent.engines.base import KEY_ENV
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
+from tests.addresses import engine_ports, loopback
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 from tests.reliability.figures import record
@@ -35,8 +36,7 @@ def model(name: str, replicas: int, tokens: int = 2, pace: float = 0.0) -> dict[
 
 def cluster(tmp_path: Path, running: list[Cluster], models: list[dict[str, Any]], **kw: Any) -> tuple[ClusterPlan,
                                                                                                         Cluster]:
-    nodes = [NodePlan(id=f"f{i}", address=f"127.0.0.{80 + i}", gpus=1, port_range=f"{27600 + 100 * i}-"
-                      f"{27699 + 100 * i}") for i in range(2)]
+    nodes = [NodePlan(id=f"f{i}", address=loopback(), gpus=1, port_range=engine_ports()) for i in range(2)]
     server = kw.pop("extra_server", {})  # answers say which replica served them (X-Llmgw-Route): the tests read it
     server["router"] = {**server.get("router", {}), "expose_routing": True}
     p = plan(tmp_path, nodes, models, heartbeat_interval="0.5s", reconcile_interval="0.2s", extra_server=server, **kw)

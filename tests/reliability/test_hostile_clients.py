@@ -19,6 +19,7 @@ import pytest
 
 from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_post, admin_up
 from llmgw.pki.tls import client_context
+from tests.addresses import engine_port_pair, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.forger import HostileNode
 from tests.reliability.figures import record
@@ -133,7 +134,7 @@ async def serving(s: Server, exclude_local: str = "127.0.0.1") -> dict[str, int]
             status, _ = await s.node.heartbeat()
             out[name] = status
             continue
-        got = await ask(d, "GET", d.get, local="127.0.0.2" if name == "api" else None)
+        got = await ask(d, "GET", d.get, local=loopback() if name == "api" else None)
         out[name] = got[0] if got else 0
     return out
 
@@ -167,7 +168,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "metrics": Door("metrics", metrics_port, get="/metrics"),
             "agent": Door("agent", p.agent_port, tls=tls, post="/v1/agent/heartbeat", max_body=1024 * 1024),
         }
-        yield Server(p, doors, HostileNode(p, "node01", "127.0.0.1", (27100, 27199)), log)
+        yield Server(p, doors, HostileNode(p, "node01", "127.0.0.1", engine_port_pair()), log)
     finally:
         proc.terminate()
         proc.wait(20)
@@ -316,8 +317,9 @@ async def test_two_thousand_idle_connections_hold_nothing_for_long(server: Serve
     plain = Door(d.name, d.port, local=d.local)  # no TLS: the handshake is what they never start
     conns: list[Streams] = []
     started = time.monotonic()
+    twenty = [loopback() for _ in range(20)]
     for i in range(IDLE):
-        local = f"127.0.1.{1 + i % 20}" if name == "api" else "127.0.0.1"
+        local = twenty[i % 20] if name == "api" else "127.0.0.1"
         try:
             conns.append(await dial(plain, local))
         except OSError:

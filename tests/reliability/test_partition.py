@@ -12,8 +12,8 @@ from typing import Any
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
+from tests.netns import Lan, lan, need_network_tools
 from tests.reliability.figures import record
-from tests.reliability.net import Hosts, hosts, need_network_tools
 
 LOST_AFTER = 4.0
 HEARTBEAT = 0.5
@@ -23,11 +23,11 @@ MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_
 
 
 @contextmanager
-def cluster(tmp: Path, subnet: int, count: int, running: list[Cluster]) -> Iterator[tuple[ClusterPlan, Hosts]]:
-    need_network_tools()
-    with hosts(subnet, count) as h:
-        nodes = [NodePlan(id=f"n{i}", address="", netns=h.netns(i), fabric="ib-a", gpus=1,
-                          adapters={"mlx5_0": "ACTIVE"}, port_range=f"{26000 + 100 * i}-{26099 + 100 * i}")
+def cluster(tmp: Path, count: int, running: list[Cluster]) -> Iterator[tuple[ClusterPlan, Lan]]:
+    need_network_tools(firewall=True)
+    with lan(count) as h:
+        nodes = [NodePlan(id=f"n{i}", address="", netns=h.hosts[i].netns, fabric="ib-a", gpus=1,
+                          adapters={"mlx5_0": "ACTIVE"})
                  for i in range(count)]
         p = plan(tmp, nodes, [MODEL], control_address=h.gateway, heartbeat_interval=f"{HEARTBEAT}s",
                  node_lost_after=f"{LOST_AFTER}s", reconcile_interval=f"{RECONCILE}s")
@@ -58,11 +58,11 @@ def test_a_node_cut_off_is_lost_in_time_its_replica_rebuilt_on_its_fabric_and_it
     tmp_path: Path, running: list[Cluster]
 ) -> None:
     """Check 1."""
-    with cluster(tmp_path, 41, 3, running) as (p, h):
+    with cluster(tmp_path, 3, running) as (p, h):
         first = wait_until(lambda: ready_replicas(p), 30, "a ready replica")[0]
         where = first["nodes"][0]
         i = int(where[1:])
-        h.cut(i)
+        h.cut(h.hosts[i])
         cut_at = time.monotonic()
         wait_until(lambda: node_state(p)[where] == "lost", LOST_AFTER + 10, f"{where} lost")
         to_lost = time.monotonic() - cut_at
@@ -76,7 +76,7 @@ def test_a_node_cut_off_is_lost_in_time_its_replica_rebuilt_on_its_fabric_and_it
                f"node_lost_after {LOST_AFTER:g}s, heartbeat {HEARTBEAT:g}s")
         record("partition: time from the cut to a replacement ready (s)", to_ready, "sim engine, same fabric")
 
-        h.heal(i)
+        h.heal(h.hosts[i])
         wait_until(lambda: node_state(p)[where] == "live", 20, f"{where} back")
 
         def settled() -> bool:
@@ -95,13 +95,13 @@ def test_a_node_cut_off_is_lost_in_time_its_replica_rebuilt_on_its_fabric_and_it
 
 def test_a_short_flap_loses_no_node_and_rebuilds_nothing(tmp_path: Path, running: list[Cluster]) -> None:
     """Check 2."""
-    with cluster(tmp_path, 42, 3, running) as (p, h):
+    with cluster(tmp_path, 3, running) as (p, h):
         first = wait_until(lambda: ready_replicas(p), 30, "a ready replica")[0]
         where = first["nodes"][0]
         i = int(where[1:])
-        h.cut(i)
+        h.cut(h.hosts[i])
         time.sleep(LOST_AFTER / 3)  # the flap itself: how long the link is down, not a wait for anything
-        h.heal(i)
+        h.heal(h.hosts[i])
         holds_for(lambda: node_state(p)[where] == "live" and [r["id"] for r in ready_replicas(p)] == [first["id"]],
                   LOST_AFTER + 2, f"{where} live and its replica the only one, ready")
         assert not [e for e in admin_get(p, "/api/events") if "lost" in e["message"]]
@@ -111,17 +111,17 @@ def test_most_nodes_silent_at_once_is_blamed_on_the_network_then_losses_come_at_
     tmp_path: Path, running: list[Cluster]
 ) -> None:
     """Check 4."""
-    with cluster(tmp_path, 43, 4, running) as (p, h):
+    with cluster(tmp_path, 4, running) as (p, h):
         first = wait_until(lambda: ready_replicas(p), 30, "a ready replica")[0]
         for i in (0, 1, 2):
-            h.cut(i)
+            h.cut(h.hosts[i])
         cut_at = time.monotonic()
         wait_until(lambda: [e for e in admin_get(p, "/api/events") if "silent at once" in e["message"]],
                    LOST_AFTER + 10, "the control plane blaming its own network")
         holds_for(lambda: "lost" not in node_state(p).values() and [r["id"] for r in admin_get(p, "/api/replicas")
                                                                      if r["model"] == "m"] == [first["id"]],
                   max(0.0, LOST_AFTER + 3 - (time.monotonic() - cut_at)), "no node lost, nothing rebuilt")
-        h.heal(0)  # contact returns with one: two of four still silent, no longer more than half
+        h.heal(h.hosts[0])  # contact returns with one: two of four still silent, no longer more than half
         def both_lost() -> list[dict[str, Any]] | None:
             lost = [e for e in admin_get(p, "/api/events") if " lost: silent" in e["message"]
                     and e["subject"] in ("n1", "n2")]

@@ -14,6 +14,7 @@ from pathlib import Path
 from llmgw.control.openapi import openapi as management_schema
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post
 from llmgw.router.openapi import openapi as router_schema
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 from tests.reliability.figures import record
@@ -42,7 +43,7 @@ def schemathesis(schema: Path, url: str, credential: str, out: Path, examples: i
 
 
 def test_schemathesis_finds_nothing_on_either_api(tmp_path: Path, running: list[Cluster]) -> None:
-    p = plan(tmp_path, [NodePlan(id="st1", address="127.0.0.94", gpus=1, port_range="28400-28499")], [MODEL],
+    p = plan(tmp_path, [NodePlan(id="st1", address=loopback(), gpus=1, port_range=engine_ports())], [MODEL],
              heartbeat_interval="0.5s", reconcile_interval="0.3s")
     start_cluster(p, running)
     try:

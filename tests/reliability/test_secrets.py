@@ -14,6 +14,7 @@ import pytest
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from llmgw.router.keys import PREFIX_LEN
+from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.pg import PASSWORD, Postgres
@@ -51,7 +52,7 @@ def test_no_raw_key_or_operator_token_is_written_or_shown_anywhere(
         (tmp_path / "pg.password").write_text(PASSWORD + "\n")
         extra = {"store": {"kind": "postgres", "dsn": pg.fresh_db(), "password_file": "pg.password",
                            "path": "state/llmgw.db"}}
-    p = plan(tmp_path, [NodePlan(id="s0", address="127.0.0.95", gpus=1, port_range="28500-28599")], [MODEL],
+    p = plan(tmp_path, [NodePlan(id="s0", address=loopback(), gpus=1, port_range=engine_ports())], [MODEL],
              heartbeat_interval="0.5s", reconcile_interval="0.2s", extra_server=extra)
     c = Cluster(p)
     running.append(c)

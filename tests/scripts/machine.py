@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.addresses import Subnet, subnet
 from tests.harness import wait_until
-from tests.integration.netns import ip
+from tests.netns import Lan
 
 SSHD = "/usr/sbin/sshd"
 OVERLAID = {"etc": "/etc", "opt": "/opt", "var": "/var", "run": "/run", "usrlocal": "/usr/local"}
@@ -62,11 +63,21 @@ esac
 class Machine:
     dir: Path
     name: str  # its hostname
-    address: str
-    gateway: str
+    number: int = 10  # its address on its own subnet: <subnet>.number
+    net: Subnet = field(default_factory=subnet)
     tag: str = field(default_factory=lambda: secrets.token_hex(3))
+    lan: Lan | None = None
     init: subprocess.Popen[bytes] | None = None
     sshd: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return self.net.at(self.number)
+
+    @property
+    def gateway(self) -> str:
+        """This host's side of the machine's link: where the control plane listens for it."""
+        return self.net.gateway
 
     @property
     def netns(self) -> str:
@@ -103,15 +114,8 @@ class Machine:
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
             "PidFile none\nLogLevel VERBOSE\n"
         )
-        here, there = f"lm{self.tag}a", f"lm{self.tag}b"
-        ip("netns", "add", self.netns)
-        ip("link", "add", here, "type", "veth", "peer", "name", there)
-        ip("link", "set", there, "netns", self.netns)
-        ip("addr", "add", f"{self.gateway}/24", "dev", here)
-        ip("link", "set", here, "up")
-        ip("-n", self.netns, "addr", "add", f"{self.address}/24", "dev", there)
-        ip("-n", self.netns, "link", "set", there, "up")
-        ip("-n", self.netns, "link", "set", "lo", "up")
+        self.lan = Lan(self.net).open()
+        self.lan.add(self.number, netns=self.netns)
         mounts = " && ".join(
             f"mount -t overlay overlay -o lowerdir={top},upperdir={self.dir}/up/{short},workdir={self.dir}/work/{short}"
             f" {top}" for short, top in OVERLAID.items()
@@ -180,5 +184,5 @@ class Machine:
             time.sleep(0.1)
         if self.init is not None:
             self.init.wait(10)
-        subprocess.run(["ip", "link", "del", f"lm{self.tag}a"], capture_output=True)
-        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+        if self.lan is not None:
+            self.lan.close()

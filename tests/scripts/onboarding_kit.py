@@ -42,18 +42,18 @@ def node_python() -> str:
     return os.path.realpath(sys.executable)  # the interpreter the bundle's wheels were built for, by its own path
 
 
-def started(tmp: Path, machines: list[Machine], name: str, subnet: int, host: int) -> Machine:
-    """A machine booting at 10.251.subnet.host (no sshd yet), ended with the test by the `machines` fixture."""
+def started(tmp: Path, machines: list[Machine], name: str, host: int) -> Machine:
+    """A machine booting at <a subnet of its own>.host (no sshd yet), ended with the test by the `machines` fixture."""
     need_machine()
-    m = Machine(tmp / "machine", name=name, address=f"10.251.{subnet}.{host}", gateway=f"10.251.{subnet}.1")
+    m = Machine(tmp / "machine", name=name, number=host)
     machines.append(m)
     m.boot()
     return m
 
 
-def booted(tmp: Path, machines: list[Machine], name: str, subnet: int, host: int) -> Machine:
+def booted(tmp: Path, machines: list[Machine], name: str, host: int) -> Machine:
     """A machine with sshd up, and a CA in tmp/pki to onboard it from."""
-    m = started(tmp, machines, name, subnet, host)
+    m = started(tmp, machines, name, host)
     m.start_sshd()
     init_ca(tmp / "pki")
     return m

@@ -47,7 +47,7 @@ def test_a_fqdn_hostname_gets_an_agent_whose_id_is_the_certificate_cn(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     """On a machine called node131.lab the agent's id is its certificate's CN (node131), or the install refuses (3)."""
-    m = started(tmp_path, machines, "node131.lab", 31, 131)
+    m = started(tmp_path, machines, "node131.lab", 131)
     here = unpack_bundle(bundle, tmp_path / "b")
     pki = node_pki(tmp_path / "pki", "node131", m.address)
     run = inside(m, f"{here}/install-node.sh --control-plane https://{m.gateway}:7443 --node node131 "
@@ -66,7 +66,7 @@ def installed(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """A machine (node132) with the release installed and the agent started by install-node.sh, certificate A."""
     need_machine()
     tmp = tmp_path_factory.mktemp("installed")
-    m = Machine(tmp / "machine", name="node132", address="10.251.32.132", gateway="10.251.32.1")
+    m = Machine(tmp / "machine", name="node132", number=132)
     try:
         m.boot()
         here = unpack_bundle(bundle, tmp / "b")

@@ -29,7 +29,7 @@ def test_an_install_cut_off_after_it_finished_is_not_rerun_into_a_bogus_failure(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     """A connection dropped after the remote install ran is not retried into a failure (the step is not idempotent)."""
-    m = booted(tmp_path, machines, "node133", 33, 133)
+    m = booted(tmp_path, machines, "node133", 133)
     flag = tmp_path / "dropped"
     ssh_wrapper(tmp_path, f"""  *install-node.sh*)
     if [ ! -e {flag} ]; then touch {flag}; {REAL_SSH} "$@"; echo "Connection to node closed." >&2; exit 255; fi ;;""")
@@ -48,7 +48,7 @@ def test_a_copy_that_fails_its_check_leaves_no_node_key_on_the_machine(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     """A bundle that fails its sha256 check on the machine leaves no node key there."""
-    m = booted(tmp_path, machines, "node134", 34, 134)
+    m = booted(tmp_path, machines, "node134", 134)
     ssh_wrapper(tmp_path, f"""  *"sha256sum --quiet -c"*)
     {REAL_SSH} "${{@:1:$#-1}}" "printf x >> /opt/llmgw/incoming/{bundle.name}" ;;""")
     run = subprocess.run(onboard_argv(tmp_path, m, "node134", bundle),
@@ -62,7 +62,7 @@ def test_what_the_machine_prints_cannot_drive_the_operators_terminal(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     """The machine's words (here a hostname carrying an OSC sequence) reach the operator's terminal without escapes."""
-    m = started(tmp_path, machines, "node135", 35, 135)
+    m = started(tmp_path, machines, "node135", 135)
     assert m.init is not None
     subprocess.run(["nsenter", "-t", str(m.init.pid), "-u", sys.executable, "-c",
                     "import socket; socket.sethostname('evil\\x1b]0;owned\\x07\\x1b[2J')"], check=True)
@@ -78,19 +78,19 @@ def test_onboarding_leaves_its_standard_input_to_the_caller(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     """ssh reads nothing of onboarding's stdin, so `while read name addr; ... done < nodes` onboards every line."""
-    m = booted(tmp_path, machines, "debian", 36, 136)
+    m = booted(tmp_path, machines, "debian", 136)
     argv = " ".join(shlex.quote(a) for a in onboard_argv(tmp_path, m, "node136", bundle))
-    run = subprocess.run(["bash", "-c", f"{argv}; echo rc=$?; cat"], input="node137 10.251.36.137\n",
+    run = subprocess.run(["bash", "-c", f"{argv}; echo rc=$?; cat"], input=f"node137 {m.net.at(137)}\n",
                          env=script_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert "rc=3" in run.stdout, run.stdout + run.stderr
-    assert "node137 10.251.36.137" in run.stdout, "onboarding swallowed the caller's stdin (the next node's line)"
+    assert f"node137 {m.net.at(137)}" in run.stdout, "onboarding swallowed the caller's stdin (the next node's line)"
 
 
 def test_the_node_key_is_not_sent_to_a_machine_that_is_not_the_node(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     """The machine's hostname is compared with NAME before anything is copied: the node key goes only to the node."""
-    m = booted(tmp_path, machines, "debian", 37, 137)
+    m = booted(tmp_path, machines, "debian", 137)
     log = tmp_path / "ssh.log"
     ssh_wrapper(tmp_path, "  *) ;;")
     run = subprocess.run(onboard_argv(tmp_path, m, "node137", bundle), env=script_env(tmp_path, SSH_LOG=str(log)),
@@ -104,7 +104,7 @@ def test_the_ssh_keygen_command_offered_for_a_changed_key_works_with_ssh_port(
     tmp_path: Path, machines: list[Machine]
 ) -> None:
     """With --ssh-port, the ssh-keygen command offered for a changed host key removes ssh's `[ADDRESS]:PORT` entry."""
-    m = started(tmp_path, machines, "node138", 38, 138)
+    m = started(tmp_path, machines, "node138", 138)
     cfg = m.dir / "sshd_config"
     cfg.write_text(cfg.read_text().replace("Port 22\n", "Port 2222\n"))
     m.start_sshd()
@@ -121,7 +121,7 @@ def test_the_ssh_keygen_command_offered_for_a_changed_key_works_with_ssh_port(
     dummy.write_bytes(b"x")
     subprocess.run(f"sha256sum {dummy.name} > {dummy.name}.sha256", shell=True, cwd=tmp_path, check=True)
     run = subprocess.run(
-        [str(SCRIPTS / "onboard-node.sh"), "node138", m.address, "--control-plane", "https://10.251.38.1:7443",
+        [str(SCRIPTS / "onboard-node.sh"), "node138", m.address, "--control-plane", f"https://{m.gateway}:7443",
          "--ca", str(tmp_path / "pki"), "--bundle", str(dummy), "--identity", str(m.client_key),
          "--known-hosts", str(kh), "--ssh-port", "2222", "--wait-ssh", "20"],
         env=script_env(tmp_path), capture_output=True, text=True, timeout=60,
@@ -138,7 +138,7 @@ def test_a_copy_failure_that_is_not_ssh_is_not_waited_out_as_ssh(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
     """A copy failing for a reason other than ssh (/opt/llmgw a file) ends at once (4), not waited out as ssh."""
-    m = started(tmp_path, machines, "node139", 39, 139)
+    m = started(tmp_path, machines, "node139", 139)
     assert inside(m, "echo not-a-directory > /opt/llmgw").returncode == 0
     m.start_sshd()
     init_ca(tmp_path / "pki")

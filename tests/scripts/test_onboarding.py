@@ -55,7 +55,7 @@ class Script:
 def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
-    m = started(tmp_path, machines, "node105", 5, 105)  # the VM exists and is booting: no sshd yet
+    m = started(tmp_path, machines, "node105", 105)  # the VM exists and is booting: no sshd yet
     p = plan(tmp_path / "cp", [], [], control_address=m.gateway, heartbeat_interval="1s")
     c = Cluster(p)
     c.start()
@@ -63,18 +63,18 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
         wait_until(lambda: admin_up(p), 30, "control plane up")
         known_hosts = tmp_path / "known_hosts"
         s = Script(
-            [str(SCRIPTS / "add-node.sh"), "node105", "10.251.5.105/24", "--template", "9000",
+            [str(SCRIPTS / "add-node.sh"), "node105", f"{m.address}/24", "--template", "9000",
              "--ssh-key", str(m.client_key) + ".pub", "--control-plane", f"https://{m.gateway}:{p.agent_port}",
              "--ca", str(p.workdir / "pki"), "--bundle", str(bundle), "--admin", p.admin,
              "--identity", str(m.client_key), "--known-hosts", str(known_hosts), "--python", node_python(),
              "--set", "heartbeat_interval=1s", "--wait-ssh", "60", "--wait-node", "60"],
             script_env(tmp_path, LLMGW_ADMIN_TOKEN_FILE=str(p.token_file)),
         )
-        s.wait_for("waiting for ssh on 10.251.5.105:22 (")  # refused: the machine has no sshd yet
+        s.wait_for(f"waiting for ssh on {m.address}:22 (")  # refused: the machine has no sshd yet
         m.start_sshd()
         s.wait_for("copying")
         m.stop_sshd()  # cloud-init regenerating host keys restarts sshd in a new machine's first minute
-        s.wait_for("waiting for ssh on 10.251.5.105:22", at_least=s.count("waiting for ssh on 10.251.5.105:22") + 1)
+        s.wait_for(f"waiting for ssh on {m.address}:22", at_least=s.count(f"waiting for ssh on {m.address}:22") + 1)
         m.start_sshd()
         rc = s.finish(120)
         took = time.monotonic() - s.started
@@ -85,7 +85,7 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
 
         serial = serial_text(x509.load_pem_x509_certificate((p.workdir / "pki/node105.crt").read_bytes()))
         row = next(r for r in admin_get(p, "/api/nodes") if r["node"] == "node105")
-        assert (row["state"], row["address"], row["cert_serial"]) == ("live", "10.251.5.105", serial)
+        assert (row["state"], row["address"], row["cert_serial"]) == ("live", m.address, serial)
 
         # installed from the bundle, whole: the environment is a release directory marked complete, and the
         # machine had no way to reach a package index (no route beyond its own link)
@@ -105,20 +105,20 @@ def test_add_node_from_nothing_installs_the_bundle_and_registers_within_a_minute
         assert m.upper("/etc/llmgw/tls/node.key").stat().st_mode & 0o077 == 0
         assert not (p.workdir / "pki/node105.key").exists()  # the node holds its key; the CA keeps no copy
         assert "start llmgw-agent" in m.upper("/var/lib/standin/systemctl.log").read_text()
-        learned = subprocess.run(["ssh-keygen", "-F", "10.251.5.105", "-f", str(known_hosts)], capture_output=True)
+        learned = subprocess.run(["ssh-keygen", "-F", m.address, "-f", str(known_hosts)], capture_output=True)
         assert learned.returncode == 0  # its host key, learned on first sight (accept-new)
 
         qm = (tmp_path / "qm.log").read_text().splitlines()
         assert qm[0] == "status 105"
         assert qm[1] == "clone 9000 105 --name node105 --full 1 --storage local-lvm"
-        assert qm[2].startswith("set 105 --cpu host ") and "--ipconfig0 ip=10.251.5.105/24,gw=10.251.5.1" in qm[2]
+        assert qm[2].startswith("set 105 --cpu host ") and f"--ipconfig0 ip={m.address}/24,gw={m.gateway}" in qm[2]
         assert qm[-1] == "start 105"
 
         # onboarded again (a renewed certificate, the same release): reused, the running agent handed over to it
         # alone, and the certificate it spoke with before revoked once the new one is in use
         first_agent = int(m.upper("/var/lib/standin/llmgw-agent.pid").read_text())
         again = subprocess.run(
-            [str(SCRIPTS / "onboard-node.sh"), "node105", "10.251.5.105", "--control-plane",
+            [str(SCRIPTS / "onboard-node.sh"), "node105", m.address, "--control-plane",
              f"https://{m.gateway}:{p.agent_port}", "--ca", str(p.workdir / "pki"), "--bundle", str(bundle),
              "--admin", p.admin, "--identity", str(m.client_key), "--known-hosts", str(known_hosts),
              "--python", node_python(), "--set", "heartbeat_interval=1s", "--wait-node", "60"],
@@ -150,7 +150,7 @@ def onboard(tmp: Path, m: Machine, node: str, bundle: Path, known_hosts: Path) -
 def test_a_changed_host_key_is_refused_and_nothing_is_copied(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
-    m = booted(tmp_path, machines, "node106", 6, 106)
+    m = booted(tmp_path, machines, "node106", 106)
     known_hosts = tmp_path / "known_hosts"
     assert m.ssh("true", known_hosts).returncode == 0  # seen once: its key is known
     m.stop_sshd()
@@ -159,14 +159,14 @@ def test_a_changed_host_key_is_refused_and_nothing_is_copied(
     run = onboard(tmp_path, m, "node106", bundle, known_hosts)
     assert run.returncode == 5, run.stdout + run.stderr
     assert "did not present the host key" in run.stderr
-    assert f"ssh-keygen -f {known_hosts} -R 10.251.6.106" in run.stderr
+    assert f"ssh-keygen -f {known_hosts} -R {m.address}" in run.stderr
     assert not m.upper("/opt/llmgw").exists()
 
 
 def test_a_machine_whose_hostname_is_not_the_node_id_is_sent_nothing(
     tmp_path: Path, bundle: Path, machines: list[Machine]
 ) -> None:
-    m = booted(tmp_path, machines, "debian", 7, 107)
+    m = booted(tmp_path, machines, "debian", 107)
     run = onboard(tmp_path, m, "node107", bundle, tmp_path / "known_hosts")
     assert run.returncode == 3, run.stdout + run.stderr
     assert "calls itself 'debian', not 'node107': nothing was sent to it" in run.stderr

