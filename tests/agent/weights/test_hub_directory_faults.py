@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from llmgw.agent.weights import hubdir
 from llmgw.agent.weights.fetcher import Failed, Fetcher, Ready, Waiting
 from llmgw.sim.hub import HubHandle
@@ -143,6 +145,7 @@ async def test_a_failed_directory_keeps_what_arrived_for_the_next_try(tmp_path: 
     await f.close()
 
 
+@pytest.mark.real  # mounts a tmpfs: a process
 async def test_a_disk_filling_while_files_arrive_is_disk_full_and_space_back_resumes(tmp_path: Path,
                                                                                     hub: HubHandle) -> None:
     """A real small disk (tmpfs) filled by another writer part way: said in the node's words, nothing under the
