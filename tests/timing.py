@@ -1,7 +1,8 @@
 """Where the suite's time goes: at the end of a run, the seconds its tests took (setup, call and teardown) summed per
-directory of tests/, slowest first, printed and written to test-artifacts/durations.txt. docs/benchmarks.md keeps the
-table of the last measured run; this is how it is made again. With pytest-xdist the reports of every worker reach
-the controller, which sums them: the table is test time, not wall time (several workers run at once)."""
+directory of tests/, slowest first, printed and written to test-artifacts/durations-TIER.txt (unit, real or all, as
+the run was asked: tests/tiers.py). docs/benchmarks.md keeps the table of the last measured run; this makes it
+again. With pytest-xdist the reports of every worker reach the controller, which sums them: the table is test time,
+not wall time (several workers run at once)."""
 
 from __future__ import annotations
 
@@ -46,4 +47,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(line)
     out = _ROOT / "test-artifacts"
     out.mkdir(exist_ok=True)
-    (out / "durations.txt").write_text("\n".join(lines) + "\n")
+    config = terminalreporter.config
+    tier = "unit" if config.getoption("unit") else "real" if config.getoption("real") else "all"
+    (out / f"durations-{tier}.txt").write_text("\n".join(lines) + "\n")

@@ -90,8 +90,8 @@ def test_replicas_stay_on_one_fabric_through_node_loss(tmp_path: Path, running: 
             assert post_chat(r["endpoint"], replica_secret(p, r["id"]))["choices"][0]["message"]["content"]
         assert post_chat(p.api, key)["usage"]["completion_tokens"] == 4
 
-        addresses = {n.id: n.address for n in nodes()}
-        ranges = {n.id: range(int(n.port_range.split("-")[0]), int(n.port_range.split("-")[1]) + 1) for n in nodes()}
+        addresses = {n.id: n.address for n in p.nodes}
+        ranges = {n.id: range(int(n.port_range.split("-")[0]), int(n.port_range.split("-")[1]) + 1) for n in p.nodes}
         for r in admin_get(p, "/api/replicas"):
             leader, worker = (a["node_id"] for a in sorted(r["assignments"], key=lambda a: a["rank"]))
             # engines bind in the node's port range; the agent's own peer listener (weights) is not the engine's
