@@ -17,7 +17,7 @@ from llmgw.router.context import RequestContext
 from llmgw.router.errors import MESSAGES, RETRY_AFTER_S, openai_error, unsupported
 from llmgw.router.message_start import MessageStart, count_input_tokens
 from llmgw.router.prefix import chain, prompt_text
-from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Timeouts, broken, engine_headers, forward
+from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Attempt, Timeouts, broken, engine_headers, forward
 from llmgw.router.scoring import Decision
 from llmgw.router.state import RouterState
 from llmgw.router.table import EJECT_AFTER, UNSERVED_S, Route, RoutingTable
@@ -60,11 +60,12 @@ class Dispatcher:
             said = self._said(ctx.rate, decision, route, len(ctx.blocks))
             self._sent(ctx, route)
             try:
-                ctx.outcome = await forward(
-                    ctx.request, self._session(), route.url(path), ctx.body, ctx.stream, self.timeouts, ctx.watch,
-                    route.secret, ctx.m, said, route.closes_after_stream, self._opening(ctx, route),
-                    renamed(ctx.spec, ctx.served),
-                )
+                ctx.outcome = await forward(Attempt(
+                    ctx.request, self._session(), route.url(path), ctx.body, ctx.stream, self.timeouts,
+                    watch=ctx.watch, secret=route.secret, trace=ctx.m, said=said,
+                    fresh_for_stream=route.closes_after_stream, opening=self._opening(ctx, route),
+                    rename=renamed(ctx.spec, ctx.served),
+                ))
             except ConnectFailed as e:
                 ctx.reached, ctx.watch = False, None  # nothing was sent: safe to try elsewhere
                 log.warning("replica %s not reached (%s); trying another", route.replica_id, e)
