@@ -19,7 +19,7 @@ from llmgw.router.message_start import MessageStart, count_input_tokens
 from llmgw.router.prefix import chain, prompt_text
 from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Attempt, Timeouts, broken, engine_headers, forward
 from llmgw.router.scoring import Decision
-from llmgw.router.state import RouterState
+from llmgw.router.state import ReplicaUse
 from llmgw.router.table import EJECT_AFTER, UNSERVED_S, Route, RoutingTable
 from llmgw.router.usage import StreamUsage
 from llmgw.router.usage_journal import UNKNOWN, UsageJournal
@@ -34,7 +34,7 @@ ENGINE_KEEPALIVE_S = 4.0  # under the 5 s after which the engines close an idle 
 
 
 class Dispatcher:
-    def __init__(self, state: RouterState, table: RoutingTable, chooser: Chooser, usage_journal: UsageJournal,
+    def __init__(self, state: ReplicaUse, table: RoutingTable, chooser: Chooser, usage_journal: UsageJournal,
                  cfg: RouterConfig, worker: str) -> None:
         self.state = state
         self.table = table

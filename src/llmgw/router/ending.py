@@ -9,13 +9,13 @@ from llmgw.core.clock import Clock
 from llmgw.router.context import RequestContext
 from llmgw.router.limits import bounded, used_of
 from llmgw.router.proxy import CLIENT_CLOSED
-from llmgw.router.state import RouterState
+from llmgw.router.state import LimitTickets
 from llmgw.router.stats import Measure, Recorder
 from llmgw.router.usage_journal import UsageJournal
 
 
 class RequestEnd:
-    def __init__(self, usage_journal: UsageJournal, limits: RouterState, recorder: Recorder, clock: Clock) -> None:
+    def __init__(self, usage_journal: UsageJournal, limits: LimitTickets, recorder: Recorder, clock: Clock) -> None:
         self.usage_journal = usage_journal
         self.limits = limits
         self.recorder = recorder
