@@ -25,7 +25,7 @@ from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor.adopt import find_running
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import ConnectFailed
-from llmgw.router.proxy import Timeouts, forward
+from llmgw.router.proxy import Attempt, Timeouts, forward
 from llmgw.wire.messages import UNREACHED_HEADER, ShardSpec
 from tests.addresses import loopback
 from tests.agent.engine_sockets import gate_and_engine, listening
@@ -122,8 +122,8 @@ async def test_a_request_to_a_dead_engine_is_unreached_and_the_router_may_go_els
                                  headers={"Authorization": f"Bearer {SECRET}"}) as r:
                 assert r.status == 502 and r.headers.get(UNREACHED_HEADER) == "1"
             with pytest.raises(ConnectFailed):  # (forward reads the request only to stream an answer to it)
-                await forward(cast(web.Request, None), http, f"http://{NODE}:{port}/v1/completions", b"{}", False,
-                              Timeouts(connect=2, first_byte=5, idle=5), None, SECRET)
+                await forward(Attempt(cast(web.Request, None), http, f"http://{NODE}:{port}/v1/completions", b"{}",
+                                      False, Timeouts(connect=2, first_byte=5, idle=5), None, SECRET))
     finally:
         await gate.close()
 

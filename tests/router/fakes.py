@@ -1,5 +1,5 @@
-"""A stand-in for the control plane as the router sees it (the RouterState interface), so router tests set up
-routes without reaching into the plane. Usage still lands in a real SQLite store."""
+"""A stand-in for the control plane as the router sees it (router/state.py's interfaces, all of them: RouterState), so
+router tests set up routes without reaching into the plane. Usage still lands in a real SQLite store."""
 
 from __future__ import annotations
 
@@ -49,15 +49,13 @@ class FakeState:
             self._ready[model] = [r for r in reps if r.id != rid]
         self._generation += 1
 
-    # RouterState
-    def stale_for(self) -> float:
-        return 0.0  # its table is whatever the test set: never in doubt
-
-    def generation(self) -> int:
-        return self._generation
-
+    # KeyVersions
     def keys_version(self) -> int:
         return 0  # tests reload the key ring themselves
+
+    # Readiness
+    def generation(self) -> int:
+        return self._generation
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return {m: list(reps) for m, reps in self._ready.items() if reps}
@@ -65,27 +63,8 @@ class FakeState:
     def not_answering(self) -> dict[str, str]:
         return dict(self.hung)
 
-    def loads(self) -> dict[str, EngineLoad]:
-        return self.engine_loads
-
     def want(self, model: str) -> None:
         self.demand[model] = self.clock.now()
-
-    def used(self, replica_id: str, at: float, outstanding: int) -> None:
-        self.last_used[replica_id] = at
-        if outstanding > 0:
-            self.outstanding[replica_id] = outstanding
-        else:
-            self.outstanding.pop(replica_id, None)
-
-    async def store_usage(self, batch: list[AnyUsage]) -> None:
-        await asyncio.to_thread(self.store.add_usage, batch)
-
-    async def admit(self, key: ApiKeyRecord, cost: int, model: str = "") -> Admission:
-        raise AssertionError(f"key {key.id} has limits: FakeState keeps none (test limits over the control plane)")
-
-    def settle(self, ticket: str, used: int) -> None:
-        raise AssertionError("FakeState admits nothing, so it has nothing to settle")
 
     async def explain(self, model: str) -> ModelExplanation | None:
         spec = self.models.get(model)
@@ -94,11 +73,37 @@ class FakeState:
         return ModelExplanation(model=model, wanted=Wanted.NotWanted, min=spec.scaling.min, max=spec.scaling.max,
                                 on_demand=spec.on_demand)
 
-    async def flush(self) -> None:
-        pass
+    # EngineLoads
+    def loads(self) -> dict[str, EngineLoad]:
+        return self.engine_loads
+
+    # ReplicaUse
+    def used(self, replica_id: str, at: float, outstanding: int) -> None:
+        self.last_used[replica_id] = at
+        if outstanding > 0:
+            self.outstanding[replica_id] = outstanding
+        else:
+            self.outstanding.pop(replica_id, None)
+
+    def ejected(self, replica_id: str, words: str) -> None:
+        self.ejections.append((replica_id, words))
+
+    # LimitTickets
+    async def admit(self, key: ApiKeyRecord, cost: int, model: str = "") -> Admission:
+        raise AssertionError(f"key {key.id} has limits: FakeState keeps none (test limits over the control plane)")
+
+    def settle(self, ticket: str, used: int) -> None:
+        raise AssertionError("FakeState admits nothing, so it has nothing to settle")
+
+    # RouterState's own
+    def stale_for(self) -> float:
+        return 0.0  # its table is whatever the test set: never in doubt
 
     def attach(self, recorder: Recorder) -> None:
         self.recorder = recorder
 
-    def ejected(self, replica_id: str, words: str) -> None:
-        self.ejections.append((replica_id, words))
+    async def store_usage(self, batch: list[AnyUsage]) -> None:
+        await asyncio.to_thread(self.store.add_usage, batch)
+
+    async def flush(self) -> None:
+        pass

@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from llmgw.core.errors import ConnectFailed, StreamBroken
-from llmgw.router.proxy import Timeouts, forward
+from llmgw.router.proxy import Attempt, Timeouts, forward
 from llmgw.router.usage import StreamUsage
 from tests.harness import free_port
 
@@ -32,7 +32,7 @@ async def _engine(handler: Handler) -> AsyncIterator[str]:
 async def _send(url: str) -> None:
     async with aiohttp.ClientSession() as s:
         request = make_mocked_request("POST", "/v1/chat/completions")
-        await forward(request, s, url, b"{}", False, T, StreamUsage(strip=False))
+        await forward(Attempt(request, s, url, b"{}", False, T, StreamUsage(strip=False)))
 
 
 async def test_nobody_listening_is_connect_failed() -> None:

@@ -1,6 +1,6 @@
 """The OpenAI-compatible API served on api_listen: each proxied request passes authenticate (auth.py), admit
-(intake.py, admission.py), choose (waiting.py, choice.py), forward with retry and record (dispatch.py), over one
-RequestContext (context.py)."""
+(intake.py, limits.py), choose (waiting.py, choice.py), forward with retry (dispatch.py) and end (ending.py), over
+one RequestContext (context.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ from llmgw.router.auth import Authenticator
 from llmgw.router.choice import Chooser
 from llmgw.router.context import RequestContext
 from llmgw.router.dispatch import Dispatcher
+from llmgw.router.ending import RequestEnd
 from llmgw.router.errors import openai_envelope, openai_error, unsupported
 from llmgw.router.intake import payload_of, spec_of
 from llmgw.router.keys import KeyRing
-from llmgw.router.limits import Unreservable, refused, reserve, used_of
+from llmgw.router.limits import Unreservable, refused, reserve
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.state import RouterState
 from llmgw.router.stats import Measure, Recorder
@@ -66,6 +67,7 @@ class Router:
         self.worker = str(os.getpid())  # which API worker answered, for operators chasing one bad process
         self.dispatch = Dispatcher(state, self.table, Chooser(state, self.table, cfg), self.usage_journal, cfg,
                                    self.worker)
+        self.ending = RequestEnd(self.usage_journal, state, self.recorder, state.clock)
         self.uploads = Uploads()  # bodies arriving, per key: no more at once than its concurrency
         self.adapters = AdapterIndex()
 
@@ -111,36 +113,32 @@ class Router:
         return web.json_response({"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"})
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
-        """Serve one request through the stages, and count it: per model, by the status it is recorded with, with
-        its timings."""
-        clock = self.state.clock
-        m = Measure(start=clock.monotonic())
+        """One request through the stages, in order: authenticate and admit (_admit), refused while the routing
+        table is in doubt (_unroutable), a wait for a ready replica (waiting.py), choose and forward with retry
+        (dispatch.py), and its end (ending.py: usage, limits, statistics), once however it ended."""
+        m = Measure(start=self.state.clock.monotonic())
+        ctx: RequestContext | None = None
         status = 500  # an exception: openai_envelope answers it 500
         try:
             # authenticate and admit in a coroutine of their own, which ends before anything is sent: the one
             # awaiting the engine is the dispatcher's, right under this one (every level between the loop and a
             # waiting request is passed through again each time it resumes)
-            ctx = await self._admit(request, m)
-            if isinstance(ctx, web.StreamResponse):
-                resp = ctx
+            admitted = await self._admit(request, m)
+            if isinstance(admitted, web.StreamResponse):
+                resp = admitted
             else:
-                try:
-                    refusal: web.StreamResponse | None = self._unroutable(ctx)
-                    if refusal is None and self.table.pick(ctx.spec.name) is None:
-                        refusal = await self.ready.until_ready(ctx)
-                    resp = refusal if refusal is not None else await self.dispatch.serve(ctx)
-                finally:
-                    if ctx.ticket:
-                        self.state.settle(ctx.ticket, used_of(m, ctx.reached, ctx.cost))
+                ctx = admitted
+                refusal: web.StreamResponse | None = self._unroutable(ctx)
+                if refusal is None and self.table.pick(ctx.spec.name) is None:
+                    refusal = await self.ready.until_ready(ctx)
+                resp = refusal if refusal is not None else await self.dispatch.serve(ctx)
             status = resp.status
             return resp
         except (asyncio.CancelledError, ConnectionError):  # the client went away (its body cut off, say)
             status = CLIENT_CLOSED
             raise
         finally:
-            if m.key_id:
-                self.recorder.end(m.key_id, m.model)
-            self.recorder.finish(m, status, clock.monotonic())
+            self.ending.end(m, ctx, status)
 
     async def _admit(self, request: web.Request, m: Measure) -> web.StreamResponse | RequestContext:
         """The answer when the request is refused here (its key, body, model, limits); else what to serve."""

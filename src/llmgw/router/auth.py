@@ -11,7 +11,7 @@ from aiohttp import web
 from llmgw.core.errors import StoreError
 from llmgw.router.errors import RETRY_AFTER_S, openai_error
 from llmgw.router.keys import KeyRing
-from llmgw.router.state import RouterState
+from llmgw.router.state import KeyVersions
 from llmgw.store.base import ApiKeyRecord
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ ANONYMOUS = ApiKeyRecord(id="-", name="anonymous", prefix="", hash="", created_a
 
 
 class Authenticator:
-    def __init__(self, state: RouterState, keys: KeyRing, required: bool) -> None:
+    def __init__(self, state: KeyVersions, keys: KeyRing, required: bool) -> None:
         self.state = state
         self.keys = keys
         self.required = required  # router.auth: off, every request is ANONYMOUS

@@ -6,7 +6,7 @@ from __future__ import annotations
 from llmgw.config.server import RouterConfig
 from llmgw.router.prefix import PrefixIndex
 from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, Decision, RouteReason, Weights, choose
-from llmgw.router.state import RouterState
+from llmgw.router.state import EngineLoads
 from llmgw.router.table import Route, RoutingTable
 
 HOME_BLOCKS = 16  # leading blocks that name a prompt's home replica, for ties
@@ -14,7 +14,7 @@ ALONE_KEPT = 1024  # decisions for a replica alone in rotation kept at most (the
 
 
 class Chooser:
-    def __init__(self, state: RouterState, table: RoutingTable, cfg: RouterConfig) -> None:
+    def __init__(self, state: EngineLoads, table: RoutingTable, cfg: RouterConfig) -> None:
         self.state = state
         self.table = table
         self.cfg = cfg

@@ -1,4 +1,4 @@
-"""One proxied request as it passes the router's stages (authenticate, admit, choose, forward with retry, record):
+"""One proxied request as it passes the router's stages (authenticate, admit, choose, forward with retry, end):
 what admission let through, and what the later stages learn on the way."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Forward with retry, and record: a request sent to the replica chosen for it, to another while none was reached,
-and recorded once however it ended (usage journaled from before it is sent)."""
+"""Forward with retry: a request sent to the replica chosen for it, to another while none was reached, its usage
+record begun (journaled) before anything is sent; the end stage (ending.py) finishes it."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ from llmgw.router.adapters import renamed
 from llmgw.router.choice import Chooser
 from llmgw.router.context import RequestContext
 from llmgw.router.errors import MESSAGES, RETRY_AFTER_S, openai_error, unsupported
-from llmgw.router.limits import bounded
 from llmgw.router.message_start import MessageStart, count_input_tokens
 from llmgw.router.prefix import chain, prompt_text
-from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Timeouts, broken, engine_headers, forward
+from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Attempt, Timeouts, broken, engine_headers, forward
 from llmgw.router.scoring import Decision
-from llmgw.router.state import RouterState
+from llmgw.router.state import ReplicaUse
 from llmgw.router.table import EJECT_AFTER, UNSERVED_S, Route, RoutingTable
 from llmgw.router.usage import StreamUsage
 from llmgw.router.usage_journal import UNKNOWN, UsageJournal
@@ -35,7 +34,7 @@ ENGINE_KEEPALIVE_S = 4.0  # under the 5 s after which the engines close an idle 
 
 
 class Dispatcher:
-    def __init__(self, state: RouterState, table: RoutingTable, chooser: Chooser, usage_journal: UsageJournal,
+    def __init__(self, state: ReplicaUse, table: RoutingTable, chooser: Chooser, usage_journal: UsageJournal,
                  cfg: RouterConfig, worker: str) -> None:
         self.state = state
         self.table = table
@@ -53,33 +52,30 @@ class Dispatcher:
         if self.table.unserved(model, path, self.state.clock.monotonic()):  # sent nowhere: it costs nothing
             return unsupported(model, path, "its engine said so")
         self._prepare(ctx)
-        try:
-            while True:
-                route, decision = self.chooser.choose(model, ctx.tried, ctx.blocks, ctx.spec.routing, path)
-                ctx.route = route
-                if route is None:
-                    return self._unreachable(ctx)
-                said = self._said(ctx.rate, decision, route, len(ctx.blocks))
-                self._sent(ctx, route)
-                try:
-                    ctx.outcome = await forward(
-                        ctx.request, self._session(), route.url(path), ctx.body, ctx.stream, self.timeouts, ctx.watch,
-                        route.secret, ctx.m, said, route.closes_after_stream, self._opening(ctx, route),
-                        renamed(ctx.spec, ctx.served),
-                    )
-                except ConnectFailed as e:
-                    ctx.reached, ctx.watch = False, None  # nothing was sent: safe to try elsewhere
-                    log.warning("replica %s not reached (%s); trying another", route.replica_id, e)
-                    continue
-                except StreamBroken as e:
-                    log.warning("replica %s: %s (not retried: it had the request)", route.replica_id, e)
-                    ctx.outcome = broken(e)
-                finally:
-                    self._returned(ctx, route)
-                return self._answer(ctx, route, said)
-        finally:
-            if ctx.rec is not None:
-                self._record(ctx)
+        while True:
+            route, decision = self.chooser.choose(model, ctx.tried, ctx.blocks, ctx.spec.routing, path)
+            ctx.route = route
+            if route is None:
+                return self._unreachable()
+            said = self._said(ctx.rate, decision, route, len(ctx.blocks))
+            self._sent(ctx, route)
+            try:
+                ctx.outcome = await forward(Attempt(
+                    ctx.request, self._session(), route.url(path), ctx.body, ctx.stream, self.timeouts,
+                    watch=ctx.watch, secret=route.secret, trace=ctx.m, said=said,
+                    fresh_for_stream=route.closes_after_stream, opening=self._opening(ctx, route),
+                    rename=renamed(ctx.spec, ctx.served),
+                ))
+            except ConnectFailed as e:
+                ctx.reached, ctx.watch = False, None  # nothing was sent: safe to try elsewhere
+                log.warning("replica %s not reached (%s); trying another", route.replica_id, e)
+                continue
+            except StreamBroken as e:
+                log.warning("replica %s: %s (not retried: it had the request)", route.replica_id, e)
+                ctx.outcome = broken(e)
+            finally:
+                self._returned(ctx, route)
+            return self._answer(ctx, route, said)
 
     def _prepare(self, ctx: RequestContext) -> None:
         """Whether it streams (and usage asked of the engine for it), its prefix chain, and its usage record begun."""
@@ -122,11 +118,8 @@ class Dispatcher:
         # the wall clock's reading without a second read of it (SystemClock.now takes a lock)
         self.state.used(route.replica_id, ctx.now + (self.state.clock.monotonic() - ctx.t0), route.outstanding)
 
-    def _unreachable(self, ctx: RequestContext) -> web.Response:
-        """No replica left to try: nothing was sent, so nothing is recorded."""
-        if ctx.rec is not None:
-            self.usage_journal.unsent(ctx.rec)
-            ctx.rec = None
+    def _unreachable(self) -> web.Response:
+        """No replica left to try: nothing was sent (the end stage, ending.py, records nothing for it)."""
         return openai_error(503, "no ready replica could be reached", "service_unavailable", "no_reachable_replica",
                             headers={"Retry-After": str(RETRY_AFTER_S)})
 
@@ -142,23 +135,6 @@ class Dispatcher:
         if not outcome.response.prepared and not all(h in outcome.response.headers for h in said):
             outcome.response.headers.update(said)  # an error envelope says where it was routed too
         return outcome.response
-
-    def _record(self, ctx: RequestContext) -> None:
-        """Every request that reached an engine is recorded once, however it ended: a client that went away or an
-        interrupted handler is CLIENT_CLOSED with what was seen."""
-        m, outcome, watch = ctx.m, ctx.outcome, ctx.watch
-        assert ctx.rec is not None
-        if outcome is not None:
-            status, p_tok, c_tok = outcome.status, outcome.prompt_tokens, outcome.completion_tokens
-        else:  # interrupted (the handler cancelled): what the stream showed so far
-            status, (p_tok, c_tok) = CLIENT_CLOSED, (watch.so_far() if watch is not None else (0, 0))
-        m.status, m.prompt_tokens, m.completion_tokens = status, p_tok, c_tok
-        if watch is not None:
-            m.first_at, m.last_at, m.overrun = watch.first_at, watch.last_at, watch.over
-        replica = ctx.route.replica_id if ctx.route is not None else ""
-        bounded(m, ctx.cost, replica)
-        self.usage_journal.finish(ctx.rec, replica, m.prompt_tokens, m.completion_tokens,
-                           self.state.clock.monotonic() - ctx.t0, status)
 
     def _said(self, rate: dict[str, str], decision: Decision, route: Route, blocks: int) -> dict[str, str]:
         """The answer's own headers: the key's x-ratelimit-*, and how it was routed only where the operator asked

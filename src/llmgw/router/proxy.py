@@ -77,37 +77,39 @@ def broken(e: StreamBroken) -> Outcome:
     return Outcome(e.status, *e.seen, openai_error(e.status, str(e), "upstream_error", code))
 
 
-async def forward(
-    request: web.Request,
-    session: aiohttp.ClientSession,
-    url: str | URL,
-    body: bytes,
-    stream: bool,
-    t: Timeouts,
-    watch: StreamUsage | None,
-    secret: str = "",
-    trace: object = None,
-    said: dict[str, str] | None = None,
-    fresh_for_stream: bool = False,
-    opening: MessageStart | None = None,
-    rename: tuple[bytes, bytes] | None = None,
-) -> Outcome:
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of a request at one replica's engine: what is sent where, and how its answer is relayed."""
+
+    request: web.Request  # the client's: a stream is relayed to it as it arrives
+    session: aiohttp.ClientSession
+    url: str | URL
+    body: bytes
+    stream: bool
+    timeouts: Timeouts
+    watch: StreamUsage | None = None  # follows a stream's usage: the caller reads it however the try ends
+    secret: str = ""  # the replica's, which its engine asks of the router
+    trace: object = None  # to the session's trace hooks (the router can time the wait for a connection with them)
+    said: dict[str, str] | None = None  # headers the answer carries (how it was routed)
+    fresh_for_stream: bool = False  # a stream gets a connection of its own (engine_headers says why)
+    opening: MessageStart | None = None  # a Messages stream's beginning, put where the engine left out message_start
+    rename: tuple[bytes, bytes] | None = None  # (what, by what) in the answer: an adapter's name for its model's
+
+
+async def forward(a: Attempt) -> Outcome:
     """Raises ConnectFailed when nothing was sent to the engine (it could not be reached, or no connection to it
     came free in time): safe to try elsewhere, and nothing to record. Raises StreamBroken when the engine failed
-    after it had the request: never retried, recorded with what was seen. `watch` follows a stream's usage, and
-    the caller can read it however this ends (a cancelled request included). `trace` goes to the session's trace
-    hooks (the router times the wait for a connection with them). `said`: headers the answer carries (how it was
-    routed). `opening`: a Messages stream's beginning, put right where the engine left out message_start.
-    `rename`: (what, by what) replaced in the answer: an adapter's name where the engine answers with its model's."""
+    after it had the request: never retried, recorded with what was seen."""
+    t, headers = a.timeouts, engine_headers(a.stream and a.fresh_for_stream, a.secret)
     try:
-        resp = await session.post(url, data=body, headers=engine_headers(stream and fresh_for_stream, secret),
-                                  timeout=t.client, allow_redirects=False, trace_request_ctx=trace)
+        resp = await a.session.post(a.url, data=a.body, headers=headers, timeout=t.client, allow_redirects=False,
+                                    trace_request_ctx=a.trace)
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
         raise ConnectFailed(f"{type(e).__name__}: {e}") from e
     except TimeoutError:
         raise StreamBroken("the engine did not answer in time", status=504) from None
     except aiohttp.ClientError as e:
-        raise await _failed(e, url, t.connect) from e
+        raise await _failed(e, a.url, t.connect) from e
     if resp.status == 502 and UNREACHED_HEADER in resp.headers:  # the node's gate: no engine had it
         resp.release()
         raise ConnectFailed("the engine is not reachable on its node (its agent's gate said so)")
@@ -116,7 +118,7 @@ async def forward(
         refusal = _not_relayed(resp, ctype)
         if refusal is not None:
             return refusal
-        if not stream or not ctype.startswith("text/event-stream"):
+        if not a.stream or not ctype.startswith("text/event-stream"):
             try:
                 if resp.content_length is not None:  # announced and within the bound (checked above)
                     data: bytes | None = await resp.read()
@@ -127,14 +129,14 @@ async def forward(
             if data is None:
                 return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
             p, c = usage_from_body(data) if resp.status == 200 else (0, 0)
-            out = web.Response(status=resp.status, body=data if rename is None else data.replace(*rename),
-                               headers={"Content-Type": ctype, **(said or {})})
+            out = web.Response(status=resp.status, body=data if a.rename is None else data.replace(*a.rename),
+                               headers={"Content-Type": ctype, **(a.said or {})})
             return Outcome(resp.status, p, c, out)
-        if watch is None:  # (the caller makes one for every request that asks for a stream)
-            watch = StreamUsage(strip=False)
+        # (the caller makes a watch for every request that asks for a stream)
+        watch = a.watch if a.watch is not None else StreamUsage(strip=False)
         sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache",
-                                                             **(said or {})})
-        return await _relay(request, sr, resp, watch, t.idle, opening, rename)
+                                                             **(a.said or {})})
+        return await _relay(a.request, sr, resp, watch, t.idle, a.opening, a.rename)
     finally:
         resp.release()
 

@@ -1,9 +1,10 @@
-"""What the router needs from the control plane, behind one small interface.
+"""What the router needs from the control plane: one small interface per stage that asks, and RouterState, all of
+them, which the router is built over and hands out a part of to each stage.
 
 control.local_state.LocalState serves the router in the control plane's own process, through the plane's named
-operations. RemoteState serves a router worker process: it
-polls the management API for the routing table and posts back what the control plane must know (demand,
-use, requests in flight, usage), so several workers can share one port.
+operations. RemoteState serves a router worker process: it polls the management API for the routing table and posts
+back what the control plane must know (demand, use, requests in flight, usage), so several workers can share one
+port. Both implement every interface here, as does the router tests' double (tests/router/fakes.py).
 """
 
 from __future__ import annotations
@@ -31,26 +32,60 @@ USAGE_POST_TIMEOUT = 60.0
 POLL_SLACK_S = 5.0  # polls come every fraction of a second: a view younger than this is current
 
 
-class RouterState(Protocol):
-    clock: Clock
-    models: dict[str, ModelSpec]
+class KeyVersions(Protocol):
+    """Authenticate (auth.py): whether the API keys changed since the router read them."""
 
-    def generation(self) -> int: ...
     def keys_version(self) -> int: ...
-    def stale_for(self) -> float: ...  # seconds the routing table has gone unconfirmed
+
+
+class Readiness(Protocol):
+    """Wait for a ready replica (waiting.py): which replicas are ready, why none answers, why none is ready yet, and
+    a model asked for (loaded on demand)."""
+
+    clock: Clock
+
+    def generation(self) -> int: ...  # of the routing table: a new one means `ready` changed
     def ready(self) -> dict[str, list[ReadyReplica]]: ...
     def not_answering(self) -> dict[str, str]: ...  # model -> why, where every replica stopped answering
-    def loads(self) -> dict[str, EngineLoad]: ...  # replica id -> its engine's own gauges
     def want(self, model: str) -> None: ...
-    def used(self, replica_id: str, at: float, outstanding: int) -> None: ...
-    async def store_usage(self, batch: list[AnyUsage]) -> None: ...
     async def explain(self, model: str) -> ModelExplanation | None: ...
-    async def flush(self) -> None: ...
-    # tenant limits, kept in the control plane's process for every router process (control/limit_counters.py)
+
+
+class EngineLoads(Protocol):
+    """Choose (choice.py): the engines' own gauges, as their agents last reported them."""
+
+    clock: Clock
+
+    def loads(self) -> dict[str, EngineLoad]: ...  # replica id -> its engine's own gauges
+
+
+class ReplicaUse(Protocol):
+    """Forward (dispatch.py): what the control plane must know of the replicas a request used."""
+
+    clock: Clock
+
+    def used(self, replica_id: str, at: float, outstanding: int) -> None: ...
+    def ejected(self, replica_id: str, words: str) -> None: ...  # a replica left out of routing, and why
+
+
+class LimitTickets(Protocol):
+    """Admit (app.py) and end (ending.py): tenant limits, kept in the control plane's process for every router
+    process (control/limit_counters.py)."""
+
     async def admit(self, key: ApiKeyRecord, cost: int, model: str = "") -> Admission: ...
     def settle(self, ticket: str, used: int) -> None: ...
+
+
+class RouterState(KeyVersions, Readiness, EngineLoads, ReplicaUse, LimitTickets, Protocol):
+    """Every stage's interface, and what the router (app.py) uses itself: the catalog, whether its routing table is
+    current, and where its statistics and usage go."""
+
+    models: dict[str, ModelSpec]
+
+    def stale_for(self) -> float: ...  # seconds the routing table has gone unconfirmed
     def attach(self, recorder: Recorder) -> None: ...
-    def ejected(self, replica_id: str, words: str) -> None: ...  # a replica left out of routing, and why
+    async def store_usage(self, batch: list[AnyUsage]) -> None: ...
+    async def flush(self) -> None: ...
 
 
 class RemoteState:

@@ -13,7 +13,7 @@ from llmgw.config.server import RouterConfig
 from llmgw.router.context import RequestContext
 from llmgw.router.errors import RETRY_AFTER_S, openai_error
 from llmgw.router.proxy import CLIENT_CLOSED
-from llmgw.router.state import RouterState
+from llmgw.router.state import Readiness
 from llmgw.router.table import RoutingTable
 
 WAIT_POLL_S = 0.5  # real seconds between looks at the table while a load is awaited
@@ -21,7 +21,7 @@ REAL_WAIT_CAP = 20.0  # and never more than this many load_waits of real time, w
 
 
 class ReadyWait:
-    def __init__(self, state: RouterState, table: RoutingTable, cfg: RouterConfig, load_wait: float) -> None:
+    def __init__(self, state: Readiness, table: RoutingTable, cfg: RouterConfig, load_wait: float) -> None:
         self.state = state
         self.table = table
         self.cfg = cfg
