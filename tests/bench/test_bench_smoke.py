@@ -31,10 +31,12 @@ BENCHES = {
     "routing": "prefix",
     "routing_llama": "prefix",
 }
-# modules that are not benches of their own: servers the router bench starts (its smoke run starts both), the
-# fetch bench's directory case, the heartbeat bench's load generator and servers
-PARTS = {"standin": "router", "bare_proxy": "router", "fetch_dir": "fetch", "heartbeat_load": "heartbeats",
-         "heartbeat_servers": "heartbeats"}
+# modules that are not benches of their own: servers the router bench starts (its smoke run starts both) and its
+# parts (its servers, its router, its load generator, CPU accounting, report), the fetch bench's directory case,
+# the heartbeat bench's load generator and servers
+PARTS = {"standin": "router", "bare_proxy": "router", "router_servers": "router", "router_llmgw": "router",
+         "router_load": "router", "router_cpu": "router", "router_report": "router", "fetch_dir": "fetch",
+         "heartbeat_load": "heartbeats", "heartbeat_servers": "heartbeats"}
 # benches a script runs, given what the script built: each is run, through its script, by the test named here
 SCRIPTED = {"gpu_check": "tests/scripts/test_gpu_check.py"}
 SMOKE_TIMEOUT_S = 240  # a smoke run takes seconds; this bounds a hung one on a loaded machine
