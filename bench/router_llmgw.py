@@ -28,21 +28,18 @@ def month_of_charges(store: Store, key_id: str, now: float) -> None:
 
 def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop: bool,
                  routing: str = "least_loaded", limited: str = "") -> None:
-    """Build the router the way `llmgw server` does, with one key and one ready replica, and serve only its API,
-    through the listener the server gives it (connection limiter, request bounds), with the server's GC settings."""
+    """Build the control plane and its router through the functions `llmgw server` builds them with, with one key
+    and one ready replica, and serve only its API, through the listener the server gives it (connection limiter,
+    request bounds), with the server's GC settings."""
     from llmgw.config.server import ModelSpec, Scaling, ServerConfig, StoreConfig, TLSFiles
     from llmgw.control.api_listener import api_limiter
-    from llmgw.control.local_state import LocalState
-    from llmgw.control.plane import ControlPlane
-    from llmgw.control.server import quiet_gc
-    from llmgw.control.writer import StoreWriter
+    from llmgw.control.server import open_plane, quiet_gc, start_router
     from llmgw.core.clock import SystemClock
     from llmgw.core.conditions import Status
     from llmgw.core.reasons import Reason
     from llmgw.net.listeners import start_listener
     from llmgw.reconcile.intents import Add, Observe
-    from llmgw.router.app import Router
-    from llmgw.router.keys import KeyRing, new_key
+    from llmgw.router.keys import new_key
     from llmgw.store.sqlite import SqliteStore
 
     clock = SystemClock()
@@ -64,21 +61,16 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     if limited == "gpu":
         month_of_charges(store, rec.id, clock.now())
     store.put_key(rec)
-    writer = StoreWriter(clock)  # as `llmgw server`: store writes off the loop, usage journaled per request
-    plane = ControlPlane(cfg, store, clock, writer=writer)
-    plane.load()
-    keys = KeyRing(store)
-    keys.reload()
+    plane = open_plane(cfg, store, clock)  # as `llmgw server`: store writes off the loop
     # No reconcile loop: with no nodes it would rightly retire this replica. Routing, keys and usage are all on.
     plane.registry.apply([Add("bench-0", MODEL, 1, ""),
                           Observe("bench-0", Status.TRUE, Reason.AllShardsReady, "the bench's engine stand-in",
                                   upstream, ())])
-    state = LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
-    router = Router(state, keys, cfg.router, cfg.load_wait, cfg.max_body, db.parent / "usage-journal")
     key_file.write_text(raw)
     quiet_gc()  # as the server does once it has loaded
 
     async def main() -> None:
+        router = await start_router(cfg, plane)  # usage journaled per request, beside the store
         # the API listener as the server starts it: its connection limiter, request bounds and 100-continue check
         lim = cfg.limits
         listener = await start_listener(router.app(), cfg.api_listen, api_limiter(lim, lim.api_connections),
@@ -93,7 +85,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
             await flush
         await listener.cleanup()
         await router.close()
-        await asyncio.to_thread(writer.close)
+        await asyncio.to_thread(plane.writer.close)
         store.close()
 
     factory = None
