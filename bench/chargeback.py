@@ -22,9 +22,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.harness import free_port
-
 from bench.coldstart import wait
+from bench.ports import free_port
 from llmgw.chargeback import account
 from llmgw.config.chargeback import ChargebackConfig
 from llmgw.config.types import parse_duration

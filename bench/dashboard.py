@@ -167,7 +167,7 @@ async def timed_gets(url: str, pid: int, runs: int) -> tuple[dict[str, list[floa
 
 
 def measure(db: Path, cfg: ServerConfig, runs: int) -> tuple[dict[str, list[float]], dict[str, int], dict[str, float]]:
-    from tests.harness import free_port
+    from bench.ports import free_port
 
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()

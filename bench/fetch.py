@@ -21,9 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.harness import free_port
-
 from bench.fetch_dir import directory_case, pki_for
+from bench.ports import free_port
 from llmgw.wire.messages import WeightsPlan
 
 ORIGIN = """

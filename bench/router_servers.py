@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-from tests.harness import free_port
+
+from bench.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "bench"

@@ -15,9 +15,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from tests.harness import free_port
-
 from bench.coldstart import first_token, wait
+from bench.ports import free_port
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up, prepare
 
 

@@ -6,15 +6,14 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import os
-import random
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from bench.ports import free_port as free_port  # re-exported: the tests import them from here
+from bench.ports import plan as plan
 
 from llmgw.config.loader import load
 from llmgw.config.server import ServerConfig, TLSFiles
@@ -22,7 +21,7 @@ from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.control.server import serve
 from llmgw.core.clock import FakeClock, SystemClock
-from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_up, prepare
+from llmgw.dev.cluster import ClusterPlan, admin_up
 from llmgw.store.sqlite import SqliteStore
 
 
@@ -40,52 +39,6 @@ def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
 def local_state(plane: ControlPlane) -> LocalState:
     """The in-process router's view of `plane`, handed the owners it reads and asks, as the server builds it."""
     return LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
-
-
-# Listening ports for tests come from 10000-19999: below the kernel's ephemeral range (32768-60999 here), where an
-# outgoing connection can take a port between the moment a test learns it is free and the moment a server binds it
-# (CI saw exactly that: "address already in use" for a port asked of the kernel with bind(0)), and below the
-# 20000-29999 the tests' simulated nodes hand to their engines. Each port is handed out once per run.
-# LLMGW_TEST_PORTS=LO-HI narrows the range: two suites running side by side (CI runs the vLLM stage beside
-# `make test`) each take their own part of it, so neither hands out a port the other has just found free.
-def _port_range() -> range:
-    lo, _, hi = os.environ.get("LLMGW_TEST_PORTS", "10000-17999").partition("-")
-    return range(int(lo), int(hi) + 1)
-
-
-_PORTS = _port_range()
-_handed: set[int] = set()
-_rng = random.Random(os.getpid())
-
-
-def free_port() -> int:
-    """A loopback TCP port nothing listens on and no earlier call of this run returned."""
-    for _ in range(len(_PORTS)):
-        port = _rng.choice(_PORTS)
-        if port in _handed:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed.add(port)
-        return port
-    raise RuntimeError(f"no free port left in {_PORTS.start}-{_PORTS.stop - 1}")
-
-
-def plan(tmp: Path, nodes: list[NodePlan], models: list[dict[str, Any]], **kw: Any) -> ClusterPlan:
-    p = ClusterPlan(
-        workdir=tmp,
-        nodes=nodes,
-        models=models,
-        agent_port=free_port(),
-        api_port=free_port(),
-        admin_port=free_port(),
-        **kw,
-    )
-    prepare(p)
-    return p
 
 
 Said = str | Callable[[], str]  # what is awaited; a callable is asked at the deadline, to say what it saw then

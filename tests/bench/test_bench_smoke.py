@@ -39,15 +39,18 @@ PARTS = {"standin": "router", "bare_proxy": "router", "router_servers": "router"
          "heartbeat_load": "heartbeats", "heartbeat_servers": "heartbeats"}
 # benches a script runs, given what the script built: each is run, through its script, by the test named here
 SCRIPTED = {"gpu_check": "tests/scripts/test_gpu_check.py"}
+# what the benches share with the tests (free ports, a PostgreSQL of a run's own): exercised by the tests, which
+# import them through the module named here
+SHARED = {"ports": "tests/harness.py", "postgres": "tests/pg.py"}
 SMOKE_TIMEOUT_S = 240  # a smoke run takes seconds; this bounds a hung one on a loaded machine
 
 
 def test_every_bench_module_has_a_smoke_run() -> None:
     modules = {p.stem for p in (REPO / "bench").glob("*.py")} - {"__init__"}
-    assert modules == set(BENCHES) | set(PARTS) | set(SCRIPTED), \
-        "a new module in bench/: add its smoke run to BENCHES (or PARTS, or SCRIPTED)"
+    assert modules == set(BENCHES) | set(PARTS) | set(SCRIPTED) | set(SHARED), \
+        "a new module in bench/: add its smoke run to BENCHES (or PARTS, or SCRIPTED, or SHARED)"
     assert set(PARTS.values()) <= set(BENCHES)
-    assert all((REPO / test).is_file() for test in SCRIPTED.values())
+    assert all((REPO / test).is_file() for test in [*SCRIPTED.values(), *SHARED.values()])
 
 
 @pytest.mark.parametrize("name", sorted(BENCHES))
