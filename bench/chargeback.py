@@ -22,8 +22,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.harness import free_port
-
+from bench.addresses import engine_ports, free_port
 from bench.coldstart import wait
 from llmgw.chargeback import account
 from llmgw.config.chargeback import ChargebackConfig
@@ -145,7 +144,7 @@ def main() -> None:
              "scaling": {"min": 1, "max": 1}}
     with tempfile.TemporaryDirectory() as tmp:
         plan = ClusterPlan(workdir=Path(tmp), nodes=[NodePlan(id="node01", address="127.0.0.1",
-                                                              port_range="26500-26599")],
+                                                              port_range=engine_ports())],
                            models=[model], agent_port=free_port(), api_port=free_port(), admin_port=free_port(),
                            heartbeat_interval="1s", reconcile_interval="0.5s", load_wait="60s",
                            extra_server={"chargeback": {"window": a.window, "settle_after": f"{SETTLE_S:g}s"}})

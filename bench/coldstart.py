@@ -23,8 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.harness import free_port
-
+from bench.addresses import engine_ports, free_port
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up, prepare
 
 
@@ -100,7 +99,7 @@ def main() -> None:
                "scaling": {"min": 0, "max": 1, "idle_timeout": "10m"}} for n in names]
     with tempfile.TemporaryDirectory() as tmp:
         plan = ClusterPlan(workdir=Path(tmp), nodes=[NodePlan(id="node01", address="127.0.0.1",
-                                                              port_range="26000-26099")],
+                                                              port_range=engine_ports())],
                            models=models, agent_port=free_port(), api_port=free_port(), admin_port=free_port(),
                            heartbeat_interval=a.heartbeat, reconcile_interval=a.reconcile, load_wait="60s")
         prepare(plan)

@@ -31,6 +31,7 @@ from llmgw.control.admin_api import admin_app
 from llmgw.control.admin_auth import allowed_hosts
 from llmgw.control.metrics import registry
 from llmgw.control.plane import ControlPlane
+from llmgw.control.server import open_plane
 from llmgw.control.status import summary_of
 from llmgw.control.summary import DAY, Demand, summarize
 from llmgw.core.clock import FakeClock
@@ -120,8 +121,7 @@ def build(db: Path, n_nodes: int, rows: int) -> ServerConfig:
 
 
 def loaded(db: Path, cfg: ServerConfig) -> ControlPlane:
-    plane = ControlPlane(cfg, SqliteStore(db).open(), FakeClock(start=NOW))
-    plane.load()
+    plane = open_plane(cfg, SqliteStore(db).open(), FakeClock(start=NOW))
     plane.passes.reconcile_once()  # the first pass: /metrics answers from now on
     return plane
 
@@ -167,7 +167,7 @@ async def timed_gets(url: str, pid: int, runs: int) -> tuple[dict[str, list[floa
 
 
 def measure(db: Path, cfg: ServerConfig, runs: int) -> tuple[dict[str, list[float]], dict[str, int], dict[str, float]]:
-    from tests.harness import free_port
+    from bench.addresses import free_port
 
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
@@ -200,6 +200,7 @@ def in_process(db: Path, cfg: ServerConfig) -> tuple[float, float]:
                   plane.activity.last_used, NOW, models=plane.registry.models, demand=Demand(),
                   recent=plane.store.usage_totals(NOW - DAY), facts=plane.registry.node_facts)
         scan.append((time.perf_counter() - t0) * 1000)
+    plane.writer.close()
     return statistics.median(lib), statistics.median(scan)
 
 

@@ -21,8 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.harness import free_port
-
+from bench.addresses import free_port
 from bench.fetch_dir import directory_case, pki_for
 from llmgw.wire.messages import WeightsPlan
 

@@ -21,8 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness import free_port
-
+from bench.addresses import free_port
 from llmgw.wire.hub import Resolution
 
 REPO = "bench/model"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import aiohttp
 
+from bench.addresses import loopback
 from llmgw.agent import tunnel
 from llmgw.agent.engines.base import KEY_ENV
 from llmgw.agent.gate import loopback_ports
@@ -28,7 +29,7 @@ from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context, server_context
 
 KEY = "bench-gate-" + "k" * 32
-NODE = "127.0.0.2"
+NODE, WORKER = loopback(), loopback()  # the leader's node and the worker's, as the tunnel joins them
 CHAT = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hello there"}]}
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 
@@ -121,7 +122,7 @@ async def tunnel_rates(size: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         pki = Path(d)
         init_ca(pki)
-        for name, ip in (("leader", "127.0.0.2"), ("worker", "127.0.0.3")):
+        for name, ip in (("leader", NODE), ("worker", WORKER)):
             issue(pki, name, ips=[ip])
 
         def files(name: str) -> tuple[Path, Path, Path]:
@@ -129,9 +130,9 @@ async def tunnel_rates(size: int) -> None:
 
         sink_port, local, exposed = loopback_ports(3)
         servers = [await asyncio.start_server(_sink, "127.0.0.1", sink_port),
-                   await tunnel.serve_in("127.0.0.3", exposed, sink_port, KEY,
+                   await tunnel.serve_in(WORKER, exposed, sink_port, KEY,
                                          server_context(*files("worker"), require_client=True)),
-                   await tunnel.serve_out(local, "127.0.0.3", exposed, KEY, client_context(*files("leader")))]
+                   await tunnel.serve_out(local, WORKER, exposed, KEY, client_context(*files("leader")))]
         try:
             print(f"{size >> 20} MB plain loopback: {await _send(sink_port, size):.0f} MB/s; "
                   f"through the tunnel: {await _send(local, size):.0f} MB/s")

@@ -31,8 +31,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.harness import free_port, plan
-
+from bench.addresses import engine_ports, free_port, plan
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 
 NODE = "gpu01"
@@ -120,7 +119,7 @@ def stream(url: str, key: str, tokens: int, deadline: float) -> Stream:
 def cluster_plan(work: Path, source: dict[str, Any], model: Path) -> ClusterPlan:
     """One control plane and one node on this machine as it is (its GPU read by NVML, else nvidia-smi)."""
     node = NodePlan(id=NODE, address="127.0.0.1", kind="cpu", gpus=0,
-                    port_range=os.environ.get("LLMGW_GPU_CHECK_NODE_PORTS", "24900-24999"),
+                    port_range=os.environ.get("LLMGW_GPU_CHECK_NODE_PORTS") or engine_ports(),
                     agent_extra={"engines": {}, "probe_engines": ["llamacpp"]})  # nothing named: it installs
     models = [{"name": MODEL, "source": str(model), "engine": "llamacpp", "profile": {"gpus_per_shard": 1},
                "scaling": {"min": 0, "max": 1, "idle_timeout": "30m"}}]  # loaded by the first request

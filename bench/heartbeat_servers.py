@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.harness import free_port
 
+from bench.addresses import free_port
 from llmgw.pki.ca import init_ca, issue
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -85,9 +85,12 @@ def store_for(workdir: Path, kind: str, servers: int) -> Iterator[dict[str, Any]
             raise SystemExit("several servers need --store postgres (a SQLite file is one server's)")
         yield {"path": "state/llmgw.db"}
         return
-    from tests.pg import PASSWORD, Postgres
+    from bench.postgres import MISSING, PASSWORD, Postgres, binaries
 
-    pg = Postgres().start()
+    found = binaries()
+    if found is None:
+        raise SystemExit(MISSING)
+    pg = Postgres(found).start()
     try:
         (workdir / "pg.password").write_text(PASSWORD + "\n")
         yield {"kind": "postgres", "dsn": pg.fresh_db(), "password_file": "pg.password", "path": "state/llmgw.db"}

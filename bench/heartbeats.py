@@ -194,8 +194,7 @@ def reconcile_times(sizes: tuple[int, ...] = (1_000, 10_000), replicas: int = 1_
     """Median reconcile pass, ms, with `replicas` ready replicas over n nodes that report their shards."""
     from bench.placement import NOW, cluster
     from llmgw.config.server import ServerConfig, TLSFiles
-    from llmgw.control.plane import ControlPlane
-    from llmgw.control.writer import StoreWriter
+    from llmgw.control.server import open_plane
     from llmgw.core.clock import FakeClock
     from llmgw.core.conditions import ConditionType, Status, set_condition
     from llmgw.core.reasons import Reason
@@ -223,10 +222,7 @@ def reconcile_times(sizes: tuple[int, ...] = (1_000, 10_000), replicas: int = 1_
             for r in reps:
                 store.put_replica(r)
             clock = FakeClock(NOW)
-            writer = StoreWriter(clock)
-            plane = ControlPlane(ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec]), store, clock,
-                                 writer=writer)
-            plane.load()
+            plane = open_plane(ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[spec]), store, clock)
             plane.passes.reconcile_once()  # the first pass settles whatever the made-up cluster needs
             times = []
             for _ in range(runs):
@@ -234,7 +230,7 @@ def reconcile_times(sizes: tuple[int, ...] = (1_000, 10_000), replicas: int = 1_
                 t0 = time.perf_counter()
                 plane.passes.reconcile_once()
                 times.append(time.perf_counter() - t0)
-            writer.close()
+            plane.writer.close()
             store.close()
         out[n] = round(1000 * statistics.median(times), 1)
     return out

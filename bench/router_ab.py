@@ -20,7 +20,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.router import Cell, Servers, Target, measure, parse_args, servers, wait_up
+from bench.router import parse_args
+from bench.router_load import Cell, Target, measure
+from bench.router_servers import Servers, servers, wait_up
 
 SIDES = ("A", "B")
 KINDS = ("c", "l")

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import aiohttp
-from tests.harness import free_port
 
+from bench.addresses import free_port
 from bench.routing import on_loopback, router_for
 from llmgw.agent.engines.base import LaunchContext
 from llmgw.agent.engines.llamacpp import LlamaCpp

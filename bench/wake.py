@@ -15,8 +15,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from tests.harness import free_port
-
+from bench.addresses import engine_ports, free_port
 from bench.coldstart import first_token, wait
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up, prepare
 
@@ -49,7 +48,7 @@ def main() -> None:
                "sleep": {"level": 1, "min_stay": "0s"}} for n in names]
     with tempfile.TemporaryDirectory() as tmp:
         plan = ClusterPlan(workdir=Path(tmp), nodes=[NodePlan(id="node01", address="127.0.0.1",
-                                                              port_range="26100-26199")],
+                                                              port_range=engine_ports())],
                            models=models, agent_port=free_port(), api_port=free_port(), admin_port=free_port(),
                            heartbeat_interval="1s", reconcile_interval="0.5s", load_wait="120s")
         prepare(plan)

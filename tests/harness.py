@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from bench.addresses import free_port as free_port  # re-exported: the tests import them from here
+from bench.addresses import plan as plan
 
 from llmgw.config.loader import load
 from llmgw.config.server import ServerConfig, TLSFiles
@@ -19,13 +21,8 @@ from llmgw.control.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.control.server import serve
 from llmgw.core.clock import FakeClock, SystemClock
-from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_up, prepare
+from llmgw.dev.cluster import ClusterPlan, admin_up
 from llmgw.store.sqlite import SqliteStore
-from tests.addresses import engine_ports, free_port
-
-__all__ = ["free_port"]  # where most tests have always taken it from
-
-DEFAULT_ENGINE_PORTS = NodePlan.port_range
 
 
 def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
@@ -42,23 +39,6 @@ def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
 def local_state(plane: ControlPlane) -> LocalState:
     """The in-process router's view of `plane`, handed the owners it reads and asks, as the server builds it."""
     return LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
-
-
-def plan(tmp: Path, nodes: list[NodePlan], models: list[dict[str, Any]], **kw: Any) -> ClusterPlan:
-    for n in nodes:  # a node left on the agent's default engine range gets one of its own: tests run side by side
-        if n.port_range == DEFAULT_ENGINE_PORTS:
-            n.port_range = engine_ports()
-    p = ClusterPlan(
-        workdir=tmp,
-        nodes=nodes,
-        models=models,
-        agent_port=free_port(),
-        api_port=free_port(),
-        admin_port=free_port(),
-        **kw,
-    )
-    prepare(p)
-    return p
 
 
 Said = str | Callable[[], str]  # what is awaited; a callable is asked at the deadline, to say what it saw then

@@ -1,6 +1,6 @@
 """Other hosts for tests, made of network namespaces: the one builder every test that needs a second machine uses.
 
-A `Lan` is a subnet handed out by tests/addresses.py on a bridge of this machine, which holds the subnet's first
+A `Lan` is a subnet handed out by bench/addresses.py on a bridge of this machine, which holds the subnet's first
 address (the gateway: where the hosts reach this machine, and the control plane on it). Each host is a network
 namespace joined to the bridge by a veth pair, at an address of the subnet.
 A partition is a firewall rule inside one host's namespace, so only that host is cut off, as a switch port failing
@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from tests.addresses import Subnet, subnet
+from bench.addresses import Subnet, subnet
+
 from tests.tools import unavailable
 
 

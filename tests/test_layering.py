@@ -1,12 +1,15 @@
 """The packages form layers read top to bottom: no module imports a package above its own, none imports a sibling
-of its own layer, and no two modules import each other, however indirectly (imports inside functions count)."""
+of its own layer, and no two modules import each other, however indirectly (imports inside functions count). The
+benches and the tests are the two top layers: a bench may import any of llmgw, a test any of llmgw and bench/."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "llmgw"
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src" / "llmgw"
+ROOTS = (SRC, REPO / "bench", REPO / "tests")  # one graph: an import across them is seen like any other
 
 # bottom to top; a package may import only packages of a lower layer (and itself). docs/architecture.md says why.
 LAYERS: list[set[str]] = [
@@ -23,6 +26,8 @@ LAYERS: list[set[str]] = [
     {"sim"},  # an engine stand-in: a process the agent launches like an engine
     {"dev"},
     {"cli"},
+    {"bench"},  # the benches (bench/): they measure the product through any of its packages
+    {"tests"},  # the tests (tests/): they may use a bench's parts; a bench never uses a test's
 ]
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 
@@ -48,14 +53,15 @@ def imports_of(path: Path, module: str, modules: set[str]) -> set[str]:
     return {m for m in out if m in modules and m != module}
 
 
-def graph(root: Path = SRC) -> dict[str, set[str]]:
-    files = {module_of(p, root): p for p in sorted(root.rglob("*.py"))}
+def graph(*roots: Path) -> dict[str, set[str]]:
+    files = {module_of(p, root): p for root in roots for p in sorted(root.rglob("*.py"))}
     return {m: imports_of(p, m, set(files)) for m, p in files.items()}
 
 
 def package(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else ""
+    """llmgw's package a module is in ("" for llmgw's own __init__), or the top package outside llmgw (bench, tests)."""
+    top, _, rest = module.partition(".")
+    return rest.partition(".")[0] if top == "llmgw" else top
 
 
 def upward_imports(g: dict[str, set[str]]) -> list[str]:
@@ -114,11 +120,11 @@ def circles(g: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_runs_up_the_layers() -> None:
-    assert upward_imports(graph()) == []
+    assert upward_imports(graph(*ROOTS)) == []
 
 
 def test_no_import_circle() -> None:
-    assert circles(graph()) == []
+    assert circles(graph(*ROOTS)) == []
 
 
 def test_every_package_has_a_layer() -> None:
@@ -139,3 +145,21 @@ def test_the_rules_see_a_violation(tmp_path: Path) -> None:
     g = graph(root)
     assert upward_imports(g) == ["llmgw.core.a -> llmgw.control.b: core may not import control"]
     assert circles(g) == [["llmgw.control.b", "llmgw.control.c"]]
+
+
+def test_the_rules_see_a_bench_out_of_place(tmp_path: Path) -> None:
+    files = {
+        "llmgw/__init__.py": "", "llmgw/cli/__init__.py": "", "bench/__init__.py": "", "tests/__init__.py": "",
+        "llmgw/cli/x.py": "import bench.b\n",  # the product may not use a bench
+        "bench/a.py": "from tests import t\n",  # nor a bench a test, and this one closes a circle
+        "bench/b.py": "import llmgw.cli\n",
+        "tests/t.py": "def f() -> None:\n    import bench.a\n",
+        "tests/u.py": "from bench import b\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    g = graph(tmp_path / "llmgw", tmp_path / "bench", tmp_path / "tests")
+    assert upward_imports(g) == ["bench.a -> tests.t: bench may not import tests",
+                                 "llmgw.cli.x -> bench.b: cli may not import bench"]
+    assert circles(g) == [["bench.a", "tests.t"]]

@@ -1,4 +1,4 @@
-"""No test names an address, a port range or a subnet it binds or routes: each comes from tests/addresses.py, which
+"""No test names an address, a port range or a subnet it binds or routes: each comes from bench/addresses.py, which
 gives every pytest-xdist worker slices of its own. A literal in a test file is how two tests running side by side
 came to share 127.0.0.95:28500-28599 (and a CI run failed on such a pair), so a literal fails here instead.
 
@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ALLOCATOR = {"tests/addresses.py", "tests/test_no_literal_addresses.py"}
+ALLOCATOR = {"bench/addresses.py", "tests/test_no_literal_addresses.py"}
 LOOPBACK = re.compile(r"127\.\d{1,3}\.\d{1,3}\.(\d{1,3}|\{)(?!/)")
 RANGE = re.compile(r"^\d{4,5}-\d{4,5}$")
 PRIVATE = re.compile(r"\b(10\.\d{1,3}|172\.(1[6-9]|2\d|3[01])|192\.168)\.(\d{1,3}|\{)[.\d{]*(?![\d/])")
@@ -73,7 +73,7 @@ def test_no_test_or_bench_names_an_address_or_port_range_of_its_own() -> None:
             continue
         source = path.read_text()
         bad += [f"{rel}:{b}" for b in literals(source, rel == "tests/netns.py" or builds_hosts(source))]
-    assert not bad, "take these from tests/addresses.py (loopback(), engine_ports(), subnet()):\n" + "\n".join(bad)
+    assert not bad, "take these from bench/addresses.py (loopback(), engine_ports(), subnet()):\n" + "\n".join(bad)
 
 
 def test_the_rule_sees_each_kind_of_literal() -> None:

@@ -6,15 +6,15 @@ import logging
 from pathlib import Path
 
 import pytest
+from bench.addresses import loopback
 
 from llmgw.agent.agent import Agent
 from llmgw.config.agent import AgentConfig
 from llmgw.core.clock import FakeClock
 from llmgw.pki.ca import init_ca, issue
 from llmgw.wire.messages import NodeReport
-from tests.addresses import loopback
 
-HOST_A = loopback()  # the address this module's tests name (tests/addresses.py)
+HOST_A = loopback()  # the address this module's tests name (bench/addresses.py)
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 

@@ -6,17 +6,17 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from bench.addresses import loopback
 
 from llmgw.agent.client import ControlPlaneClient
 from llmgw.core.errors import UpstreamError
 from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.pki.tls import client_context
 from llmgw.wire.messages import WIRE_VERSION, DesiredState, Hardware, NodeReport
-from tests.addresses import loopback
 from tests.agent.weights.kit import Pki, make_pki
 from tests.harness import InProcessServer, free_port, plan
 
-HOST_A, HOST_B = loopback(), loopback()  # the addresses this module's tests name (tests/addresses.py)
+HOST_A, HOST_B = loopback(), loopback()  # the addresses this module's tests name (bench/addresses.py)
 
 
 def _client(p: ClusterPlan, node: str, urls: list[str]) -> ControlPlaneClient:

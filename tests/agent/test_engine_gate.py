@@ -17,6 +17,7 @@ from typing import cast
 import aiohttp
 import pytest
 from aiohttp import web
+from bench.addresses import loopback
 
 from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
 from llmgw.agent.engines.base import Loopback
@@ -27,7 +28,6 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.errors import ConnectFailed
 from llmgw.router.proxy import Attempt, Timeouts, forward
 from llmgw.wire.messages import UNREACHED_HEADER, ShardSpec
-from tests.addresses import loopback
 from tests.agent.engine_sockets import gate_and_engine, listening
 from tests.harness import await_until, free_port
 

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import socket
 
+from bench.addresses import loopback
+
 from llmgw.agent.identity import node_id, route_address
-from tests.addresses import loopback
 
 
 def test_node_id_is_the_hostname_unless_written() -> None:

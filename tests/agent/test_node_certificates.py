@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.addresses import engine_port_pair
 
 from llmgw.agent.client import ControlPlaneClient
 from llmgw.core.errors import UpstreamError
@@ -19,7 +20,6 @@ from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.pki.ca import renew
 from llmgw.pki.tls import client_context
 from llmgw.wire.messages import Hardware, NodeReport
-from tests.addresses import engine_port_pair
 from tests.harness import InProcessServer, aget, plan
 from tests.integration.forger import HostileNode
 

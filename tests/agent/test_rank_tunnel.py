@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from bench.addresses import loopback
 
 from llmgw.agent import tunnel
 from llmgw.agent.engines.base import Launch, Loopback
@@ -23,7 +24,6 @@ from llmgw.core.clock import FakeClock
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.messages import ShardSpec
-from tests.addresses import loopback
 from tests.agent.engine_sockets import gate_and_engine
 from tests.harness import await_until, free_port
 

@@ -31,21 +31,26 @@ BENCHES = {
     "routing": "prefix",
     "routing_llama": "prefix",
 }
-# modules that are not benches of their own: servers the router bench starts (its smoke run starts both), the
-# fetch bench's directory case, the heartbeat bench's load generator and servers
-PARTS = {"standin": "router", "bare_proxy": "router", "fetch_dir": "fetch", "heartbeat_load": "heartbeats",
-         "heartbeat_servers": "heartbeats"}
+# modules that are not benches of their own: servers the router bench starts (its smoke run starts both) and its
+# parts (its servers, its router, its load generator, CPU accounting, report), the fetch bench's directory case,
+# the heartbeat bench's load generator and servers
+PARTS = {"standin": "router", "bare_proxy": "router", "router_servers": "router", "router_llmgw": "router",
+         "router_load": "router", "router_cpu": "router", "router_report": "router", "fetch_dir": "fetch",
+         "heartbeat_load": "heartbeats", "heartbeat_servers": "heartbeats"}
 # benches a script runs, given what the script built: each is run, through its script, by the test named here
 SCRIPTED = {"gpu_check": "tests/scripts/test_gpu_check.py"}
+# what the benches share with the tests (the addresses and ports allocator, a PostgreSQL of a run's own): exercised by the tests, which
+# import them through the module named here
+SHARED = {"addresses": "tests/test_no_literal_addresses.py", "postgres": "tests/pg.py"}
 SMOKE_TIMEOUT_S = 240  # a smoke run takes seconds; this bounds a hung one on a loaded machine
 
 
 def test_every_bench_module_has_a_smoke_run() -> None:
     modules = {p.stem for p in (REPO / "bench").glob("*.py")} - {"__init__"}
-    assert modules == set(BENCHES) | set(PARTS) | set(SCRIPTED), \
-        "a new module in bench/: add its smoke run to BENCHES (or PARTS, or SCRIPTED)"
+    assert modules == set(BENCHES) | set(PARTS) | set(SCRIPTED) | set(SHARED), \
+        "a new module in bench/: add its smoke run to BENCHES (or PARTS, or SCRIPTED, or SHARED)"
     assert set(PARTS.values()) <= set(BENCHES)
-    assert all((REPO / test).is_file() for test in SCRIPTED.values())
+    assert all((REPO / test).is_file() for test in [*SCRIPTED.values(), *SHARED.values()])
 
 
 @pytest.mark.parametrize("name", sorted(BENCHES))

@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.addresses import engine_port_pair
+
 from llmgw.dev.cluster import ClusterPlan, NodePlan
-from tests.addresses import engine_port_pair
 from tests.harness import InProcessServer, plan
 from tests.integration.forger import HostileNode
 

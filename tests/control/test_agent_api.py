@@ -8,15 +8,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from bench.addresses import loopback
 
 from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context
 from llmgw.wire.messages import WIRE_VERSION, DesiredState, Hardware, NodeReport
-from tests.addresses import loopback
 from tests.harness import InProcessServer, aget, plan
 
-HOST_A, HOST_B = loopback(), loopback()  # the addresses this module's tests name (tests/addresses.py)
+HOST_A, HOST_B = loopback(), loopback()  # the addresses this module's tests name (bench/addresses.py)
 
 
 @pytest.fixture

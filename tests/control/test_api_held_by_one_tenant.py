@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.addresses import loopback
+
 from llmgw.config.server import ServerConfig, TLSFiles
 from llmgw.control.api_listener import api_refusal
 from llmgw.control.plane import ControlPlane
@@ -25,12 +27,11 @@ from llmgw.net.listeners import Limiter, client_of_address, start_listener
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
 from llmgw.store.sqlite import SqliteStore
-from tests.addresses import loopback
 from tests.control.test_guards_connection_caps import connect, response, settle
 from tests.harness import await_until, free_port, local_state
 from tests.router.conftest import models
 
-SECOND_CLIENT = loopback()  # a client at another address than 127.0.0.1 (tests/addresses.py)
+SECOND_CLIENT = loopback()  # a client at another address than 127.0.0.1 (bench/addresses.py)
 
 MB8 = 8 * 1024 * 1024
 CHAT = "/v1/chat/completions"

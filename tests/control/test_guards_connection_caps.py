@@ -10,12 +10,12 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from aiohttp import web
+from bench.addresses import loopback
 
 from llmgw.net.listeners import Limiter, refusal, start_listener
-from tests.addresses import loopback
 from tests.harness import await_until, free_port
 
-VICTIM = loopback()  # a client at another address than 127.0.0.1 (tests/addresses.py)
+VICTIM = loopback()  # a client at another address than 127.0.0.1 (bench/addresses.py)
 
 PLAIN = refusal(b'{"error": "too many connections"}')
 LONG_PATH = "/" + "a" * 7900  # an unknown path: a 404 of some 8 KB, which echoes it, to anyone, unauthenticated

@@ -12,16 +12,16 @@ from typing import Any
 
 import aiohttp
 import pytest
+from bench.addresses import loopback
 
 from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.pki.ca import renew
 from llmgw.pki.tls import client_context
 from llmgw.wire.lease import LEASE_PATH, MAX_LEASE_BYTES, SEND_REPORT, Lease, LeaseAnswer, ShardLoad
 from llmgw.wire.messages import DesiredState, Hardware, NodeReport
-from tests.addresses import loopback
 from tests.harness import InProcessServer, aget, await_until, plan
 
-HOST_A, HOST_B = loopback(), loopback()  # the addresses this module's tests name (tests/addresses.py)
+HOST_A, HOST_B = loopback(), loopback()  # the addresses this module's tests name (bench/addresses.py)
 
 GiB = 2**30
 

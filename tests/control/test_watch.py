@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from bench.addresses import loopback
 
 from llmgw.config.loader import load
 from llmgw.config.server import ServerConfig
@@ -24,11 +25,10 @@ from llmgw.dev.cluster import NodePlan
 from llmgw.pki.tls import client_context, server_context
 from llmgw.records.state import ReplicaRecord, ShardAssignment, StopRequest
 from llmgw.store.sqlite import SqliteStore
-from tests.addresses import loopback
 from tests.clusters import node
 from tests.harness import await_until, free_port, plan
 
-HOST_A = loopback()  # the address this module's tests name (tests/addresses.py)
+HOST_A = loopback()  # the address this module's tests name (bench/addresses.py)
 
 
 def replica(rid: str, *nodes: str, **kw: object) -> ReplicaRecord:

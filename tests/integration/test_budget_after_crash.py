@@ -7,8 +7,9 @@ import signal
 import sqlite3
 from pathlib import Path
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_usage_integrity import MODEL, chat

@@ -10,8 +10,9 @@ import sqlite3
 import time
 from pathlib import Path
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 

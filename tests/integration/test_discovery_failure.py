@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.addresses import engine_ports
+
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
-from tests.addresses import engine_ports
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 

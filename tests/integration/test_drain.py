@@ -9,8 +9,9 @@ import json
 import threading
 from pathlib import Path
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post
-from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 

@@ -12,8 +12,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.dev.cluster import SMOLLM2, Cluster, NodePlan, admin_get, admin_post, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.agent.installs.archives import llama_archive, sha256
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.addresses import engine_ports, loopback
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.netstate import listening_ports

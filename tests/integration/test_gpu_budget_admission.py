@@ -11,11 +11,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from llmgw.records.chargeback import ChargeRow
 from llmgw.store.base import hour_of
 from llmgw.store.sqlite import SqliteStore
-from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_usage_integrity import MODEL

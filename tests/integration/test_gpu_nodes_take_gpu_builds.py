@@ -13,8 +13,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.dev.cluster import Cluster, NodePlan, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.agent.installs.archives import llama_archive, sha256
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until

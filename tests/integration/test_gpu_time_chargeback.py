@@ -12,10 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
 from llmgw.records.chargeback import OPERATOR, ChargeRow
 from llmgw.store.sqlite import SqliteStore
-from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 

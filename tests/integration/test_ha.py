@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from bench.addresses import engine_ports, loopback
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan
 from llmgw.store.postgres import PostgresStore
-from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.pg import PASSWORD, Postgres

@@ -11,8 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.addresses import loopback
+
 from llmgw.dev.cluster import NodePlan, admin_up
-from tests.addresses import loopback
 from tests.harness import await_until, plan, wait_until
 from tests.integration.test_listener_exhaustion import rss_kib
 

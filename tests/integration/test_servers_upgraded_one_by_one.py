@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from bench.addresses import engine_ports, loopback
 
 from llmgw.dev.cluster import NodePlan
-from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.pg import PASSWORD, Postgres

@@ -9,10 +9,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.addresses import engine_ports, loopback
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get
-from tests.addresses import engine_ports, loopback
 from tests.agent.supervisor.test_sidecar_order import SIDECAR
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster

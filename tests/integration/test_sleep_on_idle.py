@@ -7,8 +7,9 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post
-from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 from tests.integration.test_on_demand import chat, od

@@ -10,12 +10,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.dev.cluster import SMOLLM2, Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 
-HOST_A = loopback()  # the address this module's tests name (tests/addresses.py)
+HOST_A = loopback()  # the address this module's tests name (bench/addresses.py)
 
 MODELS = [
     {

@@ -10,10 +10,11 @@ import signal
 import tarfile
 from pathlib import Path
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.agent.installs.recipes import MARKER
 from llmgw.agent.weights.local import target_for
 from llmgw.dev.cluster import Cluster, NodePlan, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.agent.installs.archives import llama_archive
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from bench.addresses import engine_ports, loopback
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
@@ -21,12 +22,11 @@ from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
 from llmgw.pki.ca import init_ca, issue
 from llmgw.pki.tls import client_context
-from tests.addresses import engine_ports, loopback
 from tests.clusters import node
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 
-HOST_A = loopback()  # the address this module's tests name (tests/addresses.py)
+HOST_A = loopback()  # the address this module's tests name (bench/addresses.py)
 
 DAY = 86400.0
 

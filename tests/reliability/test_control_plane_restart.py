@@ -13,8 +13,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.reliability.figures import record

@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.agent.installs.recipes import MARKER
 from llmgw.agent.weights.local import target_for
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.agent.installs.archives import llama_archive
 from tests.agent.installs.release import Release, release_server
 from tests.harness import plan, wait_until

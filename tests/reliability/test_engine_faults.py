@@ -18,9 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.agent.engines.base import KEY_ENV
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
-from tests.addresses import engine_ports, loopback
 from tests.harness import holds_for, plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 from tests.reliability.figures import record

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from bench.addresses import engine_port_pair, loopback
 
 from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_post, admin_up
 from llmgw.pki.tls import client_context
-from tests.addresses import engine_port_pair, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.forger import HostileNode
 from tests.reliability.figures import record

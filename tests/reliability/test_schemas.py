@@ -11,10 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.addresses import engine_ports, loopback
+
 from llmgw.control.openapi import openapi as management_schema
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post
 from llmgw.router.openapi import openapi as router_schema
-from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 from tests.reliability.figures import record

@@ -11,10 +11,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from bench.addresses import engine_ports, loopback
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from llmgw.router.keys import PREFIX_LEN
-from tests.addresses import engine_ports, loopback
 from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.pg import PASSWORD, Postgres

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.addresses import Subnet, subnet
+from bench.addresses import Subnet, subnet
+
 from tests.harness import wait_until
 from tests.netns import Lan
 

@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 import yaml
+from bench.addresses import engine_ports, loopback
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_walking_skeleton import chat

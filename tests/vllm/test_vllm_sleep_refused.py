@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.addresses import engine_ports, loopback
 
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
-from tests.addresses import engine_ports, loopback
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.vllm.test_vllm_real import (

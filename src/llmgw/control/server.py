@@ -40,6 +40,7 @@ from llmgw.net.listeners import (
 from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
+from llmgw.store.base import Store
 from llmgw.store.opening import hold_sqlite, open_store
 
 log = logging.getLogger(__name__)
@@ -81,9 +82,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
     store = open_store(cfg.store)
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(QuietErrors(loop))
-    writer = StoreWriter(clock)
-    plane = ControlPlane(cfg, store, clock, writer=writer)
-    plane.load()
+    plane = open_plane(cfg, store, clock)
     quiet_gc()
     small_tls_buffers()
     router = await start_router(cfg, plane)
@@ -110,12 +109,20 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
             await r.cleanup()
         await router.close()
         plane.registry.persist_nodes()
-        await asyncio.to_thread(writer.close)
+        await asyncio.to_thread(plane.writer.close)
         with contextlib.suppress(StoreError):
             plane.following.release_lease()
         store.close()
         if held is not None:
             held.close()
+
+
+def open_plane(cfg: ServerConfig, store: Store, clock: Clock) -> ControlPlane:
+    """The control plane over `store` as this process runs it: its store writes off the event loop (the caller
+    closes `plane.writer` last), what the store holds adopted."""
+    plane = ControlPlane(cfg, store, clock, writer=StoreWriter(clock))
+    plane.load()
+    return plane
 
 
 async def start_router(cfg: ServerConfig, plane: ControlPlane) -> Router:

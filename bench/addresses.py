@@ -1,8 +1,9 @@
-"""The one allocator of what tests bind or route: listening ports, loopback addresses, engine port ranges and the
-subnets network namespaces are built on. Every test takes these from here and names none itself
-(tests/test_no_literal_addresses.py holds that), because the suite runs in several pytest-xdist workers at once:
-each worker gets a slice of every pool of its own, so two tests running side by side never hand out the same
-address, port or subnet.
+"""The one allocator of what tests and benches bind or route: listening ports, loopback addresses, engine port ranges
+and the subnets network namespaces are built on, and a cluster planned on them. Every test and bench takes these from
+here and names none itself (tests/test_no_literal_addresses.py holds that), because the suite runs in several
+pytest-xdist workers at once, benches' smoke runs among its tests: each worker gets a slice of every pool of its own
+(a bench run by a test inherits its worker's), so two tests running side by side never hand out the same address,
+port or subnet. It lives in bench/ because tests import benches, never the other way.
 
 The pools can be narrowed by environment for suites that run beside each other (CI runs the vLLM stage beside
 `make test`): LLMGW_TEST_PORTS=LO-HI (listening ports), LLMGW_TEST_ENGINE_PORTS=LO-HI (engines' port ranges),
@@ -19,6 +20,10 @@ import os
 import random
 import socket
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmgw.dev.cluster import ClusterPlan, NodePlan, prepare
 
 # (pool, default) per environment variable: `make test` takes the defaults, the vLLM stage its own
 LISTEN_PORTS = ("LLMGW_TEST_PORTS", "10000-17999")
@@ -120,3 +125,25 @@ def subnet() -> Subnet:
     k = next(_subnets)
     octets = pool(SUBNETS)
     return Subnet(f"10.{octets[k // 256]}.{k % 256}")
+
+
+DEFAULT_ENGINE_PORTS = NodePlan.port_range
+
+
+def plan(tmp: Path, nodes: list[NodePlan], models: list[dict[str, Any]], **kw: Any) -> ClusterPlan:
+    """A cluster in `tmp` whose control plane listens on free ports, its files written (CA, certificates, host roots,
+    configs). A node left on the agent's default engine range gets a range of its own: tests run side by side."""
+    for n in nodes:
+        if n.port_range == DEFAULT_ENGINE_PORTS:
+            n.port_range = engine_ports()
+    p = ClusterPlan(
+        workdir=tmp,
+        nodes=nodes,
+        models=models,
+        agent_port=free_port(),
+        api_port=free_port(),
+        admin_port=free_port(),
+        **kw,
+    )
+    prepare(p)
+    return p
