@@ -27,12 +27,12 @@ from prometheus_client import generate_latest
 
 from bench.placement import NOW, cluster
 from llmgw.config.server import ServerConfig, TLSFiles
-from llmgw.control.admin_api import admin_app
-from llmgw.control.admin_auth import allowed_hosts
-from llmgw.control.metrics import registry
+from llmgw.control.http.admin_api import admin_app
+from llmgw.control.http.admin_auth import allowed_hosts
 from llmgw.control.plane import ControlPlane
-from llmgw.control.status import summary_of
-from llmgw.control.summary import DAY, Demand, summarize
+from llmgw.control.views.metrics import registry
+from llmgw.control.views.status import summary_of
+from llmgw.control.views.summary import DAY, Demand, summarize
 from llmgw.core.clock import FakeClock
 from llmgw.reconcile.node_status import node_conditions
 from llmgw.store.base import HOUR, UsageRecord

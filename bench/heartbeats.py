@@ -195,7 +195,7 @@ def reconcile_times(sizes: tuple[int, ...] = (1_000, 10_000), replicas: int = 1_
     from bench.placement import NOW, cluster
     from llmgw.config.server import ServerConfig, TLSFiles
     from llmgw.control.plane import ControlPlane
-    from llmgw.control.writer import StoreWriter
+    from llmgw.control.storage.writer import StoreWriter
     from llmgw.core.clock import FakeClock
     from llmgw.core.conditions import ConditionType, Status, set_condition
     from llmgw.core.reasons import Reason

@@ -79,11 +79,11 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     """Build the router the way `llmgw server` does, with one key and one ready replica, and serve only its API,
     through the listener the server gives it (connection limiter, request bounds), with the server's GC settings."""
     from llmgw.config.server import ModelSpec, Scaling, ServerConfig, StoreConfig, TLSFiles
-    from llmgw.control.api_listener import api_limiter
-    from llmgw.control.local_state import LocalState
+    from llmgw.control.http.api_listener import api_limiter
+    from llmgw.control.http.local_state import LocalState
     from llmgw.control.plane import ControlPlane
     from llmgw.control.server import quiet_gc
-    from llmgw.control.writer import StoreWriter
+    from llmgw.control.storage.writer import StoreWriter
     from llmgw.core.clock import SystemClock
     from llmgw.core.conditions import Status
     from llmgw.core.reasons import Reason

@@ -53,19 +53,19 @@ def test_no_wall_clock_in_logic() -> None:
 # leading underscore aside: self._registry is the registry).
 OWNERS = {
     "control/plane.py": {"plane", "p", "cp"},
-    "control/registry.py": {"registry", "reg"},
-    "control/heartbeats.py": {"heartbeats"},
-    "control/passes.py": {"passes"},
-    "control/activity.py": {"activity"},
-    "control/credentials.py": {"credentials"},
-    "control/following.py": {"following"},
-    "control/storage.py": {"storage"},
-    "control/leadership.py": {"leadership"},
-    "control/limit_counters.py": {"limit_counters"},
-    "control/usage_totals.py": {"usage"},
-    "control/watch.py": {"watch"},
-    "control/ready_times.py": {"ready_times"},
-    "control/sleep_refusals.py": {"sleep_refusals", "refusals"},
+    "control/nodes/registry.py": {"registry", "reg"},
+    "control/nodes/heartbeats.py": {"heartbeats"},
+    "control/nodes/passes.py": {"passes"},
+    "control/activity/activity.py": {"activity"},
+    "control/tenants/credentials.py": {"credentials"},
+    "control/ha/following.py": {"following"},
+    "control/storage/storage.py": {"storage"},
+    "control/storage/leadership.py": {"leadership"},
+    "control/tenants/limit_counters.py": {"limit_counters"},
+    "control/tenants/usage_totals.py": {"usage"},
+    "control/nodes/watch.py": {"watch"},
+    "control/nodes/ready_times.py": {"ready_times"},
+    "control/nodes/sleep_refusals.py": {"sleep_refusals", "refusals"},
 }
 MUTATORS = {"pop", "update", "clear", "setdefault", "append", "add", "remove", "discard", "popitem", "extend",
             "insert"}
@@ -98,7 +98,7 @@ def _write_targets(tree: ast.AST) -> list[ast.expr]:
 
 
 def owner_writes(path: Path, module: str) -> list[str]:
-    """Writes in `path` (known as `module`, e.g. "control/registry.py") into an owner's state from outside that
+    """Writes in `path` (known as `module`, e.g. "control/nodes/registry.py") into an owner's state from outside that
     owner's module: "line: target (owner's module)"."""
     out = []
     for t in _write_targets(ast.parse(path.read_text())):
@@ -128,8 +128,8 @@ def test_the_write_rule_sees_a_write(tmp_path: Path) -> None:
     f.write_text("plane.registry.replicas['r'] = 1\nrut.plane.activity.demand.pop('m')\np.registry.generation += 1\n"
                  "plane.activity.want('m')\nreg.nodes['n'] = 2\n")
     assert sorted(w.split(": ")[1] for w in owner_writes(f, "tests/x.py")) == [
-        "p.registry.generation (control/registry.py)", "plane.registry.replicas['r'] (control/registry.py)",
-        "reg.nodes['n'] (control/registry.py)", "rut.plane.activity.demand (control/activity.py)"]
+        "p.registry.generation (control/nodes/registry.py)", "plane.registry.replicas['r'] (control/nodes/registry.py)",
+        "reg.nodes['n'] (control/nodes/registry.py)", "rut.plane.activity.demand (control/activity/activity.py)"]
 
 
 def test_the_write_rule_sees_a_write_across_owners(tmp_path: Path) -> None:
@@ -137,7 +137,7 @@ def test_the_write_rule_sees_a_write_across_owners(tmp_path: Path) -> None:
     f = tmp_path / "registry.py"
     f.write_text("self.replicas['r'] = 1\nself.generation += 1\nself._activity.demand.pop('m')\n"
                  "self._activity.forget('r')\nself._storage.writer.submit(1)\nreg = self\nreg.nodes['n'] = 2\n")
-    assert [w.split(": ")[1] for w in owner_writes(f, "control/registry.py")] == [
-        "self._activity.demand (control/activity.py)"]
-    from_activity = [w.split(": ")[1] for w in owner_writes(f, "control/activity.py")]
-    assert from_activity == ["reg.nodes['n'] (control/registry.py)"]
+    assert [w.split(": ")[1] for w in owner_writes(f, "control/nodes/registry.py")] == [
+        "self._activity.demand (control/activity/activity.py)"]
+    from_activity = [w.split(": ")[1] for w in owner_writes(f, "control/activity/activity.py")]
+    assert from_activity == ["reg.nodes['n'] (control/nodes/registry.py)"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.control.usage_charges import CSV_HEAD, OPERATOR_NAME
+from llmgw.control.accounting.usage_charges import CSV_HEAD, OPERATOR_NAME
 from llmgw.records.chargeback import OPERATOR
 from llmgw.store.base import UsageRecord, hour_of
 from llmgw.store.sqlite import SqliteStore

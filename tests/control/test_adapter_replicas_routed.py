@@ -10,7 +10,7 @@ from pathlib import Path
 from llmgw.config.server import ServerConfig, TLSFiles
 from llmgw.config.serving import AdapterConfig
 from llmgw.control.plane import ControlPlane
-from llmgw.control.summary import summarize
+from llmgw.control.views.summary import summarize
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason

@@ -6,10 +6,10 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 
 from llmgw.config.serving import AdapterConfig
-from llmgw.control.dashboard import render_view
-from llmgw.control.metrics import registry
-from llmgw.control.scrape import Scrape
-from llmgw.control.summary import Summary, summarize
+from llmgw.control.views.dashboard import render_view
+from llmgw.control.views.metrics import registry
+from llmgw.control.views.scrape import Scrape
+from llmgw.control.views.summary import Summary, summarize
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
 from llmgw.records.state import ReplicaRecord, ShardAssignment

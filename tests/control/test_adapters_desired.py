@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
 from llmgw.config.serving import AdapterConfig
-from llmgw.control.desired import desired_for
-from llmgw.control.weights import plans_for
+from llmgw.control.nodes.desired import desired_for
+from llmgw.control.nodes.weights import plans_for
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.wire.messages import WeightsPlan
 from tests.clusters import model, node

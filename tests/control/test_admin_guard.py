@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from llmgw.control.admin_auth import allowed_hosts, guard, load_or_create_token, read_token
+from llmgw.control.http.admin_auth import allowed_hosts, guard, load_or_create_token, read_token
 from llmgw.core.errors import ConfigError
 
 TOKEN = "t" * 32
@@ -32,7 +32,7 @@ def test_the_token_is_made_in_a_directory_that_exists_and_the_log_says_where(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     f = tmp_path / "admin.token"
-    caplog.set_level(logging.INFO, logger="llmgw.control.admin_auth")
+    caplog.set_level(logging.INFO, logger="llmgw.control.http.admin_auth")
     assert len(load_or_create_token(f)) == 43
     assert [r.getMessage() for r in caplog.records] == [
         f"created the operator token in {f} (ctl reads it; keep it readable by operators only)"]

@@ -253,7 +253,7 @@ def test_a_version_3_agent_is_not_sent_how_to_have_weights() -> None:
     """Version 3 knows shards without `weights`: sent one, it would refuse the whole desired state."""
     import json
 
-    from llmgw.control.agent_api import answer_in
+    from llmgw.control.http.agent_api import answer_in
     from llmgw.wire.messages import DesiredState, ShardSpec, WeightsPlan
 
     shard = ShardSpec(replica_id="m-1", model="m", engine="sim", source="http://o/m.gguf", rank=0, world_size=1,
@@ -278,7 +278,7 @@ def test_a_version_8_agent_is_sent_only_builds_it_can_install_in_words_it_reads(
     from pathlib import Path
 
     from llmgw.config.engines import LLAMACPP_DEFAULT, VLLM_DEFAULT
-    from llmgw.control.agent_api import answer_in
+    from llmgw.control.http.agent_api import answer_in
     from llmgw.wire.engines import EngineSource, EngineVariant
     from llmgw.wire.messages import DesiredState
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.config.server import ServerConfig, TLSFiles
-from llmgw.control.api_listener import api_refusal
+from llmgw.control.http.api_listener import api_refusal
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.limits import KeyLimits

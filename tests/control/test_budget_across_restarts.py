@@ -1,5 +1,5 @@
-"""Budgets across restarts and limit changes (control/limit_counters.py, ControlPlane.load): an in-process control plane
-over SQLite in tmp_path with a FakeClock."""
+"""Budgets across restarts and limit changes (control/tenants/limit_counters.py, ControlPlane.load): an in-process
+control plane over SQLite in tmp_path with a FakeClock."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from llmgw.control.charge_book import REFRESH, ChargeBook
+from llmgw.control.accounting.charge_book import REFRESH, ChargeBook
 from llmgw.core.clock import FakeClock
 from llmgw.records.chargeback import ChargeRow
 from llmgw.store.base import hour_of

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from llmgw.control.dashboard import render_view
-from llmgw.control.summary import summarize
+from llmgw.control.views.dashboard import render_view
+from llmgw.control.views.summary import summarize
 from llmgw.core.reasons import Reason
 from llmgw.records.state import NodeRecord
 from llmgw.wire.hub import HubFile, HubState, Resolution

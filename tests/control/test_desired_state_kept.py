@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 from llmgw.config.server import ModelSpec, ServerConfig, TLSFiles
-from llmgw.control.activity import LOCAL
+from llmgw.control.activity.activity import LOCAL
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason

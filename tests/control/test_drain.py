@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.config.server import ServerConfig, TLSFiles
-from llmgw.control.activity import LOCAL
-from llmgw.control.desired import draining
+from llmgw.control.activity.activity import LOCAL
+from llmgw.control.nodes.desired import draining
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import ConditionType, Status, set_condition

@@ -11,8 +11,8 @@ from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from llmgw.control.exposition import render
-from llmgw.control.metrics import registry
+from llmgw.control.views.exposition import render
+from llmgw.control.views.metrics import registry
 from tests.control.test_metrics_families import known
 
 

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
-from llmgw.control.exposition import render
+from llmgw.control.views.exposition import render
 
 
 def _reg(name: str, label: str) -> CollectorRegistry:

@@ -1,7 +1,7 @@
-"""Budgets in GPU-seconds or money as the control plane keeps them (control/gpu_budgets.py through LimitCounters): the
-accountant's charges read from the real store, requests in flight holding their bound, settled requests counted
-until their charges land. An in-process control plane over SQLite in tmp_path with a FakeClock; its model "m" has
-no replica, so a request of it is taken to hold the 4 GPUs its profile asks for."""
+"""Budgets in GPU-seconds or money as the control plane keeps them (control/tenants/gpu_budgets.py through
+LimitCounters): the accountant's charges read from the real store, requests in flight holding their bound, settled
+requests counted until their charges land. An in-process control plane over SQLite in tmp_path with a FakeClock; its
+model "m" has no replica, so a request of it is taken to hold the 4 GPUs its profile asks for."""
 
 from __future__ import annotations
 

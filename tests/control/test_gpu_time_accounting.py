@@ -11,11 +11,11 @@ from typing import Any, TypeVar
 import pytest
 
 from llmgw.config.chargeback import ChargebackConfig
-from llmgw.control.accounting import Accountant
-from llmgw.control.leadership import Leadership, holder_id
+from llmgw.control.accounting.accounting import Accountant
 from llmgw.control.plane import ControlPlane
-from llmgw.control.storage import Storage
-from llmgw.control.writer import InlineWriter
+from llmgw.control.storage.leadership import Leadership, holder_id
+from llmgw.control.storage.storage import Storage
+from llmgw.control.storage.writer import InlineWriter
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import Condition, ConditionType, Status
 from llmgw.core.reasons import Reason

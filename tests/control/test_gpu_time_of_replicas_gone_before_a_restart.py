@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.config.chargeback import ChargebackConfig
-from llmgw.control.accounting import Accountant
+from llmgw.control.accounting.accounting import Accountant
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import Condition, ConditionType, Status
 from llmgw.core.reasons import Reason

@@ -6,9 +6,9 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmgw.control.exposition import render
-from llmgw.control.metrics import registry
-from llmgw.control.summary import Summary, summarize
+from llmgw.control.views.exposition import render
+from llmgw.control.views.metrics import registry
+from llmgw.control.views.summary import Summary, summarize
 from llmgw.core.reasons import Reason
 from llmgw.records.state import NodeRecord
 from llmgw.wire.hub import HubFile, HubState, Resolution

@@ -8,7 +8,7 @@ import logging
 import pytest
 from huggingface_hub.hf_api import BlobLfsInfo, RepoSibling
 
-from llmgw.control.hub import choose_files
+from llmgw.control.hub.hub import choose_files
 from llmgw.wire.hub import MAX_FILES
 
 SHA256 = "ab" * 32

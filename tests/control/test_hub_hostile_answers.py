@@ -14,8 +14,8 @@ import pytest_asyncio
 from aiohttp import web
 
 from llmgw.config.server import HubConfig, ModelSpec
-from llmgw.control.hub import resolve
-from llmgw.control.hub_models import HubModels
+from llmgw.control.hub.hub import resolve
+from llmgw.control.hub.hub_models import HubModels
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import HubFailed
 from llmgw.core.reasons import Reason
@@ -105,7 +105,7 @@ def test_an_unexpected_error_fails_that_model_alone_with_back_off() -> None:
 
 async def test_an_answer_past_the_bound_is_cut_off_not_read_whole(mirror: tuple[Mirror, str],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from llmgw.control import hub_http
+    from llmgw.control.hub import hub_http
 
     m, url = mirror
     monkeypatch.setattr(hub_http, "MAX_ANSWER", 100_000)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.api.model_weights import ModelWeights, model_weights, node_weights_words, weights_lines, weights_trouble
-from llmgw.control.summary import summarize
+from llmgw.control.views.summary import summarize
 from llmgw.core.reasons import Reason
 from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.wire.hub import HubFile, HubState, Resolution

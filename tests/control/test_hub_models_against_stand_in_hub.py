@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest_asyncio
 
 from llmgw.config.server import HubConfig, ModelSpec
-from llmgw.control.hub_models import HubModels, hub_resolve
+from llmgw.control.hub.hub_models import HubModels, hub_resolve
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
 from llmgw.sim.hub import HubHandle, start_hub

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from llmgw.control.hub import resolve
+from llmgw.control.hub.hub import resolve
 from llmgw.core.errors import HubFailed
 from llmgw.core.reasons import Reason
 from llmgw.sim.hub import HubHandle, start_hub

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 from llmgw.config.server import HubConfig, ModelSpec
-from llmgw.control.hub_models import RETRY_BASE, HubModels, read_token
+from llmgw.control.hub.hub_models import RETRY_BASE, HubModels, read_token
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import HubFailed
 from llmgw.core.reasons import Reason

@@ -16,9 +16,9 @@ from aiohttp import web
 from llmgw.api.model_weights import ModelWeights
 from llmgw.api.router import ModelExplanation, model_explanation_lines
 from llmgw.config.server import ServerConfig, TLSFiles
-from llmgw.control.admin_api import admin_app
+from llmgw.control.http.admin_api import admin_app
 from llmgw.control.plane import ControlPlane
-from llmgw.control.summary import Summary
+from llmgw.control.views.summary import Summary
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
 from llmgw.store.sqlite import SqliteStore

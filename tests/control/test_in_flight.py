@@ -10,7 +10,7 @@ from aiohttp import web
 
 from llmgw.api.router import Activity
 from llmgw.config.server import ServerConfig, TLSFiles
-from llmgw.control.activity import LOCAL, REPORTER_SILENT_AFTER
+from llmgw.control.activity.activity import LOCAL, REPORTER_SILENT_AFTER
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason

@@ -1,4 +1,4 @@
-"""PATCH /api/keys/{id} (control/keys_api.py) against revocation and malformed input."""
+"""PATCH /api/keys/{id} (control/http/keys_api.py) against revocation and malformed input."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmgw.control.keys_api import key_routes
+from llmgw.control.http.keys_api import key_routes
 from llmgw.core.clock import FakeClock
 from tests.control.test_budget_across_restarts import plane
 

@@ -9,7 +9,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.config.server import ModelSpec
-from llmgw.control.keys_api import key_routes
+from llmgw.control.http.keys_api import key_routes
 from llmgw.core.clock import FakeClock
 from tests.control.test_budget_across_restarts import plane
 

@@ -70,7 +70,7 @@ async def test_the_leader_counts_what_the_followers_routers_saw(
     """A request for a model through a follower is demand the leader loads for; a replica busy through a follower
     is busy (never idle-evicted); its requests in flight count until that server stops saying so."""
     from llmgw.api.router import Activity
-    from llmgw.control.activity import REPORTER_SILENT_AFTER
+    from llmgw.control.activity.activity import REPORTER_SILENT_AFTER
 
     a, b, clock = two
     a.registry.apply([Add("r1", "m", 1, "")])

@@ -1,9 +1,9 @@
-"""What a server writes of the nodes it heard (control/liveness.py): a row every pass, the nodes heard within the
+"""What a server writes of the nodes it heard (control/ha/liveness.py): a row every pass, the nodes heard within the
 window only; the others' rows taken in once each; a leader that writes no row is of an older release."""
 
 from __future__ import annotations
 
-from llmgw.control.liveness import Liveness
+from llmgw.control.ha.liveness import Liveness
 
 
 def test_a_row_is_written_every_pass_and_holds_the_window_only() -> None:

@@ -8,8 +8,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.api.stats import InFlight, ModelStats, RouterStats
-from llmgw.control.metrics import FAMILIES, registry
-from llmgw.control.summary import Demand, Summary, summarize
+from llmgw.control.views.metrics import FAMILIES, registry
+from llmgw.control.views.summary import Demand, Summary, summarize
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
 from llmgw.records.state import ReplicaRecord, ShardAssignment

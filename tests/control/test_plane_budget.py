@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from llmgw.control.heartbeats import NODE_EVENT_BURST, NODE_EVENT_EVERY
+from llmgw.control.nodes.heartbeats import NODE_EVENT_BURST, NODE_EVENT_EVERY
 from llmgw.core.clock import FakeClock
 from llmgw.records.state import ReplicaRecord
 from llmgw.store.sqlite import SqliteStore

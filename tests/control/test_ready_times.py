@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmgw.control import ready_times
-from llmgw.control.ready_times import ReadyTimes
-from llmgw.control.status import StatusJson, summary_of
+from llmgw.control.nodes import ready_times
+from llmgw.control.nodes.ready_times import ReadyTimes
+from llmgw.control.views.status import StatusJson, summary_of
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.explanation import Explanation
 from llmgw.core.reasons import Reason

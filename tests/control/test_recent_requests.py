@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmgw.control.recent_requests import RecentRequests
+from llmgw.control.activity.recent_requests import RecentRequests
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.control.registry import merge_report
+from llmgw.control.nodes.registry import merge_report
 from llmgw.wire.messages import EngineStatus
 from tests.clusters import model, node
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from llmgw.api.router import Activity
 from llmgw.api.stats import InFlight, ModelStats, RouterStats
-from llmgw.control.activity import REPORTER_SILENT_AFTER
+from llmgw.control.activity.activity import REPORTER_SILENT_AFTER
 from llmgw.core.clock import FakeClock
 from llmgw.router.stats import Measure, Recorder
 from tests.harness import free_port, plane_in
@@ -43,7 +43,7 @@ async def test_metrics_answer_503_until_the_first_pass(tmp_path: Path) -> None:
     import aiohttp
     from aiohttp import web
 
-    from llmgw.control.admin_api import metrics_routes
+    from llmgw.control.http.admin_api import metrics_routes
 
     p = plane_in(tmp_path)
     app = web.Application()

@@ -12,7 +12,7 @@ import pytest
 
 from llmgw.config.server import ModelSpec, ServerConfig, StoreConfig, TLSFiles
 from llmgw.control.plane import ControlPlane
-from llmgw.control.writer import StoreWriter
+from llmgw.control.storage.writer import StoreWriter
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import StoreRejected
 from llmgw.store.postgres import PostgresStore

@@ -10,10 +10,10 @@ from pydantic import ValidationError
 
 from llmgw.api.router import Activity
 from llmgw.api.stats import ModelStats, RouterStats
-from llmgw.control.activity import REPORTER_SILENT_AFTER
-from llmgw.control.exposition import render
-from llmgw.control.metrics import registry
-from llmgw.control.summary import summarize
+from llmgw.control.activity.activity import REPORTER_SILENT_AFTER
+from llmgw.control.views.exposition import render
+from llmgw.control.views.metrics import registry
+from llmgw.control.views.summary import summarize
 from llmgw.core.clock import FakeClock
 from tests.harness import plane_in
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from llmgw.control.metrics import registry
-from llmgw.control.summary import summarize
+from llmgw.control.views.metrics import registry
+from llmgw.control.views.summary import summarize
 from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from tests.clusters import node
 

@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 
 from llmgw.api.router import Activity
-from llmgw.control.charge_book import REFRESH, ChargeBook
-from llmgw.control.usage_charges import CSV_HEAD, OPERATOR_NAME
+from llmgw.control.accounting.charge_book import REFRESH, ChargeBook
+from llmgw.control.accounting.usage_charges import CSV_HEAD, OPERATOR_NAME
 from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import ClusterPlan, admin_post
 from llmgw.records.chargeback import OPERATOR, ChargeRow

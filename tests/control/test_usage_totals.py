@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.control.plane import ControlPlane
-from llmgw.control.status import summary_of
-from llmgw.control.summary import DAY
+from llmgw.control.views.status import summary_of
+from llmgw.control.views.summary import DAY
 from llmgw.store.base import UsageRecord
 from tests.harness import plane_in
 
@@ -58,7 +58,7 @@ async def test_key_names_are_read_again_only_when_keys_change(tmp_path: Path) ->
 
 
 def test_the_days_window_follows_new_records_and_rolls_by_the_hour() -> None:
-    from llmgw.control.usage_totals import UsageTotals
+    from llmgw.control.tenants.usage_totals import UsageTotals
 
     book = UsageTotals()
     t0 = 1000 * H

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from llmgw.control.dashboard import PAGE, Rows, render_view
-from llmgw.control.metrics import Gauges, registry
-from llmgw.control.scrape import Scrape
-from llmgw.control.status import StatusJson
-from llmgw.control.summary import NodeFacts, ReplicaLines, Summary, node_facts, summarize
+from llmgw.control.views.dashboard import PAGE, Rows, render_view
+from llmgw.control.views.metrics import Gauges, registry
+from llmgw.control.views.scrape import Scrape
+from llmgw.control.views.status import StatusJson
+from llmgw.control.views.summary import NodeFacts, ReplicaLines, Summary, node_facts, summarize
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
 from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment, StopRequest
@@ -31,7 +31,7 @@ GAUGES: Gauges = {"llmgw_usage_unflushed": ("help \\ with\nnewline", lambda: 3.0
 
 
 class Facts:
-    """NodeFacts kept per record, as the registry keeps them (control/registry.py node_facts)."""
+    """NodeFacts kept per record, as the registry keeps them (control/nodes/registry.py node_facts)."""
 
     def __init__(self) -> None:
         self.held: dict[str, tuple[NodeRecord, NodeFacts]] = {}

@@ -4,8 +4,8 @@ model lines (dashboard, `ctl status`, /api/status) and `ctl explain` (/api/model
 from __future__ import annotations
 
 from llmgw.api.router import ModelExplanation, ReplicaExplanation, Wanted, model_explanation_lines
-from llmgw.control.dashboard import render_view
-from llmgw.control.summary import summarize
+from llmgw.control.views.dashboard import render_view
+from llmgw.control.views.summary import summarize
 from llmgw.reconcile.world import Timings
 from llmgw.records.state import replica_phase
 from tests.clusters import model, node

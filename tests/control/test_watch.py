@@ -15,9 +15,9 @@ from aiohttp import web
 
 from llmgw.config.loader import load
 from llmgw.config.server import ServerConfig
-from llmgw.control.agent_api import agent_app
+from llmgw.control.http.agent_api import agent_app
+from llmgw.control.nodes.watch import EMPTY, Watch, shard_digests
 from llmgw.control.plane import ControlPlane
-from llmgw.control.watch import EMPTY, Watch, shard_digests
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
 from llmgw.dev.cluster import NodePlan

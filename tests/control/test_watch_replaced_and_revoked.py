@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from llmgw.control.watch import EMPTY
+from llmgw.control.nodes.watch import EMPTY
 from tests.control.test_watch import agent_door, as_node, watch
 from tests.harness import await_until
 

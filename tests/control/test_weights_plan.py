@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
-from llmgw.control.weights import Leaders, plans_for
+from llmgw.control.nodes.weights import Leaders, plans_for
 from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.wire.messages import FetchStatus, WeightsPlan
 from tests.clusters import model, node

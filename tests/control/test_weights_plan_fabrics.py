@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.config.server import ServerConfig, TLSFiles
+from llmgw.control.nodes.weights import Leaders, plans_for
 from llmgw.control.plane import ControlPlane
-from llmgw.control.weights import Leaders, plans_for
 from llmgw.core.clock import FakeClock
 from llmgw.placement import scores
 from llmgw.placement.checks import Request

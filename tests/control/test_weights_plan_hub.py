@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 
 from llmgw.config.server import HubConfig, ModelSpec
-from llmgw.control.desired import desired_for
-from llmgw.control.hub_models import HubModels
-from llmgw.control.weights import Leaders, plans_for
+from llmgw.control.hub.hub_models import HubModels
+from llmgw.control.nodes.desired import desired_for
+from llmgw.control.nodes.weights import Leaders, plans_for
 from llmgw.core.clock import FakeClock
 from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.wire.hub import HubFile, HubRef, Resolution

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.config.chargeback import ChargebackConfig
-from llmgw.control.accounting import Accountant
+from llmgw.control.accounting.accounting import Accountant
 from llmgw.core.clock import FakeClock
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.store.base import UsageRecord

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmgw.control.usage_charges import OPERATOR_NAME
+from llmgw.control.accounting.usage_charges import OPERATOR_NAME
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from llmgw.records.chargeback import OPERATOR, ChargeRow
 from llmgw.store.base import hour_of

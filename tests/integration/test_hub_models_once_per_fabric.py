@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from llmgw.control.hub import resolve
+from llmgw.control.hub.hub import resolve
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
 from llmgw.sim.hub_repo import write_sample_model
 from llmgw.wire.hub import HubRef

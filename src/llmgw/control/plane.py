@@ -2,18 +2,19 @@
 span several of them (start, revoking a node, health). Each owner writes only its own state; another owner's
 changes go through that owner's named operations:
 
-- storage (control/storage.py): the store, its writer, whether reads fail; events.
-- registry (control/registry.py): the catalog, nodes, replicas, generation, watch; applies reconcile's intents.
-- heartbeats (control/heartbeats.py): nodes' reports taken in and answered; weights' fetch leaders.
-- passes (control/passes.py): the leader's reconcile passes and their count; stalls.
-- activity (control/activity.py): what routers saw: demand, use, requests in flight, engine gauges, stats.
-- credentials (control/credentials.py): API keys, their names, revoked nodes and certificates.
-- following (control/following.py): the lease, following the shared store, sharing activity, budgets read again.
-- limit_counters (control/limit_counters.py) and usage (control/usage_totals.py): keys' counters and usage totals.
-- hub_models (control/hub_models.py): each hf:// model's resolution to a commit and its files, or why none.
-- ready_times (control/ready_times.py): how long each way to ready (a wake, a load) took, per model and GPU class.
-- sleep_refusals (control/sleep_refusals.py): nodes where an engine refused sleep mode, so it runs there without.
-- accountant (control/accounting.py): GPU time charged per key, window by window, on the leader.
+- storage (control/storage/storage.py): the store, its writer, whether reads fail; events.
+- registry (control/nodes/registry.py): the catalog, nodes, replicas, generation, watch; applies reconcile's intents.
+- heartbeats (control/nodes/heartbeats.py): nodes' reports taken in and answered; weights' fetch leaders.
+- passes (control/nodes/passes.py): the leader's reconcile passes and their count; stalls.
+- activity (control/activity/activity.py): what routers saw: demand, use, requests in flight, engine gauges, stats.
+- credentials (control/tenants/credentials.py): API keys, their names, revoked nodes and certificates.
+- following (control/ha/following.py): the lease, following the shared store, sharing activity, budgets read again.
+- limit_counters (control/tenants/limit_counters.py) and usage (control/tenants/usage_totals.py): keys' counters
+  and usage totals.
+- hub_models (control/hub/hub_models.py): each hf:// model's resolution to a commit and its files, or why none.
+- ready_times (control/nodes/ready_times.py): how long each way to ready (a wake, a load) took, per model and GPU class.
+- sleep_refusals (control/nodes/sleep_refusals.py): nodes where an engine refused sleep mode, so it runs there without.
+- accountant (control/accounting/accounting.py): GPU time charged per key, window by window, on the leader.
 """
 
 from __future__ import annotations
@@ -22,27 +23,27 @@ import asyncio
 from collections.abc import Callable
 
 from llmgw.config.server import ModelSpec, ServerConfig
-from llmgw.control.accounting import Accountant
-from llmgw.control.activity import Activity
-from llmgw.control.charge_book import ChargeBook
-from llmgw.control.credentials import Credentials, spent_by_period
-from llmgw.control.following import Following, health_of
-from llmgw.control.gpu_budgets import GpuBudgets, ModelSizes
-from llmgw.control.heartbeats import Heartbeats
-from llmgw.control.hub_models import HubModels, Resolver, hub_resolve
-from llmgw.control.leadership import Leadership, holder_id
-from llmgw.control.limit_counters import LimitCounters
-from llmgw.control.liveness import liveness_for
-from llmgw.control.metrics import Gauges
-from llmgw.control.passes import Passes
-from llmgw.control.ready_times import ReadyTimes
-from llmgw.control.registry import Registry, revoke_node
-from llmgw.control.sleep_refusals import SleepRefusals
-from llmgw.control.status import Status
-from llmgw.control.storage import Storage
-from llmgw.control.summary import DAY
-from llmgw.control.usage_totals import UsageTotals
-from llmgw.control.writer import InlineWriter, StoreWriter
+from llmgw.control.accounting.accounting import Accountant
+from llmgw.control.accounting.charge_book import ChargeBook
+from llmgw.control.activity.activity import Activity
+from llmgw.control.ha.following import Following, health_of
+from llmgw.control.ha.liveness import liveness_for
+from llmgw.control.hub.hub_models import HubModels, Resolver, hub_resolve
+from llmgw.control.nodes.heartbeats import Heartbeats
+from llmgw.control.nodes.passes import Passes
+from llmgw.control.nodes.ready_times import ReadyTimes
+from llmgw.control.nodes.registry import Registry, revoke_node
+from llmgw.control.nodes.sleep_refusals import SleepRefusals
+from llmgw.control.storage.leadership import Leadership, holder_id
+from llmgw.control.storage.storage import Storage
+from llmgw.control.storage.writer import InlineWriter, StoreWriter
+from llmgw.control.tenants.credentials import Credentials, spent_by_period
+from llmgw.control.tenants.gpu_budgets import GpuBudgets, ModelSizes
+from llmgw.control.tenants.limit_counters import LimitCounters
+from llmgw.control.tenants.usage_totals import UsageTotals
+from llmgw.control.views.metrics import Gauges
+from llmgw.control.views.status import Status
+from llmgw.control.views.summary import DAY
 from llmgw.core.clock import Clock
 from llmgw.reconcile.world import Timings
 from llmgw.store.base import HOUR, Store

@@ -5,7 +5,7 @@ a request reserving 100 tokens holds 1 device for 10 s at the default speed: 10 
 
 from __future__ import annotations
 
-from llmgw.control.activity import REPORTER_SILENT_AFTER
+from llmgw.control.activity.activity import REPORTER_SILENT_AFTER
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.limits import KeyLimits, Refusal

@@ -5,7 +5,7 @@ no window is charged twice or skipped."""
 from __future__ import annotations
 
 from llmgw.config.chargeback import ChargebackConfig
-from llmgw.control.accounting import Accountant
+from llmgw.control.accounting.accounting import Accountant
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.records.state import ReplicaRecord, ShardAssignment

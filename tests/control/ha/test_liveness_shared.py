@@ -11,7 +11,7 @@ import pytest
 
 from llmgw.config.server import StoreConfig
 from llmgw.control.plane import ControlPlane
-from llmgw.control.writer import StoreWriter
+from llmgw.control.storage.writer import StoreWriter
 from llmgw.core.clock import FakeClock
 from llmgw.store.postgres import PostgresStore
 from llmgw.store.sqlite import SqliteStore
