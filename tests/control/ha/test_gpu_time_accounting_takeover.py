@@ -10,7 +10,7 @@ from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.store.base import UsageRecord
-from tests.control.conftest import LEASE
+from tests.control.ha.conftest import LEASE
 
 CFG = ChargebackConfig(window=10, settle_after=5)
 

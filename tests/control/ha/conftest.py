@@ -1,5 +1,5 @@
 """Two control planes on one PostgreSQL database, each with its own pool, sharing one fake clock: several servers
-as the plane sees them (tests/control/test_leadership.py, tests/control/ha/)."""
+as the plane sees them (tests/control/ha/)."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ import aiohttp
 from llmgw.net.handshakes import handshake_cap
 from llmgw.net.listeners import Limiter, start_listener
 from tests.agent.weights.kit import make_pki
-from tests.control.test_guards_connection_caps import PLAIN, ok_app, server_side_established
 from tests.harness import await_until, free_port
+from tests.net.test_guards_connection_caps import PLAIN, ok_app, server_side_established
 
 FLOOD = 200
 CAP = 16

@@ -17,7 +17,7 @@ from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.lease import Lease, LeaseAnswer
 from llmgw.wire.messages import DesiredState, NodeReport
 from tests.clusters import model, node
-from tests.control.test_hub_models_in_plane import COMMIT, Hub
+from tests.control.hub.test_hub_models_in_plane import COMMIT, Hub
 
 T0 = 1_800_000_000.0
 URL = "https://models.example/m.gguf"

@@ -13,7 +13,7 @@ from llmgw.core.reasons import Reason
 from llmgw.dev.cluster import admin_get
 from tests.harness import InProcessServer, await_until, plan
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "management-api.openapi.json"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "management-api.openapi.json"
 BIG = {"name": "big", "source": "org/big", "engine": "sim", "profile": {"gpus_per_shard": 8, "nodes": 2},
        "scaling": {"min": 1, "max": 1}}
 

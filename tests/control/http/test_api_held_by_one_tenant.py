@@ -25,8 +25,8 @@ from llmgw.net.listeners import Limiter, client_of_address, start_listener
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
 from llmgw.store.sqlite import SqliteStore
-from tests.control.test_guards_connection_caps import connect, response, settle
 from tests.harness import await_until, free_port, local_state
+from tests.net.test_guards_connection_caps import connect, response, settle
 from tests.router.conftest import models
 
 MB8 = 8 * 1024 * 1024

@@ -15,7 +15,7 @@ from llmgw.placement.snapshot import build_snapshot
 from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import Fabric, Hardware, NodeReport
-from tests.control.test_weights_plan import URL, m, rec, replicas
+from tests.control.nodes.test_weights_plan import URL, m, rec, replicas
 
 
 def in_fabrics(n: NodeRecord, *names: str) -> NodeRecord:

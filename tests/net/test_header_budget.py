@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from llmgw.net.header_budget import HEADER_BUDGET
-from tests.control.test_guards_connection_caps import connect, listening, response
+from tests.net.test_guards_connection_caps import connect, listening, response
 
 
 def head(method: str, pad: int, extra: str = "") -> bytes:

@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from llmgw.config.server import ModelSpec
 from llmgw.control.http.keys_api import key_routes
 from llmgw.core.clock import FakeClock
-from tests.control.test_budget_across_restarts import plane
+from tests.control.tenants.test_budget_across_restarts import plane
 
 
 async def test_an_adapter_is_a_name_a_key_may_be_allowed(tmp_path: Path) -> None:

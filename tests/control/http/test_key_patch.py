@@ -9,7 +9,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from llmgw.control.http.keys_api import key_routes
 from llmgw.core.clock import FakeClock
-from tests.control.test_budget_across_restarts import plane
+from tests.control.tenants.test_budget_across_restarts import plane
 
 
 async def test_patch_with_unhashable_models_is_a_400(tmp_path: Path) -> None:

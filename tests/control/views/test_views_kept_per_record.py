@@ -21,8 +21,8 @@ from llmgw.core.reasons import Reason
 from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment, StopRequest
 from llmgw.wire.messages import EngineLoad, InstallStatus, ShardState
 from tests.clusters import model, node
-from tests.control.test_admin_input import call
-from tests.control.test_metrics_families import known
+from tests.control.http.test_admin_input import call
+from tests.control.views.test_metrics_families import known
 from tests.deploy.test_monitoring import find_promtool
 from tests.harness import InProcessServer, plan
 

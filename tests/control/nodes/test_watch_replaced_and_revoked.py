@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 from llmgw.control.nodes.watch import EMPTY
-from tests.control.test_watch import agent_door, as_node, watch
+from tests.control.nodes.test_watch import agent_door, as_node, watch
 from tests.harness import await_until
 
 

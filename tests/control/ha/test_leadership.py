@@ -1,4 +1,4 @@
-"""Two control planes on one PostgreSQL database (tests/control/conftest.py `two`): one leads and reconciles, the
+"""Two control planes on one PostgreSQL database (tests/control/ha/conftest.py `two`): one leads and reconciles, the
 other follows; a leader paused past its lease is deposed, its writes are refused by the store, and the new leader
 adopts what the old one wrote without counting the change as node silence."""
 
@@ -8,7 +8,7 @@ from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.intents import Add, Stop
-from tests.control.conftest import LEASE
+from tests.control.ha.conftest import LEASE
 
 
 async def test_one_leads_and_the_other_follows_until_the_lease_runs_out(

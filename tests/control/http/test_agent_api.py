@@ -283,7 +283,7 @@ def test_a_version_8_agent_is_sent_only_builds_it_can_install_in_words_it_reads(
     from llmgw.wire.messages import DesiredState
 
     # src/llmgw/wire/engines.py at 7336495, the last release that spoke wire version 8
-    old_text = (Path(__file__).resolve().parents[1] / "fixtures" / "wire" / "engines-v8.py.txt").read_text()
+    old_text = (Path(__file__).resolve().parents[2] / "fixtures" / "wire" / "engines-v8.py.txt").read_text()
     old = types.ModuleType("wire_engines_v8")
     sys.modules[old.__name__] = old  # pydantic resolves the module's annotations through sys.modules
     try:

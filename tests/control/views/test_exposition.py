@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from llmgw.control.views.exposition import render
 from llmgw.control.views.metrics import registry
-from tests.control.test_metrics_families import known
+from tests.control.views.test_metrics_families import known
 
 
 def test_the_known_clusters_scrape_is_byte_for_byte_the_librarys() -> None:

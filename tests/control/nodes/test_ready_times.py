@@ -16,7 +16,7 @@ from llmgw.reconcile.sleep_intents import Wake
 from llmgw.reconcile.world import World
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from tests.clusters import model, node
-from tests.control.test_metrics_families import known, samples, v
+from tests.control.views.test_metrics_families import known, samples, v
 from tests.harness import plane_in
 
 A = ShardAssignment(rank=0, node_id="n1", address="10.0.0.1", gpus=[0, 1, 2, 3])

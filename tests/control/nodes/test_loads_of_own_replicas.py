@@ -8,7 +8,7 @@ from pathlib import Path
 from llmgw.wire.lease import Lease, ShardLoad
 from llmgw.wire.messages import EngineLoad, ShardState
 from tests.clusters import model
-from tests.control.test_desired_state_kept import plane, replica, report
+from tests.control.nodes.test_desired_state_kept import plane, replica, report
 
 BUSY = EngineLoad(running=0.0, waiting=0.0, kv_cache_usage=0.0, at=1.0)
 
