@@ -40,10 +40,9 @@ from llmgw.control.storage.writer import InlineWriter, StoreWriter
 from llmgw.control.tenants.credentials import Credentials, spent_by_period
 from llmgw.control.tenants.gpu_budgets import GpuBudgets, ModelSizes
 from llmgw.control.tenants.limit_counters import LimitCounters
-from llmgw.control.tenants.usage_totals import UsageTotals
+from llmgw.control.tenants.usage_totals import DAY, UsageTotals
 from llmgw.control.views.metrics import Gauges
 from llmgw.control.views.status import Status
-from llmgw.control.views.summary import DAY
 from llmgw.core.clock import Clock
 from llmgw.reconcile.world import Timings
 from llmgw.store.base import HOUR, Store

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.control.plane import ControlPlane
+from llmgw.control.tenants.usage_totals import DAY
 from llmgw.control.views.status import summary_of
-from llmgw.control.views.summary import DAY
 from llmgw.store.base import UsageRecord
 from tests.harness import plane_in
 

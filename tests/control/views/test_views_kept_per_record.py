@@ -14,8 +14,8 @@ from prometheus_client import generate_latest
 from llmgw.control.views.dashboard import PAGE, Rows, render_view
 from llmgw.control.views.metrics import Gauges, registry
 from llmgw.control.views.scrape import Scrape
-from llmgw.control.views.status import StatusJson
-from llmgw.control.views.summary import NodeFacts, ReplicaLines, Summary, node_facts, summarize
+from llmgw.control.views.status import NodeFactsKept, StatusJson
+from llmgw.control.views.summary import ReplicaLines, Summary, summarize
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
 from llmgw.records.state import NodeRecord, ReplicaRecord, ShardAssignment, StopRequest
@@ -28,19 +28,6 @@ from tests.harness import InProcessServer, plan
 
 COUNTS = Counter({("m", "start", "demand"): 2, ("m", "stop", "Evicted"): 1})
 GAUGES: Gauges = {"llmgw_usage_unflushed": ("help \\ with\nnewline", lambda: 3.0)}
-
-
-class Facts:
-    """NodeFacts kept per record, as the registry keeps them (control/nodes/registry.py node_facts)."""
-
-    def __init__(self) -> None:
-        self.held: dict[str, tuple[NodeRecord, NodeFacts]] = {}
-
-    def __call__(self, n: NodeRecord) -> NodeFacts:
-        h = self.held.get(n.id)
-        if h is None or h[0] is not n:
-            h = self.held[n.id] = (n, node_facts(n))
-        return h[1]
 
 
 def library(s: Summary) -> bytes:
@@ -59,7 +46,7 @@ R1 = ReplicaRecord(id="r1", model="m", created_at=0, shards_expected=1, conditio
                    assignments=[ShardAssignment(rank=0, node_id="n1", address="a", gpus=[0, 1])])
 
 
-def cluster(nodes: list[NodeRecord], facts: Facts, lines: ReplicaLines) -> Summary:
+def cluster(nodes: list[NodeRecord], facts: NodeFactsKept, lines: ReplicaLines) -> Summary:
     return summarize(nodes, [R1], [], {}, now=100.0, models={"m": model("m")}, facts=facts, replica_lines=lines)
 
 
@@ -72,7 +59,7 @@ def with_load(n: NodeRecord, running: int) -> NodeRecord:
 def test_the_scrape_from_kept_samples_is_byte_for_byte_the_librarys() -> None:
     s = known()
     assert Scrape(GAUGES, lambda: COUNTS).text(s) == library(s)
-    facts, lines = Facts(), ReplicaLines()
+    facts, lines = NodeFactsKept(), ReplicaLines()
     s = cluster([with_load(node("n1", fabric="ib-a"), 3), node("n2", faulty=(1,), lost=True), hostile()],
                 facts, lines)
     text = Scrape(GAUGES, lambda: COUNTS).text(s)
@@ -81,7 +68,7 @@ def test_the_scrape_from_kept_samples_is_byte_for_byte_the_librarys() -> None:
 
 
 def test_a_nodes_samples_are_written_again_when_its_record_changes_and_kept_while_it_does_not() -> None:
-    facts, lines, scrape = Facts(), ReplicaLines(), Scrape(GAUGES, lambda: COUNTS)
+    facts, lines, scrape = NodeFactsKept(), ReplicaLines(), Scrape(GAUGES, lambda: COUNTS)
     n1, n2 = with_load(node("n1"), 3), node("n2")
     before = scrape.text(cluster([n1, n2], facts, lines))
     kept = scrape.nodes.held["n2"][1]
@@ -96,7 +83,7 @@ def test_a_nodes_samples_are_written_again_when_its_record_changes_and_kept_whil
 
 
 def test_a_replicas_line_is_kept_per_record_and_made_again_when_its_leading_node_reports() -> None:
-    facts, lines = Facts(), ReplicaLines()
+    facts, lines = NodeFactsKept(), ReplicaLines()
     n1 = with_load(node("n1"), 3)
     first = cluster([n1], facts, lines).replicas[0]
     assert cluster([n1], facts, lines).replicas[0] is first
@@ -137,7 +124,7 @@ def test_the_page_shows_every_node_in_trouble_and_the_healthy_ones_a_page_at_a_t
 
 
 def test_a_nodes_row_is_made_again_when_its_record_changes() -> None:
-    facts, rows = Facts(), Rows()
+    facts, rows = NodeFactsKept(), Rows()
     n = node("n1")
     assert 'class="state">live<' in render_view(summarize([n], [], [], {}, now=1.0, facts=facts), 1, rows)
     lost = n.model_copy(update={"lost": True})
@@ -145,7 +132,7 @@ def test_a_nodes_row_is_made_again_when_its_record_changes() -> None:
 
 
 def test_api_status_gives_nodes_a_page_at_a_time_and_every_replica() -> None:
-    facts, lines, js = Facts(), ReplicaLines(), StatusJson()
+    facts, lines, js = NodeFactsKept(), ReplicaLines(), StatusJson()
     s = cluster([with_load(node("n1"), 3), *(node(f"n{i}") for i in range(2, 6))], facts, lines)
     whole = js.data(s)
     assert [n["node"] for n in whole["nodes"]] == ["n1", "n2", "n3", "n4", "n5"]
@@ -173,7 +160,7 @@ async def test_page_parameters_out_of_range_are_400s_that_say_why(tmp_path: Path
 
 @pytest.mark.real  # it runs promtool: a process, which the unit tier refuses
 def test_promtool_accepts_the_scrape_written_from_kept_samples() -> None:
-    facts, lines = Facts(), ReplicaLines()
+    facts, lines = NodeFactsKept(), ReplicaLines()
     s = cluster([with_load(node("n1", fabric="ib-a"), 3), node("n2", lost=True), hostile()], facts, lines)
     for text in (Scrape(GAUGES, lambda: COUNTS).text(known()), Scrape(GAUGES, lambda: COUNTS).text(s)):
         out = subprocess.run([find_promtool(), "check", "metrics"], input=text, capture_output=True, timeout=60)

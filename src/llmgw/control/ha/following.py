@@ -13,7 +13,7 @@ from llmgw.control.storage.leadership import Leadership, Turn
 from llmgw.control.storage.storage import Storage
 from llmgw.control.tenants.credentials import Credentials, spent_by_period
 from llmgw.control.tenants.limit_counters import LimitCounters
-from llmgw.control.views.summary import DAY
+from llmgw.control.tenants.usage_totals import DAY
 from llmgw.core.errors import StoreError
 from llmgw.store.base import Lease, Renewals
 

@@ -15,12 +15,12 @@ from llmgw.api.model_weights import ModelWeights, model_weights
 from llmgw.api.views import node_row
 from llmgw.config.server import ModelSpec
 from llmgw.control.http.admin_auth import guard
+from llmgw.control.http.dashboard_routes import dashboard_routes
 from llmgw.control.http.keys_api import BadRequest, js, json_body, key_routes
 from llmgw.control.http.openapi import openapi
 from llmgw.control.http.router_api import RouterRoutes
 from llmgw.control.nodes.registry import revoke_node
 from llmgw.control.tenants.limit_counters import LimitCounters
-from llmgw.control.views.dashboard import dashboard_routes
 from llmgw.control.views.metrics import Gauges
 from llmgw.control.views.scrape import Scrape
 from llmgw.control.views.status import NODES_SHOWN, Status, StatusJson, summary_of

@@ -18,14 +18,13 @@ from llmgw.control.nodes.watch import Watch
 from llmgw.control.storage.leadership import Leadership
 from llmgw.control.storage.storage import Storage
 from llmgw.control.tenants.credentials import Credentials
-from llmgw.control.views.summary import NodeFacts, leader_shard, node_facts
 from llmgw.placement.checks import Request, feasible
 from llmgw.placement.snapshot import build_snapshot
 from llmgw.reconcile import apply as effects
 from llmgw.reconcile.intents import Intent, SetScaleTimer
 from llmgw.reconcile.node_status import node_conditions
 from llmgw.reconcile.scaling import Timer
-from llmgw.records.state import NodeRecord, ReplicaRecord, replica_phase
+from llmgw.records.state import NodeRecord, ReplicaRecord, leader_shard, replica_phase
 from llmgw.wire.messages import NodeReport
 
 log = logging.getLogger(__name__)
@@ -104,7 +103,6 @@ class Registry:
         self.watch = Watch()  # agents waiting to hear that the shards they are to run changed
         # nodes whose record changed since the store last had it: written together at the end of each pass
         self._dirty: set[str] = set()
-        self._facts: dict[str, tuple[NodeRecord, NodeFacts]] = {}  # what the summary derives of each node record
         # replicas started and stopped, and why: the metrics' loads, evictions and scale events
         self.replica_counts: Counter[tuple[str, str, str]] = Counter()  # (model, "start"|"stop", why)
         self.scale_timers: dict[str, Timer] = {}  # scaling on load: soft state, restarted with the process
@@ -191,7 +189,6 @@ class Registry:
         self.nodes[rec.id] = rec
         self.seen[rec.id] = max(self.seen.get(rec.id, rec.last_seen), rec.last_seen)
         self.heard_here[rec.id] = rec.last_seen
-        self.node_facts(rec)  # derived now, once per report, not at every page view and scrape
         if changed:
             self._dirty.add(rec.id)  # written with the next pass: one transaction for every node heard from since
             self.nodes_version += 1
@@ -228,16 +225,6 @@ class Registry:
     def _as_heard(self, n: NodeRecord) -> NodeRecord:
         heard = self.seen.get(n.id, 0.0)
         return n.model_copy(update={"last_seen": heard}) if heard > n.last_seen else n
-
-    def node_facts(self, rec: NodeRecord) -> NodeFacts:
-        """The summary's facts of a node record, derived once per record (a node's record changes when it reports
-        or is lost): at 1,000 nodes deriving them costs more than the rest of a page view."""
-        held = self._facts.get(rec.id)
-        if held is not None and held[0] is rec:
-            return held[1]
-        f = node_facts(rec)
-        self._facts[rec.id] = (rec, f)
-        return f
 
     def node_digest(self, node_id: str) -> str:
         """What the shards this node is to run look like now (control/nodes/watch.py)."""

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from llmgw.store.base import AnyUsage, UsageTotal, hour_of, sum_by_hour
 
 Pair = tuple[str, str]  # (key id, model)
+DAY = 86400.0  # "the last day" of the usage views: what recent() is asked for
 
 
 def _add(into: dict[Pair, list[float]], pair: Pair, requests: int, prompt: int, completion: int, at: float) -> None:

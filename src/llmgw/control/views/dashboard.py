@@ -1,33 +1,17 @@
-"""The /admin page: the Summary rendered as HTML on the server, refreshed by a few lines of script.
-
-/admin is an empty shell anyone who reaches the listener may load; its contents come from /admin/view, which needs
-the operator token, sent as a bearer header, never a cookie (docs/observability.md). Nothing is fetched from
-elsewhere, and a Content-Security-Policy lets the page run only its own script.
-"""
+"""The /admin page's view: the Summary rendered as HTML on the server, a page at a time (http/dashboard_routes.py
+serves it, with the shell and the few lines of script that refresh it)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from html import escape
 
-from aiohttp import web
-
 from llmgw.api.adapter_lines import adapter_rows
 from llmgw.api.model_weights import ModelWeights, NodeWeights, node_weights_words, weights_head
-from llmgw.control.http.keys_api import BadRequest
-from llmgw.control.views.dashboard_assets import APP_JS, ICON, SHELL, STYLE
 from llmgw.control.views.summary import ClassCapacity, NodeLine, ReplicaLine, Summary
 from llmgw.core.conditions import ConditionType, Status
 from llmgw.core.units import mb
 from llmgw.records.state import Phase
-
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
-           "Cache-Control": "no-store", "X-Frame-Options": "DENY"}
-
 
 PAGE = 100  # healthy nodes, and ready replicas, shown per page: the others are always shown
 IDLE_NAMED = 50  # idle replicas named on the page, at most
@@ -233,35 +217,3 @@ def render_view(s: Summary, page: int = 1, rows: Rows | None = None) -> str:
         "<section><h2>Usage</h2>", _usage(s), "</section>",
         "<section><h2>GPU time and cost</h2>", _gpu_time(s), "</section>",
     ])
-
-
-def page_of(request: web.Request) -> int:
-    """The `page` query parameter: a whole number from 1 (1 when absent); anything else is refused."""
-    raw = request.query.get("page", "1")
-    if not re.fullmatch(r"[0-9]{1,6}", raw) or int(raw) < 1:
-        raise BadRequest(f"page must be a whole number from 1, not {raw[:20]!r}")
-    return int(raw)
-
-
-def dashboard_routes(summary: Callable[[], Awaitable[Summary]]) -> list[web.RouteDef]:
-    async def shell(_: web.Request) -> web.Response:
-        return web.Response(text=SHELL, content_type="text/html", headers=HEADERS)
-
-    async def script(_: web.Request) -> web.Response:
-        return web.Response(text=APP_JS, content_type="text/javascript", headers=HEADERS)
-
-    async def style(_: web.Request) -> web.Response:
-        return web.Response(text=STYLE, content_type="text/css", headers=HEADERS)
-
-    async def icon(_: web.Request) -> web.Response:
-        return web.Response(text=ICON, content_type="image/svg+xml", headers=HEADERS)
-
-    rows = Rows()  # each line's row, kept across views
-
-    async def view(request: web.Request) -> web.Response:
-        page = page_of(request)
-        return web.Response(text=render_view(await summary(), page, rows), content_type="text/html", headers=HEADERS)
-
-    return [web.get("/admin", shell), web.get("/admin/app.js", script), web.get("/admin/style.css", style),
-            web.get("/admin/icon.svg", icon),
-            web.get("/admin/view", view)]

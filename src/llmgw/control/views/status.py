@@ -16,9 +16,19 @@ from llmgw.control.nodes.passes import Passes
 from llmgw.control.nodes.registry import Registry
 from llmgw.control.storage.storage import Storage
 from llmgw.control.tenants.credentials import Credentials
-from llmgw.control.tenants.usage_totals import UsageTotals
-from llmgw.control.views.summary import DAY, Demand, NodeLine, ReplicaLine, ReplicaLines, Summary, summarize
+from llmgw.control.tenants.usage_totals import DAY, UsageTotals
+from llmgw.control.views.summary import (
+    Demand,
+    NodeFacts,
+    NodeLine,
+    ReplicaLine,
+    ReplicaLines,
+    Summary,
+    node_facts,
+    summarize,
+)
 from llmgw.core.errors import StoreError
+from llmgw.records.state import NodeRecord
 from llmgw.wire.hub import HubState
 
 HubStates = Callable[[], Mapping[str, HubState]]
@@ -27,6 +37,22 @@ HubStates = Callable[[], Mapping[str, HubState]]
 def no_hub() -> Mapping[str, HubState]:
     """No hub owner wired: every hub model reads as still resolving (never as resolved)."""
     return {}
+
+
+class NodeFactsKept:
+    """The summary's facts of each node record, derived once per record (a node's record changes when it reports or
+    is lost): at 1,000 nodes deriving them costs more than the rest of a page view."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[NodeRecord, NodeFacts]] = {}
+
+    def __call__(self, rec: NodeRecord) -> NodeFacts:
+        held = self._held.get(rec.id)
+        if held is not None and held[0] is rec:
+            return held[1]
+        f = node_facts(rec)
+        self._held[rec.id] = (rec, f)
+        return f
 
 
 @dataclass(frozen=True)
@@ -41,6 +67,7 @@ class Status:
     passes: Passes
     hub: HubStates = no_hub  # model name -> its hub source's state (the owner resolving hub sources keeps it)
     replica_lines: ReplicaLines = field(default_factory=ReplicaLines)  # each replica's line, kept per record
+    node_facts: NodeFactsKept = field(default_factory=NodeFactsKept)  # each node's facts, kept per record
     ready_times: Callable[[], list[ReadyTime]] = list  # each way to ready as measured (control/nodes/ready_times.py)
     charges: ChargeBook = field(default_factory=ChargeBook)  # GPU time and cost per key (accounting/charge_book.py)
 
@@ -67,7 +94,7 @@ async def summary_of(s: Status) -> Summary:
         recent=s.usage.recent(now - DAY),
         key_names=names,
         requests=act.request_stats(),
-        facts=reg.node_facts,
+        facts=s.node_facts,
         hub=s.hub(),
         replica_lines=s.replica_lines,
     )

@@ -22,12 +22,10 @@ from llmgw.core.conditions import Condition
 from llmgw.core.reasons import Reason
 from llmgw.reconcile import scaling
 from llmgw.reconcile.waits import unplaced_lines
-from llmgw.records.state import NodeRecord, Phase, ReplicaRecord, phase_condition, replica_phase
+from llmgw.records.state import NodeRecord, Phase, ReplicaRecord, leader_shard, phase_condition, replica_phase
 from llmgw.store.base import UsageTotal
 from llmgw.wire.hub import HubState
-from llmgw.wire.messages import EngineLoad, InstallStatus, ShardState
-
-DAY = 86400.0
+from llmgw.wire.messages import EngineLoad, InstallStatus
 
 
 class ClassCapacity(BaseModel):
@@ -123,16 +121,6 @@ class Demand:
     wanted_at: dict[str, float] = field(default_factory=dict)
     window: float = 60.0
     in_flight: dict[str, int] = field(default_factory=dict)  # per replica
-
-
-def leader_shard(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> tuple[NodeRecord, ShardState] | None:
-    """The replica's leading shard as its node last reported it, with that node; None when not reported."""
-    lead = next((a for a in r.assignments if a.rank == 0), None)
-    n = by_id.get(lead.node_id) if lead is not None else None
-    if n is None:
-        return None
-    shard = next((s for s in n.report.shards if s.replica_id == r.id and s.rank == 0), None)
-    return (n, shard) if shard is not None else None
 
 
 def _leader_load(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> EngineLoad | None:
