@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from llmgw.control.owners import OWNERS as DECLARED
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "llmgw"
 PURE = ("core", "placement", "reconcile", "chargeback")
 FORBIDDEN = {
@@ -48,25 +50,13 @@ def test_no_wall_clock_in_logic() -> None:
     assert offenders == []
 
 
-# The control plane's owners (control/plane.py): each one's state is written only in its own module; another
-# module asks the owner through a named operation. Module -> the names a reference to that owner goes by (a
-# leading underscore aside: self._registry is the registry).
-OWNERS = {
-    "control/plane.py": {"plane", "p", "cp"},
-    "control/nodes/registry.py": {"registry", "reg"},
-    "control/nodes/heartbeats.py": {"heartbeats"},
-    "control/nodes/passes.py": {"passes"},
-    "control/activity/activity.py": {"activity"},
-    "control/tenants/credentials.py": {"credentials"},
-    "control/ha/following.py": {"following"},
-    "control/storage/storage.py": {"storage"},
-    "control/storage/leadership.py": {"leadership"},
-    "control/tenants/limit_counters.py": {"limit_counters"},
-    "control/tenants/usage_totals.py": {"usage"},
-    "control/nodes/watch.py": {"watch"},
-    "control/nodes/ready_times.py": {"ready_times"},
-    "control/nodes/sleep_refusals.py": {"sleep_refusals", "refusals"},
-}
+# The control plane's owners, as control/owners.py declares them: each one's state is written only in its own
+# module; another module asks the owner through a named operation. Module -> the names a reference to that owner goes
+# by (a leading underscore aside: self._registry is the registry): its declared name and the short ones code uses.
+# The plane (the composition root) holds its own few fields the same way.
+SHORT_NAMES = {"registry": {"reg"}, "sleep_refusals": {"refusals"}, "charge_book": {"charges"}}
+OWNERS = {"control/plane.py": {"plane", "p", "cp"}} | {
+    f"control/{o.module}": {o.name} | SHORT_NAMES.get(o.name, set()) for o in DECLARED}
 MUTATORS = {"pop", "update", "clear", "setdefault", "append", "add", "remove", "discard", "popitem", "extend",
             "insert"}
 
@@ -141,3 +131,14 @@ def test_the_write_rule_sees_a_write_across_owners(tmp_path: Path) -> None:
         "self._activity.demand (control/activity/activity.py)"]
     from_activity = [w.split(": ")[1] for w in owner_writes(f, "control/activity/activity.py")]
     assert from_activity == ["reg.nodes['n'] (control/nodes/registry.py)"]
+
+
+def test_the_write_rule_reads_every_declared_owner(tmp_path: Path) -> None:
+    """The rule's owners are control/owners.py's: one held by another owner (limit_counters.gpu) and one the older
+    list left out (the accountant) are seen as well."""
+    f = tmp_path / "x.py"
+    f.write_text("plane.limit_counters.gpu.mark = 1.0\nself._accountant.spans['r'] = 2\nplane.accountant.step()\n")
+    assert [w.split(": ")[1] for w in owner_writes(f, "tests/x.py")] == [
+        "plane.limit_counters.gpu.mark (control/tenants/gpu_budgets.py)",
+        "self._accountant.spans['r'] (control/accounting/accounting.py)"]
+    assert {f"control/{o.module}" for o in DECLARED} < set(OWNERS)

@@ -1,21 +1,7 @@
 """The control plane's composition root: its owners, built once and wired together, and the few operations that
-span several of them (start, revoking a node, health). Each owner writes only its own state; another owner's
-changes go through that owner's named operations:
-
-- storage (control/storage/storage.py): the store, its writer, whether reads fail; events.
-- registry (control/nodes/registry.py): the catalog, nodes, replicas, generation, watch; applies reconcile's intents.
-- heartbeats (control/nodes/heartbeats.py): nodes' reports taken in and answered; weights' fetch leaders.
-- passes (control/nodes/passes.py): the leader's reconcile passes and their count; stalls.
-- activity (control/activity/activity.py): what routers saw: demand, use, requests in flight, engine gauges, stats.
-- credentials (control/tenants/credentials.py): API keys, their names, revoked nodes and certificates.
-- following (control/ha/following.py): the lease, following the shared store, sharing activity, budgets read again.
-- limit_counters (control/tenants/limit_counters.py) and usage (control/tenants/usage_totals.py): keys' counters
-  and usage totals.
-- hub_models (control/hub/hub_models.py): each hf:// model's resolution to a commit and its files, or why none.
-- ready_times (control/nodes/ready_times.py): how long each way to ready (a wake, a load) took, per model and GPU class.
-- sleep_refusals (control/nodes/sleep_refusals.py): nodes where an engine refused sleep mode, so it runs there without.
-- accountant (control/accounting/accounting.py): GPU time charged per key, window by window, on the leader.
-"""
+span several of them (start, revoking a node, health). The owners are declared once, in control/owners.py (what
+each holds, the module that alone writes it); this builds exactly those (tests/control/test_owners.py). Each owner
+writes only its own state; another owner's changes go through that owner's named operations."""
 
 from __future__ import annotations
 
