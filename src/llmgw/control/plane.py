@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from llmgw.config.server import ModelSpec, ServerConfig
+from llmgw.config.server import ServerConfig
 from llmgw.control.accounting.accounting import Accountant
 from llmgw.control.accounting.charge_book import ChargeBook
 from llmgw.control.activity.activity import Activity
@@ -68,10 +68,11 @@ class ControlPlane:
                                             GpuBudgets(clock, cfg.chargeback.currency))
         self.usage = UsageTotals()  # totals per key and model, all-time and by the hour: the summary's usage
         kick = asyncio.Event()  # a pass is worth running before the next interval
-        models: dict[str, ModelSpec] = {}  # the catalog: the registry fills it; the activity reads it
-        self.activity = Activity(clock, models, kick, self.limit_counters, self.usage, self.storage)
+        # the catalog is the registry's, which is handed the activity: the activity asks it when a report comes
+        self.activity = Activity(clock, lambda model: self.registry.catalogued(model), kick, self.limit_counters,
+                                 self.usage, self.storage)
         self.credentials = Credentials(self.storage, self.limit_counters)
-        self.registry = Registry(self.storage, self.leadership, self.activity, models, kick)
+        self.registry = Registry(self.storage, self.leadership, self.activity, kick)
         self.limit_counters.gpu.sized_by(ModelSizes(self.registry, cfg.chargeback))
         self.hub_models = HubModels(cfg.hub, clock, resolver or hub_resolve, store)
         self.sleep_refusals = SleepRefusals()  # nodes where an engine refused sleep mode: it runs there without

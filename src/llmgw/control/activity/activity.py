@@ -8,7 +8,6 @@ from collections.abc import Callable, Container, Iterable, Sequence
 
 from llmgw.api.router import Activity as Report
 from llmgw.api.stats import RouterStats
-from llmgw.config.server import ModelSpec
 from llmgw.control.activity.recent_requests import RecentRequests
 from llmgw.control.activity.sharing import SERVER, Others
 from llmgw.control.storage.storage import Storage
@@ -25,10 +24,10 @@ MAX_REPORTERS = 1024  # router processes whose measurements are kept one by one 
 
 
 class Activity:
-    def __init__(self, clock: Clock, models: dict[str, ModelSpec], kick: asyncio.Event, limit_counters: LimitCounters,
-                 usage: UsageTotals, storage: Storage) -> None:
+    def __init__(self, clock: Clock, catalogued: Callable[[str], bool], kick: asyncio.Event,
+                 limit_counters: LimitCounters, usage: UsageTotals, storage: Storage) -> None:
         self.clock = clock
-        self._models = models  # the catalog (the registry's): demand counts only for models in it
+        self._catalogued = catalogued  # whether the catalog (the registry's) has a model: only those count as demand
         self._kick = kick
         self._limit_counters = limit_counters
         self._usage = usage
@@ -145,7 +144,7 @@ class Activity:
     def record_activity(self, act: Report) -> None:
         """A router process's report: demand for catalogued models, use of replicas, its requests in flight."""
         for model, at in act.demand.items():
-            if model in self._models:
+            if self._catalogued(model):
                 self.demand[model] = max(at, self.demand.get(model, 0.0))
         for rid, at in act.used.items():
             self.used(rid, at)
@@ -159,7 +158,7 @@ class Activity:
     def heard_from_others(self, seen: Others, now: float) -> None:
         """What the other servers' routers saw (control/activity/sharing.py), taken in by the leader."""
         for model, at in seen.demand.items():
-            if model in self._models and at > self.demand.get(model, 0.0):
+            if self._catalogued(model) and at > self.demand.get(model, 0.0):
                 self.demand[model] = at
         for rid, at in seen.used.items():
             self.used(rid, at)

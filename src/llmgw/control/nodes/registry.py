@@ -78,13 +78,12 @@ def _placement_facts(r: NodeReport) -> tuple[object, ...]:
 
 
 class Registry:
-    def __init__(self, storage: Storage, leadership: Leadership, activity: Activity, models: dict[str, ModelSpec],
-                 kick: asyncio.Event) -> None:
+    def __init__(self, storage: Storage, leadership: Leadership, activity: Activity, kick: asyncio.Event) -> None:
         self.clock = storage.clock
         self._storage = storage
         self._leadership = leadership  # read: whether this server leads, and the epoch its writes are fenced by
         self._activity = activity
-        self.models = models  # the catalog, filled at start (start())
+        self.models: dict[str, ModelSpec] = {}  # the catalog, filled at start (start()); read through catalogued()
         self.kick = kick  # a pass is worth running before the next interval (a shard's state changed)
         self.started_at = 0.0
         self.resumed_at = 0.0  # node silence counts from here: the start, a takeover, a stall
@@ -266,6 +265,10 @@ class Registry:
             self.changed()
 
     # what readers ask
+    def catalogued(self, model: str) -> bool:
+        """Whether the catalog has this model (the routers' demand counts only for those)."""
+        return model in self.models
+
     def ready_table(self) -> dict[str, list[ReadyReplica]]:
         ready: dict[str, list[ReadyReplica]] = {}
         for r in self.replicas.values():
