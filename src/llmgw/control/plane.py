@@ -5,7 +5,6 @@ writes only its own state; another owner's changes go through that owner's named
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from llmgw.config.server import ServerConfig
@@ -16,6 +15,7 @@ from llmgw.control.ha.following import Following, health_of
 from llmgw.control.ha.liveness import liveness_for
 from llmgw.control.hub.hub_models import HubModels, Resolver, hub_resolve
 from llmgw.control.nodes.heartbeats import Heartbeats
+from llmgw.control.nodes.kick import Kick
 from llmgw.control.nodes.passes import Passes
 from llmgw.control.nodes.ready_times import ReadyTimes
 from llmgw.control.nodes.registry import Registry, revoke_node
@@ -67,16 +67,16 @@ class ControlPlane:
         self.limit_counters = LimitCounters(clock, cfg.router.default_limits,  # every key's counters against its limits
                                             GpuBudgets(clock, cfg.chargeback.currency))
         self.usage = UsageTotals()  # totals per key and model, all-time and by the hour: the summary's usage
-        kick = asyncio.Event()  # a pass is worth running before the next interval
+        kick = Kick()  # a pass is worth running before the next interval: several owners ask, the passes take it
         # the catalog is the registry's, which is handed the activity: the activity asks it when a report comes
-        self.activity = Activity(clock, lambda model: self.registry.catalogued(model), kick, self.limit_counters,
+        self.activity = Activity(clock, lambda model: self.registry.catalogued(model), kick.kick, self.limit_counters,
                                  self.usage, self.storage)
         self.credentials = Credentials(self.storage, self.limit_counters)
-        self.registry = Registry(self.storage, self.leadership, self.activity, kick)
+        self.registry = Registry(self.storage, self.leadership, self.activity, kick.kick)
         self.limit_counters.gpu.sized_by(ModelSizes(self.registry, cfg.chargeback))
         self.hub_models = HubModels(cfg.hub, clock, resolver or hub_resolve, store)
         self.sleep_refusals = SleepRefusals()  # nodes where an engine refused sleep mode: it runs there without
-        self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick,
+        self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick.kick,
                                      self.hub_models, self.sleep_refusals)
         self.charge_book = ChargeBook(cfg.chargeback.currency)  # GPU time per key, as the dashboard shows it
         self.ready_times = ReadyTimes()  # each way to ready (wake, load) measured per model, engine, GPU class

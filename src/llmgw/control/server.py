@@ -214,7 +214,7 @@ async def hub_loop(plane: ControlPlane) -> None:
         except Exception:  # logged and tried again, never swallowed silently
             log.exception("resolving hub models failed")
         if hub.states != before:
-            plane.passes.kick.set()
+            plane.passes.kick.kick()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(hub.wake.wait(), max(wait, 0.05))
 

@@ -3,7 +3,6 @@ flight per replica and per reporting process, the leading shards' engine gauges,
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Container, Iterable, Sequence
 
 from llmgw.api.router import Activity as Report
@@ -24,11 +23,11 @@ MAX_REPORTERS = 1024  # router processes whose measurements are kept one by one 
 
 
 class Activity:
-    def __init__(self, clock: Clock, catalogued: Callable[[str], bool], kick: asyncio.Event,
+    def __init__(self, clock: Clock, catalogued: Callable[[str], bool], kick: Callable[[], None],
                  limit_counters: LimitCounters, usage: UsageTotals, storage: Storage) -> None:
         self.clock = clock
         self._catalogued = catalogued  # whether the catalog (the registry's) has a model: only those count as demand
-        self._kick = kick
+        self._kick = kick  # asks the passes for one now (nodes/kick.py)
         self._limit_counters = limit_counters
         self._usage = usage
         self._storage = storage
@@ -48,7 +47,7 @@ class Activity:
 
     def want(self, model: str) -> None:
         if model not in self.demand:
-            self._kick.set()  # a load asked for now is placed now, not at the next pass
+            self._kick()  # a load asked for now is placed now, not at the next pass
         self.demand[model] = self.clock.now()
 
     def met(self, model: str) -> None:

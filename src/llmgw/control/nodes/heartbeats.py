@@ -7,7 +7,7 @@ record is written to the store only when the report says something new (control/
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 
 from llmgw.config.server import ServerConfig
 from llmgw.control.activity.activity import Activity
@@ -53,7 +53,7 @@ def led_here(node_id: str, shards: list[ShardState] | list[ShardLoad],
 
 class Heartbeats:
     def __init__(self, cfg: ServerConfig, storage: Storage, registry: Registry, activity: Activity,
-                 credentials: Credentials, kick: asyncio.Event, hub: HubModels,
+                 credentials: Credentials, kick: Callable[[], None], hub: HubModels,
                  refusals: SleepRefusals | None = None) -> None:
         self.cfg = cfg
         self.clock = storage.clock
@@ -81,7 +81,7 @@ class Heartbeats:
         now = self.clock.now()
         old = reg.nodes.get(report.node_id)
         if old is None or own_states(old.report, reg.replicas) != own_states(report, reg.replicas):
-            self._kick.set()  # a shard of its own became ready (a cold start waits on it), failed or went: act now
+            self._kick()  # a shard of its own became ready (a cold start waits on it), failed or went: act now
         rec, events = merge_report(old, report, reg.models, now)
         rec = rec.model_copy(update={"cert_serial": serial, "cert_not_after": not_after})
         reg.node_reported(rec, changed=self._changed(old, rec))

@@ -3,12 +3,12 @@ the nodes' records written; and a pass far later than its interval noticed as a 
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 
 from llmgw.config.server import ServerConfig
 from llmgw.control.activity.activity import Activity
 from llmgw.control.hub.hub_models import HubModels
+from llmgw.control.nodes.kick import Kick
 from llmgw.control.nodes.ready_times import ReadyTimes
 from llmgw.control.nodes.registry import Registry
 from llmgw.control.nodes.sleep_refusals import SleepRefusals
@@ -23,7 +23,7 @@ STALL_AFTER = 5.0  # seconds between passes beyond which the control plane count
 
 class Passes:
     def __init__(self, cfg: ServerConfig, storage: Storage, timings: Timings, leadership: Leadership,
-                 registry: Registry, activity: Activity, kick: asyncio.Event, hub: HubModels,
+                 registry: Registry, activity: Activity, kick: Kick, hub: HubModels,
                  ready_times: ReadyTimes | None = None, refusals: SleepRefusals | None = None) -> None:
         self.cfg = cfg
         self.clock = storage.clock
@@ -43,9 +43,7 @@ class Passes:
 
     def take_kick(self) -> bool:
         """Whether a pass was asked for since the last time this was asked (the reconcile loop's question)."""
-        kicked = self.kick.is_set()
-        self.kick.clear()
-        return kicked
+        return self.kick.take()
 
     def world(self) -> World:
         reg, act = self._registry, self._activity

@@ -5,10 +5,10 @@ are written by the leader's passes. Readers learn that replicas changed from `ge
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from collections import Counter
+from collections.abc import Callable
 
 from llmgw.api.router import ModelExplanation, ReadyReplica, ReplicaExplanation, Wanted
 from llmgw.config.adapters import loaded_as_named
@@ -78,13 +78,14 @@ def _placement_facts(r: NodeReport) -> tuple[object, ...]:
 
 
 class Registry:
-    def __init__(self, storage: Storage, leadership: Leadership, activity: Activity, kick: asyncio.Event) -> None:
+    def __init__(self, storage: Storage, leadership: Leadership, activity: Activity, kick: Callable[[], None]
+                 ) -> None:
         self.clock = storage.clock
         self._storage = storage
         self._leadership = leadership  # read: whether this server leads, and the epoch its writes are fenced by
         self._activity = activity
         self.models: dict[str, ModelSpec] = {}  # the catalog, filled at start (start()); read through catalogued()
-        self.kick = kick  # a pass is worth running before the next interval (a shard's state changed)
+        self._kick = kick  # asks for a pass before the next interval (nodes/kick.py)
         self.started_at = 0.0
         self.resumed_at = 0.0  # node silence counts from here: the start, a takeover, a stall
         self.nodes: dict[str, NodeRecord] = {}
@@ -148,7 +149,7 @@ class Registry:
             if n.id not in self.nodes:  # silence counts from resumed_at: when each known node was heard stays true
                 self.nodes[n.id] = n.model_copy(update={"last_seen": now})
         self.replicas_from_store(replicas)
-        self.kick.set()
+        self._kick()
 
     def resume(self) -> None:
         """Heartbeats may have gone unread (a stall): node silence counts from now."""
