@@ -132,7 +132,7 @@ def directory_case(tmp: Path, pki: Path, shards: int, shard_mib: int, runs: int)
     """The table's lines for the directory case."""
     for quiet in ("HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_PROGRESS_BARS"):  # read when the library is imported
         os.environ.setdefault(quiet, "1")
-    from llmgw.control.hub import resolve
+    from llmgw.control.hub.hub import resolve
     from llmgw.sim.hub_repo import write_sample_model
     from llmgw.wire.hub import HubRef
 

@@ -32,7 +32,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     and one ready replica, and serve only its API, through the listener the server gives it (connection limiter,
     request bounds), with the server's GC settings."""
     from llmgw.config.server import ModelSpec, Scaling, ServerConfig, StoreConfig, TLSFiles
-    from llmgw.control.api_listener import api_limiter
+    from llmgw.control.http.api_listener import api_limiter
     from llmgw.control.server import open_plane, quiet_gc, start_router
     from llmgw.core.clock import SystemClock
     from llmgw.core.conditions import Status

@@ -17,7 +17,7 @@ from bench.addresses import plan as plan
 
 from llmgw.config.loader import load
 from llmgw.config.server import ServerConfig, TLSFiles
-from llmgw.control.local_state import LocalState
+from llmgw.control.http.local_state import LocalState
 from llmgw.control.plane import ControlPlane
 from llmgw.control.server import serve
 from llmgw.core.clock import FakeClock, SystemClock

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from llmgw.control.owners import OWNERS as DECLARED
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "llmgw"
 PURE = ("core", "placement", "reconcile", "chargeback")
 FORBIDDEN = {
@@ -48,25 +50,13 @@ def test_no_wall_clock_in_logic() -> None:
     assert offenders == []
 
 
-# The control plane's owners (control/plane.py): each one's state is written only in its own module; another
-# module asks the owner through a named operation. Module -> the names a reference to that owner goes by (a
-# leading underscore aside: self._registry is the registry).
-OWNERS = {
-    "control/plane.py": {"plane", "p", "cp"},
-    "control/registry.py": {"registry", "reg"},
-    "control/heartbeats.py": {"heartbeats"},
-    "control/passes.py": {"passes"},
-    "control/activity.py": {"activity"},
-    "control/credentials.py": {"credentials"},
-    "control/following.py": {"following"},
-    "control/storage.py": {"storage"},
-    "control/leadership.py": {"leadership"},
-    "control/limit_counters.py": {"limit_counters"},
-    "control/usage_totals.py": {"usage"},
-    "control/watch.py": {"watch"},
-    "control/ready_times.py": {"ready_times"},
-    "control/sleep_refusals.py": {"sleep_refusals", "refusals"},
-}
+# The control plane's owners, as control/owners.py declares them: each one's state is written only in its own
+# module; another module asks the owner through a named operation. Module -> the names a reference to that owner goes
+# by (a leading underscore aside: self._registry is the registry): its declared name and the short ones code uses.
+# The plane (the composition root) holds its own few fields the same way.
+SHORT_NAMES = {"registry": {"reg"}, "sleep_refusals": {"refusals"}, "charge_book": {"charges"}}
+OWNERS = {"control/plane.py": {"plane", "p", "cp"}} | {
+    f"control/{o.module}": {o.name} | SHORT_NAMES.get(o.name, set()) for o in DECLARED}
 MUTATORS = {"pop", "update", "clear", "setdefault", "append", "add", "remove", "discard", "popitem", "extend",
             "insert"}
 
@@ -98,7 +88,7 @@ def _write_targets(tree: ast.AST) -> list[ast.expr]:
 
 
 def owner_writes(path: Path, module: str) -> list[str]:
-    """Writes in `path` (known as `module`, e.g. "control/registry.py") into an owner's state from outside that
+    """Writes in `path` (known as `module`, e.g. "control/nodes/registry.py") into an owner's state from outside that
     owner's module: "line: target (owner's module)"."""
     out = []
     for t in _write_targets(ast.parse(path.read_text())):
@@ -128,8 +118,8 @@ def test_the_write_rule_sees_a_write(tmp_path: Path) -> None:
     f.write_text("plane.registry.replicas['r'] = 1\nrut.plane.activity.demand.pop('m')\np.registry.generation += 1\n"
                  "plane.activity.want('m')\nreg.nodes['n'] = 2\n")
     assert sorted(w.split(": ")[1] for w in owner_writes(f, "tests/x.py")) == [
-        "p.registry.generation (control/registry.py)", "plane.registry.replicas['r'] (control/registry.py)",
-        "reg.nodes['n'] (control/registry.py)", "rut.plane.activity.demand (control/activity.py)"]
+        "p.registry.generation (control/nodes/registry.py)", "plane.registry.replicas['r'] (control/nodes/registry.py)",
+        "reg.nodes['n'] (control/nodes/registry.py)", "rut.plane.activity.demand (control/activity/activity.py)"]
 
 
 def test_the_write_rule_sees_a_write_across_owners(tmp_path: Path) -> None:
@@ -137,7 +127,18 @@ def test_the_write_rule_sees_a_write_across_owners(tmp_path: Path) -> None:
     f = tmp_path / "registry.py"
     f.write_text("self.replicas['r'] = 1\nself.generation += 1\nself._activity.demand.pop('m')\n"
                  "self._activity.forget('r')\nself._storage.writer.submit(1)\nreg = self\nreg.nodes['n'] = 2\n")
-    assert [w.split(": ")[1] for w in owner_writes(f, "control/registry.py")] == [
-        "self._activity.demand (control/activity.py)"]
-    from_activity = [w.split(": ")[1] for w in owner_writes(f, "control/activity.py")]
-    assert from_activity == ["reg.nodes['n'] (control/registry.py)"]
+    assert [w.split(": ")[1] for w in owner_writes(f, "control/nodes/registry.py")] == [
+        "self._activity.demand (control/activity/activity.py)"]
+    from_activity = [w.split(": ")[1] for w in owner_writes(f, "control/activity/activity.py")]
+    assert from_activity == ["reg.nodes['n'] (control/nodes/registry.py)"]
+
+
+def test_the_write_rule_reads_every_declared_owner(tmp_path: Path) -> None:
+    """The rule's owners are control/owners.py's: one held by another owner (limit_counters.gpu) and one the older
+    list left out (the accountant) are seen as well."""
+    f = tmp_path / "x.py"
+    f.write_text("plane.limit_counters.gpu.mark = 1.0\nself._accountant.spans['r'] = 2\nplane.accountant.step()\n")
+    assert [w.split(": ")[1] for w in owner_writes(f, "tests/x.py")] == [
+        "plane.limit_counters.gpu.mark (control/tenants/gpu_budgets.py)",
+        "self._accountant.spans['r'] (control/accounting/accounting.py)"]
+    assert {f"control/{o.module}" for o in DECLARED} < set(OWNERS)

@@ -1,6 +1,8 @@
 """The packages form layers read top to bottom: no module imports a package above its own, none imports a sibling
-of its own layer, and no two modules import each other, however indirectly (imports inside functions count). The
-benches and the tests are the two top layers: a bench may import any of llmgw, a test any of llmgw and bench/."""
+of its own layer, and no two modules import each other, however indirectly (imports inside functions count). Inside
+control/ its rooms (sub-packages) form layers the same way, its root modules (the composition root, the process) on
+top. The benches and the tests are the two top layers: a bench may import any of llmgw, a test any of llmgw and
+bench/."""
 
 from __future__ import annotations
 
@@ -30,6 +32,20 @@ LAYERS: list[set[str]] = [
     {"tests"},  # the tests (tests/): they may use a bench's parts; a bench never uses a test's
 ]
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+
+# inside control/, bottom to top: a room may import only rooms of a lower layer (and itself); "" is the root's own
+# modules (plane, server, workers, owners), which compose the rooms. docs/architecture.md says why.
+CONTROL_LAYERS: list[set[str]] = [
+    {"storage"},  # the store, its one writer, this server's part in leadership: what every owner writes through
+    {"tenants", "hub"},  # keys, their counters, budgets and usage totals | hub models' resolutions
+    {"activity"},  # what the routers saw (it counts against the keys' limits)
+    {"nodes"},  # the registry, heartbeats, desired state, the passes (they read activity)
+    {"ha", "accounting"},  # following other servers | GPU time charged: both read the registry
+    {"views"},  # computed from the owners' records
+    {"http"},  # the doors: they serve the views and call the owners' operations
+    {""},  # the composition root and the process
+]
+CONTROL_RANK = {room: i for i, layer in enumerate(CONTROL_LAYERS) for room in layer}
 
 
 def module_of(path: Path, root: Path) -> str:
@@ -64,11 +80,23 @@ def package(module: str) -> str:
     return rest.partition(".")[0] if top == "llmgw" else top
 
 
+def room(module: str, packages: set[str]) -> str | None:
+    """The room of a module inside control/ ("" for its root modules); None for control/__init__ and elsewhere."""
+    parts = module.split(".")
+    if parts[:2] != ["llmgw", "control"] or len(parts) < 3:
+        return None
+    return parts[2] if len(parts) > 3 or module in packages else ""
+
+
 def upward_imports(g: dict[str, set[str]]) -> list[str]:
+    packages = {m.rpartition(".")[0] for m in g}
     bad = []
     for m, targets in sorted(g.items()):
         for t in sorted(targets):
             a, b = package(m), package(t)
+            if a == b == "control":
+                bad += _upward_in_control(room(m, packages), room(t, packages), f"{m} -> {t}")
+                continue
             if not b or a == b:
                 continue  # llmgw's own __init__ (the version) is below everything; a package may import itself
             if a not in RANK or b not in RANK:
@@ -76,6 +104,16 @@ def upward_imports(g: dict[str, set[str]]) -> list[str]:
             elif RANK[b] >= RANK[a]:
                 bad.append(f"{m} -> {t}: {a} may not import {b}")
     return bad
+
+
+def _upward_in_control(a: str | None, b: str | None, edge: str) -> list[str]:
+    if a is None or b is None or a == b:
+        return []  # control/__init__ is below every room; a room may import itself
+    if a not in CONTROL_RANK or b not in CONTROL_RANK:
+        return [f"{edge}: a room of control without a layer (add it to CONTROL_LAYERS)"]
+    if CONTROL_RANK[b] >= CONTROL_RANK[a]:
+        return [f"{edge}: control/{a or '(root)'} may not import control/{b or '(root)'}"]
+    return []
 
 
 def circles(g: dict[str, set[str]]) -> list[list[str]]:
@@ -132,6 +170,11 @@ def test_every_package_has_a_layer() -> None:
     assert packages - set(RANK) == set()
 
 
+def test_every_room_of_control_has_a_layer() -> None:
+    rooms = {p.name for p in (SRC / "control").iterdir() if (p / "__init__.py").exists()}
+    assert rooms - set(CONTROL_RANK) == set()
+
+
 def test_the_rules_see_a_violation(tmp_path: Path) -> None:
     root = tmp_path / "llmgw"
     for pkg in ("core", "control", "cli"):
@@ -163,3 +206,33 @@ def test_the_rules_see_a_bench_out_of_place(tmp_path: Path) -> None:
     assert upward_imports(g) == ["bench.a -> tests.t: bench may not import tests",
                                  "llmgw.cli.x -> bench.b: cli may not import bench"]
     assert circles(g) == [["bench.a", "tests.t"]]
+
+
+def test_the_rules_see_a_violation_inside_control(tmp_path: Path) -> None:
+    """A room importing one above it, or a sibling of its layer, or the root; a room without a layer."""
+    root = tmp_path / "llmgw"
+    for pkg in ("control", "control/storage", "control/nodes", "control/ha", "control/accounting", "control/views",
+                "control/attic"):
+        (root / pkg).mkdir(parents=True)
+        (root / pkg / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "control" / "storage" / "a.py").write_text("def f() -> None:\n    from llmgw.control.views import b\n")
+    (root / "control" / "views" / "b.py").write_text("from llmgw.control.nodes import c\nimport llmgw.control\n")
+    (root / "control" / "nodes" / "c.py").write_text("from llmgw.control.storage import a\nfrom . import d\n")
+    (root / "control" / "nodes" / "d.py").write_text("from llmgw.control.plane import x\n")
+    (root / "control" / "plane.py").write_text("from llmgw.control.views.b import y\nx = 1\n")
+    (root / "control" / "ha" / "e.py").write_text("from llmgw.control.accounting import f\n")
+    (root / "control" / "accounting" / "f.py").write_text("from llmgw.control.attic import g\n")
+    (root / "control" / "attic" / "g.py").write_text("")
+    (root / "control" / "views" / "h.py").write_text("import llmgw.control.attic\n")
+    g = graph(root)
+    assert upward_imports(g) == [
+        "llmgw.control.accounting.f -> llmgw.control.attic.g: a room of control without a layer (add it to "
+        "CONTROL_LAYERS)",
+        "llmgw.control.ha.e -> llmgw.control.accounting.f: control/ha may not import control/accounting",
+        "llmgw.control.nodes.d -> llmgw.control.plane: control/nodes may not import control/(root)",
+        "llmgw.control.storage.a -> llmgw.control.views.b: control/storage may not import control/views",
+        "llmgw.control.views.h -> llmgw.control.attic: a room of control without a layer (add it to CONTROL_LAYERS)",
+    ]
+    assert circles(g) == [["llmgw.control.nodes.c", "llmgw.control.nodes.d", "llmgw.control.plane",
+                           "llmgw.control.storage.a", "llmgw.control.views.b"]]

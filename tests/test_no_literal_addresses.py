@@ -55,7 +55,7 @@ def literals(source: str, builds_hosts: bool) -> list[str]:
         if literal and isinstance(node, ast.keyword) and node.arg == "port_range":
             bad.append(f"{node.value.lineno}: port_range={ast.unparse(node.value)}")
         if isinstance(node, ast.Tuple) and len(node.elts) == 2 and all(_is_port(e) for e in node.elts):
-            lo, hi = (e.value for e in node.elts if isinstance(e, ast.Constant))
+            lo, hi = (e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, int))
             if 9 <= hi - lo <= 999:  # a range of ports, not a port and another number
                 bad.append(f"{node.lineno}: port range {ast.unparse(node)}")
     return bad

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from llmgw.agent.agent import Agent
 from llmgw.agent.client import ControlPlaneClient
-from llmgw.control.watch import EMPTY
-from tests.control.test_watch import agent_door, as_node
+from llmgw.control.nodes.watch import EMPTY
+from tests.control.nodes.test_watch import agent_door, as_node
 from tests.harness import await_until
 
 

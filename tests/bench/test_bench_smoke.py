@@ -39,9 +39,9 @@ PARTS = {"standin": "router", "bare_proxy": "router", "router_servers": "router"
          "heartbeat_load": "heartbeats", "heartbeat_servers": "heartbeats"}
 # benches a script runs, given what the script built: each is run, through its script, by the test named here
 SCRIPTED = {"gpu_check": "tests/scripts/test_gpu_check.py"}
-# what the benches share with the tests (the addresses and ports allocator, a PostgreSQL of a run's own): exercised by the tests, which
-# import them through the module named here
-SHARED = {"addresses": "tests/test_no_literal_addresses.py", "postgres": "tests/pg.py"}
+# what the benches share with the tests (the allocator of addresses and ports, a PostgreSQL of a run's own):
+# exercised by the tests, which import them through the module named here
+SHARED = {"addresses": "tests/harness.py", "postgres": "tests/pg.py"}
 SMOKE_TIMEOUT_S = 240  # a smoke run takes seconds; this bounds a hung one on a loaded machine
 
 

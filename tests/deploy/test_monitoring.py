@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llmgw.control.metrics import FAMILIES
+from llmgw.control.views.metrics import FAMILIES
 from tests.tools import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]

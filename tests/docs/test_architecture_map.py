@@ -1,11 +1,14 @@
 """docs/architecture.md's map stays true: each row of "where is the rule" names one module that exists and the
-function it points at is defined there; the layer diagram names every package."""
+function it points at is defined there; the layer diagram names every package; the table of the control plane's
+owners says what control/owners.py declares."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
+
+from llmgw.control.owners import OWNERS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
@@ -47,3 +50,29 @@ def test_the_layer_diagram_names_every_package() -> None:
     named = set(re.findall(r"(\w+)/", diagram))
     packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
     assert packages - named == set()
+
+
+def owner_rows(text: str) -> list[tuple[str, str, str]]:
+    section = text.split("## The control plane's owners", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            rows.append((cells[0].strip("`"), cells[1].strip("`"), cells[2]))
+    return rows
+
+
+DECLARED = [(o.path, f"control/{o.module}", o.holds) for o in OWNERS]
+
+
+def test_the_owners_table_says_what_owners_py_declares() -> None:
+    assert owner_rows(DOC.read_text()) == DECLARED
+
+
+def test_a_drifted_owners_table_is_seen() -> None:
+    """A row renamed, moved or dropped in the page no longer says what owners.py declares."""
+    text = DOC.read_text()
+    assert owner_rows(text.replace("| `charge_book` |", "| `charges` |")) != DECLARED
+    assert owner_rows(text.replace("`control/nodes/watch.py`", "`control/nodes/registry.py`")) != DECLARED
+    dropped = "\n".join(ln for ln in text.splitlines() if not ln.startswith("| `activity.recent` |"))
+    assert owner_rows(dropped) != DECLARED

@@ -18,11 +18,11 @@ import pytest
 from bench.addresses import engine_ports, loopback
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmgw.control.usage_charges import OPERATOR_NAME
+from llmgw.control.accounting.usage_charges import OPERATOR_NAME
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from llmgw.records.chargeback import OPERATOR, ChargeRow
 from llmgw.store.base import hour_of
-from tests.control.test_usage_gpu_time import plant_charges
+from tests.control.accounting.test_usage_gpu_time import plant_charges
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_engine_install import ctl_json

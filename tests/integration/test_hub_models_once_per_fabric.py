@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.addresses import engine_ports, loopback
 
-from llmgw.control.hub import resolve
+from llmgw.control.hub.hub import resolve
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_up
 from llmgw.sim.hub_repo import write_sample_model
 from llmgw.wire.hub import HubRef

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
 from llmgw.config.serving import ReadyCheck, SidecarConfig
-from llmgw.control.desired import desired_for
+from llmgw.control.nodes.desired import desired_for
 from llmgw.core.reasons import Reason
 from llmgw.placement.checks import Request
 from llmgw.placement.place import Placement, Refusal, place

@@ -92,7 +92,7 @@ def test_a_node_cannot_choose_the_control_planes_reasons_for_its_shard() -> None
 
 
 def test_the_summary_counts_no_card_of_a_released_replica() -> None:
-    from llmgw.control.summary import summarize
+    from llmgw.control.views.summary import summarize
 
     sim = Sim([model("m", gpus_per_shard=8, min_=1, max_=1)], [node("n1", n_gpus=8)], timings=TIMINGS)
     sim.step()

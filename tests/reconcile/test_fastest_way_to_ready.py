@@ -1,6 +1,7 @@
 """The fastest way to ready: a request for a model with only sleepers wakes one, unless a load placement would make
 is measured faster (World.ready_times); with no measurements, the sleeper wakes as before. The estimates are the
-control plane's own measurements (control/ready_times.py), learnt here from the passes. Pure, with a fake clock."""
+control plane's own measurements (control/nodes/ready_times.py), learnt here from the passes. Pure, with a fake
+clock."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import replace
 
 from llmgw.config.server import ModelSpec
 from llmgw.config.serving import SleepConfig
-from llmgw.control.ready_times import ReadyTimes
+from llmgw.control.nodes.ready_times import ReadyTimes
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.fastest import Key
 from llmgw.reconcile.intents import Intent

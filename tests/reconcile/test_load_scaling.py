@@ -102,7 +102,7 @@ def test_the_summary_wants_what_the_reconciler_scaled_to_on_load() -> None:
     """ctl status, the dashboard and the metrics read the summary's wanted: it is the reconciler's own rule, so a
     model scaled on load to 3 shows wanted 3 (a copy of the rule without scaling on load said 1)."""
     from llmgw.config.server import Scaling
-    from llmgw.control.summary import Demand, summarize
+    from llmgw.control.views.summary import Demand, summarize
     from tests.clusters import model, node
     from tests.reconcile.harness import Sim
 

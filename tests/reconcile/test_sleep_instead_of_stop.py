@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from llmgw.config.server import ModelSpec
 from llmgw.config.serving import SleepConfig
-from llmgw.control.desired import desired_for
-from llmgw.control.watch import shard_digests
+from llmgw.control.nodes.desired import desired_for
+from llmgw.control.nodes.watch import shard_digests
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.sleep_intents import Sleep, Wake
 from llmgw.reconcile.world import Timings

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmgw.config.serving import SleepConfig
-from llmgw.control.desired import desired_for
-from llmgw.control.sleep_refusals import SleepRefusals
+from llmgw.control.nodes.desired import desired_for
+from llmgw.control.nodes.sleep_refusals import SleepRefusals
 from llmgw.core.reasons import Reason
 from llmgw.reconcile.intents import Fail, Intent, Stop
 from llmgw.reconcile.sleep_intents import Sleep

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.addresses import engine_ports, loopback
 
-from llmgw.control.openapi import openapi as management_schema
+from llmgw.control.http.openapi import openapi as management_schema
 from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post
 from llmgw.router.openapi import openapi as router_schema
 from tests.harness import plan, wait_until
@@ -30,7 +30,7 @@ def test_the_schemas_in_docs_are_the_ones_the_code_makes() -> None:
     assert json.loads((DOCS / "api.openapi.json").read_text()) == router_schema(), \
         "docs/api.openapi.json is stale: regenerate it from llmgw.router.openapi"
     assert json.loads((DOCS / "management-api.openapi.json").read_text()) == management_schema(), \
-        "docs/management-api.openapi.json is stale: regenerate it from llmgw.control.openapi"
+        "docs/management-api.openapi.json is stale: regenerate it from llmgw.control.http.openapi"
 
 
 def schemathesis(schema: Path, url: str, credential: str, out: Path, examples: int) -> tuple[int, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from llmgw.control.admin_api import admin_app
+from llmgw.control.http.admin_api import admin_app
 from llmgw.core.limits import KeyLimits
 from llmgw.router.state import RemoteState
 from tests.harness import await_until, free_port, plane_in

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.control.writer import StoreWriter
+from llmgw.control.storage.writer import StoreWriter
 from llmgw.core.clock import SystemClock
 from llmgw.router.usage_journal import CHUNK, MAP_SAFE, UNKNOWN, Journal, UsageJournal, fs_type
 from llmgw.store.base import AnyUsage, Usage, new_usage_id

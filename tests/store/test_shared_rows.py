@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from llmgw.control.writer import StoreWriter
+from llmgw.control.storage.writer import StoreWriter
 from llmgw.core.clock import SystemClock
 from llmgw.core.errors import StoreError, StoreRejected
 from llmgw.store.base import Revocation

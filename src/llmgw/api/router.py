@@ -49,7 +49,7 @@ class Activity(BaseModel):
     usage: list[UsageRecord] = []
     stats: RouterStats | None = None  # the process's cumulative measurements (api/stats.py)
     # admitted requests that ended: (ticket, tokens used), settled against their key's limits
-    # (control/limit_counters.py)
+    # (control/tenants/limit_counters.py)
     settled: list[tuple[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0, le=10**15)]]] = []
 
 

@@ -1,48 +1,34 @@
 """The control plane's composition root: its owners, built once and wired together, and the few operations that
-span several of them (start, revoking a node, health). Each owner writes only its own state; another owner's
-changes go through that owner's named operations:
-
-- storage (control/storage.py): the store, its writer, whether reads fail; events.
-- registry (control/registry.py): the catalog, nodes, replicas, generation, watch; applies reconcile's intents.
-- heartbeats (control/heartbeats.py): nodes' reports taken in and answered; weights' fetch leaders.
-- passes (control/passes.py): the leader's reconcile passes and their count; stalls.
-- activity (control/activity.py): what routers saw: demand, use, requests in flight, engine gauges, stats.
-- credentials (control/credentials.py): API keys, their names, revoked nodes and certificates.
-- following (control/following.py): the lease, following the shared store, sharing activity, budgets read again.
-- limit_counters (control/limit_counters.py) and usage (control/usage_totals.py): keys' counters and usage totals.
-- hub_models (control/hub_models.py): each hf:// model's resolution to a commit and its files, or why none.
-- ready_times (control/ready_times.py): how long each way to ready (a wake, a load) took, per model and GPU class.
-- sleep_refusals (control/sleep_refusals.py): nodes where an engine refused sleep mode, so it runs there without.
-- accountant (control/accounting.py): GPU time charged per key, window by window, on the leader.
-"""
+span several of them (start, revoking a node, health). The owners are declared once, in control/owners.py (what
+each holds, the module that alone writes it); this builds exactly those (tests/control/test_owners.py). Each owner
+writes only its own state; another owner's changes go through that owner's named operations."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
-from llmgw.config.server import ModelSpec, ServerConfig
-from llmgw.control.accounting import Accountant
-from llmgw.control.activity import Activity
-from llmgw.control.charge_book import ChargeBook
-from llmgw.control.credentials import Credentials, spent_by_period
-from llmgw.control.following import Following, health_of
-from llmgw.control.gpu_budgets import GpuBudgets, ModelSizes
-from llmgw.control.heartbeats import Heartbeats
-from llmgw.control.hub_models import HubModels, Resolver, hub_resolve
-from llmgw.control.leadership import Leadership, holder_id
-from llmgw.control.limit_counters import LimitCounters
-from llmgw.control.liveness import liveness_for
-from llmgw.control.metrics import Gauges
-from llmgw.control.passes import Passes
-from llmgw.control.ready_times import ReadyTimes
-from llmgw.control.registry import Registry, revoke_node
-from llmgw.control.sleep_refusals import SleepRefusals
-from llmgw.control.status import Status
-from llmgw.control.storage import Storage
-from llmgw.control.summary import DAY
-from llmgw.control.usage_totals import UsageTotals
-from llmgw.control.writer import InlineWriter, StoreWriter
+from llmgw.config.server import ServerConfig
+from llmgw.control.accounting.accounting import Accountant
+from llmgw.control.accounting.charge_book import ChargeBook
+from llmgw.control.activity.activity import Activity
+from llmgw.control.ha.following import Following, health_of
+from llmgw.control.ha.liveness import liveness_for
+from llmgw.control.hub.hub_models import HubModels, Resolver, hub_resolve
+from llmgw.control.nodes.heartbeats import Heartbeats
+from llmgw.control.nodes.kick import Kick
+from llmgw.control.nodes.passes import Passes
+from llmgw.control.nodes.ready_times import ReadyTimes
+from llmgw.control.nodes.registry import Registry, revoke_node
+from llmgw.control.nodes.sleep_refusals import SleepRefusals
+from llmgw.control.storage.leadership import Leadership, holder_id
+from llmgw.control.storage.storage import Storage
+from llmgw.control.storage.writer import InlineWriter, StoreWriter
+from llmgw.control.tenants.credentials import Credentials, spent_by_period
+from llmgw.control.tenants.gpu_budgets import GpuBudgets, ModelSizes
+from llmgw.control.tenants.limit_counters import LimitCounters
+from llmgw.control.tenants.usage_totals import DAY, UsageTotals
+from llmgw.control.views.metrics import Gauges
+from llmgw.control.views.status import Status
 from llmgw.core.clock import Clock
 from llmgw.reconcile.world import Timings
 from llmgw.store.base import HOUR, Store
@@ -81,15 +67,16 @@ class ControlPlane:
         self.limit_counters = LimitCounters(clock, cfg.router.default_limits,  # every key's counters against its limits
                                             GpuBudgets(clock, cfg.chargeback.currency))
         self.usage = UsageTotals()  # totals per key and model, all-time and by the hour: the summary's usage
-        kick = asyncio.Event()  # a pass is worth running before the next interval
-        models: dict[str, ModelSpec] = {}  # the catalog: the registry fills it; the activity reads it
-        self.activity = Activity(clock, models, kick, self.limit_counters, self.usage, self.storage)
+        kick = Kick()  # a pass is worth running before the next interval: several owners ask, the passes take it
+        # the catalog is the registry's, which is handed the activity: the activity asks it when a report comes
+        self.activity = Activity(clock, lambda model: self.registry.catalogued(model), kick.kick, self.limit_counters,
+                                 self.usage, self.storage)
         self.credentials = Credentials(self.storage, self.limit_counters)
-        self.registry = Registry(self.storage, self.leadership, self.activity, models, kick)
+        self.registry = Registry(self.storage, self.leadership, self.activity, kick.kick)
         self.limit_counters.gpu.sized_by(ModelSizes(self.registry, cfg.chargeback))
         self.hub_models = HubModels(cfg.hub, clock, resolver or hub_resolve, store)
         self.sleep_refusals = SleepRefusals()  # nodes where an engine refused sleep mode: it runs there without
-        self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick,
+        self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick.kick,
                                      self.hub_models, self.sleep_refusals)
         self.charge_book = ChargeBook(cfg.chargeback.currency)  # GPU time per key, as the dashboard shows it
         self.ready_times = ReadyTimes()  # each way to ready (wake, load) measured per model, engine, GPU class

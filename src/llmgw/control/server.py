@@ -15,16 +15,16 @@ from aiohttp import web
 
 from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
-from llmgw.control.accounting import accounting_loop
-from llmgw.control.admin_api import admin_app, metrics_routes
-from llmgw.control.admin_auth import allowed_hosts, load_or_create_token
-from llmgw.control.agent_api import agent_app
-from llmgw.control.api_listener import api_limiter
-from llmgw.control.local_state import LocalState
-from llmgw.control.node_claims import parse_networks
+from llmgw.control.accounting.accounting import accounting_loop
+from llmgw.control.http.admin_api import admin_app, metrics_routes
+from llmgw.control.http.admin_auth import allowed_hosts, load_or_create_token
+from llmgw.control.http.agent_api import agent_app
+from llmgw.control.http.api_listener import api_limiter
+from llmgw.control.http.local_state import LocalState
+from llmgw.control.nodes.node_claims import parse_networks
 from llmgw.control.plane import ControlPlane
+from llmgw.control.storage.writer import StoreWriter
 from llmgw.control.workers import spawn_workers, stop_workers
-from llmgw.control.writer import StoreWriter
 from llmgw.core.clock import Clock
 from llmgw.core.errors import StoreError
 from llmgw.net.listeners import (
@@ -209,7 +209,7 @@ async def reconcile_loop(plane: ControlPlane, router: Router, interval: float) -
 
 
 async def hub_loop(plane: ControlPlane) -> None:
-    """Hub models resolved (control/hub_models.py): when the catalog names one, while the hub fails (backing off),
+    """Hub models resolved (control/hub/hub_models.py): when the catalog names one, while the hub fails (backing off),
     when nodes report a commit gone; a pass follows a change at once, so a resolved model is placed."""
     hub = plane.hub_models
     while True:
@@ -221,13 +221,13 @@ async def hub_loop(plane: ControlPlane) -> None:
         except Exception:  # logged and tried again, never swallowed silently
             log.exception("resolving hub models failed")
         if hub.states != before:
-            plane.passes.kick.set()
+            plane.passes.kick.kick()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(hub.wake.wait(), max(wait, 0.05))
 
 
 async def lease_loop(plane: ControlPlane, lease: float) -> None:
-    while True:  # renew the lease, or take it when its holder is gone (control/leadership.py)
+    while True:  # renew the lease, or take it when its holder is gone (control/storage/leadership.py)
         await asyncio.sleep(lease / 3)
         await plane.following.hold_lease()
 

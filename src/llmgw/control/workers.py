@@ -14,8 +14,8 @@ from pathlib import Path
 
 from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
-from llmgw.control.admin_auth import read_token
-from llmgw.control.api_listener import api_limiter
+from llmgw.control.http.admin_auth import read_token
+from llmgw.control.http.api_listener import api_limiter
 from llmgw.core.clock import Clock
 from llmgw.net.listeners import raise_fd_limit, start_listener
 from llmgw.router.app import Router

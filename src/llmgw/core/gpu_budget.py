@@ -1,5 +1,5 @@
 """Budgets in GPU-seconds or money (KeyLimits gpu_budget, cost_budget): what a request reserves of them, what it is
-settled at, and the decision to admit it. Pure: the figures are handed in; control/gpu_budgets.py keeps them.
+settled at, and the decision to admit it. Pure: the figures are handed in; control/tenants/gpu_budgets.py keeps them.
 
 A request reserves an upper bound of its GPU time: the GPUs of one of its model's replicas times its token
 reservation over the model's measured tokens per second (a low percentile of recent requests; DEFAULT_TOKENS_PER_S

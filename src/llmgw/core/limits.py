@@ -1,5 +1,5 @@
 """Tenant limits: what a key may use, and the decision to admit one request against it. Pure: the counters and
-the time are handed in; control/limit_counters.py keeps the counters, in one place for every router process.
+the time are handed in; control/tenants/limit_counters.py keeps the counters, in one place for every router process.
 
 The rule: a request reserves the most it can cost (a token per byte of its body plus its `max_tokens`) before it
 is forwarded, and is settled to what the engine reported after; nothing admitted can cost more than it reserved, so
@@ -70,7 +70,7 @@ class Bucket:
 
 @dataclass
 class KeyCounters:
-    """One key's counters (control/limit_counters.py keeps one per key)."""
+    """One key's counters (control/tenants/limit_counters.py keeps one per key)."""
 
     requests: Bucket | None = None
     tokens: Bucket | None = None

@@ -1,9 +1,10 @@
 """The fastest way to ready: for a model requests wait for, waking a sleeper against a fresh load. Pure.
 
-The ways are measured per model, engine and GPU class (control/ready_times.py keeps the estimates; World.ready_times
-hands them to the pass): `wake` (from level 1), `wake2` (from level 2: the weights are read again), `load_held` (a
-node that holds the weights) and `load_fetch` (a node that must fetch them). A sleeper whose GPUs are free is woken
-unless a load placement would make now is measured faster; without a measurement of both, the sleeper wakes.
+The ways are measured per model, engine and GPU class (control/nodes/ready_times.py keeps the estimates;
+World.ready_times hands them to the pass): `wake` (from level 1), `wake2` (from level 2: the weights are read
+again), `load_held` (a node that holds the weights) and `load_fetch` (a node that must fetch them). A sleeper whose
+GPUs are free is woken unless a load placement would make now is measured faster; without a measurement of both, the
+sleeper wakes.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def can_sleep(w: World, by_id: Mapping[str, NodeRecord], current: Mapping[str, R
     if node is None or node.lost or node.report.version < SERVING_WIRE_VERSION:
         return False  # an older agent would keep its engine awake while its GPUs were given to another
     if (node.id, spec.engine) in w.no_sleep:
-        return False  # its engine refused sleep mode there: it runs without (control/sleep_refusals.py)
+        return False  # its engine refused sleep mode there: it runs without (control/nodes/sleep_refusals.py)
     held = cfg.host_memory if cfg.level == 1 else 0
     # room in the node's share of host memory for one more sleeper's weights
     return not held or held + _held_asleep(w, current, node.id) <= \

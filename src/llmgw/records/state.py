@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, computed_field, model_validator
 from llmgw.core.conditions import Condition, ConditionType, Status, get_condition
 from llmgw.core.explanation import Explanation
 from llmgw.core.reasons import Reason, reason_or
-from llmgw.wire.messages import NodeReport
+from llmgw.wire.messages import NodeReport, ShardState
 
 
 class NodeRecord(BaseModel):
@@ -204,3 +204,13 @@ def phase_condition(r: ReplicaRecord) -> Condition | None:
     Scheduled (why it is not placed)."""
     placed_or_done = r.placed or r.failed or r.stop is not None
     return r.condition(ConditionType.Ready if placed_or_done else ConditionType.Scheduled)
+
+
+def leader_shard(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> tuple[NodeRecord, ShardState] | None:
+    """The replica's leading shard as its node last reported it, with that node; None when not reported."""
+    lead = next((a for a in r.assignments if a.rank == 0), None)
+    n = by_id.get(lead.node_id) if lead is not None else None
+    if n is None:
+        return None
+    shard = next((s for s in n.report.shards if s.replica_id == r.id and s.rank == 0), None)
+    return (n, shard) if shard is not None else None

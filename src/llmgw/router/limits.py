@@ -1,4 +1,4 @@
-"""Admitting a request against its key's limits (core/limits.py, counted by control/limit_counters.py): what it
+"""Admitting a request against its key's limits (core/limits.py, counted by control/tenants/limit_counters.py): what it
 reserves, how a refusal is answered, and what it is settled at when it ends."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the router needs from the control plane: one small interface per stage that asks, and RouterState, all of
 them, which the router is built over and hands out a part of to each stage.
 
-control.local_state.LocalState serves the router in the control plane's own process, through the plane's named
+control.http.local_state.LocalState serves the router in the control plane's own process, through the plane's named
 operations. RemoteState serves a router worker process: it polls the management API for the routing table and posts
 back what the control plane must know (demand, use, requests in flight, usage), so several workers can share one
 port. Both implement every interface here, as does the router tests' double (tests/router/fakes.py).
@@ -70,7 +70,7 @@ class ReplicaUse(Protocol):
 
 class LimitTickets(Protocol):
     """Admit (app.py) and end (ending.py): tenant limits, kept in the control plane's process for every router
-    process (control/limit_counters.py)."""
+    process (control/tenants/limit_counters.py)."""
 
     async def admit(self, key: ApiKeyRecord, cost: int, model: str = "") -> Admission: ...
     def settle(self, ticket: str, used: int) -> None: ...

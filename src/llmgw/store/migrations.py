@@ -38,7 +38,7 @@ REVOCATION_REVS = """
     """
 
 # hub models' resolutions, per source as the catalog names it: the first a server writes is the one every server
-# sharing the store uses (control/hub_models.py), until nodes report its commit gone
+# sharing the store uses (control/hub/hub_models.py), until nodes report its commit gone
 HUB_RESOLUTIONS = """
     CREATE TABLE hub_resolutions (
         source TEXT PRIMARY KEY, commit_id TEXT NOT NULL, body TEXT NOT NULL
@@ -46,7 +46,7 @@ HUB_RESOLUTIONS = """
     """
 
 # when each server last heard, itself, the nodes that talk to it (a lease renewal or a report): one row per server,
-# rewritten each pass, so node liveness is shared without a write per node (control/liveness.py). `heard` is JSON
+# rewritten each pass, so node liveness is shared without a write per node (control/ha/liveness.py). `heard` is JSON
 # {node id: milliseconds before `at`}
 RENEWALS = """
     CREATE TABLE renewals (server TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, heard TEXT NOT NULL);

@@ -319,7 +319,7 @@ class SqlStore(ChargebackSql):
         rows = self._rows("SELECT node_id, serial, at, reason FROM revocations ORDER BY at")
         return [Revocation(node_id=str(a), serial=str(b), at=float(c), reason=str(d)) for a, b, c, d in rows]
 
-    # hub models' resolutions, per source as the catalog names it (control/hub_models.py)
+    # hub models' resolutions, per source as the catalog names it (control/hub/hub_models.py)
     def get_resolution(self, source: str) -> Resolution | None:
         rows = self._rows("SELECT body FROM hub_resolutions WHERE source = ?", (source,))
         return _resolution(str(rows[0][0])) if rows else None

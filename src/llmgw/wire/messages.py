@@ -208,7 +208,7 @@ class ShardState(Strict):
     # plane names that rank's node); None: not said
     lost_peer: int | None = Field(default=None, ge=0, le=1023)
     # version 12: the LoRA adapters its engine loaded, in their order (the router names one by its index there): a
-    # replica whose engine has other than its model's now is not routed (control/registry.py ready_table)
+    # replica whose engine has other than its model's now is not routed (control/nodes/registry.py ready_table)
     adapters: list[Name] = Field(default=[], max_length=64)
 
 

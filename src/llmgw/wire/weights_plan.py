@@ -1,5 +1,5 @@
 """How a file a node runs from is to be had (a shard's weights, its LoRA adapters'), decided by the control plane for
-the whole fabric (control/weights.py). Apart from wire/messages.py, which names it, so wire/serving.py can too."""
+the whole fabric (control/nodes/weights.py). Apart from wire/messages.py, which names it, so wire/serving.py can too."""
 
 from __future__ import annotations
 

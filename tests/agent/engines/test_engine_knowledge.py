@@ -10,7 +10,7 @@ from typing import get_args
 from llmgw.agent.engines import ADAPTERS, builtin, installable
 from llmgw.config.engines import DEFAULTS, TAKES_SPEED_FLAGS, EngineName
 from llmgw.config.server import ModelSpec, Profile, SimSpeed
-from llmgw.control.desired import engine_args
+from llmgw.control.nodes.desired import engine_args
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "llmgw"
 ADAPTERS_DIR = SRC / "agent" / "engines"

@@ -11,7 +11,7 @@ from llmgw.agent.installs.engine_check import check_flags, flags_of
 from llmgw.config.engines import SLEEPS, EngineName
 from llmgw.config.server import ModelSpec, Scaling
 from llmgw.config.serving import SleepConfig
-from llmgw.control.desired import desired_for
+from llmgw.control.nodes.desired import desired_for
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.wire.messages import ShardSpec
 

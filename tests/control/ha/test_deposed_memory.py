@@ -5,7 +5,7 @@ from __future__ import annotations
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.reconcile.intents import Add, Reap
-from tests.control.conftest import LEASE
+from tests.control.ha.conftest import LEASE
 
 
 async def test_a_deposed_leader_forgets_the_writes_the_store_refused(

@@ -5,12 +5,12 @@ no window is charged twice or skipped."""
 from __future__ import annotations
 
 from llmgw.config.chargeback import ChargebackConfig
-from llmgw.control.accounting import Accountant
+from llmgw.control.accounting.accounting import Accountant
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.store.base import UsageRecord
-from tests.control.conftest import LEASE
+from tests.control.ha.conftest import LEASE
 
 CFG = ChargebackConfig(window=10, settle_after=5)
 

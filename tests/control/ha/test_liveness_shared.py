@@ -11,12 +11,12 @@ import pytest
 
 from llmgw.config.server import StoreConfig
 from llmgw.control.plane import ControlPlane
-from llmgw.control.writer import StoreWriter
+from llmgw.control.storage.writer import StoreWriter
 from llmgw.core.clock import FakeClock
 from llmgw.store.postgres import PostgresStore
 from llmgw.store.sqlite import SqliteStore
 from tests.clusters import node
-from tests.control.conftest import LEASE, config
+from tests.control.ha.conftest import LEASE, config
 from tests.harness import wait_until
 from tests.pg import PASSWORD
 

@@ -9,7 +9,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.reconcile.intents import Add
 from llmgw.records.state import ReplicaRecord
 from llmgw.store.postgres import PostgresStore
-from tests.control.conftest import config
+from tests.control.ha.conftest import config
 from tests.pg import PASSWORD
 
 

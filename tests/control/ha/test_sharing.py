@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.api.router import Activity
-from llmgw.control.activity import REPORTER_SILENT_AFTER
+from llmgw.control.activity.activity import REPORTER_SILENT_AFTER
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.limits import KeyLimits, Refusal
