@@ -16,16 +16,19 @@ from bench.addresses import engine_ports, loopback
 from llmgw.config.loader import load
 from llmgw.config.server import ServerConfig
 from llmgw.control.server import serve
+from llmgw.control.writer import BACKOFF_MAX
 from llmgw.core.clock import SystemClock
 from llmgw.core.errors import StoreError
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
-from llmgw.store.postgres import PostgresStore
+from llmgw.router.usage_journal import MAX_BACKOFF
+from llmgw.store.postgres import RECONNECT_EVERY_S, PostgresStore
 from tests.harness import InProcessServer, aget, plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 from tests.pg import PASSWORD, Postgres
 
 MODEL = {"name": "m", "source": "org/m", "engine": "sim", "profile": {"gpus_per_shard": 1, "sim": {"tokens": 3}},
          "scaling": {"min": 1, "max": 1}}
+LOADED_SLACK_S = 10.0  # beyond what the server's intervals allow: a loaded machine's scheduling
 
 
 def on_postgres(tmp_path: Path, running: list[Cluster], postgres: Postgres, address: str,
@@ -131,8 +134,13 @@ def test_serving_outlives_a_postgres_outage_and_no_usage_is_lost(tmp_path: Path,
             assert health["leader"]["leading"] is False  # its 15 s lease ran out: it does not place blind
         finally:
             postgres.back()
-        wait_until(lambda: usage_in(dsn) == 1 + len(answers), 30, "every request's usage in PostgreSQL")
-        wait_until(lambda: store_unreachable(p) == 0, 30, "the store reachable again in the metrics")
+        # the server's own word that the store answers again: its pool tries the database at least every
+        # RECONNECT_EVERY_S, its writer retries at least every BACKOFF_MAX
+        wait_until(lambda: store_unreachable(p) == 0, RECONNECT_EVERY_S + BACKOFF_MAX + LOADED_SLACK_S,
+                   "the store reachable again in the metrics")
+        # then usage lands with the journal's next flush, at most its longest back-off away
+        wait_until(lambda: usage_in(dsn) == 1 + len(answers), MAX_BACKOFF + LOADED_SLACK_S,
+                   "every request's usage in PostgreSQL")
         assert chat(p, key) == 200
         wait_until(lambda: usage_in(dsn) == 2 + len(answers), 30, "a request after the outage recorded")
         wait_until(lambda: json.loads(urllib.request.urlopen(p.admin + "/health", timeout=5).read())["leader"][

@@ -22,6 +22,7 @@ from llmgw.store.tx import Row
 
 MIGRATE_LOCK = 7_331_001  # the advisory lock key migrations hold
 CONNECT_TIMEOUT_S = 10
+RECONNECT_EVERY_S = 2.0  # while the database is away, the pool tries to reach it at least this often
 
 MIGRATIONS: list[str] = [
     # 1: the schema SQLite reached in its fifth migration, in PostgreSQL's types (times as double precision)
@@ -116,7 +117,8 @@ class PostgresStore(SqlStore):
             # one connection first: its failure says why (a pool retries and says only that it timed out)
             psycopg.connect(self.dsn, **kwargs).close()  # type: ignore[arg-type]
             self._pool = ConnectionPool(self.dsn, kwargs=kwargs, min_size=1, max_size=self._size,
-                                        timeout=CONNECT_TIMEOUT_S, open=False)
+                                        timeout=CONNECT_TIMEOUT_S, reconnect_timeout=RECONNECT_EVERY_S,
+                                        reconnect_failed=_try_again, open=False)
             self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
             self._migrate()
         except (psycopg.Error, PoolTimeout) as e:
@@ -189,6 +191,14 @@ class PostgresStore(SqlStore):
                 for stmt in split(sql):
                     tx.cur.execute(stmt)
                 tx.cur.execute("INSERT INTO llmgw_schema (version) VALUES (%s)", (version,))
+
+
+def _try_again(pool: ConnectionPool) -> None:
+    """The pool gave up a series of tries to connect (after RECONNECT_EVERY_S): a new series begins at once. Left
+    to itself, a series doubles its wait after each failed try (for 5 minutes), so a database back after an
+    outage of T seconds was reached again up to T seconds later; short series keep the tries about 1 s apart."""
+    if not pool.closed:
+        pool.check()  # an empty pool (psycopg_pool 3.1.5 on) or one short of a connection starts a new series
 
 
 def _where(dsn: str) -> str:
