@@ -16,7 +16,7 @@ from bench.addresses import engine_ports, loopback
 from llmgw.config.loader import load
 from llmgw.config.server import ServerConfig
 from llmgw.control.server import serve
-from llmgw.control.writer import BACKOFF_MAX
+from llmgw.control.storage.writer import BACKOFF_MAX
 from llmgw.core.clock import SystemClock
 from llmgw.core.errors import StoreError
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post
