@@ -26,6 +26,7 @@ BENCHES = {
     "gate": "through the tunnel",
     "heartbeats": "reconcile pass",
     "placement": "(snapshot build)",
+    "reconcile_record": "recording digest",
     "router": "llmgw router",
     "router_ab": "B/A us/req",
     "routing": "prefix",
@@ -33,10 +34,10 @@ BENCHES = {
 }
 # modules that are not benches of their own: servers the router bench starts (its smoke run starts both) and its
 # parts (its servers, its router, its load generator, CPU accounting, report), the fetch bench's directory case,
-# the heartbeat bench's load generator and servers
+# the heartbeat bench's load generator and servers, the reconcile recording's recorder
 PARTS = {"standin": "router", "bare_proxy": "router", "router_servers": "router", "router_llmgw": "router",
          "router_load": "router", "router_cpu": "router", "router_report": "router", "fetch_dir": "fetch",
-         "heartbeat_load": "heartbeats", "heartbeat_servers": "heartbeats"}
+         "heartbeat_load": "heartbeats", "heartbeat_servers": "heartbeats", "recording": "reconcile_record"}
 # benches a script runs, given what the script built: each is run, through its script, by the test named here
 SCRIPTED = {"gpu_check": "tests/scripts/test_gpu_check.py"}
 # what the benches share with the tests (the allocator of addresses and ports, a PostgreSQL of a run's own):
