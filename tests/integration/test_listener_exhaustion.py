@@ -46,7 +46,22 @@ def open_slow(port: int) -> socket.socket | None:
     return s
 
 
+_SEEN_CLOSED: set[socket.socket] = set()
+
+
 def closed_by_server(s: socket.socket) -> bool:
+    """Whether the server has refused or closed s. Remembered once seen: the refusal's 503 is read off the socket
+    the first time, so a second look at a socket the server has answered but not yet closed would find nothing
+    to read and call it held (a full run counted 153 "held" after the cap had been seen to hold)."""
+    if s in _SEEN_CLOSED:
+        return True
+    if _closed_now(s):
+        _SEEN_CLOSED.add(s)
+        return True
+    return False
+
+
+def _closed_now(s: socket.socket) -> bool:
     s.setblocking(False)
     try:
         data = s.recv(65536)
