@@ -27,7 +27,7 @@ from llmgw.api.router import Admission, ModelExplanation, ReadyReplica, Wanted
 from llmgw.config.server import ModelSpec, RouterConfig
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.router.app import Router
-from llmgw.router.keys import KeyRing
+from llmgw.router.keys import KeyRing, KeysWritten
 from llmgw.router.stats import Recorder
 from llmgw.sim.behaviour import Behaviour
 from llmgw.sim.server import make_app
@@ -63,6 +63,9 @@ class BenchState:
 
     def keys_version(self) -> int:
         return 0
+
+    def keys_since(self, version: int) -> KeysWritten | None:
+        return None  # keys are read from the store
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return self._ready

@@ -8,6 +8,7 @@ import asyncio
 from llmgw.api.router import Admission, ModelExplanation, ReadyReplica, Wanted
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import Clock, FakeClock
+from llmgw.router.keys import KeysWritten
 from llmgw.router.stats import Recorder
 from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.store.sqlite import SqliteStore
@@ -52,6 +53,9 @@ class FakeState:
     # KeyVersions
     def keys_version(self) -> int:
         return 0  # tests reload the key ring themselves
+
+    def keys_since(self, version: int) -> KeysWritten | None:
+        return None  # what a test writes to the store is read from there
 
     # Readiness
     def generation(self) -> int:

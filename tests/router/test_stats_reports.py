@@ -12,6 +12,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.errors import StoreError
 from llmgw.router.state import RemoteState
 from llmgw.router.stats import Recorder
+from llmgw.store.base import ApiKeyRecord
 from tests.router.conftest import router_over
 
 
@@ -30,11 +31,12 @@ async def test_a_request_the_router_fails_is_not_counted_as_a_client_that_left(t
     500 by openai_envelope but counted as 499 in llmgw_requests_total. A store outage then reads as clients
     hanging up, and a 5xx alert stays quiet. Fails today: {'499': 1}."""
     async with router_over(tmp_path, _engine()) as b:
-        def broken() -> None:
+        def broken() -> dict[str, list[ApiKeyRecord]]:
             raise StoreError("database is locked")
 
-        b.router.keys.reload = broken  # type: ignore[method-assign]
+        b.router.keys.read = broken  # type: ignore[method-assign]
         b.router.auth.version = -1  # keys changed: the next request reads them again
+        b.router.keys.by_prefix = {}  # and the key is not among those known: it cannot be checked (a 503)
         async with aiohttp.ClientSession() as s, s.post(
             b.url + "/v1/chat/completions", json={"model": "sim-a", "messages": []},
             headers={"Authorization": f"Bearer {b.key}"},

@@ -61,7 +61,7 @@ class Router:
         self.recorder = Recorder()
         state.attach(self.recorder)
         self.table = RoutingTable()
-        self.auth = Authenticator(state, keys, cfg.auth)
+        self.auth = Authenticator(state, keys, cfg.auth, state.clock)
         self.ready = ReadyWait(state, self.table, cfg, load_wait)
         self.waiting = self.ready.waiting  # per model, requests waiting for a replica to become ready
         self.worker = str(os.getpid())  # which API worker answered, for operators chasing one bad process
@@ -72,16 +72,16 @@ class Router:
         self.adapters = AdapterIndex()
 
     def refresh(self) -> None:
-        """The routing table follows the control plane's replicas."""
+        """The routing table follows the control plane's replicas; keys changed elsewhere are read again, in the
+        background (the server calls this after each pass: a revocation followed is read before a request asks)."""
         self.ready.refresh()
+        if self.auth.required:
+            self.auth.catch_up()
 
     async def _auth(self, request: web.Request) -> ApiKeyRecord | web.Response:
-        if self.auth.stale():
-            failed = await self.auth.reload()
-            if failed is not None:
-                return failed
-        self.refresh()
-        return self.auth.check(request)
+        current = not self.auth.required or await self.auth.current()
+        self.ready.refresh()
+        return self.auth.check(request, current)
 
     async def models(self, request: web.Request) -> web.Response:
         key = await self._auth(request)
@@ -211,6 +211,7 @@ class Router:
         await asyncio.gather(self.usage_journal.run(self.cfg.usage_flush_interval), activity())
 
     async def close(self) -> None:
+        self.auth.close()
         await self.usage_journal.close()
         await self.state.flush()
         await self.dispatch.close()

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from llmgw.api.router import Activity, Admission, AdmitRequest, ModelExplanation, ReadyReplica, RouterView
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import Clock
+from llmgw.router.keys import KeysWritten
 from llmgw.router.stats import Recorder
 from llmgw.store.base import AnyUsage, ApiKeyRecord, Usage
 from llmgw.wire.messages import EngineLoad
@@ -33,9 +34,11 @@ POLL_SLACK_S = 5.0  # polls come every fraction of a second: a view younger than
 
 
 class KeyVersions(Protocol):
-    """Authenticate (auth.py): whether the API keys changed since the router read them."""
+    """Authenticate (auth.py): whether the API keys changed since the router read them, and the keys this process
+    wrote since a version (made, changed, revoked: known without a store read), or None when they must be read."""
 
     def keys_version(self) -> int: ...
+    def keys_since(self, version: int) -> KeysWritten | None: ...
 
 
 class Readiness(Protocol):
@@ -136,6 +139,9 @@ class RemoteState:
 
     def keys_version(self) -> int:
         return self._view.keys_version
+
+    def keys_since(self, version: int) -> KeysWritten | None:
+        return None  # the control plane wrote them, in another process: read from the store
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return self._view.ready

@@ -195,10 +195,11 @@ class SqlStore(ChargebackSql):
         return [Event.model_validate_json(str(r[0])) for r in reversed(rows)]
 
     # keys and usage
-    def put_key(self, key: ApiKeyRecord) -> None:
+    def put_key(self, key: ApiKeyRecord) -> int:
         with self._tx() as tx:
             tx.run(upsert("api_keys", ("id", "hash", "body"), ("id",)), (key.id, key.hash, key.model_dump_json()))
-            _bump(tx, "keys")
+            rev = _bump(tx, "keys")
+        return rev
 
     def list_keys(self) -> list[ApiKeyRecord]:
         rows = self._rows("SELECT body FROM api_keys ORDER BY id")

@@ -52,6 +52,8 @@ async def test_key_names_are_read_again_only_when_keys_change(tmp_path: Path) ->
     _, rec = await p.credentials.create_key("alice", [])
     assert p.credentials.key_names() == {rec.id: "alice"}  # a key this plane wrote is known without reading the store
     await p.credentials.revoke_keys(lambda k: True)
+    assert p.credentials.key_names() == {rec.id: "alice"}  # so is one it revoked
+    p.credentials.keys_changed()  # as the follow pass hears of a change through another server
     assert p.credentials.key_names() is None  # changed otherwise: read again
     await summary_of(p.status())  # reads them again
     assert p.credentials.key_names() == {rec.id: "alice"}

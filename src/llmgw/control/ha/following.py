@@ -91,8 +91,8 @@ class Following:
                 self._registry.heard_elsewhere(n)
         if not self.leading and revs.get("replicas", 0) != seen.get("replicas", 0):
             self._registry.replicas_from_store(await read(store.list_replicas))
-        if revs.get("keys", 0) != seen.get("keys", 0):
-            self._credentials.keys_changed()  # one was made, changed or revoked through another server
+        if revs.get("keys", 0) != seen.get("keys", 0):  # made, changed or revoked: through another server, unless
+            self._credentials.keys_moved(seen.get("keys", 0), revs["keys"])  # every write was this server's own
         if revs.get("revocations", 0) != seen.get("revocations", 0):  # a node cut off through another server
             self._credentials.adopt_revocations(await read(store.list_revocations))
             self._registry.watch.changed()  # a watch it holds is let go: its next heartbeat is refused

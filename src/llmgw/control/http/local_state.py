@@ -12,6 +12,7 @@ from llmgw.control.tenants.credentials import Credentials
 from llmgw.control.tenants.limit_counters import LimitCounters
 from llmgw.core.clock import Clock
 from llmgw.records.state import not_answering
+from llmgw.router.keys import KeysWritten
 from llmgw.router.stats import Recorder
 from llmgw.store.base import AnyUsage, ApiKeyRecord
 from llmgw.wire.messages import EngineLoad
@@ -45,6 +46,9 @@ class LocalState(RouterSide):
 
     def keys_version(self) -> int:
         return self.credentials.keys_version
+
+    def keys_since(self, version: int) -> KeysWritten | None:
+        return self.credentials.keys_since(version)
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return self.registry.ready_table()

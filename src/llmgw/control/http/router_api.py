@@ -42,7 +42,11 @@ class RouterRoutes(RouterSide):
             ask = AdmitRequest.model_validate_json(await request.read())
         except (ValidationError, RecursionError) as e:
             raise BadRequest(f"admission: {str(e).splitlines()[0]}") from None
-        key = await self.credentials.key_record(ask.key_id)
+        try:
+            key = await self.credentials.key_record(ask.key_id)
+        except StoreError as e:  # a key made elsewhere, while keys cannot be read: neither admitted nor called invalid
+            answer = Admission(admitted=False, refusal="limits_unavailable", retry_after=1.0, message=str(e))
+            return web.Response(text=answer.model_dump_json(), content_type="application/json")
         if key is None or key.revoked_at is not None:
             answer = Admission(admitted=False, refusal="invalid_api_key", message="invalid or revoked API key")
         else:
