@@ -65,5 +65,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     out = _ROOT / "test-artifacts"
     out.mkdir(exist_ok=True)
     tier = "unit" if config.getoption("unit") else "real" if config.getoption("real") else "all"
-    text = lines + ["", f"slowest {SLOWEST} tests (seconds, setup + call + teardown)", *slowest(_by_test)]
+    text = [*lines, "", f"slowest {SLOWEST} tests (seconds, setup + call + teardown)", *slowest(_by_test)]
     (out / f"durations-{tier}.txt").write_text("\n".join(text) + "\n")
