@@ -118,13 +118,16 @@ def test_two_keys_sending_at_once_are_charged_by_the_tokens_they_processed(tmp_p
     """Sent together, 40 tokens and 10: the long request runs its last 1.5 s alone on the replica. Busy time is
     split by the work of the stretch, so the keys are charged as their tokens, not as their time in flight (which
     charged the long one the whole replica for its tail: a ratio near 7 here instead of the work's)."""
-    window = 30.0  # every round in one window: a window boundary cuts no stretch
+    # every round in one window (a window boundary cuts no stretch): three rounds of 2 s fit with room for a slow
+    # machine, and the test waits for about one window in all (the start of one, then its end)
+    window = 15.0
     p = cluster(tmp_path, running, loopback(), engine_ports(), sim_model("together", gpus=2, min_=1),
                 chargeback={**CHARGEBACK, "window": f"{window:g}s"})
     try:
         replica_of(p, "together")
         a, b = (admin_post(p, "/api/keys", {"name": n}) for n in ("a", "b"))
         wait_until(lambda: time.time() % window < 1.0, window + 5, "the start of a window")
+        first = int(time.time() // window)
         work = {a["id"]: 0, b["id"]: 0}
         for _ in range(3):
             with ThreadPoolExecutor(2) as pool:
@@ -132,6 +135,7 @@ def test_two_keys_sending_at_once_are_charged_by_the_tokens_they_processed(tmp_p
                 for k, f in sent:
                     usage = f.result()["usage"]
                     work[k["id"]] += usage["prompt_tokens"] + usage["completion_tokens"]
+        assert int(time.time() // window) == first, "the rounds ran past their window (the layout above assumes not)"
         rows, _ = charges_after(p, time.time())
         keys = per_key(rows, "together")
         ratio, expected = keys[a["id"]].busy_s / keys[b["id"]].busy_s, work[a["id"]] / work[b["id"]]
