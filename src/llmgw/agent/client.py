@@ -19,9 +19,10 @@ from pydantic import ValidationError
 
 from llmgw.agent.report_versions import OLDEST_WRITTEN, report_in
 from llmgw.core.errors import ControlPlaneUnreachable, UpstreamError
+from llmgw.core.strict import Strict
 from llmgw.pki.tls import speaks_as_node
 from llmgw.wire.lease import LEASE_PATH, REPORT_REFRESH_S, SEND_REPORT, Lease, LeaseAnswer
-from llmgw.wire.messages import WIRE_VERSION, DesiredState, NodeReport, Strict
+from llmgw.wire.messages import WIRE_VERSION, DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
 

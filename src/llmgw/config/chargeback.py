@@ -11,18 +11,17 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from llmgw.config.types import Duration, within
+from llmgw.core.strict import Strict
 
 ANY_CLASS = "*"
 NO_GPU = "cpu"  # the class of a replica holding no GPU (a CPU engine): its seconds count as one device's
 HOUR = 3600.0
 
 
-class ChargebackConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ChargebackConfig(Strict):
     # price of one GPU-hour per GPU class, in `currency`
     rates: Annotated[dict[str, Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]],
                      Field(max_length=256)] = {}

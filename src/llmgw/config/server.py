@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from llmgw.config.chargeback import ChargebackConfig
 from llmgw.config.engines import EngineConfig, EngineName, as_source
@@ -19,12 +19,9 @@ from llmgw.config.serving import (
 )
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
 from llmgw.core.limits import KeyLimits
+from llmgw.core.strict import Strict
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.hub import is_hub, parse_hub
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class TLSFiles(Strict):

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from llmgw.core.strict import Strict
 
 Period = Literal["day", "month", "total"]
 
 
-class KeyLimits(BaseModel):
+class KeyLimits(Strict):
     """What one key may use; each limit optional (None: none)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     rpm: int | None = Field(default=None, strict=True, ge=1, le=10**9)  # requests per minute
     tpm: int | None = Field(default=None, strict=True, ge=1, le=10**12)  # tokens (prompt + completion) per minute

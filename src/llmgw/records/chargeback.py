@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from llmgw.core.strict import Strict
 
 OPERATOR = ""  # the key_id of the operator's share: GPU time no key caused (min >= 1 models' idle, unused loads)
 Seconds = Annotated[float, Field(ge=0, le=1e13, allow_inf_nan=False)]
 Time = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
 
 
-class ChargeRow(BaseModel):
+class ChargeRow(Strict):
     """GPU-seconds charged in one hour to one key (OPERATOR: the operator's) on one model and GPU class, by what
     the GPUs were doing, and their price at the rates of the time they were accounted."""
-
-    model_config = ConfigDict(extra="forbid")
 
     hour: int = Field(ge=0, le=10**8)  # hours since 1970 (store/base.py hour_of)
     key_id: str = Field(max_length=128)
@@ -32,11 +32,9 @@ class ChargeRow(BaseModel):
         return self.busy_s + self.load_s + self.idle_s
 
 
-class ReplicaSpan(BaseModel):
+class ReplicaSpan(Strict):
     """One replica's time on its GPUs, from placement to its end, and what the accountant carries across windows.
     Written only by the leader's accountant (chargeback/), fenced like every leader write."""
-
-    model_config = ConfigDict(extra="forbid")
 
     id: str = Field(min_length=1, max_length=256)
     model: str = Field(min_length=1, max_length=256)

@@ -20,7 +20,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from llmgw.wire.messages import WIRE_VERSION, DesiredState, EngineLoad, Name, NodeReport, Strict
+from llmgw.core.strict import Strict
+from llmgw.wire.messages import WIRE_VERSION, DesiredState, EngineLoad, Name, NodeReport
 
 LEASE_PATH = "/v1/agent/lease"
 LEASE_WIRE_VERSION = 11  # the first version with leases

@@ -8,8 +8,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
+from llmgw.core.strict import Strict
 from llmgw.core.units import mb
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.hub import MAX_FILES, is_hub
@@ -54,10 +55,6 @@ def _ip_literal(v: str) -> str:
 
 
 Address = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ip_literal)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Problem(Strict):
