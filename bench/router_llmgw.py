@@ -72,7 +72,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     async def main() -> None:
         router = await start_router(cfg, plane)  # usage journaled per request, beside the store
         # the API listener as the server starts it: its connection limiter, request bounds and 100-continue check
-        lim = cfg.limits
+        lim = cfg.connections
         listener = await start_listener(router.app(), cfg.api_listen, api_limiter(lim, lim.api_connections),
                                         lim.header_timeout)
         flush = asyncio.create_task(router.flush_usage())

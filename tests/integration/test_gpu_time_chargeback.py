@@ -30,7 +30,7 @@ def sim_model(name: str, gpus: int, min_: int, idle: str = "10m", load: str = "0
     return {"name": name, "source": f"org/{name}", "engine": "sim",
             "profile": {"gpus_per_shard": gpus, "gpu_class": "H100-80G",
                         "sim": {"tokens": 200, "tokens_per_second": TPS, "load_seconds": load}},
-            "scaling": {"min": min_, "max": 1, "idle_timeout": idle}}
+            "scaling": {"min": min_, "max": 1, "stop_unused_after": idle}}
 
 
 def cluster(tmp_path: Path, running: list[Cluster], address: str, ports: str, *models: dict[str, Any],

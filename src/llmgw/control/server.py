@@ -148,7 +148,7 @@ async def start_listeners(cfg: ServerConfig, plane: ControlPlane, router: Router
                           token: str) -> list[Listener]:
     """The agents', the API's, the management and (if configured) the metrics listener, each handed the owners
     it uses, within connection caps fitted to the open-file limit."""
-    lim = cfg.limits
+    lim = cfg.connections
     caps = fit(
         {
             "agent": lim.agent_connections,

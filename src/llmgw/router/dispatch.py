@@ -42,7 +42,8 @@ class Dispatcher:
         self.usage_journal = usage_journal
         self.cfg = cfg
         self.worker = worker  # which API worker answered, for operators chasing one bad process
-        self.timeouts = Timeouts(cfg.connect_timeout, cfg.first_byte_timeout, cfg.idle_timeout, cfg.queue_timeout)
+        self.timeouts = Timeouts(cfg.connect_timeout, cfg.first_byte_timeout, cfg.between_chunks_timeout,
+                                 cfg.queue_timeout)
         self.session: aiohttp.ClientSession | None = None
 
     async def serve(self, ctx: RequestContext) -> web.StreamResponse:

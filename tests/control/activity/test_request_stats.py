@@ -75,6 +75,6 @@ def test_loads_and_stops_are_counted_with_their_reason(tmp_path: Path) -> None:
     assert p.registry.replica_counts == {("m", "start", "demand"): 1}
     p.passes.reconcile_once()  # the same replica, updated: not a second start
     assert p.registry.replica_counts == {("m", "start", "demand"): 1}
-    p.clock.advance(p.timings.demand_window + p.registry.models["m"].scaling.idle_timeout + 1)
+    p.clock.advance(p.timings.demand_window + p.registry.models["m"].scaling.stop_unused_after + 1)
     p.passes.reconcile_once()
     assert p.registry.replica_counts[("m", "stop", "Idle")] == 1
