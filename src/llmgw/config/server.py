@@ -290,7 +290,7 @@ class ServerConfig(Renames):
     # node_lost_after must be longer
     heartbeat_interval: Annotated[Duration, within(HEARTBEAT_MIN_S, HEARTBEAT_MAX_S)] = 3.0
     reconcile_interval: Annotated[Duration, within(0.01, 3600)] = 1.0
-    # how long the lease of the control plane that reconciles lasts unless renewed (renewed every third of it):
+    # how long the lease of the control plane that reconciles lasts unless extended (extended every third of it):
     # with several servers on one PostgreSQL, a new leader takes over within this long of the old one's end
     leader_lease: Annotated[Duration, within(0.3)] = 15.0
     load_wait: Duration = 15.0

@@ -227,7 +227,7 @@ async def hub_loop(plane: ControlPlane) -> None:
 
 
 async def lease_loop(plane: ControlPlane, lease: float) -> None:
-    while True:  # renew the lease, or take it when its holder is gone (control/storage/leadership.py)
+    while True:  # extend the lease, or take it when its holder is gone (control/storage/leadership.py)
         await asyncio.sleep(lease / 3)
         await plane.following.hold_lease()
 

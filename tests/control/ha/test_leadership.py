@@ -20,7 +20,7 @@ async def test_one_leads_and_the_other_follows_until_the_lease_runs_out(
     clock.advance(LEASE / 3)
     await a.following.hold_lease()
     await b.following.hold_lease()
-    assert a.leadership.leading and not b.leadership.leading  # renewed in time: nothing changes hands
+    assert a.leadership.leading and not b.leadership.leading  # extended in time: nothing changes hands
     clock.advance(LEASE + 1)  # a is paused past its lease; b tries
     await b.following.hold_lease()
     assert b.leadership.leading and b.leadership.epoch == 2
