@@ -11,7 +11,7 @@ from llmgw.wire.renewal import Renewal
 
 
 def test_a_renewal_names_its_token_lease_on_the_wire() -> None:
-    sent = json.loads(Renewal(node_id="n1", token="t1", etag="e1").model_dump_json())
+    sent = json.loads(Renewal(node_id="n1", token="t1", etag="e1", loads=[]).model_dump_json())
     assert sent["lease"] == "t1" and "token" not in sent
     read = Renewal.model_validate_json('{"version": 11, "node_id": "n1", "lease": "t1", "etag": "e1"}')
     assert read.token == "t1"
