@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def month_of_charges(store: Store, key_id: str, now: float) -> None:
-    """A month of hourly charges for `key_id` and 49 other keys, as the accountant leaves them, its mark at now."""
+    """A month of hourly charges for `key_id` and 49 other keys, as chargeback leaves them, its mark at now."""
     from llmgw.records.chargeback import ChargeRow
     from llmgw.store.base import hour_of
 

@@ -302,7 +302,7 @@ class ServerConfig(Renames):
     # API worker processes sharing api_listen (SO_REUSEPORT); beyond one, they are separate processes
     api_workers: int = Field(default=1, ge=1, le=64)
     eviction: EvictionConfig = EvictionConfig()
-    chargeback: ChargebackConfig = ChargebackConfig()  # GPU-hour prices and accounting windows (config/chargeback)
+    chargeback: ChargebackConfig = ChargebackConfig()  # GPU-hour prices and chargeback windows (config/chargeback)
     # which engines every node has: a name (its default source, config/engines.py) or a whole source
     engines: list[EngineName | EngineConfig] = ["llamacpp", "sim"]
     hub: HubConfig = HubConfig()

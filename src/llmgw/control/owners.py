@@ -60,9 +60,9 @@ OWNERS: tuple[Owner, ...] = (
           "the lease, following the shared store, sharing activity with other servers"),
     Owner("hub_models", "hub/hub_models.py",
           "per `hf://` model of the catalog: its resolution (a commit and its files, sticky) or why none; its retries"),
-    Owner("accountant", "accounting/accounting.py",
-          "on the leader: each replica's span on its GPUs, sampled from the registry; the accounting mark and the "
+    Owner("chargeback", "chargeback/chargeback.py",
+          "on the leader: each replica's span on its GPUs, sampled from the registry; the chargeback mark and the "
           "usage records still in flight past it; charges each settled window once (`chargeback/`)"),
-    Owner("charge_book", "accounting/charge_book.py",
+    Owner("charge_book", "chargeback/charge_book.py",
           "the last day's GPU time and cost per key as the views show it, read from the store at most once a refresh"),
 )

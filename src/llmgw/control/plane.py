@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from llmgw.config.server import ServerConfig
-from llmgw.control.accounting.accounting import Accountant
-from llmgw.control.accounting.charge_book import ChargeBook
 from llmgw.control.activity.activity import Activity
+from llmgw.control.chargeback.charge_book import ChargeBook
+from llmgw.control.chargeback.chargeback import Chargeback
 from llmgw.control.ha.following import Following, health_of
 from llmgw.control.ha.liveness import liveness_for
 from llmgw.control.hub.hub_models import HubModels, Resolver, hub_resolve
@@ -82,7 +82,7 @@ class ControlPlane:
         self.ready_times = ReadyTimes()  # each way to ready (wake, load) measured per model, engine, GPU class
         self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick,
                              self.hub_models, self.ready_times, self.sleep_refusals)
-        self.accountant = Accountant(cfg.chargeback, self.storage, self.leadership, self.registry, clock)
+        self.chargeback = Chargeback(cfg.chargeback, self.storage, self.leadership, self.registry, clock)
         self.following = Following(self.storage, self.leadership, self.registry, self.credentials, self.activity,
                                    self.limit_counters,
                                    liveness_for(cfg.reconcile_interval, cfg.heartbeat_interval, cfg.node_lost_after))

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
-from llmgw.control.accounting.accounting import accounting_loop
+from llmgw.control.chargeback.chargeback import chargeback_loop
 from llmgw.control.http.admin_api import admin_app, metrics_routes
 from llmgw.control.http.admin_auth import allowed_hosts, load_or_create_token
 from llmgw.control.http.agent_api import agent_app
@@ -94,7 +94,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         asyncio.create_task(retention_loop(cfg, plane)),
         asyncio.create_task(lease_loop(plane, cfg.leader_lease)),
         asyncio.create_task(hub_loop(plane)),
-        asyncio.create_task(accounting_loop(plane.accountant)),
+        asyncio.create_task(chargeback_loop(plane.chargeback)),
     ]
     workers = spawn_workers(config_path, cfg.api_workers - 1) if config_path else []
     try:
@@ -195,7 +195,7 @@ async def reconcile_loop(plane: ControlPlane, router: Router, interval: float) -
                 await plane.following.share_activity()
                 await plane.limit_counters.gpu.refresh(plane.storage)  # GPU time charged, for GPU budgets
             passes.reconcile_once()
-            plane.accountant.sample_now()
+            plane.chargeback.sample_now()
             router.refresh()
         except Exception:  # a failed pass is logged and retried on the next tick, never swallowed silently
             log.exception("reconcile pass failed")

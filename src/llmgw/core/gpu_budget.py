@@ -4,7 +4,7 @@ settled at, and the decision to admit it. Pure: the figures are handed in; contr
 A request reserves an upper bound of its GPU time: the GPUs of one of its model's replicas times its token
 reservation over the model's measured tokens per second (a low percentile of recent requests; DEFAULT_TOKENS_PER_S
 with none measured). It is settled at its GPUs times how long it was admitted, an upper bound of its busy share,
-which counts until the accountant's charges for that time land (docs/tenants.md, "Budgets in GPU-seconds or
+which counts until chargeback's charges for that time land (docs/tenants.md, "Budgets in GPU-seconds or
 money").
 """
 

@@ -68,7 +68,7 @@ MIGRATIONS: list[str] = [
     HUB_RESOLUTIONS,
     # 7: when each server last heard the nodes that talk to it, one row per server
     RENEWALS,
-    # 8: chargeback: replica spans, hourly charges, the accountant's mark
+    # 8: chargeback: replica spans, hourly charges, chargeback's mark
     CHARGEBACK,
 ]
 

@@ -1,5 +1,5 @@
 """Budgets in GPU-seconds held across servers on one store: what a key's requests hold, and settled since the
-accountant's mark, at one server counts at the others until its charges land or that server falls silent. Two
+chargeback's mark, at one server counts at the others until its charges land or that server falls silent. Two
 control planes on one real PostgreSQL (tests/control/ha/conftest.py); model "m" has no replica and asks for no GPU, so
 a request reserving 100 tokens holds 1 device for 10 s at the default speed: 10 GPU-seconds."""
 

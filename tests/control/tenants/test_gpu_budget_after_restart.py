@@ -1,4 +1,4 @@
-"""A server restarted goes on counting, against GPU budgets, the requests that ended after the accountant's mark (their
+"""A server restarted goes on counting, against GPU budgets, the requests that ended after chargeback's mark (their
 charges have not landed yet), as it did before it stopped: from their usage records, read again at start. A real
 control plane over SQLite in tmp_path with a FakeClock; model "m" has no replica, so it holds the 4 GPUs its profile
 asks for."""
@@ -20,7 +20,7 @@ NOON = float(calendar.timegm((2026, 12, 15, 12, 0, 0)))
 async def test_requests_settled_after_the_mark_still_count_after_a_restart(tmp_path: Path) -> None:
     clock = FakeClock(NOON)
     p = plane_in(tmp_path, clock)
-    p.store.put_charges([], [], 0.0, NOON - 600)  # the accountant is 10 minutes behind
+    p.store.put_charges([], [], 0.0, NOON - 600)  # chargeback is 10 minutes behind
     _, k = await p.credentials.create_key("k", [], KeyLimits(gpu_budget=200.0, budget_period="day"))
     d, ticket = p.limit_counters.admit(k, 100, model="m")
     assert d.admitted

@@ -1,5 +1,5 @@
 """Budgets in GPU-seconds or money as the control plane keeps them (control/tenants/gpu_budgets.py through
-LimitCounters): the accountant's charges read from the real store, requests in flight holding their bound, settled
+LimitCounters): chargeback's charges read from the real store, requests in flight holding their bound, settled
 requests counted until their charges land. An in-process control plane over SQLite in tmp_path with a FakeClock; its
 model "m" has no replica, so a request of it is taken to hold the 4 GPUs its profile asks for."""
 
@@ -21,7 +21,7 @@ NOON = float(calendar.timegm((2026, 12, 15, 12, 0, 0)))
 
 def charge(p: ControlPlane, key_id: str, to: float, *, busy: float = 0.0, load: float = 0.0, idle: float = 0.0,
            at: float = NOON - 3600, cost: float = 0.0) -> None:
-    """The accountant's step, as the store takes it: charges for the hour holding `at`, the mark moved to `to`."""
+    """Chargeback's step, as the store takes it: charges for the hour holding `at`, the mark moved to `to`."""
     row = ChargeRow(hour=hour_of(at), key_id=key_id, model="m", gpu_class="H100", busy_s=busy, load_s=load,
                     idle_s=idle, cost=cost)
     p.store.put_charges([row], [], p.store.charge_mark(), to)
@@ -78,7 +78,7 @@ async def test_a_settled_request_counts_until_its_charges_land_then_the_charges_
     clock.advance(4.0)
     assert p.limit_counters.settle(ticket, 80)
     assert p.limit_counters.use_of(k)["gpu_used"] == 16.0  # 4 GPUs for the 4 s it was admitted
-    charge(p, k.id, NOON + 60, busy=1.5, at=NOON)  # its share, as the accountant found it, once its window settled
+    charge(p, k.id, NOON + 60, busy=1.5, at=NOON)  # its share, as chargeback found it, once its window settled
     await p.limit_counters.gpu.refresh(p.storage)
     assert p.limit_counters.use_of(k)["gpu_used"] == 1.5
 

@@ -1,1 +1,1 @@
-"""GPU time charged per key: the leader's accountant, the charge book the views read, GPU time beside usage."""
+"""GPU time charged per key: the leader's chargeback, the charge book the views read, charges beside usage."""

@@ -170,7 +170,7 @@ def _key_paths() -> dict[str, Any]:
         "/api/usage": {"get": _op("Usage by key or by model since a time: tokens, GPU-seconds and their cost "
                                   "(the operator's share under key \"\")", _json(OBJECT, "totals"),
                                   params=[_query("by", {"type": "string", "enum": ["key", "model"]}), since])},
-        "/api/usage.csv": {"get": _op("Usage per hour, key and model with GPU-seconds and cost, for billing",
+        "/api/usage.csv": {"get": _op("Usage per hour, key and model with GPU-seconds and cost, for chargeback",
                                       _text("RFC 4180 CSV", "text/csv"), params=[since])},
     }
 

@@ -17,7 +17,7 @@ from llmgw.api.model_weights import ModelWeights, model_weights, weights_trouble
 from llmgw.api.stats import RouterStats
 from llmgw.api.views import NodeRow, ReadyTime, node_row
 from llmgw.config.server import ModelSpec
-from llmgw.control.accounting.usage_charges import GpuTime
+from llmgw.control.chargeback.charge_views import ChargesByKey
 from llmgw.core.conditions import Condition
 from llmgw.core.reasons import Reason
 from llmgw.reconcile import scaling
@@ -108,7 +108,7 @@ class Summary(BaseModel):
     requests: RouterStats = RouterStats()  # what the routers measured, per model (counts and histograms)
     adapters: list[AdapterLine] = []  # the catalog's LoRA adapters and the ready replicas serving each
     ready_times: list[ReadyTime] = []  # each way to ready (wake, load) as measured (control/nodes/ready_times.py)
-    gpu_time: GpuTime = GpuTime()  # the last day's GPU-seconds and cost per key (control/accounting/usage_charges.py)
+    gpu_time: ChargesByKey = ChargesByKey()  # the last day's GPU-seconds and cost per key (chargeback/charge_views.py)
     # /api/status gives the node lines a page at a time: where this page starts (name order), how many it leaves out
     nodes_from: int = 0
     nodes_not_shown: int = 0
