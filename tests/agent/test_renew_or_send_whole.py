@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from llmgw.agent.client import HEARTBEAT_PATH, ControlPlaneClient
-from llmgw.agent.renewals import Held, Reporter, renewal
+from llmgw.agent.renewals import HeldRenewal, Reporter, renewal
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import UpstreamError
 from llmgw.wire.messages import WIRE_VERSION, DesiredState, EngineLoad, Hardware, NodeReport, ShardState
@@ -33,8 +33,8 @@ def report(state: str = "ready", running: float = 0.0, mem_available: int = 0) -
                       hardware=Hardware(mem_total_bytes=64 << 30, mem_available_bytes=mem_available), shards=[shard])
 
 
-def held(r: NodeReport, token: str = "t1", url: str = URL, at: float = 0.0) -> Held:
-    return Held.of(r, url, token, at, DesiredState(node_id="node01", renewal_token=token, etag="e1"))
+def held(r: NodeReport, token: str = "t1", url: str = URL, at: float = 0.0) -> HeldRenewal:
+    return HeldRenewal.of(r, url, token, at, DesiredState(node_id="node01", renewal_token=token, etag="e1"))
 
 
 def test_an_unchanged_report_is_renewed_with_the_desired_states_etag_and_the_gauges() -> None:
@@ -49,7 +49,7 @@ def test_an_unchanged_report_is_renewed_with_the_desired_states_etag_and_the_gau
                                             "the renewal token is another control plane's"),
                                            ("nothing held", "no renewal token held")])
 def test_the_report_goes_whole(case: str, why: str) -> None:
-    h: Held | None = held(report())
+    h: HeldRenewal | None = held(report())
     r, url, now = report(), URL, 10.0
     if case == "shard state changed":
         r = report(state="exited")

@@ -43,7 +43,7 @@ class Plane(Protocol):
 
 
 @dataclass(frozen=True)
-class Held:
+class HeldRenewal:
     """What the answer to the last whole report left: its renewal token at `url`, the report's shape (wire/renewal.py
     report_shape) and free space, when it went (the clock's monotonic seconds), and the desired state last
     answered."""
@@ -56,12 +56,12 @@ class Held:
     free: FreeSpace = ()
 
     @classmethod
-    def of(cls, report: NodeReport, url: str, token: str, sent_at: float, desired: DesiredState) -> Held:
+    def of(cls, report: NodeReport, url: str, token: str, sent_at: float, desired: DesiredState) -> HeldRenewal:
         return cls(url=url, token=token, digest=report_shape(report), sent_at=sent_at, desired=desired,
                    free=free_space(report))
 
 
-def renewal(held: Held | None, report: NodeReport, url: str, now: float,
+def renewal(held: HeldRenewal | None, report: NodeReport, url: str, now: float,
             refresh_s: float = REPORT_REFRESH_S) -> Renewal | str:
     """The renewal to send instead of `report`, or why the report goes whole."""
     if held is None or not held.token:
@@ -84,7 +84,7 @@ class Reporter:
     def __init__(self, clock: Clock, refresh_s: float = REPORT_REFRESH_S) -> None:
         self.clock = clock
         self.refresh_s = refresh_s
-        self.held: Held | None = None
+        self.held: HeldRenewal | None = None
         self.renewals = 0
         self.whole = 0
         self.why: Counter[str] = Counter()
@@ -116,5 +116,5 @@ class Reporter:
         self.why[why] += 1
         log.debug("report sent whole: %s", why)
         if desired.renewal_token:  # none: a control plane that takes no renewals, sent every report whole
-            self.held = Held.of(report, plane.url, desired.renewal_token, self.clock.monotonic(), desired)
+            self.held = HeldRenewal.of(report, plane.url, desired.renewal_token, self.clock.monotonic(), desired)
         return desired

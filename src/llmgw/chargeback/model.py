@@ -17,7 +17,7 @@ HOUR = 3600.0
 INF = math.inf
 
 
-class Request(Protocol):
+class ChargedRequest(Protocol):
     """What the model reads of a usage record: who sent it, where it ran, when it was in flight."""
 
     @property
@@ -36,7 +36,7 @@ class Request(Protocol):
     def completion_tokens(self) -> int: ...
 
 
-def work(r: Request, prompt_weight: float) -> float:
+def work(r: ChargedRequest, prompt_weight: float) -> float:
     """A request's work: the tokens it processed as its engine counted them, a prompt token weighing
     `prompt_weight` of a generated one."""
     return prompt_weight * r.prompt_tokens + r.completion_tokens
@@ -70,11 +70,11 @@ class _Ledger:
                 for (key, model, cls), v in sorted(self.sums.items()) if v[0] + v[1] + v[2] > 0]
 
 
-def charge_window(a: float, b: float, spans: Iterable[ReplicaSpan], requests: Iterable[Request],
+def charge_window(a: float, b: float, spans: Iterable[ReplicaSpan], requests: Iterable[ChargedRequest],
                   config: ChargebackConfig) -> WindowCharges:
     """Charge the window [a, b): every span's held time in it (less its asleep time) to exactly one party each
     instant, or to its pending time until the party is known. `requests` are the usage records overlapping it."""
-    by_replica: dict[str, dict[str, Request]] = {}
+    by_replica: dict[str, dict[str, ChargedRequest]] = {}
     for r in requests:
         by_replica.setdefault(r.replica_id, {})[r.id] = r
     ledger = _Ledger(prompt_weight=config.prompt_weight)
@@ -106,7 +106,7 @@ def held_pieces(span: ReplicaSpan, lo: float, hi: float) -> list[tuple[float, fl
     return pieces
 
 
-def _charge_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[Request], led: _Ledger,
+def _charge_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[ChargedRequest], led: _Ledger,
                   shares: dict[str, float]) -> ReplicaSpan:
     s = span.model_copy(deep=True)
     s.residency_from = max(s.residency_from, s.created_at)
@@ -128,7 +128,7 @@ def _charge_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[Request],
     return s
 
 
-def _charge_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[Request], led: _Ledger,
+def _charge_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[ChargedRequest], led: _Ledger,
                    shares: dict[str, float]) -> None:
     """One awake stretch [p0, p1) of the current residency: its load, busy and idle time."""
     g = float(max(s.gpus, 1))

@@ -28,7 +28,7 @@ from llmgw.control.tenants.gpu_budgets import GpuBudgets, ModelSizes
 from llmgw.control.tenants.limit_counters import LimitCounters
 from llmgw.control.tenants.usage_totals import DAY, UsageTotals
 from llmgw.control.views.metrics import Gauges
-from llmgw.control.views.status import Status
+from llmgw.control.views.status import StatusSources
 from llmgw.core.clock import Clock
 from llmgw.reconcile.world import Timings
 from llmgw.store.base import HOUR, Store
@@ -120,9 +120,9 @@ class ControlPlane:
         """One more of the control plane's own gauges (the server adds its router's)."""
         self.gauges[name] = (words, read)
 
-    def status(self) -> Status:
+    def status(self) -> StatusSources:
         """The owners the summary (management API, dashboard, metrics) is read from."""
-        return Status(self.registry, self.activity, self.credentials, self.storage, self.usage, self.passes,
+        return StatusSources(self.registry, self.activity, self.credentials, self.storage, self.usage, self.passes,
                       hub=lambda: self.hub_models.states, ready_times=self.ready_times.lines,
                       charges=self.charge_book)
 

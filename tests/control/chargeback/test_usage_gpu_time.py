@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from llmgw.api.router import Activity
+from llmgw.api.router import ActivityReport
 from llmgw.control.chargeback.charge_book import REFRESH, ChargeBook
 from llmgw.control.chargeback.charge_views import CSV_HEAD, OPERATOR_NAME
 from llmgw.core.clock import FakeClock
@@ -46,7 +46,7 @@ async def plant_usage(p: ClusterPlan, usage: list[UsageRecord]) -> None:
     """Usage as a router worker reports it."""
     token = (p.workdir / "state" / "admin.token").read_text().strip()
     async with aiohttp.ClientSession() as s, s.post(
-            p.admin + "/api/router/activity", data=Activity(usage=usage).model_dump_json(),
+            p.admin + "/api/router/activity", data=ActivityReport(usage=usage).model_dump_json(),
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}) as r:
         assert r.status == 200, await r.text()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Sequence
 
-from llmgw.api.router import Activity as Report
+from llmgw.api.router import ActivityReport as Report
 from llmgw.api.stats import RouterStats
 from llmgw.control.activity.recent_requests import RecentRequests
 from llmgw.control.activity.sharing import SERVER, Others

@@ -15,7 +15,7 @@ from llmgw.control.activity.activity import Activity
 from llmgw.control.hub.hub_models import HubModels
 from llmgw.control.nodes.desired import desired_for, draining
 from llmgw.control.nodes.registry import Registry, merge_report
-from llmgw.control.nodes.renewal_tokens import Held, RenewalReply, RenewalTokens, drains_here
+from llmgw.control.nodes.renewal_tokens import KeptDesired, RenewalReply, RenewalTokens, drains_here
 from llmgw.control.nodes.sleep_refusals import SleepRefusals
 from llmgw.control.nodes.weights import Leaders, plans_for, prune
 from llmgw.control.storage.storage import Storage
@@ -136,7 +136,7 @@ class Heartbeats:
                                                   "version": renewal.version})
         return RenewalReply(answer=RenewalAnswer(version=renewal.version, desired=desired).model_dump_json())
 
-    def _desired(self, node_id: str) -> Held:
+    def _desired(self, node_id: str) -> KeptDesired:
         """The node's desired state: the one kept while every input of it is unchanged
         (control/nodes/renewal_tokens.py)."""
         reg = self._registry

@@ -21,7 +21,7 @@ Key = tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class Held:
+class KeptDesired:
     """A node's desired state as last derived (its renewal token left out), its etag, and what it was derived from:
     `key` None when it must be derived anew every time; `fabric` when its versions include the nodes'."""
 
@@ -55,7 +55,7 @@ class RenewalTokens:
 
     def __init__(self) -> None:
         self._tokens: dict[str, str] = {}
-        self._held: dict[str, Held] = {}
+        self._held: dict[str, KeptDesired] = {}
         self._unchanged: dict[int, str] = {}  # wire version -> the answer "nothing new", made once
 
     def grant(self, node_id: str) -> str:
@@ -66,15 +66,15 @@ class RenewalTokens:
     def token(self, node_id: str) -> str | None:
         return self._tokens.get(node_id)
 
-    def held(self, node_id: str, base: Key, fabric: Key) -> Held | None:
+    def held(self, node_id: str, base: Key, fabric: Key) -> KeptDesired | None:
         """The desired state kept for this node, if every version it was derived from is still current."""
         h = self._held.get(node_id)
         if h is None or h.key is None or h.key != (base + fabric if h.fabric else base):
             return None
         return h
 
-    def keep(self, node_id: str, key: Key | None, fabric: bool, desired: DesiredState) -> Held:
-        h = Held(key, fabric, desired, etag_of(desired))
+    def keep(self, node_id: str, key: Key | None, fabric: bool, desired: DesiredState) -> KeptDesired:
+        h = KeptDesired(key, fabric, desired, etag_of(desired))
         self._held[node_id] = h
         return h
 

@@ -19,8 +19,8 @@ from llmgw.control.tenants.credentials import Credentials
 from llmgw.control.tenants.usage_totals import DAY, UsageTotals
 from llmgw.control.views.summary import (
     Demand,
-    NodeFacts,
     NodeLine,
+    NodeSummaryFacts,
     ReplicaLine,
     ReplicaLines,
     Summary,
@@ -44,9 +44,9 @@ class NodeFactsKept:
     is lost): at 1,000 nodes deriving them costs more than the rest of a page view."""
 
     def __init__(self) -> None:
-        self._held: dict[str, tuple[NodeRecord, NodeFacts]] = {}
+        self._held: dict[str, tuple[NodeRecord, NodeSummaryFacts]] = {}
 
-    def __call__(self, rec: NodeRecord) -> NodeFacts:
+    def __call__(self, rec: NodeRecord) -> NodeSummaryFacts:
         held = self._held.get(rec.id)
         if held is not None and held[0] is rec:
             return held[1]
@@ -56,7 +56,7 @@ class NodeFactsKept:
 
 
 @dataclass(frozen=True)
-class Status:
+class StatusSources:
     """The owners a summary is read from."""
 
     registry: Registry
@@ -72,7 +72,7 @@ class Status:
     charges: ChargeBook = field(default_factory=ChargeBook)  # GPU time and cost per key (chargeback/charge_book.py)
 
 
-async def summary_of(s: Status) -> Summary:
+async def summary_of(s: StatusSources) -> Summary:
     now = s.storage.clock.now()
     names = s.credentials.key_names()
     if names is None:
