@@ -6,7 +6,7 @@ is attributed".
     .venv/bin/python -m bench.chargeback             # 3 keys, 4 rounds, 20 tokens/s: about a minute
     .venv/bin/python -m bench.chargeback --smoke     # 1 round, faster tokens: that it runs
 
-Then the accountant's own cost (`account()`, off the request path): one 60 s window of 60,000 requests on 50
+Then Chargeback's own cost (`charge_window()`, off the request path): one 60 s window of 60,000 requests on 50
 replicas of 8 GPUs (6,000 in the smoke mode), against a sort of the same records by start in the same run.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench.addresses import engine_ports, free_port
 from bench.coldstart import wait
-from llmgw.chargeback import account
+from llmgw.chargeback import charge_window
 from llmgw.config.chargeback import ChargebackConfig
 from llmgw.config.types import parse_duration
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up, prepare
@@ -47,10 +47,10 @@ def chat(plan: ClusterPlan, key: str, tokens: int) -> tuple[int, int]:
 
 
 def busy_by_key(plan: ClusterPlan, until: float, window_s: float) -> dict[str, float]:
-    """Busy GPU-seconds per key, once every window up to `until` is accounted."""
+    """Busy GPU-seconds per key, once every window up to `until` is charged."""
     store = SqliteStore(plan.workdir / "state" / "llmgw.db").open()
     try:
-        wait(lambda: store.charge_mark() >= until, window_s + SETTLE_S + 60, "the windows accounted")
+        wait(lambda: store.charge_mark() >= until, window_s + SETTLE_S + 60, "the windows charged")
         out: dict[str, float] = {}
         for r in store.charges_since(0):
             if r.key_id != OPERATOR:
@@ -105,8 +105,8 @@ def report(case: str, busy: dict[str, float], work: dict[str, int]) -> float:
     return worst
 
 
-def accountant_cost(n: int, replicas: int = 50) -> None:
-    """`account()` over one window of `n` random requests, best of three, against sorting them (its baseline)."""
+def chargeback_cost(n: int, replicas: int = 50) -> None:
+    """`charge_window()` over one window of `n` random requests, best of three, against sorting them (its baseline)."""
     rng = random.Random(1)
     spans = [ReplicaSpan(id=f"r{i}", model="m", gpus=8, gpu_class="H100", demand=True, created_at=0, ready_at=0)
              for i in range(replicas)]
@@ -123,9 +123,9 @@ def accountant_cost(n: int, replicas: int = 50) -> None:
             times.append(time.perf_counter() - t)
         return min(times)
 
-    took = best(lambda: account(0, 60, spans, recs, cfg))
+    took = best(lambda: charge_window(0, 60, spans, recs, cfg))
     sort = best(lambda: sorted(recs, key=lambda r: (r.replica_id, r.started_at)))
-    print(f"accountant: {n} requests on {replicas} replicas in one window: {took * 1e3:.0f} ms, "
+    print(f"chargeback: {n} requests on {replicas} replicas in one window: {took * 1e3:.0f} ms, "
           f"{took / n * 1e6:.1f} us per request, {took / sort:.1f}x a sort of the same records ({sort * 1e3:.0f} ms)")
 
 
@@ -162,7 +162,7 @@ def main() -> None:
             report("concurrent", *run_case(plan, keys, a.rounds, True, window_s))
         finally:
             cluster.stop()
-    accountant_cost(6_000 if a.smoke else 60_000)
+    chargeback_cost(6_000 if a.smoke else 60_000)
 
 
 if __name__ == "__main__":

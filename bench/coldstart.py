@@ -96,7 +96,7 @@ def main() -> None:
     models = [{"name": n, "source": f"org/{n}", "engine": "sim",
                "profile": {"gpus_per_shard": 1, "gpu_class": "H100-80G",
                            "sim": {"tokens": 4, "load_seconds": a.load}},
-               "scaling": {"min": 0, "max": 1, "idle_timeout": "10m"}} for n in names]
+               "scaling": {"min": 0, "max": 1, "stop_unused_after": "10m"}} for n in names]
     with tempfile.TemporaryDirectory() as tmp:
         plan = ClusterPlan(workdir=Path(tmp), nodes=[NodePlan(id="node01", address="127.0.0.1",
                                                               port_range=engine_ports())],

@@ -122,7 +122,7 @@ def cluster_plan(work: Path, source: dict[str, Any], model: Path) -> ClusterPlan
                     port_range=os.environ.get("LLMGW_GPU_CHECK_NODE_PORTS") or engine_ports(),
                     agent_extra={"engines": {}, "probe_engines": ["llamacpp"]})  # nothing named: it installs
     models = [{"name": MODEL, "source": str(model), "engine": "llamacpp", "profile": {"gpus_per_shard": 1},
-               "scaling": {"min": 0, "max": 1, "idle_timeout": "30m"}}]  # loaded by the first request
+               "scaling": {"min": 0, "max": 1, "stop_unused_after": "30m"}}]  # loaded by the first request
     return plan(work, [node], models, heartbeat_interval="1s", reconcile_interval="0.5s", load_wait="240s",
                 extra_server={"engines": [source]})
 

@@ -3,11 +3,12 @@ not the generator, is what a run measures.
 
 Each node has its own client certificate and one kept-alive connection (opened again when closed, counted). Its
 requests are pre-built HTTP/1.1 bytes; an answer is read as a status line, headers (Content-Length only) and a body.
-A node sends its full report first; while the answer carried a lease token it renews (with the etag it got) instead,
-except for the share `changes` of its heartbeats, which carry a changed report (free memory across a step: what a
-real node's digest sees), and every REPORT_REFRESH_S. A renewal answered 409 is followed at once by the full report;
-one answered 404 (a control plane without leases) turns the node to full reports for good, as does a server that
-gives no token. A server that refuses the report's wire version (422 naming the one it speaks) gets it in that one.
+A node sends its full report first; while the answer carried a renewal token it sends a renewal (with the etag it
+got) instead, except for the share `changes` of its heartbeats, which carry a changed report (free memory across a
+step: what a real node's digest sees), and every REPORT_REFRESH_S. A renewal answered 409 is followed at once by the
+full report; one answered 404 (a control plane without renewals) turns the node to full reports for good, as does a
+server that gives no token. A server that refuses the report's wire version (422 naming the one it speaks) gets it
+in that one.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.pki.tls import client_context
-from llmgw.wire.lease import LEASE_PATH, REPORT_REFRESH_S, SEND_REPORT
 from llmgw.wire.messages import WIRE_VERSION
+from llmgw.wire.renewal import RENEWAL_PATH, REPORT_REFRESH_S, SEND_REPORT
 
 HEARTBEAT = "/v1/agent/heartbeat"
 MEM_TOTAL = 2 * 2**40
@@ -109,15 +110,15 @@ CONNECTING: contextvars.ContextVar[asyncio.Semaphore] = contextvars.ContextVar("
 class Node:
     """One simulated agent: its connection, its report and what the control plane last told it."""
 
-    def __init__(self, i: int, pki: Path, url: str, leases: bool, changes: float, tally: Tally) -> None:
+    def __init__(self, i: int, pki: Path, url: str, renewals: bool, changes: float, tally: Tally) -> None:
         self.node_id = f"n{i:05d}"
         self.ctx = client_context(pki / f"{self.node_id}.crt", pki / f"{self.node_id}.key", pki / "ca.crt")
         self.host, port = url.removeprefix("https://").rsplit(":", 1)
         self.port = int(port)
         self.template = report_template(i, self.node_id)
         self.version, self.step = WIRE_VERSION, 0
-        self.leases, self.changes, self.tally = leases, changes, tally
-        self.lease = self.etag = ""
+        self.renewals, self.changes, self.tally = renewals, changes, tally
+        self.token = self.etag = ""
         self.renewal = b""
         self.rng = random.Random(i)
         self.last_full = -REPORT_REFRESH_S * self.rng.random()  # refreshes spread, as agents started apart would be
@@ -131,7 +132,7 @@ class Node:
             "VERSION", str(self.version), 1).replace(str(MEM_MARK), str(free), 1).encode())
 
     def wants_full(self, now: float) -> bool:
-        if not (self.leases and self.lease) or now - self.last_full >= REPORT_REFRESH_S:
+        if not (self.renewals and self.token) or now - self.last_full >= REPORT_REFRESH_S:
             return True
         if self.rng.random() < self.changes:
             self.step += 1
@@ -172,7 +173,7 @@ class Node:
             status, body = await self.exchange(self.report())
         if status == 200:
             self.last_full = now
-            if self.leases:
+            if self.renewals:
                 self._take(json.loads(body))
         return status, body
 
@@ -188,12 +189,12 @@ class Node:
                 self._take(desired)
             return True, False
         if status == 404:
-            self.leases = False  # a control plane without leases: full reports from now on
+            self.renewals = False  # a control plane without renewals: full reports from now on
         elif status == SEND_REPORT:
             self.tally.sent_back += 1
         else:
             return self._ok(status, body), False
-        self.lease = ""
+        self.token = ""
         status, body = await self.full_report(now)
         return self._ok(status, body), True
 
@@ -205,12 +206,12 @@ class Node:
         return False
 
     def _take(self, desired: dict[str, Any]) -> None:
-        lease, etag = desired.get("lease") or "", desired.get("etag") or ""
-        if (lease, etag) != (self.lease, self.etag):
-            self.lease, self.etag = lease, etag
-            body = json.dumps({"version": self.version, "node_id": self.node_id, "lease": lease, "etag": etag,
+        token, etag = desired.get("lease") or "", desired.get("etag") or ""  # "lease": the token's name on the wire
+        if (token, etag) != (self.token, self.etag):
+            self.token, self.etag = token, etag
+            body = json.dumps({"version": self.version, "node_id": self.node_id, "lease": token, "etag": etag,
                                "loads": []}, separators=(",", ":")).encode()
-            self.renewal = post(f"{self.host}:{self.port}", LEASE_PATH, body)
+            self.renewal = post(f"{self.host}:{self.port}", RENEWAL_PATH, body)
 
     def _ok(self, status: int, body: bytes) -> bool:
         if status != 200:
@@ -227,7 +228,7 @@ class Plan:
     interval: float
     seconds: float
     start_at: float  # wall clock: every process spreads its nodes' first heartbeats over one interval from here
-    leases: bool = True
+    renewals: bool = True
     changes: float = 0.01
     loop: str = "uvloop"
     warmup: int = WARMUP_INTERVALS
@@ -288,7 +289,7 @@ def generator(indexes: list[int], n_all: int, plan: Plan, conn: Any) -> None:
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     tally = Tally()
-    nodes = [Node(i, Path(plan.pki), plan.urls[i % len(plan.urls)], plan.leases, plan.changes, tally)
+    nodes = [Node(i, Path(plan.pki), plan.urls[i % len(plan.urls)], plan.renewals, plan.changes, tally)
              for i in indexes]
     conn.send("ready")
     plan.start_at = conn.recv()

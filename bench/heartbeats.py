@@ -1,11 +1,11 @@
 """Heartbeats at scale: simulated agents (a certificate and one kept-alive TLS connection each, bench.heartbeat_load)
-sending full reports and lease renewals, open loop, to one or three `llmgw server` processes on SQLite or
+sending full reports and renewals, open loop, to one or three `llmgw server` processes on SQLite or
 PostgreSQL; and the reconcile pass time at 1,000 and 10,000 nodes. Method and figures: docs/benchmarks.md,
 "Heartbeats".
 
     .venv/bin/python -m bench.heartbeats --nodes 10000 --interval 5 --seconds 30               # one server, SQLite
     .venv/bin/python -m bench.heartbeats --nodes 10000 --servers 3 --store postgres
-    .venv/bin/python -m bench.heartbeats --nodes 10000 --compare          # full reports only, then leases: one run
+    .venv/bin/python -m bench.heartbeats --nodes 10000 --compare          # full reports only, then renewals: one run
     .venv/bin/python -m bench.heartbeats --nodes 10000 --compare --before-src ../before/src   # another tree
     .venv/bin/python -m bench.heartbeats --reconcile                                         # pass times only
     .venv/bin/python -m bench.heartbeats --smoke               # 10 nodes for 1 s, and passes at 100 nodes
@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.heartbeat_load import WARMUP_INTERVALS, Plan, Tally, generator
 from bench.heartbeat_servers import certificates, cpu_seconds, rss_mib, running, server_configs, store_for
-from llmgw.wire.lease import REPORT_REFRESH_S
+from llmgw.wire.renewal import REPORT_REFRESH_S
 
 WINDOW_S = 5.0
 FLEET, FLEET_INTERVAL = 50_000, 5.0  # the fleet the aim names for three servers (extrapolated: see extrapolate)
@@ -43,9 +43,9 @@ def pct(xs: list[float], q: float) -> float | None:
 
 
 def start_generators(args: argparse.Namespace, urls: list[str], pki: Path,
-                     leases: bool) -> tuple[Plan, list[Connection], list[Any]]:
+                     renewals: bool) -> tuple[Plan, list[Connection], list[Any]]:
     """The generator processes, each with its nodes built, all told one start time a second from now."""
-    plan = Plan(str(pki), urls, args.interval, args.seconds, 0.0, leases, args.changes, args.loop, args.warmup)
+    plan = Plan(str(pki), urls, args.interval, args.seconds, 0.0, renewals, args.changes, args.loop, args.warmup)
     conns, procs = [], []
     for g in range(args.generators):
         here, there = mp.Pipe()
@@ -80,7 +80,7 @@ def merged(tallies: list[Tally]) -> Tally:
     return out
 
 
-def run_once(args: argparse.Namespace, leases: bool, src: str | None) -> dict[str, Any]:
+def run_once(args: argparse.Namespace, renewals: bool, src: str | None) -> dict[str, Any]:
     """One measured run: servers up, generators run, figures taken; everything it started stopped."""
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -90,7 +90,7 @@ def run_once(args: argparse.Namespace, leases: bool, src: str | None) -> dict[st
     with store_for(workdir, args.store, args.servers) as store:
         configs = server_configs(workdir, args.servers, store, args.interval)
         with running(workdir, configs, src, args.profile) as procs:
-            plan, conns, gens = start_generators(args, [f"https://127.0.0.1:{a}" for _, a, _ in configs], pki, leases)
+            plan, conns, gens = start_generators(args, [f"https://127.0.0.1:{a}" for _, a, _ in configs], pki, renewals)
             time.sleep(max(0.0, plan.measure_from - time.time()))  # the window is timed, nothing is awaited
             cpu0 = sum(cpu_seconds(p.pid) for p in procs)
             time.sleep(args.seconds)
@@ -103,10 +103,10 @@ def run_once(args: argparse.Namespace, leases: bool, src: str | None) -> dict[st
                 tallies.append(c.recv())
             for g in gens:
                 g.join(60)
-    return summarise(args, merged(tallies), cpu, rss, leases, src)
+    return summarise(args, merged(tallies), cpu, rss, renewals, src)
 
 
-def summarise(args: argparse.Namespace, t: Tally, cpu: float, rss: list[int], leases: bool,
+def summarise(args: argparse.Namespace, t: Tally, cpu: float, rss: list[int], renewals: bool,
               src: str | None) -> dict[str, Any]:
     warm = args.warmup * args.interval
     kept = [(x, f) for x, w, f in zip(t.lat, t.when, t.full, strict=True) if warm <= w < warm + args.seconds]
@@ -119,7 +119,7 @@ def summarise(args: argparse.Namespace, t: Tally, cpu: float, rss: list[int], le
     wall = warm + args.seconds
     return {
         "nodes": args.nodes, "interval": args.interval, "servers": args.servers, "store": args.store,
-        "server_src": src or "this tree", "leases": leases, "changes": args.changes,
+        "server_src": src or "this tree", "renewals": renewals, "changes": args.changes,
         "wanted_per_s": args.nodes / args.interval, "answered_per_s": round(len(lat) / args.seconds, 1),
         "renewals_per_s": round((len(lat) - fulls) / args.seconds, 1),
         "full_reports_per_s": round(fulls / args.seconds, 1),
@@ -147,7 +147,7 @@ def limit(r: dict[str, Any], generators: int) -> str:
 
 def per_kind(full_only: dict[str, Any], mixed: dict[str, Any]) -> tuple[float, float] | None:
     """(server CPU us per full report, per renewal): the first from a run of full reports alone, the second from
-    what the leased run spent beyond its full reports at that price."""
+    what the run with renewals spent beyond its full reports at that price."""
     if not mixed["renewals_per_s"]:
         return None
     c_full = float(full_only["server_cpu_us_per_heartbeat"])
@@ -173,10 +173,10 @@ def extrapolate(r: dict[str, Any], kinds: tuple[float, float] | None, servers: i
 
 
 def heartbeats(args: argparse.Namespace) -> dict[str, Any]:
-    """One run, or with --compare two on the same servers' code, full reports only then leases (or the first run's
-servers from --before-src, leases on where they have them): the figures."""
+    """One run, or with --compare two on the same servers' code, full reports only then renewals (or the first run's
+servers from --before-src, renewals on where they have them): the figures."""
     if not args.compare:
-        r = run_once(args, not args.no_leases, args.server_src)
+        r = run_once(args, not args.no_renewals, args.server_src)
         r["limit"] = limit(r, args.generators)
         r["extrapolated"] = extrapolate(r, None, args.servers)
         return r
@@ -240,8 +240,8 @@ def report(r: dict[str, Any]) -> None:
     print(json.dumps(r, indent=2))
     for one in ([r["before"], r["after"]] if "after" in r else [r]):
         aim = one["answered_per_s"] >= 0.98 * one["wanted_per_s"] and (one["p99_ms"] or 1e9) < 100
-        print(f"{'MET' if aim else 'MISSED'} ({one['server_src']}, leases {one['leases']}): {one['answered_per_s']}/s "
-              f"of {one['wanted_per_s']:.0f}/s wanted ({one['renewals_per_s']}/s renewals, "
+        print(f"{'MET' if aim else 'MISSED'} ({one['server_src']}, renewals {one['renewals']}): "
+              f"{one['answered_per_s']}/s of {one['wanted_per_s']:.0f}/s wanted ({one['renewals_per_s']}/s renewals, "
               f"{one['full_reports_per_s']}/s full reports), p99 {one['p99_ms']} ms, {one['server_cores']} server "
               f"cores (aim: all of them, p99 < 100 ms); the limit: {one['limit']}")
     print("extrapolated:", (r.get("after") or r)["extrapolated"])
@@ -259,10 +259,10 @@ def main() -> None:
                     help="intervals before the measured window (every node connected and registered; the per-window "
                          "figures include them)")
     ap.add_argument("--changes", type=float, default=0.01, help="share of heartbeats that carry a changed report")
-    ap.add_argument("--no-leases", action="store_true", help="the nodes send full reports only")
+    ap.add_argument("--no-renewals", action="store_true", help="the nodes send full reports only")
     ap.add_argument("--server-src", help="run the servers from this src directory (PYTHONPATH)")
-    ap.add_argument("--compare", action="store_true", help="a run of full reports only, then one with leases")
-    ap.add_argument("--before-src", help="with --compare: the first run's servers from this src, with leases")
+    ap.add_argument("--compare", action="store_true", help="a run of full reports only, then one with renewals")
+    ap.add_argument("--before-src", help="with --compare: the first run's servers from this src, with renewals")
     ap.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="the generator's event loop")
     ap.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "llmgw-bench-heartbeats"))
     ap.add_argument("--reconcile", action="store_true", help="only the reconcile pass times")

@@ -8,7 +8,7 @@ One run measures, at concurrency 1, 16 and 64, non-streaming and streaming (32 c
   (l) the same with a key that has every limit (rates, concurrency, budget), set high enough to refuse nothing:
       every request reserved at admission and settled at its end;
   (g) the same with a key that has budgets in GPU-seconds and money (high enough to refuse nothing), over a store
-      holding a month of the accountant's hourly charges for it and 49 other keys: the metering's cost per request
+      holding a month of chargeback's hourly charges for it and 49 other keys: the metering's cost per request
       against (c) in the same run;
   (d) LiteLLM's proxy, from its own virtual environment (skipped, with a message, when that is absent).
 Each server runs in its own process (started here with sys.executable, bound to 127.0.0.1 on a free port, killed by

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def month_of_charges(store: Store, key_id: str, now: float) -> None:
-    """A month of hourly charges for `key_id` and 49 other keys, as the accountant leaves them, its mark at now."""
+    """A month of hourly charges for `key_id` and 49 other keys, as chargeback leaves them, its mark at now."""
     from llmgw.records.chargeback import ChargeRow
     from llmgw.store.base import hour_of
 
@@ -72,7 +72,7 @@ def serve_router(port: int, upstream: str, key_file: Path, db: Path, use_uvloop:
     async def main() -> None:
         router = await start_router(cfg, plane)  # usage journaled per request, beside the store
         # the API listener as the server starts it: its connection limiter, request bounds and 100-continue check
-        lim = cfg.limits
+        lim = cfg.connections
         listener = await start_listener(router.app(), cfg.api_listen, api_limiter(lim, lim.api_connections),
                                         lim.header_timeout)
         flush = asyncio.create_task(router.flush_usage())

@@ -79,5 +79,5 @@ def model(
         source=source,
         engine=engine,  # type: ignore[arg-type]
         profile=Profile(gpus_per_shard=gpus_per_shard, nodes=nodes, gpu_class=cls),
-        scaling=Scaling(min=min_, max=max_, idle_timeout=idle),
+        scaling=Scaling(min=min_, max=max_, stop_unused_after=idle),
     )

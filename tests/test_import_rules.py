@@ -135,10 +135,10 @@ def test_the_write_rule_sees_a_write_across_owners(tmp_path: Path) -> None:
 
 def test_the_write_rule_reads_every_declared_owner(tmp_path: Path) -> None:
     """The rule's owners are control/owners.py's: one held by another owner (limit_counters.gpu) and one the older
-    list left out (the accountant) are seen as well."""
+    list left out (chargeback) are seen as well."""
     f = tmp_path / "x.py"
-    f.write_text("plane.limit_counters.gpu.mark = 1.0\nself._accountant.spans['r'] = 2\nplane.accountant.step()\n")
+    f.write_text("plane.limit_counters.gpu.mark = 1.0\nself._chargeback.spans['r'] = 2\nplane.chargeback.step()\n")
     assert [w.split(": ")[1] for w in owner_writes(f, "tests/x.py")] == [
         "plane.limit_counters.gpu.mark (control/tenants/gpu_budgets.py)",
-        "self._accountant.spans['r'] (control/accounting/accounting.py)"]
+        "self._chargeback.spans['r'] (control/chargeback/chargeback.py)"]
     assert {f"control/{o.module}" for o in DECLARED} < set(OWNERS)

@@ -40,7 +40,7 @@ CONTROL_LAYERS: list[set[str]] = [
     {"tenants", "hub"},  # keys, their counters, budgets and usage totals | hub models' resolutions
     {"activity"},  # what the routers saw (it counts against the keys' limits)
     {"nodes"},  # the registry, heartbeats, desired state, the passes (they read activity)
-    {"ha", "accounting"},  # following other servers | GPU time charged: both read the registry
+    {"ha", "chargeback"},  # following other servers | GPU time charged: both read the registry
     {"views"},  # computed from the owners' records
     {"http"},  # the doors: they serve the views and call the owners' operations
     {""},  # the composition root and the process
@@ -211,7 +211,7 @@ def test_the_rules_see_a_bench_out_of_place(tmp_path: Path) -> None:
 def test_the_rules_see_a_violation_inside_control(tmp_path: Path) -> None:
     """A room importing one above it, or a sibling of its layer, or the root; a room without a layer."""
     root = tmp_path / "llmgw"
-    for pkg in ("control", "control/storage", "control/nodes", "control/ha", "control/accounting", "control/views",
+    for pkg in ("control", "control/storage", "control/nodes", "control/ha", "control/chargeback", "control/views",
                 "control/attic"):
         (root / pkg).mkdir(parents=True)
         (root / pkg / "__init__.py").write_text("")
@@ -221,15 +221,15 @@ def test_the_rules_see_a_violation_inside_control(tmp_path: Path) -> None:
     (root / "control" / "nodes" / "c.py").write_text("from llmgw.control.storage import a\nfrom . import d\n")
     (root / "control" / "nodes" / "d.py").write_text("from llmgw.control.plane import x\n")
     (root / "control" / "plane.py").write_text("from llmgw.control.views.b import y\nx = 1\n")
-    (root / "control" / "ha" / "e.py").write_text("from llmgw.control.accounting import f\n")
-    (root / "control" / "accounting" / "f.py").write_text("from llmgw.control.attic import g\n")
+    (root / "control" / "ha" / "e.py").write_text("from llmgw.control.chargeback import f\n")
+    (root / "control" / "chargeback" / "f.py").write_text("from llmgw.control.attic import g\n")
     (root / "control" / "attic" / "g.py").write_text("")
     (root / "control" / "views" / "h.py").write_text("import llmgw.control.attic\n")
     g = graph(root)
     assert upward_imports(g) == [
-        "llmgw.control.accounting.f -> llmgw.control.attic.g: a room of control without a layer (add it to "
+        "llmgw.control.chargeback.f -> llmgw.control.attic.g: a room of control without a layer (add it to "
         "CONTROL_LAYERS)",
-        "llmgw.control.ha.e -> llmgw.control.accounting.f: control/ha may not import control/accounting",
+        "llmgw.control.ha.e -> llmgw.control.chargeback.f: control/ha may not import control/chargeback",
         "llmgw.control.nodes.d -> llmgw.control.plane: control/nodes may not import control/(root)",
         "llmgw.control.storage.a -> llmgw.control.views.b: control/storage may not import control/views",
         "llmgw.control.views.h -> llmgw.control.attic: a room of control without a layer (add it to CONTROL_LAYERS)",

@@ -123,7 +123,7 @@ async def test_a_request_to_a_dead_engine_is_unreached_and_the_router_may_go_els
                 assert r.status == 502 and r.headers.get(UNREACHED_HEADER) == "1"
             with pytest.raises(ConnectFailed):  # (forward reads the request only to stream an answer to it)
                 await forward(Attempt(cast(web.Request, None), http, f"http://{NODE}:{port}/v1/completions", b"{}",
-                                      False, Timeouts(connect=2, first_byte=5, idle=5), None, SECRET))
+                                      False, Timeouts(connect=2, first_byte=5, between_chunks=5), None, SECRET))
     finally:
         await gate.close()
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgw.chargeback import account, held_pieces
+from llmgw.chargeback import charge_window, held_pieces
 from llmgw.records.chargeback import ReplicaSpan
 from llmgw.store.base import UsageRecord
 from tests.chargeback.test_gpu_time_attribution import CONFIG, req, span
@@ -60,7 +60,7 @@ def test_each_window_charges_exactly_the_gpu_time_held(trace: tuple[list[Replica
     while a < END + w:
         b = a + w
         inside = [r for r in reqs if r.started_at < b and r.started_at + r.duration_s >= a]
-        acc = account(a, b, spans, inside, CONFIG)
+        acc = charge_window(a, b, spans, inside, CONFIG)
         window = sum(r.gpu_s for r in acc.rows)
         assert window + pending(acc.spans) - pending(spans) == pytest.approx(sum(held(s, a, b) for s in spans),
                                                                             rel=1e-9, abs=1e-9)

@@ -3,7 +3,7 @@ idle, split by the keys the residency served, not load charged again to the key 
 
 from __future__ import annotations
 
-from llmgw.chargeback import account
+from llmgw.chargeback import charge_window
 from llmgw.config.chargeback import ChargebackConfig
 from llmgw.records.chargeback import ReplicaSpan
 from llmgw.store.base import UsageRecord
@@ -19,10 +19,10 @@ def req(key: str, start: float, dur: float) -> UsageRecord:
 def test_a_woken_residencys_next_window_before_a_request_is_idle_not_load() -> None:
     span = ReplicaSpan(id="r1", model="m", gpus=1, gpu_class="H100", demand=True, created_at=0.0, ready_at=0.0,
                        asleep=[(0.0, 10.0)])
-    first = account(0, 60, [span], [req("A", 10, 10), req("B", 30, 10)], CONFIG)
+    first = charge_window(0, 60, [span], [req("A", 10, 10), req("B", 30, 10)], CONFIG)
     rows = {r.key_id: (r.busy_s, r.load_s, r.idle_s) for r in first.rows}
     assert rows == {"A": (10.0, 0.0, 15.0), "B": (10.0, 0.0, 15.0)}
-    second = account(60, 120, first.spans, [req("B", 100, 10)], CONFIG)
+    second = charge_window(60, 120, first.spans, [req("B", 100, 10)], CONFIG)
     rows = {r.key_id: (r.busy_s, r.load_s, r.idle_s) for r in second.rows}
     # 50 idle seconds split by what A (10) and B (10 + 10) were served: a third and two thirds, no load
     assert rows.keys() == {"A", "B"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
-from llmgw.api.router import Activity
+from llmgw.api.router import ActivityReport
 from llmgw.dev.cluster import ClusterPlan
 from llmgw.store.base import UsageRecord
 from tests.cli.test_ctl_keys import ctl
@@ -83,7 +83,7 @@ async def test_usage_by_key_and_model_and_as_csv(tmp_path: Path) -> None:
                              started_at=now - 60, duration_s=0.5, status=200) for n in (3, 4)]
         token = (p.workdir / "state" / "admin.token").read_text().strip()
         async with aiohttp.ClientSession() as s, s.post(
-                p.admin + "/api/router/activity", data=Activity(usage=usage).model_dump_json(),
+                p.admin + "/api/router/activity", data=ActivityReport(usage=usage).model_dump_json(),
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}) as r:
             assert r.status == 200, await r.text()
 
@@ -115,7 +115,7 @@ async def test_a_name_with_separators_and_quotes_stays_one_cell(tmp_path: Path) 
                              started_at=time.time() - 60, duration_s=0.5, status=200)]
         token = (p.workdir / "state" / "admin.token").read_text().strip()
         async with aiohttp.ClientSession() as s, s.post(
-                p.admin + "/api/router/activity", data=Activity(usage=usage).model_dump_json(),
+                p.admin + "/api/router/activity", data=ActivityReport(usage=usage).model_dump_json(),
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}) as r:
             assert r.status == 200, await r.text()
         out = (await ctl(p, "usage", "--csv", "--since", "2h")).stdout

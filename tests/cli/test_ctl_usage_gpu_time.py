@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.control.accounting.usage_charges import CSV_HEAD, OPERATOR_NAME
+from llmgw.control.chargeback.charge_views import CSV_HEAD, OPERATOR_NAME
 from llmgw.records.chargeback import OPERATOR
 from llmgw.store.base import UsageRecord, hour_of
 from llmgw.store.sqlite import SqliteStore
 from tests.cli.test_ctl_keys import ctl
-from tests.control.accounting.test_usage_gpu_time import charge, cluster, make_key, plant_charges, plant_usage
+from tests.control.chargeback.test_usage_gpu_time import charge, cluster, make_key, plant_charges, plant_usage
 from tests.harness import InProcessServer
 
 

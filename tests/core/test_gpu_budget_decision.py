@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from llmgw.core.gpu_budget import DEFAULT_TOKENS_PER_S, GpuUse, Size, bound, check, of_seconds, speed
-from llmgw.core.limits import KeyLimits, Refusal
+from llmgw.core.limits import KeyLimits, LimitRefusal
 
 NOON = float(calendar.timegm((2026, 12, 15, 12, 0, 0)))
 EIGHT_H100 = Size(gpus=8, rate=3.6)  # 3.6 per GPU-hour: 0.001 per GPU-second
@@ -38,7 +38,7 @@ def test_a_key_within_its_gpu_budget_is_admitted_and_one_past_it_refused_with_th
     lim = KeyLimits(gpu_budget=1_000.0, budget_period="day")
     assert check(lim, GpuUse(700.0), GpuUse(140.0), GpuUse(160.0), NOON, "USD").admitted  # exactly 1000
     d = check(lim, GpuUse(700.0), GpuUse(140.0), GpuUse(160.5), NOON, "USD")
-    assert not d.admitted and d.refusal == Refusal.Quota and d.retry_after is None
+    assert not d.admitted and d.refusal == LimitRefusal.Quota and d.retry_after is None
     assert d.message == ("GPU budget spent: 840.00 of 1000 GPU-seconds this day are charged or held by requests in "
                          "flight, 160.00 left, and this request may cost up to 160.50; it renews in 12h0m0s")
 
@@ -47,7 +47,7 @@ def test_a_cost_budget_is_counted_in_the_currency() -> None:
     lim = KeyLimits(cost_budget=2.0, budget_period="total")
     assert check(lim, GpuUse(1e9, 1.5), GpuUse(), GpuUse(1e9, 0.5), NOON, "EUR").admitted  # GPU-seconds unlimited
     d = check(lim, GpuUse(0.0, 2.5), GpuUse(), GpuUse(0.0, 0.01), NOON, "EUR")
-    assert d.refusal == Refusal.Quota
+    assert d.refusal == LimitRefusal.Quota
     assert d.message == ("cost budget spent: 2.50 of 2 EUR this total are charged or held by requests in flight, "
                          "0.00 left, and this request may cost up to 0.01")
 
@@ -73,6 +73,6 @@ def test_a_refusal_names_money_below_a_cent_in_figures_that_are_not_zero() -> No
     # refuse what the message says is free
     lim = KeyLimits(cost_budget=0.05, budget_period="day")
     d = check(lim, GpuUse(10.0, 0.048), GpuUse(), GpuUse(4.0, 0.004), NOON, "USD")
-    assert d.refusal == Refusal.Quota
+    assert d.refusal == LimitRefusal.Quota
     assert d.message == ("cost budget spent: 0.048 of 0.05 USD this day are charged or held by requests in flight, "
                          "0.002 left, and this request may cost up to 0.004; it renews in 12h0m0s")

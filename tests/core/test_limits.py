@@ -5,7 +5,7 @@ from __future__ import annotations
 import calendar
 
 from llmgw.core import limits as key_limits
-from llmgw.core.limits import KeyCounters, KeyLimits, Refusal, Spent
+from llmgw.core.limits import KeyCounters, KeyLimits, LimitRefusal, Spent
 
 T0 = float(calendar.timegm((2026, 12, 31, 23, 0, 0)))  # an hour before a new day, month and year
 
@@ -16,7 +16,7 @@ def test_requests_per_minute_refill_continuously_and_say_when() -> None:
     ok = key_limits.admit(c, lim, 10, 0, T0, 0.0)
     assert ok.admitted and dict(ok.headers)["x-ratelimit-remaining-requests"] == "0"
     no = key_limits.admit(c, lim, 10, 0, T0, 0.0)
-    assert (no.admitted, no.refusal, no.retry_after) == (False, Refusal.Rate, 30.0)  # one request every 30 s
+    assert (no.admitted, no.refusal, no.retry_after) == (False, LimitRefusal.Rate, 30.0)  # one request every 30 s
     assert dict(no.headers) == {"x-ratelimit-limit-requests": "2", "x-ratelimit-remaining-requests": "0",
                                 "x-ratelimit-reset-requests": "1m0s"}
     assert key_limits.admit(c, lim, 10, 0, T0 + 30, 30.0).admitted
@@ -26,18 +26,18 @@ def test_tokens_per_minute_count_the_reservation_and_give_back_what_was_not_used
     c, lim = KeyCounters(), KeyLimits(tpm=1000)
     assert key_limits.admit(c, lim, 600, 0, T0, 0.0).admitted
     no = key_limits.admit(c, lim, 600, 0, T0, 0.0)
-    assert no.refusal == Refusal.Rate and no.retry_after == 12.0  # 200 more tokens at 1000 a minute
+    assert no.refusal == LimitRefusal.Rate and no.retry_after == 12.0  # 200 more tokens at 1000 a minute
     key_limits.settle(c, 600, 100, 0.0)  # it used 100 of its 600
     assert key_limits.admit(c, lim, 600, 0, T0, 0.0).admitted
     big = key_limits.admit(c, lim, 1001, 0, T0, 0.0)
-    assert big.refusal == Refusal.TooLarge and big.retry_after is None  # never admissible: retrying cannot help
+    assert big.refusal == LimitRefusal.TooLarge and big.retry_after is None  # never admissible: retrying cannot help
 
 
 def test_concurrency_counts_requests_in_flight_until_they_settle() -> None:
     c, lim = KeyCounters(), KeyLimits(concurrency=1)
     assert key_limits.admit(c, lim, 5, 0, T0, 0.0).admitted
     no = key_limits.admit(c, lim, 5, 0, T0, 0.0)
-    assert no.refusal == Refusal.Rate and no.retry_after == 1.0
+    assert no.refusal == LimitRefusal.Rate and no.retry_after == 1.0
     key_limits.settle(c, 5, 5, 0.0)
     assert key_limits.admit(c, lim, 5, 0, T0, 0.0).admitted
 
@@ -47,7 +47,7 @@ def test_a_budget_holds_reservations_so_concurrent_requests_cannot_overspend_it(
     admitted = [key_limits.admit(c, lim, 300, 0, T0, 0.0).admitted for _ in range(5)]
     assert admitted == [True, True, True, False, False]  # 900 held: a fourth could spend 1,200
     no = key_limits.admit(c, lim, 300, 0, T0, 0.0)
-    assert no.refusal == Refusal.Quota and no.retry_after is None
+    assert no.refusal == LimitRefusal.Quota and no.retry_after is None
     assert "900 of 1000 tokens this day" in no.message and "renews in 1h0m0s" in no.message
     for _ in range(3):
         key_limits.settle(c, 300, 250, 0.0)
@@ -86,7 +86,7 @@ def test_periods_are_utc_days_and_months_and_total_never_renews() -> None:
 def test_a_refusal_changes_nothing() -> None:
     c, lim = KeyCounters(), KeyLimits(rpm=5, tpm=100, concurrency=3, budget=50)
     before = (c.in_flight, c.reserved)
-    assert key_limits.admit(c, lim, 60, 0, T0, 0.0).refusal == Refusal.Quota
+    assert key_limits.admit(c, lim, 60, 0, T0, 0.0).refusal == LimitRefusal.Quota
     assert (c.in_flight, c.reserved) == before
     assert c.requests is not None and c.requests.level == 5 and c.tokens is not None and c.tokens.level == 100
 

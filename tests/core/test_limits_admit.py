@@ -8,7 +8,7 @@ import calendar
 import time
 
 from llmgw.core import limits as key_limits
-from llmgw.core.limits import Bucket, KeyCounters, KeyLimits, Refusal
+from llmgw.core.limits import Bucket, KeyCounters, KeyLimits, LimitRefusal
 
 T0 = float(calendar.timegm((2026, 12, 31, 23, 0, 0)))  # an hour before a new day, month and year
 
@@ -22,13 +22,13 @@ def test_a_key_has_limits_when_any_one_is_set() -> None:
 def test_each_refusal_admits_nothing_says_why_and_carries_the_rate_headers() -> None:
     cases = [
         (KeyLimits(concurrency=2, rpm=10), KeyCounters(in_flight=1, in_flight_elsewhere=1), 5,
-         Refusal.Rate, "2 requests in flight, the limit is 2"),
+         LimitRefusal.Rate, "2 requests in flight, the limit is 2"),
         (KeyLimits(rpm=1, tpm=100), KeyCounters(requests=Bucket(1, 0, 0.0)), 5,
-         Refusal.Rate, "requests per minute: limit 1"),
-        (KeyLimits(tpm=100, rpm=10), KeyCounters(), 101, Refusal.TooLarge,
+         LimitRefusal.Rate, "requests per minute: limit 1"),
+        (KeyLimits(tpm=100, rpm=10), KeyCounters(), 101, LimitRefusal.TooLarge,
          "this request may cost up to 101 tokens, more than the 100 tokens per minute allowed: send less or a "
          "lower max_tokens"),
-        (KeyLimits(tpm=100, rpm=10), KeyCounters(tokens=Bucket(100, 40, 0.0)), 41, Refusal.Rate,
+        (KeyLimits(tpm=100, rpm=10), KeyCounters(tokens=Bucket(100, 40, 0.0)), 41, LimitRefusal.Rate,
          "tokens per minute: limit 100, this request may cost up to 41"),
     ]
     for lim, c, cost, refusal, words in cases:
@@ -54,7 +54,7 @@ def test_admitted_requests_count_in_flight_and_reserved() -> None:
 def test_a_spent_budget_counts_what_other_servers_hold_and_says_what_is_left() -> None:
     c, lim = KeyCounters(reserved=100, reserved_elsewhere=200), KeyLimits(budget=1000, budget_period="day", rpm=9)
     d = key_limits.admit(c, lim, 500, 250, T0, 0.0)
-    assert (d.admitted, d.refusal) == (False, Refusal.Quota)
+    assert (d.admitted, d.refusal) == (False, LimitRefusal.Quota)
     assert d.message == ("token budget spent: 550 of 1000 tokens this day are used or held by requests in flight, "
                          "450 left, and this request may cost up to 500; it renews in 1h0m0s")
     assert dict(d.headers)["x-ratelimit-limit-requests"] == "9"

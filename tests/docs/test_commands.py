@@ -106,7 +106,7 @@ def _models_in(annotation: object) -> list[type[BaseModel]]:
 
 
 def key_paths() -> set[str]:
-    """Every key of both configs, dotted from wherever a section begins ('router.idle_timeout', and also
+    """Every key of both configs, dotted from wherever a section begins ('router.between_chunks_timeout', and also
     'scaling.min' for a model's scaling): a doc names a key from the section it is talking about."""
     paths: set[str] = set()
 

@@ -18,11 +18,11 @@ import pytest
 from bench.addresses import engine_ports, loopback
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmgw.control.accounting.usage_charges import OPERATOR_NAME
+from llmgw.control.chargeback.charge_views import OPERATOR_NAME
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from llmgw.records.chargeback import OPERATOR, ChargeRow
 from llmgw.store.base import hour_of
-from tests.control.accounting.test_usage_gpu_time import plant_charges
+from tests.control.chargeback.test_usage_gpu_time import plant_charges
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.integration.test_engine_install import ctl_json
@@ -182,7 +182,7 @@ def artifacts() -> Path:
 
 
 def _plant_gpu_time(p: ClusterPlan) -> str:
-    """GPU time charged to the "dash" key and to the operator, as the accountant writes it; the key's id once the
+    """GPU time charged to the "dash" key and to the operator, as chargeback writes it; the key's id once the
     summary shows it (it re-reads charges every few seconds)."""
     dash = next(k["id"] for k in admin_get(p, "/api/keys") if k["name"] == "dash")
     h = hour_of(time.time())

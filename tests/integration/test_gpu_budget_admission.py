@@ -1,5 +1,5 @@
 """A key whose GPU time charged passes its GPU budget is refused at the router, and another key is served: a real
-server process and simulated node, the accountant's charges written into the server's own SQLite store
+server process and simulated node, chargeback's charges written into the server's own SQLite store
 (store.put_charges) by this test while it runs."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def ask(p: ClusterPlan, key: str) -> tuple[int, dict[str, Any]]:
 
 
 def charge(p: ClusterPlan, key_id: str, busy_s: float, idle_s: float) -> None:
-    """One accounting step, as the accountant writes it: this hour's charges for the key, the mark moved on."""
+    """One chargeback step, as chargeback writes it: this hour's charges for the key, the mark moved on."""
     store = SqliteStore(p.workdir / "state" / "llmgw.db").open()
     try:
         now = time.time()

@@ -21,7 +21,7 @@ from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs, start_cluster
 
 TPS = 20.0  # the sim's tokens per second: a request of n tokens is in flight n / TPS seconds
-# a window is accounted once every request in it has ended and its usage landed: the longest here is 2 s, the
+# a window is charged once every request in it has ended and its usage landed: the longest here is 2 s, the
 # usage flush 1 s
 CHARGEBACK = {"window": "1s", "settle_after": "4s", "rates": {"H100": 3.6}}
 
@@ -30,7 +30,7 @@ def sim_model(name: str, gpus: int, min_: int, idle: str = "10m", load: str = "0
     return {"name": name, "source": f"org/{name}", "engine": "sim",
             "profile": {"gpus_per_shard": gpus, "gpu_class": "H100-80G",
                         "sim": {"tokens": 200, "tokens_per_second": TPS, "load_seconds": load}},
-            "scaling": {"min": min_, "max": 1, "idle_timeout": idle}}
+            "scaling": {"min": min_, "max": 1, "stop_unused_after": idle}}
 
 
 def cluster(tmp_path: Path, running: list[Cluster], address: str, ports: str, *models: dict[str, Any],
@@ -54,11 +54,11 @@ def chat(p: ClusterPlan, key: str, model: str, tokens: int) -> dict[str, Any]:
 
 
 def charges_after(p: ClusterPlan, t: float) -> tuple[list[ChargeRow], float]:
-    """The charges once every window up to `t` is accounted (read through the store, as the reports are), and
-    the mark they are accounted to."""
+    """The charges once every window up to `t` is charged (read through the store, as the reports are), and
+    the mark they are charged to."""
     store = SqliteStore(p.workdir / "state" / "llmgw.db").open()
     try:
-        wait_until(lambda: store.charge_mark() >= t, 30, f"GPU time accounted past {t}")
+        wait_until(lambda: store.charge_mark() >= t, 30, f"GPU time charged past {t}")
         return store.charges_since(0), store.charge_mark()
     finally:
         store.close()

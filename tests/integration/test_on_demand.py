@@ -19,7 +19,7 @@ from tests.integration.conftest import dump_logs, start_cluster
 def od(name: str, idle: str) -> dict[str, Any]:
     return {"name": name, "source": f"org/{name}", "engine": "sim",
             "profile": {"gpus_per_shard": 8, "gpu_class": "H100-80G", "sim": {"tokens": 3}},
-            "scaling": {"min": 0, "max": 1, "idle_timeout": idle}}
+            "scaling": {"min": 0, "max": 1, "stop_unused_after": idle}}
 
 
 def chat(p: ClusterPlan, key: str, model: str) -> tuple[int, dict[str, Any], float]:
@@ -55,7 +55,7 @@ def test_load_on_demand_evict_idle_and_stop_when_unused(tmp_path: Path, running:
         assert any("evicted: idle, to make room for od-b" in e for e in events), events
         assert {r["model"] for r in admin_get(p, "/api/replicas")} == {"od-b"}
 
-        # unused for its 4 s idle_timeout, od-b stops and its GPUs come back
+        # unused for its 4 s stop_unused_after, od-b stops and its GPUs come back
         def all_free() -> bool:
             cap = admin_get(p, "/api/status")["capacity"]
             return bool(admin_get(p, "/api/replicas") == [] and cap and cap[0]["free"] == 8)

@@ -24,7 +24,7 @@ BIG = {"name": "big", "source": "org/big-405b", "engine": "sim",
        "scaling": {"min": 1, "max": 1}}
 SMALL = {"name": "small", "source": "org/small-8b", "engine": "sim",
          "profile": {"gpus_per_shard": 2, "gpu_class": "H100-80G", "sim": {"tokens": 3}},
-         "scaling": {"min": 0, "max": 1, "idle_timeout": "10m"}}
+         "scaling": {"min": 0, "max": 1, "stop_unused_after": "10m"}}
 
 
 def nodes() -> list[NodePlan]:

@@ -102,7 +102,7 @@ def test_a_busy_model_is_never_stopped_for_idleness() -> None:
 
 
 def test_a_replica_with_a_request_in_flight_is_not_idle_however_long_the_request() -> None:
-    """A generation longer than idle_timeout (a long stream, a slow client): the replica serving it is in use, and
+    """A generation longer than stop_unused_after (a long stream, a slow client): the replica serving it is in use, and
     is not stopped as "unused" under it (drain would let the stream finish, and the next request load again)."""
     sim = _sim(model("od", min_=0, max_=1, idle=IDLE))
     rid = _load(sim, "od")
@@ -163,7 +163,7 @@ def test_a_model_at_min_1_is_never_stopped_for_idleness() -> None:
 
 
 def test_a_load_still_being_asked_for_is_not_stopped_as_idle() -> None:
-    # idle_timeout shorter than the load: requests keep arriving (and keep finding no ready replica)
+    # stop_unused_after shorter than the load: requests keep arriving (and keep finding no ready replica)
     sim = _sim(model("od", min_=0, max_=1, idle=60))
     sim.demand["od"] = sim.now
     sim.step()

@@ -18,7 +18,7 @@ from tests.tools import unavailable
 
 FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 MODEL = {"name": "od", "source": "org/od", "engine": "sim", "profile": {"gpus_per_shard": 1, "sim": {"tokens": 2}},
-         "scaling": {"min": 0, "max": 1, "idle_timeout": "120s"}}
+         "scaling": {"min": 0, "max": 1, "stop_unused_after": "120s"}}
 
 
 def test_the_wall_clock_jumping_an_hour_either_way_loses_no_node_and_idles_nothing_out(

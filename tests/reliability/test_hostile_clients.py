@@ -147,7 +147,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     metrics_port = free_port()
     p = plan(tmp, [NodePlan(id="node01", address="127.0.0.1")], [], heartbeat_interval="0.5s",
              extra_server={"metrics_listen": f"127.0.0.1:{metrics_port}",
-                           "limits": {"header_timeout": f"{HEADER_TIMEOUT}s"}})
+                           "connections": {"header_timeout": f"{HEADER_TIMEOUT}s"}})
     log = tmp / "server.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(

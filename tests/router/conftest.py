@@ -107,7 +107,7 @@ def server_config() -> ServerConfig:
         models=models(),
         load_wait=0.5,
         max_body=64 * 1024,
-        router=RouterConfig(idle_timeout=1.0, first_byte_timeout=30.0),
+        router=RouterConfig(between_chunks_timeout=1.0, first_byte_timeout=30.0),
     )
 
 

@@ -52,7 +52,7 @@ async def lora_rut(tmp_path: Path, llama_lora: Engine, adapter_files: dict[str, 
         "name": BASE, "source": SMOLLM2, "engine": "llamacpp", "scaling": {"min": 1, "max": 1},
         "adapters": [{"name": n, "source": str(p)} for n, p in adapter_files.items()]})
     cfg = ServerConfig(tls=TLSFiles(ca="x", cert="x", key="x"), models=[model], load_wait=0.5,
-                       router=RouterConfig(idle_timeout=5.0, first_byte_timeout=60.0))
+                       router=RouterConfig(between_chunks_timeout=5.0, first_byte_timeout=60.0))
     store = SqliteStore(tmp_path / "llmgw.db").open()
     clock = FakeClock()
     state = FakeState(cfg.models, clock, store)

@@ -15,7 +15,7 @@ from llmgw.router.proxy import Attempt, Timeouts, forward
 from llmgw.router.usage import StreamUsage
 from tests.harness import free_port
 
-T = Timeouts(connect=2.0, first_byte=0.5, idle=0.5)
+T = Timeouts(connect=2.0, first_byte=0.5, between_chunks=0.5)
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 

@@ -56,7 +56,8 @@ async def bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
     """The router over `engine` for sim-a, and over a replica nobody listens at for sim-b; and the statuses its end
     stage was called with, one per call."""
     never = asyncio.Event()
-    async with router_over(tmp_path, engine(never), RouterConfig(first_byte_timeout=0.5, idle_timeout=30)) as b:
+    timeouts = RouterConfig(first_byte_timeout=0.5, between_chunks_timeout=30)
+    async with router_over(tmp_path, engine(never), timeouts) as b:
         b.state.put_ready("sim-b-dead", "sim-b", f"http://127.0.0.1:{free_port()}")
         ends: list[int] = []
         real = b.router.ending.end

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from llmgw.router.prefix import PrefixIndex, chain, prompt_text
-from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, RouteReason, Weights, choose
+from llmgw.router.scoring import LEAST_LOADED, PREFIX, ReplicaCandidate, RouteReason, Weights, choose
 
 
 def test_least_loaded_takes_the_replica_with_the_least_work_counting_the_engines_own_gauges() -> None:
-    cands = [Candidate("a", in_flight=3), Candidate("b", in_flight=1, running=5.0), Candidate("c", in_flight=2)]
+    cands = [ReplicaCandidate("a", in_flight=3), ReplicaCandidate("b", in_flight=1, running=5.0),
+             ReplicaCandidate("c", in_flight=2)]
     d = choose(cands, 0, LEAST_LOADED)
     assert (d.replica_id, d.reason) == ("c", RouteReason.LeastLoaded)  # b runs 5, whoever sent them
     assert [s.load for s in d.scores] == [3.0, 5.0, 2.0]
-    queued = [Candidate("a", in_flight=1), Candidate("b", in_flight=1, waiting=3.0)]
+    queued = [ReplicaCandidate("a", in_flight=1), ReplicaCandidate("b", in_flight=1, waiting=3.0)]
     assert choose(queued, 0, LEAST_LOADED).replica_id == "a"  # b's engine queues three more
-    tie = [Candidate("a", in_flight=1), Candidate("b", in_flight=1)]
+    tie = [ReplicaCandidate("a", in_flight=1), ReplicaCandidate("b", in_flight=1)]
     assert choose(tie, 0, LEAST_LOADED).replica_id == "a"  # ties go to the first listed
 
 
 def test_prefix_prefers_the_longest_match_within_the_margin() -> None:
-    cands = [Candidate("a", in_flight=0), Candidate("b", in_flight=2, matched_blocks=8),
-             Candidate("c", in_flight=1, matched_blocks=3)]
+    cands = [ReplicaCandidate("a", in_flight=0), ReplicaCandidate("b", in_flight=2, matched_blocks=8),
+             ReplicaCandidate("c", in_flight=1, matched_blocks=3)]
     d = choose(cands, 10, PREFIX)
     assert (d.replica_id, d.reason, d.matched_blocks) == ("b", RouteReason.PrefixHit, 8)
     assert choose(cands, 10, LEAST_LOADED).replica_id == "a"  # the policy that does not look
@@ -27,16 +28,16 @@ def test_prefix_prefers_the_longest_match_within_the_margin() -> None:
 
 def test_a_prefix_is_not_worth_a_queue_past_the_margin() -> None:
     w = Weights(load=1.0, prefix=2.0, margin=4.0)
-    cands = [Candidate("a", in_flight=0), Candidate("b", in_flight=5, matched_blocks=10)]
+    cands = [ReplicaCandidate("a", in_flight=0), ReplicaCandidate("b", in_flight=5, matched_blocks=10)]
     d = choose(cands, 10, w)
     assert (d.replica_id, d.reason) == ("a", RouteReason.PrefixOverloaded)
     assert not d.scores[1].eligible
-    within = [Candidate("a", in_flight=0), Candidate("b", in_flight=4, matched_blocks=10)]
+    within = [ReplicaCandidate("a", in_flight=0), ReplicaCandidate("b", in_flight=4, matched_blocks=10)]
     assert choose(within, 10, w).replica_id == "b"
 
 
 def test_prompts_no_replica_holds_spread_over_equally_loaded_replicas_each_to_its_own_home() -> None:
-    idle = [Candidate(r) for r in "abcd"]
+    idle = [ReplicaCandidate(r) for r in "abcd"]
     homes = [chain("m", f"system prompt number {i} " * 10, 64)[0] for i in range(200)]
     chosen = [choose(idle, 4, PREFIX, h).replica_id for h in homes]
     counts = {r: chosen.count(r) for r in "abcd"}
@@ -44,7 +45,7 @@ def test_prompts_no_replica_holds_spread_over_equally_loaded_replicas_each_to_it
     assert [choose(idle, 4, PREFIX, h).replica_id for h in homes] == chosen  # the same prompt, the same home
     assert [choose(idle[::-1], 4, PREFIX, h).replica_id for h in homes] == chosen  # whatever the order listed
     home = chosen[0]
-    busier = [Candidate(r, in_flight=1 if r == home else 0) for r in "abcd"]
+    busier = [ReplicaCandidate(r, in_flight=1 if r == home else 0) for r in "abcd"]
     assert choose(busier, 4, PREFIX, homes[0]).replica_id != home  # only a tie-break: load comes first
     assert choose(idle, 4, LEAST_LOADED, homes[0]).replica_id == "a"  # least_loaded: first listed, as before
 
@@ -53,19 +54,20 @@ def test_a_prefix_holder_with_every_slot_busy_loses_to_a_free_replica() -> None:
     """llama-server runs as many requests as it has slots and queues the rest: behind a 1.4 s prefill, a cache hit
     is worth less than a free slot elsewhere (bench/routing_llama.py measured 1.16x least-loaded's time to first
     token before this rule, with two clients on two one-slot replicas)."""
-    full = [Candidate("a", in_flight=0, slots=1), Candidate("b", in_flight=1, matched_blocks=10, slots=1)]
+    full = [ReplicaCandidate("a", in_flight=0, slots=1), ReplicaCandidate("b", in_flight=1, matched_blocks=10, slots=1)]
     d = choose(full, 10, PREFIX)
     assert (d.replica_id, d.reason) == ("a", RouteReason.PrefixOverloaded)
-    free = [Candidate("a", in_flight=0, slots=4), Candidate("b", in_flight=1, matched_blocks=10, slots=4)]
+    free = [ReplicaCandidate("a", in_flight=0, slots=4), ReplicaCandidate("b", in_flight=1, matched_blocks=10, slots=4)]
     assert choose(free, 10, PREFIX).replica_id == "b"  # a slot left: the hit wins, within the margin
-    batched = [Candidate("a", in_flight=0), Candidate("b", in_flight=1, matched_blocks=10)]
+    batched = [ReplicaCandidate("a", in_flight=0), ReplicaCandidate("b", in_flight=1, matched_blocks=10)]
     assert choose(batched, 10, PREFIX).replica_id == "b"  # no fixed slots (vLLM): the margin alone
-    all_full = [Candidate("a", in_flight=1, slots=1), Candidate("b", in_flight=1, matched_blocks=10, slots=1)]
+    all_full = [ReplicaCandidate("a", in_flight=1, slots=1),
+                ReplicaCandidate("b", in_flight=1, matched_blocks=10, slots=1)]
     assert choose(all_full, 10, PREFIX).replica_id == "b"  # every one queues: then the hit is worth it
 
 
 def test_no_match_anywhere_is_least_loaded_and_no_replica_is_said() -> None:
-    d = choose([Candidate("a", in_flight=2), Candidate("b", in_flight=1)], 6, PREFIX)
+    d = choose([ReplicaCandidate("a", in_flight=2), ReplicaCandidate("b", in_flight=1)], 6, PREFIX)
     assert (d.replica_id, d.reason) == ("b", RouteReason.LeastLoaded)
     assert choose([], 6, PREFIX).reason == RouteReason.NoReplica
 

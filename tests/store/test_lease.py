@@ -20,16 +20,16 @@ def replica(rid: str, model: str = "m") -> ReplicaRecord:
     return ReplicaRecord(id=rid, model=model, created_at=T0, shards_expected=1)
 
 
-def test_one_holder_renews_and_another_takes_over_only_once_it_expired(opener: Callable[[], SqlStore]) -> None:
+def test_one_holder_extends_and_another_takes_over_only_once_it_expired(opener: Callable[[], SqlStore]) -> None:
     a, b = opener(), opener()
     first = a.lead("a", None, T0, TTL)
     assert (first.holder, first.epoch, first.expires_at) == ("a", 1, T0 + TTL)
     assert b.lead("b", None, T0 + 1, TTL).holder == "a"  # held: left to its holder
-    assert a.lead("a", 1, T0 + 4, TTL).expires_at == T0 + 4 + TTL  # renewed
+    assert a.lead("a", 1, T0 + 4, TTL).expires_at == T0 + 4 + TTL  # extended
     assert b.lead("b", None, T0 + 8, TTL).holder == "a"  # 9 was when it ends
     taken = b.lead("b", None, T0 + 9.5, TTL)
     assert (taken.holder, taken.epoch) == ("b", 2)
-    back = a.lead("a", 1, T0 + 10, TTL)  # the old holder, renewing at its old epoch, is told who leads
+    back = a.lead("a", 1, T0 + 10, TTL)  # the old holder, extending at its old epoch, is told who leads
     assert (back.holder, back.epoch) == ("b", 2)
 
 

@@ -59,7 +59,7 @@ def test_vllm_cpu_refuses_sleep_mode_and_the_model_is_served_without_it(
     source = {"name": "vllm", "version": VERSION, "variants": [{"variant": VARIANT, "requirements": requirements()}]}
     model = {"name": "sleepy", "source": str(model_dir), "engine": "vllm",
              "profile": {"args": ["--enforce-eager", "--max-model-len", "2048"]},
-             "scaling": {"min": 0, "max": 1, "idle_timeout": "10m"}, "sleep": {"level": 1}}
+             "scaling": {"min": 0, "max": 1, "stop_unused_after": "10m"}, "sleep": {"level": 1}}
     p = plan(tmp_path, [NodePlan(id="cpu01", address=loopback(), kind="cpu", gpus=0, port_range=engine_ports(),
                                  agent_extra={"engines": {}, "probe_engines": ["vllm"], "peer_port": free_port()})],
              [model], heartbeat_interval="1s", reconcile_interval="0.5s",

@@ -62,7 +62,7 @@ class Agent:
         ))
         self.supervisor: Supervisor | None = None
         self.client: ControlPlaneClient | None = None
-        self.reporter = Reporter(clock)  # each step: a lease renewal, or the report whole when it changed
+        self.reporter = Reporter(clock)  # each step: a renewal, or the report whole when it changed
         self.interval = cfg.heartbeat_interval
         self.last_error = ""
         self.wake = asyncio.Event()  # the next heartbeat is due now (the control plane said this node's shards changed)

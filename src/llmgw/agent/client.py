@@ -1,5 +1,5 @@
-"""Talks to the control plane: POST the whole observed state, get the whole desired state, or renew the lease on
-an unchanged one (wire/lease.py). Fails over in order. A control plane of an older wire version is sent reports in
+"""Talks to the control plane: POST the whole observed state, get the whole desired state, or send a renewal for
+an unchanged one (wire/renewal.py). Fails over in order. A control plane of an older wire version is sent reports in
 its own version (agent/report_versions.py), once it has said which in its refusal."""
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pydantic import ValidationError
 
 from llmgw.agent.report_versions import OLDEST_WRITTEN, report_in
 from llmgw.core.errors import ControlPlaneUnreachable, UpstreamError
+from llmgw.core.strict import Strict
 from llmgw.pki.tls import speaks_as_node
-from llmgw.wire.lease import LEASE_PATH, REPORT_REFRESH_S, SEND_REPORT, Lease, LeaseAnswer
-from llmgw.wire.messages import WIRE_VERSION, DesiredState, NodeReport, Strict
+from llmgw.wire.messages import WIRE_VERSION, DesiredState, NodeReport
+from llmgw.wire.renewal import RENEWAL_PATH, REPORT_REFRESH_S, SEND_REPORT, Renewal, RenewalAnswer
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class ControlPlaneClient:
 
     @property
     def url(self) -> str:
-        """The control plane that last answered (the one a lease it gave is renewed at)."""
+        """The control plane that last answered (the one its renewal token is sent back to)."""
         return self.urls[self.current].rstrip("/")
 
     def _stamps(self) -> list[float]:
@@ -193,24 +194,24 @@ class ControlPlaneClient:
             return WIRE_VERSION
         return version
 
-    async def renew(self, lease: Lease) -> LeaseAnswer | SendReport:
-        """Renew the lease at the control plane that answered the last report (the only one its token names).
-        SendReport: it holds no such lease, or takes none (404). A connection failure raises ControlPlaneUnreachable,
-        any other refusal UpstreamError."""
+    async def renew(self, renewal: Renewal) -> RenewalAnswer | SendReport:
+        """Send the renewal to the control plane that answered the last report (the only one its token names).
+        SendReport: it holds no such token, or takes no renewals (404). A connection failure raises
+        ControlPlaneUnreachable, any other refusal UpstreamError."""
         await self._reload_if_renewed()
-        url = self.url + LEASE_PATH
+        url = self.url + RENEWAL_PATH
         try:
-            status, text = await self._post(url, lease.model_dump_json())
+            status, text = await self._post(url, renewal.model_dump_json())
         except (aiohttp.ClientError, TimeoutError, ssl.SSLError) as e:
             raise ControlPlaneUnreachable(f"{url}: {type(e).__name__}: {e}") from None
         if status == SEND_REPORT:
             words = _field(text, "error")
             return SendReport(str(words)[:300] if words else text.strip()[:300])
         if status == 404:
-            return SendReport(f"{url}: 404 (no lease renewals here)")
+            return SendReport(f"{url}: 404 (no renewals here)")
         if status != 200:
             raise UpstreamError(f"{url}: {status} {text.strip()[:300]}")
-        return _read(url, text, LeaseAnswer, "lease answer")
+        return _read(url, text, RenewalAnswer, "renewal answer")
 
     async def watch(self, seen: str) -> str | None:
         """Wait, at the control plane that last answered a heartbeat, until the digest of the shards this node is to

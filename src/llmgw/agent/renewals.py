@@ -1,8 +1,8 @@
-"""Each heartbeat: renew the lease (wire/lease.py) or send the report whole, and what the answer leaves held.
+"""Each heartbeat: a renewal (wire/renewal.py) or the report whole, and what the answer leaves held.
 
-A renewal only while the report is unchanged (its digest), the lease came from the control plane the node talks to
+A renewal only while the report is unchanged (its digest), its token came from the control plane the node talks to
 now, and its report went whole less than REPORT_REFRESH_S ago. Anything else sends it whole: a changed shard state
-reaches the control plane at once, as before leases. A renewal refused (SEND_REPORT, 404) or unanswered sends the
+reaches the control plane at once, as before renewals. A renewal refused (SEND_REPORT, 404) or unanswered sends the
 report whole in the same step, to that control plane or, failing over, the next.
 """
 
@@ -16,17 +16,17 @@ from typing import Protocol
 from llmgw.agent.client import SendReport
 from llmgw.core.clock import Clock
 from llmgw.core.errors import ControlPlaneUnreachable
-from llmgw.wire.lease import (
+from llmgw.wire.messages import DesiredState, NodeReport
+from llmgw.wire.renewal import (
     REPORT_REFRESH_S,
     FreeSpace,
-    Lease,
-    LeaseAnswer,
+    Renewal,
+    RenewalAnswer,
     free_space,
     free_space_moved,
     loads_of,
     report_shape,
 )
-from llmgw.wire.messages import DesiredState, NodeReport
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,12 @@ class Plane(Protocol):
 
     async def heartbeat(self, report: NodeReport) -> DesiredState: ...
 
-    async def renew(self, lease: Lease) -> LeaseAnswer | SendReport: ...
+    async def renew(self, renewal: Renewal) -> RenewalAnswer | SendReport: ...
 
 
 @dataclass(frozen=True)
-class Held:
-    """What the answer to the last whole report left: its lease at `url`, the report's shape (wire/lease.py
+class HeldRenewal:
+    """What the answer to the last whole report left: its renewal token at `url`, the report's shape (wire/renewal.py
     report_shape) and free space, when it went (the clock's monotonic seconds), and the desired state last
     answered."""
 
@@ -56,25 +56,25 @@ class Held:
     free: FreeSpace = ()
 
     @classmethod
-    def of(cls, report: NodeReport, url: str, token: str, sent_at: float, desired: DesiredState) -> Held:
+    def of(cls, report: NodeReport, url: str, token: str, sent_at: float, desired: DesiredState) -> HeldRenewal:
         return cls(url=url, token=token, digest=report_shape(report), sent_at=sent_at, desired=desired,
                    free=free_space(report))
 
 
-def renewal(held: Held | None, report: NodeReport, url: str, now: float,
-            refresh_s: float = REPORT_REFRESH_S) -> Lease | str:
+def renewal(held: HeldRenewal | None, report: NodeReport, url: str, now: float,
+            refresh_s: float = REPORT_REFRESH_S) -> Renewal | str:
     """The renewal to send instead of `report`, or why the report goes whole."""
     if held is None or not held.token:
-        return "no lease held"
+        return "no renewal token held"
     if held.url != url:
-        return "the lease is another control plane's"
+        return "the renewal token is another control plane's"
     if not 0 <= now - held.sent_at < refresh_s:
         return "refresh due"
     if report_shape(report) != held.digest:
         return "the report changed"
     if free_space_moved(held.free, free_space(report)):
         return "free memory or disk moved"
-    return Lease(node_id=report.node_id, lease=held.token, etag=held.desired.etag, loads=loads_of(report))
+    return Renewal(node_id=report.node_id, token=held.token, etag=held.desired.etag, loads=loads_of(report))
 
 
 class Reporter:
@@ -84,7 +84,7 @@ class Reporter:
     def __init__(self, clock: Clock, refresh_s: float = REPORT_REFRESH_S) -> None:
         self.clock = clock
         self.refresh_s = refresh_s
-        self.held: Held | None = None
+        self.held: HeldRenewal | None = None
         self.renewals = 0
         self.whole = 0
         self.why: Counter[str] = Counter()
@@ -92,29 +92,29 @@ class Reporter:
     async def send(self, plane: Plane, report: NodeReport) -> DesiredState:
         """The desired state to converge to after this step's report."""
         held, self.held = self.held, None  # dropped unless an answer gives it back
-        lease = ("no lease held" if held is None
-                 else renewal(held, report, plane.url, self.clock.monotonic(), self.refresh_s))
-        if held is not None and isinstance(lease, Lease):
+        ask = ("no renewal token held" if held is None
+               else renewal(held, report, plane.url, self.clock.monotonic(), self.refresh_s))
+        if held is not None and isinstance(ask, Renewal):
             try:
-                answer = await plane.renew(lease)
+                answer = await plane.renew(ask)
             except ControlPlaneUnreachable as e:
-                log.info("lease renewal not answered (%s): sending the whole report", e)
-                lease = "the renewal went unanswered"
-            else:  # any other refusal (UpstreamError) goes up, with the lease dropped: the next step sends whole
-                if isinstance(answer, LeaseAnswer):
+                log.info("renewal not answered (%s): sending the whole report", e)
+                ask = "the renewal went unanswered"
+            else:  # any other refusal (UpstreamError) goes up, with the token dropped: the next step sends whole
+                if isinstance(answer, RenewalAnswer):
                     self.renewals += 1
                     desired = answer.desired or held.desired
-                    self.held = replace(held, token=desired.lease or held.token, desired=desired)
+                    self.held = replace(held, token=desired.renewal_token or held.token, desired=desired)
                     return desired
                 log.info("control plane %s wants the whole report: %s", plane.url, answer.words)
-                lease = "the control plane asked for it"
-        return await self._whole(plane, report, lease if isinstance(lease, str) else "")
+                ask = "the control plane asked for it"
+        return await self._whole(plane, report, ask if isinstance(ask, str) else "")
 
     async def _whole(self, plane: Plane, report: NodeReport, why: str) -> DesiredState:
         desired = await plane.heartbeat(report)
         self.whole += 1
         self.why[why] += 1
         log.debug("report sent whole: %s", why)
-        if desired.lease:  # no token: a control plane that takes no leases, sent every report whole
-            self.held = Held.of(report, plane.url, desired.lease, self.clock.monotonic(), desired)
+        if desired.renewal_token:  # none: a control plane that takes no renewals, sent every report whole
+            self.held = HeldRenewal.of(report, plane.url, desired.renewal_token, self.clock.monotonic(), desired)
         return desired

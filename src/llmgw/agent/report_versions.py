@@ -13,7 +13,7 @@ from typing import Any
 from llmgw.wire.messages import WIRE_VERSION, NodeReport, ShardState
 
 OLDEST_WRITTEN = 10  # before it, reports differed in more than added fields: such a control plane is refused
-# what each version added to the report, from OLDEST_WRITTEN + 1 on (11, leases, added no field; 12 the adapters a
+# what each version added to the report, from OLDEST_WRITTEN + 1 on (11, renewals, added no field; 12 the adapters a
 # shard's engine loaded)
 ADDED: dict[int, dict[str, Any]] = {11: {}, 12: {"shards": {"__all__": {"adapters"}}}}
 # states a version added, and what an older control plane is told instead: a sleeping shard is not serving and has

@@ -38,7 +38,7 @@ class RouterView(BaseModel):
     stale_for: float = 0.0  # seconds the control plane has not been able to confirm this table (its store failing)
 
 
-class Activity(BaseModel):
+class ActivityReport(BaseModel):
     """What a router process tells the control plane: demand and use keep models alive; usage is recorded."""
 
     # which process: its in-flight table replaces its previous one, and adds to the others'

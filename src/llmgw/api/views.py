@@ -62,7 +62,7 @@ def _engine_words(e: EngineStatus) -> str:
 
 
 def node_row(n: NodeRecord, heard: float | None = None) -> NodeRow:
-    """A node as views show it; `heard`: when it was last heard (a lease renewal moves no record's last_seen)."""
+    """A node as views show it; `heard`: when it was last heard (a renewal moves no record's last_seen)."""
     r = n.report
     hw = r.hardware
     classes: dict[str, int] = {}

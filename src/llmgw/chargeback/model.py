@@ -1,4 +1,4 @@
-"""GPU time of one accounting window [a, b) charged to the keys that caused it (docs/tenants.md, "Chargeback: how GPU
+"""GPU time of one chargeback window [a, b) charged to the keys that caused it (docs/tenants.md, "Chargeback: how GPU
 time is attributed"): load to the request that triggered it, busy time shared by the tokens its requests processed,
 idle time split by the keys the residency served; a min >= 1 model's load and idle time the operator's."""
 
@@ -17,7 +17,7 @@ HOUR = 3600.0
 INF = math.inf
 
 
-class Request(Protocol):
+class ChargedRequest(Protocol):
     """What the model reads of a usage record: who sent it, where it ran, when it was in flight."""
 
     @property
@@ -36,14 +36,14 @@ class Request(Protocol):
     def completion_tokens(self) -> int: ...
 
 
-def work(r: Request, prompt_weight: float) -> float:
+def work(r: ChargedRequest, prompt_weight: float) -> float:
     """A request's work: the tokens it processed as its engine counted them, a prompt token weighing
     `prompt_weight` of a generated one."""
     return prompt_weight * r.prompt_tokens + r.completion_tokens
 
 
 @dataclass(frozen=True)
-class Accounting:
+class WindowCharges:
     """One window's charges, the spans as they stand after it, and each request's busy GPU-seconds in it."""
 
     rows: list[ChargeRow]
@@ -70,11 +70,11 @@ class _Ledger:
                 for (key, model, cls), v in sorted(self.sums.items()) if v[0] + v[1] + v[2] > 0]
 
 
-def account(a: float, b: float, spans: Iterable[ReplicaSpan], requests: Iterable[Request],
-            config: ChargebackConfig) -> Accounting:
+def charge_window(a: float, b: float, spans: Iterable[ReplicaSpan], requests: Iterable[ChargedRequest],
+                  config: ChargebackConfig) -> WindowCharges:
     """Charge the window [a, b): every span's held time in it (less its asleep time) to exactly one party each
     instant, or to its pending time until the party is known. `requests` are the usage records overlapping it."""
-    by_replica: dict[str, dict[str, Request]] = {}
+    by_replica: dict[str, dict[str, ChargedRequest]] = {}
     for r in requests:
         by_replica.setdefault(r.replica_id, {})[r.id] = r
     ledger = _Ledger(prompt_weight=config.prompt_weight)
@@ -83,8 +83,8 @@ def account(a: float, b: float, spans: Iterable[ReplicaSpan], requests: Iterable
     for span in spans:
         ledger.model, ledger.gpu_class = span.model, span.gpu_class
         reqs = sorted(by_replica.get(span.id, {}).values(), key=lambda r: (r.started_at, r.id))
-        out.append(_account_span(span, a, b, reqs, ledger, shares))
-    return Accounting(ledger.rows(int(a // HOUR), config), out, shares)
+        out.append(_charge_span(span, a, b, reqs, ledger, shares))
+    return WindowCharges(ledger.rows(int(a // HOUR), config), out, shares)
 
 
 def held_pieces(span: ReplicaSpan, lo: float, hi: float) -> list[tuple[float, float]]:
@@ -106,7 +106,7 @@ def held_pieces(span: ReplicaSpan, lo: float, hi: float) -> list[tuple[float, fl
     return pieces
 
 
-def _account_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[Request], led: _Ledger,
+def _charge_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[ChargedRequest], led: _Ledger,
                   shares: dict[str, float]) -> ReplicaSpan:
     s = span.model_copy(deep=True)
     s.residency_from = max(s.residency_from, s.created_at)
@@ -117,18 +117,18 @@ def _account_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[Request]
         if began > s.residency_from:  # woken: the residency before the sleep ends, a new one begins
             _close_residency(s, led)
             s.residency_from = began
-        _account_piece(s, p0, p1, reqs, led, shares)
+        _charge_piece(s, p0, p1, reqs, led, shares)
         if p1 < hi:  # put to sleep: its residency is over
             _close_residency(s, led)
     if s.ended_at is not None and s.ended_at <= b:
         _close_residency(s, led)
     s.accounted_to = max(s.accounted_to, b)
-    # sleeps before the current residency are accounted: only the one that ended at its start is read again
+    # sleeps before the current residency are charged: only the one that ended at its start is read again
     s.asleep = [(x, y) for x, y in s.asleep if y is None or y >= s.residency_from]
     return s
 
 
-def _account_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[Request], led: _Ledger,
+def _charge_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[ChargedRequest], led: _Ledger,
                    shares: dict[str, float]) -> None:
     """One awake stretch [p0, p1) of the current residency: its load, busy and idle time."""
     g = float(max(s.gpus, 1))

@@ -142,7 +142,7 @@ def usage(
                                                  "last) or model")] = "key",
     since: Annotated[str, typer.Option("--since", help="how far back: 30m, 24h, 7d (from the hour holding it)")]
     = "24h",
-    as_csv: Annotated[bool, typer.Option("--csv", help="per hour, key and model, as CSV (for billing)")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="per hour, key and model, as CSV (for chargeback)")] = False,
     admin: AdminOpt = DEFAULT_ADMIN,
     as_json: JsonOpt = False,
 ) -> None:

@@ -12,14 +12,14 @@ from llmgw.wire.messages import ShardState
 
 
 @dataclass(frozen=True, slots=True)
-class Served:
+class ServedAdapter:
     base: ModelSpec
     adapter: AdapterConfig
     index: int
 
 
-def served_adapters(models: Iterable[ModelSpec]) -> dict[str, Served]:
-    return {a.name: Served(m, a, i) for m in models for i, a in enumerate(m.adapters)}
+def served_adapters(models: Iterable[ModelSpec]) -> dict[str, ServedAdapter]:
+    return {a.name: ServedAdapter(m, a, i) for m in models for i, a in enumerate(m.adapters)}
 
 
 def catalog_names(models: Iterable[ModelSpec]) -> set[str]:

@@ -5,14 +5,11 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from llmgw.config.places import check_allowed
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, within
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from llmgw.core.strict import Strict
 
 
 class AgentTLS(Strict):

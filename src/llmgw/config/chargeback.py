@@ -1,4 +1,4 @@
-"""server.yaml `chargeback`: what a GPU-hour costs per GPU class, and how the leader accounts GPU time
+"""server.yaml `chargeback`: what a GPU-hour costs per GPU class, and how the leader charges GPU time
 (docs/tenants.md, "Chargeback").
 
 A GPU class is a part of a GPU's name as its node reports it ("H100" matches "NVIDIA H100 80GB HBM3"), matched
@@ -11,23 +11,22 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from llmgw.config.types import Duration, within
+from llmgw.core.strict import Strict
 
 ANY_CLASS = "*"
 NO_GPU = "cpu"  # the class of a replica holding no GPU (a CPU engine): its seconds count as one device's
 HOUR = 3600.0
 
 
-class ChargebackConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ChargebackConfig(Strict):
     # price of one GPU-hour per GPU class, in `currency`
     rates: Annotated[dict[str, Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]],
                      Field(max_length=256)] = {}
     currency: str = Field(default="USD", min_length=1, max_length=16, pattern=r"^[A-Za-z$€£¥]+$")
-    # GPU time is accounted in windows of this length, each once it ended `settle_after` ago: by then every
+    # GPU time is charged in windows of this length, each once it ended `settle_after` ago: by then every
     # request that ran in it has ended and its usage landed (a longer request's time past that counts as idle)
     window: Annotated[Duration, within(1, 3600)] = 60.0
     settle_after: Annotated[Duration, within(0, 86400)] = 900.0

@@ -12,8 +12,8 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from llmgw.config.types import ConfigPath
+from llmgw.core.strict import Frozen
 from llmgw.wire.engines import VERSION_PATTERN, EngineSource, EngineVariant
-from llmgw.wire.engines import Strict as WireStrict
 
 EngineName = Literal["llamacpp", "vllm", "sglang", "sim"]
 # What the control plane knows of engines without their adapters (agent/engines/, which it does not import), read
@@ -90,7 +90,7 @@ class VariantConfig(EngineVariant):
         return data
 
 
-class EngineConfig(WireStrict):
+class EngineConfig(Frozen):
     name: EngineName
     version: str = Field(pattern=VERSION_PATTERN)
     variants: list[VariantConfig] = Field(default_factory=list)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from llmgw.config.chargeback import ChargebackConfig
 from llmgw.config.engines import EngineConfig, EngineName, as_source
+from llmgw.config.loader import Renames
 from llmgw.config.serving import (
     AdapterConfig,
     Sidecars,
@@ -19,12 +20,9 @@ from llmgw.config.serving import (
 )
 from llmgw.config.types import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S, ByteSize, ConfigPath, Duration, Listen, within
 from llmgw.core.limits import KeyLimits
+from llmgw.core.strict import Strict
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.hub import is_hub, parse_hub
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class TLSFiles(Strict):
@@ -95,10 +93,13 @@ class Profile(Strict):
     sim: SimSpeed = SimSpeed()
 
 
-class Scaling(Strict):
+class Scaling(Renames):
+    section: ClassVar[str] = "models[].scaling"
+
     min: int = Field(default=0, ge=0)
     max: int = Field(default=0, ge=0)
-    idle_timeout: Duration = 600.0
+    # an on-demand replica unused this long stops (or, given a sleep block, sleeps: config/serving.py)
+    stop_unused_after: Duration = 600.0
     # scaling on load (reconcile/scaling.py): requests in flight per ready replica above this for scale_up_after
     # adds one (up to max); below half of it for scale_down_after removes one (never below min). None: off
     target_in_flight: float | None = Field(default=None, gt=0)
@@ -200,13 +201,15 @@ class HubConfig(Strict):
     token_file: ConfigPath | None = None
 
 
-class RouterConfig(Strict):
+class RouterConfig(Renames):
+    section: ClassVar[str] = "router"
+
     auth: bool = True  # off only for benchmarks and local experiments
     connect_timeout: Duration = 5.0
     # Non-streaming responses send their headers only when generation ends: this bounds a whole generation,
-    # so it is long. Streaming responses are then held to idle_timeout between chunks.
+    # so it is long. Streaming responses are then held to between_chunks_timeout between chunks.
     first_byte_timeout: Duration = 600.0
-    idle_timeout: Duration = 120.0
+    between_chunks_timeout: Duration = 120.0
     usage_flush_interval: Annotated[Duration, within(0.01, 3600)] = 1.0
     # connections the router keeps open to one replica's engine; further requests wait up to queue_timeout for one
     connections_per_replica: int = Field(default=64, ge=1, le=4096)
@@ -237,8 +240,8 @@ class RouterConfig(Strict):
     expose_routing: bool = False
 
 
-class Limits(Strict):
-    """What one client, authenticated or not, can hold of a listener."""
+class ConnectionLimits(Strict):
+    """What one client, authenticated or not, can hold of a listener (tenants' limits are keys': core/limits.py)."""
 
     # a new connection must deliver its request headers within this, and an idle one is closed after it
     header_timeout: Duration = Field(default=10.0, gt=0)
@@ -263,7 +266,9 @@ class EvictionConfig(Strict):
     sleep_host_share: float = Field(default=0.5, ge=0, le=1)
 
 
-class ServerConfig(Strict):
+class ServerConfig(Renames):
+    section: ClassVar[str] = ""
+
     agent_listen: Listen = "127.0.0.1:7443"
     api_listen: Listen = "127.0.0.1:8080"
     admin_listen: Listen = "127.0.0.1:9090"
@@ -279,13 +284,13 @@ class ServerConfig(Strict):
     admin_hosts: list[str] = []
     # a node may claim an engine address it reports from, one its certificate names, or one inside these networks
     node_networks: list[str] = []
-    limits: Limits = Limits()
+    connections: ConnectionLimits = ConnectionLimits()
     node_lost_after: Annotated[Duration, within(0.2)] = 60.0
     failed_kept_for: Duration = 300.0  # failed replicas stay on view (holding nothing) this long after they stop
     # node_lost_after must be longer
     heartbeat_interval: Annotated[Duration, within(HEARTBEAT_MIN_S, HEARTBEAT_MAX_S)] = 3.0
     reconcile_interval: Annotated[Duration, within(0.01, 3600)] = 1.0
-    # how long the lease of the control plane that reconciles lasts unless renewed (renewed every third of it):
+    # how long the lease of the control plane that reconciles lasts unless extended (extended every third of it):
     # with several servers on one PostgreSQL, a new leader takes over within this long of the old one's end
     leader_lease: Annotated[Duration, within(0.3)] = 15.0
     load_wait: Duration = 15.0
@@ -297,7 +302,7 @@ class ServerConfig(Strict):
     # API worker processes sharing api_listen (SO_REUSEPORT); beyond one, they are separate processes
     api_workers: int = Field(default=1, ge=1, le=64)
     eviction: EvictionConfig = EvictionConfig()
-    chargeback: ChargebackConfig = ChargebackConfig()  # GPU-hour prices and accounting windows (config/chargeback)
+    chargeback: ChargebackConfig = ChargebackConfig()  # GPU-hour prices and chargeback windows (config/chargeback)
     # which engines every node has: a name (its default source, config/engines.py) or a whole source
     engines: list[EngineName | EngineConfig] = ["llamacpp", "sim"]
     hub: HubConfig = HubConfig()

@@ -9,17 +9,14 @@ import re
 from collections.abc import Iterable
 from typing import Annotated, Literal, Protocol
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from llmgw.config.engines import ADAPTER_REQUESTS, MAX_ADAPTERS, SLEEPS
 from llmgw.config.types import ByteSize, Duration, within
+from llmgw.core.strict import Strict
 from llmgw.wire.serving import RESERVED_ENV, SidecarSpec, port_env
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9._:-]+)*$"  # a model's name, also an adapter's
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class SleepConfig(Strict):

@@ -32,8 +32,8 @@ OWNERS: tuple[Owner, ...] = (
     Owner("watch", "nodes/watch.py", "agents waiting to hear that the shards they are to run changed",
           within="registry"),
     Owner("heartbeats", "nodes/heartbeats.py",
-          "a node's report in, its desired state out; lease renewals; who fetches each file; a node's event budget"),
-    Owner("leases", "nodes/leases.py",
+          "a node's report in, its desired state out; renewals; who fetches each file; a node's event budget"),
+    Owner("renewal_tokens", "nodes/renewal_tokens.py",
           "the token each node's last report was answered with, and each node's desired state kept",
           within="heartbeats"),
     Owner("passes", "nodes/passes.py", "the reconcile pass: its count, its stall detection"),
@@ -60,9 +60,9 @@ OWNERS: tuple[Owner, ...] = (
           "the lease, following the shared store, sharing activity with other servers"),
     Owner("hub_models", "hub/hub_models.py",
           "per `hf://` model of the catalog: its resolution (a commit and its files, sticky) or why none; its retries"),
-    Owner("accountant", "accounting/accounting.py",
-          "on the leader: each replica's span on its GPUs, sampled from the registry; the accounting mark and the "
+    Owner("chargeback", "chargeback/chargeback.py",
+          "on the leader: each replica's span on its GPUs, sampled from the registry; the chargeback mark and the "
           "usage records still in flight past it; charges each settled window once (`chargeback/`)"),
-    Owner("charge_book", "accounting/charge_book.py",
+    Owner("charge_book", "chargeback/charge_book.py",
           "the last day's GPU time and cost per key as the views show it, read from the store at most once a refresh"),
 )

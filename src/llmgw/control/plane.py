@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from llmgw.config.server import ServerConfig
-from llmgw.control.accounting.accounting import Accountant
-from llmgw.control.accounting.charge_book import ChargeBook
 from llmgw.control.activity.activity import Activity
+from llmgw.control.chargeback.charge_book import ChargeBook
+from llmgw.control.chargeback.chargeback import Chargeback
 from llmgw.control.ha.following import Following, health_of
 from llmgw.control.ha.liveness import liveness_for
 from llmgw.control.hub.hub_models import HubModels, Resolver, hub_resolve
@@ -28,7 +28,7 @@ from llmgw.control.tenants.gpu_budgets import GpuBudgets, ModelSizes
 from llmgw.control.tenants.limit_counters import LimitCounters
 from llmgw.control.tenants.usage_totals import DAY, UsageTotals
 from llmgw.control.views.metrics import Gauges
-from llmgw.control.views.status import Status
+from llmgw.control.views.status import StatusSources
 from llmgw.core.clock import Clock
 from llmgw.reconcile.world import Timings
 from llmgw.store.base import HOUR, Store
@@ -82,7 +82,7 @@ class ControlPlane:
         self.ready_times = ReadyTimes()  # each way to ready (wake, load) measured per model, engine, GPU class
         self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick,
                              self.hub_models, self.ready_times, self.sleep_refusals)
-        self.accountant = Accountant(cfg.chargeback, self.storage, self.leadership, self.registry, clock)
+        self.chargeback = Chargeback(cfg.chargeback, self.storage, self.leadership, self.registry, clock)
         self.following = Following(self.storage, self.leadership, self.registry, self.credentials, self.activity,
                                    self.limit_counters,
                                    liveness_for(cfg.reconcile_interval, cfg.heartbeat_interval, cfg.node_lost_after))
@@ -120,9 +120,9 @@ class ControlPlane:
         """One more of the control plane's own gauges (the server adds its router's)."""
         self.gauges[name] = (words, read)
 
-    def status(self) -> Status:
+    def status(self) -> StatusSources:
         """The owners the summary (management API, dashboard, metrics) is read from."""
-        return Status(self.registry, self.activity, self.credentials, self.storage, self.usage, self.passes,
+        return StatusSources(self.registry, self.activity, self.credentials, self.storage, self.usage, self.passes,
                       hub=lambda: self.hub_models.states, ready_times=self.ready_times.lines,
                       charges=self.charge_book)
 

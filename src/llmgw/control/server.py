@@ -15,7 +15,7 @@ from aiohttp import web
 
 from llmgw.config.server import ServerConfig
 from llmgw.config.types import split_listen
-from llmgw.control.accounting.accounting import accounting_loop
+from llmgw.control.chargeback.chargeback import chargeback_loop
 from llmgw.control.http.admin_api import admin_app, metrics_routes
 from llmgw.control.http.admin_auth import allowed_hosts, load_or_create_token
 from llmgw.control.http.agent_api import agent_app
@@ -94,7 +94,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         asyncio.create_task(retention_loop(cfg, plane)),
         asyncio.create_task(lease_loop(plane, cfg.leader_lease)),
         asyncio.create_task(hub_loop(plane)),
-        asyncio.create_task(accounting_loop(plane.accountant)),
+        asyncio.create_task(chargeback_loop(plane.chargeback)),
     ]
     workers = spawn_workers(config_path, cfg.api_workers - 1) if config_path else []
     try:
@@ -148,7 +148,7 @@ async def start_listeners(cfg: ServerConfig, plane: ControlPlane, router: Router
                           token: str) -> list[Listener]:
     """The agents', the API's, the management and (if configured) the metrics listener, each handed the owners
     it uses, within connection caps fitted to the open-file limit."""
-    lim = cfg.limits
+    lim = cfg.connections
     caps = fit(
         {
             "agent": lim.agent_connections,
@@ -195,7 +195,7 @@ async def reconcile_loop(plane: ControlPlane, router: Router, interval: float) -
                 await plane.following.share_activity()
                 await plane.limit_counters.gpu.refresh(plane.storage)  # GPU time charged, for GPU budgets
             passes.reconcile_once()
-            plane.accountant.sample_now()
+            plane.chargeback.sample_now()
             router.refresh()
         except Exception:  # a failed pass is logged and retried on the next tick, never swallowed silently
             log.exception("reconcile pass failed")
@@ -227,7 +227,7 @@ async def hub_loop(plane: ControlPlane) -> None:
 
 
 async def lease_loop(plane: ControlPlane, lease: float) -> None:
-    while True:  # renew the lease, or take it when its holder is gone (control/storage/leadership.py)
+    while True:  # extend the lease, or take it when its holder is gone (control/storage/leadership.py)
         await asyncio.sleep(lease / 3)
         await plane.following.hold_lease()
 

@@ -85,7 +85,7 @@ async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, par
     store = open_store(cfg.store)  # read for API keys; the control plane is the writer
     router = Router(state, KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()))
     await state.poll()
-    lim = cfg.limits
+    lim = cfg.connections
     cap = min(lim.api_connections, max(8, raise_fd_limit() - 256))
     runner = await start_listener(router.app(), cfg.api_listen, api_limiter(lim, cap), lim.header_timeout,
                                   reuse_port=True)

@@ -50,7 +50,7 @@ class Deposed(LlmgwError):
     fencing epoch is not the lease's). Not a store failure: retrying it can never land."""
 
 
-class Accounted(Deposed):
+class AlreadyCharged(Deposed):
     """A chargeback step found its window charged by another step since it read the mark (store/chargeback_sql):
     nothing was written."""
 

@@ -4,7 +4,7 @@ settled at, and the decision to admit it. Pure: the figures are handed in; contr
 A request reserves an upper bound of its GPU time: the GPUs of one of its model's replicas times its token
 reservation over the model's measured tokens per second (a low percentile of recent requests; DEFAULT_TOKENS_PER_S
 with none measured). It is settled at its GPUs times how long it was admitted, an upper bound of its busy share,
-which counts until the accountant's charges for that time land (docs/tenants.md, "Budgets in GPU-seconds or
+which counts until chargeback's charges for that time land (docs/tenants.md, "Budgets in GPU-seconds or
 money").
 """
 
@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmgw.core.limits import Decision, KeyLimits, Refusal, duration, period_end
+from llmgw.core.limits import AdmissionDecision, KeyLimits, LimitRefusal, duration, period_end
 
 # tokens per second of one request where its model has none measured: slower than any GPU engine serves one
 # request (prompt tokens, counted with the rest, go far faster), so the bound errs high
@@ -64,7 +64,7 @@ def bound(tokens: int, size: Size, tokens_per_s: float) -> GpuUse:
     return of_seconds(size, max(0, tokens) / max(MIN_TOKENS_PER_S, tokens_per_s))
 
 
-def check(lim: KeyLimits, spent: GpuUse, held: GpuUse, ask: GpuUse, now: float, currency: str) -> Decision:
+def check(lim: KeyLimits, spent: GpuUse, held: GpuUse, ask: GpuUse, now: float, currency: str) -> AdmissionDecision:
     """Admitted (nothing taken: the caller holds `ask`) or refused with insufficient_quota and the figures, when
     what the key spent in its budget's period, what its requests in flight hold and what this one asks would pass
     its gpu_budget or cost_budget."""
@@ -75,11 +75,12 @@ def check(lim: KeyLimits, spent: GpuUse, held: GpuUse, ask: GpuUse, now: float, 
         (lim.cost_budget, spent.cost + held.cost, ask.cost, currency, "cost budget"),
     ):
         if limit is not None and used + asked > limit:
-            return Decision(False, Refusal.Quota, f"{name} spent: {figure(used)} of {limit:g} {unit} this "
-                            f"{lim.budget_period} are charged or held by requests in flight, "
-                            f"{figure(max(0.0, limit - used))} left, and this request may cost up to "
-                            f"{figure(asked)}{when}")
-    return Decision(True)
+            return AdmissionDecision(False, LimitRefusal.Quota,
+                                     f"{name} spent: {figure(used)} of {limit:g} {unit} this "
+                                     f"{lim.budget_period} are charged or held by requests in flight, "
+                                     f"{figure(max(0.0, limit - used))} left, and this request may cost up to "
+                                     f"{figure(asked)}{when}")
+    return AdmissionDecision(True)
 
 
 def figure(x: float) -> str:

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from llmgw.core.strict import Strict
 
 Period = Literal["day", "month", "total"]
 
 
-class KeyLimits(BaseModel):
+class KeyLimits(Strict):
     """What one key may use; each limit optional (None: none)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     rpm: int | None = Field(default=None, strict=True, ge=1, le=10**9)  # requests per minute
     tpm: int | None = Field(default=None, strict=True, ge=1, le=10**12)  # tokens (prompt + completion) per minute
@@ -42,7 +42,7 @@ class KeyLimits(BaseModel):
         return self.gpu_budget is not None or self.cost_budget is not None
 
 
-class Refusal(StrEnum):
+class LimitRefusal(StrEnum):
     Rate = "rate_limit_exceeded"  # requests or tokens per minute, or concurrency: retry later
     TooLarge = "request_too_large"  # one request larger than a minute's tokens: never admissible
     Quota = "insufficient_quota"  # the budget is spent until the period ends
@@ -121,9 +121,9 @@ class Spent:
 
 
 @dataclass(frozen=True)
-class Decision:
+class AdmissionDecision:
     admitted: bool
-    refusal: Refusal | None = None
+    refusal: LimitRefusal | None = None
     message: str = ""
     retry_after: float | None = None  # seconds; None: retrying will not help
     headers: tuple[tuple[str, str], ...] = ()  # x-ratelimit-*
@@ -204,7 +204,7 @@ def rate_headers(c: KeyCounters) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def admit(c: KeyCounters, lim: KeyLimits, cost: int, spent: int, now: float, mono: float) -> Decision:
+def admit(c: KeyCounters, lim: KeyLimits, cost: int, spent: int, now: float, mono: float) -> AdmissionDecision:
     """Admit a request reserving `cost` tokens, taking from the counters, or say why not (changing nothing).
     `spent`: the tokens the key was charged in its budget's period holding `now`."""
     prepare(c, lim, mono)
@@ -214,30 +214,30 @@ def admit(c: KeyCounters, lim: KeyLimits, cost: int, spent: int, now: float, mon
             left = max(0, lim.budget - spent - held)
             end = period_end(lim.budget_period, now)
             when = f"; it renews in {duration(end - now)}" if end is not None else ""
-            return Decision(False, Refusal.Quota, f"token budget spent: {spent + held} of {lim.budget} "
-                            f"tokens this {lim.budget_period} are used or held by requests in flight, {left} left, "
-                            f"and this request may cost up to {cost}{when}", None, rate_headers(c))
+            return AdmissionDecision(False, LimitRefusal.Quota, f"token budget spent: {spent + held} of {lim.budget} "
+                                     f"tokens this {lim.budget_period} are used or held by requests in flight, {left} "
+                                     f"left, and this request may cost up to {cost}{when}", None, rate_headers(c))
     if lim.concurrency is not None and c.in_flight + c.in_flight_elsewhere >= lim.concurrency:
-        return Decision(False, Refusal.Rate, f"{c.in_flight + c.in_flight_elsewhere} requests in flight, the limit "
-                        f"is {lim.concurrency}", 1.0, rate_headers(c))
+        return AdmissionDecision(False, LimitRefusal.Rate, f"{c.in_flight + c.in_flight_elsewhere} requests in flight, "
+                                 f"the limit is {lim.concurrency}", 1.0, rate_headers(c))
     if c.requests is not None and c.requests.level < 1:
-        return Decision(False, Refusal.Rate, f"requests per minute: limit {lim.rpm}",
-                        c.requests.wait_for(1), rate_headers(c))
+        return AdmissionDecision(False, LimitRefusal.Rate, f"requests per minute: limit {lim.rpm}",
+                                 c.requests.wait_for(1), rate_headers(c))
     if c.tokens is not None:
         if cost > c.tokens.capacity:
-            return Decision(False, Refusal.TooLarge, f"this request may cost up to {cost} tokens, more than the "
-                            f"{int(c.tokens.capacity)} tokens per minute allowed: send less or a lower max_tokens",
-                            None, rate_headers(c))
+            return AdmissionDecision(False, LimitRefusal.TooLarge, f"this request may cost up to {cost} tokens, more "
+                                     f"than the {int(c.tokens.capacity)} tokens per minute allowed: send less or a "
+                                     "lower max_tokens", None, rate_headers(c))
         if c.tokens.level < cost:
-            return Decision(False, Refusal.Rate, f"tokens per minute: limit {lim.tpm}, this request may cost up "
-                            f"to {cost}", c.tokens.wait_for(cost), rate_headers(c))
+            return AdmissionDecision(False, LimitRefusal.Rate, f"tokens per minute: limit {lim.tpm}, this request may "
+                                     f"cost up to {cost}", c.tokens.wait_for(cost), rate_headers(c))
     if c.requests is not None:
         c.requests.level -= 1
     if c.tokens is not None:
         c.tokens.level -= cost
     c.in_flight += 1
     c.reserved += cost
-    return Decision(True, headers=rate_headers(c))
+    return AdmissionDecision(True, headers=rate_headers(c))
 
 
 def taken_elsewhere(c: KeyCounters, requests: int, tokens: int, mono: float) -> None:

@@ -118,7 +118,7 @@ def default_plan(workdir: Path, sim_nodes: int = 4, cpu_node: bool = True) -> Cl
             "source": "meta-llama/Llama-3.1-8B-Instruct",
             "engine": "sim",
             "profile": {"gpus_per_shard": 2, "gpu_class": "H100-80G"},
-            "scaling": {"min": 0, "max": 1, "idle_timeout": "10m"},
+            "scaling": {"min": 0, "max": 1, "stop_unused_after": "10m"},
         },
     ]
     return ClusterPlan(workdir=workdir, nodes=nodes, models=models)

@@ -203,7 +203,7 @@ def _mig_words(n: NodeView, cls: str | None) -> str:
     return f"; {len(cut)} in MIG mode ({made}; not offered whole)"
 
 
-class Memory(Check):
+class MemoryFits(Check):
     reason = Reason.InsufficientMemory
 
     def prepare(self, r: Request) -> Test | None:
@@ -221,7 +221,7 @@ class Memory(Check):
         return f"{free / 2**30:.1f} GiB unreserved memory, needs {need / 2**30:.1f} GiB"
 
 
-class Fabric(Check):
+class OneFabric(Check):
     reason = Reason.NoFabric
 
     def prepare(self, r: Request) -> Test | None:
@@ -290,8 +290,8 @@ CHECKS: tuple[Check, ...] = (
     GPUClass(),
     NodeWhole(),
     GPUsFree(),
-    Memory(),
-    Fabric(),
+    MemoryFits(),
+    OneFabric(),
     Ports(),
 )
 

@@ -101,12 +101,12 @@ Effect = WriteReplica | DeleteReplica | WriteNode | Log | Count | Served | Holdi
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Applied:
     state: State
     effects: list[Effect]
 
 
-def apply(state: State, intents: list[Intent]) -> Outcome:
+def apply(state: State, intents: list[Intent]) -> Applied:
     effects: list[Effect] = []
     holding = _holding(state, intents, effects)
     nodes, replicas, timers = dict(state.nodes), dict(state.replicas), dict(state.scale_timers)
@@ -135,7 +135,7 @@ def apply(state: State, intents: list[Intent]) -> Outcome:
             effects.extend(_written(old, r, adds.get(rid), demand, state.models, words.get(rid, "")))
     out = State(now=state.now, models=state.models, nodes=nodes, replicas=replicas, demand=demand,
                 holding=holding, scale_timers=timers)
-    return Outcome(out, effects)
+    return Applied(out, effects)
 
 
 def _holding(state: State, intents: list[Intent], effects: list[Effect]) -> str:

@@ -223,14 +223,14 @@ def _scale(p: Pass, name: str, spec: ModelSpec, taken: set[str]) -> None:
 
 
 def _stop_idle(p: Pass, spec: ModelSpec, active: list[ReplicaRecord], demanded: bool) -> list[ReplicaRecord]:
-    """An on-demand model's replicas unused for its idle_timeout stop; the rest are returned."""
+    """An on-demand model's replicas unused for its stop_unused_after stop; the rest are returned."""
     w = p.w
     left = []
     for r in active:
         # a replica with a request in flight is in use, however long ago that request began; one still loading
         # (placed or not) while requests keep asking is wanted, not idle
         idle = w.now - _last_activity(r, w)
-        if w.outstanding.get(r.id, 0) > 0 or idle < spec.scaling.idle_timeout or (demanded and not r.ready):
+        if w.outstanding.get(r.id, 0) > 0 or idle < spec.scaling.stop_unused_after or (demanded and not r.ready):
             left.append(r)
             continue
         demoted = sleeping.demote(w, p.by_id, p.current, spec, r, idle)

@@ -31,7 +31,7 @@ class Timer:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ScalingDecision:
     step: Step
     timer: Timer
     per_replica: float  # the load the decision read
@@ -39,24 +39,24 @@ class Decision:
 
 
 def decide(*, target: float, up_after: float, down_after: float, lo: int, hi: int, ready: int, in_flight: float,
-           timer: Timer, now: float) -> Decision:
+           timer: Timer, now: float) -> ScalingDecision:
     """`lo`: the fewest replicas allowed now (min, or one while on-demand requests arrive); `hi`: max."""
     if ready <= 0 or target <= 0:
-        return Decision(Step.Hold, Timer(), 0.0)
+        return ScalingDecision(Step.Hold, Timer(), 0.0)
     load = in_flight / ready
     if load > target:
         since = timer.above_since if timer.above_since is not None else now
         if now - since >= up_after and ready < hi:
-            return Decision(Step.Up, Timer(above_since=now), load,
+            return ScalingDecision(Step.Up, Timer(above_since=now), load,
                             f"{load:.1f} requests in flight per replica, above {target:g} for {now - since:.0f}s")
-        return Decision(Step.Hold, Timer(above_since=since), load)
+        return ScalingDecision(Step.Hold, Timer(above_since=since), load)
     if load < target / 2:
         since = timer.below_since if timer.below_since is not None else now
         if now - since >= down_after and ready > lo:
-            return Decision(Step.Down, Timer(below_since=now), load,
+            return ScalingDecision(Step.Down, Timer(below_since=now), load,
                             f"{load:.1f} requests in flight per replica, below {target / 2:g} for {now - since:.0f}s")
-        return Decision(Step.Hold, Timer(below_since=since), load)
-    return Decision(Step.Hold, Timer(), load)
+        return ScalingDecision(Step.Hold, Timer(below_since=since), load)
+    return ScalingDecision(Step.Hold, Timer(), load)
 
 
 def floor(spec: ModelSpec, *, active: int, demanded: bool) -> int:

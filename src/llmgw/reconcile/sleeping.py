@@ -30,7 +30,7 @@ def demote(w: World, by_id: Mapping[str, NodeRecord], current: Mapping[str, Repl
         return Stop(r.id, Reason.Idle, f"{idle:.0f}s")
     # awake since ready_at (a wake clears it): its last use may be from before it slept, and the request that woke
     # it may not have reached it yet, so the idle timer also runs from the wake
-    if r.ready_at is not None and w.now - r.ready_at < max(cfg.min_stay, spec.scaling.idle_timeout):
+    if r.ready_at is not None and w.now - r.ready_at < max(cfg.min_stay, spec.scaling.stop_unused_after):
         return None
     return Sleep(r.id, cfg.level, f"unused for {idle:.0f}s; its GPUs are free until a request wakes it")
 

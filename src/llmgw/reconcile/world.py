@@ -51,8 +51,8 @@ class World:
     scale_timers: dict[str, Timer] = field(default_factory=dict)
     # per model that cannot be placed whatever the nodes (a hub source not resolved yet): the reason and its words
     unresolved: dict[str, tuple[Reason, str]] = field(default_factory=dict)
-    # node id -> when it was last heard from (a lease renewal or a report; the later of this and its record's
-    # last_seen counts): renewals update no record (wire/lease.py)
+    # node id -> when it was last heard from (a renewal or a report; the later of this and its record's
+    # last_seen counts): renewals update no record (wire/renewal.py)
     seen: dict[str, float] = field(default_factory=dict)
     # (model, engine, GPU class, way) -> seconds from placed or woken to ready, as measured (reconcile/fastest.py)
     ready_times: Mapping[tuple[str, str, str, str], float] = field(default_factory=dict)

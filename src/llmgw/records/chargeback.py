@@ -1,22 +1,22 @@
-"""What chargeback keeps in the store: each replica's span on its GPUs (what the accountant needs of it across
+"""What chargeback keeps in the store: each replica's span on its GPUs (what chargeback needs of it across
 windows), and the GPU time charged per hour, key, model and GPU class (docs/tenants.md, "Chargeback")."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from llmgw.core.strict import Strict
 
 OPERATOR = ""  # the key_id of the operator's share: GPU time no key caused (min >= 1 models' idle, unused loads)
 Seconds = Annotated[float, Field(ge=0, le=1e13, allow_inf_nan=False)]
 Time = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
 
 
-class ChargeRow(BaseModel):
+class ChargeRow(Strict):
     """GPU-seconds charged in one hour to one key (OPERATOR: the operator's) on one model and GPU class, by what
-    the GPUs were doing, and their price at the rates of the time they were accounted."""
-
-    model_config = ConfigDict(extra="forbid")
+    the GPUs were doing, and their price at the rates of the time they were charged."""
 
     hour: int = Field(ge=0, le=10**8)  # hours since 1970 (store/base.py hour_of)
     key_id: str = Field(max_length=128)
@@ -32,11 +32,9 @@ class ChargeRow(BaseModel):
         return self.busy_s + self.load_s + self.idle_s
 
 
-class ReplicaSpan(BaseModel):
-    """One replica's time on its GPUs, from placement to its end, and what the accountant carries across windows.
-    Written only by the leader's accountant (chargeback/), fenced like every leader write."""
-
-    model_config = ConfigDict(extra="forbid")
+class ReplicaSpan(Strict):
+    """One replica's time on its GPUs, from placement to its end, and what chargeback carries across windows.
+    Written only by the leader's chargeback (chargeback/), fenced like every leader write."""
 
     id: str = Field(min_length=1, max_length=256)
     model: str = Field(min_length=1, max_length=256)
@@ -48,7 +46,7 @@ class ReplicaSpan(BaseModel):
     ended_at: Time | None = None  # gone from the registry (None: alive)
     asleep: Annotated[list[tuple[Time, Time | None]], Field(max_length=100_000)] = []  # GPUs free: not charged
     accounted_to: Time = 0.0  # its time before this is charged
-    # the accountant's own carry (chargeback/): who the residency served so far, who loaded or woke it, time
+    # chargeback's own carry (chargeback/): who the residency served so far, who loaded or woke it, time
     # waiting for a key to charge it to
     keys: Annotated[dict[str, Seconds], Field(max_length=100_000)] = {}
     trigger: str = Field(default="", max_length=128)

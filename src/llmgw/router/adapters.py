@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llmgw.config.adapters import Served, served_adapters
+from llmgw.config.adapters import ServedAdapter, served_adapters
 from llmgw.config.engines import ADAPTER_REQUESTS
 from llmgw.config.server import ModelSpec
 
@@ -30,9 +30,9 @@ class AdapterIndex:
 
     def __init__(self) -> None:
         self._seen: tuple[int, int, int] | None = None
-        self._served: dict[str, Served] = {}
+        self._served: dict[str, ServedAdapter] = {}
 
-    def find(self, name: str, models: dict[str, ModelSpec], generation: int) -> Served | None:
+    def find(self, name: str, models: dict[str, ModelSpec], generation: int) -> ServedAdapter | None:
         seen = (generation, id(models), len(models))
         if seen != self._seen:
             self._seen, self._served = seen, served_adapters(models.values())
@@ -42,7 +42,7 @@ class AdapterIndex:
             served = self._served.get(name)
         return served
 
-    def listed(self, models: dict[str, ModelSpec], generation: int) -> list[Served]:
+    def listed(self, models: dict[str, ModelSpec], generation: int) -> list[ServedAdapter]:
         self.find("", models, generation)
         return list(self._served.values())
 
@@ -52,7 +52,7 @@ def lora_unread(spec: ModelSpec, path: str) -> bool:
     return bool(spec.adapters) and ADAPTER_REQUESTS.get(spec.engine) == LORA_FIELD and path not in LORA_FIELD_PATHS
 
 
-def rewritten(payload: dict[str, Any], body: bytes, spec: ModelSpec, served: Served | None) -> bytes:
+def rewritten(payload: dict[str, Any], body: bytes, spec: ModelSpec, served: ServedAdapter | None) -> bytes:
     """The body to send for a request to `spec` (the adapter `served` of it, or the model itself)."""
     if not spec.adapters or ADAPTER_REQUESTS.get(spec.engine) != LORA_FIELD:
         return body  # an engine that takes the adapter's name as the model: sent as it is
@@ -66,7 +66,7 @@ def rewritten(payload: dict[str, Any], body: bytes, spec: ModelSpec, served: Ser
     return body[:at] + b'"lora":' + json.dumps(lora, separators=(",", ":")).encode() + b"," + body[at:]
 
 
-def renamed(spec: ModelSpec, served: Served | None) -> tuple[bytes, bytes] | None:
+def renamed(spec: ModelSpec, served: ServedAdapter | None) -> tuple[bytes, bytes] | None:
     """(the model's name, the adapter's) as the engine's answer has them, where the engine answers with the
     model's name (llama-server names its --alias); None where the answer needs nothing."""
     if served is None or ADAPTER_REQUESTS.get(spec.engine) != LORA_FIELD:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from llmgw.config.adapters import Served
+from llmgw.config.adapters import ServedAdapter
 from llmgw.config.server import RouterConfig
 from llmgw.router.adapters import AdapterIndex, lora_unread, rewritten
 from llmgw.router.auth import Authenticator
@@ -26,7 +26,7 @@ from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.state import RouterState
 from llmgw.router.stats import Measure, Recorder
 from llmgw.router.table import RoutingTable
-from llmgw.router.uploads import Uploads, too_many_uploads
+from llmgw.router.uploads import KeyUploads, too_many_uploads
 from llmgw.router.usage_journal import UsageJournal
 from llmgw.router.waiting import ReadyWait
 from llmgw.store.base import ApiKeyRecord
@@ -36,7 +36,7 @@ PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/respo
 NO_RATE: dict[str, str] = {}  # the headers of a key without limits (never changed: only copied into an answer's)
 
 
-def model_object(s: Served) -> dict[str, object]:
+def model_object(s: ServedAdapter) -> dict[str, object]:
     """An adapter as /v1/models lists it: a model whose parent is its base (vLLM's own listing says so too)."""
     return {"id": s.adapter.name, "object": "model", "created": 0, "owned_by": "llmgw", "parent": s.base.name}
 
@@ -68,7 +68,7 @@ class Router:
         self.dispatch = Dispatcher(state, self.table, Chooser(state, self.table, cfg), self.usage_journal, cfg,
                                    self.worker)
         self.ending = RequestEnd(self.usage_journal, state, self.recorder, state.clock)
-        self.uploads = Uploads()  # bodies arriving, per key: no more at once than its concurrency
+        self.uploads = KeyUploads()  # bodies arriving, per key: no more at once than its concurrency
         self.adapters = AdapterIndex()
 
     def refresh(self) -> None:
@@ -182,7 +182,7 @@ class Router:
         return RequestContext(request, m, key, spec, payload, body, dict(admitted.headers), admitted.ticket, cost,
                               served=served)
 
-    def _adapter(self, name: str) -> Served | None:
+    def _adapter(self, name: str) -> ServedAdapter | None:
         return self.adapters.find(name, self.state.models, self.state.generation())
 
     def _unroutable(self, ctx: RequestContext) -> web.Response | None:

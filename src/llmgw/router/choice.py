@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from llmgw.config.server import RouterConfig
 from llmgw.router.prefix import PrefixIndex
-from llmgw.router.scoring import LEAST_LOADED, PREFIX, Candidate, Decision, RouteReason, Weights, choose
+from llmgw.router.scoring import LEAST_LOADED, PREFIX, ReplicaCandidate, RouteDecision, RouteReason, Weights, choose
 from llmgw.router.state import EngineLoads
 from llmgw.router.table import Route, RoutingTable
 
@@ -19,10 +19,10 @@ class Chooser:
         self.table = table
         self.cfg = cfg
         self.prefixes = PrefixIndex(cfg.prefix_entries)
-        self._alone: dict[str, Decision] = {}  # the decision for a replica alone in rotation (made once: frozen)
+        self._alone: dict[str, RouteDecision] = {}  # the decision for a replica alone in rotation (made once: frozen)
 
     def choose(self, model: str, tried: set[str], keys: list[bytes], policy: str,
-               path: str) -> tuple[Route | None, Decision]:
+               path: str) -> tuple[Route | None, RouteDecision]:
         """Score the model's ready replicas not tried yet that may serve `path` (scoring.py) and remember the prefix
         for the chosen."""
         routes = self.table.in_rotation(model, tried, self.state.clock.monotonic(), path)
@@ -31,7 +31,7 @@ class Chooser:
             if alone is None:
                 if len(self._alone) >= ALONE_KEPT:
                     self._alone.clear()
-                alone = self._alone[routes[0].replica_id] = Decision(routes[0].replica_id, RouteReason.LeastLoaded,
+                alone = self._alone[routes[0].replica_id] = RouteDecision(routes[0].replica_id, RouteReason.LeastLoaded,
                                                                      0, ())
             return routes[0], alone
         loads = self.state.loads()
@@ -39,7 +39,7 @@ class Chooser:
         cands = []
         for r in routes:
             load = loads.get(r.replica_id)
-            cands.append(Candidate(r.replica_id, r.outstanding, load.running if load else None,
+            cands.append(ReplicaCandidate(r.replica_id, r.outstanding, load.running if load else None,
                                    load.waiting if load else None, matched.get(r.replica_id, 0), r.slots))
         weights = Weights(load=1.0, prefix=PREFIX.prefix, margin=self.cfg.prefix_margin) \
             if policy == "prefix" else LEAST_LOADED

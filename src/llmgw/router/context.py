@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.config.adapters import Served
+from llmgw.config.adapters import ServedAdapter
 from llmgw.config.server import ModelSpec
 from llmgw.router.proxy import Outcome
 from llmgw.router.stats import Measure
@@ -29,7 +29,7 @@ class RequestContext:
     ticket: str = ""  # the admission to settle when it ends ("": none)
     cost: int = 0  # tokens reserved (0: none): a stream is cut there, and the request recorded at most at it
     reached: bool = False  # it may have reached an engine: settled at what it used, not at nothing
-    served: Served | None = None  # the LoRA adapter of `spec` asked for (router/adapters.py), if any
+    served: ServedAdapter | None = None  # the LoRA adapter of `spec` asked for (router/adapters.py), if any
     # set when it is forwarded
     stream: bool = False
     strip_usage: bool = False  # usage was asked of the engine for the router's sake: kept from the client

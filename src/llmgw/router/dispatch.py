@@ -18,7 +18,7 @@ from llmgw.router.errors import MESSAGES, RETRY_AFTER_S, openai_error, unsupport
 from llmgw.router.message_start import MessageStart, count_input_tokens
 from llmgw.router.prefix import chain, prompt_text
 from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Attempt, Timeouts, broken, engine_headers, forward
-from llmgw.router.scoring import Decision
+from llmgw.router.scoring import RouteDecision
 from llmgw.router.state import ReplicaUse
 from llmgw.router.table import EJECT_AFTER, UNSERVED_S, Route, RoutingTable
 from llmgw.router.usage import StreamUsage
@@ -42,7 +42,8 @@ class Dispatcher:
         self.usage_journal = usage_journal
         self.cfg = cfg
         self.worker = worker  # which API worker answered, for operators chasing one bad process
-        self.timeouts = Timeouts(cfg.connect_timeout, cfg.first_byte_timeout, cfg.idle_timeout, cfg.queue_timeout)
+        self.timeouts = Timeouts(cfg.connect_timeout, cfg.first_byte_timeout, cfg.between_chunks_timeout,
+                                 cfg.queue_timeout)
         self.session: aiohttp.ClientSession | None = None
 
     async def serve(self, ctx: RequestContext) -> web.StreamResponse:
@@ -136,7 +137,7 @@ class Dispatcher:
             outcome.response.headers.update(said)  # an error envelope says where it was routed too
         return outcome.response
 
-    def _said(self, rate: dict[str, str], decision: Decision, route: Route, blocks: int) -> dict[str, str]:
+    def _said(self, rate: dict[str, str], decision: RouteDecision, route: Route, blocks: int) -> dict[str, str]:
         """The answer's own headers: the key's x-ratelimit-*, and how it was routed only where the operator asked
         (router.expose_routing); a match count would tell a client whether another tenant sent its prompt."""
         if not self.cfg.expose_routing and not log.isEnabledFor(logging.DEBUG):

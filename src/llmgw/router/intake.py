@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llmgw.config.adapters import Served
+from llmgw.config.adapters import ServedAdapter
 from llmgw.config.server import ModelSpec
 from llmgw.router.errors import openai_error
 from llmgw.router.stats import OTHER, Measure
@@ -30,7 +30,7 @@ def payload_of(body: bytes) -> dict[str, Any] | web.Response:
 
 
 def spec_of(payload: dict[str, Any], models: dict[str, ModelSpec], key: ApiKeyRecord, m: Measure,
-            adapter: Callable[[str], Served | None] | None = None) -> ModelSpec | web.Response:
+            adapter: Callable[[str], ServedAdapter | None] | None = None) -> ModelSpec | web.Response:
     """The model the request names, as the catalog has it (and counted under it from here on), or the answer
     refusing it: missing, unknown, not this key's, switched off. A LoRA adapter's name gives its model's spec; the
     key must be allowed the adapter itself."""

@@ -120,8 +120,8 @@ def refused(a: Admission) -> web.Response:
         return openai_error(401, a.message, "invalid_request_error", "invalid_api_key")
     if a.refusal == "limits_unavailable":
         return openai_error(503, a.message, "service_unavailable", "limits_unavailable", headers=headers)
-    kind = "insufficient_quota" if a.refusal == key_limits.Refusal.Quota else "requests"
-    code = a.refusal or key_limits.Refusal.Rate.value
+    kind = "insufficient_quota" if a.refusal == key_limits.LimitRefusal.Quota else "requests"
+    code = a.refusal or key_limits.LimitRefusal.Rate.value
     return openai_error(429, a.message, kind, code, headers=headers)
 
 

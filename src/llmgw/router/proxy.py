@@ -30,7 +30,7 @@ class Outcome:
 class Timeouts:
     connect: float
     first_byte: float
-    idle: float
+    between_chunks: float
     queue: float = 0.0  # waiting for a free connection to the replica, beyond `connect`
 
     @cached_property
@@ -136,7 +136,7 @@ async def forward(a: Attempt) -> Outcome:
         watch = a.watch if a.watch is not None else StreamUsage(strip=False)
         sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache",
                                                              **(a.said or {})})
-        return await _relay(a.request, sr, resp, watch, t.idle, a.opening, a.rename)
+        return await _relay(a.request, sr, resp, watch, t.between_chunks, a.opening, a.rename)
     finally:
         resp.release()
 
@@ -182,7 +182,8 @@ def _not_relayed(resp: aiohttp.ClientResponse, ctype: str) -> Outcome | None:
 
 
 async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.ClientResponse, watch: StreamUsage,
-                 idle: float, opening: MessageStart | None, rename: tuple[bytes, bytes] | None = None) -> Outcome:
+                 between_chunks: float, opening: MessageStart | None,
+                 rename: tuple[bytes, bytes] | None = None) -> Outcome:
     """Engine to client, chunk by chunk. Trouble reading from the engine ends the stream with an error event; a
     client that went away (an official client closes as soon as it has [DONE]) is expected, not an error: the
     engine is told by closing its connection, and the request is recorded with what was seen."""
@@ -190,13 +191,13 @@ async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.Cli
     try:
         await sr.prepare(request)
         content = resp.content
-        idle_on_socket = _idle_timeout_on_socket(resp, idle)
+        timed_on_socket = _between_chunks_on_socket(resp, between_chunks)
         while True:
             try:
-                if idle_on_socket:
+                if timed_on_socket:
                     chunk = await content.readany()
                 else:
-                    async with asyncio.timeout(idle):
+                    async with asyncio.timeout(between_chunks):
                         chunk = await content.readany()
             except (aiohttp.ClientError, TimeoutError) as e:
                 why = f"the engine {'went quiet' if isinstance(e, TimeoutError) else 'broke off'} mid-stream"
@@ -240,13 +241,13 @@ async def _read_bounded(content: aiohttp.StreamReader, limit: int) -> bytes | No
     return b"".join(parts)
 
 
-def _idle_timeout_on_socket(resp: aiohttp.ClientResponse, idle: float) -> bool:
-    """From the headers on, hold the engine to `idle` between reads using aiohttp's own socket timer, which it
+def _between_chunks_on_socket(resp: aiohttp.ClientResponse, between_chunks: float) -> bool:
+    """From the headers on, hold the engine to `between_chunks` between reads using aiohttp's own socket timer, which it
     re-arms on every arrival anyway: a timer of our own around each read would cost one per chunk."""
     conn = resp.connection
     protocol = conn.protocol if conn is not None else None
     if protocol is None or not hasattr(protocol, "read_timeout") or not hasattr(protocol, "start_timeout"):
         return False
-    protocol.read_timeout = idle
+    protocol.read_timeout = between_chunks
     protocol.start_timeout()
     return True

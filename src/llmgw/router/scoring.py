@@ -1,6 +1,6 @@
 """Which ready replica takes a request: named, weighted scorers over a snapshot, and a decision that says why.
 
-Pure: candidates in, a Decision out. Each candidate carries what the router knows of a replica at that moment (its
+Pure: candidates in, a RouteDecision out. Each candidate carries what the router knows of a replica at that moment (its
 own requests in flight there, the engine's own running/waiting gauges from the last heartbeat, how many leading
 blocks of this request's prompt it was last sent); scorers turn that into numbers in [0, 1] (higher is better),
 and the weighted sum picks. Like placement, the answer is data: a reason code and every candidate's scores, so a
@@ -33,7 +33,7 @@ class RouteReason(StrEnum):
 
 
 @dataclass(frozen=True)
-class Candidate:
+class ReplicaCandidate:
     replica_id: str
     in_flight: int = 0  # this router's requests on it now
     running: float | None = None  # the engine's own gauges, as last reported (None: not exposed or not known)
@@ -68,7 +68,7 @@ class Score:
 
 
 @dataclass(frozen=True)
-class Decision:
+class RouteDecision:
     replica_id: str | None
     reason: RouteReason
     matched_blocks: int
@@ -79,12 +79,12 @@ def _rendezvous(home: bytes, replica_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(home + replica_id.encode(), digest_size=8).digest())
 
 
-def choose(candidates: list[Candidate], blocks: int, w: Weights, home: bytes = b"") -> Decision:
+def choose(candidates: list[ReplicaCandidate], blocks: int, w: Weights, home: bytes = b"") -> RouteDecision:
     """The best candidate for a request of `blocks` leading blocks (0: its prefix is not looked at). Ties go to
     the replica `home` hashes to, under a policy that weighs prefixes; else to the candidate listed first (the
     caller lists them in a stable order)."""
     if not candidates:
-        return Decision(None, RouteReason.NoReplica, 0, ())
+        return RouteDecision(None, RouteReason.NoReplica, 0, ())
     least = min(c.load for c in candidates)
     scores = []
     for c in candidates:
@@ -108,4 +108,4 @@ def choose(candidates: list[Candidate], blocks: int, w: Weights, home: bytes = b
         reason = RouteReason.PrefixHit  # a shorter run, on a replica much less loaded than the longest's
     else:
         reason = RouteReason.LeastLoaded
-    return Decision(chosen.replica_id, reason, chosen.matched_blocks, tuple(scores))
+    return RouteDecision(chosen.replica_id, reason, chosen.matched_blocks, tuple(scores))

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import ValidationError
 
-from llmgw.api.router import Activity, Admission, AdmitRequest, ModelExplanation, ReadyReplica, RouterView
+from llmgw.api.router import ActivityReport, Admission, AdmitRequest, ModelExplanation, ReadyReplica, RouterView
 from llmgw.config.server import ModelSpec
 from llmgw.core.clock import Clock
 from llmgw.router.keys import KeysWritten
@@ -100,7 +100,7 @@ class RemoteState:
         self._auth = {"Authorization": f"Bearer {token}"}
         self.models: dict[str, ModelSpec] = {}
         self._view = RouterView(generation=-1, keys_version=-1, models=[], ready={})
-        self._activity = Activity()
+        self._activity = ActivityReport()
         self._in_flight: dict[str, int] = {}  # sent whole with every report: the plane replaces ours with it
         self._session: aiohttp.ClientSession | None = None
         self._recorder: Recorder | None = None
@@ -190,7 +190,7 @@ class RemoteState:
         records = [u.record() if isinstance(u, Usage) else u for u in batch]
         async with self._http().post(
             self.admin + "/api/router/activity",
-            data=Activity(usage=records).model_dump_json(),
+            data=ActivityReport(usage=records).model_dump_json(),
             headers={"Content-Type": "application/json"},
             timeout=aiohttp.ClientTimeout(total=USAGE_POST_TIMEOUT),  # a batch waits for the store's writer
         ) as r:
@@ -205,7 +205,7 @@ class RemoteState:
             return None
 
     async def flush(self) -> None:
-        act, self._activity = self._activity, Activity()
+        act, self._activity = self._activity, ActivityReport()
         rec = self._recorder
         version = rec.version if rec is not None else -1
         act.settled, self._settled = self._settled, []

@@ -15,7 +15,7 @@ from aiohttp import web
 from llmgw.router.errors import openai_error
 
 
-class Uploads:
+class KeyUploads:
     def __init__(self) -> None:
         self.reading: Counter[str] = Counter()
 

@@ -28,7 +28,7 @@ from urllib.parse import quote, unquote
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from llmgw.sim.hub_api import ApiHandlers, HubError, Served
+from llmgw.sim.hub_api import ApiHandlers, HubError, ServedFile
 from llmgw.sim.hub_repo import LFS_THRESHOLD, HubRepo
 
 __all__ = ["HubHandle", "HubRepo", "start_hub"]
@@ -55,7 +55,7 @@ class HubCounters:
 
 
 @dataclass
-class HubState:
+class SimHubState:
     repos: dict[str, HubRepo]
     tokens: frozenset[str]
     counters: HubCounters = field(default_factory=HubCounters)
@@ -71,7 +71,7 @@ class HubState:
         return f"{self.cdn_url}/cdn-lfs/{repo}/{commit}/{quote(path)}?sig={self.sign(repo, commit, path)}"
 
 
-def make_app(state: HubState, with_cdn: bool = False) -> web.Application:
+def make_app(state: SimHubState, with_cdn: bool = False) -> web.Application:
     """The hub's API and resolve site (and the CDN's path, `with_cdn`); `/_standin/counters` tells what it served
     (POST `/_standin/counters/reset` tells and zeroes them) to a bench that runs it as a process."""
     api = ApiHandlers(state.repos, state.tokens)
@@ -103,14 +103,14 @@ def make_app(state: HubState, with_cdn: bool = False) -> web.Application:
     return app
 
 
-def make_cdn_app(state: HubState) -> web.Application:
+def make_cdn_app(state: SimHubState) -> web.Application:
     """The CDN site LFS files are redirected to: content by a signed path, no token asked or wanted."""
     app = web.Application(middlewares=[_errors, _observe(state, "cdn")])
     app.router.add_get("/cdn-lfs/{tail:.+}", _cdn_handler(state))
     return app
 
 
-def _cdn_handler(state: HubState) -> Handler:
+def _cdn_handler(state: SimHubState) -> Handler:
     served = _Serving(state)
 
     async def cdn(request: web.Request) -> web.StreamResponse:
@@ -121,7 +121,7 @@ def _cdn_handler(state: HubState) -> Handler:
         if repo is None or blob is None or not hmac.compare_digest(
                 request.query.get("sig", ""), state.sign(repo_id, commit, path)):
             raise HubError(403, "", "Request signature does not match")
-        return await served.file(request, Served(repo, commit, path, blob, cdn=True))
+        return await served.file(request, ServedFile(repo, commit, path, blob, cdn=True))
 
     return cdn
 
@@ -133,7 +133,7 @@ def _cdn_parts(raw_path: str) -> tuple[str, str, str]:
     return f"{parts[0]}/{parts[1]}", parts[2], "/".join(parts[3:])
 
 
-def _observe(state: HubState, site: str) -> Middleware:
+def _observe(state: SimHubState, site: str) -> Middleware:
     @web.middleware
     async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.rel_url.path.startswith("/_standin/"):
@@ -164,10 +164,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 class _Serving:
     """A file's answer: a 302 to the CDN for an LFS file asked of the hub, else its bytes (or part of them)."""
 
-    def __init__(self, state: HubState) -> None:
+    def __init__(self, state: SimHubState) -> None:
         self.state = state
 
-    async def file(self, request: web.Request, s: Served) -> web.StreamResponse:
+    async def file(self, request: web.Request, s: ServedFile) -> web.StreamResponse:
         b = s.blob
         head = {"X-Repo-Commit": s.commit, "Accept-Ranges": "bytes"}
         if b.lfs and not s.cdn:
@@ -189,7 +189,7 @@ class _Serving:
         await self._send(request, resp, s, start, end)
         return resp
 
-    async def _send(self, request: web.Request, resp: web.StreamResponse, s: Served, start: int, end: int) -> None:
+    async def _send(self, request: web.Request, resp: web.StreamResponse, s: ServedFile, start: int, end: int) -> None:
         cut = s.repo.truncated.get(s.path)
         stop = min(end, max(start, cut)) if cut is not None else end
         counters = self.state.counters
@@ -226,7 +226,7 @@ def _range(header: str, size: int) -> tuple[int, int]:
 class HubHandle:
     """A running stand-in hub: its URLs, repositories, counters, and fault switches."""
 
-    def __init__(self, state: HubState, runners: Sequence[web.AppRunner], host: str) -> None:
+    def __init__(self, state: SimHubState, runners: Sequence[web.AppRunner], host: str) -> None:
         self.state = state
         self._runners = runners
         self._host = host
@@ -281,7 +281,7 @@ async def start_hub(repos: Sequence[HubRepo], *, host: str = "127.0.0.1", port: 
                     tokens: Sequence[str] = ()) -> HubHandle:
     """Serve `repos` on `host:port` (the hub) and `host:cdn_port` (its CDN, another origin as the real one is);
     port 0 picks a free one; `cdn_port=None` serves the CDN's path on the hub's own origin."""
-    state = HubState({r.repo_id: r for r in repos}, frozenset(tokens))
+    state = SimHubState({r.repo_id: r for r in repos}, frozenset(tokens))
     runners = [web.AppRunner(make_app(state, with_cdn=cdn_port is None), access_log=None)]
     if cdn_port is not None:
         runners.append(web.AppRunner(make_cdn_app(state), access_log=None))

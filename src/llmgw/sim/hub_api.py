@@ -25,7 +25,7 @@ class HubError(Exception):
 
 
 @dataclass(frozen=True)
-class Served:
+class ServedFile:
     """One file a request names: its repository, the commit it was found in, its path and content."""
 
     repo: HubRepo
@@ -105,7 +105,7 @@ class ApiHandlers:
             out.append(entry)
         return out
 
-    def resolve_file(self, raw_path: str, authorization: str) -> Served:
+    def resolve_file(self, raw_path: str, authorization: str) -> ServedFile:
         """The file `/{repo}/resolve/{rev}/{path}` names."""
         repo, tail, allowed = self._repo(raw_path.lstrip("/").removesuffix("/"), authorization)
         revision, _, path = tail.removeprefix("/resolve/").partition("/")
@@ -118,7 +118,7 @@ class ApiHandlers:
         blob = commit.files.get(unquote(path))
         if blob is None:
             raise HubError(404, "EntryNotFound", "Entry not found", commit=commit.id)
-        return Served(repo, commit.id, unquote(path), blob)
+        return ServedFile(repo, commit.id, unquote(path), blob)
 
 
 def _sibling(path: str, blob: Blob, blobs: bool) -> dict[str, Any]:

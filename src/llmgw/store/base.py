@@ -144,7 +144,7 @@ class Revocation(BaseModel):
 
 class Lease(BaseModel):
     """Who reconciles: the holder, the fencing epoch every write of theirs carries, and until when it is theirs
-    unless renewed (wall clock of the servers; an epoch, not a clock, is what keeps a deposed holder out)."""
+    unless extended (wall clock of the servers; an epoch, not a clock, is what keeps a deposed holder out)."""
 
     holder: str
     epoch: int

@@ -1,5 +1,5 @@
-"""Chargeback in the store (records/chargeback.py): replica spans, hourly charges and the accountant's mark, over
-the SQL both SQLite and PostgreSQL speak (store/sql.py). One accounting step (chargeback/) writes its charges, its
+"""Chargeback in the store (records/chargeback.py): replica spans, hourly charges and chargeback's mark, over
+the SQL both SQLite and PostgreSQL speak (store/sql.py). One chargeback step (chargeback/) writes its charges, its
 spans and the new mark in one fenced transaction: a window is charged whole, once, or not at all."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 
 from pydantic import ValidationError
 
-from llmgw.core.errors import Accounted
+from llmgw.core.errors import AlreadyCharged
 from llmgw.records.chargeback import ChargeRow, ReplicaSpan
 from llmgw.store.base import UsageRecord, hour_of
 from llmgw.store.tx import Row, Tx, _fence
@@ -59,18 +59,18 @@ class ChargebackSql:
         raise NotImplementedError
 
     def charge_mark(self) -> float:
-        """The time before which GPU time is charged (0: never accounted)."""
+        """The time before which GPU time is charged (0: never charged)."""
         return float(self._rows("SELECT accounted_to FROM chargeback_mark WHERE id = 1")[0][0])
 
     def put_charges(self, rows: Sequence[ChargeRow], spans: Sequence[ReplicaSpan], before: float, to: float,
                     epoch: int | None = None) -> None:
         """Add `rows` to the hourly charges, write `spans` whole and move the mark from `before` to `to`, in one
-        transaction; Accounted (nothing written) when the mark is no longer `before`."""
+        transaction; AlreadyCharged (nothing written) when the mark is no longer `before`."""
         with self._tx() as tx:
             _fence(tx, epoch)
             if not tx.run("UPDATE chargeback_mark SET accounted_to = ? WHERE id = 1 AND accounted_to = ?",
                           (to, before)):
-                raise Accounted(f"GPU time before {before} was accounted by another step")
+                raise AlreadyCharged(f"GPU time before {before} was charged by another step")
             if rows:
                 tx.run_many(ADD_CHARGES, [(r.hour, r.key_id, r.model, r.gpu_class, r.busy_s, r.load_s, r.idle_s,
                                            r.cost) for r in rows])
@@ -104,7 +104,7 @@ class ChargebackSql:
     def usage_started(self, since: float, before: float) -> list[UsageRecord]:
         """The usage rows of requests started in [since, before), oldest first. A row an older release wrote without
         an id is named by its sequence number; one no request can have written (times out of bounds) is left out
-        and logged, so that it cannot stop the accounting of every window after it."""
+        and logged, so that it cannot stop the charging of every window after it."""
         out, bad = [], 0
         for r in self._rows(USAGE_READ, (since, before)):
             try:

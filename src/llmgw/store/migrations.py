@@ -45,7 +45,7 @@ HUB_RESOLUTIONS = """
     );
     """
 
-# when each server last heard, itself, the nodes that talk to it (a lease renewal or a report): one row per server,
+# when each server last heard, itself, the nodes that talk to it (a renewal or a report): one row per server,
 # rewritten each pass, so node liveness is shared without a write per node (control/ha/liveness.py). `heard` is JSON
 # {node id: milliseconds before `at`}
 RENEWALS = """

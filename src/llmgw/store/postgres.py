@@ -68,7 +68,7 @@ MIGRATIONS: list[str] = [
     HUB_RESOLUTIONS,
     # 7: when each server last heard the nodes that talk to it, one row per server
     RENEWALS,
-    # 8: chargeback: replica spans, hourly charges, the accountant's mark
+    # 8: chargeback: replica spans, hourly charges, chargeback's mark
     CHARGEBACK,
 ]
 
@@ -84,7 +84,7 @@ def _pg(sql: str) -> str:
     return sql.replace("?", "%s")
 
 
-class _Tx:
+class _PgTx:
     def __init__(self, cur: psycopg.Cursor[Row]) -> None:
         self.cur = cur
 
@@ -138,12 +138,12 @@ class PostgresStore(SqlStore):
             self._pool = None
 
     @contextmanager
-    def _tx(self) -> Iterator[_Tx]:
+    def _tx(self) -> Iterator[_PgTx]:
         """One transaction: committed whole, or rolled back on anything raised (then re-raised, as StoreError when
         it came from the database)."""
         try:
             with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                yield _Tx(cur)
+                yield _PgTx(cur)
         except (psycopg.DataError, psycopg.IntegrityError) as e:  # the write itself, not the database's state
             raise StoreRejected(f"{self.where}: {_words(e)}") from None
         except (psycopg.Error, PoolTimeout) as e:
@@ -165,7 +165,7 @@ class PostgresStore(SqlStore):
                 raise StoreError(f"{self.where}: {_words(e)}") from None
         raise AssertionError("unreachable")
 
-    def _insert_usage(self, tx: _Tx, records: Sequence[AnyUsage]) -> list[AnyUsage]:  # type: ignore[override]
+    def _insert_usage(self, tx: _PgTx, records: Sequence[AnyUsage]) -> list[AnyUsage]:  # type: ignore[override]
         """One statement for the batch; the ids it returns are those that were new (a batch sent twice counts
         once)."""
         rows = [usage_values(u) for u in records]

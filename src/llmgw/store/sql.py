@@ -172,12 +172,12 @@ class SqlStore(ChargebackSql):
 
     # leadership
     def lead(self, holder: str, epoch: int | None, now: float, ttl: float, force: bool = False) -> Lease:
-        """Hold the lease: renewed when `holder` has it at `epoch` (even past its expiry: nobody took it, so nobody
+        """Hold the lease: extended when `holder` has it at `epoch` (even past its expiry: nobody took it, so nobody
         wrote meanwhile), taken with the next epoch when it has expired (or `force`: the caller knows no other
         server can run, as a SQLite file's lock proves), else left to its holder. Each is one conditional UPDATE, so
         two servers trying at once cannot both succeed. Returns the lease as it now is."""
         with self._tx() as tx:
-            if epoch is None or not tx.run(RENEW, (now + ttl, holder, epoch)):
+            if epoch is None or not tx.run(EXTEND, (now + ttl, holder, epoch)):
                 tx.run(TAKE, (holder, now + ttl, math.inf if force else now))
         r = self._rows("SELECT holder, epoch, expires_at FROM leader WHERE id = 1")[0]
         return Lease(holder=str(r[0]), epoch=int(r[1]), expires_at=float(r[2]))
@@ -351,7 +351,7 @@ def _resolution(body: str) -> Resolution | None:
         return None
 
 
-RENEW = "UPDATE leader SET expires_at = ? WHERE id = 1 AND holder = ? AND epoch = ?"
+EXTEND = "UPDATE leader SET expires_at = ? WHERE id = 1 AND holder = ? AND epoch = ?"
 TAKE = "UPDATE leader SET holder = ?, epoch = epoch + 1, expires_at = ? WHERE id = 1 AND expires_at < ?"
 
 

@@ -77,7 +77,7 @@ class SqliteStore(SqlStore):
         return int(self._reader.execute("PRAGMA user_version").fetchone()[0])
 
     @contextmanager
-    def _tx(self) -> Iterator[_Tx]:
+    def _tx(self) -> Iterator[_SqliteTx]:
         """One write transaction: committed whole, or rolled back on anything raised, then re-raised as
         StoreError when it came from SQLite."""
         with self._wlock:
@@ -85,7 +85,7 @@ class SqliteStore(SqlStore):
             try:
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    yield _Tx(db)
+                    yield _SqliteTx(db)
                     db.execute("COMMIT")
                 except BaseException:
                     if db.in_transaction:
@@ -116,7 +116,7 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: {e}") from e
 
-    def _insert_usage(self, tx: _Tx, records: Sequence[AnyUsage]) -> list[AnyUsage]:  # type: ignore[override]
+    def _insert_usage(self, tx: _SqliteTx, records: Sequence[AnyUsage]) -> list[AnyUsage]:  # type: ignore[override]
         """Insert the records whose id is new and return them. The batch's ids already recorded are looked up
         first, in the same transaction; the new rows then go in USAGE_ROWS_PER_STATEMENT at a time.
 
@@ -145,7 +145,7 @@ USAGE_ROW = "(" + ", ".join("?" * len(USAGE_COLUMNS)) + ")"
 INSERT_USAGE = f"INSERT INTO usage ({', '.join(USAGE_COLUMNS)}) VALUES "
 
 
-class _Tx:
+class _SqliteTx:
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
 

@@ -10,7 +10,9 @@ import re
 from typing import Annotated
 
 from packaging.requirements import InvalidRequirement, Requirement
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from llmgw.core.strict import Frozen
 
 # a version becomes part of a directory name on every node: no separators, no dot-dot, bounded
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$"
@@ -56,11 +58,7 @@ def _check_requirement(line: str) -> None:
         raise ValueError(f"{line[:80]!r} is not a requirement: {str(e).splitlines()[0]}") from None
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class EngineVariant(Strict):
+class EngineVariant(Frozen):
     """One build of an engine version. An archive (url and sha256) for llama.cpp; pip requirements (one
     requirement per line, `--hash=` allowed) for the Python engines.
 
@@ -117,7 +115,7 @@ class EngineVariant(Strict):
         return "cuda" if kind.startswith("cuda") else kind
 
 
-class EngineSource(Strict):
+class EngineSource(Frozen):
     """An engine version and its builds. `digests_url`: a GitHub release's API address (`.../releases/tags/TAG`),
     whose assets list each file's sha256; an archive given without its own sha256 is checked against the digest
     listed there for its file name, read by the node before it downloads."""

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
+
+from llmgw.core.strict import Frozen
 
 HUB_SCHEME = "hf://"
 DEFAULT_REVISION = "main"
@@ -95,10 +97,8 @@ def _checked_path(path: str) -> str:
     return path
 
 
-class HubFile(BaseModel):
+class HubFile(Frozen):
     """One file of a resolved model: where it sits in the repository, its size, and what proves it whole."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: Annotated[str, AfterValidator(_checked_path)]
     size: int = Field(ge=0, le=MAX_BYTES)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
+from llmgw.core.strict import Strict
 from llmgw.core.units import mb
 from llmgw.wire.engines import EngineSource
 from llmgw.wire.hub import MAX_FILES, is_hub
@@ -26,8 +27,8 @@ X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and 
 # CUDA version its driver supports; 9: engine builds by accelerator (a variant's CUDA, C library, runtime companion, a
 # release's digest list), the build a node took and those it passed over with their reasons, the node's glibc;
 # 10: models named by a hub id (a plan's file list, the hub's base URL and token; a fetch's files done and total);
-# 11: leases (wire/lease.py): a node whose report has not changed renews its lease instead of sending it, and the
-# desired state carries the lease and its own etag; 12 (wire/serving.py): a shard may be told to sleep (and reports
+# 11: renewals (wire/renewal.py): a node whose report has not changed sends a renewal instead, and the desired
+# state carries its renewal token and its own etag; 12 (wire/serving.py): a shard may be told to sleep (and reports
 # "sleeping"), may have sidecars started before its engine, and may serve LoRA adapters of its model
 WIRE_VERSION = 12
 OLDEST_WIRE_VERSION = 1
@@ -35,6 +36,11 @@ OLDEST_WIRE_VERSION = 1
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,
 # its store or an operator's terminal without limit.
 Name = Annotated[str, Field(max_length=128)]
+# A renewal token is "lease" on the wire, its name before it was a renewal's: an agent and a control plane of
+# different releases still read each other. A model with one reads and writes the wire's name, and takes the code's
+# where the code makes it.
+LEASE = "lease"
+WIRE_NAMES = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
 Text = Annotated[str, Field(max_length=2048)]
 Texts = Annotated[list[Text], Field(max_length=64)]
 Count = Annotated[int, Field(ge=0, le=2**53)]
@@ -54,10 +60,6 @@ def _ip_literal(v: str) -> str:
 
 
 Address = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ip_literal)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Problem(Strict):
@@ -345,8 +347,9 @@ class DesiredState(Strict):
     # version 4: node ids and certificate serials the control plane has revoked: a node serves them no weights
     revoked: list[str] = []
     heartbeat_interval: float = 3.0
-    # version 11 (wire/lease.py): what the node names in a lease renewal instead of sending an unchanged report (the
-    # token of the report this answers; "" = this control plane takes no leases: send every report whole), and this
-    # desired state's own tag, so a renewal is answered "unchanged" rather than with the same state again
-    lease: str = Field(default="", max_length=128)
+    model_config = WIRE_NAMES
+    # version 11 (wire/renewal.py): what the node names in a renewal instead of sending an unchanged report (the
+    # token of the report this answers; "" = this control plane takes no renewals: send every report whole), and
+    # this desired state's own tag, so a renewal is answered "unchanged" rather than with the same state again
+    renewal_token: str = Field(default="", max_length=128, validation_alias=LEASE, serialization_alias=LEASE)
     etag: str = Field(default="", max_length=128)

@@ -11,15 +11,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from llmgw.core.strict import Strict
 from llmgw.wire.weights_plan import WeightsPlan
 
 SERVING_WIRE_VERSION = 12  # the first agents that sleep, run sidecars and serve adapters
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 RESERVED_ENV = "LLMGW_"  # environment names the agent sets for sidecars and engines: never a sidecar's own

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 
+from llmgw.core.strict import Strict
 from llmgw.wire.hub import MAX_FILES, HubFile, unique_files
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class WeightsPeer(Strict):

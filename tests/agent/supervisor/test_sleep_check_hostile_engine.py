@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from llmgw.agent.engines.base import SleepControl
-from llmgw.agent.supervisor.sleeping import Engine, Sleep, outcome, put_to_sleep
+from llmgw.agent.supervisor.sleeping import Engine, ShardSleep, outcome, put_to_sleep
 from llmgw.core.reasons import Reason
 from tests.harness import served
 
@@ -35,7 +35,7 @@ async def sleep_against(awake: object, asleep: object) -> tuple[str, str, str] |
         return web.Response(text=f'{{"is_sleeping": {json.dumps(level > 0)}, "gpu_memory_used_bytes": {held}}}')
 
     async with served(engine) as url, aiohttp.ClientSession() as http:
-        s = Sleep()
+        s = ShardSleep()
         ctl = SleepControl(memory_field="gpu_memory_used_bytes")
         s.task = asyncio.create_task(put_to_sleep(Engine(http, url, "", ctl), 1))
         await asyncio.wait([s.task])

@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from llmgw.api.router import Activity
+from llmgw.api.router import ActivityReport
 from llmgw.config.server import ServerConfig, TLSFiles
 from llmgw.control.activity.activity import LOCAL, REPORTER_SILENT_AFTER
 from llmgw.control.plane import ControlPlane
@@ -78,21 +78,21 @@ def test_with_two_api_workers_a_replica_busy_in_one_is_never_evicted(tmp_path: P
         p.heartbeats.heartbeat(n1.model_copy(update={"shards": shards}))
 
     beat()
-    p.activity.record_activity(Activity(reporter="worker-1", demand={"a": clock.now()}))
+    p.activity.record_activity(ActivityReport(reporter="worker-1", demand={"a": clock.now()}))
     p.passes.reconcile_once()
     (ra,) = p.registry.replicas.values()
     beat(ra.id)
     p.passes.reconcile_once()
     assert p.registry.replicas[ra.id].ready
-    p.activity.record_activity(Activity(reporter="worker-1", used={ra.id: clock.now()}, outstanding={ra.id: 1}))
+    p.activity.record_activity(ActivityReport(reporter="worker-1", used={ra.id: clock.now()}, outstanding={ra.id: 1}))
     clock.advance(cfg.eviction.protect_after_ready + cfg.eviction.idle_after + 1)  # idle by its last use, long up
     beat(ra.id)
-    p.activity.record_activity(Activity(reporter="worker-1", outstanding={ra.id: 1}))  # a long stream, still going
-    p.activity.record_activity(Activity(reporter="worker-2", demand={"b": clock.now()}, outstanding={}))
+    p.activity.record_activity(ActivityReport(reporter="worker-1", outstanding={ra.id: 1}))  # a long stream, going on
+    p.activity.record_activity(ActivityReport(reporter="worker-2", demand={"b": clock.now()}, outstanding={}))
     for _ in range(3):
         p.passes.reconcile_once()
         assert p.registry.replicas[ra.id].stop is None, "evicted while a request was in flight in worker-1"
-    p.activity.record_activity(Activity(reporter="worker-1", outstanding={}))  # the stream ended
+    p.activity.record_activity(ActivityReport(reporter="worker-1", outstanding={}))  # the stream ended
     p.passes.reconcile_once()
     stop = p.registry.replicas[ra.id].stop
     assert stop is not None and stop.reason == Reason.Evicted and stop.for_model == "b"

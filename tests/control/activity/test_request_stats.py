@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmgw.api.router import Activity
+from llmgw.api.router import ActivityReport
 from llmgw.api.stats import InFlight, ModelStats, RouterStats
 from llmgw.control.activity.activity import REPORTER_SILENT_AFTER
 from llmgw.core.clock import FakeClock
@@ -23,9 +23,9 @@ def test_the_plane_sums_its_own_router_and_every_worker(tmp_path: Path) -> None:
     local = Recorder()
     p.activity.attach_router(local.snapshot)
     local.finish(Measure(start=0.0, model="m", key_id="k"), 200, 1.0)
-    p.activity.record_activity(Activity(reporter="worker-1", stats=worker_stats(3)))
-    p.activity.record_activity(Activity(reporter="worker-2", stats=worker_stats(2)))
-    p.activity.record_activity(Activity(reporter="worker-2", stats=worker_stats(4)))  # cumulative: replaces its last
+    p.activity.record_activity(ActivityReport(reporter="worker-1", stats=worker_stats(3)))
+    p.activity.record_activity(ActivityReport(reporter="worker-2", stats=worker_stats(2)))
+    p.activity.record_activity(ActivityReport(reporter="worker-2", stats=worker_stats(4)))  # cumulative: its last goes
     total = p.activity.request_stats()
     assert total.models["m"].requests == {"200": 1 + 3 + 4}
     assert total.models["m"].completion_tokens == 70
@@ -75,6 +75,6 @@ def test_loads_and_stops_are_counted_with_their_reason(tmp_path: Path) -> None:
     assert p.registry.replica_counts == {("m", "start", "demand"): 1}
     p.passes.reconcile_once()  # the same replica, updated: not a second start
     assert p.registry.replica_counts == {("m", "start", "demand"): 1}
-    p.clock.advance(p.timings.demand_window + p.registry.models["m"].scaling.idle_timeout + 1)
+    p.clock.advance(p.timings.demand_window + p.registry.models["m"].scaling.stop_unused_after + 1)
     p.passes.reconcile_once()
     assert p.registry.replica_counts[("m", "stop", "Idle")] == 1

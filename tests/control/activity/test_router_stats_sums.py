@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from llmgw.api.router import Activity
+from llmgw.api.router import ActivityReport
 from llmgw.api.stats import ModelStats, RouterStats
 from llmgw.control.activity.activity import REPORTER_SILENT_AFTER
 from llmgw.control.views.exposition import render
@@ -29,11 +29,11 @@ def test_a_worker_idle_for_30s_and_then_busy_again_is_not_counted_twice(tmp_path
     both. Fails today: 5 requests, then 1 more, read as 11."""
     p = plane_in(tmp_path)
     assert isinstance(p.clock, FakeClock)
-    p.activity.record_activity(Activity(reporter="worker-7", stats=cumulative(5)))
+    p.activity.record_activity(ActivityReport(reporter="worker-7", stats=cumulative(5)))
     assert p.activity.request_stats().models["m"].requests == {"200": 5}
     p.clock.advance(REPORTER_SILENT_AFTER + 1)  # idle: the worker had nothing to say (a scrape happens meanwhile)
     assert p.activity.request_stats().models["m"].requests == {"200": 5}
-    p.activity.record_activity(Activity(reporter="worker-7", stats=cumulative(6)))  # one more request: cumulative 6
+    p.activity.record_activity(ActivityReport(reporter="worker-7", stats=cumulative(6)))  # one more: cumulative 6
     total = p.activity.request_stats()
     assert total.models["m"].requests == {"200": 6}, total.models["m"].requests
     assert total.models["m"].completion_tokens == 60
@@ -55,9 +55,9 @@ def test_a_histogram_with_more_counts_than_buckets_is_refused() -> None:
     body = ('{"reporter": "worker-1", "stats": {"models": {"m": {"e2e": {"counts": ' + str([1] * 32)
             + ', "sum": 32.0}}}}}')
     with pytest.raises(ValidationError, match="e2e: 32 bucket counts, not 14"):
-        Activity.model_validate_json(body)
+        ActivityReport.model_validate_json(body)
     right = body.replace(str([1] * 32), str([1] * 14))
-    act = Activity.model_validate_json(right)
+    act = ActivityReport.model_validate_json(right)
     assert act.stats is not None
     out = _rendered(act.stats)
     count = out[("llmgw_request_duration_seconds_count", frozenset({("model", "m")}))]

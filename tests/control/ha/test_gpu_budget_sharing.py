@@ -1,5 +1,5 @@
 """Budgets in GPU-seconds held across servers on one store: what a key's requests hold, and settled since the
-accountant's mark, at one server counts at the others until its charges land or that server falls silent. Two
+chargeback's mark, at one server counts at the others until its charges land or that server falls silent. Two
 control planes on one real PostgreSQL (tests/control/ha/conftest.py); model "m" has no replica and asks for no GPU, so
 a request reserving 100 tokens holds 1 device for 10 s at the default speed: 10 GPU-seconds."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from llmgw.control.activity.activity import REPORTER_SILENT_AFTER
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.limits import KeyLimits, Refusal
+from llmgw.core.limits import KeyLimits, LimitRefusal
 
 
 async def share(*planes: ControlPlane) -> None:
@@ -25,7 +25,7 @@ async def test_a_keys_gpu_budget_counts_what_another_server_holds_and_settled(
     assert d.admitted and b.limit_counters.admit(key, 100, model="m")[0].admitted  # 20 GPU-s held at b
     await share(b, a)
     d, _ = a.limit_counters.admit(key, 100, model="m")
-    assert d.refusal == Refusal.Quota and "20.00 of 25 GPU-seconds" in d.message, d.message
+    assert d.refusal == LimitRefusal.Quota and "20.00 of 25 GPU-seconds" in d.message, d.message
     clock.advance(2.0)
     assert b.limit_counters.settle(ticket, 50)  # held 10, settled at one device for 2 s
     await share(b, a)

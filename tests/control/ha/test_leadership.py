@@ -20,7 +20,7 @@ async def test_one_leads_and_the_other_follows_until_the_lease_runs_out(
     clock.advance(LEASE / 3)
     await a.following.hold_lease()
     await b.following.hold_lease()
-    assert a.leadership.leading and not b.leadership.leading  # renewed in time: nothing changes hands
+    assert a.leadership.leading and not b.leadership.leading  # extended in time: nothing changes hands
     clock.advance(LEASE + 1)  # a is paused past its lease; b tries
     await b.following.hold_lease()
     assert b.leadership.leading and b.leadership.epoch == 2
@@ -69,24 +69,24 @@ async def test_the_leader_counts_what_the_followers_routers_saw(
         two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
     """A request for a model through a follower is demand the leader loads for; a replica busy through a follower
     is busy (never idle-evicted); its requests in flight count until that server stops saying so."""
-    from llmgw.api.router import Activity
+    from llmgw.api.router import ActivityReport
     from llmgw.control.activity.activity import REPORTER_SILENT_AFTER
 
     a, b, clock = two
     a.registry.apply([Add("r1", "m", 1, "")])
     await b.following.follow_store()
     clock.advance(1)
-    b.activity.record_activity(Activity(reporter="local", demand={"m": clock.now()}, used={"r1": clock.now()},
+    b.activity.record_activity(ActivityReport(reporter="local", demand={"m": clock.now()}, used={"r1": clock.now()},
                                outstanding={"r1": 2}))
     await b.following.share_activity()
     await a.following.share_activity()
     assert a.activity.demand.get("m") == clock.now() and a.activity.last_used.get("r1") == clock.now()
     assert a.activity.outstanding().get("r1") == 2
-    b.activity.record_activity(Activity(reporter="local", outstanding={}))
+    b.activity.record_activity(ActivityReport(reporter="local", outstanding={}))
     await b.following.share_activity()
     await a.following.share_activity()
     assert a.activity.outstanding().get("r1", 0) == 0
-    b.activity.record_activity(Activity(reporter="local", outstanding={"r1": 1}))
+    b.activity.record_activity(ActivityReport(reporter="local", outstanding={"r1": 1}))
     await b.following.share_activity()
     clock.advance(REPORTER_SILENT_AFTER + 1)  # b stops writing (it died): its count stops counting
     await a.following.share_activity()
@@ -96,7 +96,7 @@ async def test_the_leader_counts_what_the_followers_routers_saw(
 async def test_a_keys_limits_hold_across_servers(two: tuple[ControlPlane, ControlPlane, FakeClock]) -> None:
     """A key's requests per minute and requests in flight are counted across the servers sharing the store, late by
     one read of each other's counts: requests spread over two servers get no more than the key's limits."""
-    from llmgw.core.limits import KeyLimits, Refusal
+    from llmgw.core.limits import KeyLimits, LimitRefusal
 
     a, b, _clock = two
     _, key = await a.credentials.create_key("t", [], KeyLimits(rpm=4, concurrency=3))
@@ -109,7 +109,7 @@ async def test_a_keys_limits_hold_across_servers(two: tuple[ControlPlane, Contro
     d, t3 = b.limit_counters.admit(key, 10)  # a third through b: within both limits
     assert d.admitted
     d, _ = b.limit_counters.admit(key, 10)
-    assert d.refusal == Refusal.Rate and "3 requests in flight" in d.message, d.message
+    assert d.refusal == LimitRefusal.Rate and "3 requests in flight" in d.message, d.message
     for t in tickets:
         assert a.limit_counters.settle(t, 5)
     assert b.limit_counters.settle(t3, 5)
@@ -119,4 +119,4 @@ async def test_a_keys_limits_hold_across_servers(two: tuple[ControlPlane, Contro
     d, _ = b.limit_counters.admit(key, 10)
     assert d.admitted
     d, _ = b.limit_counters.admit(key, 10)
-    assert d.refusal == Refusal.Rate and "requests per minute" in d.message, d.message
+    assert d.refusal == LimitRefusal.Rate and "requests per minute" in d.message, d.message

@@ -1,4 +1,4 @@
-"""Node liveness among servers on one PostgreSQL database: lease renewals heard by one server keep the node alive at
+"""Node liveness among servers on one PostgreSQL database: renewals heard by one server keep the node alive at
 every server, with no node record written for them; a node silent at every server is lost as before."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ async def test_a_node_renewing_only_with_a_follower_is_not_lost_at_the_leader(tw
     a, b, clock = two
     await run(a, b, clock, int(3 * LOST_AFTER))
     assert not a.registry.nodes["n1"].lost, (
-        f"n1 renewed its lease with b every {BEAT}s, yet the leader declared it lost: it last heard of it "
+        f"n1 sent b a renewal every {BEAT}s, yet the leader declared it lost: it last heard of it "
         f"{clock.now() - a.registry.heard('n1'):.0f}s ago")
     assert not b.registry.nodes["n1"].lost
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from llmgw.api.router import Activity
+from llmgw.api.router import ActivityReport
 from llmgw.control.activity.activity import REPORTER_SILENT_AFTER
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.limits import KeyLimits, Refusal
+from llmgw.core.limits import KeyLimits, LimitRefusal
 from llmgw.reconcile.intents import Add
 from llmgw.store.base import UsageRecord
 
@@ -24,7 +24,7 @@ async def test_a_dead_servers_requests_in_flight_stop_holding_a_keys_concurrency
     await b.following.share_activity()
     await a.following.share_activity()
     d, _ = a.limit_counters.admit(key, 10)
-    assert d.refusal == Refusal.Rate, d  # right: b holds the key's two
+    assert d.refusal == LimitRefusal.Rate, d  # right: b holds the key's two
     # b dies with them in flight; a goes on passing once a second
     for _ in range(600):  # ten minutes
         clock.advance(1)
@@ -40,7 +40,7 @@ async def test_a_dead_servers_replica_in_flight_counts_stop_after_30s(
     a, b, clock = two
     a.registry.apply([Add("r1", "m", 1, "s" * 64)])
     await b.following.follow_store()
-    b.activity.record_activity(Activity(reporter="local", outstanding={"r1": 2}))
+    b.activity.record_activity(ActivityReport(reporter="local", outstanding={"r1": 2}))
     await b.following.share_activity()
     await a.following.share_activity()
     assert a.activity.outstanding().get("r1") == 2

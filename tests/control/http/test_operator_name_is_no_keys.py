@@ -7,7 +7,7 @@ from pathlib import Path
 
 import aiohttp
 
-from llmgw.control.accounting.usage_charges import OPERATOR_NAME
+from llmgw.control.chargeback.charge_views import OPERATOR_NAME
 from tests.harness import InProcessServer, aget, plan
 
 

@@ -14,8 +14,8 @@ from llmgw.core.reasons import Reason
 from llmgw.reconcile.status import stopped
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.store.sqlite import SqliteStore
-from llmgw.wire.lease import Lease, LeaseAnswer
 from llmgw.wire.messages import DesiredState, NodeReport
+from llmgw.wire.renewal import Renewal, RenewalAnswer
 from tests.clusters import model, node
 from tests.control.hub.test_hub_models_in_plane import COMMIT, Hub
 
@@ -41,9 +41,9 @@ def report(node_id: str, fabric: str | None = None, holds: bool = False) -> Node
 
 
 def renewed(p: ControlPlane, d: DesiredState) -> DesiredState | None:
-    got = p.heartbeats.renew(Lease(node_id=d.node_id, lease=d.lease, etag=d.etag, loads=[]), "", None)
+    got = p.heartbeats.renew(Renewal(node_id=d.node_id, token=d.renewal_token, etag=d.etag, loads=[]), "", None)
     assert not got.why, got.why
-    return LeaseAnswer.model_validate_json(got.answer).desired
+    return RenewalAnswer.model_validate_json(got.answer).desired
 
 
 def shards(d: DesiredState | None) -> list[str]:

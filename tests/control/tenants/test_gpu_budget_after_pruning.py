@@ -8,7 +8,7 @@ import calendar
 from pathlib import Path
 
 from llmgw.core.clock import FakeClock
-from llmgw.core.limits import KeyLimits, Refusal
+from llmgw.core.limits import KeyLimits, LimitRefusal
 from llmgw.records.chargeback import ChargeRow
 from llmgw.store.base import hour_of
 from tests.harness import plane_in
@@ -33,6 +33,6 @@ async def test_a_total_gpu_budget_counts_charges_pruned_before_a_restart(tmp_pat
     use = again.limit_counters.use_of(k)
     assert use["gpu_used"] == 950.0 and use["cost_used"] == 9.5
     d, _ = again.limit_counters.admit(k, 1_000, model="m")  # 100 s on 4 GPUs: 400 GPU-s, past 1000
-    assert d.refusal == Refusal.Quota and "950.00 of 1000 GPU-seconds" in d.message, d.message
+    assert d.refusal == LimitRefusal.Quota and "950.00 of 1000 GPU-seconds" in d.message, d.message
     p.store.prune(NOON - 90 * DAY, NOON - 30 * DAY)  # pruning again keeps the sums whole
     assert plane_in(tmp_path, clock).limit_counters.use_of(k)["gpu_used"] == 950.0

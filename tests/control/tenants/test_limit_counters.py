@@ -8,7 +8,7 @@ from pathlib import Path
 
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.core.limits import KeyLimits, Refusal
+from llmgw.core.limits import KeyLimits, LimitRefusal
 from llmgw.store.base import ApiKeyRecord, UsageRecord
 from tests.harness import plane_in
 
@@ -35,7 +35,7 @@ async def test_a_budget_moved_to_another_period_counts_what_was_spent_before(tmp
     assert isinstance(updated, ApiKeyRecord)
     key = updated
     d, _ = p.limit_counters.admit(key, 500)
-    assert d.refusal == Refusal.Quota, "600 tokens spent today under a month budget were forgotten at the change"
+    assert d.refusal == LimitRefusal.Quota, "600 tokens spent today under a month budget were forgotten at the change"
     assert p.limit_counters.use_of(key)["budget_used"] == 600
 
 
@@ -49,7 +49,7 @@ async def test_a_budget_added_counts_what_the_key_spent_without_one(tmp_path: Pa
     assert isinstance(updated, ApiKeyRecord)
     key = updated
     d, _ = p.limit_counters.admit(key, 500)
-    assert d.refusal == Refusal.Quota, "800 tokens spent today, before the budget was set, were not counted"
+    assert d.refusal == LimitRefusal.Quota, "800 tokens spent today, before the budget was set, were not counted"
 
 
 async def test_a_request_that_ends_after_midnight_is_charged_to_the_day_that_admitted_it(tmp_path: Path) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from llmgw.agent.discovery.gpu_class import gpu_class
 from llmgw.agent.discovery.gpu_probe import GpuProbe
 from llmgw.config.loader import load
+from llmgw.core.strict import Strict
 from llmgw.wire.messages import GPU, MigInstance
 
 # NVIDIA's words for the Xids that take a card out of service (from the Xid catalog), so a simulated fault reads
@@ -34,11 +35,7 @@ XID_WORDS = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class InventoryGPU(_Strict):
+class InventoryGPU(Strict):
     index: int = Field(ge=0)
     name: str = Field(min_length=1)
     memory_mib: int = Field(ge=0)
@@ -57,7 +54,7 @@ class InventoryGPU(_Strict):
         return "marked faulty in the inventory" if self.faulty else ""
 
 
-class Inventory(_Strict):
+class Inventory(Strict):
     driver: str = ""
     cuda: str = ""
     gpus: list[InventoryGPU] = []

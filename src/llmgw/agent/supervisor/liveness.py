@@ -22,7 +22,7 @@ WORDS_MAX = 300
 
 
 @dataclass
-class Liveness:
+class EngineLiveness:
     due_at: float | None = None  # the clock's monotonic time of the next probe; None: not scheduled yet
     wedged: str = ""  # why the engine is taken for hung; "" while it answers
     task: asyncio.Task[str] | None = None  # the probe in flight: its words, "" when answered

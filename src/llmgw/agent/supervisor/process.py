@@ -16,9 +16,9 @@ from llmgw.agent.gated import GATE_KEY_ENV, TlsFiles, gated_argv, host_port
 from llmgw.agent.supervisor.adopt import SPEC_SUFFIX, AdoptedProcess, identity
 from llmgw.agent.supervisor.files import log_tail as log_tail  # where other modules have found them
 from llmgw.agent.supervisor.files import write_private as write_private
-from llmgw.agent.supervisor.liveness import Liveness
+from llmgw.agent.supervisor.liveness import EngineLiveness
 from llmgw.agent.supervisor.sidecars import Sidecars
-from llmgw.agent.supervisor.sleeping import Sleep
+from llmgw.agent.supervisor.sleeping import ShardSleep
 from llmgw.wire.messages import EngineLoad, ShardSpec, ShardState, WeightsPlan
 
 
@@ -49,11 +49,11 @@ class ShardProcess:
     load_failure_logged: bool = False  # a scrape failed and was logged: later ones are not (they come every probe)
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    liveness: Liveness = field(default_factory=Liveness)  # whether it answers a completion (liveness.py)
+    liveness: EngineLiveness = field(default_factory=EngineLiveness)  # whether it answers a completion (liveness.py)
     ports: Loopback = field(default_factory=Loopback)  # its loopback ports behind the gate (none: not gated)
     tls: TlsFiles | None = None  # the node's certificate, for tunnels between ranks
     sidecars: Sidecars | None = None  # started before the engine, stopped after it (sidecars.py)
-    sleep: Sleep = field(default_factory=Sleep)  # the level its engine sleeps at, and the call under way
+    sleep: ShardSleep = field(default_factory=ShardSleep)  # the level its engine sleeps at, and the call under way
 
     @property
     def key(self) -> tuple[str, int]:
@@ -99,9 +99,9 @@ class ShardProcess:
         assert self.launch is not None
         if self.liveness.task is not None:  # a new process: nothing the last one was found to be holds for it
             self.liveness.task.cancel()
-        self.liveness = Liveness()
+        self.liveness = EngineLiveness()
         self.sleep.cancel()
-        self.sleep = Sleep()  # a new process is awake
+        self.sleep = ShardSleep()  # a new process is awake
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             for path, content in self.launch.files.items():

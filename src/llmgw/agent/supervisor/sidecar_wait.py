@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 
 from llmgw.agent.supervisor.process import ShardProcess
-from llmgw.agent.supervisor.sidecars import Waiting
+from llmgw.agent.supervisor.sidecars import SidecarWaiting
 from llmgw.core.reasons import Reason
 
 
@@ -17,7 +17,7 @@ async def ready(sp: ShardProcess, now: float, http: aiohttp.ClientSession) -> bo
     if step is None:
         return True
     sp.proc, sp.exit_code = None, None  # the engine that ran before them, if any, is gone: not its exit again
-    if isinstance(step, Waiting):
+    if isinstance(step, SidecarWaiting):
         sp.state, sp.message, sp.reason = "starting", step.words, Reason.SidecarsStarting.value
     else:
         sp.state, sp.message, sp.reason = "failed", step.words, Reason.SidecarFailed.value

@@ -55,16 +55,16 @@ class Sidecar:
 
 
 @dataclass(frozen=True)
-class Waiting:
+class SidecarWaiting:
     words: str
 
 
 @dataclass(frozen=True)
-class Failed:
+class SidecarFailed:
     words: str
 
 
-Step = Waiting | Failed | None  # None: every sidecar is ready
+Step = SidecarWaiting | SidecarFailed | None  # None: every sidecar is ready
 
 
 def ports_wanted(spec: ShardSpec) -> int:
@@ -117,7 +117,7 @@ class Sidecars:
                 _leftovers(c)  # a child of the last one would hold its port
                 why = await self._start(c, now)
                 if why:
-                    return Failed(why)
+                    return SidecarFailed(why)
         await asyncio.gather(*(_probe(c, http) for c in self.members if not c.ready))
         late = next((c for c in self.members if not c.ready), None)
         if late is None:
@@ -125,10 +125,10 @@ class Sidecars:
         waited, limit = now - late.started_at, late.spec.ready_timeout
         if waited >= limit:
             words = late.last_words()
-            return Failed(f"sidecar {late.spec.name} not ready within {limit:g}s ({late.words})"
+            return SidecarFailed(f"sidecar {late.spec.name} not ready within {limit:g}s ({late.words})"
                           + (f"; its last lines: {words}" if words else ""))
         # no running count in the words: a report that changes at every heartbeat is written at every heartbeat
-        return Waiting(f"waiting for sidecar {late.spec.name} to be ready (at most {limit:g}s): {late.words}")
+        return SidecarWaiting(f"waiting for sidecar {late.spec.name} to be ready (at most {limit:g}s): {late.words}")
 
     async def _start(self, c: Sidecar, now: float) -> str:
         """Start one sidecar; "" or why it could not be."""

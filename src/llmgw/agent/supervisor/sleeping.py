@@ -31,7 +31,7 @@ MEMORY_MAX = 1 << 50  # a PiB: more than one engine's GPUs hold
 
 
 @dataclass
-class Sleep:
+class ShardSleep:
     """What the agent knows of one shard's sleep: the level its engine sleeps at (0 awake) and the call under way."""
 
     level: int = 0
@@ -125,7 +125,7 @@ async def wake(e: Engine) -> tuple[int, str]:
     return (1, "asked to wake, it says it still sleeps") if asleep else (0, "")
 
 
-def outcome(s: Sleep) -> tuple[str, str, str] | None:
+def outcome(s: ShardSleep) -> tuple[str, str, str] | None:
     """A finished call's result as the shard's (state, reason, message); None while none finished."""
     if s.task is None or not s.task.done():
         return None
@@ -167,7 +167,7 @@ class Shard(Protocol):
 
     spec: ShardSpec
     launch: Launch | None
-    sleep: Sleep
+    sleep: ShardSleep
     state: str
     reason: str
     message: str

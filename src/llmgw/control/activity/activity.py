@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Sequence
 
-from llmgw.api.router import Activity as Report
+from llmgw.api.router import ActivityReport as Report
 from llmgw.api.stats import RouterStats
 from llmgw.control.activity.recent_requests import RecentRequests
 from llmgw.control.activity.sharing import SERVER, Others
@@ -14,8 +14,8 @@ from llmgw.control.tenants.limit_counters import LimitCounters
 from llmgw.control.tenants.usage_totals import UsageTotals
 from llmgw.core.clock import Clock
 from llmgw.store.base import AnyUsage
-from llmgw.wire.lease import ShardLoad
 from llmgw.wire.messages import EngineLoad, ShardState
+from llmgw.wire.renewal import ShardLoad
 
 LOCAL = "local"  # the router in the control plane's own process
 REPORTER_SILENT_AFTER = 30.0  # a worker whose last report is older is gone: its in-flight counts no longer count
@@ -64,7 +64,7 @@ class Activity:
 
     def loads_reported(self, shards: Iterable[ShardState | ShardLoad], replicas: Container[str]) -> None:
         """What routers weigh replicas by: the leading shard's engine gauges, as its node reported them (in a full
-        report or a lease renewal)."""
+        report or a renewal)."""
         for sh in shards:
             if sh.rank == 0 and sh.replica_id in replicas:
                 if sh.load is not None:

@@ -14,7 +14,7 @@ Row = tuple[str, str, float, int]  # (kind, name, at, n)
 
 # a key's requests, tokens (net of what settling gave back) and tokens spent, admitted here so far; its requests in
 # flight and the tokens they hold now; the GPU milliseconds and money millionths its requests hold or settled since the
-# accountant's mark (control/tenants/gpu_budgets.py)
+# chargeback's mark (control/tenants/gpu_budgets.py)
 KEY_KINDS = ("kreq", "ktok", "kspd", "kinf", "kres", "kgpu", "kcst")
 # counts of now: written every pass while not 0 (their time says they are now)
 SHARED = ("kinf", "kres", "kgpu", "kcst", "inflight")

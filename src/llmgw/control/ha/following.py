@@ -54,7 +54,7 @@ class Following:
         self._revs = revs
 
     async def hold_lease(self) -> None:
-        """Renew the lease, or take it once it has expired (the server calls this every third of a lease). Taking
+        """Extend the lease, or take it once it has expired (the server calls this every third of a lease). Taking
         it over, this server adopts the replicas the last leader wrote, and node silence counts from now: no node
         is declared lost because the leader changed."""
         store, read, lead = self._storage.store, self._storage.read, self.leadership

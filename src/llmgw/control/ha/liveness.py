@@ -1,5 +1,5 @@
 """Node liveness shared among servers on one store, without a write per node: each pass, a server writes one row of
-the nodes it heard itself within the last WINDOW (a lease renewal or a report, registry.heard_here) and reads the
+the nodes it heard itself within the last WINDOW (a renewal or a report, registry.heard_here) and reads the
 rows the others wrote since its last read. Every server thus counts a node's silence from the same hearings; the
 leader alone declares a node lost, in the node's record, which the others read. Pure bookkeeping: following.py
 reads and writes the store."""

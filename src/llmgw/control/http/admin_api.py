@@ -23,7 +23,7 @@ from llmgw.control.nodes.registry import revoke_node
 from llmgw.control.tenants.limit_counters import LimitCounters
 from llmgw.control.views.metrics import Gauges
 from llmgw.control.views.scrape import Scrape
-from llmgw.control.views.status import NODES_SHOWN, Status, StatusJson, summary_of
+from llmgw.control.views.status import NODES_SHOWN, StatusJson, StatusSources, summary_of
 from llmgw.core.errors import PKIError, StoreError, StoreRejected
 from llmgw.pki.ca import validate_node_id
 
@@ -35,7 +35,7 @@ MAX_BODY = 16 * 1024 * 1024  # activity reports from router workers carry usage 
 Health = Callable[[], dict[str, object]]
 
 
-def metrics_routes(status: Status, gauges: Gauges, health: Health) -> list[web.RouteDef]:
+def metrics_routes(status: StatusSources, gauges: Gauges, health: Health) -> list[web.RouteDef]:
     scrape = Scrape(gauges, lambda: status.registry.replica_counts)  # keeps each node's and replica's samples
 
     async def metrics(_: web.Request) -> web.Response:
@@ -106,7 +106,7 @@ async def bad_requests(request: web.Request, handler: Any) -> web.StreamResponse
 class AdminRoutes:
     """The cluster as an operator reads it (nodes, models, replicas, explain, events) and cuts keys or nodes off."""
 
-    def __init__(self, status: Status) -> None:
+    def __init__(self, status: StatusSources) -> None:
         self.status = status
         self.registry = status.registry
         self.credentials = status.credentials
@@ -231,7 +231,7 @@ class AdminRoutes:
         return js({"revoked": node_id, "serial": serial, "message": said})
 
 
-def admin_app(status: Status, limit_counters: LimitCounters, gauges: Gauges, health: Health, token: str,
+def admin_app(status: StatusSources, limit_counters: LimitCounters, gauges: Gauges, health: Health, token: str,
               hosts: frozenset[str],
               any_ip: bool = False) -> web.Application:
     """The management API: what it reads of the cluster (`status`), keys' counters (`limit_counters`), the control

@@ -1,5 +1,5 @@
 """The agents' door: mutual TLS; the node id is the certificate's CN and a node writes only its own record.
-A node's full report (heartbeat) and, while it has not changed, its lease renewals (wire/lease.py) come here.
+A node's full report (heartbeat) and, while it has not changed, its renewals (wire/renewal.py) come here.
 
 Only node certificates (the role `llmgw ca issue` gives them) are nodes; revoked nodes and certificates are refused;
 and what a node claims about where it can be reached must be its own (see control.admission).
@@ -26,12 +26,12 @@ from llmgw.control.tenants.credentials import Credentials
 from llmgw.core.buckets import Buckets
 from llmgw.pki.tls import PeerIdentity, peer_identity
 from llmgw.wire.engines import EngineSource
-from llmgw.wire.lease import LEASE_PATH, LEASE_WIRE_VERSION, MAX_LEASE_BYTES, SEND_REPORT, Lease
 from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, DesiredState, NodeReport
+from llmgw.wire.renewal import MAX_RENEWAL_BYTES, RENEWAL_PATH, RENEWAL_WIRE_VERSION, SEND_REPORT, Renewal
 from llmgw.wire.serving import SERVING_WIRE_VERSION
 
 log = logging.getLogger(__name__)
-Body = TypeVar("Body", NodeReport, Lease)
+Body = TypeVar("Body", NodeReport, Renewal)
 
 MAX_HEARTBEAT_BYTES = 1024 * 1024
 BURST = 20  # heartbeats a node may send at once (a restart, a failover); then HEARTBEATS_PER_INTERVAL per interval
@@ -44,8 +44,7 @@ def _refuse(status: int, error: str, **extra: object) -> web.Response:
 
 
 class AgentDoor:
-    """The agent listener's requests: a heartbeat (its report in, its desired state out), a lease renewal and a
-    watch."""
+    """The agent listener's requests: a heartbeat (its report in, its desired state out), a renewal and a watch."""
 
     def __init__(self, registry: Registry, heartbeats: Heartbeats, credentials: Credentials,
                  listeners: Sequence[tuple[str, int]] = (), networks: Sequence[IPNetwork] = ()) -> None:
@@ -125,27 +124,28 @@ class AgentDoor:
         # able to read what it is told
         return web.Response(text=answer_in(desired, report.version), content_type="application/json")
 
-    async def lease(self, request: web.Request) -> web.Response:
-        """POST LEASE_PATH: a node alive, its report unchanged since the one its lease names (wire/lease.py).
+    async def renewal(self, request: web.Request) -> web.Response:
+        """POST RENEWAL_PATH: a node alive, its report unchanged since the one its token names (wire/renewal.py).
         Answered with its desired state when the one it holds is not current, or SEND_REPORT and why."""
         ident = self.node_of(request)
         if isinstance(ident, web.Response):
             return ident
         if not self.beats.take(ident.node_id):
             return _too_often(ident, "heartbeats")
-        if (request.content_length or 0) > MAX_LEASE_BYTES:
-            return _refuse(413, f"lease renewal of {request.content_length} bytes is over the limit of "
-                                f"{MAX_LEASE_BYTES}", max_size=MAX_LEASE_BYTES)
+        if (request.content_length or 0) > MAX_RENEWAL_BYTES:
+            return _refuse(413, f"renewal of {request.content_length} bytes is over the limit of "
+                                f"{MAX_RENEWAL_BYTES}", max_size=MAX_RENEWAL_BYTES)
         raw = await request.read()  # by a deadline (net/guards.py)
-        if len(raw) > MAX_LEASE_BYTES:
-            return _refuse(413, f"lease renewal of {len(raw)} bytes is over the limit of {MAX_LEASE_BYTES}",
-                           max_size=MAX_LEASE_BYTES)
-        lease = read_lease(raw)
-        if isinstance(lease, web.Response):
-            return lease
-        if lease.node_id != ident.node_id:
-            return _refuse(403, f"certificate is for node {ident.node_id!r}; it may not renew node {lease.node_id!r}")
-        got = self.heartbeats.renew(lease, ident.serial, ident.not_after)
+        if len(raw) > MAX_RENEWAL_BYTES:
+            return _refuse(413, f"renewal of {len(raw)} bytes is over the limit of {MAX_RENEWAL_BYTES}",
+                           max_size=MAX_RENEWAL_BYTES)
+        renewal = read_renewal(raw)
+        if isinstance(renewal, web.Response):
+            return renewal
+        if renewal.node_id != ident.node_id:
+            return _refuse(403, f"certificate is for node {ident.node_id!r}; it may not renew node "
+                                f"{renewal.node_id!r}")
+        got = self.heartbeats.renew(renewal, ident.serial, ident.not_after)
         if got.why:
             return _refuse(SEND_REPORT, got.why, report=True)
         return web.Response(text=got.answer, content_type="application/json")
@@ -163,11 +163,11 @@ def read_report(raw: bytes) -> NodeReport | web.Response:
         "upgrade control planes before agents"))
 
 
-def read_lease(raw: bytes) -> Lease | web.Response:
-    """A renewal's body as a lease, or the refusal that says why it is none."""
-    return _read(raw, Lease, "lease renewal", LEASE_WIRE_VERSION, lambda v: (
-        f"lease renewal of wire version {v} not understood by this control plane (takes leases of "
-        f"{LEASE_WIRE_VERSION}-{WIRE_VERSION}): send the report whole, or upgrade control planes before agents"))
+def read_renewal(raw: bytes) -> Renewal | web.Response:
+    """A renewal's body, or the refusal that says why it is none."""
+    return _read(raw, Renewal, "renewal", RENEWAL_WIRE_VERSION, lambda v: (
+        f"renewal of wire version {v} not understood by this control plane (takes renewals of "
+        f"{RENEWAL_WIRE_VERSION}-{WIRE_VERSION}): send the report whole, or upgrade control planes before agents"))
 
 
 def _read(raw: bytes, model: type[Body], what: str, oldest: int, words: Callable[[str], str]) -> Body | web.Response:
@@ -193,7 +193,7 @@ def agent_app(registry: Registry, heartbeats: Heartbeats, credentials: Credentia
     door = AgentDoor(registry, heartbeats, credentials, listeners, networks)
     app = web.Application(client_max_size=MAX_HEARTBEAT_BYTES)
     app.router.add_post("/v1/agent/heartbeat", door.heartbeat)
-    app.router.add_post(LEASE_PATH, door.lease)
+    app.router.add_post(RENEWAL_PATH, door.renewal)
     app.router.add_get("/v1/agent/watch", door.watch)
     return app
 
@@ -208,8 +208,8 @@ def answer_in(desired: DesiredState, version: int) -> str:
     elif desired.version < 9:
         desired = desired.model_copy(update={"engine_sources": [_before_9(s) for s in desired.engine_sources]})
         older["engine_sources"] = {"__all__": {"digests_url": True, "variants": {"__all__": set(BUILD_NEEDS)}}}
-    if desired.version < LEASE_WIRE_VERSION:
-        older.update({"lease": True, "etag": True})
+    if desired.version < RENEWAL_WIRE_VERSION:
+        older.update({"renewal_token": True, "etag": True})
     if desired.version < SERVING_WIRE_VERSION:  # placement sends such an agent no shard that needs them
         shards = older.setdefault("shards", {"__all__": set()})["__all__"]
         shards.update({"sleep", "can_sleep", "sidecars", "adapters"})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.config.server import Limits
+from llmgw.config.server import ConnectionLimits
 from llmgw.net.listeners import Limiter, per_client, refusal
 from llmgw.router.errors import openai_error
 
@@ -13,7 +13,7 @@ def api_refusal() -> bytes:
     return refusal(body.body)
 
 
-def api_limiter(limits: Limits, cap: int) -> Limiter:
+def api_limiter(limits: ConnectionLimits, cap: int) -> Limiter:
     """The API listener's limiter: `cap` connections in all (the configured number, fitted to the open-file
     limit), a quarter at most per client."""
     return Limiter("api", cap, per_client(limits.api_connections_per_client, cap), api_refusal())

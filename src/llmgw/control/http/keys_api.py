@@ -1,5 +1,5 @@
 """The management API's keys and usage: keys with their limits and their use against them, a key's limits changed,
-usage by key or model since a time, and an hourly CSV of it for billing."""
+usage by key or model since a time, and an hourly CSV of it for chargeback."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from llmgw.config.adapters import catalog_names
 from llmgw.config.loader import describe
 from llmgw.config.server import ModelSpec
-from llmgw.control.accounting.usage_charges import OPERATOR_NAME, usage_csv, usage_rows
+from llmgw.control.chargeback.charge_views import OPERATOR_NAME, usage_csv, usage_rows
 from llmgw.control.storage.storage import Storage
 from llmgw.control.tenants.credentials import Credentials
 from llmgw.control.tenants.limit_counters import LimitCounters

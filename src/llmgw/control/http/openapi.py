@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from llmgw import __version__
-from llmgw.api.router import Activity, Admission, AdmitRequest, ModelExplanation, RouterView
+from llmgw.api.router import ActivityReport, Admission, AdmitRequest, ModelExplanation, RouterView
 from llmgw.api.views import NodeRow
 from llmgw.control.views.summary import Summary
 
@@ -20,7 +20,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "Summary": Summary,
     "NodeRow": NodeRow,
     "RouterView": RouterView,
-    "Activity": Activity,
+    "ActivityReport": ActivityReport,
     "AdmitRequest": AdmitRequest,
     "Admission": Admission,
 }
@@ -170,7 +170,7 @@ def _key_paths() -> dict[str, Any]:
         "/api/usage": {"get": _op("Usage by key or by model since a time: tokens, GPU-seconds and their cost "
                                   "(the operator's share under key \"\")", _json(OBJECT, "totals"),
                                   params=[_query("by", {"type": "string", "enum": ["key", "model"]}), since])},
-        "/api/usage.csv": {"get": _op("Usage per hour, key and model with GPU-seconds and cost, for billing",
+        "/api/usage.csv": {"get": _op("Usage per hour, key and model with GPU-seconds and cost, for chargeback",
                                       _text("RFC 4180 CSV", "text/csv"), params=[since])},
     }
 
@@ -184,7 +184,7 @@ def _router_paths() -> dict[str, Any]:
                                           _json(_ref("Admission"), "admitted, or refused and why"),
                                           body=_ref("AdmitRequest"))},
         "/api/router/activity": {"post": _op("A router worker's demand, use, requests in flight and usage",
-                                             _json(OBJECT, "recorded"), body=_ref("Activity"),
+                                             _json(OBJECT, "recorded"), body=_ref("ActivityReport"),
                                              more={"503": "usage not recorded (the store cannot be reached): "
                                                           "send it again"})},
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 from pydantic import ValidationError
 
-from llmgw.api.router import Activity as Report
+from llmgw.api.router import ActivityReport as Report
 from llmgw.api.router import Admission, AdmitRequest, RouterView
 from llmgw.control.http.keys_api import BadRequest, js
 from llmgw.control.http.local_state import RouterSide

@@ -1,9 +1,10 @@
 """A node's heartbeat, taken in and answered: its report goes to the registry, its engines' gauges to the routers'
 activity, what changed in it to the event log (within a budget per node), and it is told its desired state,
 weights plans included (who fetches each remote file from its origin is kept here; a hub model named by its
-resolved commit, control/hub/hub_models.py), and a lease token. Until its report changes, the node renews that lease
-instead (wire/lease.py): alive, its gauges, and its desired state only when it differs from the one it holds; the
-record is written to the store only when the report says something new (control/nodes/leases.py)."""
+resolved commit, control/hub/hub_models.py), and a renewal token. Until its report changes, the node sends a renewal
+naming that token instead (wire/renewal.py): alive, its gauges, and its desired state only when it differs from the
+one it holds; the record is written to the store only when the report says something new
+(control/nodes/renewal_tokens.py)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,16 @@ from llmgw.config.server import ServerConfig
 from llmgw.control.activity.activity import Activity
 from llmgw.control.hub.hub_models import HubModels
 from llmgw.control.nodes.desired import desired_for, draining
-from llmgw.control.nodes.leases import Held, Leases, Renewal, drains_here
 from llmgw.control.nodes.registry import Registry, merge_report
+from llmgw.control.nodes.renewal_tokens import KeptDesired, RenewalReply, RenewalTokens, drains_here
 from llmgw.control.nodes.sleep_refusals import SleepRefusals
 from llmgw.control.nodes.weights import Leaders, plans_for, prune
 from llmgw.control.storage.storage import Storage
 from llmgw.control.tenants.credentials import Credentials
 from llmgw.core.buckets import Buckets
 from llmgw.records.state import NodeRecord, ReplicaRecord
-from llmgw.wire.lease import Lease, LeaseAnswer, ShardLoad, report_digest
 from llmgw.wire.messages import DesiredState, NodeReport, ShardState
+from llmgw.wire.renewal import Renewal, RenewalAnswer, ShardLoad, report_digest
 
 NODE_EVENT_BURST = 30.0
 NODE_EVENT_EVERY = 10.0
@@ -69,7 +70,7 @@ class Heartbeats:
         # restart it is read again from what the nodes report fetching
         self.fetch_leaders: Leaders = {}
         self._leaders_version = 0  # bumped when fetch_leaders change: plans derived before may name another
-        self.leases = Leases()  # tokens and the desired states kept (control/nodes/leases.py)
+        self.renewal_tokens = RenewalTokens()  # tokens and the desired states kept (control/nodes/renewal_tokens.py)
         # per node, the record this server last made of a report and that report's digest: the digest stands for
         # the record the registry holds only while it is that record (another server's, a loss, replace it)
         self._digests: dict[str, tuple[NodeRecord, str]] = {}
@@ -89,7 +90,8 @@ class Heartbeats:
         self._node_events(rec.id, events)
         self._hub.revision_gone(report)
         held = self._desired(rec.id)
-        return held.desired.model_copy(update={"lease": self.leases.grant(rec.id), "etag": held.etag})
+        return held.desired.model_copy(update={"renewal_token": self.renewal_tokens.grant(rec.id),
+                                                   "etag": held.etag})
 
     def _changed(self, old: NodeRecord | None, rec: NodeRecord) -> bool:
         """Whether the new record says anything the stored one does not, beyond what moves all the time (free
@@ -104,41 +106,43 @@ class Heartbeats:
             return True  # a renewed certificate: the record names the one it speaks with now
         return (before or report_digest(old.report)) != digest
 
-    def renew(self, lease: Lease, serial: str, not_after: float | None) -> Renewal:
+    def renew(self, renewal: Renewal, serial: str, not_after: float | None) -> RenewalReply:
         """A node's renewal: alive now, its gauges to the routers' activity; its desired state when the one it
         holds is not current. Or why it must send its report whole."""
         reg = self._registry
-        node = lease.node_id
+        node = renewal.node_id
         rec = reg.nodes.get(node)
-        token = self.leases.token(node)
+        token = self.renewal_tokens.token(node)
         why = ""
         if rec is None or token is None:
             why = f"node {node}: this control plane holds no report of it (it restarted, or the node last " \
                   "reported to another server): send the report whole"
-        elif token != lease.lease:
-            why = f"node {node}: lease {lease.lease[:16]!r} is not the one this control plane last gave it (the " \
-                  "node reported elsewhere since): send the report whole"
+        elif token != renewal.token:
+            why = f"node {node}: renewal token {renewal.token[:16]!r} is not the one this control plane last gave " \
+                  "it (the node reported elsewhere since): send the report whole"
         elif rec.lost:
             why = f"node {node} is lost here: its report is taken whole on its return"
         elif (rec.cert_serial, rec.cert_not_after) != (serial, not_after):
             why = f"node {node} speaks with certificate {serial}, not {rec.cert_serial} of its last report: send " \
                   "the report whole so its record names the new one"
         if why:
-            return Renewal(why=why)
+            return RenewalReply(why=why)
         reg.renewed(node, self.clock.now())
-        self._activity.loads_reported(led_here(node, lease.loads, reg.replicas), reg.replicas)
+        self._activity.loads_reported(led_here(node, renewal.loads, reg.replicas), reg.replicas)
         held = self._desired(node)
-        if held.etag == lease.etag:
-            return Renewal(answer=self.leases.unchanged(lease.version))
-        desired = held.desired.model_copy(update={"lease": token, "etag": held.etag, "version": lease.version})
-        return Renewal(answer=LeaseAnswer(version=lease.version, desired=desired).model_dump_json())
+        if held.etag == renewal.etag:
+            return RenewalReply(answer=self.renewal_tokens.unchanged(renewal.version))
+        desired = held.desired.model_copy(update={"renewal_token": token, "etag": held.etag,
+                                                  "version": renewal.version})
+        return RenewalReply(answer=RenewalAnswer(version=renewal.version, desired=desired).model_dump_json())
 
-    def _desired(self, node_id: str) -> Held:
-        """The node's desired state: the one kept while every input of it is unchanged (control/nodes/leases.py)."""
+    def _desired(self, node_id: str) -> KeptDesired:
+        """The node's desired state: the one kept while every input of it is unchanged
+        (control/nodes/renewal_tokens.py)."""
         reg = self._registry
         base = (reg.generation, reg.catalog_version, self._hub.version, self._credentials.revocations_version)
         fabric = (reg.nodes_version, self._leaders_version)
-        held = self.leases.held(node_id, base, fabric)
+        held = self.renewal_tokens.held(node_id, base, fabric)
         if held is not None:
             return held
         models = self._hub.pinned(reg.models)  # a hub model's shards name its resolved commit
@@ -162,7 +166,8 @@ class Heartbeats:
         desired.revoked = self._credentials.revoked()
         # the versions as they are now, after this derivation moved the fetch leaders (its own choice is in it)
         fabric = (reg.nodes_version, self._leaders_version)
-        return self.leases.keep(node_id, None if drains else base + (fabric if plans else ()), bool(plans), desired)
+        return self.renewal_tokens.keep(node_id, None if drains else base + (fabric if plans else ()), bool(plans),
+                                        desired)
 
     def _node_events(self, node_id: str, events: list[str]) -> None:
         """A node's changes go to the log, but no node can fill it: a budget of NODE_EVENT_BURST, refilled by one

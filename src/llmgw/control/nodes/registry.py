@@ -89,8 +89,8 @@ class Registry:
         self.started_at = 0.0
         self.resumed_at = 0.0  # node silence counts from here: the start, a takeover, a stall
         self.nodes: dict[str, NodeRecord] = {}
-        # when each node was last heard from (a full report or a lease renewal, here or, on a shared store, at
-        # another server): kept in memory, never a store write of its own per heartbeat (wire/lease.py)
+        # when each node was last heard from (a full report or a renewal, here or, on a shared store, at
+        # another server): kept in memory, never a store write of its own per heartbeat (wire/renewal.py)
         self.seen: dict[str, float] = {}
         # when each node was last heard by this server itself (what it shares with others on a shared store)
         self.heard_here: dict[str, float] = {}
@@ -98,7 +98,7 @@ class Registry:
         self.generation = 0  # bumped when replicas change, so readers can cache derived tables
         self.catalog_version = 0  # bumped when the catalog is read: a desired state derived before is stale
         # bumped when a node record changes in what others read of it (a report that differs, lost, back, another
-        # server's record): a weights plan reads the other nodes of a fabric (control/nodes/leases.py)
+        # server's record): a weights plan reads the other nodes of a fabric (control/nodes/renewal_tokens.py)
         self.nodes_version = 0
         self.watch = Watch()  # agents waiting to hear that the shards they are to run changed
         # nodes whose record changed since the store last had it: written together at the end of each pass
@@ -169,7 +169,7 @@ class Registry:
             self._dirty.add(n.id)
 
     def renewed(self, node_id: str, at: float) -> None:
-        """A node renewed its lease here: alive at `at`, its report as this server last took it."""
+        """A node sent a renewal here: alive at `at`, its report as this server last took it."""
         self.seen[node_id] = self.heard_here[node_id] = at
 
     def renewed_elsewhere(self, node_id: str, at: float) -> None:
@@ -185,7 +185,7 @@ class Registry:
     # nodes
     def node_reported(self, rec: NodeRecord, changed: bool = True) -> None:
         """A node's report taken. Written to the store only when `changed` (what it says differs from the record
-        before, beyond what moves all the time: wire/lease.py's report_digest); else kept in memory only."""
+        before, beyond what moves all the time: wire/renewal.py's report_digest); else kept in memory only."""
         self.nodes[rec.id] = rec
         self.seen[rec.id] = max(self.seen.get(rec.id, rec.last_seen), rec.last_seen)
         self.heard_here[rec.id] = rec.last_seen
@@ -206,7 +206,7 @@ class Registry:
         self.nodes_version += 1
 
     def persist_nodes(self) -> None:
-        """The records that changed since the last write, in one transaction; each as last heard (a lease renewal
+        """The records that changed since the last write, in one transaction; each as last heard (a renewal
         moves no record's last_seen in memory, so a node lost says when it was last heard, not last reported)."""
         if self._dirty:
             batch = [self._as_heard(self.nodes[n]) for n in sorted(self._dirty) if n in self.nodes]

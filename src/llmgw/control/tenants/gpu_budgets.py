@@ -1,5 +1,5 @@
 """The figures of every key's budgets in GPU-seconds or money (core/gpu_budget.py decides), kept beside its token
-counters (control/tenants/limit_counters.py owns this): what its requests in flight hold, what the accountant's
+counters (control/tenants/limit_counters.py owns this): what its requests in flight hold, what chargeback's
 charges say it spent (store.charges_since, read again each time store.charge_mark moves), what its requests settled
 since the mark are taken to have cost until their charges land, and each model's measured speed and size."""
 
@@ -20,7 +20,7 @@ from llmgw.records.state import NodeRecord, ReplicaRecord
 from llmgw.store.base import AnyUsage
 
 BUCKET_S = 10.0  # settled figures are summed per key in buckets of this many seconds of their end
-MAX_BUCKETS = 10_000  # per key (the accountant stalled): beyond, the oldest is merged into the next, sums kept
+MAX_BUCKETS = 10_000  # per key (chargeback stalled): beyond, the oldest is merged into the next, sums kept
 SPEEDS_KEPT = 64  # per model: the last requests' speeds the estimate is taken from
 MAX_MODELS = 10_000
 HOUR_S = 3600.0
@@ -89,7 +89,7 @@ class GpuBudgets:
         self._speeds: dict[str, deque[float]] = {}  # model -> recent requests' tokens per second
         self._speed: dict[str, float] = {}  # model -> the speed taken from them (sorted once per batch recorded)
         self.held: dict[str, GpuUse] = {}  # key -> what its requests in flight reserved
-        self.mark = 0.0  # the accountant's mark as last read: GPU time before it is charged
+        self.mark = 0.0  # chargeback's mark as last read: GPU time before it is charged
         self.read = False  # the store's charges read at least once
         self.fresh = 30.0  # how old another server's figures may be and still count (forget_silent says)
         self._final_h = 0  # hours before this one are whole (the mark is past them): folded into _frozen
@@ -197,7 +197,7 @@ class GpuBudgets:
         keep_fresh(self._elsewhere, now, fresh)
 
     def landed(self, mark: float, rows: Iterable[ChargeRow]) -> None:
-        """The accountant's mark and its charges from the hour `reads_from()` says on: whole hours are folded, the
+        """Chargeback's mark and its charges from the hour `reads_from()` says on: whole hours are folded, the
         others kept as read; settled figures for time before the mark are dropped (their charges are in)."""
         final_h = max(self._final_h, int(mark // HOUR_S))
         self._recent = {}
@@ -213,7 +213,7 @@ class GpuBudgets:
                 del self._local[key_id]
 
     async def refresh(self, storage: Storage) -> None:
-        """The accountant's charges read again when its mark moved (each pass: one row read when it has not)."""
+        """Chargeback's charges read again when its mark moved (each pass: one row read when it has not)."""
         mark = await storage.read(storage.store.charge_mark)
         if mark != self.mark or not self.read:
             self.landed(mark, await storage.read(storage.store.charges_since, self.reads_from()))

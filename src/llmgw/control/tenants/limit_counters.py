@@ -16,7 +16,7 @@ from llmgw.core import gpu_budget
 from llmgw.core import limits as key_limits
 from llmgw.core.clock import Clock
 from llmgw.core.gpu_budget import GpuUse
-from llmgw.core.limits import Decision, KeyCounters, KeyLimits, Period, Spent
+from llmgw.core.limits import AdmissionDecision, KeyCounters, KeyLimits, Period, Spent
 from llmgw.store.base import ApiKeyRecord, UsageTotal
 
 TICKET_TTL_S = 3600.0  # longer than any request may last (first-byte 600 s, then idle gaps) before it is settled
@@ -72,17 +72,17 @@ class LimitCounters:
         s = self.spent.get(key_id)
         return 0 if s is None else s.of(period, self.clock.now())
 
-    def admit(self, key: ApiKeyRecord, cost: int, ticket: str = "", model: str = "") -> tuple[Decision, str]:
+    def admit(self, key: ApiKeyRecord, cost: int, ticket: str = "", model: str = "") -> tuple[AdmissionDecision, str]:
         """Admit one request of `key` to `model` reserving `cost` tokens: the decision, and the ticket to settle it
         with ("" when the key has no limits: nothing to settle). `ticket`: the one the asking worker chose (so it
         can release it when the answer is lost); one is made here when none is given."""
         lim = self.limits_of(key)
         if not lim.any():
-            return Decision(True), ""
+            return AdmissionDecision(True), ""
         self._expire()
         if ticket and (ticket in self.tickets or ticket in self.released):
-            return Decision(False, key_limits.Refusal.Rate, "this admission was withdrawn by the router that asked for "
-                            "it (its answer was lost): ask again", 1.0), ""
+            return AdmissionDecision(False, key_limits.LimitRefusal.Rate, "this admission was withdrawn by the router "
+                                     "that asked for it (its answer was lost): ask again", 1.0), ""
         now, mono = self.clock.now(), self.clock.monotonic()
         c = self.counters.get(key.id)
         if c is None:

@@ -1,6 +1,6 @@
 """The cluster's summary as the management API, the dashboard and the metrics read it: made from the owners' state
 in memory, with no store read (key names aside, read once after keys change; GPU time charged, read at most every
-few seconds: control/accounting/charge_book.py)."""
+few seconds: control/chargeback/charge_book.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from llmgw.api.views import ReadyTime
 from llmgw.config.server import ModelSpec
-from llmgw.control.accounting.charge_book import ChargeBook
 from llmgw.control.activity.activity import Activity
+from llmgw.control.chargeback.charge_book import ChargeBook
 from llmgw.control.nodes.passes import Passes
 from llmgw.control.nodes.registry import Registry
 from llmgw.control.storage.storage import Storage
@@ -19,8 +19,8 @@ from llmgw.control.tenants.credentials import Credentials
 from llmgw.control.tenants.usage_totals import DAY, UsageTotals
 from llmgw.control.views.summary import (
     Demand,
-    NodeFacts,
     NodeLine,
+    NodeSummaryFacts,
     ReplicaLine,
     ReplicaLines,
     Summary,
@@ -44,9 +44,9 @@ class NodeFactsKept:
     is lost): at 1,000 nodes deriving them costs more than the rest of a page view."""
 
     def __init__(self) -> None:
-        self._held: dict[str, tuple[NodeRecord, NodeFacts]] = {}
+        self._held: dict[str, tuple[NodeRecord, NodeSummaryFacts]] = {}
 
-    def __call__(self, rec: NodeRecord) -> NodeFacts:
+    def __call__(self, rec: NodeRecord) -> NodeSummaryFacts:
         held = self._held.get(rec.id)
         if held is not None and held[0] is rec:
             return held[1]
@@ -56,7 +56,7 @@ class NodeFactsKept:
 
 
 @dataclass(frozen=True)
-class Status:
+class StatusSources:
     """The owners a summary is read from."""
 
     registry: Registry
@@ -69,10 +69,10 @@ class Status:
     replica_lines: ReplicaLines = field(default_factory=ReplicaLines)  # each replica's line, kept per record
     node_facts: NodeFactsKept = field(default_factory=NodeFactsKept)  # each node's facts, kept per record
     ready_times: Callable[[], list[ReadyTime]] = list  # each way to ready as measured (control/nodes/ready_times.py)
-    charges: ChargeBook = field(default_factory=ChargeBook)  # GPU time and cost per key (accounting/charge_book.py)
+    charges: ChargeBook = field(default_factory=ChargeBook)  # GPU time and cost per key (chargeback/charge_book.py)
 
 
-async def summary_of(s: Status) -> Summary:
+async def summary_of(s: StatusSources) -> Summary:
     now = s.storage.clock.now()
     names = s.credentials.key_names()
     if names is None:
@@ -99,7 +99,7 @@ async def summary_of(s: Status) -> Summary:
         replica_lines=s.replica_lines,
     )
     out.ready_times = s.ready_times()
-    out.gpu_time = await s.charges.gpu_time(s.storage, now - DAY, names)
+    out.gpu_time = await s.charges.charges_by_key(s.storage, now - DAY, names)
     return out
 
 

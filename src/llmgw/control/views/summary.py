@@ -17,7 +17,7 @@ from llmgw.api.model_weights import ModelWeights, model_weights, weights_trouble
 from llmgw.api.stats import RouterStats
 from llmgw.api.views import NodeRow, ReadyTime, node_row
 from llmgw.config.server import ModelSpec
-from llmgw.control.accounting.usage_charges import GpuTime
+from llmgw.control.chargeback.charge_views import ChargesByKey
 from llmgw.core.conditions import Condition
 from llmgw.core.reasons import Reason
 from llmgw.reconcile import scaling
@@ -108,7 +108,7 @@ class Summary(BaseModel):
     requests: RouterStats = RouterStats()  # what the routers measured, per model (counts and histograms)
     adapters: list[AdapterLine] = []  # the catalog's LoRA adapters and the ready replicas serving each
     ready_times: list[ReadyTime] = []  # each way to ready (wake, load) as measured (control/nodes/ready_times.py)
-    gpu_time: GpuTime = GpuTime()  # the last day's GPU-seconds and cost per key (control/accounting/usage_charges.py)
+    gpu_time: ChargesByKey = ChargesByKey()  # the last day's GPU-seconds and cost per key (chargeback/charge_views.py)
     # /api/status gives the node lines a page at a time: where this page starts (name order), how many it leaves out
     nodes_from: int = 0
     nodes_not_shown: int = 0
@@ -132,7 +132,7 @@ Cards = tuple[tuple[str, frozenset[int], int], ...]  # per GPU class: healthy in
 
 
 @dataclass(frozen=True)
-class NodeFacts:
+class NodeSummaryFacts:
     """What the summary needs of one node record alone: its line, and its cards per class (healthy indices, faulty
     count). Derived from the record only, so a caller may keep it for as long as it holds the same record."""
 
@@ -141,7 +141,7 @@ class NodeFacts:
     shape: Shape  # its cards, fabrics and weights held, one object for every node alike
 
 
-def node_facts(n: NodeRecord) -> NodeFacts:
+def node_facts(n: NodeRecord) -> NodeSummaryFacts:
     healthy: dict[str, set[int]] = {}
     faulty: dict[str, int] = {}
     for g in n.report.hardware.gpus:
@@ -151,7 +151,7 @@ def node_facts(n: NodeRecord) -> NodeFacts:
         else:
             healthy[g.gpu_class].add(g.index)
     cards = tuple((k, frozenset(v), faulty.get(k, 0)) for k, v in healthy.items())
-    return NodeFacts(_node_line(n), cards, Shape.of(cards, tuple(f.name for f in n.report.fabrics),
+    return NodeSummaryFacts(_node_line(n), cards, Shape.of(cards, tuple(f.name for f in n.report.fabrics),
                                                     tuple(n.report.weights)))
 
 
@@ -204,7 +204,7 @@ def summarize(
     recent: list[UsageTotal] | None = None,  # usage of the last day
     key_names: dict[str, str] | None = None,
     requests: RouterStats | None = None,
-    facts: Callable[[NodeRecord], NodeFacts] = node_facts,  # the plane passes its memo (one per record)
+    facts: Callable[[NodeRecord], NodeSummaryFacts] = node_facts,  # the plane passes its memo (one per record)
     hub: Mapping[str, HubState] | None = None,  # model -> what the control plane knows of its hub source
     replica_lines: ReplicaLines | None = None,  # the plane passes its memo (one line per record and moment)
 ) -> Summary:
@@ -244,7 +244,7 @@ def _held_as(sources: dict[str, list[str]] | None, weights: list[ModelWeights]) 
 
 
 
-def _capacity(nodes: list[NodeRecord], of: dict[str, NodeFacts], used: dict[str, frozenset[int]],
+def _capacity(nodes: list[NodeRecord], of: dict[str, NodeSummaryFacts], used: dict[str, frozenset[int]],
               sources: dict[str, list[str]] | None) -> tuple[list[ClassCapacity], list[FabricCapacity]]:
     """Cards per GPU class and nodes per fabric, over the live nodes."""
     # a fleet's nodes come in few shapes (cards, fabrics, weights, cards in use): each shape is counted once

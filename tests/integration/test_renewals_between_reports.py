@@ -1,4 +1,4 @@
-"""A node whose report has not changed renews its lease instead of sending the report; a change (a shard ready, an
+"""A node whose report has not changed sends a renewal instead of the report; a change (a shard ready, an
 engine gone) still reaches the control plane at once; a restarted control plane has every report whole within one
 heartbeat interval. A real agent and a real control plane (in this process, restarted in it) over mutual TLS, a real
 sim engine."""
@@ -46,7 +46,7 @@ async def reported_pid(p: ClusterPlan) -> int | None:
     return shards[0]["pid"] if shards else None
 
 
-async def test_leases_between_changes_and_the_report_whole_after_a_restart(
+async def test_renewals_between_changes_and_the_report_whole_after_a_restart(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     p = plan(tmp_path, [NodePlan(id="node01", address="127.0.0.1", port_range=engine_ports())], MODELS,
@@ -72,7 +72,7 @@ async def test_leases_between_changes_and_the_report_whole_after_a_restart(
             assert sent.whole - whole == sent.why["free memory or disk moved"] - moved, sent.why
             assert not node["lost"] and node["last_seen"] > heard
 
-            # an engine gone is a change: reported whole at the next step (failure detection as before leases)
+            # an engine gone is a change: reported whole at the next step (failure detection as before renewals)
             os.kill(pid, signal.SIGKILL)
             await await_until(lambda: _pid_changed(p, pid),
                               INTERVAL + SLACK, "the engine's exit at the control plane within an interval")

@@ -1,11 +1,11 @@
-"""GPU time accounted across a change of leader on one PostgreSQL store: the new leader goes on from the mark the
+"""GPU time charged across a change of leader on one PostgreSQL store: the new leader goes on from the mark the
 last one wrote, and a deposed leader that still believes it leads has its step refused by the store's fence, so
 no window is charged twice or skipped."""
 
 from __future__ import annotations
 
 from llmgw.config.chargeback import ChargebackConfig
-from llmgw.control.accounting.accounting import Accountant
+from llmgw.control.chargeback.chargeback import Chargeback
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.records.state import ReplicaRecord, ShardAssignment
@@ -15,8 +15,8 @@ from tests.control.ha.conftest import LEASE
 CFG = ChargebackConfig(window=10, settle_after=5)
 
 
-def accountant(p: ControlPlane) -> Accountant:
-    return Accountant(CFG, p.storage, p.leadership, p.registry, p.clock)
+def chargeback_of(p: ControlPlane) -> Chargeback:
+    return Chargeback(CFG, p.storage, p.leadership, p.registry, p.clock)
 
 
 async def test_a_new_leader_goes_on_from_the_mark_and_a_deposed_one_writes_nothing(
@@ -29,7 +29,7 @@ async def test_a_new_leader_goes_on_from_the_mark_and_a_deposed_one_writes_nothi
         assignments=[ShardAssignment(rank=0, node_id="n1", address="x", gpus=[0, 1])])])
     a.store.add_usage([UsageRecord(key_id="k", model="m", replica_id="r1", prompt_tokens=1, completion_tokens=1,
                                    started_at=t0, duration_s=1.0, status=200)])
-    old = accountant(a)
+    old = chargeback_of(a)
     clock.advance(t0 + 15 - clock.now())
     assert await old.tick() == 1
     clock.advance(LEASE + 1)  # a is paused past its lease; b takes over
@@ -38,7 +38,7 @@ async def test_a_new_leader_goes_on_from_the_mark_and_a_deposed_one_writes_nothi
     clock.advance(t0 + 25 - clock.now())
     assert await old.tick() == 0, "a deposed leader's step was written"
     assert b.store.charge_mark() == t0 + 10
-    new = accountant(b)
+    new = chargeback_of(b)
     assert await new.tick() == 1
     assert b.store.charge_mark() == t0 + 20
     rows = b.store.charges_since(0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from llmgw.control.accounting.charge_book import REFRESH, ChargeBook
+from llmgw.control.chargeback.charge_book import REFRESH, ChargeBook
 from llmgw.core.clock import FakeClock
 from llmgw.records.chargeback import ChargeRow
 from llmgw.store.base import hour_of
@@ -30,15 +30,15 @@ async def test_the_store_is_asked_once_per_refresh_failing_or_not(tmp_path: Path
     store.charges_by_key_model = counted  # type: ignore[method-assign]  # counts the real store's reads
     book = ChargeBook("EUR")
     since = clock.now() - 3600
-    shown = await asyncio.gather(*(book.gpu_time(plane.storage, since, {"k1": "team"}) for _ in range(3)))
+    shown = await asyncio.gather(*(book.charges_by_key(plane.storage, since, {"k1": "team"}) for _ in range(3)))
     assert len(asked) == 1  # views at the same time: one read
     assert all([(k.name, k.gpu_seconds) for k in s.keys] == [("team", 10)] for s in shown)
     store.close()  # reads now fail
     clock.advance(REFRESH)
     for _ in range(3):
-        again = await book.gpu_time(plane.storage, since, {"k1": "team"})
+        again = await book.charges_by_key(plane.storage, since, {"k1": "team"})
         assert [(k.name, k.gpu_seconds) for k in again.keys] == [("team", 10)]  # the last reading
     assert len(asked) == 2  # one failed try, not one per view
     clock.advance(REFRESH)
-    await book.gpu_time(plane.storage, since, {"k1": "team"})
+    await book.charges_by_key(plane.storage, since, {"k1": "team"})
     assert len(asked) == 3

@@ -1,6 +1,6 @@
-"""The accountant's read of usage rows (usage_started) takes a row an older release wrote without an id, and leaves
+"""Chargeback's read of usage rows (usage_started) takes a row an older release wrote without an id, and leaves
 out one whose times no request can have (a negative duration, written before usage times were bounded), instead of
-failing the read: one such row in a window would stop every window's accounting for good."""
+failing the read: one such row in a window would stop every window's charging for good."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The last day's GPU time and cost per key, as the dashboard and /api/status show them: read from the store's
-hourly charges at most once per REFRESH seconds (charges change once per accounting window, not per request), so a
+hourly charges at most once per REFRESH seconds (charges change once per chargeback window, not per request), so a
 page view or a scrape costs no store read in between."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from llmgw.control.accounting.usage_charges import GpuTime, by_key
+from llmgw.control.chargeback.charge_views import ChargesByKey, by_key
 from llmgw.control.storage.storage import Storage
 from llmgw.core.errors import StoreError
 from llmgw.records.chargeback import ChargeRow
@@ -25,9 +25,9 @@ class ChargeBook:
         self._read_at: float | None = None  # when the charges shown were read
         self._tried_at: float | None = None  # when a read was last started, whether it worked or not
         self._reading: asyncio.Future[None] | None = None  # the read in flight
-        self._shown: tuple[float | None, dict[str, str], GpuTime] | None = None  # summed once per reading
+        self._shown: tuple[float | None, dict[str, str], ChargesByKey] | None = None  # summed once per reading
 
-    async def gpu_time(self, storage: Storage, since: float, names: Mapping[str, str]) -> GpuTime:
+    async def charges_by_key(self, storage: Storage, since: float, names: Mapping[str, str]) -> ChargesByKey:
         """Per key (named), the operator's share last."""
         charges = await self.since(storage, since)
         shown = self._shown

@@ -1,4 +1,4 @@
-"""Retention prunes a replica's span only once its GPU time is accounted: a span that ended after the accountant's
+"""Retention prunes a replica's span only once its GPU time is charged: a span that ended after chargeback's
 mark is still read by the next leader (open_spans), however old its end, or its last windows would go uncharged."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Liveness apart from state: a node whose report has not changed renews a lease instead of sending it again.
+"""Liveness apart from state: a node whose report has not changed sends a renewal instead of sending it again.
 
-A full report (POST /v1/agent/heartbeat) is answered with the desired state, which names a lease token and its own
-etag (wire version 11). Until the node's report changes, it renews (POST LEASE_PATH) with the token, the etag of the
-desired state it holds and its engines' gauges (which move all the time and are no change of the report). The
+A full report (POST /v1/agent/heartbeat) is answered with the desired state, which names a renewal token and its
+own etag (wire version 11). Until the node's report changes, it renews (POST RENEWAL_PATH) with the token, the etag
+of the desired state it holds and its engines' gauges (which move all the time and are no change of the report). The
 answer is the desired state when it differs from the etag's, else nothing new. A control plane that holds no report
 under that token (it restarted, the node last reported elsewhere, the node was lost) answers SEND_REPORT with its
 words, and the node sends its report whole at once. The report goes whole anyway when its digest changes
@@ -20,12 +20,13 @@ from typing import Annotated
 
 from pydantic import Field
 
-from llmgw.wire.messages import WIRE_VERSION, DesiredState, EngineLoad, Name, NodeReport, Strict
+from llmgw.core.strict import Strict
+from llmgw.wire.messages import LEASE, WIRE_NAMES, WIRE_VERSION, DesiredState, EngineLoad, Name, NodeReport
 
-LEASE_PATH = "/v1/agent/lease"
-LEASE_WIRE_VERSION = 11  # the first version with leases
+RENEWAL_PATH = "/v1/agent/lease"
+RENEWAL_WIRE_VERSION = 11  # the first version with renewals
 SEND_REPORT = 409  # the status of a renewal the control plane cannot take: the node sends its report whole, now
-MAX_LEASE_BYTES = 256 * 1024  # 1,024 shards' gauges fit; a lease is usually a few hundred bytes
+MAX_RENEWAL_BYTES = 256 * 1024  # 1,024 shards' gauges fit; a renewal is usually a few hundred bytes
 REPORT_REFRESH_S = 300.0  # an unchanged report is sent whole this often anyway (free memory and disk, as they are)
 MEMORY_STEPS = 32  # free memory and disk count as changed when they cross a 1/32 (disk: 1/64) step of the total
 DISK_STEPS = 64
@@ -39,17 +40,18 @@ class ShardLoad(Strict):
     load: EngineLoad | None = None
 
 
-class Lease(Strict):
-    """A node's renewal: alive, its report unchanged since the one `lease` names, holding the desired state `etag`."""
+class Renewal(Strict):
+    """A node's renewal: alive, its report unchanged since the one `token` names, holding the desired state `etag`."""
 
+    model_config = WIRE_NAMES
     version: int = WIRE_VERSION
     node_id: Name = Field(min_length=1)
-    lease: Annotated[str, Field(min_length=1, max_length=128)]
+    token: Annotated[str, Field(min_length=1, max_length=128, validation_alias=LEASE, serialization_alias=LEASE)]
     etag: Annotated[str, Field(max_length=128)] = ""
     loads: Annotated[list[ShardLoad], Field(default_factory=list, max_length=1024)]
 
 
-class LeaseAnswer(Strict):
+class RenewalAnswer(Strict):
     """A renewal taken: the node's desired state when it differs from the one the node named, else None."""
 
     version: int = WIRE_VERSION
@@ -110,12 +112,12 @@ def report_shape(report: NodeReport) -> str:
 
 def report_digest(report: NodeReport) -> str:
     """What the report says, apart from what moves all the time: free memory and disk counted in steps of their
-    totals, engine gauges left out (a lease carries them). Equal digests: the control plane has nothing to learn
-    from the report that a lease would not tell it (it writes a node's record only when this changes). The control
-    plane keys leases by its own token, never by this."""
+    totals, engine gauges left out (a renewal carries them). Equal digests: the control plane has nothing to learn
+    from the report that a renewal would not tell it (it writes a node's record only when this changes). The control
+    plane keys renewals by its own token, never by this."""
     return _digest(_without_free_space(report, [_step(f, t, n) for f, t, n in free_space(report)]))
 
 
 def loads_of(report: NodeReport) -> list[ShardLoad]:
-    """The gauges a lease carries: each shard's, as the report has them."""
+    """The gauges a renewal carries: each shard's, as the report has them."""
     return [ShardLoad(replica_id=s.replica_id, rank=s.rank, load=s.load) for s in report.shards]

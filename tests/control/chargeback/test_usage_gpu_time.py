@@ -14,9 +14,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from llmgw.api.router import Activity
-from llmgw.control.accounting.charge_book import REFRESH, ChargeBook
-from llmgw.control.accounting.usage_charges import CSV_HEAD, OPERATOR_NAME
+from llmgw.api.router import ActivityReport
+from llmgw.control.chargeback.charge_book import REFRESH, ChargeBook
+from llmgw.control.chargeback.charge_views import CSV_HEAD, OPERATOR_NAME
 from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import ClusterPlan, admin_post
 from llmgw.records.chargeback import OPERATOR, ChargeRow
@@ -33,7 +33,7 @@ def cluster(tmp_path: Path) -> ClusterPlan:
 
 
 def plant_charges(p: ClusterPlan, rows: Sequence[ChargeRow]) -> None:
-    """Charges as the leader's accountant writes them: one step at the store's mark (left where it is)."""
+    """Charges as the leader's chargeback writes them: one step at the store's mark (left where it is)."""
     store = SqliteStore(p.workdir / "state" / "llmgw.db").open()
     try:
         mark = store.charge_mark()
@@ -46,7 +46,7 @@ async def plant_usage(p: ClusterPlan, usage: list[UsageRecord]) -> None:
     """Usage as a router worker reports it."""
     token = (p.workdir / "state" / "admin.token").read_text().strip()
     async with aiohttp.ClientSession() as s, s.post(
-            p.admin + "/api/router/activity", data=Activity(usage=usage).model_dump_json(),
+            p.admin + "/api/router/activity", data=ActivityReport(usage=usage).model_dump_json(),
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}) as r:
         assert r.status == 200, await r.text()
 
@@ -134,14 +134,14 @@ async def test_the_dashboards_reading_is_refreshed_every_few_seconds_and_survive
     book, store = ChargeBook("EUR"), plane.storage.store
     h = hour_of(clock.now())
     store.put_charges([charge(h, "k1", "m", busy=10)], [], 0.0, 0.0)
-    shown = await book.gpu_time(plane.storage, clock.now() - 3600, {"k1": "team"})
+    shown = await book.charges_by_key(plane.storage, clock.now() - 3600, {"k1": "team"})
     assert [(k.name, k.gpu_seconds) for k in shown.keys] == [("team", 10)] and shown.currency == "EUR"
     store.put_charges([charge(h, OPERATOR, "m", idle=5)], [], 0.0, 0.0)
-    assert (await book.gpu_time(plane.storage, clock.now() - 3600, {"k1": "team"})) is shown  # not read again yet
+    assert (await book.charges_by_key(plane.storage, clock.now() - 3600, {"k1": "team"})) is shown  # not read again yet
     clock.advance(REFRESH)
-    shown = await book.gpu_time(plane.storage, clock.now() - 3600, {"k1": "team"})
+    shown = await book.charges_by_key(plane.storage, clock.now() - 3600, {"k1": "team"})
     assert [(k.name, k.gpu_seconds) for k in shown.keys] == [("team", 10), (OPERATOR_NAME, 5)]
     store.close()  # reads now fail
     clock.advance(REFRESH)
-    again = await book.gpu_time(plane.storage, clock.now() - 3600, {"k1": "renamed"})
+    again = await book.charges_by_key(plane.storage, clock.now() - 3600, {"k1": "renamed"})
     assert [(k.name, k.gpu_seconds) for k in again.keys] == [("renamed", 10), (OPERATOR_NAME, 5)]

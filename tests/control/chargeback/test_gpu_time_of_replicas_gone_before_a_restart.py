@@ -1,13 +1,13 @@
-"""A replica that ran and went before its window settled is still charged after the accountant restarts (or another
+"""A replica that ran and went before its window settled is still charged after chargeback restarts (or another
 server takes over): its span is in the store as soon as the leader sampled it, not only once its window is
-accounted, since the new accountant's registry no longer holds the replica."""
+charged, since the new chargeback's registry no longer holds the replica."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from llmgw.config.chargeback import ChargebackConfig
-from llmgw.control.accounting.accounting import Accountant
+from llmgw.control.chargeback.chargeback import Chargeback
 from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import Condition, ConditionType, Status
 from llmgw.core.reasons import Reason
@@ -34,15 +34,15 @@ async def test_a_replica_gone_before_its_window_settled_is_charged_after_a_resta
     p.registry.adopt_replicas([replica("short"), replica("long")])
     p.store.add_usage([UsageRecord(key_id="A", model="m", replica_id="short", prompt_tokens=1, completion_tokens=1,
                                    started_at=T0 + 1, duration_s=1, status=200)])
-    first = Accountant(CFG, p.storage, p.leadership, p.registry, clock)
+    first = Chargeback(CFG, p.storage, p.leadership, p.registry, clock)
     clock.advance(1)
     assert await first.tick() == 0
     clock.advance(2)
     p.registry.adopt_replicas([replica("long")])  # "short" stopped and reaped at T0 + 3
     first.sample_now()
     assert await first.tick() == 0
-    # the only control plane restarts: a new accountant, a registry without "short"
-    second = Accountant(CFG, p.storage, p.leadership, p.registry, clock)
+    # the only control plane restarts: a new chargeback, a registry without "short"
+    second = Chargeback(CFG, p.storage, p.leadership, p.registry, clock)
     clock.advance(12)
     assert await second.tick() == 1
     got = {(r.key_id, r.busy_s, r.load_s, r.idle_s) for r in p.store.charges_since(0)}
@@ -59,13 +59,13 @@ async def test_a_replica_released_before_the_mark_ends_its_open_span_after_a_res
     await p.following.hold_lease()
     p.registry.node_reported(node("n1"))
     p.registry.adopt_replicas([replica("r1")])
-    first = Accountant(CFG, p.storage, p.leadership, p.registry, clock)
+    first = Chargeback(CFG, p.storage, p.leadership, p.registry, clock)
     clock.advance(25)
     assert await first.tick() == 2  # [T0, T0 + 20) charged, the span open in the store
     gone = [Condition(type=t, status=Status.TRUE, reason=Reason.ShardsGone, last_transition=T0 + 12)
             for t in (ConditionType.Failed, ConditionType.Released)]
     p.registry.adopt_replicas([replica("r1").model_copy(update={"conditions": gone})])  # kept on view, released
-    second = Accountant(CFG, p.storage, p.leadership, p.registry, clock)
+    second = Chargeback(CFG, p.storage, p.leadership, p.registry, clock)
     clock.advance(20)
     await second.tick()
     assert {s.id: s.ended_at for s in p.store.open_spans(0)} == {"r1": T0 + 12}

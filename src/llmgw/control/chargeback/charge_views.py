@@ -1,5 +1,5 @@
 """GPU time and its cost beside the token counts in the usage views (the management API's /api/usage and its hourly
-CSV, `ctl usage`, the dashboard), from the charges the leader's accountant keeps per hour, key, model and GPU class
+CSV, `ctl usage`, the dashboard), from the charges the leader's chargeback keeps per hour, key, model and GPU class
 (records/chargeback.py). The operator's share (key OPERATOR) is a row of its own, named OPERATOR_NAME; GPU time
 nobody's tokens went with (a load nobody used, idle time) has its row too."""
 
@@ -79,17 +79,17 @@ class KeyCharge(BaseModel):
     cost: float = 0.0
 
 
-class GpuTime(BaseModel):
+class ChargesByKey(BaseModel):
     """GPU time and cost per key over a period, the operator's share last."""
 
     currency: str = ""
     keys: list[KeyCharge] = []
 
 
-def by_key(charges: Iterable[ChargeRow], names: Mapping[str, str], currency: str) -> GpuTime:
+def by_key(charges: Iterable[ChargeRow], names: Mapping[str, str], currency: str) -> ChargesByKey:
     """Per key, every model, GPU class and hour summed."""
     rows = usage_rows((), charges, "key", names)
-    return GpuTime(currency=currency, keys=[KeyCharge(key_id=r["key"], name=r["name"],
+    return ChargesByKey(currency=currency, keys=[KeyCharge(key_id=r["key"], name=r["name"],
                                                       **{f: r[f] for f in GPU_FIELDS}) for r in rows])
 
 

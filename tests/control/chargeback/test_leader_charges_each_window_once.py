@@ -1,6 +1,6 @@
-"""The leader's accountant over the real SQLite store and a fake clock: each window charged once it has settled,
+"""The leader's chargeback over the real SQLite store and a fake clock: each window charged once it has settled,
 requests running across windows carried, spans following their replicas, nothing charged twice when another step
-accounted first, nothing at all on a follower."""
+charged first, nothing at all on a follower."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from llmgw.config.chargeback import ChargebackConfig
-from llmgw.control.accounting.accounting import Accountant
+from llmgw.control.chargeback.chargeback import Chargeback
 from llmgw.control.plane import ControlPlane
 from llmgw.control.storage.leadership import Leadership, holder_id
 from llmgw.control.storage.storage import Storage
@@ -50,8 +50,8 @@ def usage(key: str, start: float, dur: float) -> UsageRecord:
                        started_at=start, duration_s=dur, status=200)
 
 
-def accountant(p: ControlPlane) -> Accountant:
-    return Accountant(CFG, p.storage, p.leadership, p.registry, p.clock)
+def chargeback_of(p: ControlPlane) -> Chargeback:
+    return Chargeback(CFG, p.storage, p.leadership, p.registry, p.clock)
 
 
 def charged(p: ControlPlane) -> dict[str, tuple[float, float, float]]:
@@ -64,7 +64,7 @@ def clock(p: ControlPlane) -> FakeClock:
 
 
 async def test_a_window_is_charged_once_it_has_settled_and_only_once(plane: ControlPlane) -> None:
-    acc = accountant(plane)
+    acc = chargeback_of(plane)
     plane.store.add_usage([usage("A", T0 + 1, 3)])
     clock(plane).advance(14.9)
     assert await acc.tick() == 0 and plane.store.charge_mark() == 0.0
@@ -79,11 +79,11 @@ async def test_a_window_is_charged_once_it_has_settled_and_only_once(plane: Cont
     assert (span.gpus, span.gpu_class, span.demand, span.accounted_to) == (2, "H100", True, T0 + 10)
 
 
-async def test_a_request_running_across_windows_is_carried_and_read_again_by_a_new_accountant(
+async def test_a_request_running_across_windows_is_carried_and_read_again_by_a_new_leader(
         plane: ControlPlane) -> None:
     plane.store.add_usage([usage("A", T0 + 8, 4)])
     clock(plane).advance(15)
-    first = accountant(plane)
+    first = chargeback_of(plane)
     assert await first.tick() == 1
     clock(plane).advance(10)
     assert await first.tick() == 1
@@ -91,13 +91,13 @@ async def test_a_request_running_across_windows_is_carried_and_read_again_by_a_n
     assert carried == {"A": (8.0, 0.0, 32.0)}
     assert [r.hour for r in plane.store.charges_since(0)] == [int(T0 // 3600)]
     clock(plane).advance(10)
-    again = accountant(plane)  # a new leader: the mark, the spans and the records in flight read from the store
+    again = chargeback_of(plane)  # a new leader: the mark, the spans and the records in flight read from the store
     assert await again.tick() == 1
     assert charged(plane) == {"A": (8.0, 0.0, 52.0)}
 
 
 async def test_nothing_is_charged_twice_when_another_step_accounted_first(plane: ControlPlane) -> None:
-    acc = accountant(plane)
+    acc = chargeback_of(plane)
     plane.store.add_usage([usage("A", T0, 1)])
     clock(plane).advance(15)
     assert await acc.tick() == 1
@@ -113,7 +113,7 @@ async def test_nothing_is_charged_twice_when_another_step_accounted_first(plane:
 
 async def test_a_follower_charges_nothing(plane: ControlPlane) -> None:
     follower = Leadership(holder_id(), 10.0)  # a server that never took the lease
-    acc = Accountant(CFG, plane.storage, follower, plane.registry, plane.clock)
+    acc = Chargeback(CFG, plane.storage, follower, plane.registry, plane.clock)
     clock(plane).advance(60)
     assert await acc.tick() == 0
     assert plane.store.charge_mark() == 0.0 and plane.store.charges_since(0) == []
@@ -121,7 +121,7 @@ async def test_a_follower_charges_nothing(plane: ControlPlane) -> None:
 
 async def test_a_replica_gone_ends_its_span_and_its_unused_load_is_the_operators(plane: ControlPlane) -> None:
     plane.registry.adopt_replicas([replica(ready=None)])
-    acc = accountant(plane)
+    acc = chargeback_of(plane)
     clock(plane).advance(4)
     assert await acc.tick() == 0
     plane.registry.adopt_replicas([])
@@ -137,7 +137,7 @@ async def test_a_replica_gone_ends_its_span_and_its_unused_load_is_the_operators
 
 
 async def test_a_sleep_seen_in_the_registry_is_not_charged(plane: ControlPlane) -> None:
-    acc = accountant(plane)
+    acc = chargeback_of(plane)
     plane.store.add_usage([usage("A", T0, 1)])
     clock(plane).advance(2)
     plane.registry.adopt_replicas([replica().model_copy(update={"sleep_level": 1, "slept_at": T0 + 2})])
@@ -154,7 +154,7 @@ async def test_a_replica_is_charged_from_its_placement_not_from_when_it_was_aske
     placed = Condition(type=ConditionType.Scheduled, status=Status.TRUE, reason=Reason.Placed, last_transition=T0 + 3)
     plane.registry.adopt_replicas([replica().model_copy(update={"conditions": [placed], "ready_at": T0 + 3})])
     plane.store.add_usage([usage("A", T0 + 5, 1)])
-    acc = accountant(plane)
+    acc = chargeback_of(plane)
     clock(plane).advance(15)
     assert await acc.tick() == 1
     assert charged(plane) == {"A": (2.0, 0.0, 12.0)}
@@ -172,7 +172,7 @@ class PassDuringWrite(InlineWriter):
 
 
 async def test_what_a_pass_samples_while_a_step_is_written_is_kept(plane: ControlPlane) -> None:
-    acc: Accountant | None = None
+    acc: Chargeback | None = None
 
     def replica_gone() -> None:
         assert acc is not None
@@ -180,7 +180,7 @@ async def test_what_a_pass_samples_while_a_step_is_written_is_kept(plane: Contro
         acc.sample_now()
 
     storage = Storage(plane.store, PassDuringWrite(replica_gone), plane.clock, shared=False)
-    acc = Accountant(CFG, storage, plane.leadership, plane.registry, plane.clock)
+    acc = Chargeback(CFG, storage, plane.leadership, plane.registry, plane.clock)
     clock(plane).advance(15)
     assert await acc.tick() == 1
     clock(plane).advance(20)

@@ -1,14 +1,14 @@
-"""The leader's accounting of GPU time (docs/tenants.md, "Chargeback: how GPU time is attributed"): each replica's
+"""The leader's chargeback of GPU time (docs/tenants.md, "Chargeback: how GPU time is attributed"): each replica's
 span sampled from the registry, each window charged once it has settled (chargeback/ decides), its charges, spans
 and the new mark written in one fenced step. A follower, or a leader whose step the store refused, keeps nothing:
-it reads the mark and the spans again when it next accounts."""
+it reads the mark and the spans again when it next charges."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
-from llmgw.chargeback import account
+from llmgw.chargeback import charge_window
 from llmgw.config.chargeback import NO_GPU, ChargebackConfig
 from llmgw.config.server import ModelSpec
 from llmgw.control.nodes.registry import Registry
@@ -27,7 +27,7 @@ SAMPLE_EVERY_S = 1.0  # the registry is sampled this often: a sleep shorter than
 MAX_WINDOWS_PER_TICK = 64  # a leader far behind catches up in steps, never holding the loop long
 
 
-class Accountant:
+class Chargeback:
     """Charges settled windows, on the leader only. Everything it holds in memory is a cache of the store's."""
 
     def __init__(self, cfg: ChargebackConfig, storage: Storage, leadership: Leadership, registry: Registry,
@@ -37,7 +37,7 @@ class Accountant:
         self._leadership = leadership  # read: whether this server leads, and the epoch its writes are fenced by
         self._registry = registry  # read: the replicas whose spans are sampled
         self._clock = clock
-        self._spans: dict[str, ReplicaSpan] | None = None  # None: read the store's again before accounting
+        self._spans: dict[str, ReplicaSpan] | None = None  # None: read the store's again before charging
         self._mark = 0.0
         self._carry: list[UsageRecord] | None = None  # records still in flight at the mark (None: read again)
         self._dirty: set[str] = set()  # spans sampled changed since they were last written
@@ -61,14 +61,14 @@ class Accountant:
             while done < MAX_WINDOWS_PER_TICK and await self._step():
                 done += 1
             await self._write_sampled()
-        except Deposed as e:  # another leader accounted, or this one no longer leads: start again from the store
-            log.info("accounting step refused: %s", e)
+        except Deposed as e:  # another leader charged, or this one no longer leads: start again from the store
+            log.info("chargeback step refused: %s", e)
             self.forget()
         return done
 
     def _first_window(self) -> float:
         assert self._spans is not None
-        # never accounted: every span it knows is unaccounted, ended or not
+        # never charged: every span it knows is uncharged, ended or not
         return self._window_of(min((s.created_at for s in self._spans.values()), default=self._clock.now()))
 
     def _window_of(self, t: float) -> float:
@@ -87,7 +87,7 @@ class Accountant:
         else:
             fresh = self._carry + await read(store.usage_started, a, b)
         spans = list(self._spans.values())
-        acc = account(a, b, spans, fresh, self.cfg)
+        acc = charge_window(a, b, spans, fresh, self.cfg)
         self._dirty.clear()  # every span is written with the step
         await self._storage.writer.run(store.put_charges, acc.rows, acc.spans, self._mark, b, self._epoch())
         self._mark = b
@@ -97,7 +97,7 @@ class Accountant:
 
     async def _write_sampled(self) -> None:
         """Spans sampled new, ready, asleep, woken or ended are written now, not with their window, the mark left
-        where it is: a replica gone before its window is accounted is in no registry a restarted or new leader
+        where it is: a replica gone before its window is charged is in no registry a restarted or new leader
         reads, so its span must already be in the store."""
         assert self._spans is not None
         spans = [self._spans[sid] for sid in sorted(self._dirty) if sid in self._spans]
@@ -185,15 +185,15 @@ def follow(s: ReplicaSpan, r: ReplicaRecord, now: float) -> None:
         s.ended_at = max(r.failed_at or now, s.created_at)
 
 
-async def accounting_loop(accountant: Accountant) -> None:
-    """The accountant's ticks, every SAMPLE_EVERY_S, for as long as the server runs."""
+async def chargeback_loop(chargeback: Chargeback) -> None:
+    """Chargeback's ticks, every SAMPLE_EVERY_S, for as long as the server runs."""
     while True:
         try:
-            await accountant.tick()
+            await chargeback.tick()
         except StoreError as e:  # unreachable: tried again on the next tick, from the store's mark
-            log.warning("accounting: %s", e)
-            accountant.forget()
+            log.warning("chargeback: %s", e)
+            chargeback.forget()
         except Exception:  # logged and retried from the store, never swallowed silently
-            log.exception("accounting failed")
-            accountant.forget()
+            log.exception("chargeback failed")
+            chargeback.forget()
         await asyncio.sleep(SAMPLE_EVERY_S)

@@ -1,5 +1,5 @@
-"""The control plane's side of leases (wire/lease.py): the token each node's last full report was answered with,
-and each node's desired state kept with its etag, so that a renewal of an unchanged node derives nothing.
+"""The control plane's side of renewals (wire/renewal.py): the token each node's last full report was answered
+with, and each node's desired state kept with its etag, so that a renewal of an unchanged node derives nothing.
 
 A desired state is kept under the versions of everything it is derived from: the replicas (registry.generation),
 the catalog, the hub's resolutions, the revocations; for a node with a shard whose weights are fetched (its plan
@@ -14,15 +14,15 @@ import secrets
 from dataclasses import dataclass
 
 from llmgw.records.state import ReplicaRecord
-from llmgw.wire.lease import LeaseAnswer
 from llmgw.wire.messages import DesiredState
+from llmgw.wire.renewal import RenewalAnswer
 
 Key = tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class Held:
-    """A node's desired state as last derived (its lease token left out), its etag, and what it was derived from:
+class KeptDesired:
+    """A node's desired state as last derived (its renewal token left out), its etag, and what it was derived from:
     `key` None when it must be derived anew every time; `fabric` when its versions include the nodes'."""
 
     key: Key | None
@@ -43,19 +43,19 @@ def drains_here(node_id: str, replicas: list[ReplicaRecord]) -> bool:
 
 
 @dataclass(frozen=True)
-class Renewal:
+class RenewalReply:
     """A renewal's outcome: `why` (words) when the node must send its report whole, else the answer's JSON."""
 
     why: str = ""
     answer: str = ""
 
 
-class Leases:
-    """Per node: the lease token last handed out here, and the desired state last derived."""
+class RenewalTokens:
+    """Per node: the renewal token last handed out here, and the desired state last derived."""
 
     def __init__(self) -> None:
         self._tokens: dict[str, str] = {}
-        self._held: dict[str, Held] = {}
+        self._held: dict[str, KeptDesired] = {}
         self._unchanged: dict[int, str] = {}  # wire version -> the answer "nothing new", made once
 
     def grant(self, node_id: str) -> str:
@@ -66,15 +66,15 @@ class Leases:
     def token(self, node_id: str) -> str | None:
         return self._tokens.get(node_id)
 
-    def held(self, node_id: str, base: Key, fabric: Key) -> Held | None:
+    def held(self, node_id: str, base: Key, fabric: Key) -> KeptDesired | None:
         """The desired state kept for this node, if every version it was derived from is still current."""
         h = self._held.get(node_id)
         if h is None or h.key is None or h.key != (base + fabric if h.fabric else base):
             return None
         return h
 
-    def keep(self, node_id: str, key: Key | None, fabric: bool, desired: DesiredState) -> Held:
-        h = Held(key, fabric, desired, etag_of(desired))
+    def keep(self, node_id: str, key: Key | None, fabric: bool, desired: DesiredState) -> KeptDesired:
+        h = KeptDesired(key, fabric, desired, etag_of(desired))
         self._held[node_id] = h
         return h
 
@@ -82,5 +82,5 @@ class Leases:
         """The answer to a renewal whose etag is current."""
         text = self._unchanged.get(version)
         if text is None:
-            text = self._unchanged[version] = LeaseAnswer(version=version).model_dump_json()
+            text = self._unchanged[version] = RenewalAnswer(version=version).model_dump_json()
         return text

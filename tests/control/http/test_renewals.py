@@ -1,5 +1,5 @@
-"""Lease renewals over real mutual TLS against a real server on SQLite: a node whose report has not changed renews
-its lease, which writes nothing; what the control plane cannot take under a lease is answered SEND_REPORT, words."""
+"""Renewals over real mutual TLS against a real server on SQLite: a node whose report has not changed sends a
+renewal, which writes nothing; a renewal the control plane cannot take is answered SEND_REPORT, with words."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from bench.addresses import loopback
 from llmgw.dev.cluster import ClusterPlan, NodePlan
 from llmgw.pki.ca import renew
 from llmgw.pki.tls import client_context
-from llmgw.wire.lease import LEASE_PATH, MAX_LEASE_BYTES, SEND_REPORT, Lease, LeaseAnswer, ShardLoad
 from llmgw.wire.messages import DesiredState, Hardware, NodeReport
+from llmgw.wire.renewal import MAX_RENEWAL_BYTES, RENEWAL_PATH, SEND_REPORT, Renewal, RenewalAnswer, ShardLoad
 from tests.harness import InProcessServer, aget, await_until, plan
 
 HOST_A, HOST_B = loopback(), loopback()  # the addresses this module's tests name (bench/addresses.py)
@@ -57,8 +57,8 @@ async def full(p: ClusterPlan, rep: NodeReport) -> DesiredState:
     return DesiredState.model_validate_json(text)
 
 
-async def renewal(p: ClusterPlan, node: str, lease: str, etag: str = "", **kw: Any) -> tuple[int, str]:
-    return await post(p, node, LEASE_PATH, Lease(node_id=node, lease=lease, etag=etag, **kw).model_dump_json())
+async def renewal(p: ClusterPlan, node: str, token: str, etag: str = "", **kw: Any) -> tuple[int, str]:
+    return await post(p, node, RENEWAL_PATH, Renewal(node_id=node, token=token, etag=etag, **kw).model_dump_json())
 
 
 def db(p: ClusterPlan) -> sqlite3.Connection:
@@ -80,18 +80,18 @@ async def state_of(p: ClusterPlan, node: str) -> str:
 async def test_an_unchanged_node_renews_and_reports_without_a_store_write(cluster: ClusterPlan) -> None:
     async with InProcessServer(cluster):
         d = await full(cluster, report("node01"))
-        assert d.lease and d.etag
+        assert d.renewal_token and d.etag
         body = await await_until(lambda: stored(cluster, "node01")[0], 10, "node01 written")
         before = stored(cluster, "node01")
         for _ in range(8):
-            status, text = await renewal(cluster, "node01", d.lease, d.etag)
+            status, text = await renewal(cluster, "node01", d.renewal_token, d.etag)
             assert status == 200, text
-            assert LeaseAnswer.model_validate_json(text).desired is None
+            assert RenewalAnswer.model_validate_json(text).desired is None
         view = await aget(cluster, "/api/nodes/node01")
         assert view["last_seen"] > json.loads(body)["last_seen"], "the view says when it was last heard: renewed"
         # the report whole again, free memory moved within a step: kept in memory, not written
         again = await full(cluster, report("node01", free=GiB + 2**20))
-        assert again.lease != d.lease and again.etag == d.etag
+        assert again.renewal_token != d.renewal_token and again.etag == d.etag
         await full(cluster, report("node02", address=HOST_B))  # written by the next pass
         await await_until(lambda: stored(cluster, "node02")[0], 10, "node02 written")
         assert stored(cluster, "node01") == before, "an unchanged node's record and events are as they were"
@@ -107,14 +107,14 @@ async def test_a_node_that_only_renews_stays_live_and_one_that_stops_is_lost(clu
         d2 = await full(cluster, report("node02", address=HOST_B))
 
         async def renewing_until_lost() -> bool:
-            status, text = await renewal(cluster, "node01", d1.lease, d1.etag)
+            status, text = await renewal(cluster, "node01", d1.renewal_token, d1.etag)
             assert status == 200, text
             return await state_of(cluster, "node02") == "lost"
 
         await await_until(renewing_until_lost, 15, "node02 lost while node01 renews", interval=0.4)
         assert await state_of(cluster, "node01") == "live", "renewals alone keep a node live"
         # a lost node's renewal is refused: its return goes through its report, and is logged
-        status, text = await renewal(cluster, "node02", d2.lease, d2.etag)
+        status, text = await renewal(cluster, "node02", d2.renewal_token, d2.etag)
         assert status == SEND_REPORT and json.loads(text)["report"] is True
         assert "is lost here" in json.loads(text)["error"]
         await full(cluster, report("node02", address=HOST_B))
@@ -124,15 +124,15 @@ async def test_a_node_that_only_renews_stays_live_and_one_that_stops_is_lost(clu
 async def test_after_a_restart_a_renewal_is_told_to_send_its_report_which_is_taken(cluster: ClusterPlan) -> None:
     async with InProcessServer(cluster):
         d = await full(cluster, report("node01"))
-        assert (await renewal(cluster, "node01", d.lease, d.etag))[0] == 200
+        assert (await renewal(cluster, "node01", d.renewal_token, d.etag))[0] == 200
     async with InProcessServer(cluster):
-        status, text = await renewal(cluster, "node01", d.lease, d.etag)
+        status, text = await renewal(cluster, "node01", d.renewal_token, d.etag)
         assert status == SEND_REPORT, text
         answer = json.loads(text)
         assert answer["report"] is True and "holds no report of it" in answer["error"]
         d2 = await full(cluster, report("node01", free=2 * GiB))
-        assert d2.lease != d.lease
-        status, text = await renewal(cluster, "node01", d2.lease, d2.etag)
+        assert d2.renewal_token != d.renewal_token
+        status, text = await renewal(cluster, "node01", d2.renewal_token, d2.etag)
         assert status == 200, text
 
 
@@ -144,11 +144,11 @@ async def test_a_renewal_the_server_cannot_take_is_answered_send_report_with_wor
         status, text = await renewal(cluster, "node01", "another-servers-token", d.etag)
         assert status == SEND_REPORT and "is not the one this control plane last gave it" in json.loads(text)["error"]
         renew(cluster.workdir / "pki", "node01")  # the node speaks with a new certificate from now on
-        status, text = await renewal(cluster, "node01", d.lease, d.etag)
+        status, text = await renewal(cluster, "node01", d.renewal_token, d.etag)
         assert status == SEND_REPORT and "certificate" in json.loads(text)["error"], text
         d = await full(cluster, report("node01"))
         rec = await aget(cluster, "/api/nodes/node01")
-        status, text = await renewal(cluster, "node01", d.lease, d.etag)
+        status, text = await renewal(cluster, "node01", d.renewal_token, d.etag)
         assert status == 200, text
         assert rec["cert_serial"] and (await aget(cluster, "/api/nodes/node01"))["cert_serial"] == rec["cert_serial"]
 
@@ -157,11 +157,12 @@ async def test_a_renewal_with_a_stale_etag_gets_the_desired_state_and_loads_go_t
         cluster: ClusterPlan) -> None:
     async with InProcessServer(cluster):
         d = await full(cluster, report("node01"))
-        status, text = await renewal(cluster, "node01", d.lease, "stale",
+        status, text = await renewal(cluster, "node01", d.renewal_token, "stale",
                                      loads=[ShardLoad(replica_id="m-1", rank=0)])
         assert status == 200, text
-        got = LeaseAnswer.model_validate_json(text).desired
-        assert got is not None and got.etag == d.etag and got.lease == d.lease and got.node_id == "node01"
+        got = RenewalAnswer.model_validate_json(text).desired
+        assert got is not None and got.etag == d.etag and got.renewal_token == d.renewal_token
+        assert got.node_id == "node01"
 
 
 @pytest.mark.parametrize(
@@ -173,7 +174,7 @@ async def test_a_renewal_with_a_stale_etag_gets_the_desired_state_and_loads_go_t
         (json.dumps({"node_id": "node01", "lease": ""}).encode(), 422, "lease"),
         (json.dumps({"node_id": "node01", "lease": "x", "extra": 1}).encode(), 422, "extra"),
         (json.dumps({"node_id": "node02", "lease": "x"}).encode(), 403, "may not renew node 'node02'"),
-        (json.dumps({"node_id": "node01", "lease": "x", "etag": "e" * (MAX_LEASE_BYTES + 1)}).encode(), 413,
+        (json.dumps({"node_id": "node01", "lease": "x", "etag": "e" * (MAX_RENEWAL_BYTES + 1)}).encode(), 413,
          "over the limit"),
     ],
 )
@@ -182,11 +183,11 @@ async def test_hostile_renewals_are_refused_in_the_envelope_and_change_nothing(
     async with InProcessServer(cluster):
         d = await full(cluster, report("node01"))
         rows = await aget(cluster, "/api/nodes")
-        got, text = await post(cluster, "node01", LEASE_PATH, body)
+        got, text = await post(cluster, "node01", RENEWAL_PATH, body)
         assert got == status and words in json.loads(text)["error"] + text, text
         assert len(text) < 20_000
         assert await aget(cluster, "/api/nodes") == rows
-        assert (await renewal(cluster, "node01", d.lease, d.etag))[0] == 200, "the lease still stands"
+        assert (await renewal(cluster, "node01", d.renewal_token, d.etag))[0] == 200, "the renewal token still stands"
 
 
 async def test_an_oversize_renewal_without_a_length_is_refused_too(cluster: ClusterPlan) -> None:
@@ -195,10 +196,10 @@ async def test_an_oversize_renewal_without_a_length_is_refused_too(cluster: Clus
 
     async def chunks() -> AsyncIterator[bytes]:
         yield b'{"node_id": "node01", "lease": "x", "etag": "'
-        for _ in range(MAX_LEASE_BYTES // 4096 + 1):
+        for _ in range(MAX_RENEWAL_BYTES // 4096 + 1):
             yield b"e" * 4096
         yield b'"}'
 
     async with InProcessServer(cluster):
-        status, text = await post(cluster, "node01", LEASE_PATH, chunks())
+        status, text = await post(cluster, "node01", RENEWAL_PATH, chunks())
         assert status == 413 and "over the limit" in json.loads(text)["error"], text

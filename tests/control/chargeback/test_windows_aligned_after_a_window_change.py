@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.config.chargeback import ChargebackConfig
-from llmgw.control.accounting.accounting import Accountant
+from llmgw.control.chargeback.chargeback import Chargeback
 from llmgw.core.clock import FakeClock
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.store.base import UsageRecord
@@ -27,13 +27,13 @@ async def test_a_new_window_length_realigns_windows_at_the_mark(tmp_path: Path) 
                                                                           gpus=[0])])])
     p.store.add_usage([UsageRecord(key_id="A", model="m", replica_id="r1", prompt_tokens=1, completion_tokens=1,
                                    started_at=T0, duration_s=1, status=200)])  # it served A: its idle time is A's
-    tens = Accountant(ChargebackConfig(window=10, settle_after=0), p.storage, p.leadership, p.registry, clock)
+    tens = Chargeback(ChargebackConfig(window=10, settle_after=0), p.storage, p.leadership, p.registry, clock)
     await tens.tick()
-    clock.advance(10)  # the last 10 s of the hour are not accounted yet
+    clock.advance(10)  # the last 10 s of the hour are not charged yet
     while await tens.tick():
         pass
     assert p.store.charge_mark() == T0 + 3600 - 10
-    twenties = Accountant(ChargebackConfig(window=20, settle_after=0), p.storage, p.leadership, p.registry, clock)
+    twenties = Chargeback(ChargebackConfig(window=20, settle_after=0), p.storage, p.leadership, p.registry, clock)
     clock.advance(50)
     await twenties.tick()
     assert p.store.charge_mark() == T0 + 3600 + 40, "windows go on from multiples of the new length"
