@@ -73,7 +73,7 @@ def test_fetch_leaders_does_not_grow_with_every_fabric_name_ever_reported(tmp_pa
     p = plane(tmp_path, "n1")
     for i in range(200):
         p.heartbeats.heartbeat(report("n1", [f"ib-{i}-{j}" for j in range(16)]))
-    leaders = p.heartbeats.fetch_leaders
+    leaders = p.heartbeats.fetch_leaders.leaders
     assert len(leaders) <= 16, f"{len(leaders)} leaders remembered for one node and one file"
 
 

@@ -14,10 +14,10 @@ from llmgw.config.server import ServerConfig
 from llmgw.control.activity.activity import Activity
 from llmgw.control.hub.hub_models import HubModels
 from llmgw.control.nodes.desired import desired_for, draining
+from llmgw.control.nodes.fetch_leaders import FetchLeaders
 from llmgw.control.nodes.registry import Registry, merge_report
 from llmgw.control.nodes.renewal_tokens import KeptDesired, RenewalReply, RenewalTokens, drains_here
 from llmgw.control.nodes.sleep_refusals import SleepRefusals
-from llmgw.control.nodes.weights import Leaders, plans_for, prune
 from llmgw.control.storage.storage import Storage
 from llmgw.control.tenants.credentials import Credentials
 from llmgw.core.buckets import Buckets
@@ -66,10 +66,7 @@ class Heartbeats:
         self._kick = kick
         self._hub = hub
         self._refusals = refusals or SleepRefusals()  # read: where an engine starts without sleep mode
-        # who fetches each remote file from its origin, per fabric (control/nodes/weights.py); soft state: after a
-        # restart it is read again from what the nodes report fetching
-        self.fetch_leaders: Leaders = {}
-        self._leaders_version = 0  # bumped when fetch_leaders change: plans derived before may name another
+        self.fetch_leaders = FetchLeaders()  # who fetches each remote file from its origin, per fabric
         self.renewal_tokens = RenewalTokens()  # tokens and the desired states kept (control/nodes/renewal_tokens.py)
         # per node, the record this server last made of a report and that report's digest: the digest stands for
         # the record the registry holds only while it is that record (another server's, a loss, replace it)
@@ -141,21 +138,14 @@ class Heartbeats:
         (control/nodes/renewal_tokens.py)."""
         reg = self._registry
         base = (reg.generation, reg.catalog_version, self._hub.version, self._credentials.revocations_version)
-        fabric = (reg.nodes_version, self._leaders_version)
+        fabric = (reg.nodes_version, self.fetch_leaders.version)
         held = self.renewal_tokens.held(node_id, base, fabric)
         if held is not None:
             return held
         models = self._hub.pinned(reg.models)  # a hub model's shards name its resolved commit
         replicas = list(reg.replicas.values())
         revoked = frozenset(self._credentials.revoked_nodes) | frozenset(self._credentials.revoked_serials)
-        plans, chosen = plans_for(node_id, reg.nodes, replicas, models, self.fetch_leaders, revoked,
-                                  self._hub.plans())
-        if chosen:
-            sources = {m.source for m in models.values()} | {a.source for m in models.values() for a in m.adapters}
-            leaders = prune({**self.fetch_leaders, **chosen}, reg.nodes, sources)
-            if leaders != self.fetch_leaders:
-                self.fetch_leaders = leaders
-                self._leaders_version += 1
+        plans = self.fetch_leaders.plans(node_id, reg.nodes, replicas, models, revoked, self._hub.plans())
         drains = drains_here(node_id, replicas)
         drain = draining(replicas, self._activity.outstanding(), self.clock.now(), self.cfg.drain_timeout) if drains \
             else set()
@@ -165,7 +155,7 @@ class Heartbeats:
         )
         desired.revoked = self._credentials.revoked()
         # the versions as they are now, after this derivation moved the fetch leaders (its own choice is in it)
-        fabric = (reg.nodes_version, self._leaders_version)
+        fabric = (reg.nodes_version, self.fetch_leaders.version)
         return self.renewal_tokens.keep(node_id, None if drains else base + (fabric if plans else ()), bool(plans),
                                         desired)
 
