@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import sys
 import tempfile
@@ -31,15 +32,31 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.recording import Recording, RecordingStore, seeded_secrets
-from llmgw.api.router import Activity as Report
 from llmgw.config.server import EvictionConfig, ModelSpec, Profile, Scaling, ServerConfig, TLSFiles
 from llmgw.config.serving import SleepConfig
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.store.base import Store
 from llmgw.store.sqlite import SqliteStore
-from llmgw.wire.lease import Lease, LeaseAnswer
 from llmgw.wire.messages import GPU, DesiredState, EngineStatus, Fabric, Hardware, NodeReport, ShardState
+
+
+def _named(*where: tuple[str, str]) -> Any:
+    """The first of these (module, name) that exists: the recording runs on trees before a renaming and after."""
+    for module, name in where:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError(f"none of {where}")
+
+
+# renamed when each concept got one word (a node's lease is a renewal; the router's report of its activity)
+Report = _named(("llmgw.api.router", "ActivityReport"), ("llmgw.api.router", "Activity"))
+Renewal = _named(("llmgw.wire.renewal", "Renewal"), ("llmgw.wire.lease", "Lease"))
+RenewalAnswer = _named(("llmgw.wire.renewal", "RenewalAnswer"), ("llmgw.wire.lease", "LeaseAnswer"))
+UNUSED = "stop_unused_after" if "stop_unused_after" in Scaling.model_fields else "idle_timeout"
+TOKEN = "renewal_token" if "renewal_token" in DesiredState.model_fields else "lease"
 
 GiB = 2**30
 SEED = 7
@@ -49,16 +66,18 @@ ROUTER = "worker-1"  # the router process whose reports the scenario sends
 
 def spec(name: str, gpus: int, lo: int, hi: int, **kw: Any) -> ModelSpec:
     nodes, cls, sleep = kw.pop("nodes", 1), kw.pop("cls", "H100-80G"), kw.pop("sleep", None)
+    if "unused" in kw:
+        kw[UNUSED] = kw.pop("unused")
     return ModelSpec(name=name, source=f"/models/{name}", engine="sim", sleep=sleep,
                      profile=Profile(gpus_per_shard=gpus, nodes=nodes, gpu_class=cls),
                      scaling=Scaling(min=lo, max=hi, **kw))
 
 
 CATALOG = [
-    spec("chat", 4, 1, 2, idle_timeout=600.0, target_in_flight=2.0, scale_up_after=6.0, scale_down_after=30.0),
-    spec("coder", 4, 0, 1, idle_timeout=90.0, cls="L40S"),
-    spec("sleepy", 2, 0, 1, idle_timeout=45.0, sleep=SleepConfig(level=1, min_stay=20.0)),
-    spec("batch", 4, 0, 1, idle_timeout=60.0, cls="L40S"),  # fits only where an idle replica is evicted for it
+    spec("chat", 4, 1, 2, unused=600.0, target_in_flight=2.0, scale_up_after=6.0, scale_down_after=30.0),
+    spec("coder", 4, 0, 1, unused=90.0, cls="L40S"),
+    spec("sleepy", 2, 0, 1, unused=45.0, sleep=SleepConfig(level=1, min_stay=20.0)),
+    spec("batch", 4, 0, 1, unused=60.0, cls="L40S"),  # fits only where an idle replica is evicted for it
     spec("big", 8, 1, 1, nodes=2),  # two whole nodes of one fabric
     spec("huge", 16, 1, 1),  # more GPUs than any node has: never placed, explained once
 ]
@@ -98,20 +117,20 @@ class Agent:
     def beat(self, plane: ControlPlane, rec: Recording) -> None:
         now = self.base.model_copy(update={"shards": list(self.shards.values())})  # in the order first desired
         if self._lease and now == self._sent:
-            lease = Lease(node_id=self.id, lease=self._lease, etag=self._etag, loads=[])
-            got = plane.heartbeats.renew(lease, "", None)
+            renewal = Renewal.model_validate({"node_id": self.id, "lease": self._lease, "etag": self._etag})
+            got = plane.heartbeats.renew(renewal, "", None)
             if not got.why:  # renewed: a desired state when it changed, else "unchanged"
-                self._converge(LeaseAnswer.model_validate_json(got.answer).desired, "renewal", rec)
+                self._converge(RenewalAnswer.model_validate_json(got.answer).desired, "renewal", rec)
                 return
             rec.add("renewal refused", {"node": self.id, "why": got.why})
         desired = plane.heartbeats.heartbeat(now)
-        self._sent, self._lease = now, desired.lease
+        self._sent, self._lease = now, getattr(desired, TOKEN)
         self._converge(desired, "report", rec)
 
     def _converge(self, desired: DesiredState | None, via: str, rec: Recording) -> None:
         if desired is not None:
             self._etag = desired.etag
-            shown = desired.model_dump(exclude={"lease", "etag"})
+            shown = desired.model_dump(exclude={TOKEN, "etag"})
             if shown != self._desired:
                 self._desired = shown
                 rec.add("answer", {"node": self.id, "via": via, "desired": shown})
@@ -162,7 +181,8 @@ class Scenario:
         passes = self.plane.passes
         kicked = passes.take_kick()
         intents = passes.reconcile_once()
-        self.plane.accountant.sample_now()
+        # chargeback's owner (named the accountant before its words were made one)
+        (getattr(self.plane, "chargeback", None) or getattr(self.plane, "accountant")).sample_now()
         demand = sorted(self.plane.activity.demand)  # models asked for: only the catalog's count
         self.rec.add("pass", {"at": self.clock.now(), "kicked": kicked, "demand": demand, "intents": intents})
 
