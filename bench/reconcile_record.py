@@ -182,7 +182,8 @@ class Scenario:
         kicked = passes.take_kick()
         intents = passes.reconcile_once()
         # chargeback's owner (named the accountant before its words were made one)
-        (getattr(self.plane, "chargeback", None) or getattr(self.plane, "accountant")).sample_now()
+        owner = "chargeback" if hasattr(self.plane, "chargeback") else "accountant"
+        getattr(self.plane, owner).sample_now()
         demand = sorted(self.plane.activity.demand)  # models asked for: only the catalog's count
         self.rec.add("pass", {"at": self.clock.now(), "kicked": kicked, "demand": demand, "intents": intents})
 
