@@ -96,6 +96,11 @@ class _PgTx:
         if rows:
             self.cur.executemany(_pg(sql), rows)
 
+    def serialize(self, key: int) -> None:
+        """A transaction-scoped advisory lock: READ COMMITTED takes a snapshot per statement, so what follows it
+        sees every write of the transaction that held the lock before."""
+        self.cur.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+
     def one(self, sql: str, args: Sequence[object] = ()) -> Row | None:
         self.cur.execute(_pg(sql), tuple(args))
         return self.cur.fetchone()

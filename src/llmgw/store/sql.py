@@ -28,7 +28,7 @@ from llmgw.store.base import (
     sum_by_hour,
 )
 from llmgw.store.chargeback_sql import ChargebackSql
-from llmgw.store.tx import Row, Tx, _fence
+from llmgw.store.tx import CATALOG, Row, Tx, _fence
 from llmgw.wire.hub import Resolution
 
 log = logging.getLogger(__name__)
@@ -145,9 +145,7 @@ class SqlStore(ChargebackSql):
     # catalog
     def put_models(self, models: list[ModelSpec]) -> None:
         with self._tx() as tx:
-            tx.run("DELETE FROM models")
-            tx.run_many("INSERT INTO models (name, position, body) VALUES (?, ?, ?)",
-                        [(m.name, i, m.model_dump_json()) for i, m in enumerate(models)])
+            write_catalog(tx, models)
 
     def list_models(self) -> list[ModelSpec]:
         rows = self._rows("SELECT body FROM models ORDER BY position")
@@ -353,6 +351,15 @@ def _resolution(body: str) -> Resolution | None:
 
 EXTEND = "UPDATE leader SET expires_at = ? WHERE id = 1 AND holder = ? AND epoch = ?"
 TAKE = "UPDATE leader SET holder = ?, epoch = epoch + 1, expires_at = ? WHERE id = 1 AND expires_at < ?"
+
+
+def write_catalog(tx: Tx, models: list[ModelSpec]) -> None:
+    """The catalog replaced by `models`. Servers starting at once each write theirs: one after the other, each
+    whole (interleaved, the second's insert of a name waited on the first's and then broke the unique name)."""
+    tx.serialize(CATALOG)
+    tx.run("DELETE FROM models")
+    tx.run_many("INSERT INTO models (name, position, body) VALUES (?, ?, ?)",
+                [(m.name, i, m.model_dump_json()) for i, m in enumerate(models)])
 
 
 def _bump(tx: Tx, name: str) -> int:

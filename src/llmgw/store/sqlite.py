@@ -155,6 +155,9 @@ class _SqliteTx:
     def run_many(self, sql: str, rows: list[Sequence[object]]) -> None:
         self.db.executemany(sql, rows)
 
+    def serialize(self, key: int) -> None:
+        """Nothing to do: a write transaction here began with BEGIN IMMEDIATE, which one connection holds at a time."""
+
     def one(self, sql: str, args: Sequence[object] = ()) -> Row | None:
         row: Row | None = self.db.execute(sql, tuple(args)).fetchone()
         return row

@@ -16,6 +16,11 @@ class Tx(Protocol):
     def run(self, sql: str, args: Sequence[object] = ()) -> int: ...  # rows affected
     def run_many(self, sql: str, rows: list[Sequence[object]]) -> None: ...
     def one(self, sql: str, args: Sequence[object] = ()) -> Row | None: ...
+    def serialize(self, key: int) -> None: ...  # until this transaction ends, others that ask for `key` wait
+
+
+# keys of serialize(): writes that replace a whole table, so that two at once cannot interleave
+CATALOG = 7_331_002
 
 
 def _fence(tx: Tx, epoch: int | None) -> None:
