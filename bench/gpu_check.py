@@ -43,6 +43,10 @@ class Failed(Exception):
     """The check could not go on; the words say what was awaited and what was seen."""
 
 
+class DeadlineReached(Failed):
+    """The script's deadline came while waiting: exit 124, as the script's own watchdog would."""
+
+
 @dataclass
 class Stream:
     """One streamed completion: when it was sent, its first and last tokens (time.time()), and how many came."""
@@ -69,7 +73,7 @@ def wait_for(cond: Callable[[], Any], deadline: float, what: str, seen: Callable
         except (OSError, ValueError, KeyError) as e:
             last = f"{type(e).__name__}: {e}"
         time.sleep(0.2)
-    raise Failed(f"timed out waiting for {what}; {seen() or last or 'nothing seen'}")
+    raise DeadlineReached(f"the deadline came while waiting for {what}; {seen() or last or 'nothing seen'}")
 
 
 @contextmanager
@@ -313,7 +317,9 @@ def main() -> None:
         r = check(a)
     except Failed as e:
         write_out(a.out, "gpu-check-summary.txt", f"== llmgw GPU check FAILED ==\n{e}\n")
-        raise SystemExit(f"gpu-check: {e}") from None
+        print(f"gpu-check: {e}", file=sys.stderr, flush=True)
+        # the deadline the watchdog holds too (with no margin before it on a short one): the same exit either way
+        raise SystemExit(124 if isinstance(e, DeadlineReached) else 1) from None
     text = summary(a, r)
     print(text, flush=True)
     write_out(a.out, "gpu-check-summary.txt", text + "\n")

@@ -241,10 +241,17 @@ run() {
     glibc=$(ldd --version 2>&1 | head -1 | grep -o '[0-9]\+\.[0-9]\+$' || true)
     model
     step="running the cluster and measuring (bench/gpu_check.py)"
+    local rc=0
     in_session "$py" -m bench.gpu_check --work "$work" --archive "$archive" --version "$version" --cuda "$cuda" \
         --glibc "$glibc" --bin "$bin" --model "$work/model.gguf" --model-name "$source_name" --started "$started" \
         --deadline "$((t0 + deadline - (deadline > 60 ? 15 : 0)))" --build-seconds "$built_s" --build "$how" \
-        --tokens "${LLMGW_GPU_CHECK_TOKENS:-256}" --out "${OUT:-}"
+        --tokens "${LLMGW_GPU_CHECK_TOKENS:-256}" --out "${OUT:-}" || rc=$?
+    # the bench gives up at the deadline itself (15 s before it when there is room, to say what it waited for):
+    # its 124 is the deadline's, said as the watchdog says it
+    if [ "$rc" = 124 ]; then
+        say "deadline of ${deadline}s reached: stopping"
+    fi
+    return "$rc"
 }
 
 case "${1:-run}" in

@@ -120,3 +120,22 @@ def test_at_its_deadline_it_stops_and_leaves_nothing_running(tmp_path: Path) -> 
     assert run.code == 124, run.stdout[-3000:] + run.stderr[-5000:]
     assert "deadline of 12s reached" in run.stderr
     assert left_behind(tmp_path / "work") == []
+
+
+def test_its_measurement_reaching_the_deadline_is_the_deadline(tmp_path: Path) -> None:
+    """The measuring step gives up at the script's deadline itself, on a short deadline at the same moment as the
+    watchdog: a CI run saw it first, waiting for the control plane, and exit 1 ("timed out") where the deadline's
+    exit is 124. Here its deadline has passed as it begins."""
+    (tmp_path / "release").mkdir()
+    archive, model = tmp_path / "release" / "llama.tar.gz", tmp_path / "model.gguf"
+    archive.write_bytes(b"not an archive: nothing gets as far as installing it")
+    model.write_bytes(b"GGUF")
+    now = time.time()
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_check", "--work", str(tmp_path / "work"), "--archive", str(archive),
+         "--version", "b1", "--cuda", "13.0", "--bin", str(tmp_path), "--model", str(model), "--started", str(now),
+         "--deadline", str(now)],
+        capture_output=True, text=True, timeout=60, cwd=SCRIPTS.parent)
+    assert run.returncode == 124, run.stderr[-3000:]
+    assert "the deadline came while waiting for the control plane" in run.stderr, run.stderr[-3000:]
+    assert left_behind(tmp_path / "work") == []
