@@ -52,10 +52,12 @@ typecheck: $(BIN)/.installed
 # and subnets); the time per test directory lands in test-artifacts/durations-{unit,real}.txt (tests/timing.py).
 # The real tier waits about half its time (engines loading, deadlines, outages), so it runs two workers per core:
 # measured on 2 cores, 11.6 min with 2 workers, 9.3 with 4 (docs/benchmarks.md). The unit tier works, one per core.
+# --dist loadgroup: a module whose tests share a fixture that starts processes (a machine with the release installed,
+# a cluster) is marked xdist_group and runs on one worker, so the fixture starts once, not once per worker.
 TEST_WORKERS ?= $(shell nproc)
 REAL_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
 test: check
-	$(BIN)/pytest -q -p no:cacheprovider -n $(REAL_WORKERS) --real
+	$(BIN)/pytest -q -p no:cacheprovider -n $(REAL_WORKERS) --dist loadgroup --real
 
 # lint, types and the unit tier: no test marked `real`, and any test left that starts a process fails
 check: lint typecheck unit

@@ -28,6 +28,9 @@ from tests.integration.conftest import dump_logs
 from tests.integration.test_engine_install import ctl_json
 from tests.tools import unavailable
 
+# its tests share a module fixture that starts processes: one worker runs them all (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("dashboard")
+
 XID = "Xid 79: GPU has fallen off the bus"
 CHROMIUM = "/usr/bin/chromium"
 STREAMS = 3

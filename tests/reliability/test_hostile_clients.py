@@ -24,6 +24,9 @@ from tests.harness import free_port, plan, wait_until
 from tests.integration.forger import HostileNode
 from tests.reliability.figures import record
 
+# its tests share a module fixture that starts processes: one worker runs them all (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("hostile_clients")
+
 HEADER_TIMEOUT = 2.0
 IDLE = 2000
 MARGIN = 2.0  # a deadline's timer, the event loop's turn and this test's polling

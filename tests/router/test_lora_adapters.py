@@ -23,7 +23,8 @@ from tests.router.fakes import FakeState
 from tests.router.lora import base_model_file, llama_with_adapters, make_adapter
 
 # the fixture writes a LoRA adapter and runs a real llama-server (tests/tiers.py: not in the unit tier)
-pytestmark = pytest.mark.real
+# its tests share a module fixture that starts processes: one worker runs them all (make test: --dist loadgroup)
+pytestmark = [pytest.mark.real, pytest.mark.xdist_group("lora_adapters")]
 
 BASE, PIRATE, LEGAL = "smollm2", "smollm2-pirate", "smollm2-legal"
 PROMPT = [{"role": "user", "content": "Say hello"}]

@@ -16,6 +16,9 @@ import pytest
 from tests.scripts.machine import Machine
 from tests.scripts.onboarding_kit import SCRIPTS, inside, need_machine, node_pki, node_python, started, unpack_bundle
 
+# its tests share a module fixture that starts processes: one worker runs them all (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("install_node")
+
 
 def test_the_upgrade_hand_over_signals_only_the_agent_not_its_engines() -> None:
     """install-node.sh hands a running agent over with SIGUSR2 to its main process only: its engines share its

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from llmgw.pki.ca import init_ca
 from tests.scripts.machine import Machine
 from tests.scripts.onboarding_kit import (
@@ -21,6 +23,9 @@ from tests.scripts.onboarding_kit import (
     ssh_wrapper,
     started,
 )
+
+# its tests share a module fixture that starts processes: one worker runs them all (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("onboard_node_failures")
 
 DOCUMENTED_ONBOARD_CODES = {0, 2, 3, 4, 5}
 

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from cryptography import x509
 
@@ -18,6 +19,9 @@ from tests.harness import plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.scripts.machine import Machine
 from tests.scripts.onboarding_kit import SCRIPTS, booted, node_python, script_env, started
+
+# its tests share a module fixture that starts processes: one worker runs them all (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("onboarding")
 
 
 class Script:
