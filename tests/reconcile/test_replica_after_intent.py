@@ -17,7 +17,7 @@ T0, NOW = 1_000.0, 2_000.0
 
 
 def record() -> ReplicaRecord:
-    return after(None, Add("m-1", "m", 2, "secret"), T0)
+    return after(None, Add("m-1", "m", 1, "secret"), T0)
 
 
 def cond(r: ReplicaRecord, t: ConditionType) -> tuple[Status, Reason, str, float]:
@@ -37,7 +37,7 @@ def test_a_placed_replica_holds_its_shards_and_starts() -> None:
     shards = (ShardAssignment(rank=0, node_id="n1", address="10.0.0.1", gpus=[0]),
               ShardAssignment(rank=1, node_id="n2", address="10.0.0.2", gpus=[0]))
     chosen = Explanation(model="m", at=NOW, placed=True, nodes_evaluated=2)
-    r = after(record(), Place("m-1", shards, chosen, 2), NOW)
+    r = after(record(), Place("m-1", shards, chosen, 2), NOW)  # its profile now asks for two nodes
     assert r.assignments == list(shards) and r.explanation == chosen and r.shards_expected == 2
     assert cond(r, ConditionType.Scheduled) == (Status.TRUE, Reason.Placed, "on n1, n2", NOW)
     assert cond(r, ConditionType.Ready) == (Status.FALSE, Reason.ShardsStarting, "placed", NOW)

@@ -59,6 +59,8 @@ def test_past_the_bucket_limit_the_oldest_bucket_is_merged_into_the_next_and_not
     assert figures(s.since(2)) == pytest.approx((15.0, 1.5))  # bucket 1 is in bucket 2 now
     assert figures(s.since(3)) == pytest.approx((12.0, 1.2))
     assert figures(s.since(0)) == pytest.approx((15.0, 1.5))
+    assert s.drop_before(3)  # the merged bucket dropped whole: what it took in goes with it
+    assert figures(s.since(0)) == pytest.approx((12.0, 1.2))
 
 
 def test_when_the_mark_moves_settled_time_before_its_bucket_is_dropped_and_the_rest_kept() -> None:
