@@ -29,6 +29,11 @@ def test_a_request_reserves_its_tokens_time_on_all_of_a_replicas_gpus() -> None:
     assert bound(1_000, Size(gpus=0, rate=0.0), 100.0) == GpuUse(10.0, 0.0)  # a CPU engine counts as one device
 
 
+def test_a_request_reserving_no_tokens_reserves_nothing() -> None:
+    assert bound(0, EIGHT_H100, 50.0) == GpuUse(0.0, 0.0)
+    assert bound(-5, EIGHT_H100, 50.0) == GpuUse(0.0, 0.0)
+
+
 def test_a_request_is_settled_at_its_gpus_times_how_long_it_ran() -> None:
     assert of_seconds(EIGHT_H100, 2.5) == GpuUse(20.0, 0.02)
     assert of_seconds(EIGHT_H100, -1.0) == GpuUse(0.0, 0.0)
@@ -38,7 +43,7 @@ def test_a_key_within_its_gpu_budget_is_admitted_and_one_past_it_refused_with_th
     lim = KeyLimits(gpu_budget=1_000.0, budget_period="day")
     assert check(lim, GpuUse(700.0), GpuUse(140.0), GpuUse(160.0), NOON, "USD").admitted  # exactly 1000
     d = check(lim, GpuUse(700.0), GpuUse(140.0), GpuUse(160.5), NOON, "USD")
-    assert not d.admitted and d.refusal == LimitRefusal.Quota and d.retry_after is None
+    assert d.admitted is False and d.refusal == LimitRefusal.Quota and d.retry_after is None
     assert d.message == ("GPU budget spent: 840.00 of 1000 GPU-seconds this day are charged or held by requests in "
                          "flight, 160.00 left, and this request may cost up to 160.50; it renews in 12h0m0s")
 

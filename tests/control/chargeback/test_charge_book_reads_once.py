@@ -42,3 +42,13 @@ async def test_the_store_is_asked_once_per_refresh_failing_or_not(tmp_path: Path
     clock.advance(REFRESH)
     await book.charges_by_key(plane.storage, since, {"k1": "team"})
     assert len(asked) == 3
+
+
+async def test_views_while_the_store_has_been_out_since_start_show_no_charges(tmp_path: Path) -> None:
+    clock = FakeClock()
+    plane = plane_in(tmp_path, clock)
+    plane.storage.store.close()  # out before the first read
+    book = ChargeBook("EUR")
+    for _ in range(2):  # the failed read, then a view before the next try
+        shown = await book.charges_by_key(plane.storage, clock.now() - 3600, {})
+        assert (shown.currency, shown.keys) == ("EUR", [])

@@ -96,6 +96,26 @@ async def test_a_request_running_across_windows_is_carried_and_read_again_by_a_n
     assert charged(plane) == {"A": (8.0, 0.0, 52.0)}
 
 
+async def test_a_request_started_in_a_later_window_is_charged_in_it(plane: ControlPlane) -> None:
+    acc = chargeback_of(plane)
+    clock(plane).advance(15)
+    assert await acc.tick() == 1  # the first window: nobody
+    plane.store.add_usage([usage("A", T0 + 12, 2)])
+    clock(plane).advance(10)
+    assert await acc.tick() == 1
+    assert charged(plane)["A"][0] == 4.0  # 2 GPUs for 2 s
+
+
+async def test_a_request_running_longer_than_settle_after_is_carried_through_every_window(
+        plane: ControlPlane) -> None:
+    plane.store.add_usage([usage("A", T0 + 1, 20)])  # landed before its windows were charged (a leader behind)
+    acc = chargeback_of(plane)
+    for _ in range(3):
+        clock(plane).advance(10 if plane.store.charge_mark() else 15)
+        assert await acc.tick() == 1
+    assert charged(plane)["A"][0] == 40.0  # 2 GPUs for its 20 s, over three windows
+
+
 async def test_nothing_is_charged_twice_when_another_step_accounted_first(plane: ControlPlane) -> None:
     acc = chargeback_of(plane)
     plane.store.add_usage([usage("A", T0, 1)])
