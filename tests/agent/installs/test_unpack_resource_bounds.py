@@ -27,9 +27,11 @@ def pax_body_archive(body: bytes) -> bytes:
     return gzip.compress(raw, 9)
 
 
-async def longest_freeze(work: Awaitable[object]) -> tuple[float, float]:
-    """(the longest the event loop went without running a 50 ms ticker, seconds the work took) while `work` runs
-    as the agent would run it: the ticker stands for the agent's heartbeats and supervision."""
+async def longest_freeze(work: Awaitable[object]) -> tuple[float, float, float]:
+    """(the longest the event loop went without running a 50 ms ticker, seconds the work took, CPU seconds the
+    loop's own thread spent meanwhile) while `work` runs as the agent would run it: the ticker stands for the
+    agent's heartbeats and supervision. The CPU is what a loaded machine cannot inflate: a thread waiting for a
+    core spends none, while its wall-clock gaps grow with the load."""
     gaps: list[float] = []
     stop = False
 
@@ -42,22 +44,22 @@ async def longest_freeze(work: Awaitable[object]) -> tuple[float, float]:
             last = now
 
     tick = asyncio.create_task(ticker())
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.thread_time()
     try:
         await work
     except Exception as e:
         print("refused as:", getattr(e, "reason", type(e).__name__), str(e)[:120])
-    took = time.monotonic() - t0
+    took, cpu = time.monotonic() - t0, time.thread_time() - cpu0
     stop = True
     await tick
-    return max(gaps, default=0.0), took
+    return max(gaps, default=0.0), took, cpu
 
 
 async def test_a_1kb_archive_does_not_freeze_the_agents_event_loop(tmp_path: Path) -> None:
     data = pax_body_archive(b"1" * 96_000)
     with release_server(Release()) as rel:
         src = publish(rel, "b9", data)
-        freeze, took = await longest_freeze(install(context(tmp_path / "engines"), src, src.variants[0],
+        freeze, took, _ = await longest_freeze(install(context(tmp_path / "engines"), src, src.variants[0],
                                                     lambda w: None))
     print(f"\n{len(data)}-byte archive: install took {took:.1f}s; longest the event loop was frozen: {freeze:.1f}s")
     assert freeze < 1.0, f"the agent's event loop was frozen for {freeze:.1f}s by a {len(data)}-byte archive"
@@ -146,7 +148,13 @@ async def test_an_ordinary_big_archive_does_not_freeze_the_loop(tmp_path: Path) 
     data = buf.getvalue()
     with release_server(Release()) as rel:
         src = publish(rel, "b8", data)
-        freeze, _ = await longest_freeze(install(context(tmp_path / "engines"), src, src.variants[0],
-                                                 lambda w: None))
-    print(f"{len(data) >> 10} kB archive (256 MB inside): longest freeze {freeze:.2f}s")
-    assert freeze < 0.25, f"the event loop was frozen for {freeze:.2f}s"
+        freeze, took, loop_cpu = await longest_freeze(install(context(tmp_path / "engines"), src, src.variants[0],
+                                                              lambda w: None))
+    print(f"{len(data) >> 10} kB archive (256 MB inside): longest freeze {freeze:.2f}s, {took:.2f}s in all; "
+          f"{loop_cpu:.2f}s of CPU on the loop's thread")
+    # unpacking it costs about 0.33 s of CPU (measured here, tarfile in-process): on the loop's thread, it would be
+    # there (the loop's own work is about 0.03 s). The longest gap is bounded too, but loosely: on a
+    # machine with more runnable processes than cores (the suite on four workers beside CI's vLLM stage) a process
+    # waits for a core for up to a second, work or not (a CI run: 0.96 s)
+    assert loop_cpu < 0.15, f"the loop's thread spent {loop_cpu:.2f}s of CPU during the install"
+    assert freeze < 2.0, f"the event loop was frozen for {freeze:.2f}s"
