@@ -81,7 +81,7 @@ def test_a_span_keeps_its_first_readiness_and_follows_sleeps_and_wakes() -> None
 
 
 async def test_a_span_is_sampled_for_each_placed_replica_not_charged_whole(plane: ControlPlane) -> None:
-    plane.registry.models["kept"] = model("kept", min_=1)
+    plane.registry.start(plane.clock.now(), [model("kept", min_=1)], [])  # the catalog, as the store holds it
     plane.store.put_charges([], [], 0.0, T0 + 100, plane.leadership.epoch)  # charged up to T0 + 100
     plane.registry.adopt_replicas([
         replica("waiting", placed=False),

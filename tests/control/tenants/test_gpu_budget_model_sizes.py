@@ -20,7 +20,7 @@ RATES = ChargebackConfig(rates={"H100": 3.6, "A100": 1.8, "cpu": 0.5, "*": 7.2})
 
 
 @dataclass
-class Registry:
+class FakeRegistry:
     generation: int = 1
     replicas: dict[str, ReplicaRecord] = field(default_factory=dict)
     nodes: dict[str, NodeRecord] = field(default_factory=lambda: {"h": node("h", cls="H100"),
@@ -34,18 +34,18 @@ def replica(rid: str, model_name: str, *shards: tuple[str, list[int]]) -> Replic
                                       for i, (n, g) in enumerate(shards)])
 
 
-def registry(*replicas: ReplicaRecord) -> Registry:
-    return Registry(replicas={r.id: r for r in replicas})
+def registry(*replicas: ReplicaRecord) -> FakeRegistry:
+    return FakeRegistry(replicas={r.id: r for r in replicas})
 
 
 def test_the_largest_and_dearest_replica_of_each_model_bounds_its_requests() -> None:
-    reg = registry(
+    fake = registry(
         replica("big-1", "big", ("a", [0, 1, 2, 3])),
         replica("big-2", "big", ("h", [0, 1])),
         replica("across-1", "across", ("h", [0, 1]), ("a", [0, 1])),
         replica("one-1", "one", ("a", [5])),
     )
-    sizes = ModelSizes(reg, RATES)
+    sizes = ModelSizes(fake, RATES)
     assert sizes("big") == Size(4, 3.6)
     assert sizes("across") == Size(4, 3.6)  # every shard's GPUs count
     assert sizes("one") == Size(1, 1.8)
@@ -57,35 +57,35 @@ def test_a_cpu_engine_counts_as_one_device_of_class_cpu() -> None:
 
 
 def test_gpus_nobody_reports_are_counted_but_priced_by_the_others_only() -> None:
-    reg = registry(
+    fake = registry(
         replica("gone-1", "gone", ("lost-node", [0, 1])),
         replica("odd-1", "odd", ("h", [0, 9])),  # node h reports no GPU 9
     )
-    assert replica_gpus(reg.replicas["odd-1"], reg.nodes) == [("H100", "H100"), ("", "")]
-    assert replica_gpus(reg.replicas["gone-1"], reg.nodes) == [("", ""), ("", "")]
-    sizes = ModelSizes(reg, RATES)
+    assert replica_gpus(fake.replicas["odd-1"], fake.nodes) == [("H100", "H100"), ("", "")]
+    assert replica_gpus(fake.replicas["gone-1"], fake.nodes) == [("", ""), ("", "")]
+    sizes = ModelSizes(fake, RATES)
     assert sizes("gone") == Size(2, 0.0)
     assert sizes("odd") == Size(2, 3.6)
 
 
 def test_sizes_are_measured_again_only_when_the_registrys_replicas_change() -> None:
-    reg = registry(replica("big-1", "big", ("a", [0, 1, 2, 3])))
-    sizes = ModelSizes(reg, RATES)
+    fake = registry(replica("big-1", "big", ("a", [0, 1, 2, 3])))
+    sizes = ModelSizes(fake, RATES)
     assert sizes("big") == Size(4, 1.8)
-    reg.replicas = {"big-2": replica("big-2", "big", ("h", [0, 1]))}
+    fake.replicas = {"big-2": replica("big-2", "big", ("h", [0, 1]))}
     assert sizes("big") == Size(4, 1.8)  # same generation: the measure is kept
-    reg.generation += 1
+    fake.generation += 1
     assert sizes("big") == Size(2, 3.6)
 
 
 def test_a_model_with_no_replica_holds_its_profiles_gpus_at_the_dearest_rate() -> None:
-    reg = registry()
-    reg.models = {"wide": model("wide", gpus_per_shard=2, nodes=3), "small": model("small", gpus_per_shard=1)}
-    sizes = ModelSizes(reg, RATES)
+    fake = registry()
+    fake.models = {"wide": model("wide", gpus_per_shard=2, nodes=3), "small": model("small", gpus_per_shard=1)}
+    sizes = ModelSizes(fake, RATES)
     assert sizes("wide") == Size(6, 7.2)
     assert sizes("small") == Size(1, 7.2)
     assert sizes("not-configured") == Size(1, 7.2)
-    assert ModelSizes(reg, ChargebackConfig())("small") == Size(1, 0.0)  # nothing priced
+    assert ModelSizes(fake, ChargebackConfig())("small") == Size(1, 0.0)  # nothing priced
 
 
 def test_without_sizes_a_model_is_taken_as_one_unpriced_gpu() -> None:
