@@ -1,6 +1,7 @@
 """The sim engine sleeps like vLLM: /sleep?level=N frees its (pretend) GPU memory and refuses what needs the
 weights, /wake_up takes the configured time, /is_sleeping says so with the memory held, and a planted leak keeps
-memory held after a level-1 sleep until a level-2 one."""
+memory held after a level-1 sleep until a level-2 one. A level-2 sleep discards the weights, as vLLM's does: a bare
+/wake_up says awake and answers garbage; vLLM's documented level-2 wake brings the right answers back."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from aiohttp import web
 from llmgw.sim.behaviour import Behaviour
 from llmgw.sim.engine import parse_args
 from llmgw.sim.server import make_app
-from llmgw.sim.sleep import SleepMode
+from llmgw.sim.sleep import GARBLED, SleepMode
 from tests.harness import free_port
 
 MB = 1 << 20
@@ -34,9 +35,9 @@ async def serve(mode: SleepMode, key: str = "") -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-async def call(method: str, url: str, key: str = "") -> tuple[int, Any]:
+async def call(method: str, url: str, key: str = "", body: Any = None) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    body = {"model": "m", "prompt": "hi"} if url.endswith("/completions") else None
+    body = {"model": "m", "prompt": "hi"} if url.endswith("/completions") else body
     async with aiohttp.ClientSession() as s, s.request(method, url, json=body, headers=headers) as r:
         data = await r.json() if r.content_type == "application/json" else None
         return r.status, data
@@ -68,6 +69,50 @@ async def test_a_leak_holds_memory_after_level_one_and_level_two_frees_it() -> N
         await call("POST", url + "/sleep?level=2")
         assert (await call("GET", url + "/is_sleeping"))[1] == {"is_sleeping": True, "level": 2,
                                                                 "gpu_memory_used_bytes": 0}
+
+
+async def text(url: str) -> str:
+    status, answer = await call("POST", url + "/v1/completions")
+    assert status == 200, answer
+    return str(answer["choices"][0]["text"])
+
+
+async def test_a_bare_wake_from_level_two_answers_garbage_and_the_full_wake_restores_the_weights() -> None:
+    async with serve(SleepMode(enabled=True, reload_seconds=0.3)) as url:
+        right = await text(url)
+        assert GARBLED not in right
+        await call("POST", url + "/sleep?level=2")
+        assert await call("POST", url + "/wake_up") == (200, {"status": "awake", "tags": ["weights", "kv_cache"]})
+        assert (await call("GET", url + "/is_sleeping"))[1]["is_sleeping"] is False
+        assert await text(url) == " ".join(GARBLED * len(right.split()))  # 200, and wrong
+        await call("POST", url + "/sleep?level=2")
+        assert await call("POST", url + "/wake_up?tags=weights") == (200, {"status": "sleeping", "tags": ["weights"]})
+        assert (await call("POST", url + "/v1/completions"))[0] == 503  # the KV cache still sleeps
+        t0 = time.perf_counter()
+        assert await call("POST", url + "/collective_rpc", body={"method": "reload_weights"}) == (
+            200, {"results": [None]})
+        assert time.perf_counter() - t0 >= 0.29  # read again: the load time
+        assert await call("POST", url + "/wake_up?tags=kv_cache") == (200, {"status": "awake", "tags": ["kv_cache"]})
+        assert await call("POST", url + "/reset_prefix_cache") == (200, {"success": True})
+        assert await text(url) == right
+
+
+async def test_a_level_one_sleeper_keeps_its_weights_through_a_bare_wake() -> None:
+    async with serve(SleepMode(enabled=True)) as url:
+        right = await text(url)
+        await call("POST", url + "/sleep?level=1")
+        await call("POST", url + "/wake_up")
+        assert await text(url) == right
+
+
+async def test_weights_cannot_be_reloaded_while_they_sleep_nor_an_unknown_method_or_tag_run() -> None:
+    async with serve(SleepMode(enabled=True)) as url:
+        await call("POST", url + "/sleep?level=2")
+        status, answer = await call("POST", url + "/collective_rpc", body={"method": "reload_weights"})
+        assert status == 500 and "tags=weights" in answer["error"]["message"]
+        assert (await call("POST", url + "/collective_rpc", body={"method": "exit"}))[0] == 400
+        assert (await call("POST", url + "/wake_up?tags=lora"))[0] == 400
+        assert (await call("GET", url + "/is_sleeping"))[1]["is_sleeping"] is True
 
 
 async def test_without_sleep_mode_or_with_a_bad_level_sleep_is_refused_and_nothing_changes() -> None:

@@ -20,7 +20,7 @@ from aiohttp.typedefs import Middleware
 from llmgw.core.clock import Clock, SystemClock
 from llmgw.sim import openai_format as fmt
 from llmgw.sim.behaviour import Behaviour, PrefixCache, Slots, prefill_seconds
-from llmgw.sim.sleep import Sleeper
+from llmgw.sim.sleep import GARBLED, Sleeper
 
 DEFAULT_TOKENS = 16
 
@@ -41,7 +41,7 @@ def make_app(
     sim:requests_waiting, sim:kv_cache_usage_ratio), /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings.
     With `api_key`, every path answers 401 without `Authorization: Bearer <api_key>`. With `load_failure`, a model
     that failed to load behind a live HTTP server: /health 200, everything else 503 with those words. Sleep mode
-    (behaviour.sleep): /sleep, /wake_up, /is_sleeping as sim/sleep.py says.
+    (behaviour.sleep): /sleep, /wake_up, /is_sleeping and the level-2 wake's calls as sim/sleep.py says.
     """
     if tokens < 0:
         raise ValueError(f"tokens must be >= 0, got {tokens}")
@@ -216,7 +216,7 @@ class _Handlers:
                 delay = start + (i + 1) / self.tokens_per_second - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-            yield token
+            yield ((" " if i else "") + GARBLED) if self.sleeper.garbled else token
 
     def _created(self) -> int:
         return int(self.clock.now())
