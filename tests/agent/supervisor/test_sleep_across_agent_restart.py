@@ -1,6 +1,8 @@
 """A next agent that adopts an engine left asleep learns its level from the engine, not from its own blank memory:
 told to keep it asleep, it never reports it ready; told to wake it (a request came while no agent ran), it wakes
-it before reporting it ready, rather than reporting ready an engine that refuses every completion."""
+it before reporting it ready, rather than reporting ready an engine that refuses every completion; and since the
+engine does not say at which level it sleeps, it wakes it as from level 2, so one left at level 2 gets its weights
+back."""
 
 from __future__ import annotations
 
@@ -10,21 +12,24 @@ from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.supervisor.adopt import find_running
 from llmgw.core.clock import FakeClock
 from tests.agent.supervisor.test_engine_load import sim
-from tests.agent.supervisor.test_sleep_and_wake import completion, spec, until
+from tests.agent.supervisor.test_sleep_and_wake import answer, completion, spec, until
 from tests.harness import await_until, free_port
 
 
-async def left_asleep(state: Path, port: int) -> int:
-    """An agent that starts the shard, puts it to sleep and hands over to the next agent: the engine's pid."""
+async def left_asleep(state: Path, port: int, level: int = 1, said: list[str] | None = None) -> int:
+    """An agent that starts the shard, puts it to sleep at `level` and hands over to the next agent: the engine's
+    pid. Its answer before the sleep is added to `said`."""
     first = Supervisor(FakeClock(), state, "127.0.0.1", sim)
     try:
         await first.converge([spec(port, 0)])
         pid = (await until(first, "ready", "the engine ready")).pid
-        await first.converge([spec(port, 1)])
+        if said is not None:
+            said.append(await answer(port))
+        await first.converge([spec(port, level)])
 
         async def asleep() -> bool:
             await first.tick()
-            return first.shards[("r1", 0)].sleep.level == 1
+            return first.shards[("r1", 0)].sleep.level == level
         await await_until(asleep, 20, "asleep")
     finally:
         await first.close(keep_engines=True)
@@ -42,6 +47,20 @@ async def test_adopted_asleep_and_told_to_wake_it_is_woken_before_it_is_ready(tm
         st = await until(s, "ready", "ready")
         assert st.pid == pid, "adopted, not started again"
         assert await completion(port) == 200, "reported ready while its engine still sleeps"
+    finally:
+        await s.close()
+
+
+async def test_adopted_asleep_at_level_two_it_is_woken_with_its_weights(tmp_path: Path) -> None:
+    port = free_port()
+    said: list[str] = []
+    await left_asleep(tmp_path, port, 2, said)
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim)
+    try:
+        s.adopt(find_running(tmp_path))
+        await s.converge([spec(port, 0)])
+        await until(s, "ready", "ready")
+        assert await answer(port) == said[0], "woken without its weights"
     finally:
         await s.close()
 

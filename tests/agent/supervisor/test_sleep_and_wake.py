@@ -1,6 +1,8 @@
 """A shard told to sleep is put to sleep by its engine (a real sim process) without a restart, reports "sleeping"
 with reason Sleeping once its GPU memory is freed, and is woken when told 0; an engine that leaks at level 1 is put
-to sleep at level 2, and one that frees nothing at either level fails with SleepFailed and the numbers."""
+to sleep at level 2, and one that frees nothing at either level fails with SleepFailed and the numbers. A level-2
+sleeper, whose weights were discarded, wakes answering what it answered before: a bare wake would leave it answering
+200 with garbage."""
 
 from __future__ import annotations
 
@@ -42,6 +44,31 @@ async def completion(port: int) -> int:
     async with aiohttp.ClientSession() as http, http.post(
             f"http://127.0.0.1:{port}/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}) as r:
         return r.status
+
+
+async def answer(port: int) -> str:
+    body = {"model": "m", "prompt": "hi", "max_tokens": 4}
+    async with aiohttp.ClientSession() as http, http.post(
+            f"http://127.0.0.1:{port}/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}) as r:
+        assert r.status == 200, await r.text()
+        return str((await r.json())["choices"][0]["text"])
+
+
+async def test_a_level_two_sleeper_wakes_with_its_weights(tmp_path: Path) -> None:
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim)
+    port = free_port()
+    try:
+        await s.converge([spec(port, 0)])
+        ready = await until(s, "ready", "the engine ready")
+        right = await answer(port)
+        await s.converge([spec(port, 2)])
+        await asleep_at(s, 2)
+        await s.converge([spec(port, 0)])
+        st = await until(s, "ready", "awake and ready again")
+        assert st.pid == ready.pid, st
+        assert await answer(port) == right
+    finally:
+        await s.close()
 
 
 async def test_a_shard_sleeps_in_place_and_wakes_when_told(tmp_path: Path) -> None:

@@ -54,6 +54,17 @@ def http_bind(spec: ShardSpec, ctx: LaunchContext) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
+class WakeStep:
+    """One call of an engine's wake: a POST of `body` (JSON, "" none) to `path`, which succeeded when it answered 200
+    and, where `field` is named, its JSON answer gives `field` the value `value`."""
+
+    path: str
+    body: str = ""
+    field: str = ""
+    value: object = None
+
+
+@dataclass(frozen=True)
 class SleepControl:
     """How an engine started able to sleep is put to sleep, woken and asked (vLLM's routes; the sim's alike)."""
 
@@ -63,6 +74,9 @@ class SleepControl:
     # the field of state_path's answer giving the GPU memory it still holds, read after a sleep to see it was
     # freed ("": the engine says none, and its word that it sleeps is taken)
     memory_field: str = ""
+    # the wake from level 2, for an engine whose level-2 sleep discards the weights: a bare wake_path brings back
+    # only their memory, and it answers, wrongly. (): wake_path serves every level
+    deep_wake: tuple[WakeStep, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,16 @@ from llmgw.agent.engines.base import (
     nccl_env,
 )
 from llmgw.agent.engines.gauges import Gauges
+from llmgw.agent.engines.vllm import DEEP_WAKE
 from llmgw.wire.messages import ShardSpec
 
 # the names llmgw.sim.server exports (the KV gauge only with a prefix cache: --cache-blocks)
 GAUGES = Gauges(running=("sim:requests_running",), waiting=("sim:requests_waiting",),
                 kv_cache_usage=("sim:kv_cache_usage_ratio",))
 
-# the sim reports the memory it would hold in /is_sleeping's answer (sim/sleep.py)
-SLEEP = SleepControl(memory_field="gpu_memory_used_bytes")
+# the sim reports the memory it would hold in /is_sleeping's answer, and discards its weights at level 2 as vLLM
+# does, to be woken as vLLM is (sim/sleep.py)
+SLEEP = SleepControl(memory_field="gpu_memory_used_bytes", deep_wake=DEEP_WAKE)
 
 # llmgw.sim.engine's words when its group broke: the leader names the worker that went, a worker its leader
 LOST_PEER = r"worker rank (\d+) disconnected|lost the leader"

