@@ -22,6 +22,8 @@ from llmgw.control.plane import ControlPlane
 from llmgw.control.server import serve
 from llmgw.core.clock import FakeClock, SystemClock
 from llmgw.dev.cluster import ClusterPlan, admin_up
+from llmgw.router.app import Router
+from llmgw.router.keys import KeyRing
 from llmgw.store.sqlite import SqliteStore
 
 
@@ -39,6 +41,22 @@ def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
 def local_state(plane: ControlPlane) -> LocalState:
     """The in-process router's view of `plane`, handed the owners it reads and asks, as the server builds it."""
     return LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
+
+
+@contextlib.asynccontextmanager
+async def router_over(plane: ControlPlane) -> AsyncIterator[tuple[str, Router]]:
+    """The in-process router over `plane`, as the server builds it, on a free loopback port: (url, router)."""
+    cfg = plane.cfg
+    router = Router(local_state(plane), KeyRing(plane.store), cfg.router, cfg.load_wait, cfg.max_body)
+    runner = web.AppRunner(router.app())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}", router
+    finally:
+        await runner.cleanup()
+        await router.close()
 
 
 Said = str | Callable[[], str]  # what is awaited; a callable is asked at the deadline, to say what it saw then

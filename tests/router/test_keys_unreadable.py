@@ -7,21 +7,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import StoreError
-from llmgw.router.app import Router
-from llmgw.router.keys import KeyRing, new_key
+from llmgw.router.keys import new_key
 from llmgw.router.reread import RETRY_S
 from llmgw.store.base import ApiKeyRecord
-from tests.harness import await_until, free_port, local_state, plane_in
+from tests.harness import await_until, plane_in, router_over
 
 
 @contextlib.contextmanager
@@ -38,21 +36,6 @@ def keys_unreadable(plane: ControlPlane, path: Path) -> Iterator[None]:
         db.close()
 
 
-@contextlib.asynccontextmanager
-async def router_of(plane: ControlPlane) -> AsyncIterator[str]:
-    cfg = plane.cfg
-    router = Router(local_state(plane), KeyRing(plane.store), cfg.router, cfg.load_wait, cfg.max_body)
-    runner = web.AppRunner(router.app())
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
-        await router.close()
-
-
 async def answer(url: str, key: str) -> tuple[int, str]:
     async with aiohttp.ClientSession() as s, s.get(url + "/v1/models",
                                                    headers={"Authorization": f"Bearer {key}"}) as r:
@@ -65,7 +48,7 @@ async def test_keys_that_cannot_be_read_again_are_checked_against_those_known(tm
     invalid); once the keys can be read, the new one is answered."""
     clock = FakeClock()
     plane = plane_in(tmp_path, clock)
-    async with router_of(plane) as url:
+    async with router_over(plane) as (url, _):
         known, _ = await plane.credentials.create_key("known", [])
         gone, rec = await plane.credentials.create_key("gone", [])
         assert await answer(url, known) == (200, "") and await answer(url, gone) == (200, "")
@@ -98,7 +81,7 @@ async def test_a_failed_read_is_tried_again_later_not_on_every_request(
         return list_keys()
 
     monkeypatch.setattr(plane.store, "list_keys", counted)
-    async with router_of(plane) as url:
+    async with router_over(plane) as (url, _):
         known, _ = await plane.credentials.create_key("known", [])
         assert await answer(url, known) == (200, "")
         elsewhere, other = new_key("elsewhere", [], plane.clock)
@@ -128,7 +111,7 @@ async def test_a_key_this_server_wrote_needs_no_read(tmp_path: Path) -> None:
     a key made is answered and one revoked refused."""
     clock = FakeClock()
     plane = plane_in(tmp_path, clock)
-    async with router_of(plane) as url:
+    async with router_over(plane) as (url, _):
         first, _ = await plane.credentials.create_key("first", [])
         assert await answer(url, first) == (200, "")  # the router has read the keys once
         made, rec = await plane.credentials.create_key("made", [])

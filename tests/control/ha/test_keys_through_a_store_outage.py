@@ -4,40 +4,19 @@ request waits on the store meanwhile, and keys are read again once it answers.""
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
-from llmgw.router.app import Router
-from llmgw.router.keys import KeyRing
 from llmgw.router.reread import RETRY_S
 from llmgw.store.postgres import CONNECT_TIMEOUT_S, RECONNECT_EVERY_S
-from tests.harness import await_until, free_port, local_state
+from tests.harness import await_until, router_over
 from tests.pg import Postgres
 
 QUICK_S = CONNECT_TIMEOUT_S / 2  # well short of the pool's wait for a connection, which no request may wait
-
-
-@contextlib.asynccontextmanager
-async def router_of(plane: ControlPlane) -> AsyncIterator[tuple[str, Router]]:
-    """The in-process router over `plane`, as the server builds it, on a loopback port: (url, router)."""
-    cfg = plane.cfg
-    router = Router(local_state(plane), KeyRing(plane.store), cfg.router, cfg.load_wait, cfg.max_body)
-    runner = web.AppRunner(router.app())
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}", router
-    finally:
-        await runner.cleanup()
-        await router.close()
 
 
 async def models(url: str, key: str) -> tuple[int, str, float]:
@@ -59,7 +38,7 @@ async def test_a_key_made_just_before_an_outage_is_answered_through_it(
     answered at once. They were refused 503 after the pool's 10 s wait, each request re-reading the keys its own write
     had marked changed."""
     a, _, _ = two
-    async with router_of(a) as (url, _):
+    async with router_over(a) as (url, _):
         earlier, _ = await a.credentials.create_key("earlier", [])
         assert (await models(url, earlier))[:2] == (200, "")
         raw, _ = await a.credentials.create_key("t", [])
@@ -84,7 +63,7 @@ async def test_while_the_store_is_away_keys_are_checked_against_those_known(
     (503 store_unavailable, not a 401 that calls it invalid); none waits on the store. Once the store answers, the
     keys are read again and the new key is answered."""
     a, b, clock = two
-    async with router_of(a) as (url, _):
+    async with router_over(a) as (url, _):
         mine, _ = await a.credentials.create_key("mine", [])
         revoked_here, here = await a.credentials.create_key("revoked here", [])
         revoked_there, there = await b.credentials.create_key("revoked there", [])
