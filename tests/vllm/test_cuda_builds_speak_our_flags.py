@@ -12,20 +12,16 @@ the engine's adapter change (then it is installed afresh). Without it, every run
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from llmgw.agent.engines import ADAPTERS
-from llmgw.agent.engines import base as engine_base
-from llmgw.agent.installs import engine_check, probe, recipes
+from llmgw.agent.installs import probe
 from llmgw.agent.installs.engine_check import check_flags, flags_of
 from llmgw.agent.installs.packages import PackageTool
 from llmgw.agent.installs.probe import engine_help
@@ -33,6 +29,7 @@ from llmgw.agent.installs.recipes import Context, Limits, current_build, install
 from llmgw.core.clock import SystemClock
 from llmgw.wire.engines import EngineSource, EngineVariant
 from tests.tools import unavailable
+from tests.vllm.kept import install_key, kept_root
 
 pytestmark = pytest.mark.cuda_builds
 
@@ -64,29 +61,12 @@ def index(engine: str, version: str) -> Path:
     return simple
 
 
-def install_key(engine: str, simple: Path) -> str:
-    """What an install depends on: the wheels the index lists, the interpreter, and llmgw's code that installs,
-    probes and checks the engine."""
-    h = hashlib.sha256((simple.parent / "files.txt").read_bytes())
-    r = subprocess.run([PYTHON, "-c", "import sys; print(sys.version, sys.executable)"], capture_output=True,
-                       text=True, timeout=60)
-    h.update(r.stdout.encode())
-    adapter = sys.modules[type(ADAPTERS[engine]).__module__]
-    for module in (recipes, probe, engine_check, engine_base, adapter):
-        h.update(Path(str(module.__file__)).read_bytes())
-    return h.hexdigest()[:16]
-
-
 def engines_root(engine: str, version: str, simple: Path, tmp_path: Path) -> Path:
     """Where the node's engines go: kept under LLMGW_CUDA_ENVS by what they were made from, or this test's own."""
-    kept = os.environ.get("LLMGW_CUDA_ENVS", "")
-    if not kept:
+    keep = os.environ.get("LLMGW_CUDA_ENVS", "")
+    if not keep:
         return tmp_path / "engines"
-    root = Path(kept) / f"{engine}-{version}-{install_key(engine, simple)}"
-    for old in Path(kept).glob(f"{engine}-{version}-*"):
-        if old != root:  # made from other wheels or by other code: never read again
-            shutil.rmtree(old)
-    return root
+    return kept_root(keep, engine, version, install_key(engine, (simple.parent / "files.txt").read_bytes(), PYTHON))
 
 
 def flags_in(help_text: str) -> set[str]:

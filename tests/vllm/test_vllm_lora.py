@@ -1,7 +1,8 @@
 """Issue 33 on real vLLM, on this CPU: a LoRA adapter made with peft (.ci/vllm-stage) is served as a model of its
-own by the replica of its base model: the node installs vLLM, starts it with the adapter (--enable-lora
---lora-modules), and through the router the adapter answers otherwise than the base at temperature 0, under its
-own name. Slow (minutes); needs LLMGW_VLLM_MODEL and LLMGW_VLLM_ADAPTER from the stage's cache. `make test-vllm`."""
+own by the replica of its base model: the node, given vLLM (the `installed_vllm` fixture), starts it with the
+adapter (--enable-lora --lora-modules), and through the router the adapter answers otherwise than the base at
+temperature 0, under its own name. Slow (minutes); needs LLMGW_VLLM_MODEL and LLMGW_VLLM_ADAPTER from the stage's
+cache. `make test-vllm`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from bench.addresses import engine_ports, loopback
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
-from tests.vllm.test_vllm_real import INSTALL_S, READY_S, VARIANT, VERSION, engine_env, model_dir, ready, requirements
+from tests.vllm.test_vllm_real import READY_S, VARIANT, VERSION, engine_env, model_dir, ready, requirements
 
 pytestmark = pytest.mark.vllm
 __all__ = ["engine_env", "model_dir"]  # fixtures, shared with the other vLLM test
@@ -44,7 +45,8 @@ def completion(p: ClusterPlan, key: str, model: str) -> dict[str, Any]:
 
 
 def test_vllm_serves_a_peft_adapter_as_a_model_of_its_own(
-    tmp_path: Path, model_dir: Path, adapter_dir: Path, engine_env: None, running: list[Cluster],
+    tmp_path: Path, model_dir: Path, installed_vllm: Path, adapter_dir: Path, engine_env: None,
+    running: list[Cluster],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     source = {"name": "vllm", "version": VERSION, "variants": [{"variant": VARIANT, "requirements": requirements()}]}
@@ -52,7 +54,8 @@ def test_vllm_serves_a_peft_adapter_as_a_model_of_its_own(
              "profile": {"args": ["--enforce-eager", "--max-model-len", "2048"]}, "scaling": {"min": 1, "max": 1},
              "adapters": [{"name": ADAPTER, "source": str(adapter_dir)}]}
     p = plan(tmp_path, [NodePlan(id="cpu01", address=loopback(), kind="cpu", gpus=0, port_range=engine_ports(),
-                                 agent_extra={"engines": {}, "probe_engines": ["vllm"], "peer_port": free_port()})],
+                                 agent_extra={"engines": {"vllm": {"path": str(installed_vllm)}},
+                                             "probe_engines": ["vllm"], "peer_port": free_port()})],
              [model], heartbeat_interval="1s", reconcile_interval="0.5s", extra_server={"engines": ["sim", source]})
     c = Cluster(p)
     running.append(c)
@@ -60,7 +63,7 @@ def test_vllm_serves_a_peft_adapter_as_a_model_of_its_own(
     try:
         wait_until(lambda: admin_up(p), 30, "control plane up")
         c.start_agent("cpu01")
-        wait_until(lambda: ready(p, "smollm2"), INSTALL_S + READY_S, "the replica with its adapter Ready",
+        wait_until(lambda: ready(p, "smollm2"), READY_S, "the replica with its adapter Ready",
                    interval=1.0)
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
         base, tuned = completion(p, key, "smollm2"), completion(p, key, ADAPTER)

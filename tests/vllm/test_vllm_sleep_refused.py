@@ -1,7 +1,8 @@
 """Issue 33 on real vLLM, on this CPU: its CPU build refuses --enable-sleep-mode at start. A model with a sleep
 block is asked for; its first shard fails at once with reason SleepUnsupported and vLLM's own words (no restarts
 into the same refusal), the control plane says the node runs that engine without sleep mode, and the replacement,
-started without --enable-sleep-mode, answers. Slow (minutes: the node installs vLLM); `make test-vllm`."""
+started without --enable-sleep-mode, answers. Slow (minutes; the node is given vLLM by the `installed_vllm`
+fixture); `make test-vllm`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_p
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.vllm.test_vllm_real import (
-    INSTALL_S,
     READY_S,
     VARIANT,
     VERSION,
@@ -54,14 +54,16 @@ def answered(p: ClusterPlan, key: str) -> bool:
 
 
 def test_vllm_cpu_refuses_sleep_mode_and_the_model_is_served_without_it(
-    tmp_path: Path, model_dir: Path, engine_env: None, running: list[Cluster], capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, model_dir: Path, installed_vllm: Path, engine_env: None, running: list[Cluster],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     source = {"name": "vllm", "version": VERSION, "variants": [{"variant": VARIANT, "requirements": requirements()}]}
     model = {"name": "sleepy", "source": str(model_dir), "engine": "vllm",
              "profile": {"args": ["--enforce-eager", "--max-model-len", "2048"]},
              "scaling": {"min": 0, "max": 1, "stop_unused_after": "10m"}, "sleep": {"level": 1}}
     p = plan(tmp_path, [NodePlan(id="cpu01", address=loopback(), kind="cpu", gpus=0, port_range=engine_ports(),
-                                 agent_extra={"engines": {}, "probe_engines": ["vllm"], "peer_port": free_port()})],
+                                 agent_extra={"engines": {"vllm": {"path": str(installed_vllm)}},
+                                             "probe_engines": ["vllm"], "peer_port": free_port()})],
              [model], heartbeat_interval="1s", reconcile_interval="0.5s",
              extra_server={"engines": ["sim", source], "load_wait": "60s"})
     c = Cluster(p)
@@ -70,7 +72,7 @@ def test_vllm_cpu_refuses_sleep_mode_and_the_model_is_served_without_it(
     try:
         wait_until(lambda: admin_up(p), 30, "control plane up")
         c.start_agent("cpu01")
-        wait_until(lambda: (e := engine(p, "cpu01")) is not None and e["runs"], INSTALL_S, "vLLM installed",
+        wait_until(lambda: (e := engine(p, "cpu01")) is not None and e["runs"], READY_S, "vLLM probed",
                    interval=2.0)
         key = admin_post(p, "/api/keys", {"name": "t"})["key"]
         wait_until(lambda: answered(p, key), READY_S, "the model answers", interval=1.0)
