@@ -500,7 +500,7 @@ def test_each_check_has_one_constant_reason_and_no_second_copy_exists() -> None:
     assert all("reason" not in vars(check) for check in CHECKS)
     assert reasons == [
         Reason.NodeNotReady, Reason.AgentTooOld, Reason.EngineNotProbed, Reason.EngineMissing, Reason.EngineInstalling,
-        Reason.EngineCannotRun,
+        Reason.EngineCannotRun, Reason.NoGPUBuild,
         Reason.GPUClassMismatch, Reason.NodeNotWhole, Reason.InsufficientGPUs, Reason.InsufficientMemory,
         Reason.NoFabric, Reason.NoFreePort,
     ]

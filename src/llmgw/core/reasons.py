@@ -56,6 +56,8 @@ class Reason(StrEnum):
     NoBuildForNode = "NoBuildForNode"  # no variant of the engine fits this node's processor
     NoBuildForProcessor = "NoBuildForProcessor"  # an engine has GPU builds, none for this node's processor family
     DriverTooOld = "DriverTooOld"  # a CUDA build needs a newer NVIDIA driver than the node's
+    GPUUnused = "GPUUnused"  # an engine ready on a GPU build holds no memory on the GPUs it was given (NVML's word)
+    NoGPUBuild = "NoGPUBuild"  # the model asks for GPUs; the node's build of its engine is a CPU one, which uses none
     LibcTooOld = "LibcTooOld"  # a build needs a newer C library than the node's (archives built on newer distros)
     DigestUnknown = "DigestUnknown"  # the release's digest list does not name the file, or could not be read
     DiskFull = "DiskFull"

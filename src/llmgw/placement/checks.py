@@ -134,6 +134,32 @@ class EngineRuns(Check):
         return f"{name} {e.version} cannot run: {e.message}".replace("  ", " ")
 
 
+def cpu_build_words(e: EngineStatus) -> str | None:
+    """Why a node's build of an engine cannot use GPUs, in the node's words (its variant, each better build it
+    passed over and why: driver, CUDA, what was offered); None when it can, or when the node did not say which build
+    it took (one named in agent.yaml, the sim engine): the operator's word is taken."""
+    if not e.variant.startswith("cpu-"):
+        return None
+    why = "; ".join(f"{p.variant} passed over ({p.reason}): {p.message}" for p in e.passed_over)
+    return (f"its {e.name} {e.version} is the CPU build {e.variant}, which uses no GPU"
+            + (f" ({why})" if why else " (no GPU build was offered to it)")).replace("  ", " ")
+
+
+class GPUBuild(Check):
+    """A model that asks for GPUs is not placed where its engine would hold them and compute on the CPU."""
+
+    reason = Reason.NoGPUBuild
+
+    def prepare(self, r: Request) -> Test | None:
+        if r.model.profile.gpus_per_shard == 0:
+            return None
+        return _engine_test(r.model.engine, lambda e: cpu_build_words(e) is None)
+
+    def explain(self, n: NodeView, r: Request) -> str:
+        words = cpu_build_words(n.engines[r.model.engine]) or ""
+        return f"{words}; the model asks for {r.model.profile.gpus_per_shard} GPU(s) per shard"
+
+
 class GPUClass(Check):
     reason = Reason.GPUClassMismatch
 
@@ -287,6 +313,7 @@ CHECKS: tuple[Check, ...] = (
     EngineInstalled(),
     EngineBeingInstalled(),
     EngineRuns(),
+    GPUBuild(),
     GPUClass(),
     NodeWhole(),
     GPUsFree(),

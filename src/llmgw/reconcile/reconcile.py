@@ -16,7 +16,7 @@ from llmgw.core.backoff import doubling
 from llmgw.core.conditions import ConditionType
 from llmgw.core.explanation import Explanation
 from llmgw.core.reasons import Reason
-from llmgw.placement.checks import Request
+from llmgw.placement.checks import Request, cpu_build_words
 from llmgw.placement.place import Placement, place, reservations
 from llmgw.placement.snapshot import build_snapshot
 from llmgw.reconcile import fastest, sleeping
@@ -24,6 +24,7 @@ from llmgw.reconcile.eviction import victim
 from llmgw.reconcile.intents import (
     Add,
     Evict,
+    Fail,
     HoldLosses,
     Intent,
     MarkLost,
@@ -133,9 +134,27 @@ def _status(p: Pass) -> None:
             p.do(Stop(r.id, Reason.Removed))
             continue
         spec = p.w.models[r.model]
+        lost_gpus = _on_a_cpu_build(r, spec, p.by_id)
+        if lost_gpus is not None:
+            p.do(Fail(r.id, Reason.NoGPUBuild, lost_gpus))
+            continue
         seen = observe(r, p.by_id, [a.name for a in spec.adapters])
         if seen is not None:
             p.do(sleeping.while_asleep(r, seen))
+
+
+def _on_a_cpu_build(r: ReplicaRecord, spec: ModelSpec, by_id: dict[str, NodeRecord]) -> str | None:
+    """A replica that holds GPUs on a node whose build of its engine is now a CPU one (its GPU build failed there,
+    or an upgrade offered none for its driver): why it must be placed again, or None."""
+    if spec.profile.gpus_per_shard == 0:
+        return None
+    for a in r.assignments:
+        n = by_id.get(a.node_id)
+        e = next((e for e in n.report.engines if e.name == spec.engine), None) if n is not None else None
+        words = cpu_build_words(e) if e is not None else None
+        if words is not None:
+            return f"node {a.node_id} (rank {a.rank}): {words}"
+    return None
 
 
 def _still_running(r: ReplicaRecord, by_id: dict[str, NodeRecord]) -> bool:

@@ -16,7 +16,7 @@ from llmgw.wire.messages import ShardState
 # plane's to say, and becomes the default
 SHARD_REASONS = {Reason.WeightsUnusable, Reason.ModelNotLoaded, Reason.EngineExited, Reason.EngineUnresponsive,
                  Reason.ShardFailed, Reason.SidecarFailed, Reason.SidecarsStarting, Reason.Sleeping, Reason.SleepFailed,
-                 Reason.SleepUnsupported,
+                 Reason.SleepUnsupported, Reason.GPUUnused,
                  Reason.WeightsFetching, Reason.DigestMismatch, Reason.SizeMismatch, Reason.InsufficientDisk,
                  Reason.DownloadFailed, Reason.DiskFull}
 

@@ -28,6 +28,9 @@ class NodeFacts:
     nvidia_driver: str = ""  # "550.54.15"
     nvidia_cuda: str = ""  # the newest CUDA the driver supports, "12.4"
     glibc: str = ""  # "2.36"; "" for another C library or none read
+    # GPUs found (NVML, nvidia-smi or the inventory) while no driver version could be read: no GPU build can be
+    # chosen for them, and the CPU build taken says so rather than passing for a node without GPUs
+    gpus_without_driver: int = 0
 
 
 @dataclass(frozen=True)
@@ -111,16 +114,27 @@ def choose_build(source: EngineSource, node: NodeFacts, refused: dict[str, Passe
     for v in mine:
         why = (refused or {}).get(v.variant) or _unfit(v, node)
         if why is None:
-            return Choice(v, tuple(passed), _fallback_note(source, v, gpu))
+            return Choice(v, tuple(passed), _fallback_note(source, v, gpu, node))
         passed.append(why)
     offered = ", ".join(sorted(v.variant for v in source.variants)) or "none"
     if not passed:
-        return Choice(None, (), f"{source.name} {source.version} has no build for {family} (offered: {offered})")
+        return Choice(None, (), f"{source.name} {source.version} has no build for {family} (offered: {offered})"
+                                + _unread_driver_words(node))
     return Choice(None, tuple(passed), f"no build of {source.name} {source.version} runs on this node: "
                                        + "; ".join(p.message for p in passed))
 
 
-def _fallback_note(source: EngineSource, v: EngineVariant, gpu: bool) -> str:
+def _unread_driver_words(node: NodeFacts) -> str:
+    if node.nvidia_driver or not node.gpus_without_driver:
+        return ""
+    return (f"; {node.gpus_without_driver} GPU(s) were found but no NVIDIA driver version could be read, so no GPU "
+            "build could be chosen")
+
+
+def _fallback_note(source: EngineSource, v: EngineVariant, gpu: bool, node: NodeFacts) -> str:
+    if v.accelerator == "cpu" and not gpu and node.gpus_without_driver:
+        return (f"{node.gpus_without_driver} GPU(s) were found but no NVIDIA driver version could be read: the CPU "
+                f"build {v.variant} of {source.name} {source.version} is used (a fallback)")
     if not gpu or v.accelerator != "cpu":
         return ""
     return (f"an NVIDIA driver is loaded but no GPU build of {source.name} {source.version} fits this node: "

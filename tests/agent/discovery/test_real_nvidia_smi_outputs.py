@@ -215,3 +215,23 @@ def test_every_recorded_output_is_listed_with_its_origin_and_tested_here() -> No
     assert len(recorded) >= 14
     assert [f for f in recorded if f"| {f} |" not in readme] == []
     assert [f for f in recorded if f'"{f}"' not in here] == []
+
+
+# Faithful edits (the README says of what): a real card's output with only its driver and CUDA versions changed, for
+# the long-term-support drivers no public project keeps an output of
+DERIVED = {
+    "a100-sxm4-80gb-mig-driver-550-derived.xml": ("550.163.01", "12.4"),
+    "a100-sxm4-80gb-mig-driver-570-derived.xml": ("570.172.08", "12.8"),
+    "rtx-4000-sff-ada-driver-580-derived.xml": ("580.95.05", "13.0"),
+}
+
+
+@pytest.mark.parametrize("output", sorted(DERIVED))
+def test_a_derived_output_reads_as_its_original_but_for_the_driver(
+    output: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = output.split("-driver-")[0] + ".xml"
+    hw = discover_with(output, tmp_path, monkeypatch)
+    assert (hw.nvidia_driver, hw.nvidia_cuda) == DERIVED[output]
+    same = discover_with(original, tmp_path, monkeypatch)
+    assert [(g.name, g.uuid, g.memory_mib) for g in hw.gpus] == [(g.name, g.uuid, g.memory_mib) for g in same.gpus]

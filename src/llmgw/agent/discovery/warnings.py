@@ -23,6 +23,10 @@ def hardware_warnings(hw: Hardware) -> list[Problem]:
     # the links of a card that is not offered whole do not matter: it will not be placed on
     if any(g.nvlink_peers is None for g in hw.gpus if g.offered_whole):
         warnings.append(Problem(code="NVLinkUnknown", message=NVLINK_UNKNOWN, subject="gpus"))
+    if hw.gpus and not hw.nvidia_driver:
+        warnings.append(Problem(code="GPUDriverUnreadable", subject="gpus", message=(
+            f"{len(hw.gpus)} GPU(s) found ({hw.gpu_source}) but no NVIDIA driver version could be read: every engine "
+            "llmgw installs takes its CPU build here, and no model that asks for GPUs is placed on those builds")))
     warnings.extend(Problem(code="GPUDiscoveryProblem", message=f"GPU discovery: {p}", subject="gpus")
                     for p in hw.gpu_problems)
     return warnings

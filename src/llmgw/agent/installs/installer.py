@@ -129,7 +129,7 @@ class Installer:
                     t.checked_at = now
                 continue
             facts = NodeFacts(arch=hw.arch, nvidia_driver=hw.nvidia_driver, nvidia_cuda=hw.nvidia_cuda,
-                              glibc=hw.glibc)
+                              glibc=hw.glibc, gpus_without_driver=0 if hw.nvidia_driver else len(hw.gpus))
             if facts != t.facts:  # a driver or C library changed: what failed before may run now
                 t.facts, t.refused = facts, {}
             choice = choose_build(s, facts, t.refused)
@@ -213,6 +213,18 @@ class Installer:
         finally:
             t.progress, t.task = "", None
             mark("installing", 0, None)
+
+    def refuse(self, name: str, reason: Reason, words: str) -> bool:
+        """The build of `name` in use installed and started, and does not run as it must here (a GPU build that
+        holds nothing on its GPUs): passed over for the next that fits until the node's hardware changes. False
+        when no installed build is in use for it, or it is a CPU one (nothing to pass over to)."""
+        t = self.tracks.get(name)
+        v = t.variant if t is not None else None
+        if t is None or v is None or v.accelerator == "cpu":
+            return False
+        t.refused[v.variant] = PassedOver(v.variant, reason, f"{v.variant} {words[:1500]}")
+        log.error("%s %s: %s %s; the next build that fits is tried", name, t.source.version, v.variant, words)
+        return True
 
     def _failed(self, t: Track, reason: str, words: str) -> None:
         v = t.variant

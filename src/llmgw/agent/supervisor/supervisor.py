@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -18,6 +17,8 @@ from llmgw.agent.gate import loopback_ports
 from llmgw.agent.gated import TlsFiles
 from llmgw.agent.supervisor import liveness, sidecar_wait, sidecars, sleeping
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
+from llmgw.agent.supervisor.bodies import read_capped, utc
+from llmgw.agent.supervisor.bodies import words as body_words
 from llmgw.agent.supervisor.process import ShardProcess, launched, log_tail, state_name
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
@@ -46,22 +47,6 @@ MODELS_BODY_MAX = 256 * 1024
 METRICS_BODY_MAX = 1024 * 1024  # vLLM's page, histograms and all, is a few hundred kB
 
 
-async def _read_capped(content: aiohttp.StreamReader, cap: int) -> bytes:
-    """The whole body up to `cap` bytes (read() with a size returns only what has arrived so far)."""
-    parts: list[bytes] = []
-    size = 0
-    while size < cap and (chunk := await content.read(cap - size)):
-        parts.append(chunk)
-        size += len(chunk)
-    return b"".join(parts)
-
-
-def _utc(t: float | None) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if t is not None else "its start"
-
-
-def _words(body: bytes) -> str:
-    return body[:300].decode(errors="replace").strip()
 
 @dataclass(frozen=True)
 class Pending:
@@ -75,12 +60,14 @@ class Pending:
 # which it reaches its peers), or why there is none: words, or a Problem when the resolver knows the code
 # (WeightsUnusable), or Pending when there will be one
 Resolver = Callable[[ShardSpec, Loopback], tuple[Launch | None, "str | Problem | Pending"]]
+GpuCheck = Callable[[ShardSpec, int], Awaitable[str]]  # agent/gpu_proof.py
 
 
 class Supervisor:
     def __init__(self, clock: Clock, log_dir: Path, host: str, resolve: Resolver,
                  restart: RestartPolicy | None = None, answer_within: float = liveness.TIMEOUT_S,
-                 tls: TlsFiles | None = None) -> None:
+                 tls: TlsFiles | None = None, prove: GpuCheck | None = None) -> None:
+        self.prove = prove  # after an engine's first ready: why it does not run on its GPUs ("" when it does)
         self.tls = tls  # the node's certificate: the tunnels between ranks (agent/tunnel.py) authenticate with it
         self.clock = clock
         self.answer_within = answer_within  # a one-token completion to an idle engine (liveness.py)
@@ -90,7 +77,6 @@ class Supervisor:
         self.resolve = resolve
         self.shards: dict[tuple[str, int], ShardProcess] = {}
         self._session: aiohttp.ClientSession | None = None
-
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -294,6 +280,10 @@ class Supervisor:
         code = ""
         if healthy and sp.launch.models_path:
             healthy, code, detail = await self._serves_a_model(sp, headers)
+        if healthy and sp.state not in SERVED and self.prove and (why := await self.prove(sp.spec, sp.proc.pid)):
+            await sp.stop_engine()
+            sp.state, sp.reason, sp.message = "failed", Reason.GPUUnused.value, why
+            return
         if healthy:
             sp.health_failures, sp.answered_at = 0, self.clock.now()
             if sp.liveness.wedged:  # its health answers; completions do not (liveness.py)
@@ -307,7 +297,7 @@ class Supervisor:
             sp.health_failures += 1
             if sp.health_failures >= HEALTH_FAILURES_BEFORE_UNREADY:
                 sp.state, sp.reason = "unresponsive", "EngineUnresponsive"
-                sp.message = (f"not answering since {_utc(sp.answered_at)}: {sp.health_failures} health probes "
+                sp.message = (f"not answering since {utc(sp.answered_at)}: {sp.health_failures} health probes "
                               f"missed in a row (the last: {detail})")
         else:
             sp.message = f"waiting for health: {detail}"
@@ -320,14 +310,14 @@ class Supervisor:
         path = sp.launch.models_path
         try:
             async with self._http().get(sp.endpoint + path, headers=headers) as resp:
-                body = await _read_capped(resp.content, MODELS_BODY_MAX)
+                body = await read_capped(resp.content, MODELS_BODY_MAX)
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as e:
             return False, "", f"models probe: {type(e).__name__}"
         if status in (401, 403, 404):  # not the model's trouble: the secret or the path
-            return False, "", f"{path} answered {status}: {_words(body)}"
+            return False, "", f"{path} answered {status}: {body_words(body)}"
         if status != 200:
-            return False, "ModelNotLoaded", f"{NO_MODEL}: {path} answered {status}: {_words(body)}"
+            return False, "ModelNotLoaded", f"{NO_MODEL}: {path} answered {status}: {body_words(body)}"
         try:
             data = json.loads(body)
         except ValueError:
@@ -359,12 +349,12 @@ class Supervisor:
         asked = {**headers, "Accept": "text/plain;version=0.0.4"}
         try:
             async with self._http().get(sp.endpoint + path, headers=asked) as resp:
-                body = await _read_capped(resp.content, METRICS_BODY_MAX)
+                body = await read_capped(resp.content, METRICS_BODY_MAX)
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as e:
             return None, f"{path}: {type(e).__name__}"
         if status != 200:
-            return None, f"{path} answered {status}: {_words(body)}"
+            return None, f"{path} answered {status}: {body_words(body)}"
         if len(body) >= METRICS_BODY_MAX:  # cut off mid-line: its last line is not what the engine wrote
             body = body[: body.rfind(b"\n") + 1]
         text, now = body.decode(errors="replace"), self.clock.now()
