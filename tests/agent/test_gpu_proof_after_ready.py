@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from llmgw.agent.discovery.gpu_use import Reading, Use
-from llmgw.agent.gpu_proof import GpuProof, group_pids
+from llmgw.agent.supervisor.gpu_proof import GpuProof, group_pids
 from llmgw.wire.messages import GPU, Hardware, ShardSpec
 
 G0, G1 = "GPU-9a9a6c50-2a47-2f51-a902-b82c3b127e94", "GPU-d37e67a5-91dd-3774-a5cb-99096249601a"

@@ -17,7 +17,6 @@ from llmgw.agent.discovery.infiniband import probe_adapters
 from llmgw.agent.engines import builtin
 from llmgw.agent.engines.base import Loopback
 from llmgw.agent.gated import TlsFiles
-from llmgw.agent.gpu_proof import GpuProof
 from llmgw.agent.identity import node_id, route_address
 from llmgw.agent.installs.installer import Installer
 from llmgw.agent.installs.packages import PackageTool
@@ -28,6 +27,7 @@ from llmgw.agent.renewals import Reporter
 from llmgw.agent.revocations import Revocations
 from llmgw.agent.supervisor import Supervisor, sidecars
 from llmgw.agent.supervisor.adopt import Running, discard, find_running
+from llmgw.agent.supervisor.gpu_proof import GpuProof
 from llmgw.agent.supervisor.supervisor import RestartPolicy
 from llmgw.agent.weights import hubdir, local
 from llmgw.agent.weights.fetcher import Fetcher

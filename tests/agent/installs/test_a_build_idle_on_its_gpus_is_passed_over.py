@@ -1,6 +1,7 @@
-"""A GPU build that installed and started but holds nothing on the GPUs its shard was given (agent/gpu_proof.py)
-is passed over for the next build that fits, with the reading's words among the builds passed over, until the
-node's hardware changes; a CPU build has nothing to pass over to. The real installer, a release server on loopback."""
+"""A GPU build that installed and started but holds nothing on the GPUs its shard was given
+(agent/supervisor/gpu_proof.py) is passed over for the next build that fits, with the reading's words among the
+builds passed over, until the node's hardware changes; a CPU build has nothing to pass over to. The real installer,
+a release server on loopback."""
 
 from __future__ import annotations
 

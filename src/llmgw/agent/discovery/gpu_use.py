@@ -153,6 +153,25 @@ class Given:
     uuid: str
 
 
+def _held(uuids: set[str], pids: set[int], reading: Reading) -> dict[str, int] | None:
+    """Bytes held per GPU by these processes (by anything on these GPUs where none of them is listed: another PID
+    namespace); None where the driver does not account it per process."""
+    counted = [u for u in reading.uses if u.pid in pids] or [u for u in reading.uses if u.gpu_uuid in uuids]
+    if any(u.used_bytes is None for u in counted):
+        return None
+    held: dict[str, int] = {}
+    for u in counted:
+        held[u.gpu_uuid] = held.get(u.gpu_uuid, 0) + (u.used_bytes or 0)
+    return held
+
+
+def held_on(given: Iterable[Given], pids: set[int], reading: Reading) -> int | None:
+    """What these processes hold on the GPUs given, in bytes (None: not accounted per process here)."""
+    uuids = {g.uuid for g in given}
+    held = _held(uuids, pids, reading)
+    return None if held is None else sum(b for uuid, b in held.items() if uuid in uuids)
+
+
 def unproven(given: Iterable[Given], pids: set[int], reading: Reading) -> str:
     """Why a shard given these GPUs, running as these processes, does not run on exactly them ("" when it does, or
     when the driver accounts no process's memory): the GPUs it holds nothing on, and any it holds memory on that it
@@ -162,12 +181,9 @@ def unproven(given: Iterable[Given], pids: set[int], reading: Reading) -> str:
     cards = list(given)
     uuids = {g.uuid for g in cards}
     mine = [u for u in reading.uses if u.pid in pids]
-    counted = mine or [u for u in reading.uses if u.gpu_uuid in uuids]
-    if any(u.used_bytes is None for u in counted):
+    held = _held(uuids, pids, reading)
+    if held is None:
         return ""  # not accounted per process here: no proof either way
-    held: dict[str, int] = {}
-    for u in counted:
-        held[u.gpu_uuid] = held.get(u.gpu_uuid, 0) + (u.used_bytes or 0)
     empty = [g for g in cards if held.get(g.uuid, 0) < HELD_MIN_BYTES]
     stray = sorted(uuid for uuid, b in held.items() if mine and uuid not in uuids and b >= HELD_MIN_BYTES)
     words = []

@@ -72,7 +72,7 @@ class SleepControl:
     wake_path: str = "/wake_up"
     state_path: str = "/is_sleeping"  # answers {"is_sleeping": bool, ...}
     # the field of state_path's answer giving the GPU memory it still holds, read after a sleep to see it was
-    # freed ("": the engine says none, and its word that it sleeps is taken)
+    # freed ("": the engine says none, and the driver's per-process accounting is read instead, where it can be)
     memory_field: str = ""
     # the wake from level 2, for an engine whose level-2 sleep discards the weights: a bare wake_path brings back
     # only their memory, and it answers, wrongly. (): wake_path serves every level

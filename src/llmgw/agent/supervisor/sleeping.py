@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,11 +59,16 @@ class ShardSleep:
         return self.level > 0 or self.task is not None or not self.known
 
 
+# the GPU memory a shard's processes hold on its GPUs as the driver accounts it (None: it cannot be read there)
+Measure = Callable[[], Awaitable[int | None]]
+
+
 class Engine:
     """One engine's sleep routes, reached through its gate with its key."""
 
-    def __init__(self, http: aiohttp.ClientSession, endpoint: str, key: str, ctl: SleepControl) -> None:
-        self.http, self.endpoint, self.ctl = http, endpoint, ctl
+    def __init__(self, http: aiohttp.ClientSession, endpoint: str, key: str, ctl: SleepControl,
+                 measure: Measure | None = None) -> None:
+        self.http, self.endpoint, self.ctl, self.measure = http, endpoint, ctl, measure
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     async def _call(self, method: str, path: str, body: str = "") -> tuple[int, bytes]:
@@ -84,8 +89,8 @@ class Engine:
             raise SleepError(f"{self.ctl.state_path} is not JSON: {_words(body)}") from None
         if not isinstance(data, dict) or not isinstance(data.get("is_sleeping"), bool):
             raise SleepError(f"{self.ctl.state_path} does not say whether it sleeps: {_words(body)}")
-        if not self.ctl.memory_field:
-            return data["is_sleeping"], None
+        if not self.ctl.memory_field:  # its word is not taken: the driver's accounting, where it can be read
+            return data["is_sleeping"], await self.measure() if self.measure is not None else None
         # an engine that says what it holds must say it plainly: a figure missing, negative, not a whole number or
         # past any GPU is no proof that memory was freed (and one past a float would break the check itself)
         mem = data.get(self.ctl.memory_field)
@@ -219,7 +224,7 @@ def held_by(sp: Shard, shards: Iterable[Shard]) -> str:
     return ""
 
 
-def steer(sp: Shard, http: aiohttp.ClientSession) -> None:
+def steer(sp: Shard, http: aiohttp.ClientSession, measure: Measure | None = None) -> None:
     """Take a finished call's result, and start the call that brings the engine to the level its spec says."""
     assert sp.launch is not None and sp.launch.sleep is not None
     s, done = sp.sleep, outcome(sp.sleep)
@@ -229,7 +234,7 @@ def steer(sp: Shard, http: aiohttp.ClientSession) -> None:
             log.warning("%s rank %d: %s", sp.spec.replica_id, sp.spec.rank, sp.message)
     if s.task is not None or sp.state == "failed" or not sp.endpoint:
         return
-    e = Engine(http, sp.endpoint, sp.spec.api_key, sp.launch.sleep)
+    e = Engine(http, sp.endpoint, sp.spec.api_key, sp.launch.sleep, measure)
     if not s.known:
         s.task, s.learning = asyncio.create_task(learn(e)), True
     elif not s.told:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import aiohttp
@@ -19,6 +20,7 @@ from llmgw.agent.supervisor import liveness, sidecar_wait, sidecars, sleeping
 from llmgw.agent.supervisor.adopt import AdoptedProcess, Running, discard, leads_its_session
 from llmgw.agent.supervisor.bodies import read_capped, utc
 from llmgw.agent.supervisor.bodies import words as body_words
+from llmgw.agent.supervisor.gpu_proof import GpuProof
 from llmgw.agent.supervisor.process import ShardProcess, launched, log_tail, state_name
 from llmgw.core.backoff import doubling
 from llmgw.core.clock import Clock
@@ -60,13 +62,12 @@ class Pending:
 # which it reaches its peers), or why there is none: words, or a Problem when the resolver knows the code
 # (WeightsUnusable), or Pending when there will be one
 Resolver = Callable[[ShardSpec, Loopback], tuple[Launch | None, "str | Problem | Pending"]]
-GpuCheck = Callable[[ShardSpec, int], Awaitable[str]]  # agent/gpu_proof.py
 
 
 class Supervisor:
     def __init__(self, clock: Clock, log_dir: Path, host: str, resolve: Resolver,
                  restart: RestartPolicy | None = None, answer_within: float = liveness.TIMEOUT_S,
-                 tls: TlsFiles | None = None, prove: GpuCheck | None = None) -> None:
+                 tls: TlsFiles | None = None, prove: GpuProof | None = None) -> None:
         self.prove = prove  # after an engine's first ready: why it does not run on its GPUs ("" when it does)
         self.tls = tls  # the node's certificate: the tunnels between ranks (agent/tunnel.py) authenticate with it
         self.clock = clock
@@ -199,7 +200,8 @@ class Supervisor:
                     continue
                 await sp.start()
             if sp.launch.sleep is not None and sp.proc is not None and sp.proc.returncode is None:
-                sleeping.steer(sp, self._http())
+                # what a sleep freed: the driver's word where it can be read, not the engine's
+                sleeping.steer(sp, self._http(), partial(self.prove.held, sp.spec, sp.proc.pid) if self.prove else None)
                 if sp.sleep.busy and sp.liveness.task is not None:
                     sp.liveness.task.cancel()  # what a sleeper refuses is no verdict on it
             if sp.sleep.busy or sp.state == "failed":  # asleep, its health says nothing of serving

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
-from llmgw.agent.discovery.gpu_use import Given, Reading, unproven
+from llmgw.agent.discovery.gpu_use import Given, Reading, held_on, unproven
 from llmgw.wire.messages import Hardware, ShardSpec
 
 log = logging.getLogger(__name__)
@@ -42,24 +42,31 @@ class GpuProof:
     def __init__(self, read: Callable[[], Reading], hardware: Callable[[], Hardware | None], refuse: Refuse) -> None:
         self.read, self.hardware, self.refuse = read, hardware, refuse
 
-    async def __call__(self, spec: ShardSpec, pid: int) -> str:
-        """Why the shard's engine does not run on its GPUs ("" when it does, or when no reading proves either)."""
+    async def _read(self, spec: ShardSpec, pid: int) -> tuple[list[Given], set[int], Reading] | None:
         hw = self.hardware()
         if not spec.gpus or hw is None:
-            return ""
+            return None
         reading = await asyncio.to_thread(self.read)
         if reading.problem:
-            log.info("%s rank %d: its GPU memory was not read (%s): taken as running on its GPUs",
-                     spec.replica_id, spec.rank, reading.problem)
-            return ""
+            log.info("%s rank %d: its GPU memory was not read (%s)", spec.replica_id, spec.rank, reading.problem)
+            return None
         uuids = {g.index: g.uuid for g in hw.gpus}
-        given = [Given(i, uuids.get(i, "")) for i in spec.gpus]
-        words = unproven(given, await asyncio.to_thread(group_pids, pid), reading)
+        return [Given(i, uuids.get(i, "")) for i in spec.gpus], await asyncio.to_thread(group_pids, pid), reading
+
+    async def held(self, spec: ShardSpec, pid: int) -> int | None:
+        """The GPU memory the shard's processes hold on its GPUs, as the driver accounts it (None: not readable):
+        what a sleep must free, for an engine that does not say it itself."""
+        got = await self._read(spec, pid)
+        return None if got is None else held_on(*got)
+
+    async def __call__(self, spec: ShardSpec, pid: int) -> str:
+        """Why the shard's engine does not run on its GPUs ("" when it does, or when no reading proves either)."""
+        got = await self._read(spec, pid)
+        words = "" if got is None else unproven(*got)
         if not words:
             return ""
-        words = f"ready, but {words} ({reading.source})"
+        assert got is not None
+        words = f"ready, but {words} ({got[2].source})"
         passed = self.refuse(spec.engine, words)
         return words + ("; the node passes over to the next build of " + spec.engine if passed else "")
 
-
-Prove = Callable[[ShardSpec, int], Awaitable[str]]
