@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 from pathlib import Path
 
@@ -110,7 +111,8 @@ class Agent:
 
     def resolve(self, spec: ShardSpec, ports: Loopback | None = None) -> launches.Resolved:
         node = launches.Node(node_id=self.node_id, address=self.address, engines=self.engines, fetcher=self.fetcher,
-                             keys_dir=Path(self.cfg.state_dir) / "keys")
+                             keys_dir=Path(self.cfg.state_dir) / "keys",
+                             threads=self.cfg.engine_threads or len(os.sched_getaffinity(0)))
         return launches.resolve(node, spec, ports)
 
     async def start(self) -> None:

@@ -27,6 +27,7 @@ class Node:
     engines: list[EngineStatus]
     fetcher: Fetcher
     keys_dir: Path  # where each shard's secret file is written
+    threads: int = 1  # what an engine computing on the CPU uses (agent.yaml engine_threads, else the cores it may use)
 
 
 def engine_binary(engines: list[EngineStatus], name: str) -> str | None:
@@ -62,7 +63,7 @@ def resolve(node: Node, spec: ShardSpec, ports: Loopback | None = None) -> Resol
     if not isinstance(loras, tuple):
         return None, loras
     key_file = str(node.keys_dir / f"{state_name(spec.replica_id, spec.rank)}.key")
-    ctx = LaunchContext(binary=binary, model_path=path, host=node.address, threads=1, key_file=key_file,
+    ctx = LaunchContext(binary=binary, model_path=path, host=node.address, threads=node.threads, key_file=key_file,
                         serve_port=ports.engine if ports else 0, peer_tunnels=ports.peers if ports else (),
                         adapters=loras)
     return adapter.launch(spec, ctx), ""

@@ -51,6 +51,9 @@ class AgentConfig(Strict):
     probe_engines: list[str] = ["sim", "llamacpp", "vllm", "sglang"]
     install_dir: ConfigPath | None = None  # where engines are installed; default: state_dir/engines
     engine_python: str = "python3.11"  # what vLLM's and SGLang's environments are made from
+    # the threads llama.cpp computes with (-t) where it runs on the CPU (its CPU build, the CPU share of a GPU one).
+    # Unset: every core the agent may use (its CPU affinity), which is what one CPU shard on a node wants
+    engine_threads: int | None = Field(default=None, ge=1, le=4096)
     max_download: ByteSize = 16 * 1024**3
     # where an origin of weights or engines may redirect this node besides public addresses: "host", "host:port"
     # or a network ("10.0.0.0/8"); a redirect to anything else private (loopback, link-local, ...) is refused
