@@ -32,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.addresses import engine_ports, free_port, plan
+from llmgw.agent.discovery import gpu_use
+from llmgw.agent.discovery.commands import run_command
+from llmgw.agent.supervisor.gpu_proof import group_pids
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 
 NODE = "gpu01"
@@ -156,6 +159,25 @@ def gpu_processes() -> str:
     return "; ".join(words.splitlines()) or "none"
 
 
+def gpu_held(report: dict[str, Any]) -> str:
+    """What llmgw's own per-process reading (the one the agent proves a GPU build with after its first ready) says
+    the serving shard's processes hold on the GPUs it was given."""
+    shards = [s for s in report.get("shards", []) if s.get("pid") and s.get("state") == "ready"]
+    if not shards:
+        return "no ready shard to read"
+    reading = gpu_use.reader(gpu_use.nvml_module(), run_command, None)()
+    if reading.problem:
+        return f"not read: {reading.problem}"
+    uuids = {g["index"]: g.get("uuid", "") for g in report["hardware"].get("gpus", [])}
+    given = [gpu_use.Given(i, u) for i, u in sorted(uuids.items())]  # the machine's one GPU, given to the model
+    pids = group_pids(int(shards[0]["pid"]))
+    held = gpu_use.held_on(given, pids, reading)
+    words = gpu_use.unproven(given, pids, reading)
+    mib = "not accounted per process" if held is None else f"{held >> 20} MiB"
+    return f"{mib} on GPU(s) {[g.index for g in given]} by its {len(pids)} process(es) (read by {reading.source})" + (
+        f"; NOT proven: {words}" if words else "; proven")
+
+
 def engine_row(p: ClusterPlan) -> tuple[dict[str, Any], dict[str, Any] | None]:
     report: dict[str, Any] = admin_get(p, f"/api/nodes/{NODE}")["report"]
     rows = [e for e in report.get("engines", []) if e["name"] == "llamacpp"]
@@ -246,6 +268,7 @@ def summary(a: argparse.Namespace, r: dict[str, Any]) -> str:
         f"{per_s(r['gpu_engine_per_s'])}); same build with no GPU visible, direct, {r['cpu_threads']} threads: "
         f"{r['cpu_per_s']:.1f} (engine's own: {per_s(r['cpu_engine_per_s'])}); ratio {r['ratio']:.2f}",
         f"model: {r['model']} ({r['model_mb']:.1f} MB); on the GPU while it served: {r['gpu_processes']}",
+        f"per-process GPU memory, as the agent reads it to prove a GPU build: {r['gpu_held']}",
         "ctl nodes:",
         r["ctl_nodes"],
     ]
@@ -280,6 +303,7 @@ def check(a: argparse.Namespace) -> dict[str, Any]:
             r["gpu_per_s"], r["gpu_engine_per_s"] = gpu.per_s, gpu.engine_per_s or engine_rate(p)
             r["gpu_processes"] = gpu_processes()
             report, _ = engine_row(p)
+            r["gpu_held"] = gpu_held(report)
             r["gpus"], r["node_report"], r["ctl_nodes"] = gpus_words(report), report, node_words(p)
         except BaseException:
             for name in ("agent-" + NODE, "server"):
