@@ -272,3 +272,36 @@ def test_scaling_on_load_wakes_a_sleeper_rather_than_being_held_back_by_it() -> 
         asleep_beat(sim)
         sim.step()
     assert any(isinstance(i, Wake) and i.replica_id == b for i in sim.intents), sim.live("od")
+
+
+def test_a_level_one_sleeper_of_unknown_size_sleeps_alone_on_its_node() -> None:
+    """No host_memory, no size in the catalog: what it pins in host memory is unknown, so it is counted as the
+    node's whole share for sleepers. The first sleeps; the second stops instead (before, 0 meant no cap, and any
+    number of sleepers could pin a node's RAM)."""
+    a, b = (sleepy(n, gpus=4) for n in ("a", "b"))
+    assert a.sleep is not None and a.sleep.host_memory is None
+    sim = Sim([a, b], [node("n1")], timings=Timings(demand_window=60.0))
+    sim.demand.update({"a": sim.now, "b": sim.now})
+    sim.step()
+    sim.advance(10)
+    sim.heartbeat()
+    sim.step()
+    idle_out(sim)
+    levels = sorted((r.sleep_level, r.stop is not None) for r in sim.replicas.values())
+    assert levels == [(0, True), (1, False)], levels
+
+
+def test_a_sleeper_without_host_memory_is_counted_at_its_weights_size() -> None:
+    """A URL source's size is what it holds asleep: two of 100 GiB fit the 256 GiB share, three do not."""
+    models = [sleepy(n, gpus=2).model_copy(update={"source": f"https://weights.example/{n}.gguf",
+                                                     "size": 100 * GiB}) for n in ("a", "b", "c")]
+    sim = Sim(models, [node("n1")], timings=Timings(demand_window=60.0))
+    sim.demand.update({m.name: sim.now for m in models})
+    sim.step()
+    sim.advance(10)
+    sim.heartbeat()
+    sim.step()
+    assert all(r.ready for r in sim.replicas.values()) and len(sim.replicas) == 3
+    idle_out(sim)
+    levels = sorted((r.sleep_level, r.stop is not None) for r in sim.replicas.values())
+    assert levels == [(0, True), (1, False), (1, False)], levels

@@ -26,8 +26,10 @@ class SleepConfig(Strict):
     # a sleeping replica stops for good after this long unused (None: only for room)
     stop_after: Duration | None = None
     # the host memory a replica asleep at level 1 holds (its weights): a node takes sleepers only up to its share
-    # for them (server.yaml eviction.sleep_host_share); level 2 holds none
-    host_memory: ByteSize = 0
+    # for them (server.yaml eviction.sleep_host_share); level 2 holds none. Unset: the model's weights size where
+    # the catalog knows it (a URL source's size), else unknown, and a sleeper of unknown size is counted as the
+    # node's whole share: it sleeps there alone. 0 was "no cap" before: any number could pin a node's RAM
+    host_memory: ByteSize | None = None
     # a replica ready (or woken) for less than this is not put to sleep, so sleep and wake do not take turns
     min_stay: Duration = 60.0
 

@@ -157,7 +157,8 @@ def build_snapshot(
         multi = len(r.assignments) > 1
         asleep = r.sleep_level > 0  # its GPUs are free: it stops if another takes them (reconcile/sleeping.py)
         if asleep:
-            memory += spec.sleep.host_memory if spec and spec.sleep and r.sleep_level == 1 else 0
+            # what it holds asleep, where it is known (the sleep block's, or the weights' size)
+            memory += (spec.sleep.host_memory or spec.size or 0) if spec and spec.sleep and r.sleep_level == 1 else 0
         for a in r.assignments:
             if asleep:
                 mem[a.node_id] = mem.get(a.node_id, 0) + memory

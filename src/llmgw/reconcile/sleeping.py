@@ -46,10 +46,10 @@ def can_sleep(w: World, by_id: Mapping[str, NodeRecord], current: Mapping[str, R
         return False  # an older agent would keep its engine awake while its GPUs were given to another
     if (node.id, spec.engine) in w.no_sleep:
         return False  # its engine refused sleep mode there: it runs without (control/nodes/sleep_refusals.py)
-    held = cfg.host_memory if cfg.level == 1 else 0
+    share = int(node.report.hardware.mem_total_bytes * w.timings.sleep_host_share)
+    held = host_held(spec, share) if cfg.level == 1 else 0
     # room in the node's share of host memory for one more sleeper's weights
-    return not held or held + _held_asleep(w, current, node.id) <= \
-        node.report.hardware.mem_total_bytes * w.timings.sleep_host_share
+    return not held or held + _held_asleep(w, current, node.id, share) <= share
 
 
 def preempt_to_sleep(w: World, by_id: Mapping[str, NodeRecord], current: Mapping[str, ReplicaRecord],
@@ -69,12 +69,21 @@ def preempt_to_sleep(w: World, by_id: Mapping[str, NodeRecord], current: Mapping
     return go
 
 
-def _held_asleep(w: World, current: Mapping[str, ReplicaRecord], node_id: str) -> int:
+def host_held(spec: ModelSpec, share: int) -> int:
+    """What a replica of `spec` asleep at level 1 holds in host memory: its sleep block's host_memory, else its
+    weights' size where the catalog knows it, else the node's whole share for sleepers (unknown: it sleeps alone)."""
+    cfg = spec.sleep
+    if cfg is not None and cfg.host_memory is not None:
+        return int(cfg.host_memory)
+    return int(spec.size) if spec.size else share
+
+
+def _held_asleep(w: World, current: Mapping[str, ReplicaRecord], node_id: str, share: int) -> int:
     total = 0
     for r in current.values():
         spec = w.models.get(r.model)
         if r.sleep_level == 1 and spec is not None and spec.sleep is not None and r.node_ids() == [node_id]:
-            total += spec.sleep.host_memory
+            total += host_held(spec, share)
     return total
 
 
