@@ -111,3 +111,37 @@ def test_a_request_before_the_higher_priority_is_placed_does_not_wake_it_onto_th
     assert b.placed and b.assignments[0].gpus == sim.replicas[rid].assignments[0].gpus
     r = sim.replicas[rid]
     assert r.stop is not None and r.stop.reason == Reason.Evicted and r.stop.for_model == "big"
+
+
+def test_a_preempted_sleeper_still_in_use_wakes_on_its_own_once_its_room_is_free_after_min_stay() -> None:
+    """Its users had not left when its GPUs were taken: once the higher priority is gone, and after min_stay
+    asleep (so sleep and wake do not take turns), it wakes without waiting for the next request to pay the wake."""
+    sim, rid = busy_od(sleep=True)
+    sim.advance(1)
+    beat(sim)
+    sim.step()
+    del sim.models["big"]
+    sim.run(30, overrides={(rid, 0): "sleeping"})
+    assert sim.live("big") == [] and sim.replicas[rid].sleep_level == 1, "asleep less than min_stay (60 s)"
+    woke = []
+    for _ in range(10):
+        sim.advance(5)
+        beat(sim)
+        woke += [i for i in sim.step() if isinstance(i, Wake)]
+    assert woke == [Wake(rid)], woke
+    sim.advance(1)
+    sim.heartbeat()
+    sim.step()
+    assert sim.replicas[rid].ready
+
+
+def test_a_preempted_sleeper_whose_users_had_left_sleeps_on() -> None:
+    sim, rid = busy_od(sleep=True)
+    sim.last_used[rid] = sim.now - 3600  # unused for its model's whole stop_unused_after
+    sim.advance(1)
+    beat(sim)
+    sim.step()
+    del sim.models["big"]
+    sim.run(300, overrides={(rid, 0): "sleeping"})
+    r = sim.replicas[rid]
+    assert r.sleep_level == 1 and not any(isinstance(i, Wake) for i in sim.intents)

@@ -99,11 +99,22 @@ def keep_asleep(w: World, spec: ModelSpec, sleepers: list[ReplicaRecord], awake:
         if demanded and not awake:
             out.append(Wake(r.id) if by is None else Evict(r.id, by))
             awake += by is None
+        elif r.slept_for and by is None and not awake and cfg is not None and asleep_for >= cfg.min_stay \
+                and _in_use_when_taken(w, spec, r):
+            out.append(Wake(r.id))  # its room is free again, and it was serving when it was taken: back at wake cost
+            awake += 1
         elif cfg is None:
             out.append(Stop(r.id, Reason.Idle, "its model no longer sleeps"))
         elif cfg.stop_after is not None and asleep_for >= cfg.stop_after:
             out.append(Stop(r.id, Reason.Idle, f"{asleep_for:.0f}s asleep"))
     return out
+
+
+def _in_use_when_taken(w: World, spec: ModelSpec, r: ReplicaRecord) -> bool:
+    """A sleeper put to sleep for another model's room that its users had not left: used within its model's
+    stop_unused_after (an idle one would have been stopped by now had it stayed awake)."""
+    used = w.last_used.get(r.id)
+    return used is not None and w.now - used < spec.scaling.stop_unused_after
 
 
 def woken_for_load(w: World, spec: ModelSpec, active: list[ReplicaRecord], current: Mapping[str, ReplicaRecord],
