@@ -47,6 +47,8 @@ OWNERS: tuple[Owner, ...] = (
           "how long each way to ready (a wake, a load) took, per model, engine and GPU class"),
     Owner("sleep_refusals", "nodes/sleep_refusals.py",
           "nodes where an engine refused sleep mode, so it runs there without"),
+    Owner("release_digests", "nodes/release_digests.py",
+          "each engine release's digest list as last read for the fleet, when each is read again, failed reads"),
     Owner("activity", "activity/activity.py",
           "what routers saw: demand, last use, requests in flight, engine loads, router stats"),
     Owner("recent", "activity/recent_requests.py",

@@ -19,6 +19,7 @@ from llmgw.control.nodes.kick import Kick
 from llmgw.control.nodes.passes import Passes
 from llmgw.control.nodes.ready_times import ReadyTimes
 from llmgw.control.nodes.registry import Registry, revoke_node
+from llmgw.control.nodes.release_digests import Reader, ReleaseDigests, read_list
 from llmgw.control.nodes.sleep_refusals import SleepRefusals
 from llmgw.control.storage.leadership import Leadership, holder_id
 from llmgw.control.storage.storage import Storage
@@ -56,6 +57,7 @@ class ControlPlane:
         timings: Timings | None = None,
         writer: InlineWriter | StoreWriter | None = None,
         resolver: Resolver | None = None,
+        digests_reader: Reader | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
@@ -76,8 +78,10 @@ class ControlPlane:
         self.limit_counters.gpu.sized_by(ModelSizes(self.registry, cfg.chargeback))
         self.hub_models = HubModels(cfg.hub, clock, resolver or hub_resolve, store)
         self.sleep_refusals = SleepRefusals()  # nodes where an engine refused sleep mode: it runs there without
+        # each engine release's digest list, read here for the whole fleet: the nodes read none
+        self.release_digests = ReleaseDigests(clock, digests_reader or read_list)
         self.heartbeats = Heartbeats(cfg, self.storage, self.registry, self.activity, self.credentials, kick.kick,
-                                     self.hub_models, self.sleep_refusals)
+                                     self.hub_models, self.sleep_refusals, self.release_digests)
         self.charge_book = ChargeBook(cfg.chargeback.currency)  # GPU time per key, as the dashboard shows it
         self.ready_times = ReadyTimes()  # each way to ready (wake, load) measured per model, engine, GPU class
         self.passes = Passes(cfg, self.storage, self.timings, self.leadership, self.registry, self.activity, kick,

@@ -46,6 +46,7 @@ from llmgw.store.opening import hold_sqlite, open_store
 log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 3600.0
 HUB_EVERY_S = 5.0  # the catalog followed for hub models at least this often
+DIGESTS_EVERY_S = 60.0  # the releases' digest lists looked at (each read only when due: release_digests.py)
 AGENT_CONNECTIONS_PER_NODE = 4
 KICKED_PASS_GAP_S = 0.05
 
@@ -94,6 +95,7 @@ async def serve(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, config_pat
         asyncio.create_task(retention_loop(cfg, plane)),
         asyncio.create_task(lease_loop(plane, cfg.leader_lease)),
         asyncio.create_task(hub_loop(plane)),
+        asyncio.create_task(digests_loop(plane)),
         asyncio.create_task(chargeback_loop(plane.chargeback)),
     ]
     workers = spawn_workers(config_path, cfg.api_workers - 1) if config_path else []
@@ -224,6 +226,19 @@ async def hub_loop(plane: ControlPlane) -> None:
             plane.passes.kick.kick()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(hub.wake.wait(), max(wait, 0.05))
+
+
+async def digests_loop(plane: ControlPlane) -> None:
+    """Each engine release's digest list read for the fleet (control/nodes/release_digests.py), when due; the
+    nodes' next answers carry what it gave."""
+    digests, sources = plane.release_digests, plane.cfg.engine_sources()
+    while True:
+        wait = DIGESTS_EVERY_S
+        try:
+            wait = min(wait, await digests.tick(sources))
+        except Exception:  # logged and tried again, never swallowed silently
+            log.exception("reading the releases' digest lists failed")
+        await asyncio.sleep(max(wait, 1.0))
 
 
 async def lease_loop(plane: ControlPlane, lease: float) -> None:

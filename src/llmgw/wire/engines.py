@@ -25,6 +25,7 @@ SHA256_PATTERN = r"^([0-9a-f]{64})?$"
 PACKAGE_PATTERN = r"^[a-z0-9][a-z0-9.+-]{0,127}$"  # a Debian package name: it reaches apt-get's command line
 
 Line = Annotated[str, Field(max_length=2048)]
+DIGESTS_WIRE_VERSION = 13  # the first agents sent digests_unknown and digests_pending (they read no digest list)
 
 
 INDEX_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--trusted-host")
@@ -124,6 +125,11 @@ class EngineSource(Frozen):
     version: str = Field(pattern=VERSION_PATTERN)
     variants: Annotated[list[EngineVariant], Field(max_length=16)] = []
     digests_url: Line = ""
+    # wire version 13: the control plane reads each release's digest list for the whole fleet and sends the
+    # digests in the variants; a node reads no list. What it could not learn, per variant, with why (the node passes
+    # those builds over, DigestUnknown); and whether it has not read the list yet (the node waits to install)
+    digests_unknown: Annotated[dict[Annotated[str, Field(pattern=VARIANT_PATTERN)], Line], Field(max_length=16)] = {}
+    digests_pending: bool = False
 
     @model_validator(mode="after")
     def _unique(self) -> EngineSource:
@@ -135,7 +141,7 @@ class EngineSource(Frozen):
             raise ValueError(f"{self.name} {self.version}: digests_url must be http:// or https://")
         for v in self.variants:
             unpinned = (v.url and not v.sha256) or (v.runtime_url and not v.runtime_sha256)
-            if unpinned and not self.digests_url:
+            if unpinned and not self.digests_url and v.variant not in self.digests_unknown:
                 raise ValueError(f"{v.variant}: an archive needs the sha256 its publisher gives for it (sha256, "
                                  "runtime_sha256), or the release's digests_url that lists it")
         return self

@@ -29,8 +29,10 @@ X86_ARCHES = frozenset({"x86_64", "amd64", "i386", "i686"})  # the kernel's and 
 # 10: models named by a hub id (a plan's file list, the hub's base URL and token; a fetch's files done and total);
 # 11: renewals (wire/renewal.py): a node whose report has not changed sends a renewal instead, and the desired
 # state carries its renewal token and its own etag; 12 (wire/serving.py): a shard may be told to sleep (and reports
-# "sleeping"), may have sidecars started before its engine, and may serve LoRA adapters of its model
-WIRE_VERSION = 12
+# "sleeping"), may have sidecars started before its engine, and may serve LoRA adapters of its model; 13: the
+# control plane reads each release's digest list for the fleet, and an engine source carries what it could not
+# learn (digests_unknown) and whether it has not read it yet (digests_pending)
+WIRE_VERSION = 13
 OLDEST_WIRE_VERSION = 1
 
 # Everything a node reports is a claim, and every claim is bounded: a node may not grow the control plane's memory,

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.agent.installs.digests import LIST_MAX
 from llmgw.agent.installs.installer import Installer
 from llmgw.agent.installs.recipes import DOWNLOADS, download_names, install, stale_downloads
 from llmgw.core.clock import FakeClock
 from llmgw.core.errors import InstallRefused
+from llmgw.wire.digest_lists import LIST_MAX
 from llmgw.wire.engines import EngineSource, EngineVariant
 from llmgw.wire.messages import Hardware
 from tests.agent.installs.archives import file_member, only, sha256

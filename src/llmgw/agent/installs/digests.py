@@ -1,28 +1,23 @@
-"""The sha256 of an archive the operator did not pin, read from its release's list of assets (GitHub's release API:
-`assets[].name`, `assets[].digest` = "sha256:<hex>"). The list is fetched under the downloads' rules (bounded in
-size and time, redirects as for the archives) once per attempt, and a file it does not name, or names without a
-sha256, is not installed: `DigestUnknown`."""
+"""The sha256 of an archive the operator did not pin, where the control plane did not send it (an older one): read
+from its release's list of assets (wire/digest_lists.py) under the downloads' rules (bounded in size and time,
+redirects as for the archives) once per attempt. A control plane of wire version 13 reads the lists for the fleet
+and sends the digests, or says which it could not learn (the node passes those builds over)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from llmgw.agent.redirects import PUBLIC_ONLY, Redirects, words
 from llmgw.agent.transfer import Source, fetch_part
 from llmgw.core.errors import InstallRefused, TransferFailed
 from llmgw.core.reasons import Reason
+from llmgw.wire.digest_lists import LIST_MAX, digest_for, listed
 from llmgw.wire.engines import EngineSource, EngineVariant
 
-LIST_MAX = 4 << 20  # llama.cpp's release, 40 assets with their uploaders, is about 100 kB
 LIST_TIMEOUT = 30.0
 LIST_DEADLINE = 120.0
-_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 
 
 @dataclass(frozen=True)
@@ -31,11 +26,6 @@ class Pinned:
 
     sha256: str
     runtime_sha256: str = ""
-
-
-def file_name(url: str) -> str:
-    """The file name a URL ends in, as a release lists its assets."""
-    return os.path.basename(unquote(urlparse(url).path))
 
 
 async def read_list(url: str, work: Path, redirects: Redirects = PUBLIC_ONLY) -> bytes:
@@ -53,38 +43,6 @@ async def read_list(url: str, work: Path, redirects: Redirects = PUBLIC_ONLY) ->
         raise InstallRefused.from_os(e, f"cannot keep the digest list from {words(url)} in {work}") from None
     finally:
         part.unlink(missing_ok=True)
-
-
-def listed(data: bytes, url: str) -> dict[str, str]:
-    """Each asset's name and its `digest` as given ("" when it gives none), from a release's JSON."""
-    try:
-        release = json.loads(data)
-    except (ValueError, RecursionError):
-        raise InstallRefused(Reason.DigestUnknown, f"the digest list at {words(url)} is not JSON") from None
-    assets = release.get("assets") if isinstance(release, dict) else None
-    if not isinstance(assets, list):
-        raise InstallRefused(Reason.DigestUnknown, f"the digest list at {words(url)} has no assets list (expected a "
-                             "release as GitHub's API gives it)")
-    out: dict[str, str] = {}
-    for a in assets:
-        if isinstance(a, dict) and isinstance(a.get("name"), str):
-            digest = a.get("digest")
-            out.setdefault(a["name"], digest if isinstance(digest, str) else "")
-    return out
-
-
-def digest_for(assets: dict[str, str], file_url: str, list_url: str) -> str:
-    """The sha256 the list gives the file `file_url` names; "sha256:" and 64 lowercase hex, nothing else."""
-    name = file_name(file_url)
-    if name not in assets:
-        raise InstallRefused(Reason.DigestUnknown, f"{name[:200]} is not among the assets the digest list at "
-                             f"{words(list_url)} names: its sha256 is unknown, so it is not installed")
-    m = _DIGEST.fullmatch(assets[name])  # not match: `$` passes a newline after the hex
-    if m is None:
-        given = assets[name][:80] or "none"
-        raise InstallRefused(Reason.DigestUnknown, f"the digest list at {words(list_url)} gives {name[:200]} no "
-                             f"sha256 (its digest: {given!r}): not installed")
-    return m.group(1)
 
 
 async def pinned(source: EngineSource, variant: EngineVariant, work: Path,

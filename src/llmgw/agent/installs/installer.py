@@ -70,6 +70,13 @@ class Track:
     check: asyncio.Task[None] | None = field(default=None, repr=False)  # a re-check under way (vLLM's takes 20 s)
 
 
+def _waits(s: EngineSource, v: EngineVariant | None) -> bool:
+    """The control plane has not read the release's digest list yet, and this build needs a digest from it: the
+    node waits rather than read the list itself (a fleet would exhaust its publisher's budget) or fall back."""
+    return s.digests_pending and v is not None and bool((v.url and not v.sha256) or (v.runtime_url and not
+                                                                                    v.runtime_sha256))
+
+
 def _built_for(status: EngineStatus, s: EngineSource, v: EngineVariant | None) -> bool:
     """Whether a reported build is of this version and variant (its directory says so)."""
     return v is not None and f"/{s.name}/{s.version}-{v.variant}" in status.path
@@ -132,7 +139,9 @@ class Installer:
                               glibc=hw.glibc, gpus_without_driver=0 if hw.nvidia_driver else len(hw.gpus))
             if facts != t.facts:  # a driver or C library changed: what failed before may run now
                 t.facts, t.refused = facts, {}
-            choice = choose_build(s, facts, t.refused)
+            # builds whose digest the control plane could not learn are passed over with its words, as refused ones
+            unknown = {v: PassedOver(v, Reason.DigestUnknown, words) for v, words in s.digests_unknown.items()}
+            choice = choose_build(s, facts, unknown | t.refused)
             variant, t.note, t.passed_over = choice.variant, choice.note, choice.passed_over
             if variant != t.variant:  # a driver came or went: what was checked is not what is wanted now
                 if t.check is not None:
@@ -151,7 +160,7 @@ class Installer:
                 t.checked_at = now
                 t.check = asyncio.create_task(self._recheck(t, t.status.path))
                 continue  # the heartbeat goes on meanwhile; what it finds is acted on by a later pass
-            if t.check is None and (t.status is None or not t.status.runs) and (
+            if t.check is None and (t.status is None or not t.status.runs) and not _waits(s, t.variant) and (
                     now >= t.retry_at or room_again(self.ctx.root, t.free_when_failed)):
                 t.task = asyncio.create_task(self._attempt(t))
         self.settled = True
@@ -307,6 +316,10 @@ class Installer:
             elif t.status is not None and t.status.runs:
                 note = "; ".join(w for w in (t.status.message, t.note) if w)
                 out.append(t.status.model_copy(update={"message": note[:2000]}))
+            elif _waits(s, t.variant):
+                out.append(EngineStatus(name=name, version=s.version, runs=False, reason=Reason.EngineInstalling,
+                                        message=f"waiting for the control plane to read the digest list of {name} "
+                                                f"{s.version}"))
             elif t.failure is not None:
                 reason, words = t.failure
                 out.append(EngineStatus(name=name, version=s.version, runs=False, reason=reason,

@@ -18,7 +18,7 @@ from typing import Literal
 
 from llmgw.agent.engines import ADAPTERS
 from llmgw.agent.installs.companion import unpack_beside
-from llmgw.agent.installs.digests import file_name, pinned
+from llmgw.agent.installs.digests import pinned
 from llmgw.agent.installs.download import download
 from llmgw.agent.installs.packages import PackageTool, apt_install, missing_packages
 from llmgw.agent.installs.probe import probe, run
@@ -29,6 +29,7 @@ from llmgw.core.clock import Clock
 from llmgw.core.errors import InstallRefused
 from llmgw.core.reasons import Reason
 from llmgw.core.units import mb
+from llmgw.wire.digest_lists import file_name
 from llmgw.wire.engines import EngineSource, EngineVariant
 from llmgw.wire.messages import EngineStatus
 

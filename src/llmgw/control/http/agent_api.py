@@ -25,7 +25,7 @@ from llmgw.control.nodes.registry import Registry
 from llmgw.control.tenants.credentials import Credentials
 from llmgw.core.buckets import Buckets
 from llmgw.pki.tls import PeerIdentity, peer_identity
-from llmgw.wire.engines import EngineSource
+from llmgw.wire.engines import DIGESTS_WIRE_VERSION, EngineSource
 from llmgw.wire.messages import OLDEST_WIRE_VERSION, WIRE_VERSION, DesiredState, NodeReport
 from llmgw.wire.renewal import MAX_RENEWAL_BYTES, RENEWAL_PATH, RENEWAL_WIRE_VERSION, SEND_REPORT, Renewal
 from llmgw.wire.serving import SERVING_WIRE_VERSION
@@ -207,7 +207,10 @@ def answer_in(desired: DesiredState, version: int) -> str:
         older["engine_sources"] = True
     elif desired.version < 9:
         desired = desired.model_copy(update={"engine_sources": [_before_9(s) for s in desired.engine_sources]})
-        older["engine_sources"] = {"__all__": {"digests_url": True, "variants": {"__all__": set(BUILD_NEEDS)}}}
+        older["engine_sources"] = {"__all__": {"digests_url": True, "digests_unknown": True, "digests_pending": True,
+                                               "variants": {"__all__": set(BUILD_NEEDS)}}}
+    if 9 <= desired.version < DIGESTS_WIRE_VERSION:  # it reads a release's list itself, as before
+        older["engine_sources"] = {"__all__": {"digests_unknown", "digests_pending"}}
     if desired.version < RENEWAL_WIRE_VERSION:
         older.update({"renewal_token": True, "etag": True})
     if desired.version < SERVING_WIRE_VERSION:  # placement sends such an agent no shard that needs them

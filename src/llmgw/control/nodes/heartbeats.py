@@ -16,6 +16,7 @@ from llmgw.control.hub.hub_models import HubModels
 from llmgw.control.nodes.desired import desired_for, draining
 from llmgw.control.nodes.fetch_leaders import FetchLeaders
 from llmgw.control.nodes.registry import Registry, merge_report
+from llmgw.control.nodes.release_digests import ReleaseDigests
 from llmgw.control.nodes.renewal_tokens import KeptDesired, RenewalReply, RenewalTokens, drains_here
 from llmgw.control.nodes.sleep_refusals import SleepRefusals
 from llmgw.control.storage.storage import Storage
@@ -55,7 +56,7 @@ def led_here(node_id: str, shards: list[ShardState] | list[ShardLoad],
 class Heartbeats:
     def __init__(self, cfg: ServerConfig, storage: Storage, registry: Registry, activity: Activity,
                  credentials: Credentials, kick: Callable[[], None], hub: HubModels,
-                 refusals: SleepRefusals | None = None) -> None:
+                 refusals: SleepRefusals | None = None, digests: ReleaseDigests | None = None) -> None:
         self.cfg = cfg
         self.clock = storage.clock
         self._engine_names, self._engine_sources = cfg.engine_names(), cfg.engine_sources()
@@ -66,6 +67,7 @@ class Heartbeats:
         self._kick = kick
         self._hub = hub
         self._refusals = refusals or SleepRefusals()  # read: where an engine starts without sleep mode
+        self._releases = digests or ReleaseDigests(self.clock)  # read: each release's digests, for the sources sent
         self.fetch_leaders = FetchLeaders()  # who fetches each remote file from its origin, per fabric
         self.renewal_tokens = RenewalTokens()  # tokens and the desired states kept (control/nodes/renewal_tokens.py)
         # per node, the record this server last made of a report and that report's digest: the digest stands for
@@ -137,7 +139,8 @@ class Heartbeats:
         """The node's desired state: the one kept while every input of it is unchanged
         (control/nodes/renewal_tokens.py)."""
         reg = self._registry
-        base = (reg.generation, reg.catalog_version, self._hub.version, self._credentials.revocations_version)
+        base = (reg.generation, reg.catalog_version, self._hub.version, self._credentials.revocations_version,
+                self._releases.version)
         fabric = (reg.nodes_version, self.fetch_leaders.version)
         held = self.renewal_tokens.held(node_id, base, fabric)
         if held is not None:
@@ -151,7 +154,7 @@ class Heartbeats:
             else set()
         desired = desired_for(
             node_id, replicas, models, self._engine_names, self.cfg.heartbeat_interval,
-            self._engine_sources, plans, drain, self._refusals.known(),
+            self._releases.fill(self._engine_sources), plans, drain, self._refusals.known(),
         )
         desired.revoked = self._credentials.revoked()
         # the versions as they are now, after this derivation moved the fetch leaders (its own choice is in it)
