@@ -47,7 +47,7 @@ async def test_before_the_first_read_the_nodes_are_told_to_wait_and_after_it_the
     (pending,) = digests.fill([source()])
     assert pending.digests_pending and pending.variants == source().variants
     v0 = digests.version
-    await digests.tick([source()])
+    await digests.tick([source()], {"llamacpp"})
     (sent,) = digests.fill([source()])
     assert digests.version != v0 and not sent.digests_pending and sent.digests_unknown == {}
     assert [(v.sha256, v.runtime_sha256) for v in sent.variants] == [(A, B), (C, "")]
@@ -57,23 +57,23 @@ async def test_before_the_first_read_the_nodes_are_told_to_wait_and_after_it_the
         digests.fill([source()])
     for _ in range(10):
         clock.advance(PERIOD_S / 10 - 1)
-        await digests.tick([source()])
+        await digests.tick([source()], {"llamacpp"})
     assert lists.reads == 1
     clock.advance(20)
-    await digests.tick([source()])
+    await digests.tick([source()], {"llamacpp"})
     assert lists.reads == 2
 
 
 async def test_a_file_the_list_does_not_name_is_unknown_with_why_and_the_list_is_read_again_sooner() -> None:
     clock, lists = FakeClock(), Lists({CPU: f"sha256:{C}", CUDA: f"sha256:{A}"})  # no runtime companion listed
     digests = ReleaseDigests(clock, lists)
-    await digests.tick([source()])
+    await digests.tick([source()], {"llamacpp"})
     (sent,) = digests.fill([source()])
     assert sent.digests_unknown == {"cuda13-x86_64": f"{RUNTIME} is not among the assets the digest list at {API} "
                                                      "names: its sha256 is unknown, so it is not installed"}
     assert [v.sha256 for v in sent.variants] == ["", C]  # the CPU build is sent whole: the node takes it, stated
     clock.advance(MISSING_S)
-    await digests.tick([source()])
+    await digests.tick([source()], {"llamacpp"})
     assert lists.reads == 2
 
 
@@ -84,7 +84,7 @@ async def test_a_list_that_cannot_be_read_is_retried_backing_off_then_the_builds
     for _ in range(TRIES_BEFORE_UNKNOWN):
         (sent,) = digests.fill([source()])
         assert sent.digests_pending, "a blip is waited out, not a fallback"
-        waits.append(await digests.tick([source()]))
+        waits.append(await digests.tick([source()], {"llamacpp"}))
         clock.advance(waits[-1])
     assert waits == [RETRY_FIRST_S, 2 * RETRY_FIRST_S, 4 * RETRY_FIRST_S]
     (sent,) = digests.fill([source()])
@@ -94,7 +94,7 @@ async def test_a_list_that_cannot_be_read_is_retried_backing_off_then_the_builds
         "cpu-x86_64 is not installed without its sha256")
     lists.assets = {CUDA: f"sha256:{A}", RUNTIME: f"sha256:{B}", CPU: f"sha256:{C}"}
     clock.advance(8 * RETRY_FIRST_S)
-    await digests.tick([source()])
+    await digests.tick([source()], {"llamacpp"})
     (sent,) = digests.fill([source()])
     assert sent.digests_unknown == {} and sent.variants[0].sha256 == A
 
@@ -104,5 +104,15 @@ async def test_a_source_pinned_by_the_operator_is_never_read() -> None:
     digests = ReleaseDigests(FakeClock(), lists)
     pinned = EngineSource(name="llamacpp", version="b9", digests_url=API, variants=[
         EngineVariant(variant="cpu-x86_64", url="https://x/" + CPU, sha256=C)])
-    await digests.tick([pinned])
+    await digests.tick([pinned], {"llamacpp"})
     assert lists.reads == 0 and digests.fill([pinned]) == [pinned]
+
+
+async def test_a_list_no_node_needs_is_never_read() -> None:
+    """Nodes that run named or simulated engines install nothing: the control plane reaches no publisher for them
+    (a test cluster, or a fleet with its engines baked in, sends nothing to GitHub)."""
+    lists = Lists({CPU: f"sha256:{C}"})
+    digests = ReleaseDigests(FakeClock(), lists)
+    await digests.tick([source()], set())
+    await digests.tick([source()], {"vllm"})
+    assert lists.reads == 0 and digests.fill([source()])[0].digests_pending

@@ -46,7 +46,7 @@ from llmgw.store.opening import hold_sqlite, open_store
 log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 3600.0
 HUB_EVERY_S = 5.0  # the catalog followed for hub models at least this often
-DIGESTS_EVERY_S = 60.0  # the releases' digest lists looked at (each read only when due: release_digests.py)
+DIGESTS_EVERY_S = 2.0  # the releases' digest lists looked at (each read only when due and needed)
 AGENT_CONNECTIONS_PER_NODE = 4
 KICKED_PASS_GAP_S = 0.05
 
@@ -234,8 +234,10 @@ async def digests_loop(plane: ControlPlane) -> None:
     digests, sources = plane.release_digests, plane.cfg.engine_sources()
     while True:
         wait = DIGESTS_EVERY_S
+        # the engines some live node has yet to install (it reports them not running): only their lists are read
+        needed = {e.name for n in plane.registry.nodes.values() if not n.lost for e in n.report.engines if not e.runs}
         try:
-            wait = min(wait, await digests.tick(sources))
+            wait = min(wait, await digests.tick(sources, needed))
         except Exception:  # logged and tried again, never swallowed silently
             log.exception("reading the releases' digest lists failed")
         await asyncio.sleep(max(wait, 1.0))

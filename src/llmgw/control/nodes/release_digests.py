@@ -71,12 +71,14 @@ class ReleaseDigests:
     def wanted(self, sources: Iterable[EngineSource]) -> set[str]:
         return {s.digests_url for s in sources if s.digests_url and any(_unpinned(v) for v in s.variants)}
 
-    async def tick(self, sources: list[EngineSource]) -> float:
-        """Read each list that is due; the seconds until the next is (PERIOD_S when none waits)."""
-        wanted = self.wanted(sources)
+    async def tick(self, sources: list[EngineSource], needed: Iterable[str]) -> float:
+        """Read each list that is due, of the engines `needed` (some node has it to install): a list nobody needs is
+        never read, so a cluster whose nodes run named or simulated engines reaches no publisher. The seconds until
+        the next is due (PERIOD_S when none waits)."""
+        wanted, names = self.wanted(sources), set(needed)
         for url in [u for u in self._lists if u not in wanted]:
             del self._lists[url]
-        for url in sorted(wanted):
+        for url in sorted(self.wanted(s for s in sources if s.name in names)):
             entry = self._lists.setdefault(url, _List())
             if entry.due <= self.clock.monotonic():
                 await self._read(url, entry, [s for s in sources if s.digests_url == url])
