@@ -21,6 +21,8 @@ G0, G1 = "GPU-9a9a6c50-2a47-2f51-a902-b82c3b127e94", "GPU-d37e67a5-91dd-3774-a5c
 HW = Hardware(arch="x86_64", nvidia_driver="570.172.08", gpus=[
     GPU(index=i, name="NVIDIA A100-SXM4-80GB", gpu_class="A100-80G", memory_mib=81920, uuid=u)
     for i, u in enumerate((G0, G1))])
+pytestmark = pytest.mark.real  # a process group of its own
+
 SPEC = ShardSpec(replica_id="big-1", model="big", engine="vllm", source="/m", rank=0, world_size=1, gpus=[0, 1])
 
 
