@@ -87,7 +87,7 @@ test-cuda-builds: LLMGW_CUDA_WHEELS ?= $(LLMGW_CI_CACHE)/wheelhouse/cuda
 test-cuda-builds: LLMGW_CUDA_ENVS ?= $(LLMGW_CI_CACHE)/engine-envs
 test-cuda-builds: $(BIN)/.installed
 	LLMGW_CUDA_WHEELS=$(LLMGW_CUDA_WHEELS) LLMGW_CUDA_ENVS=$(LLMGW_CUDA_ENVS) \
-		$(BIN)/pytest -q -p no:cacheprovider -m cuda_builds tests/vllm
+		$(BIN)/pytest -q -rs -p no:cacheprovider -m cuda_builds tests/vllm
 
 # Mutation testing (mutmut, configured in pyproject's [tool.mutmut]) over the modules that guard money and access:
 # each mutant runs the fast unit tests that cover the function it changed. Slow (about an hour on 2 cores), so not

