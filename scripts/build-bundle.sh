@@ -43,7 +43,16 @@ elif [ -z "$from_tree" ]; then
     exit 2
 fi
 if [ -n "$from_tree" ]; then
-    src="$root"
+    # a copy, built there: pip builds a local project in place (setuptools' build/ and egg-info in the tree), so
+    # two builds from one tree at once collided, and a build left files in it
+    src="$stage/src"
+    mkdir -p "$src"
+    if [ "$commit" != unknown ]; then  # the files git would show: tracked, and untracked but not ignored
+        git -C "$root" ls-files -z -co --exclude-standard | tar -C "$root" --ignore-failed-read --null -T - -cf - | tar -x -C "$src"
+    else
+        tar -C "$root" --exclude=./.venv --exclude=./build --exclude=./dist --exclude='*.egg-info' -cf - . \
+            | tar -x -C "$src"
+    fi
     source_kind="working tree ($tree)"
 else
     src="$stage/src"

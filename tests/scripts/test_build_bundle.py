@@ -27,3 +27,18 @@ def test_a_bundle_built_from_head_has_head_installers(tmp_path: Path) -> None:
     shipped = (here / "install-node.sh").read_text()
     assert "UNCOMMITTED EDIT" not in shipped or "source=commit" not in release, release
 
+
+
+def test_two_bundles_built_from_the_tree_at_once_both_build_and_leave_it_as_it_was(tmp_path: Path) -> None:
+    """Two test modules each build a bundle from the working tree, on two workers at once. Built in place, both
+    wrote setuptools' build/ and egg-info in the tree: one failed ("File exists: build/bdist.linux-x86_64/wheel/
+    llmgw-0.1.0.dist-info", a CI run). Each build now works on a copy of the tree, and writes nothing into it."""
+    before = sorted(p.name for p in ROOT.iterdir())
+    builds = [subprocess.Popen([str(ROOT / "scripts" / "build-bundle.sh"), "--tree", "--out", str(tmp_path / f"d{i}"),
+                                "--python", sys.executable], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for i in range(2)]
+    for b in builds:
+        out, err = b.communicate(timeout=600)
+        assert b.returncode == 0, err[-3000:]
+        assert Path(out.strip().splitlines()[-1]).is_file()
+    assert sorted(p.name for p in ROOT.iterdir()) == before, "the tree gained files (build/?)"
