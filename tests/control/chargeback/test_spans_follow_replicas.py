@@ -123,3 +123,22 @@ async def test_a_fresh_cluster_with_nothing_to_charge_ticks_quietly(plane: Contr
     clock(plane).advance(3600)
     assert await cb.tick() == 0
     assert plane.store.charge_mark() == 0.0
+
+
+async def test_a_sleep_sampled_while_a_window_is_written_is_kept(plane: ControlPlane) -> None:
+    """A window is charged on copies of the spans and written to the store; a reconcile pass may sample the live
+    spans meanwhile (a replica put to sleep, woken, first ready). What it sampled then must survive the step: a lost
+    sleep made one user's residency run on through the next user's (a CI run: key a charged 26.3 GPU-s for 20.1)."""
+    cb = plane.chargeback
+    live = ReplicaSpan(id="r1", model="m", gpus=2, gpu_class="H100", demand=True, created_at=T0)
+    cb._spans = {"r1": live}
+    stepped = live.model_copy(deep=True)  # what the step charged and wrote, taken before the pass
+    follow(live, replica("r1", ready_at=T0 + 5), T0 + 6)  # the pass, while the write was under way
+    follow(live, replica("r1", ready_at=None, sleep_level=1, slept_at=T0 + 20), T0 + 21)
+    merged = cb._merged([stepped], T0 + 10)
+    assert merged["r1"].asleep == [(T0 + 20, None)] and merged["r1"].ready_at == T0 + 5
+    # a wake sampled meanwhile closes the sleep the step had carried open
+    stepped = merged["r1"].model_copy(deep=True)
+    cb._spans = merged
+    follow(merged["r1"], replica("r1", ready_at=None, woken_at=T0 + 30), T0 + 31)
+    assert cb._merged([stepped], T0 + 20)["r1"].asleep == [(T0 + 20, T0 + 30)]

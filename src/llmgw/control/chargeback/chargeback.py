@@ -119,8 +119,21 @@ class Chargeback:
         out = {s.id: s for s in stepped}
         for sid, seen in self._spans.items():
             s = out.setdefault(sid, seen)
+            if s is seen:
+                continue
             if s.ended_at is None:
                 s.ended_at = seen.ended_at
+            if s.ready_at is None:
+                s.ready_at = seen.ready_at
+            # sleeps and wakes sampled while the step was written: a lost sleep ran one user's residency on through
+            # the next user's. The step dropped those that ended before its residency; they stay dropped
+            ends = dict(s.asleep)
+            for x, y in seen.asleep:
+                if x in ends:
+                    ends[x] = ends[x] if ends[x] is not None else y
+                elif y is None or y >= s.residency_from:
+                    ends[x] = y
+            s.asleep = sorted(ends.items(), key=lambda iv: iv[0])
         return {sid: s for sid, s in out.items() if s.ended_at is None or s.ended_at > b}
 
     def sample_now(self) -> None:
