@@ -39,6 +39,7 @@ import yaml
 from bench.addresses import engine_ports, loopback
 
 from llmgw.agent.installs.recipes import current_build
+from llmgw.agent.supervisor.gpu_proof import group_pids
 from llmgw.config.agent import AgentConfig
 from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
 from llmgw.wire.engines import EngineSource, EngineVariant
@@ -148,18 +149,7 @@ def cmdline(pid: int) -> list[str]:
 def group_alive(pgid: int) -> list[int]:
     """Processes (zombies aside) in the process group `pgid`: a shard runs in a session of its own, led by the pid
     the agent reports, and vLLM's API server, engine core and workers all sit in it."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
-        if int(pgrp) == pgid and state != "Z":
-            out.append(int(d.name))
-    return out
+    return sorted(group_pids(pgid))
 
 
 def answer(p: ClusterPlan, key: str, model: str) -> dict[str, Any]:

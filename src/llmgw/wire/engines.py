@@ -110,6 +110,11 @@ class EngineVariant(Frozen):
         return self.variant.split("-", 1)[1]
 
     @property
+    def unpinned(self) -> bool:
+        """An archive (or its runtime companion) without its sha256: it takes the one its release lists."""
+        return bool((self.url and not self.sha256) or (self.runtime_url and not self.runtime_sha256))
+
+    @property
     def accelerator(self) -> str:
         """cpu, vulkan or cuda: what the build computes on."""
         kind = self.variant.split("-", 1)[0]
@@ -140,8 +145,7 @@ class EngineSource(Frozen):
         if self.digests_url and not self.digests_url.startswith(("https://", "http://")):
             raise ValueError(f"{self.name} {self.version}: digests_url must be http:// or https://")
         for v in self.variants:
-            unpinned = (v.url and not v.sha256) or (v.runtime_url and not v.runtime_sha256)
-            if unpinned and not self.digests_url and v.variant not in self.digests_unknown:
+            if v.unpinned and not self.digests_url and v.variant not in self.digests_unknown:
                 raise ValueError(f"{v.variant}: an archive needs the sha256 its publisher gives for it (sha256, "
                                  "runtime_sha256), or the release's digests_url that lists it")
         return self

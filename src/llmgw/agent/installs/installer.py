@@ -73,8 +73,7 @@ class Track:
 def _waits(s: EngineSource, v: EngineVariant | None) -> bool:
     """The control plane has not read the release's digest list yet, and this build needs a digest from it: the
     node waits rather than read the list itself (a fleet would exhaust its publisher's budget) or fall back."""
-    return s.digests_pending and v is not None and bool((v.url and not v.sha256) or (v.runtime_url and not
-                                                                                    v.runtime_sha256))
+    return s.digests_pending and v is not None and v.unpinned
 
 
 def _built_for(status: EngineStatus, s: EngineSource, v: EngineVariant | None) -> bool:

@@ -49,10 +49,6 @@ async def read_list(url: str) -> bytes:
         return data
 
 
-def _unpinned(v: EngineVariant) -> bool:
-    return bool((v.url and not v.sha256) or (v.runtime_url and not v.runtime_sha256))
-
-
 @dataclass
 class _List:
     assets: dict[str, str] | None = None  # the last list read whole
@@ -69,7 +65,7 @@ class ReleaseDigests:
         self.version = 0  # changes whenever what fill() gives may have
 
     def wanted(self, sources: Iterable[EngineSource]) -> set[str]:
-        return {s.digests_url for s in sources if s.digests_url and any(_unpinned(v) for v in s.variants)}
+        return {s.digests_url for s in sources if s.digests_url and any(v.unpinned for v in s.variants)}
 
     async def tick(self, sources: list[EngineSource], needed: Iterable[str]) -> float:
         """Read each list that is due, of the engines `needed` (some node has it to install): a list nobody needs is
@@ -98,7 +94,7 @@ class ReleaseDigests:
                         entry.failure)
         else:
             entry.assets, entry.failure, entry.tries = assets, "", 0
-            missing = any(self._unknown(v, entry, url) for s in sources for v in s.variants if _unpinned(v))
+            missing = any(self._unknown(v, entry, url) for s in sources for v in s.variants if v.unpinned)
             entry.due = now + (MISSING_S if missing else PERIOD_S)
         self.version += 1
 
@@ -113,14 +109,14 @@ class ReleaseDigests:
         return [self._filled(s) for s in sources]
 
     def _filled(self, s: EngineSource) -> EngineSource:
-        if not s.digests_url or not any(_unpinned(v) for v in s.variants):
+        if not s.digests_url or not any(v.unpinned for v in s.variants):
             return s
         entry = self._lists.get(s.digests_url)
         if entry is None or (entry.assets is None and entry.tries < TRIES_BEFORE_UNKNOWN):
             return s.model_copy(update={"digests_pending": True})
         variants, unknown = [], {}
         for v in s.variants:
-            if not _unpinned(v):
+            if not v.unpinned:
                 variants.append(v)
             elif (why := self._unknown(v, entry, s.digests_url)) is not None:
                 variants.append(v)
