@@ -42,7 +42,7 @@ _WANTED = TypeAdapter(list[EngineSource])
 COUNT_MAX = 2**53  # the wire's bound on a count: a server may claim any Content-Length
 # an install that failed for these reasons failed because of this node (a library its C library or driver lacks):
 # a GPU build refused so is passed over for the next that fits, until the node's hardware changes
-NODE_REFUSALS = frozenset({Reason.MissingLibraries, Reason.EngineCannotRun})
+NODE_REFUSALS = frozenset({Reason.MissingLibraries, Reason.EngineCannotRun, Reason.LibcTooOld})
 
 
 @dataclass
@@ -209,7 +209,7 @@ class Installer:
         mark("installing", 0, None)
         say(f"installing {s.name} {s.version} ({v.variant})")
         try:
-            t.status = await install(self.ctx, s, v, say, mark)
+            t.status = await install(self.ctx, s, v, say, mark, t.facts.glibc if t.facts is not None else "")
             t.checked_at = self.ctx.clock.monotonic()
             t.failure, t.failures = None, 0
             log.info("installed %s %s (%s) at %s", s.name, s.version, v.variant, t.status.path)

@@ -5,6 +5,7 @@ every working build, and the shards running from it, as they were."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from llmgw.agent.engines import ADAPTERS
+from llmgw.agent.installs import libc_floor
 from llmgw.agent.installs.companion import unpack_beside
 from llmgw.agent.installs.digests import pinned
 from llmgw.agent.installs.download import download
@@ -208,7 +210,7 @@ def _dropped_if_unsafe(archive: Path) -> Iterator[None]:
 
 
 async def install_archive(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say,
-                          mark: Mark = unmarked) -> EngineStatus:
+                          mark: Mark = unmarked, glibc: str = "") -> EngineStatus:
     name, rt_name = archive_name(source, variant), runtime_name(source, variant)
     final = next_build(ctx.root, source, variant)
     staging = final.with_name(STAGING + final.name)
@@ -245,6 +247,10 @@ async def install_archive(ctx: Context, source: EngineSource, variant: EngineVar
             said(f"unpacking {rt_name} beside {wanted}")
             with _dropped_if_unsafe(runtime):
                 await unpack_beside(runtime, rt_name, staging, exe.parent, ctx.limits.unpack_bytes, frozenset({MARKER}))
+        # what its own files need of the C library, before any of it runs (the variant's stated floor, if any, was
+        # checked before the download; this one is read, and holds for builds that state none)
+        build = f"{variant.variant} of {source.name} {source.version}"
+        await asyncio.to_thread(libc_floor.check, staging, glibc, build)
         mark("installing", 0, None)
         await _os_packages(ctx, variant, said)
         said("checking that it runs")
@@ -306,12 +312,13 @@ async def install_pip(ctx: Context, source: EngineSource, variant: EngineVariant
 
 
 async def install(ctx: Context, source: EngineSource, variant: EngineVariant, say: Say,
-                  mark: Mark = unmarked) -> EngineStatus:
+                  mark: Mark = unmarked, glibc: str = "") -> EngineStatus:
+    """`glibc`: the node's C library ("" when not glibc, or not read), which an archive's binaries are held to."""
     kind = ADAPTERS[source.name].packaging.kind
     if kind == "archive":
         if not variant.url:
             raise InstallRefused(Reason.EngineInstallFailed, f"{variant.variant}: {source.name} needs an archive url")
-        return await install_archive(ctx, source, variant, say, mark)
+        return await install_archive(ctx, source, variant, say, mark, glibc)
     if kind == "pip":
         if not variant.requirements:
             raise InstallRefused(Reason.EngineInstallFailed, f"{variant.variant}: {source.name} needs requirements")
