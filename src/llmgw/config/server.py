@@ -238,6 +238,11 @@ class RouterConfig(Renames):
     # operator's tests and benchmarks only. Off, they are logged at debug level instead: a match count sent to a
     # client says whether its prompt matches one another tenant sent (docs/security.md)
     expose_routing: bool = False
+    # request bodies (router/uploads.py): how many a key without a concurrency limit may have arriving at once, and
+    # the bytes of bodies one router process holds at once across keys (one of unstated length, chunked, counts as
+    # max_body); beyond either, refused before the body is read
+    key_uploads: int = Field(default=8, ge=1, le=100_000)
+    body_budget: ByteSize = 256 * 1024 * 1024
 
 
 class ConnectionLimits(Strict):
@@ -351,6 +356,13 @@ class ServerConfig(Renames):
         if self.heartbeat_interval >= self.node_lost_after:
             raise ValueError(f"heartbeat_interval ({self.heartbeat_interval:g}s) must be shorter than node_lost_after "
                              f"({self.node_lost_after:g}s): every node would be lost between two heartbeats")
+        return self
+
+    @model_validator(mode="after")
+    def _budget_holds_a_body(self) -> ServerConfig:
+        if self.router.body_budget < self.max_body:
+            raise ValueError(f"router.body_budget ({self.router.body_budget} bytes) must hold at least one body of "
+                             f"max_body ({self.max_body} bytes): no chunked body could ever be read")
         return self
 
     @model_validator(mode="after")

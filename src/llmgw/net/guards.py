@@ -73,6 +73,12 @@ def request_bounds(header_timeout: float, uploads: Uploads | None = None) -> Mid
             raise _closing(refusal(web.HTTPRequestEntityTooLarge,
                                    f"request body of {length} bytes is over the limit of {limit}",
                                    max_size=limit, actual_size=length or 0))
+        # never inflated (runner_options: auto_decompress off), never read
+        if request.can_read_body and _encoded(request):
+            raise _closing(refusal(web.HTTPUnsupportedMediaType,
+                                   f"request bodies are read as sent: Content-Encoding "
+                                   f"{request.headers['Content-Encoding'][:40]!r} is not accepted (send it "
+                                   f"uncompressed; a few KB of gzip inflate to the whole body limit)"))
         if not request.can_read_body or request.content.is_eof():
             try:  # the common case, on every request: no timer, and no coroutine of plain_errors' own
                 return await handler(request)
@@ -140,6 +146,11 @@ async def expect_within_limits(request: web.Request) -> None:
     own answer. (The invitation still comes before a route's credentials are checked: they are its handler's.)"""
     if not _over_limit(request):
         await _default_expect_handler(request)
+
+
+def _encoded(request: web.Request) -> bool:
+    """Whether a request's body is sent compressed (or otherwise encoded): none of llmgw's listeners reads one."""
+    return request.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity")
 
 
 def _over_limit(request: web.Request) -> bool:

@@ -203,6 +203,9 @@ def runner_options(header_timeout: float, name: str) -> dict[str, Any]:
         # an answer given before the body is read (a refusal) ends the connection at once: aiohttp would go on
         # reading what is left of the body for 10 s, the connection counted against the caps meanwhile
         "lingering_time": 0,
+        # request bodies are taken as sent: aiohttp would inflate a compressed one as it arrives, before any
+        # handler could refuse it (a few KB of gzip to megabytes, per connection); guards.py refuses them (415)
+        "auto_decompress": False,
     }
 
 

@@ -26,7 +26,7 @@ from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.state import RouterState
 from llmgw.router.stats import Measure, Recorder
 from llmgw.router.table import RoutingTable
-from llmgw.router.uploads import KeyUploads, too_many_uploads
+from llmgw.router.uploads import BodyBudget, KeyUploads, bodies_full, too_many_uploads
 from llmgw.router.usage_journal import UsageJournal
 from llmgw.router.waiting import ReadyWait
 from llmgw.store.base import ApiKeyRecord
@@ -68,7 +68,8 @@ class Router:
         self.dispatch = Dispatcher(state, self.table, Chooser(state, self.table, cfg), self.usage_journal, cfg,
                                    self.worker)
         self.ending = RequestEnd(self.usage_journal, state, self.recorder, state.clock)
-        self.uploads = KeyUploads()  # bodies arriving, per key: no more at once than its concurrency
+        self.uploads = KeyUploads(cfg.key_uploads)  # bodies arriving, per key: no more at once than its concurrency
+        self.bodies = BodyBudget(cfg.body_budget, max_body)  # bytes of bodies held, from before each is read
         self.adapters = AdapterIndex()
 
     def refresh(self) -> None:
@@ -138,6 +139,7 @@ class Router:
             status = CLIENT_CLOSED
             raise
         finally:
+            self.bodies.give(m.body_held)
             self.ending.end(m, ctx, status)
 
     async def _admit(self, request: web.Request, m: Measure) -> web.StreamResponse | RequestContext:
@@ -149,7 +151,12 @@ class Router:
             return self._too_large()
         lim = key.limits if key.limits is not None else self.cfg.default_limits
         if not self.uploads.take(key.id, lim.concurrency):
-            return too_many_uploads(lim.concurrency)
+            return too_many_uploads(lim.concurrency, self.cfg.key_uploads)
+        counted = self.bodies.counted(request)
+        if not self.bodies.take(counted):
+            self.uploads.give(key.id)
+            return bodies_full(self.bodies)
+        m.body_held = counted  # given back when the request ends, whatever the body became
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:

@@ -27,6 +27,7 @@ class Measure:
     prompt_tokens: int = 0
     status: int = 0  # what the request is recorded as (a broken stream: not the 200 its headers said)
     overrun: bool = False  # the engine reported more tokens than the request reserved (recorded at the reservation)
+    body_held: int = 0  # bytes of the router's body budget this request holds until it ends (uploads.py)
 
 
 class _Tally:
