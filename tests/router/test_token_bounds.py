@@ -108,3 +108,19 @@ async def test_an_engine_reporting_more_than_could_be_generated_is_billed_what_i
         assert env.plane.limit_counters.spent_in(next(iter(env.plane.limit_counters.counters)), "day") == used
         assert env.router.recorder.snapshot().models["m"].overruns == 1
         assert "recorded at its reservation" in caplog.text
+
+
+async def test_an_engine_reporting_more_than_any_count_is_bounded_for_a_key_without_limits(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A key without limits reserves nothing, and its request was recorded at whatever the engine said, each count
+    held to 2^31 alone: 2^31 + 2^31 was recorded as 4,294,967,296 tokens. Both together are held to 2^31."""
+    caplog.set_level(logging.WARNING)
+    async with limited(tmp_path, FakeClock(), engine=flood(usage=(2**31, 2**31))) as env:
+        key = await env.key(KeyLimits())
+        body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        async with httpx.AsyncClient(timeout=60) as h:
+            r = await h.post(env.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 200
+        assert await spent(env) == 2**31
+        assert env.router.recorder.snapshot().models["m"].overruns == 1
+        assert "its key has no limits" in caplog.text

@@ -16,6 +16,7 @@ from llmgw.core import limits as key_limits
 from llmgw.router.errors import openai_error
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.stats import Measure
+from llmgw.router.usage import MAX_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +141,15 @@ def used_of(m: Measure, reached: bool, cost: int) -> int:
 
 def bounded(m: Measure, cost: int, replica: str) -> None:
     """Hold what a request that reserved `cost` tokens is recorded and billed at to its reservation: an engine
-    reporting more (it ignored its bound, or its count is a lie) is an alarm, logged and counted, not a bill."""
-    if not cost or m.prompt_tokens + m.completion_tokens <= cost:
+    reporting more (it ignored its bound, or its count is a lie) is an alarm, logged and counted, not a bill. A
+    request of a key without limits reserved nothing (0): its two counts together are held to MAX_TOKENS, beyond
+    which no count is a count (each alone already is, usage.py)."""
+    ceiling = cost or MAX_TOKENS
+    if m.prompt_tokens + m.completion_tokens <= ceiling:
         return
-    log.warning("replica %s reported %d prompt and %d completion tokens for a request that reserved %d: recorded "
-                "at its reservation", replica, m.prompt_tokens, m.completion_tokens, cost)
+    log.warning("replica %s reported %d prompt and %d completion tokens for a request that %s", replica,
+                m.prompt_tokens, m.completion_tokens, f"reserved {cost}: recorded at its reservation" if cost else
+                f"reserved nothing (its key has no limits): recorded at {MAX_TOKENS} in all")
     m.overrun = True
-    m.prompt_tokens = min(m.prompt_tokens, cost)
-    m.completion_tokens = cost - m.prompt_tokens
+    m.prompt_tokens = min(m.prompt_tokens, ceiling)
+    m.completion_tokens = ceiling - m.prompt_tokens
