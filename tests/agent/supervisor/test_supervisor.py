@@ -195,3 +195,27 @@ async def test_a_pid_file_naming_another_process_is_never_acted_on(tmp_path: Pat
     finally:
         other.kill()
         other.wait()
+
+
+async def test_the_hub_token_is_never_written_beside_a_shard(tmp_path: Path) -> None:
+    """The spec kept beside a running shard (for a next agent to adopt it) held the weights plan's hub token, and
+    kept the old one after a rotation (the new token is no reason to restart the engine, so the file was not
+    written again). It is written without it: the engine never reads it."""
+    from llmgw.wire.weights_plan import WeightsPlan
+
+    def with_token(token: str) -> ShardSpec:
+        return spec(port, "hub").model_copy(update={"weights": WeightsPlan(base_url="https://hub.internal",
+                                                                           token=token)})
+
+    port = free_port()
+    s = Supervisor(FakeClock(), tmp_path, "127.0.0.1", sim_launch)
+    try:
+        await s.converge([with_token("hf_first_secret")])
+        pid = s.shards[("hub", 0)].proc.pid  # type: ignore[union-attr]
+        (kept,) = tmp_path.glob("*.shard")
+        assert "hf_first_secret" not in kept.read_text() and "hub.internal" in kept.read_text()
+        await s.converge([with_token("hf_rotated_secret")])
+        assert s.shards[("hub", 0)].proc.pid == pid  # type: ignore[union-attr]  # not restarted for it
+        assert "secret" not in kept.read_text()
+    finally:
+        await s.converge([])

@@ -133,8 +133,9 @@ class ShardProcess:
         # the pid and who it is (boot and start time): after a reboot or a pid's reuse it names someone else
         # and the loopback port it binds behind its gate (none: an engine a next agent must not adopt as gated)
         self.pid_path.write_text(f"{self.proc.pid} {identity(self.proc.pid)} {self.ports.engine}\n")
-        # its spec beside it, so a next agent can adopt it rather than restart it (0600: it holds the secret)
-        write_private(self.pid_path.with_suffix(SPEC_SUFFIX), self.spec.model_dump_json())
+        # its spec beside it, so a next agent can adopt it rather than restart it (0600: it holds the engine's
+        # secret), without the hub token: the engine never reads it, and a rotated token must not outlive its use
+        write_private(self.pid_path.with_suffix(SPEC_SUFFIX), without_hub_token(self.spec).model_dump_json())
         self.state = "starting" if self.launch.serves_http else "running"
         self.message = self.reason = ""
         self.exit_code = self.lost_peer = self.answered_at = None
@@ -189,6 +190,15 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def without_hub_token(spec: ShardSpec) -> ShardSpec:
+    """The spec with the hub token of its weights plans (its own and its adapters') blanked."""
+    def plain(w: WeightsPlan | None) -> WeightsPlan | None:
+        return w if w is None or not w.token else w.model_copy(update={"token": ""})
+
+    adapters = [a.model_copy(update={"weights": plain(a.weights)}) for a in spec.adapters]
+    return spec.model_copy(update={"weights": plain(spec.weights), "adapters": adapters})
 
 
 def launched(spec: ShardSpec) -> ShardSpec:
