@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from llmgw.net.header_budget import HEADER_BUDGET
+from tests.harness import await_until
 from tests.net.test_guards_connection_caps import connect, listening, response
 
 
@@ -49,3 +50,32 @@ async def test_a_body_sent_with_its_headers_is_not_counted_against_them() -> Non
         await asyncio.get_running_loop().sock_sendall(
             s, head("POST", 16000, f"Content-Length: {len(body)}\r\n") + body)
         assert (await response(s, 5)).startswith(b"HTTP/1.1 200")
+
+
+async def test_headers_trickled_over_the_budget_are_counted_across_reads() -> None:
+    """Each piece far under the budget, read by the server one by one (its receive queue seen empty before the next
+    is sent), together over it: refused as one request's headers. A budget counting each read alone (both tests
+    above may arrive in one read) would take them all."""
+    from tests.integration.test_header_memory import server_side
+
+    async with listening(max_total=8, per_client=8, header_timeout=30.0) as (_, port, socks):
+        loop = asyncio.get_running_loop()
+        s = await connect(port)
+        socks.append(s)
+        whole = head("GET", HEADER_BUDGET + 8000)
+        sent = 0
+        for i in range(0, len(whole), 2000):
+            try:
+                await loop.sock_sendall(s, whole[i:i + 2000])
+            except OSError:  # closed by the server for the headers' size
+                break
+            sent = i + 2000
+
+            async def read_by_server() -> bool:
+                return server_side(port)[1] == 0
+
+            await await_until(read_by_server, 10, "the server reading the piece")
+        answer = await response(s, 5)
+        assert answer.startswith(b"HTTP/1.1 431"), (answer[:60], sent)
+        # refused once the budget was passed, not before (the piece after it may still be taken by the kernel)
+        assert HEADER_BUDGET <= sent <= HEADER_BUDGET + 4000, sent

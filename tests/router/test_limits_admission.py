@@ -154,7 +154,9 @@ def test_what_an_engine_reports_beyond_the_reservation_is_an_alarm_not_a_bill(ca
 
 @pytest.mark.parametrize("raw", [b'{"model": "m", "n_predict": 400, "n_predict": 5}',
                                  b'{"model": "m", "n_predict": 5, "n_pr\\u0065dict": 400}',
-                                 b'{"model": "m", "max_tokens": 5, "n": 9, "n": 1}'])
+                                 b'{"model": "m", "max_tokens": 5, "n": 9, "n": 1}',
+                                 # only the escape says it is given twice: every other field is as it is told
+                                 b'{"model": "m", "max_tok\\u0065ns": 400, "max_tokens": 5}'])
 def test_a_field_given_twice_reaches_the_engine_once_as_reserved(raw: bytes) -> None:
     """An engine's decoder may keep the first of two; the body sent is the one decoded here."""
     payload = json.loads(raw)
