@@ -128,8 +128,8 @@ class Dispatcher:
         """The answer to relay, once the replica is judged by it."""
         outcome, path = ctx.outcome, ctx.request.path
         assert outcome is not None and outcome.response is not None
-        self._judge(route, outcome.status, path)
-        if outcome.status in NOT_SERVED and not outcome.response.prepared:
+        self._judge(route, outcome.status if not outcome.about_request else 400, path)
+        if outcome.status in NOT_SERVED and not outcome.about_request and not outcome.response.prepared:
             # the engine has no such endpoint: the client's mistake for this model (4xx, which the official
             # clients do not retry), not the engine's 5xx
             outcome.response = unsupported(ctx.spec.name, path, f"its engine answered {outcome.status}")

@@ -13,6 +13,7 @@ from yarl import URL
 from llmgw.core.errors import ConnectFailed, StreamBroken
 from llmgw.router.adapters import StreamRename
 from llmgw.router.errors import openai_error, sse_error
+from llmgw.router.faults import not_found_about_request, request_fault
 from llmgw.router.message_start import MessageStart
 from llmgw.router.usage import StreamUsage, usage_from_body
 from llmgw.wire.messages import UNREACHED_HEADER
@@ -24,6 +25,7 @@ class Outcome:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     response: web.StreamResponse | None = None
+    about_request: bool = False  # a 404 about what the request names (faults.py): the path is served there
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Timeouts:
 RELAYED_TYPES = ("application/json", "text/event-stream")
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 NOT_SERVED = (404, 405, 501)  # an engine's ways of saying it has no such endpoint
+NOT_FOUND_READ = 64 * 1024  # of a 404's body, to tell a path not served from a request naming something unknown
 CLIENT_CLOSED = 499  # nginx's word for it: the client closed the connection before the answer ended
 
 
@@ -115,6 +118,15 @@ async def forward(a: Attempt) -> Outcome:
         raise ConnectFailed("the engine is not reachable on its node (its agent's gate said so)")
     try:
         ctype = resp.headers.get("Content-Type", "application/json")
+        if resp.status == 404 and ctype.startswith("application/json"):
+            try:
+                said = await _read_bounded(resp.content, NOT_FOUND_READ)
+            except (aiohttp.ClientError, TimeoutError):
+                said = None  # unreadable: taken as the path not served, as before
+            words = not_found_about_request(said or b"")
+            if words is not None:  # an unknown model or adapter, say: the client's to see, as the engine said it
+                return Outcome(404, response=openai_error(404, words, "invalid_request_error", "not_found"),
+                               about_request=True)
         refusal = _not_relayed(resp, ctype)
         if refusal is not None:
             return refusal
@@ -128,6 +140,10 @@ async def forward(a: Attempt) -> Outcome:
                 raise StreamBroken(f"the engine broke off: {type(e).__name__}") from e
             if data is None:
                 return _unexpected(f"answered with a body over {MAX_RESPONSE_BYTES} bytes")
+            words = request_fault(resp.status, data)
+            if words is not None:  # the request's content, not the replica: a 4xx, never counted against it
+                return Outcome(400, response=openai_error(400, f"the model cannot take this request: {words}",
+                                                          "invalid_request_error", "unsupported_content"))
             p, c = usage_from_body(data) if resp.status == 200 else (0, 0)
             out = web.Response(status=resp.status, body=data if a.rename is None else data.replace(*a.rename),
                                headers={"Content-Type": ctype, **(a.said or {})})
