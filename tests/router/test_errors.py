@@ -114,6 +114,14 @@ async def test_on_demand_model_triggers_a_load_then_says_loading(plane_router: P
     od = [r for r in pr.plane.registry.replicas.values() if r.model == "sim-od"]
     assert len(od) == 1 and not od[0].placed
     assert od[0].explanation is not None and not od[0].explanation.placed
+    # asked again, the answer says the replica's phase and reason code, never its id (nor nodes, hub details)
+    mover = asyncio.create_task(load_wait_passes())
+    async with aiohttp.ClientSession() as s, s.post(pr.url + "/v1/chat/completions", data=chat("sim-od"),
+                                                    headers=auth) as r:
+        said = envelope(await r.json(), "model_loading")
+    await mover
+    assert said == "the model is loading: a replica pending (Unschedulable)", said
+    assert od[0].id not in said, said
 
 
 async def test_raw_keys_are_never_stored(rut: RouterUnderTest) -> None:

@@ -103,7 +103,7 @@ class ModelExplanation(BaseModel):
 
 
 def model_explanation_lines(e: ModelExplanation) -> list[str]:
-    """Words for people (ctl explain, a 503's message). Nothing reads these back."""
+    """Words for operators (ctl explain; a tenant's 503 says less: router/tenant_words.py). Nothing reads these back."""
     if e.wanted == Wanted.Unknown:
         return [f"{e.model}: not in the catalog"]
     weights = weights_lines(e.weights) if e.weights is not None else []

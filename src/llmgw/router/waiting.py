@@ -8,13 +8,13 @@ from collections import Counter
 
 from aiohttp import web
 
-from llmgw.api.router import model_explanation_lines
 from llmgw.config.server import RouterConfig
 from llmgw.router.context import RequestContext
 from llmgw.router.errors import RETRY_AFTER_S, openai_error
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.state import Readiness
 from llmgw.router.table import RoutingTable
+from llmgw.router.tenant_words import model_state
 
 WAIT_POLL_S = 0.5  # real seconds between looks at the table while a load is awaited
 REAL_WAIT_CAP = 20.0  # and never more than this many load_waits of real time, whatever the injected clock says
@@ -53,8 +53,10 @@ class ReadyWait:
         model, spec = ctx.spec.name, ctx.spec
         hung = self.not_answering(model)
         if hung is not None:  # nothing is loading: waiting out load_wait would only hold the client
-            return openai_error(503, f"no replica of {model} is answering: {hung}", "service_unavailable",
-                                "model_not_answering", headers={"Retry-After": str(RETRY_AFTER_S)})
+            # the replicas' words (ids, ranks, probes) are the operator's: ctl explain, the dashboard
+            return openai_error(503, f"no replica of {model} is answering its health checks; the operator can see "
+                                f"why (llmgw ctl explain {model})", "service_unavailable", "model_not_answering",
+                                headers={"Retry-After": str(RETRY_AFTER_S)})
         if spec.on_demand:
             self.state.want(model)
         if self.waiting[model] >= self.cfg.max_waiting:
@@ -77,9 +79,8 @@ class ReadyWait:
         # (a dead worker, a failed placement) says so, with the control plane's explanation
         why, code = ("the model is loading", "model_loading") if spec.on_demand else (
             "no replica of the model is ready", "no_ready_replica")
-        told = await self.state.explain(model)
-        detail = "; ".join(model_explanation_lines(told)[:2]) if told is not None else ""
-        return openai_error(503, f"{why}: {detail}", "service_unavailable", code,
+        # by phase and reason code: the control plane's own lines name replicas, nodes and hub details
+        return openai_error(503, f"{why}: {model_state(await self.state.explain(model))}", "service_unavailable", code,
                             headers={"Retry-After": str(RETRY_AFTER_S)})
 
     async def _wait(self, model: str, request: web.Request) -> bool | None:
