@@ -45,7 +45,7 @@ class GpuUse:
 
 def speed(rates: Sequence[float]) -> float:
     """The tokens per second one request of a model is taken to run at: the SPEED_PERCENTILE-th of the recent
-    requests' (prompt + completion tokens over duration), DEFAULT_TOKENS_PER_S with none measured."""
+    requests' (completion tokens over duration), DEFAULT_TOKENS_PER_S with none measured."""
     if not rates:
         return DEFAULT_TOKENS_PER_S
     ordered = sorted(rates)

@@ -88,9 +88,9 @@ async def test_usage_recorded_sets_the_models_speed_for_the_next_reservations(tm
     k = await key(p, "k", KeyLimits(gpu_budget=100.0, budget_period="day"))
     assert not p.limit_counters.admit(k, 300, model="m")[0].admitted  # 300 tokens at the default 10/s: 120 GPU-s
     await p.activity.record_usage([UsageRecord(id=f"request-{i}", key_id=k.id, model="m", replica_id="m-1",
-                                               prompt_tokens=100, completion_tokens=100, started_at=NOON - 10,
+                                               prompt_tokens=100, completion_tokens=200, started_at=NOON - 10,
                                                duration_s=2.0, status=200) for i in range(5)])
-    d, _ = p.limit_counters.admit(k, 300, model="m")  # 100 tokens per second measured: 12 GPU-s
+    d, _ = p.limit_counters.admit(k, 300, model="m")  # 100 tokens generated per second measured: 12 GPU-s
     assert d.admitted
     assert p.limit_counters.use_of(k)["gpu_used"] == 12.0
 

@@ -54,3 +54,19 @@ def test_the_speed_follows_the_last_requests_only() -> None:
     assert b.ask("m", 100).gpu_s == pytest.approx(100.0)
     b.measured([rec(100, 1.0)] * gpu_budgets.SPEEDS_KEPT)  # the model got faster: the slow ones are gone
     assert b.ask("m", 100).gpu_s == pytest.approx(1.0)
+
+
+def test_one_keys_prompt_heavy_requests_cannot_shrink_anothers_reservations() -> None:
+    """Replayed from outside: a key sent prompt-heavy requests (4,000 prompt tokens, 1 generated, in half a
+    second), which counted at 8,002 tokens a second and sized every key's next reservations by it. The speed is
+    what requests generate: the flood can only make reservations larger, never smaller."""
+    b = budgets()
+    honest = [UsageRecord(key_id="honest", model="m", replica_id="r", prompt_tokens=50, completion_tokens=100,
+                          started_at=NOON, duration_s=10.0, status=200)] * 10
+    b.measured(honest)
+    before = b.ask("m", 1000).gpu_s
+    assert before == pytest.approx(100.0)  # 1,000 tokens at the 10 a second it generates
+    flood = [UsageRecord(key_id="flood", model="m", replica_id="r", prompt_tokens=4000, completion_tokens=1,
+                         started_at=NOON, duration_s=0.5, status=200)] * 70
+    b.measured(flood)
+    assert b.ask("m", 1000).gpu_s >= before, "another key's requests made this one's reservation smaller"
