@@ -83,7 +83,8 @@ async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, par
     token = read_token(Path(cfg.token_path()))
     state = RemoteState(f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}", clock, token)
     store = open_store(cfg.store)  # read for API keys; the control plane is the writer
-    router = Router(state, KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()))
+    router = Router(state, KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()),
+                    currency=cfg.chargeback.currency)
     await state.poll()
     lim = cfg.connections
     cap = min(lim.api_connections, max(8, raise_fd_limit() - 256))

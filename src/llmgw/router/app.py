@@ -22,6 +22,7 @@ from llmgw.router.errors import openai_envelope, openai_error, unsupported
 from llmgw.router.intake import payload_of, spec_of
 from llmgw.router.keys import KeyRing
 from llmgw.router.limits import Unreservable, refused, reserve
+from llmgw.router.own_usage import OwnUsage
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.state import RouterState
 from llmgw.router.stats import Measure, Recorder
@@ -51,6 +52,7 @@ class Router:
         max_body: int,
         journal_dir: Path | None = None,
         adopt: bool = False,
+        currency: str = "USD",
     ) -> None:
         self.state = state
         self.keys = keys
@@ -71,6 +73,7 @@ class Router:
         self.uploads = KeyUploads(cfg.key_uploads)  # bodies arriving, per key: no more at once than its concurrency
         self.bodies = BodyBudget(cfg.body_budget, max_body)  # bytes of bodies held, from before each is read
         self.adapters = AdapterIndex()
+        self.own_usage = OwnUsage(keys.store, state.clock, currency)  # GET /v1/usage: a key's own, with that key
 
     def refresh(self) -> None:
         """The routing table follows the control plane's replicas; keys changed elsewhere are read again, in the
@@ -229,5 +232,12 @@ class Router:
             app.router.add_post(p, self.proxy)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{id:.+}", self.model)
+        app.router.add_get("/v1/usage", self.usage)
         return app
+
+    async def usage(self, request: web.Request) -> web.Response:
+        key = await self._auth(request)
+        if isinstance(key, web.Response):
+            return key
+        return await self.own_usage.answer(request, key.id)
 

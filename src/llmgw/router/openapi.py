@@ -72,6 +72,17 @@ def openapi() -> dict[str, Any]:
                                                     "schema": {"type": "string", "minLength": 1}}],
             "responses": _answers({"description": "the model",
                                    "content": {"application/json": {"schema": MODEL}}}, ("401", "404", "408"))}},
+        "/v1/usage": {"get": {
+            "summary": "This key's own requests, tokens, GPU-seconds and cost, in time buckets (the shape of OpenAI's "
+                       "usage API)",
+            "parameters": [
+                {"name": "start_time", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                {"name": "end_time", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+                {"name": "bucket_width", "in": "query", "schema": {"enum": ["1d", "1h"]}},
+                {"name": "group_by", "in": "query", "schema": {"enum": ["model"]}}],
+            "responses": _answers({"description": "a page of buckets", "content": {"application/json": {
+                "schema": {"type": "object", "properties": {"object": {"const": "page"}, "data": {"type": "array"}}}}}},
+                ("400", "401", "408", "503"))}},
     }
     for path in PATHS:
         body = {"type": "object", "properties": {"model": {"type": "string", "minLength": 1},

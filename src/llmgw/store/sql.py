@@ -254,6 +254,13 @@ class SqlStore(ChargebackSql):
             " WHERE hour >= ? ORDER BY hour, key_id, model", (hour_of(since),))
         return [(int(r[0]), _total(r, 1)) for r in rows]
 
+    def key_usage_by_hour(self, key_id: str, since: float) -> list[tuple[int, UsageTotal]]:
+        """One key's rows of the hourly aggregate from the hour holding `since` on (what it may read of its own)."""
+        rows = self._rows(
+            "SELECT hour, key_id, model, requests, prompt_tokens, completion_tokens, last_at FROM usage_hourly"
+            " WHERE key_id = ? AND hour >= ? ORDER BY hour, model", (key_id, hour_of(since)))
+        return [(int(r[0]), _total(r, 1)) for r in rows]
+
     def usage_count(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM usage")[0][0])
 
