@@ -12,8 +12,10 @@ def busy_shares(flights: Sequence[Flight], lo: float, hi: float, g: float) -> tu
     """Each request's GPU-seconds in [lo, hi) and how long at least one was in flight there. Requests whose times in
     flight overlap, directly or through others, form one busy stretch; its g x length GPU-seconds go to them in
     proportion to the work each did inside [lo, hi) (its work times the share of its time in flight that lies
-    there: tokens are taken to flow evenly over a request's time). A stretch whose requests report no work is split
-    by their time in flight. One sort, one pass."""
+    there: tokens are taken to flow evenly over a request's time). A request that reports no work beside others that
+    do (a stream cut short, a client that left before its usage) is taken to have worked at their rate over its own
+    time in flight: it reported nothing, not that it cost nothing, and its neighbours paid its time. A stretch whose
+    requests report no work is split by their time in flight. One sort, one pass."""
     clipped = []
     for rid, s, e, work in flights:
         cs, ce = max(s, lo), min(e, hi)
@@ -29,7 +31,7 @@ def busy_shares(flights: Sequence[Flight], lo: float, hi: float, g: float) -> tu
         while j + 1 < len(clipped) and clipped[j + 1][0] < end:  # touching is not overlapping: two stretches
             j += 1
             end = max(end, clipped[j][1])
-        stretch = clipped[i:j + 1]
+        stretch = _imputed(clipped[i:j + 1])
         length = end - start
         busy += length
         total = sum(w for *_, w in stretch)
@@ -40,3 +42,12 @@ def busy_shares(flights: Sequence[Flight], lo: float, hi: float, g: float) -> tu
             shares[rid] = shares.get(rid, 0.0) + g * length * ((ce - cs) if by_time else w) / total
         i = j + 1
     return shares, busy
+
+
+def _imputed(stretch: list[tuple[float, float, str, float]]) -> list[tuple[float, float, str, float]]:
+    """The stretch with each workless request given the work of its time at the rate of those that did work."""
+    worked = [(ce - cs, w) for cs, ce, _, w in stretch if w > 0]
+    if not worked or len(worked) == len(stretch):
+        return stretch
+    rate = sum(w for _, w in worked) / max(sum(t for t, _ in worked), 1e-12)
+    return [(cs, ce, rid, w if w > 0 else rate * (ce - cs)) for cs, ce, rid, w in stretch]
