@@ -53,3 +53,7 @@ class ReplicaSpan(Strict):
     pending_s: Seconds = 0.0  # load time with no trigger known yet
     pending_idle_s: Seconds = 0.0  # idle time before the residency served anyone: its trigger's, like its load
     residency_from: Time = 0.0  # when the current residency began: created_at, or its last wake
+    # idle time is the keys' who used the residency within keep_for (the model's stop_unused_after: without them it
+    # would have been stopped); each key's last use of it
+    keep_for: Seconds = 600.0
+    used_at: Annotated[dict[str, Time], Field(max_length=100_000)] = {}

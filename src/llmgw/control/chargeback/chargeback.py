@@ -181,7 +181,8 @@ def span_of(r: ReplicaRecord, nodes: dict[str, NodeRecord], spec: ModelSpec | No
     held_from = max(r.created_at, placed.last_transition if placed is not None and placed.true else 0.0)
     cls = cfg.gpu_class(*named[0]) if named else NO_GPU
     return ReplicaSpan(id=r.id, model=r.model, gpus=len(names), gpu_class=cls,
-                       demand=spec is None or spec.scaling.min == 0, created_at=held_from, residency_from=held_from)
+                       demand=spec is None or spec.scaling.min == 0, created_at=held_from, residency_from=held_from,
+                       keep_for=spec.scaling.stop_unused_after if spec is not None else 600.0)
 
 
 def follow(s: ReplicaSpan, r: ReplicaRecord, now: float) -> None:
