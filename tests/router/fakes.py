@@ -30,7 +30,6 @@ class FakeState:
         self.outstanding: dict[str, int] = {}  # what the router last said it has in flight, per replica
         self.engine_loads: dict[str, EngineLoad] = {}  # what a test says the engines report
         self.ejections: list[tuple[str, str]] = []
-        self.hung: dict[str, str] = {}  # model -> why, for a model a test says no replica of answers
 
     # what a test arranges
     def put_ready(self, rid: str, model: str, endpoint: str, secret: str = "",
@@ -38,11 +37,6 @@ class FakeState:
         self.remove(rid)
         self._ready.setdefault(model, []).append(ReadyReplica(id=rid, endpoint=endpoint, secret=secret,
                                                               closes_after_stream=closes_after_stream))
-        self._generation += 1
-
-    def put_not_answering(self, model: str, words: str) -> None:
-        """The control plane now says no replica of the model answers, in these words."""
-        self.hung[model] = words
         self._generation += 1
 
     def remove(self, rid: str) -> None:
@@ -65,7 +59,7 @@ class FakeState:
         return {m: list(reps) for m, reps in self._ready.items() if reps}
 
     def not_answering(self) -> dict[str, str]:
-        return dict(self.hung)
+        return {}  # the real control plane's word on it: tests/router/test_model_not_answering.py
 
     def want(self, model: str) -> None:
         self.demand[model] = self.clock.now()
