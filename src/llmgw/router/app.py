@@ -33,7 +33,8 @@ from llmgw.router.waiting import ReadyWait
 from llmgw.store.base import ApiKeyRecord
 
 # proxied to the engine as they are, routed by their "model" field: OpenAI's, its Responses API, Anthropic's Messages
-PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
+PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages",
+         "/v1/messages/count_tokens")
 NO_RATE: dict[str, str] = {}  # the headers of a key without limits (never changed: only copied into an answer's)
 
 
@@ -233,7 +234,16 @@ class Router:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{id:.+}", self.model)
         app.router.add_get("/v1/usage", self.usage)
+        app.router.add_get("/health", self.health)
         return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        """What load tools and clients probe before they send anything (guidellm refuses to run without it), as
+        engines answer it: ok while this router can route, 503 once its routing table has gone unconfirmed past
+        router.serve_stale_for (when it refuses requests too). No key needed; nothing but that is said."""
+        if self.state.stale_for() > self.cfg.serve_stale_for:
+            return web.json_response({"status": "unavailable", "reason": "routing_table_stale"}, status=503)
+        return web.json_response({"status": "ok"})
 
     async def usage(self, request: web.Request) -> web.Response:
         key = await self._auth(request)

@@ -88,4 +88,4 @@ async def openai_envelope(
     except Exception:
         log.exception("unexpected failure serving %s %s", request.method, request.path)
         resp = openai_error(500, "internal error in the router; it is logged", "server_error", "internal_error")
-    return as_anthropic(resp) if request.path == MESSAGES else resp
+    return as_anthropic(resp) if request.path.startswith(MESSAGES) else resp

@@ -21,7 +21,7 @@ from llmgw.router.usage import MAX_TOKENS
 log = logging.getLogger(__name__)
 
 # where a request generates nothing; elsewhere the field added when a request gives no bound of its own
-GENERATES_NOTHING = frozenset({"/v1/embeddings"})
+GENERATES_NOTHING = frozenset({"/v1/embeddings", "/v1/messages/count_tokens"})
 ADDED_FIELD = {"/v1/responses": "max_output_tokens"}
 # every body field an engine reads as a bound or a number of choices, on any endpoint (an engine reads fields from
 # other APIs too: llama-server takes n_predict, then max_completion_tokens, on /v1/completions as well): OpenAI's

@@ -37,6 +37,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "/v1/embeddings": {"input": {"type": "string"}},
     "/v1/responses": {"input": {"type": "string"}},
     "/v1/messages": {"messages": {"type": "array", "items": MESSAGE, "minItems": 1}},
+    "/v1/messages/count_tokens": {"messages": {"type": "array", "items": MESSAGE, "minItems": 1}},
 }
 REFUSALS = {
     "400": "the body is not a JSON object naming a model, or the engine refused it",
@@ -72,6 +73,12 @@ def openapi() -> dict[str, Any]:
                                                     "schema": {"type": "string", "minLength": 1}}],
             "responses": _answers({"description": "the model",
                                    "content": {"application/json": {"schema": MODEL}}}, ("401", "404", "408"))}},
+        "/health": {"get": {
+            "summary": "Whether this router can route (what load tools probe first); no key needed", "security": [],
+            "responses": {"200": {"description": "it can", "content": {"application/json": {"schema": {
+                "type": "object", "properties": {"status": {"const": "ok"}}}}}},
+                "503": {"description": "its routing table has gone unconfirmed too long", "content": {
+                    "application/json": {"schema": {"type": "object"}}}}}}},
         "/v1/usage": {"get": {
             "summary": "This key's own requests, tokens, GPU-seconds and cost, in time buckets (the shape of OpenAI's "
                        "usage API)",
@@ -96,7 +103,7 @@ def openapi() -> dict[str, Any]:
             "responses": _answers({"description": "the engine's answer, or its stream of server-sent events",
                                    "content": {"application/json": {"schema": {"type": "object"}},
                                                "text/event-stream": {"schema": {"type": "string"}}}},
-                                  tuple(REFUSALS), "AnthropicError" if path == MESSAGES else "Error"),
+                                  tuple(REFUSALS), "AnthropicError" if path.startswith(MESSAGES) else "Error"),
         }}
     return {
         "openapi": "3.1.0",
