@@ -1,6 +1,6 @@
 """Shares however small: busy time goes by work even when the work is one token, a request reporting none at its
-neighbours' rate over its own time, by time in flight only when no request in the stretch did any, and idle time is split by the residency's keys even when they used under a
-GPU-second between them."""
+neighbours' rate over its own time, by time in flight only when no request in the stretch did any, and idle time is
+split by the residency's keys even when they used under a GPU-second between them."""
 
 from __future__ import annotations
 
