@@ -29,9 +29,18 @@ async def _engine(handler: Handler) -> AsyncIterator[str]:
         await server.wait_closed()
 
 
+class _Present:
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+
 async def _send(url: str) -> None:
     async with aiohttp.ClientSession() as s:
-        request = make_mocked_request("POST", "/v1/chat/completions")
+        # a client still there: forward gives a whole answer up when its client's connection is closing
+        request = make_mocked_request("POST", "/v1/chat/completions", transport=_Present())
         await forward(Attempt(request, s, url, b"{}", False, T, StreamUsage(strip=False)))
 
 

@@ -18,6 +18,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from llmgw.agent.engines.base import LOOPBACK
+from llmgw.core.errors import ClientGone
 from llmgw.net.listeners import Limiter, Listener, refusal, start_listener
 from llmgw.wire.messages import UNREACHED_HEADER
 
@@ -27,7 +28,9 @@ T = TypeVar("T")
 HEADER_TIMEOUT = 10.0  # above the router's keep-alive (it drops idle connections first), as the engines' own were
 CONNECT_S = 5.0
 ENGINE_KEEPALIVE_S = 2.0
-CLIENT_CHECK_S = 5.0  # while the engine is quiet, how often the gate looks whether the router is still there
+# while the engine is quiet, how often the gate looks whether the router is still there: an abandoned request
+# is given up within this (llama-server stops generating when its connection closes)
+CLIENT_CHECK_S = 0.5
 # connections: the router holds up to connections_per_replica per worker; at the cap, connections that only wait
 # (an unauthenticated client's, say) are closed for new ones (net/listeners.py)
 GATE_CONNECTIONS = 4096
@@ -36,10 +39,6 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
                         "transfer-encoding", "upgrade", "host"})
 
 AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
-
-
-class ClientGone(Exception):
-    """The router closed its connection: the engine's answer has nobody to go to."""
 
 
 class EngineGate:

@@ -132,3 +132,8 @@ class StreamBroken(UpstreamError):
 
 class ControlPlaneUnreachable(UpstreamError):
     pass
+
+
+class ClientGone(LlmgwError):
+    """The client that sent a request went away while it was being answered: what was sent on for it is given up
+    (the engine, told by its connection closing, stops generating)."""

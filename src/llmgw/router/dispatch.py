@@ -10,14 +10,23 @@ import aiohttp
 from aiohttp import web
 
 from llmgw.config.server import RouterConfig
-from llmgw.core.errors import ConnectFailed, StreamBroken
+from llmgw.core.errors import ClientGone, ConnectFailed, StreamBroken
 from llmgw.router.adapters import renamed
 from llmgw.router.choice import Chooser
 from llmgw.router.context import RequestContext
 from llmgw.router.errors import MESSAGES, RETRY_AFTER_S, openai_error, unsupported
 from llmgw.router.message_start import MessageStart, count_input_tokens
 from llmgw.router.prefix import chain, prompt_text
-from llmgw.router.proxy import CLIENT_CLOSED, NOT_SERVED, Attempt, Timeouts, broken, engine_headers, forward
+from llmgw.router.proxy import (
+    CLIENT_CLOSED,
+    NOT_SERVED,
+    Attempt,
+    Outcome,
+    Timeouts,
+    broken,
+    engine_headers,
+    forward,
+)
 from llmgw.router.scoring import RouteDecision
 from llmgw.router.state import ReplicaUse
 from llmgw.router.table import EJECT_AFTER, UNSERVED_S, Route, RoutingTable
@@ -74,6 +83,8 @@ class Dispatcher:
             except StreamBroken as e:
                 log.warning("replica %s: %s (not retried: it had the request)", route.replica_id, e)
                 ctx.outcome = broken(e)
+            except ClientGone:  # given up at the engine too: recorded as the client's leaving, with what was seen
+                ctx.outcome = Outcome(CLIENT_CLOSED, response=web.Response(status=CLIENT_CLOSED))
             finally:
                 self._returned(ctx, route)
             return self._answer(ctx, route, said)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -10,7 +11,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from llmgw.core.errors import ConnectFailed, StreamBroken
+from llmgw.core.errors import ClientGone, ConnectFailed, StreamBroken, UpstreamError
 from llmgw.router.adapters import StreamRename
 from llmgw.router.errors import openai_error, sse_error
 from llmgw.router.faults import not_found_about_request, request_fault
@@ -48,6 +49,7 @@ class Timeouts:
 # router's secret is the operator's problem rather than the client's, and a body of another type is not an answer.
 RELAYED_TYPES = ("application/json", "text/event-stream")
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+CLIENT_CHECK_S = 0.25  # while a whole answer is awaited, how often the client is looked for (a left one: given up)
 NOT_SERVED = (404, 405, 501)  # an engine's ways of saying it has no such endpoint
 NOT_FOUND_READ = 64 * 1024  # of a 404's body, to tell a path not served from a request naming something unknown
 CLIENT_CLOSED = 499  # nginx's word for it: the client closed the connection before the answer ended
@@ -102,7 +104,25 @@ class Attempt:
 async def forward(a: Attempt) -> Outcome:
     """Raises ConnectFailed when nothing was sent to the engine (it could not be reached, or no connection to it
     came free in time): safe to try elsewhere, and nothing to record. Raises StreamBroken when the engine failed
-    after it had the request: never retried, recorded with what was seen."""
+    after it had the request: never retried, recorded with what was seen. Raises ClientGone when the client left
+    before a whole answer was read: the exchange is given up, its connection to the engine closed, so the engine
+    stops generating for nobody (a stream's relay sees its client leave itself)."""
+    if a.stream:
+        return await _exchange(a)
+    exchange = asyncio.ensure_future(_exchange(a))
+    while True:
+        done, _ = await asyncio.wait({exchange}, timeout=CLIENT_CHECK_S)
+        if done:
+            return exchange.result()
+        t = a.request.transport
+        if t is None or t.is_closing():
+            exchange.cancel()
+            with contextlib.suppress(asyncio.CancelledError, UpstreamError):
+                await exchange
+            raise ClientGone("the client left before its answer")
+
+
+async def _exchange(a: Attempt) -> Outcome:
     t, headers = a.timeouts, engine_headers(a.stream and a.fresh_for_stream, a.secret)
     try:
         resp = await a.session.post(a.url, data=a.body, headers=headers, timeout=t.client, allow_redirects=False,
