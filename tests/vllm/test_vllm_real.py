@@ -284,7 +284,8 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
         said["one rank"], said["adapter"] = base, tuned
         answer(p, key, "smollm2")  # and with vLLM's own fields, through the router
         # the replica's port is the agent's gate: without the secret, every path is refused, not only /v1's
-        url = next(r["endpoint"] for r in admin_get(p, "/api/replicas") if r["model"] == "smollm2")
+        # (the one that serves: the failed first one, refused sleep mode, is on view beside it with no endpoint)
+        url = next(r["endpoint"] for r in admin_get(p, "/api/replicas") if r["id"] == one["id"])
         assert url.startswith(f"http://{CPU01}:"), url
         refused = {path: keyless(url + path) for path in NOT_V1}
         assert set(refused.values()) == {401}, refused
