@@ -237,7 +237,7 @@ async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.Cli
                         chunk = await content.readany()
             except (aiohttp.ClientError, TimeoutError) as e:
                 why = f"the engine {'went quiet' if isinstance(e, TimeoutError) else 'broke off'} mid-stream"
-                await sr.write((names.rest() if names else b"") + sse_error(why, "upstream_stream_broken"))
+                await sr.write(_ended(watch, names) + sse_error(why, "upstream_stream_broken"))
                 await sr.write_eof()
                 raise StreamBroken(f"{why} ({type(e).__name__})", seen=watch.so_far(), answered=sr) from e
             if not chunk:
@@ -256,13 +256,19 @@ async def _relay(request: web.Request, sr: web.StreamResponse, resp: aiohttp.Cli
                 raise StreamBroken(f"{why} ({watch.limit})", status=502, seen=watch.so_far(), answered=sr)
             if out:
                 await sr.write(out)
-        if names is not None and (tail := names.rest()):
+        if tail := _ended(watch, names):
             await sr.write(tail)
         await sr.write_eof()
     except ConnectionError:
         resp.close()
         return Outcome(resp.status if watch.done else CLIENT_CLOSED, *watch.so_far(), sr)
     return Outcome(resp.status, *watch.so_far(), sr)
+
+
+def _ended(watch: StreamUsage, names: StreamRename | None) -> bytes:
+    """What is still the client's when the engine's stream ends: what the watch held back, what the rename kept."""
+    held = watch.rest()
+    return (names.feed(held) + names.rest()) if names is not None else held
 
 
 async def _read_bounded(content: aiohttp.StreamReader, limit: int) -> bytes | None:

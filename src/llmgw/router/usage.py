@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 _DECODER = json.JSONDecoder()
 _NULL_USAGE = (b'"usage":null', b'"usage": null')
+# what a usage-only stream event carries besides what an engine adds to it (llama.cpp: `timings`)
+_USAGE_EVENT_FIELDS = frozenset({"usage", "choices", "id", "object", "created", "model", "system_fingerprint"})
 MAX_TOKENS = 2**31  # an engine's count is a claim too: anything beyond this is not a count
 # How OpenAI's chat and completions answers, vLLM's, SGLang's and llama-server's begin their usage: read with one
 # match at the last "usage" instead of a JSON decoder (a few microseconds per request); any other shape is decoded
@@ -82,6 +84,10 @@ class StreamUsage:
 
     def __init__(self, strip: bool, now: Callable[[], float] | None = None, limit: int = 0) -> None:
         self.strip = strip
+        # with `strip`: the event that ends the choices (its finish_reason given), held back until the usage event
+        # it precedes, whose other fields (llama.cpp's `timings`) it then carries, as the engine puts them on it
+        # when usage is not asked for; released as it is at [DONE] or at the stream's end (rest())
+        self.held: bytes | None = None
         self.limit = limit
         self.now = now  # when given, first_at and last_at say when tokens arrived
         self.first_at: float | None = None
@@ -106,6 +112,35 @@ class StreamUsage:
         completion tokens seen so far: an engine sends about one per token."""
         return self.usage if self.usage is not None else (0, self.events)
 
+    def rest(self) -> bytes:
+        """What is still held back (the stream ended without the usage event): the client's, as it was."""
+        held, self.held = self.held, None
+        return held + b"\n\n" if held is not None else b""
+
+    def _hold_finish(self, chunk: bytes, complete: bytes) -> bytes:
+        """`chunk` without the event that ends the choices, held back (only one read wholly within this one)."""
+        for line in complete.split(b"\n"):
+            if (line.startswith(b"data: {") and b'"finish_reason"' in line and b'"finish_reason":null' not in line
+                    and b'"finish_reason": null' not in line and line + b"\n\n" in chunk and self.held is None):
+                self.held = line
+                return chunk.replace(line + b"\n\n", b"", 1)
+        return chunk
+
+    def _with_extras(self, usage_event: dict[str, object]) -> bytes:
+        """The held finish event with the usage event's own fields (not its usage, choices or ids) put on it."""
+        held, self.held = self.held, None
+        assert held is not None
+        extras = {k: v for k, v in usage_event.items() if k not in _USAGE_EVENT_FIELDS}
+        if not extras:
+            return held + b"\n\n"
+        try:
+            event = json.loads(held[6:])
+        except (ValueError, RecursionError):
+            return held + b"\n\n"
+        if not isinstance(event, dict):
+            return held + b"\n\n"
+        return b"data: " + json.dumps({**event, **extras}, separators=(",", ":")).encode() + b"\n\n"
+
     def feed(self, chunk: bytes) -> bytes:
         """Look at one read; return what the client should get of it."""
         data = self.tail + chunk if self.tail else chunk
@@ -119,11 +154,21 @@ class StreamUsage:
         if 0 < self.limit < self.events + events:
             return self._cut(chunk, len(data) - len(chunk), complete)
         self.events += events
+        if self.strip and b'"finish_reason"' in complete:
+            chunk = self._hold_finish(chunk, complete)
         if b"data: [DONE]" in complete:
             self.done = True
-        if b'"usage"' not in complete:
-            return chunk
+        if b'"usage"' in complete:
+            chunk = self._usage(chunk, complete)
+        if self.held is not None and b"data: [DONE]" in chunk:  # no usage event came: the finish as it was
+            chunk = chunk.replace(b"data: [DONE]", self.rest() + b"data: [DONE]", 1)
+        return chunk
+
+    def _usage(self, chunk: bytes, complete: bytes) -> bytes:
+        """The engine's counts read from the usage events of `complete`; `chunk` without the usage-only event when
+        the client did not ask for it (its other fields moved onto the held finish event)."""
         drop: bytes | None = None
+        dropped: dict[str, object] = {}
         for line in complete.split(b"\n"):
             if not line.startswith(b"data: {") or b'"usage"' not in line:
                 continue
@@ -140,7 +185,9 @@ class StreamUsage:
                 p, c = _counts(u)
                 self.usage = (p, c) if self.usage is None else (max(p, self.usage[0]), max(c, self.usage[1]))
                 if self.strip and isinstance(event, dict) and not event.get("choices"):
-                    drop = line
+                    drop, dropped = line, event
         if drop is not None and drop + b"\n" in chunk:
-            chunk = chunk.replace(drop + b"\n\n", b"", 1).replace(drop + b"\n", b"", 1)
+            put = self._with_extras(dropped) if self.held is not None else b""
+            chunk = chunk.replace(drop + b"\n\n", put, 1) if drop + b"\n\n" in chunk else chunk.replace(
+                drop + b"\n", put, 1)
         return chunk
