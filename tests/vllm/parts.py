@@ -127,6 +127,8 @@ def origin_bytes(hub_url: str) -> int:
 
 
 def fetched_dir(p: ClusterPlan, node: str) -> Path:
-    """The one directory `node` fetched the model into (weights/hub/<org>--<name>/<commit>)."""
-    (d,) = (p.workdir / "nodes" / node / "weights" / "hub").glob("*/*")
+    """The one directory `node` fetched the model into (<its weights_dir>/hub/<org>--<name>/<commit>)."""
+    agent = yaml.safe_load((p.workdir / "nodes" / node / "agent.yaml").read_text())
+    weights = p.workdir / "nodes" / node / str(agent["weights_dir"])  # (an absolute one as it is)
+    (d,) = (weights / "hub").glob("*/*")
     return d

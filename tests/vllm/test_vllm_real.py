@@ -105,9 +105,28 @@ def engine_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         "DO_NOT_TRACK": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
         "VLLM_CPU_OMP_THREADS_BIND": _cpus(),  # faster here than "auto", which keeps a core back
-        "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),  # its compile cache does not reload: nothing to keep
+        "VLLM_CACHE_ROOT": str(compile_cache() or tmp_path / "vllm-cache"),
     }.items():
         monkeypatch.setenv(k, v)
+
+
+def compile_cache() -> Path | None:
+    """Where vLLM keeps what it compiled (the two-rank replica's graphs, VLLM_CACHE_ROOT) between runs of the stage:
+    in the kept install's root, so a new install starts it afresh. Its key holds the model's path, which is why the
+    two-rank nodes fetch into kept_weights(); None when nothing is kept."""
+    kept = vllm_root(VERSION, wheels(), AgentConfig.model_fields["engine_python"].default)
+    return kept / "compile-cache" if kept is not None else None
+
+
+def kept_weights(node: str) -> Path | None:
+    """A stable weights_dir for `node` across runs of the stage (emptied at the start of each: the fabric's
+    downloads are counted), so the model's path, and with it vLLM's compile cache key, is the same each run."""
+    keep = os.environ.get("LLMGW_VLLM_ENVS", "")
+    if not keep:
+        return None
+    d = Path(keep).parent / "vllm-stage-weights" / node
+    shutil.rmtree(d, ignore_errors=True)
+    return d
 
 
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -183,8 +202,10 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
     sim: dict[str, Any] = {"fabric": "ib-v", "adapters": {"mlx5_0": "ACTIVE"}, "gpus": 0}
     # peers serve weights on a port of this stage's range (make test runs beside it); the hub's CDN is another
     # origin on loopback, which a node follows a redirect to only when told it may
-    def reach(port: int) -> dict[str, Any]:
-        return {"peer_port": port, "redirects_allowed": [f"127.0.0.1:{cdn_port}"]}
+    def reach(port: int, node: str = "") -> dict[str, Any]:
+        stable = kept_weights(node) if node else None
+        return {"peer_port": port, "redirects_allowed": [f"127.0.0.1:{cdn_port}"],
+                **({"weights_dir": str(stable)} if stable is not None else {})}
     p = plan(
         tmp_path,
         [
@@ -192,9 +213,9 @@ def test_a_bare_node_installs_vllm_and_one_and_two_rank_replicas_serve(
             NodePlan(id="cpu01", address=CPU01, kind="cpu", gpus=0, port_range=engine_ports(),
                      agent_extra={"engines": {}, "probe_engines": ["vllm"], "install_dir": str(root),
                                   **reach(free_port())}),
-            NodePlan(id="vl02", address=loopback(), port_range=engine_ports(), agent_extra=reach(free_port()),
+            NodePlan(id="vl02", address=loopback(), port_range=engine_ports(), agent_extra=reach(free_port(), "vl02"),
                      **sim),
-            NodePlan(id="vl03", address=loopback(), port_range=engine_ports(), agent_extra=reach(free_port()),
+            NodePlan(id="vl03", address=loopback(), port_range=engine_ports(), agent_extra=reach(free_port(), "vl03"),
                      **sim),
         ],
         [single(adapter_dir, True)],
