@@ -64,6 +64,11 @@ async def test_a_key_reads_its_own_usage_and_gpu_time_and_no_one_elses(tmp_path:
             (result,) = page["data"][-1]["results"]
             assert result["model"] is None and result["num_model_requests"] == 1 and result["gpu_seconds"] == 99.0
 
+            # bounded both ways in the store: a window that ends before today reads none of today's rows
+            assert env.store.key_usage_by_hour(a.id, 0.0, NOON - 86400) == []
+            assert env.store.key_charges_since(a.id, 0.0, NOON) == []
+            assert len(env.store.key_charges_since(a.id, 0.0, NOON + 1)) == 1
+
             assert (await usage(h, env, ""))[0] == 401
             for bad in ("?bucket_width=1w", "?group_by=key", "?start_time=x", "?bucket_width=1h&start_time=0"):
                 status, err = await usage(h, env, raw_a, bad)

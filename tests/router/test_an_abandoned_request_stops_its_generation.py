@@ -53,7 +53,7 @@ class SlowEngine:
 async def test_a_client_that_gives_up_is_given_up_at_the_engine(tmp_path: Path) -> None:
     engine = SlowEngine()
     async with limited(tmp_path, FakeClock(), engine=engine.app()) as env:
-        key = await env.key(KeyLimits())
+        key = await env.key(KeyLimits(budget=100_000, budget_period="day"))
         with pytest.raises(httpx.TimeoutException):
             async with httpx.AsyncClient(timeout=1.0) as impatient:
                 await impatient.post(env.url + "/v1/chat/completions", json=CHAT,
@@ -65,5 +65,7 @@ async def test_a_client_that_gives_up_is_given_up_at_the_engine(tmp_path: Path) 
         await await_until(lambda: asyncio.sleep(0, not env.router.usage_journal.inflight), 30, "the request ended")
         assert await env.router.usage_journal.flush()
         (row,) = env.store.usage_recent(0.0)
-        assert (row.requests, row.prompt_tokens, row.completion_tokens) == (1, 0, 0), row  # not the 1,509 it asked
+        # recorded at what it reserved (its bytes and max_tokens), as its limits settle it: not the 1,509 the engine
+        # would have said, and not 0, which would let a client pass its day's token budget by leaving in time
+        assert row.requests == 1 and 1500 < row.prompt_tokens + row.completion_tokens < 1700, row
         print(f"\nthe engine's connection closed {engine.closed_at - left:.2f}s after the client left")

@@ -167,6 +167,9 @@ class Router:
             return self._too_large()
         finally:
             self.uploads.give(key.id)
+        # read: the budget holds what the body is, not what it might have been (a chunked one counted at max_body)
+        self.bodies.give(counted - len(body))
+        m.body_held = len(body)
         payload = payload_of(body)
         if isinstance(payload, web.Response):
             return payload

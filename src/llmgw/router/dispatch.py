@@ -83,8 +83,10 @@ class Dispatcher:
             except StreamBroken as e:
                 log.warning("replica %s: %s (not retried: it had the request)", route.replica_id, e)
                 ctx.outcome = broken(e)
-            except ClientGone:  # given up at the engine too: recorded as the client's leaving, with what was seen
-                ctx.outcome = Outcome(CLIENT_CLOSED, response=web.Response(status=CLIENT_CLOSED))
+            except ClientGone:  # given up at the engine too: recorded as the client's leaving, at what it reserved
+                # (the engine had it and may have done most of it; 0 would let leaving just before the answer pass
+                # day and month token budgets, which are summed from the records)
+                ctx.outcome = Outcome(CLIENT_CLOSED, ctx.cost, 0, response=web.Response(status=CLIENT_CLOSED))
             finally:
                 self._returned(ctx, route)
             return self._answer(ctx, route, said)

@@ -13,6 +13,7 @@ set). Each result also says `gpu_seconds_busy`, `_load` and `_idle` (docs/tenant
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from llmgw.core.errors import StoreError
 from llmgw.records.chargeback import ChargeRow
 from llmgw.router.errors import openai_error
 from llmgw.store.base import HOUR, Store, UsageTotal
+
+log = logging.getLogger(__name__)
 
 WIDTHS = {"1d": 86400, "1h": 3600}
 MAX_BUCKETS = {"1d": 93, "1h": 24 * 14}  # a quarter by day, two weeks by hour
@@ -128,9 +131,11 @@ class OwnUsage:
         if isinstance(a, web.Response):
             return a
         try:
-            usage, charges = await asyncio.to_thread(
-                lambda: (self.store.key_usage_by_hour(key_id, a.start), self.store.key_charges_since(key_id, a.start)))
-        except StoreError as e:
-            return openai_error(503, f"usage cannot be read now: {e}", "service_unavailable", "store_unavailable",
-                                headers={"Retry-After": "10"})
+            store = self.store
+            usage, charges = await asyncio.to_thread(lambda: (
+                store.key_usage_by_hour(key_id, a.start, a.end), store.key_charges_since(key_id, a.start, a.end)))
+        except StoreError as e:  # the store's words (its address, its file) are the operator's
+            log.warning("GET /v1/usage: %s", e)
+            return openai_error(503, "usage cannot be read now: try again shortly", "service_unavailable",
+                                "store_unavailable", headers={"Retry-After": "10"})
         return web.json_response(page(a, usage, charges, self.currency))

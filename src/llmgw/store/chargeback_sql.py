@@ -89,11 +89,11 @@ class ChargebackSql:
         return [ChargeRow(hour=int(r[0]), key_id=str(r[1]), model=str(r[2]), gpu_class=str(r[3]), busy_s=float(r[4]),
                           load_s=float(r[5]), idle_s=float(r[6]), cost=float(r[7])) for r in rows]
 
-    def key_charges_since(self, key_id: str, since: float) -> list[ChargeRow]:
-        """One key's hourly charges from the hour holding `since` on."""
+    def key_charges_since(self, key_id: str, since: float, before: float) -> list[ChargeRow]:
+        """One key's hourly charges from the hour holding `since` to the one before `before`."""
         rows = self._rows("SELECT hour, key_id, model, gpu_class, busy_s, load_s, idle_s, cost FROM chargeback_hourly"
-                          " WHERE key_id = ? AND hour >= ? ORDER BY hour, model, gpu_class",
-                          (key_id, max(0, hour_of(since))))
+                          " WHERE hour >= ? AND hour < ? AND key_id = ? ORDER BY hour, model, gpu_class",
+                          (max(0, hour_of(since)), hour_of(before - 1e-6) + 1, key_id))
         return [ChargeRow(hour=int(r[0]), key_id=str(r[1]), model=str(r[2]), gpu_class=str(r[3]), busy_s=float(r[4]),
                           load_s=float(r[5]), idle_s=float(r[6]), cost=float(r[7])) for r in rows]
 

@@ -254,11 +254,13 @@ class SqlStore(ChargebackSql):
             " WHERE hour >= ? ORDER BY hour, key_id, model", (hour_of(since),))
         return [(int(r[0]), _total(r, 1)) for r in rows]
 
-    def key_usage_by_hour(self, key_id: str, since: float) -> list[tuple[int, UsageTotal]]:
-        """One key's rows of the hourly aggregate from the hour holding `since` on (what it may read of its own)."""
+    def key_usage_by_hour(self, key_id: str, since: float, before: float) -> list[tuple[int, UsageTotal]]:
+        """One key's rows of the hourly aggregate from the hour holding `since` to the one before `before` (what it
+        may read of its own: bounded both ways, so no query walks every tenant's history)."""
         rows = self._rows(
             "SELECT hour, key_id, model, requests, prompt_tokens, completion_tokens, last_at FROM usage_hourly"
-            " WHERE key_id = ? AND hour >= ? ORDER BY hour, model", (key_id, hour_of(since)))
+            " WHERE hour >= ? AND hour < ? AND key_id = ? ORDER BY hour, model",
+            (hour_of(since), hour_of(before - 1e-6) + 1, key_id))
         return [(int(r[0]), _total(r, 1)) for r in rows]
 
     def usage_count(self) -> int:
