@@ -14,7 +14,6 @@ import asyncio
 import gzip
 import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from bench.addresses import loopback
 
-from llmgw.dev.cluster import ClusterPlan, NodePlan, admin_post, admin_up
+from llmgw.dev.cluster import Cluster, ClusterPlan, NodePlan, admin_post, admin_up
 from tests.harness import await_until, plan, wait_until
 from tests.integration.test_header_memory import server_side
 from tests.integration.test_listener_exhaustion import rss_kib
@@ -38,19 +37,15 @@ BOUND_KIB = 100 * 1024
 
 @contextmanager
 def server(p: ClusterPlan) -> Iterator[subprocess.Popen[bytes]]:
-    log = p.workdir / "server.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llmgw.cli.main", "server", "-c", str(p.workdir / "server.yaml")],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=p.workdir,
-        )
+    """The control plane alone (llmgw.dev.cluster's start), its log checked for tracebacks once it stopped."""
+    c = Cluster(p)
+    proc = c.start_server()
     try:
         wait_until(lambda: admin_up(p), 60, "control plane up")
         yield proc
     finally:
-        proc.terminate()
-        proc.wait(20)
-    assert "Traceback" not in log.read_text(errors="replace")
+        c.stop()
+    assert "Traceback" not in c.log("server")
 
 
 def head(key: str, encoding: str) -> bytes:
