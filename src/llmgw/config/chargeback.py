@@ -26,8 +26,8 @@ class ChargebackConfig(Strict):
     rates: Annotated[dict[str, Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]],
                      Field(max_length=256)] = {}
     currency: str = Field(default="USD", min_length=1, max_length=16, pattern=r"^[A-Za-z$€£¥]+$")
-    # GPU time is charged in windows of this length, each once it ended `settle_after` ago: by then every
-    # request that ran in it has ended and its usage landed (a longer request's time past that counts as idle)
+    # GPU time is charged in windows of this length, each once it ended `settle_after` ago: by then the usage of
+    # the requests that ran in it has landed (a request still running is charged by its router's marks)
     window: Annotated[Duration, within(1, 3600)] = 60.0
     settle_after: Annotated[Duration, within(0, 86400)] = 900.0
     # busy time goes to the requests in flight by the tokens they processed; a prompt token weighs this much of a

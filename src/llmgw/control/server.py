@@ -40,6 +40,7 @@ from llmgw.net.listeners import (
 from llmgw.pki.tls import server_context
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
+from llmgw.router.long_marks import long_after
 from llmgw.store.base import Store
 from llmgw.store.opening import hold_sqlite, open_store
 
@@ -131,7 +132,7 @@ async def start_router(cfg: ServerConfig, plane: ControlPlane) -> Router:
     """The router in this process, over the plane's owners; what a killed predecessor journaled, recorded."""
     state = LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
     router = Router(state, KeyRing(plane.store), cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()),
-                    adopt=True, currency=cfg.chargeback.currency)
+                    adopt=True, currency=cfg.chargeback.currency, long_after=long_after(cfg.chargeback.settle_after))
     router.usage_journal.on_replayed = plane.following.seed_budgets
     if router.usage_journal.adopt_orphans():  # what a killed predecessor (or its workers) journaled and never recorded
         # recorded before anything is served, so the budgets, read again once it is, count it exactly (else at

@@ -20,6 +20,7 @@ from llmgw.core.clock import Clock
 from llmgw.net.listeners import raise_fd_limit, start_listener
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing
+from llmgw.router.long_marks import long_after
 from llmgw.router.state import RemoteState
 from llmgw.store.opening import open_store
 
@@ -84,7 +85,7 @@ async def serve_worker(cfg: ServerConfig, clock: Clock, stop: asyncio.Event, par
     state = RemoteState(f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}", clock, token)
     store = open_store(cfg.store)  # read for API keys; the control plane is the writer
     router = Router(state, KeyRing(store), cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()),
-                    currency=cfg.chargeback.currency)
+                    currency=cfg.chargeback.currency, long_after=long_after(cfg.chargeback.settle_after))
     await state.poll()
     lim = cfg.connections
     cap = min(lim.api_connections, max(8, raise_fd_limit() - 256))

@@ -22,6 +22,7 @@ from llmgw.router.errors import openai_envelope, openai_error, unsupported
 from llmgw.router.intake import payload_of, spec_of
 from llmgw.router.keys import KeyRing
 from llmgw.router.limits import Unreservable, refused, reserve
+from llmgw.router.long_marks import LongMarks
 from llmgw.router.own_usage import OwnUsage
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.state import RouterState
@@ -54,6 +55,7 @@ class Router:
         journal_dir: Path | None = None,
         adopt: bool = False,
         currency: str = "USD",
+        long_after: float | None = None,
     ) -> None:
         self.state = state
         self.keys = keys
@@ -61,6 +63,8 @@ class Router:
         self.load_wait = load_wait
         self.max_body = max_body
         self.usage_journal = UsageJournal(state.store_usage, journal_dir, adopt=adopt)
+        if long_after is not None:  # requests in flight this long are marked for chargeback (long_marks.py)
+            self.usage_journal.marks = LongMarks(state.clock.now, long_after)
         self.recorder = Recorder()
         state.attach(self.recorder)
         self.table = RoutingTable()

@@ -112,6 +112,8 @@ class Dispatcher:
 
     def _sent(self, ctx: RequestContext, route: Route) -> None:
         ctx.tried.add(route.replica_id)
+        if ctx.rec is not None:
+            ctx.rec.replica_id = route.replica_id  # where it runs, should it run long (long_marks.py)
         route.outstanding += 1
         # busy from now on, not from its end: a long generation must not look idle to eviction meanwhile
         self.state.used(route.replica_id, ctx.now, route.outstanding)

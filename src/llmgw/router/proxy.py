@@ -110,16 +110,19 @@ async def forward(a: Attempt) -> Outcome:
     if a.stream:
         return await _exchange(a)
     exchange = asyncio.ensure_future(_exchange(a))
-    while True:
-        done, _ = await asyncio.wait({exchange}, timeout=CLIENT_CHECK_S)
-        if done:
-            return exchange.result()
-        t = a.request.transport
-        if t is None or t.is_closing():
+    try:
+        while True:
+            done, _ = await asyncio.wait({exchange}, timeout=CLIENT_CHECK_S)
+            if done:
+                return exchange.result()
+            t = a.request.transport
+            if t is None or t.is_closing():
+                raise ClientGone("the client left before its answer")
+    finally:  # the client gone, or this wait itself cancelled: the exchange ends with it, never for nobody
+        if not exchange.done():
             exchange.cancel()
             with contextlib.suppress(asyncio.CancelledError, UpstreamError):
                 await exchange
-            raise ClientGone("the client left before its answer")
 
 
 async def _exchange(a: Attempt) -> Outcome:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from llmgw.router.long_marks import LongMarks
 from llmgw.store.base import AnyUsage, Usage, UsageRecord
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,7 @@ class UsageJournal:
         adopt: bool = False,
     ) -> None:
         self.sink = sink
+        self.marks: LongMarks | None = None  # with them, requests in flight for long are marked (long_marks.py)
         self.journal = Journal(journal_dir) if journal_dir is not None else None
         self.max_pending = max_pending
         self.adopt = adopt  # the server takes over what dead processes left; its workers do not
@@ -266,6 +268,8 @@ class UsageJournal:
     def unsent(self, rec: Usage) -> None:
         """The request begun as `rec` reached no engine: nothing to record."""
         self.inflight.pop(rec.id, None)
+        if self.marks is not None:
+            self.marks.forget(rec.id)
         rec.status = UNSENT
         self._journal(rec)
 
@@ -273,6 +277,8 @@ class UsageJournal:
                status: int) -> None:
         """The request begun as `rec` ended so: `rec` becomes its record (its begin line is already written)."""
         self.inflight.pop(rec.id, None)
+        if self.marks is not None:
+            self.marks.forget(rec.id)
         rec.replica_id, rec.prompt_tokens, rec.completion_tokens = replica_id, prompt_tokens, completion_tokens
         rec.duration_s, rec.status = duration_s, status
         self.pending.append(rec)  # in memory first: a journal that cannot be written loses nothing here
@@ -310,6 +316,8 @@ class UsageJournal:
                 old = None
             if old is not None:
                 self.segments.append(old)
+        if self.marks is not None:
+            self.pending += self.marks.due(self.inflight.values())
         if not await self._send():
             return False
         if self.evicted:  # the backlog drained: what was pushed out of memory is read back from the journal

@@ -7,7 +7,7 @@ import json
 import math
 import os
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,6 +65,7 @@ class UsageRecord(BaseModel):
     status: int = Field(ge=0, le=999)
 
 
+IN_FLIGHT = 102  # a usage record's status while its request runs: a mark for chargeback (store/chargeback_sql.py)
 _str = json.encoder.encode_basestring_ascii  # C: a JSON string, quotes included
 
 
@@ -245,9 +246,12 @@ class Store(Protocol):
     def charge_mark(self) -> float: ...
     def pruned_charges(self) -> list[ChargeRow]: ...
     def put_charges(self, rows: Sequence[ChargeRow], spans: Sequence[ReplicaSpan], before: float, to: float,
-                    epoch: int | None = None) -> None: ...
+                    epoch: int | None = None, shares: Mapping[str, float] | None = None,
+                    closed: Sequence[str] = ()) -> None: ...
     def open_spans(self, ended_since: float) -> list[ReplicaSpan]: ...
     def charges_since(self, since: float) -> list[ChargeRow]: ...
     def key_charges_since(self, key_id: str, since: float, before: float) -> list[ChargeRow]: ...  # one key's
     def charges_by_key_model(self, since: float) -> list[ChargeRow]: ...
     def usage_started(self, since: float, before: float) -> list[UsageRecord]: ...
+    def open_usage(self, before: float) -> list[UsageRecord]: ...  # requests marked in flight (status IN_FLIGHT)
+    def usage_requests(self, since: float, before: float, limit: int) -> list[tuple[UsageRecord, float]]: ...

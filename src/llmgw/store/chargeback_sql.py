@@ -5,14 +5,14 @@ spans and the new mark in one fenced transaction: a window is charged whole, onc
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 
 from pydantic import ValidationError
 
 from llmgw.core.errors import AlreadyCharged
 from llmgw.records.chargeback import ChargeRow, ReplicaSpan
-from llmgw.store.base import UsageRecord, hour_of
+from llmgw.store.base import IN_FLIGHT, AnyUsage, UsageRecord, hour_of
 from llmgw.store.tx import Row, Tx, _fence
 
 # SQLite's 12th migration and PostgreSQL's 8th
@@ -44,6 +44,24 @@ KEEP_PRUNED = (
     " SELECT ?, key_id, model, gpu_class, SUM(busy_s), SUM(load_s), SUM(idle_s), SUM(cost) FROM chargeback_hourly"
     " WHERE hour >= 0 AND hour < ? GROUP BY key_id, model, gpu_class" + ADD_CHARGES[ADD_CHARGES.index(" ON CONFLICT"):]
 )
+# SQLite's 13th migration and PostgreSQL's 9th: requests still in flight after a while, as their routers mark them
+# (router/usage_journal.py), so that chargeback charges them in the windows that settle while they run; and each
+# request's GPU-seconds as chargeback charged them, window by window
+OPEN_USAGE = """
+    CREATE TABLE usage_open (
+        id TEXT PRIMARY KEY, key_id TEXT NOT NULL, model TEXT NOT NULL, replica_id TEXT NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL, seen_at DOUBLE PRECISION NOT NULL,
+        gpu_s DOUBLE PRECISION NOT NULL DEFAULT 0
+    );
+    ALTER TABLE usage ADD COLUMN gpu_s DOUBLE PRECISION NOT NULL DEFAULT 0;
+    """
+PUT_OPEN = ("INSERT INTO usage_open (id, key_id, model, replica_id, started_at, seen_at) VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET replica_id = excluded.replica_id,"
+            " seen_at = CASE WHEN excluded.seen_at > usage_open.seen_at THEN excluded.seen_at ELSE usage_open.seen_at"
+            " END")
+OPEN_READ = ("SELECT o.id, o.key_id, o.model, o.replica_id, o.started_at, o.seen_at, u.id, u.replica_id,"
+             " u.prompt_tokens, u.completion_tokens, u.started_at, u.duration_s, u.status FROM usage_open o"
+             " LEFT JOIN usage u ON u.id = o.id WHERE o.started_at < ? ORDER BY o.started_at")
 log = logging.getLogger(__name__)
 USAGE_READ = ("SELECT id, key_id, model, replica_id, prompt_tokens, completion_tokens, started_at, duration_s, status,"
               " seq FROM usage WHERE started_at >= ? AND started_at < ? ORDER BY started_at")
@@ -63,9 +81,11 @@ class ChargebackSql:
         return float(self._rows("SELECT accounted_to FROM chargeback_mark WHERE id = 1")[0][0])
 
     def put_charges(self, rows: Sequence[ChargeRow], spans: Sequence[ReplicaSpan], before: float, to: float,
-                    epoch: int | None = None) -> None:
-        """Add `rows` to the hourly charges, write `spans` whole and move the mark from `before` to `to`, in one
-        transaction; AlreadyCharged (nothing written) when the mark is no longer `before`."""
+                    epoch: int | None = None, shares: Mapping[str, float] | None = None,
+                    closed: Sequence[str] = ()) -> None:
+        """Add `rows` to the hourly charges, write `spans` whole, add `shares` (request id: GPU-seconds) to their
+        usage rows, forget the marks of requests in flight `closed`, and move the mark from `before` to `to`, in
+        one transaction; AlreadyCharged (nothing written) when the mark is no longer `before`."""
         with self._tx() as tx:
             _fence(tx, epoch)
             if not tx.run("UPDATE chargeback_mark SET accounted_to = ? WHERE id = 1 AND accounted_to = ?",
@@ -76,6 +96,52 @@ class ChargebackSql:
                                            r.cost) for r in rows])
             if spans:
                 tx.run_many(PUT_SPAN, [(s.id, s.ended_at, s.model_dump_json()) for s in spans])
+            if shares:  # to the request's usage row, or while it has none (in flight) to its mark
+                tx.run_many("UPDATE usage SET gpu_s = gpu_s + ? WHERE id = ?",
+                            [(gs, rid) for rid, gs in sorted(shares.items())])
+                tx.run_many("UPDATE usage_open SET gpu_s = gpu_s + ? WHERE id = ? AND NOT EXISTS"
+                            " (SELECT 1 FROM usage WHERE usage.id = usage_open.id)",
+                            [(gs, rid) for rid, gs in sorted(shares.items())])
+            if closed:  # what a mark was charged goes to its usage row, if it landed
+                tx.run_many("UPDATE usage SET gpu_s = gpu_s + (SELECT o.gpu_s FROM usage_open o WHERE o.id = ?)"
+                            " WHERE id = ? AND EXISTS (SELECT 1 FROM usage_open o WHERE o.id = ?)",
+                            [(rid, rid, rid) for rid in closed])
+                tx.run_many("DELETE FROM usage_open WHERE id = ?", [(rid,) for rid in closed])
+
+    def _put_open(self, tx: Tx, marks: Sequence[AnyUsage]) -> None:
+        """Requests in flight, as their routers mark them (status IN_FLIGHT, in flight for duration_s so far)."""
+        tx.run_many(PUT_OPEN, [(r.id, r.key_id, r.model, r.replica_id, r.started_at, r.started_at + r.duration_s)
+                               for r in marks])
+
+    def open_usage(self, before: float) -> list[UsageRecord]:
+        """Requests marked in flight that started before `before`: each one's usage row where it has landed, else
+        its mark as a record of status IN_FLIGHT, with no tokens, in flight until it was last seen."""
+        out = []
+        for r in self._rows(OPEN_READ, (before,)):
+            try:
+                if r[6] is not None:
+                    out.append(UsageRecord(id=str(r[0]), key_id=str(r[1]), model=str(r[2]), replica_id=str(r[7]),
+                                           prompt_tokens=int(r[8]), completion_tokens=int(r[9]),
+                                           started_at=float(r[10]), duration_s=float(r[11]), status=int(r[12])))
+                else:
+                    out.append(UsageRecord(id=str(r[0]), key_id=str(r[1]), model=str(r[2]), replica_id=str(r[3]),
+                                           prompt_tokens=0, completion_tokens=0, started_at=float(r[4]),
+                                           duration_s=max(0.0, float(r[5]) - float(r[4])), status=IN_FLIGHT))
+            except ValidationError:
+                log.warning("usage: request %r marked in flight has times no request has: not charged", r[0])
+        return out
+
+    def usage_requests(self, since: float, before: float, limit: int) -> list[tuple[UsageRecord, float]]:
+        """Requests started in [since, before), oldest first, at most `limit`, each with its GPU-seconds charged so
+        far (the per-request export)."""
+        rows = self._rows("SELECT u.id, u.key_id, u.model, u.replica_id, u.prompt_tokens, u.completion_tokens,"
+                          " u.started_at, u.duration_s, u.status, u.seq, u.gpu_s + COALESCE(o.gpu_s, 0) FROM usage u"
+                          " LEFT JOIN usage_open o ON o.id = u.id WHERE u.started_at >= ? AND u.started_at < ?"
+                          " ORDER BY u.started_at, u.seq LIMIT ?", (since, before, limit))
+        return [(UsageRecord.model_construct(
+            id=str(r[0]) if r[0] is not None else f"usage-row-{r[9]}", key_id=str(r[1]), model=str(r[2]),
+            replica_id=str(r[3]), prompt_tokens=int(r[4]), completion_tokens=int(r[5]), started_at=float(r[6]),
+            duration_s=float(r[7]), status=int(r[8])), float(r[10])) for r in rows]
 
     def open_spans(self, ended_since: float) -> list[ReplicaSpan]:
         """Spans alive, or ended at or after `ended_since`."""
@@ -142,5 +208,6 @@ class ChargebackSql:
         with self._tx() as tx:
             tx.run(KEEP_PRUNED, (PRUNED_HOUR, hour_of(before)))
             tx.run("DELETE FROM chargeback_hourly WHERE hour >= 0 AND hour < ?", (hour_of(before),))
+            tx.run("DELETE FROM usage_open WHERE seen_at < ?", (before,))  # marks no chargeback came to close
             tx.run("DELETE FROM replica_spans WHERE ended_at IS NOT NULL AND ended_at < ? AND ended_at <"
                    " (SELECT accounted_to FROM chargeback_mark WHERE id = 1)", (before,))

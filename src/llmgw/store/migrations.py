@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.store.chargeback_sql import CHARGEBACK
+from llmgw.store.chargeback_sql import CHARGEBACK, OPEN_USAGE
 
 # the lease one control plane holds to reconcile, and the fencing epoch its writes carry (store/sql.py)
 LEADER = """
@@ -118,4 +118,6 @@ MIGRATIONS: list[str] = [
     RENEWALS,
     # 12: chargeback (store/chargeback_sql.py), as PostgreSQL's eighth
     CHARGEBACK,
+    # 13: requests marked in flight, and each request's GPU-seconds (store/chargeback_sql.py), as PostgreSQL's ninth
+    OPEN_USAGE,
 ]

@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from llmgw.core.errors import StoreError, StoreRejected
 from llmgw.store.base import AnyUsage
-from llmgw.store.chargeback_sql import CHARGEBACK
+from llmgw.store.chargeback_sql import CHARGEBACK, OPEN_USAGE
 from llmgw.store.migrations import ACTIVITY, HUB_RESOLUTIONS, LEADER, RENEWALS, REVISIONS, REVOCATION_REVS
 from llmgw.store.sql import USAGE_COLUMNS, SqlStore, once_each, split, usage_values
 from llmgw.store.tx import Row
@@ -70,6 +70,8 @@ MIGRATIONS: list[str] = [
     RENEWALS,
     # 8: chargeback: replica spans, hourly charges, chargeback's mark
     CHARGEBACK,
+    # 9: requests marked in flight, each request's GPU-seconds
+    OPEN_USAGE,
 ]
 
 INSERT_NEW_USAGE = (

@@ -16,6 +16,7 @@ from llmgw.config.server import ModelSpec
 from llmgw.core.errors import StoreError
 from llmgw.records.state import Event, NodeRecord, ReplicaRecord
 from llmgw.store.base import (
+    IN_FLIGHT,
     AnyUsage,
     ApiKeyRecord,
     Lease,
@@ -210,10 +211,14 @@ class SqlStore(ChargebackSql):
 
     def add_usage_new(self, records: Sequence[AnyUsage]) -> list[AnyUsage]:
         """add_usage, returning the records that were new (those anything counting usage elsewhere must add)."""
-        if not records:
+        marks = [r for r in records if r.status == IN_FLIGHT]  # requests still running: chargeback's, not usage
+        if marks:
+            records = [r for r in records if r.status != IN_FLIGHT]
+        if not records and not marks:
             return []
         with self._tx() as tx:
-            fresh = self._insert_usage(tx, records)
+            self._put_open(tx, marks)
+            fresh = self._insert_usage(tx, records) if records else []
             hourly = sum_by_hour(fresh)
             added: dict[tuple[str, str], list[float]] = {}
             for (k, m, _), h in hourly.items():

@@ -16,7 +16,7 @@ import pytest
 
 from llmgw.api.router import ActivityReport
 from llmgw.control.chargeback.charge_book import REFRESH, ChargeBook
-from llmgw.control.chargeback.charge_views import CSV_HEAD, OPERATOR_NAME
+from llmgw.control.chargeback.charge_views import CSV_HEAD, OPERATOR_NAME, REQUESTS_HEAD
 from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import ClusterPlan, admin_post
 from llmgw.records.chargeback import OPERATOR, ChargeRow
@@ -32,12 +32,12 @@ def cluster(tmp_path: Path) -> ClusterPlan:
     return plan(tmp_path, [], MODELS, extra_server={"chargeback": {"rates": {"H100": 3.6}, "currency": "EUR"}})
 
 
-def plant_charges(p: ClusterPlan, rows: Sequence[ChargeRow]) -> None:
+def plant_charges(p: ClusterPlan, rows: Sequence[ChargeRow], shares: dict[str, float] | None = None) -> None:
     """Charges as the leader's chargeback writes them: one step at the store's mark (left where it is)."""
     store = SqliteStore(p.workdir / "state" / "llmgw.db").open()
     try:
         mark = store.charge_mark()
-        store.put_charges(rows, [], mark, mark)
+        store.put_charges(rows, [], mark, mark, shares=shares)
     finally:
         store.close()
 
@@ -124,6 +124,39 @@ async def test_the_csv_has_gpu_time_and_cost_per_hour_key_and_model(tmp_path: Pa
         assert earlier[head["requests"]] == "0" and float(earlier[head["load_s"]]) == 60  # a load, no tokens
         ops = next(r for (k, _, _), r in lines.items() if k == OPERATOR)
         assert float(ops[head["idle_s"]]) == 1800 and float(ops[head["cost"]]) == pytest.approx(1.8)
+
+
+async def test_the_per_request_csv_carries_each_requests_gpu_seconds(tmp_path: Path) -> None:
+    """Each request's row carries the GPU-seconds chargeback charged it, summed over the windows it spanned; a
+    request not charged yet shows 0; `limit` bounds the rows and says when more were left out."""
+    p = cluster(tmp_path)
+    async with InProcessServer(p):
+        a = await make_key(p, "=team-a")
+        now = time.time()
+        usage = [UsageRecord(id=f"request-{i}", key_id=a, model="m", replica_id="m-1", prompt_tokens=10 + i,
+                             completion_tokens=5, started_at=now - 60 + i, duration_s=1.5, status=200)
+                 for i in range(3)]
+        await plant_usage(p, usage)
+        h = hour_of(now - 60)
+        plant_charges(p, [charge(h, a, "m", busy=12)], {"request-0": 4.0, "request-1": 2.5})
+        plant_charges(p, [charge(h, a, "m", busy=3)], {"request-0": 3.0, "no-such-request": 9.0})
+        rows = list(csv.reader(io.StringIO(await admin_text(p, "/api/usage/requests.csv?since=3600"))))
+        assert rows[0] == REQUESTS_HEAD
+        col = {name: i for i, name in enumerate(REQUESTS_HEAD)}
+        got = [(r[col["request_id"]], r[col["key_name"]], r[col["prompt_tokens"]], r[col["gpu_seconds"]])
+               for r in rows[1:]]
+        assert got == [("request-0", "'=team-a", "10", "7.000"), ("request-1", "'=team-a", "11", "2.500"),
+                       ("request-2", "'=team-a", "12", "0.000")]
+        token = (p.workdir / "state" / "admin.token").read_text().strip()
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as s:
+            async with s.get(p.admin + "/api/usage/requests.csv?since=3600&limit=2") as r:
+                assert r.status == 200 and r.headers.get("Llmgw-Truncated") == "true"
+                assert len(list(csv.reader(io.StringIO(await r.text())))) == 3
+            for bad in ("0", "-1", "x", "1000001"):
+                async with s.get(p.admin + f"/api/usage/requests.csv?limit={bad}") as r:
+                    assert r.status == 400, bad
+        async with aiohttp.ClientSession() as s, s.get(p.admin + "/api/usage/requests.csv") as r:
+            assert r.status == 401  # the operator's: no credential, no rows
 
 
 async def test_the_dashboards_reading_is_refreshed_every_few_seconds_and_survives_the_store(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from llmgw.records.chargeback import OPERATOR, ChargeRow
-from llmgw.store.base import UsageTotal
+from llmgw.store.base import UsageRecord, UsageTotal
 
 OPERATOR_NAME = "(operator)"  # shown where a key's name would be: the management API refuses it as a key's name
 GPU_FIELDS = ("gpu_seconds", "busy_s", "load_s", "idle_s", "cost")
@@ -116,6 +116,24 @@ def usage_csv(by_hour: Iterable[tuple[int, UsageTotal]], charges: Iterable[Charg
         w.writerow([iso_hour(hour), key_id, spreadsheet_cell(name_of(key_id, names)), spreadsheet_cell(model),
                     *(f[n] for n in TOKEN_FIELDS), *(f"{f[n]:.3f}" for n in GPU_FIELDS[:4]), f"{f['cost']:.6f}",
                     currency])
+    return out.getvalue()
+
+
+REQUESTS_HEAD = ["started_utc", "request_id", "key_id", "key_name", "model", "replica_id", "status", "prompt_tokens",
+                 "completion_tokens", "duration_s", "gpu_seconds"]
+
+
+def requests_csv(rows: Iterable[tuple[UsageRecord, float]], names: Mapping[str, str]) -> str:
+    """Each request with the GPU-seconds chargeback charged it so far (its busy share, window by window: a
+    request's windows are charged settle_after after they end), as RFC 4180 CSV with a header row."""
+    out = io.StringIO()
+    w = csv.writer(out, quoting=csv.QUOTE_ALL)
+    w.writerow(REQUESTS_HEAD)
+    for r, gpu_s in rows:
+        started = dt.datetime.fromtimestamp(r.started_at, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        w.writerow([started, r.id, r.key_id, spreadsheet_cell(name_of(r.key_id, names)), spreadsheet_cell(r.model),
+                    spreadsheet_cell(r.replica_id), r.status, r.prompt_tokens, r.completion_tokens,
+                    f"{r.duration_s:.3f}", f"{gpu_s:.3f}"])
     return out.getvalue()
 
 

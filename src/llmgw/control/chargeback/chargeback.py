@@ -20,7 +20,7 @@ from llmgw.core.conditions import ConditionType
 from llmgw.core.errors import Deposed, StoreError
 from llmgw.records.chargeback import ReplicaSpan
 from llmgw.records.state import NodeRecord, ReplicaRecord
-from llmgw.store.base import UsageRecord
+from llmgw.store.base import IN_FLIGHT, UsageRecord
 
 log = logging.getLogger(__name__)
 SAMPLE_EVERY_S = 1.0  # the registry is sampled this often: a sleep shorter than this may go unseen
@@ -86,10 +86,19 @@ class Chargeback:
             fresh = await read(store.usage_started, a - self.cfg.settle_after, b)
         else:
             fresh = self._carry + await read(store.usage_started, a, b)
+        # requests still in flight when a window they ran in settles (or landed only after): their routers mark
+        # them, and each such window charges them; without, a request longer than settle_after was charged nothing
+        # and its GPU time went to others as idle
+        opened = await read(store.open_usage, b)
+        by_id = {r.id: r for r in fresh}
+        by_id.update((r.id, r) for r in opened)
+        fresh = list(by_id.values())
         spans = list(self._spans.values())
         acc = charge_window(a, b, spans, fresh, self.cfg)
         self._dirty.clear()  # every span is written with the step
-        await self._storage.writer.run(store.put_charges, acc.rows, acc.spans, self._mark, b, self._epoch())
+        closed = [r.id for r in opened if _closed(r, b, self.cfg.settle_after)]
+        await self._storage.writer.run(store.put_charges, acc.rows, acc.spans, self._mark, b, self._epoch(),
+                                       acc.shares, closed)
         self._mark = b
         self._carry = [r for r in fresh if r.started_at + r.duration_s > b]
         self._spans = self._merged(acc.spans, b)
@@ -159,6 +168,13 @@ class Chargeback:
             if s.ended_at is None and s.id not in reg.replicas:
                 s.ended_at = max(now, s.created_at)
                 self._dirty.add(s.id)
+
+
+def _closed(r: UsageRecord, b: float, settle_after: float) -> bool:
+    """Whether a request marked in flight needs no later window: it landed and ended by `b`, or its mark went
+    unrenewed for settle_after (its router gone: its record, if a journal brings it back, is charged no further)."""
+    end = r.started_at + r.duration_s
+    return end <= b if r.status != IN_FLIGHT else end + settle_after <= b
 
 
 def _charged(r: ReplicaRecord, mark: float) -> bool:

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from llmgw.config.adapters import catalog_names
 from llmgw.config.loader import describe
 from llmgw.config.server import ModelSpec
-from llmgw.control.chargeback.charge_views import OPERATOR_NAME, usage_csv, usage_rows
+from llmgw.control.chargeback.charge_views import OPERATOR_NAME, requests_csv, usage_csv, usage_rows
 from llmgw.control.storage.storage import Storage
 from llmgw.control.tenants.credentials import Credentials
 from llmgw.control.tenants.limit_counters import LimitCounters
@@ -47,6 +47,10 @@ def limits_of(body: dict[str, Any]) -> KeyLimits | None:
         return KeyLimits.model_validate(raw)
     except ValidationError as e:
         raise BadRequest("limits: " + "; ".join(describe(e)[:5])) from None
+
+
+REQUESTS_DEFAULT = 100_000  # rows of the per-request export, unless `limit` says otherwise
+REQUESTS_MAX = 1_000_000
 
 
 def since_of(request: web.Request, now: float) -> float:
@@ -83,6 +87,7 @@ class TenantRoutes:
             web.patch("/api/keys/{id}", self.update_key),
             web.get("/api/usage", self.usage),
             web.get("/api/usage.csv", self.usage_csv),
+            web.get("/api/usage/requests.csv", self.requests_csv),
         ]
 
     async def list_keys(self, _: web.Request) -> web.Response:
@@ -148,6 +153,21 @@ class TenantRoutes:
         by_hour, charges = await self.storage.read(lambda: (store.usage_by_hour(since), store.charges_since(since)))
         return web.Response(text=usage_csv(by_hour, charges, names, self.currency), content_type="text/csv",
                             headers={"Content-Disposition": 'attachment; filename="llmgw-usage.csv"'})
+
+    async def requests_csv(self, request: web.Request) -> web.Response:
+        """Each request since `since` seconds ago, oldest first, at most `limit` (header Llmgw-Truncated when there
+        were more: ask again from the last one's time), with its GPU-seconds."""
+        now = self.storage.clock.now()
+        since = since_of(request, now)
+        raw = request.query.get("limit", str(REQUESTS_DEFAULT))
+        if not re.fullmatch(r"[0-9]{1,7}", raw) or not 1 <= int(raw) <= REQUESTS_MAX:
+            raise BadRequest(f"limit must be a whole number from 1 to {REQUESTS_MAX}, not {raw[:20]!r}")
+        limit = int(raw)
+        names = await key_names(self.credentials, self.storage)
+        rows = await self.storage.read(self.storage.store.usage_requests, since, now + 1, limit)
+        more = {"Llmgw-Truncated": "true"} if len(rows) == limit else {}
+        return web.Response(text=requests_csv(rows, names), content_type="text/csv",
+                            headers={"Content-Disposition": 'attachment; filename="llmgw-requests.csv"', **more})
 
 
 def key_routes(credentials: Credentials, limit_counters: LimitCounters, storage: Storage,

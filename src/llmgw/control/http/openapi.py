@@ -172,6 +172,10 @@ def _key_paths() -> dict[str, Any]:
                                   params=[_query("by", {"type": "string", "enum": ["key", "model"]}), since])},
         "/api/usage.csv": {"get": _op("Usage per hour, key and model with GPU-seconds and cost, for chargeback",
                                       _text("RFC 4180 CSV", "text/csv"), params=[since])},
+        "/api/usage/requests.csv": {"get": _op(
+            "Each request since a time with the GPU-seconds chargeback charged it (header Llmgw-Truncated: more rows "
+            "than `limit`)", _text("RFC 4180 CSV", "text/csv"),
+            params=[since, _query("limit", {"type": "integer", "minimum": 1, "maximum": 1_000_000})])},
     }
 
 
