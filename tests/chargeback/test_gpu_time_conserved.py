@@ -1,5 +1,6 @@
 """Over random traces, every window's GPU time goes to exactly one party: the window's charges plus what it left
-pending equal the GPUs times the time held awake, and once every replica has ended nothing is left pending."""
+pending equal the GPUs times the time held awake, and once every replica has ended nothing is left pending; with
+requests' waits for loads among them, which share loads by who asked."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ END = 100.0
 @st.composite
 def traces(draw: st.DrawFn) -> tuple[list[ReplicaSpan], list[UsageRecord], float]:
     spans, reqs = [], []
+    for j in range(draw(st.integers(0, 6))):  # requests' waits for the model's load (every span's model is "m")
+        start = draw(st.floats(0, END))
+        reqs.append(req(draw(st.sampled_from("ABC")), start, draw(st.floats(0, 30)), replica="", id=f"w{j:07d}"))
     for i in range(draw(st.integers(1, 3))):
         created = draw(st.floats(0, 60))
         ended = draw(st.floats(created, END))
@@ -59,8 +63,9 @@ def test_each_window_charges_exactly_the_gpu_time_held(trace: tuple[list[Replica
     charged, a = 0.0, 0.0
     while a < END + w:
         b = a + w
-        inside = [r for r in reqs if r.started_at < b and r.started_at + r.duration_s >= a]
-        acc = charge_window(a, b, spans, inside, CONFIG)
+        inside = [r for r in reqs if r.started_at < b and r.started_at + r.duration_s >= a and r.replica_id]
+        waits = [r for r in reqs if not r.replica_id and r.started_at < b]
+        acc = charge_window(a, b, spans, inside, CONFIG, waits)
         window = sum(r.gpu_s for r in acc.rows)
         assert window + pending(acc.spans) - pending(spans) == pytest.approx(sum(held(s, a, b) for s in spans),
                                                                             rel=1e-9, abs=1e-9)

@@ -18,6 +18,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.dev.cluster import SMOLLM2
 from llmgw.router.app import Router
 from llmgw.router.keys import KeyRing, new_key
+from llmgw.router.long_marks import long_after
 from llmgw.router.state import RouterState
 from llmgw.store.sqlite import SqliteStore
 from llmgw.wire.messages import ShardSpec
@@ -78,7 +79,8 @@ async def serving(state: RouterState, store: SqliteStore, cfg: ServerConfig, key
     raw, rec = new_key(key_name, [], state.clock)
     store.put_key(rec)
     keys.reload()
-    router = Router(state, keys, cfg.router, cfg.load_wait, cfg.max_body)
+    router = Router(state, keys, cfg.router, cfg.load_wait, cfg.max_body,
+                    long_after=long_after(cfg.chargeback.settle_after))  # as the server makes it
     runner = web.AppRunner(router.app())
     await runner.setup()
     port = free_port()
@@ -142,6 +144,7 @@ class PlaneRouter:
     url: str
     plane: ControlPlane
     key: str
+    router: Router
 
 
 @pytest.fixture
@@ -152,8 +155,8 @@ async def plane_router(tmp_path: Path) -> AsyncIterator[PlaneRouter]:
     plane = ControlPlane(cfg, store, FakeClock())
     plane.load()
     try:
-        async with serving(local_state(plane), store, cfg, "tester") as (url, _, raw):
-            yield PlaneRouter(url, plane, raw)
+        async with serving(local_state(plane), store, cfg, "tester") as (url, router, raw):
+            yield PlaneRouter(url, plane, raw, router)
     finally:
         store.close()
 

@@ -109,6 +109,12 @@ async def test_on_demand_model_triggers_a_load_then_says_loading(plane_router: P
     assert envelope(b, "model_loading").startswith("the model is loading")
     assert h["Retry-After"] == "10"
     assert pr.plane.activity.demand["sim-od"] == asked_at
+    # its wait is marked for chargeback, whose load it asked for (router/long_marks.py), with its key
+    assert await pr.router.usage_journal.flush()
+    (waited,) = pr.plane.store.open_usage(asked_at + 60)
+    key = next(k for k in pr.plane.store.list_keys())
+    assert (waited.key_id, waited.model, waited.replica_id) == (key.id, "sim-od", "")
+    assert (waited.started_at, waited.duration_s) == (asked_at, 5.0)
     # the reconciler turns that demand into a replica (which here cannot be placed: no nodes)
     pr.plane.passes.reconcile_once()
     od = [r for r in pr.plane.registry.replicas.values() if r.model == "sim-od"]

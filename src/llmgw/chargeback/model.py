@@ -1,6 +1,7 @@
 """GPU time of one chargeback window [a, b) charged to the keys that caused it (docs/tenants.md, "Chargeback: how GPU
-time is attributed"): load to the request that triggered it, busy time shared by the tokens its requests processed,
-idle time split by the keys the residency served; a min >= 1 model's load and idle time the operator's."""
+time is attributed"): load to the keys whose requests waited for it (else the request that first reached it), busy
+time shared by the tokens its requests processed, idle time split by the keys that used the residency lately; a
+min >= 1 model's load and idle time the operator's."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ class ChargedRequest(Protocol):
     def id(self) -> str: ...
     @property
     def key_id(self) -> str: ...
+    @property
+    def model(self) -> str: ...
     @property
     def replica_id(self) -> str: ...
     @property
@@ -71,19 +74,23 @@ class _Ledger:
 
 
 def charge_window(a: float, b: float, spans: Iterable[ReplicaSpan], requests: Iterable[ChargedRequest],
-                  config: ChargebackConfig) -> WindowCharges:
+                  config: ChargebackConfig, waits: Iterable[ChargedRequest] = ()) -> WindowCharges:
     """Charge the window [a, b): every span's held time in it (less its asleep time) to exactly one party each
-    instant, or to its pending time until the party is known. `requests` are the usage records overlapping it."""
+    instant, or to its pending time until the party is known. `requests` are the usage records overlapping it;
+    `waits`, requests' waits for a model with no ready replica (replica_id empty: a load or wake they asked for)."""
     by_replica: dict[str, dict[str, ChargedRequest]] = {}
     for r in requests:
         by_replica.setdefault(r.replica_id, {})[r.id] = r
+    by_model: dict[str, list[ChargedRequest]] = {}
+    for w in waits:
+        by_model.setdefault(w.model, []).append(w)
     ledger = _Ledger(prompt_weight=config.prompt_weight)
     shares: dict[str, float] = {}
     out = []
     for span in spans:
         ledger.model, ledger.gpu_class = span.model, span.gpu_class
         reqs = sorted(by_replica.get(span.id, {}).values(), key=lambda r: (r.started_at, r.id))
-        out.append(_charge_span(span, a, b, reqs, ledger, shares))
+        out.append(_charge_span(span, a, b, reqs, ledger, shares, by_model.get(span.model, [])))
     return WindowCharges(ledger.rows(int(a // HOUR), config), out, shares)
 
 
@@ -107,7 +114,7 @@ def held_pieces(span: ReplicaSpan, lo: float, hi: float) -> list[tuple[float, fl
 
 
 def _charge_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[ChargedRequest], led: _Ledger,
-                  shares: dict[str, float]) -> ReplicaSpan:
+                  shares: dict[str, float], waits: Sequence[ChargedRequest]) -> ReplicaSpan:
     s = span.model_copy(deep=True)
     s.residency_from = max(s.residency_from, s.created_at)
     lo = max(a, s.created_at, s.accounted_to)
@@ -117,7 +124,7 @@ def _charge_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[ChargedRe
         if began > s.residency_from:  # woken: the residency before the sleep ends, a new one begins
             _close_residency(s, led)
             s.residency_from = began
-        _charge_piece(s, p0, p1, reqs, led, shares)
+        _charge_piece(s, p0, p1, reqs, led, shares, waits)
         if p1 < hi:  # put to sleep: its residency is over
             _close_residency(s, led)
     if s.ended_at is not None and s.ended_at <= b:
@@ -129,7 +136,7 @@ def _charge_span(span: ReplicaSpan, a: float, b: float, reqs: Sequence[ChargedRe
 
 
 def _charge_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[ChargedRequest], led: _Ledger,
-                   shares: dict[str, float]) -> None:
+                   shares: dict[str, float], waits: Sequence[ChargedRequest] = ()) -> None:
     """One awake stretch [p0, p1) of the current residency: its load, busy and idle time."""
     g = float(max(s.gpus, 1))
     first = next((r for r in reqs if _since(s) <= r.started_at < p1), None)
@@ -156,14 +163,48 @@ def _charge_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[ChargedRe
     if not s.demand:
         led.add(OPERATOR, load=load, idle=idle)
         return
-    if s.trigger:
-        led.add(s.trigger, load=load)
-    else:
-        s.pending_s += load
+    _charge_load(s, waits, p0, q0, load_end, g, led)
     _split_idle(s, idle, led, (q0 + p1) / 2)
-    if s.trigger and (s.pending_s or s.pending_idle_s):
-        led.add(s.trigger, load=s.pending_s, idle=s.pending_idle_s)
-        s.pending_s = s.pending_idle_s = 0.0
+    if s.pending_s and (s.askers or s.trigger):
+        if s.askers:
+            _to_askers(s, s.pending_s, led)
+        else:
+            led.add(s.trigger, load=s.pending_s)
+        s.pending_s = 0.0
+    if s.trigger and s.pending_idle_s:
+        led.add(s.trigger, idle=s.pending_idle_s)
+        s.pending_idle_s = 0.0
+
+
+def _charge_load(s: ReplicaSpan, waits: Sequence[ChargedRequest], p0: float, q0: float, load_end: float, g: float,
+                 led: _Ledger) -> None:
+    """The load in [p0, q0), each instant to the keys that had asked for it by then (one share per waiting request:
+    still waiting when the residency began, begun before its load ended, counted from when it began within the
+    residency), else to its trigger, else pending. So a load's charge does not depend on where windows fall."""
+    asks = sorted((max(w.started_at, s.residency_from), w.key_id) for w in waits
+                  if w.started_at + w.duration_s > s.residency_from and p0 <= max(w.started_at, s.residency_from) < q0
+                  and w.started_at < load_end)
+    cur = p0
+    for at, key in [*asks, (q0, "")]:
+        part = g * (at - cur)
+        if part > 0:
+            if s.askers:
+                _to_askers(s, part, led)
+            elif s.trigger:
+                led.add(s.trigger, load=part)
+            else:
+                s.pending_s += part
+        cur = max(cur, at)
+        if key:
+            s.askers[key] = s.askers.get(key, 0.0) + 1.0
+
+
+def _to_askers(s: ReplicaSpan, load: float, led: _Ledger) -> None:
+    """A load (or wake) to the keys that asked for it, by how many of their requests waited for it: a key that
+    asked and left before it was ready pays its share, whoever was served first."""
+    total = sum(s.askers.values())
+    for key, n in sorted(s.askers.items()):
+        led.add(key, load=load * n / total)
 
 
 def _since(s: ReplicaSpan) -> float:
@@ -196,9 +237,13 @@ def _split_idle(s: ReplicaSpan, idle: float, led: _Ledger, at: float) -> None:
 def _close_residency(s: ReplicaSpan, led: _Ledger) -> None:
     """A residency ended (slept, or the replica is gone): what still waits for a trigger is the trigger's, or with
     none the operator's; the next residency starts afresh."""
+    if s.pending_s and s.askers:
+        _to_askers(s, s.pending_s, led)
+        s.pending_s = 0.0
     if s.pending_s or s.pending_idle_s:
         led.add(s.trigger or OPERATOR, load=s.pending_s, idle=s.pending_idle_s)
     s.pending_s = s.pending_idle_s = 0.0
     s.trigger = ""
     s.keys = {}
     s.used_at = {}
+    s.askers = {}

@@ -57,3 +57,6 @@ class ReplicaSpan(Strict):
     # would have been stopped); each key's last use of it
     keep_for: Seconds = 600.0
     used_at: Annotated[dict[str, Time], Field(max_length=100_000)] = {}
+    # who asked for the current residency's load or wake: each key's requests that waited for the model while it
+    # loaded (the router marks each wait); the load is theirs by count, whoever was served first
+    askers: Annotated[dict[str, float], Field(max_length=100_000)] = {}

@@ -63,14 +63,15 @@ class Router:
         self.load_wait = load_wait
         self.max_body = max_body
         self.usage_journal = UsageJournal(state.store_usage, journal_dir, adopt=adopt)
-        if long_after is not None:  # requests in flight this long are marked for chargeback (long_marks.py)
-            self.usage_journal.marks = LongMarks(state.clock.now, long_after)
         self.recorder = Recorder()
         state.attach(self.recorder)
         self.table = RoutingTable()
         self.auth = Authenticator(state, keys, cfg.auth, state.clock)
         self.ready = ReadyWait(state, self.table, cfg, load_wait)
         self.waiting = self.ready.waiting  # per model, requests waiting for a replica to become ready
+        if long_after is not None:  # requests in flight this long, and waits for loads, marked for chargeback
+            self.usage_journal.marks = marks = LongMarks(state.clock.now, long_after)
+            self.ready.on_waited = lambda *wait: self.usage_journal.pending.append(marks.waited(*wait))
         self.worker = str(os.getpid())  # which API worker answered, for operators chasing one bad process
         self.dispatch = Dispatcher(state, self.table, Chooser(state, self.table, cfg), self.usage_journal, cfg,
                                    self.worker)

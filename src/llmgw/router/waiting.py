@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -29,6 +30,8 @@ class ReadyWait:
         self.waiting: Counter[str] = Counter()  # per model, requests waiting for a replica to become ready
         self.changed = asyncio.Event()  # set, and replaced, whenever the table changes
         self._hung: tuple[int, dict[str, str]] = (-1, {})  # (generation, models whose every replica stopped answering)
+        # told of each wait for an on-demand model (key, model, when it began, how long): who asked for its load
+        self.on_waited: Callable[[str, str, float, float], None] | None = None
 
     def refresh(self) -> None:
         """The table follows the control plane's ready replicas; waiters look again when it changed."""
@@ -64,12 +67,14 @@ class ReadyWait:
                 429, f"too many requests waiting for {model} to load ({self.waiting[model]}): try again shortly",
                 "rate_limit_exceeded", "too_many_waiting", headers={"Retry-After": str(RETRY_AFTER_S)})
         clock = self.state.clock
-        waited_from = clock.monotonic()
+        waited_from, began = clock.monotonic(), clock.now()
         self.waiting[model] += 1
         try:
             ready = await self._wait(model, ctx.request)
         finally:
             self.waiting[model] -= 1
+            if spec.on_demand and self.on_waited is not None:  # served, gone or timed out: it asked all the same
+                self.on_waited(ctx.key.id, model, began, clock.monotonic() - waited_from)
         ctx.m.queue_s += clock.monotonic() - waited_from
         if ready is None:  # nobody to answer: recorded as the client's leaving
             return web.Response(status=CLIENT_CLOSED)

@@ -89,14 +89,16 @@ class Chargeback:
         # requests still in flight when a window they ran in settles (or landed only after): their routers mark
         # them, and each such window charges them; without, a request longer than settle_after was charged nothing
         # and its GPU time went to others as idle
-        opened = await read(store.open_usage, b)
+        marks = await read(store.open_usage, b)
+        waits = [r for r in marks if not r.replica_id]  # requests that waited for a model to load: who asked for it
+        opened = [r for r in marks if r.replica_id]
         by_id = {r.id: r for r in fresh}
         by_id.update((r.id, r) for r in opened)
         fresh = list(by_id.values())
         spans = list(self._spans.values())
-        acc = charge_window(a, b, spans, fresh, self.cfg)
+        acc = charge_window(a, b, spans, fresh, self.cfg, waits)
         self._dirty.clear()  # every span is written with the step
-        closed = [r.id for r in opened if _closed(r, b, self.cfg.settle_after)]
+        closed = [r.id for r in marks if _closed(r, b, self.cfg.settle_after)]
         await self._storage.writer.run(store.put_charges, acc.rows, acc.spans, self._mark, b, self._epoch(),
                                        acc.shares, closed)
         self._mark = b
