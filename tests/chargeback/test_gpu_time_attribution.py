@@ -58,7 +58,7 @@ def test_stretches_apart_are_not_pooled() -> None:
 
 
 def test_a_request_across_the_window_counts_the_part_of_its_work_inside() -> None:
-    acc = charge_window(0, 10, [span()], [req("A", 5, 10, completion=10, prompt=0), req("B", 8, 1, completion=5,
+    acc = charge_window(0, 10, [span()], [req("A", 5, 10, completion=10, prompt=0), req("B", 5, 5, completion=5,
                                                                                  prompt=0)], CONFIG)
     busy = {k: v[0] for k, v in by_key(acc).items()}
     assert busy["A"] == pytest.approx(2.5) and busy["B"] == pytest.approx(2.5)
@@ -160,7 +160,8 @@ def test_the_request_that_asked_for_a_load_triggers_it_though_it_came_first() ->
 def test_the_request_that_woke_a_sleeper_triggers_the_wake_though_it_came_first() -> None:
     s = span(asleep=[(2.0, 6.0)])
     acc = charge_window(0, 10, [s], [req("A", 0, 1), req("B", 5.0, 2.0), req("C", 8.0, 1.0)], CONFIG)
-    assert by_key(acc) == {"A": (1.0, 0.0, 1.0), "B": (1.0, 0.0, 1.0), "C": (1.0, 0.0, 1.0)}
+    # idle instant by instant: [7, 8) B's alone (C had not come yet), [9, 10) shared by B and C
+    assert by_key(acc) == {"A": (1.0, 0.0, 1.0), "B": (1.0, 0.0, 1.5), "C": (1.0, 0.0, 0.5)}
     assert acc.spans[0].trigger == "B"
 
 

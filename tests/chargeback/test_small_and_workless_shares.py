@@ -30,5 +30,6 @@ def test_a_stretch_with_no_work_is_split_by_each_requests_time_in_flight() -> No
 def test_idle_time_is_split_by_keys_that_used_under_a_gpu_second() -> None:
     acc = charge_window(0, 10, [span()], [req("A", 0, 0.2, prompt=0), req("B", 5, 0.3, prompt=0)], CONFIG)
     got = by_key(acc)
-    assert got["A"] == pytest.approx((0.2, 0.0, 3.8))
-    assert got["B"] == pytest.approx((0.3, 0.0, 5.7))
+    # [0.2, 5) A's alone (B had not used it yet); [5.3, 10) by 0.2 to 0.3
+    assert got["A"] == pytest.approx((0.2, 0.0, 4.8 + 4.7 * 0.4))
+    assert got["B"] == pytest.approx((0.3, 0.0, 4.7 * 0.6))

@@ -21,10 +21,10 @@ def test_a_woken_residencys_next_window_before_a_request_is_idle_not_load() -> N
                        asleep=[(0.0, 10.0)])
     first = charge_window(0, 60, [span], [req("A", 10, 10), req("B", 30, 10)], CONFIG)
     rows = {r.key_id: (r.busy_s, r.load_s, r.idle_s) for r in first.rows}
-    assert rows == {"A": (10.0, 0.0, 15.0), "B": (10.0, 0.0, 15.0)}
+    assert rows == {"A": (10.0, 0.0, 20.0), "B": (10.0, 0.0, 10.0)}  # [20, 30) A's alone, [40, 60) halves
     second = charge_window(60, 120, first.spans, [req("B", 100, 10)], CONFIG)
     rows = {r.key_id: (r.busy_s, r.load_s, r.idle_s) for r in second.rows}
-    # 50 idle seconds split by what A (10) and B (10 + 10) were served: a third and two thirds, no load
+    # idle [60, 100) by what A (10) and B (10) were served, [110, 120) by A's 10 and B's 20; no load
     assert rows.keys() == {"A", "B"}
-    assert rows["A"][:2] == (0.0, 0.0) and abs(rows["A"][2] - 50 / 3) < 1e-9
-    assert rows["B"][:2] == (10.0, 0.0) and abs(rows["B"][2] - 100 / 3) < 1e-9
+    assert rows["A"][:2] == (0.0, 0.0) and abs(rows["A"][2] - (20 + 10 / 3)) < 1e-9
+    assert rows["B"][:2] == (10.0, 0.0) and abs(rows["B"][2] - (20 + 20 / 3)) < 1e-9

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from llmgw.chargeback.idle import idle_gaps, split_gap
 from llmgw.chargeback.sharing import busy_shares
 from llmgw.config.chargeback import ChargebackConfig
 from llmgw.records.chargeback import OPERATOR, ChargeRow, ReplicaSpan
@@ -149,7 +150,8 @@ def _charge_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[ChargedRe
         load_end = p0 if known else first.started_at if first is not None else INF
     q0 = max(p0, min(load_end, p1))
     flights = [(r.id, r.started_at, r.started_at + r.duration_s, work(r, led.prompt_weight)) for r in reqs]
-    busy, busy_t = busy_shares(flights, q0, p1, g)
+    busy, busy_t = busy_shares(flights, q0, p1, g, {r.id: r.key_id for r in reqs})
+    keys0, used0 = dict(s.keys), dict(s.used_at)  # as they stood before this piece: idle time reads them by instant
     by_id = {r.id: r for r in reqs}
     for rid, gs in busy.items():
         if gs > 0:
@@ -164,7 +166,8 @@ def _charge_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[ChargedRe
         led.add(OPERATOR, load=load, idle=idle)
         return
     _charge_load(s, waits, p0, q0, load_end, g, led)
-    _split_idle(s, idle, led, (q0 + p1) / 2)
+    for u, v in idle_gaps(reqs, busy, q0, p1, keys0, used0):
+        s.pending_idle_s += split_gap(u, v, g, s.keep_for, keys0, used0, lambda k, t: led.add(k, idle=t))
     if s.pending_s and (s.askers or s.trigger):
         if s.askers:
             _to_askers(s, s.pending_s, led)
@@ -213,25 +216,6 @@ def _since(s: ReplicaSpan) -> float:
     if s.residency_from == s.created_at:
         return -INF
     return max((x for x, y in s.asleep if y is not None and y <= s.residency_from), default=s.residency_from)
-
-
-def _split_idle(s: ReplicaSpan, idle: float, led: _Ledger, at: float) -> None:
-    """Idle time around `at`: the keys' that used the residency within its keep_for before, by the busy time each
-    used; with none so recent, the last to use it (it is kept warm for whoever comes, and was last kept by them).
-    Split over the whole residency instead, a key pinging the model now and then moved the cost of keeping it warm
-    onto whoever had used it most, hours before (replayed: 637,046 idle GPU-s to a key that would have paid 4,800
-    alone)."""
-    used = {k: w for k, w in s.keys.items() if w > 0}
-    if not used:
-        s.pending_idle_s += idle
-        return
-    recent = {k: w for k, w in used.items() if s.used_at.get(k, -INF) >= at - s.keep_for}
-    if not recent:
-        last = max(used, key=lambda k: (s.used_at.get(k, -INF), k))
-        recent = {last: used[last]}
-    total = sum(recent.values())
-    for key, w in recent.items():
-        led.add(key, idle=idle * w / total)
 
 
 def _close_residency(s: ReplicaSpan, led: _Ledger) -> None:
