@@ -61,6 +61,9 @@ class BenchState:
     def not_answering(self) -> dict[str, str]:
         return {}  # its stand-in engines always answer
 
+    def ready_seconds(self, model: str) -> float | None:
+        return None  # every model it routes is ready: nothing waits for a load
+
     def keys_version(self) -> int:
         return 0
 

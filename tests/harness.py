@@ -40,7 +40,8 @@ def plane_in(tmp_path: Path, clock: FakeClock | None = None) -> ControlPlane:
 
 def local_state(plane: ControlPlane) -> LocalState:
     """The in-process router's view of `plane`, handed the owners it reads and asks, as the server builds it."""
-    return LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
+    return LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage,
+                      plane.ready_times.lines)
 
 
 @contextlib.asynccontextmanager

@@ -38,8 +38,9 @@ _unit = False
 
 
 def examples(full: int) -> int:
-    """How many cases a property test tries: all of them in `make test`, a tenth (at least 10) in the unit tier."""
-    return max(10, full // 10) if _unit else full
+    """How many cases a property test tries: all of them in `make test`, a tenth (at least 10) in the unit tier and
+    under `make mutation` (mutmut names the mutant a run is for in MUTANT_UNDER_TEST: every mutant runs them)."""
+    return max(10, full // 10) if _unit or os.environ.get("MUTANT_UNDER_TEST") else full
 
 
 def pytest_configure(config: pytest.Config) -> None:

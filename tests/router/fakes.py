@@ -30,6 +30,7 @@ class FakeState:
         self.outstanding: dict[str, int] = {}  # what the router last said it has in flight, per replica
         self.engine_loads: dict[str, EngineLoad] = {}  # what a test says the engines report
         self.ejections: list[tuple[str, str]] = []
+        self.ready_estimates: dict[str, float] = {}  # what a test says each model takes to become ready
 
     # what a test arranges
     def put_ready(self, rid: str, model: str, endpoint: str, secret: str = "",
@@ -57,6 +58,9 @@ class FakeState:
 
     def ready(self) -> dict[str, list[ReadyReplica]]:
         return {m: list(reps) for m, reps in self._ready.items() if reps}
+
+    def ready_seconds(self, model: str) -> float | None:
+        return self.ready_estimates.get(model)
 
     def not_answering(self) -> dict[str, str]:
         return {}  # the real control plane's word on it: tests/router/test_model_not_answering.py

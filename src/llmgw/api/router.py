@@ -35,6 +35,7 @@ class RouterView(BaseModel):
     ready: dict[str, list[ReadyReplica]]
     loads: dict[str, EngineLoad] = {}  # replica id -> its engine's own gauges, as last reported
     not_answering: dict[str, str] = {}  # model -> why, where every replica of it stopped answering (core.state)
+    ready_seconds: dict[str, float] = {}  # model -> its longest measured way to ready (control/nodes/ready_times.py)
     stale_for: float = 0.0  # seconds the control plane has not been able to confirm this table (its store failing)
 
 

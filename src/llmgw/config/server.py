@@ -216,6 +216,10 @@ class RouterConfig(Renames):
     queue_timeout: Duration = 60.0
     # requests waiting for one model to load (or for any replica of it to be ready); beyond, 429 at once
     max_waiting: int = Field(default=256, ge=1, le=1_000_000)
+    # how long a request may be held for its model's load (router/waiting.py): as long as the load is measured to
+    # take here, with a margin, or, before any is measured, as long as a replica of it is on its way; never longer
+    # than this, and never shorter than load_wait
+    max_load_wait: Duration = 600.0
     # prefix-aware routing (models with routing: prefix): prompt blocks of this many characters (about a quarter as
     # many tokens), read up to prefix_max_chars, remembered for the last prefix_entries prefixes; a replica holding
     # a longer prefix wins unless it has more than prefix_margin requests beyond the least loaded one

@@ -130,7 +130,8 @@ def open_plane(cfg: ServerConfig, store: Store, clock: Clock) -> ControlPlane:
 
 async def start_router(cfg: ServerConfig, plane: ControlPlane) -> Router:
     """The router in this process, over the plane's owners; what a killed predecessor journaled, recorded."""
-    state = LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage)
+    state = LocalState(plane.registry, plane.activity, plane.credentials, plane.limit_counters, plane.storage,
+                       plane.ready_times.lines)
     router = Router(state, KeyRing(plane.store), cfg.router, cfg.load_wait, cfg.max_body, Path(cfg.journal_path()),
                     adopt=True, currency=cfg.chargeback.currency, long_after=long_after(cfg.chargeback.settle_after))
     router.usage_journal.on_replayed = plane.following.seed_budgets

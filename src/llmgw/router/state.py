@@ -50,6 +50,7 @@ class Readiness(Protocol):
     def generation(self) -> int: ...  # of the routing table: a new one means `ready` changed
     def ready(self) -> dict[str, list[ReadyReplica]]: ...
     def not_answering(self) -> dict[str, str]: ...  # model -> why, where every replica stopped answering
+    def ready_seconds(self, model: str) -> float | None: ...  # its measured way to ready (load or wake); None: unknown
     def want(self, model: str) -> None: ...
     async def explain(self, model: str) -> ModelExplanation | None: ...
 
@@ -148,6 +149,9 @@ class RemoteState:
 
     def not_answering(self) -> dict[str, str]:
         return self._view.not_answering
+
+    def ready_seconds(self, model: str) -> float | None:
+        return self._view.ready_seconds.get(model)
 
     def loads(self) -> dict[str, EngineLoad]:
         return self._view.loads

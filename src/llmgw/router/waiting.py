@@ -9,7 +9,9 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from llmgw.api.router import ModelExplanation
 from llmgw.config.server import RouterConfig
+from llmgw.records.state import Phase
 from llmgw.router.context import RequestContext
 from llmgw.router.errors import RETRY_AFTER_S, openai_error
 from llmgw.router.proxy import CLIENT_CLOSED
@@ -18,7 +20,12 @@ from llmgw.router.table import RoutingTable
 from llmgw.router.tenant_words import model_state
 
 WAIT_POLL_S = 0.5  # real seconds between looks at the table while a load is awaited
-REAL_WAIT_CAP = 20.0  # and never more than this many load_waits of real time, whatever the injected clock says
+REAL_WAIT_CAP = 20.0  # and never more than this many times the hold of real time, whatever the injected clock says
+# a model whose load is measured is waited for that long times MARGIN plus SLACK_S (a load may take a little longer
+# than its mean); one not measured yet, as long as a replica of it is on its way, looked at every ON_ITS_WAY_S
+MARGIN = 1.25
+SLACK_S = 10.0
+ON_ITS_WAY_S = 10.0
 
 
 class ReadyWait:
@@ -68,9 +75,17 @@ class ReadyWait:
                 "rate_limit_exceeded", "too_many_waiting", headers={"Retry-After": str(RETRY_AFTER_S)})
         clock = self.state.clock
         waited_from, began = clock.monotonic(), clock.now()
+        hold, measured = self.hold_for(model)
         self.waiting[model] += 1
         try:
-            ready = await self._wait(model, ctx.request)
+            ready = await self._wait(model, ctx.request, hold)
+            bound = max(self.load_wait, self.cfg.max_load_wait)
+            while ready is False and measured is None and clock.monotonic() - waited_from < bound:
+                # nothing measured yet: held while a replica of it is on its way (placed, loading), to the bound
+                if not on_its_way(await self.state.explain(model)):
+                    break
+                left = bound - (clock.monotonic() - waited_from)
+                ready = await self._wait(model, ctx.request, min(ON_ITS_WAY_S, left))
         finally:
             self.waiting[model] -= 1
             if spec.on_demand and self.on_waited is not None:  # served, gone or timed out: it asked all the same
@@ -84,17 +99,30 @@ class ReadyWait:
         # (a dead worker, a failed placement) says so, with the control plane's explanation
         why, code = ("the model is loading", "model_loading") if spec.on_demand else (
             "no replica of the model is ready", "no_ready_replica")
+        if measured is not None:  # the estimate the hold followed, so a client can size its next wait
+            why += f" (it takes about {measured:.0f}s here; waited {clock.monotonic() - waited_from:.0f}s)"
         # by phase and reason code: the control plane's own lines name replicas, nodes and hub details
         return openai_error(503, f"{why}: {model_state(await self.state.explain(model))}", "service_unavailable", code,
                             headers={"Retry-After": str(RETRY_AFTER_S)})
 
-    async def _wait(self, model: str, request: web.Request) -> bool | None:
-        """Up to load_wait by the injected clock (a test drives it); the table is looked at again whenever the
+    def hold_for(self, model: str) -> tuple[float, float | None]:
+        """How long a request may wait for the model to become ready, and the measured time that says so: its
+        longest measured way to ready (load or wake) with a margin, within [load_wait, max_load_wait]; load_wait
+        while nothing is measured (until_ready holds it on while a replica is on its way). Before, every request
+        waited load_wait (15 s), so the first client of a model taking a minute to load got a 503."""
+        measured = self.state.ready_seconds(model)
+        if measured is None:
+            return self.load_wait, None
+        return min(max(self.load_wait, self.cfg.max_load_wait), max(self.load_wait, measured * MARGIN + SLACK_S)), \
+            measured
+
+    async def _wait(self, model: str, request: web.Request, hold: float) -> bool | None:
+        """Up to `hold` by the injected clock (a test drives it); the table is looked at again whenever the
         control plane says something changed, and at least every WAIT_POLL_S of real time. None: the client went
         away meanwhile (it stops waiting, and asks for nothing more)."""
         clock = self.state.clock
         loop = asyncio.get_running_loop()
-        deadline, real_deadline = clock.monotonic() + self.load_wait, loop.time() + self.load_wait * REAL_WAIT_CAP
+        deadline, real_deadline = clock.monotonic() + hold, loop.time() + max(hold, WAIT_POLL_S) * REAL_WAIT_CAP
         while True:
             self.refresh()
             if self.table.pick(model) is not None:
@@ -108,3 +136,8 @@ class ReadyWait:
                 await asyncio.wait_for(self.changed.wait(), min(left, WAIT_POLL_S))
             except TimeoutError:
                 pass
+
+
+def on_its_way(exp: ModelExplanation | None) -> bool:
+    """Whether a replica of the model is placed and on its way to ready (loading, waking): worth waiting for."""
+    return exp is not None and any(r.phase == Phase.Starting for r in exp.replicas)

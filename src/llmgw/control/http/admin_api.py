@@ -243,6 +243,6 @@ def admin_app(status: StatusSources, limit_counters: LimitCounters, gauges: Gaug
     app.add_routes(key_routes(status.credentials, limit_counters, status.storage, status.registry.models,
                               status.charges.currency))
     app.add_routes(RouterRoutes(status.registry, status.activity, status.credentials, limit_counters,
-                                status.storage).routes())
+                                status.storage, status.ready_times).routes())
     app.add_routes(AdminRoutes(status).routes())
     return app

@@ -3,9 +3,13 @@ named operations."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from llmgw.api.router import Admission, ModelExplanation, ReadyReplica
+from llmgw.api.views import ReadyTime
 from llmgw.config.server import ModelSpec
 from llmgw.control.activity.activity import Activity
+from llmgw.control.nodes.ready_times import longest_by_model
 from llmgw.control.nodes.registry import Registry
 from llmgw.control.storage.storage import Storage
 from llmgw.control.tenants.credentials import Credentials
@@ -23,8 +27,9 @@ class RouterSide:
     that asks over the management listener (control/http/router_api.py)."""
 
     def __init__(self, registry: Registry, activity: Activity, credentials: Credentials, limit_counters: LimitCounters,
-                 storage: Storage) -> None:
+                 storage: Storage, ready_times: Callable[[], Iterable[ReadyTime]] | None = None) -> None:
         self.registry = registry
+        self.ready_times = ready_times  # read: each way to ready as measured (control/nodes/ready_times.py)
         self.activity = activity
         self.credentials = credentials
         self.limit_counters = limit_counters
@@ -33,8 +38,8 @@ class RouterSide:
 
 class LocalState(RouterSide):
     def __init__(self, registry: Registry, activity: Activity, credentials: Credentials, limit_counters: LimitCounters,
-                 storage: Storage) -> None:
-        super().__init__(registry, activity, credentials, limit_counters, storage)
+                 storage: Storage, ready_times: Callable[[], Iterable[ReadyTime]] | None = None) -> None:
+        super().__init__(registry, activity, credentials, limit_counters, storage, ready_times)
         self.clock: Clock = storage.clock
         self.models: dict[str, ModelSpec] = registry.models
 
@@ -55,6 +60,9 @@ class LocalState(RouterSide):
 
     def not_answering(self) -> dict[str, str]:
         return not_answering(self.registry.replicas.values())
+
+    def ready_seconds(self, model: str) -> float | None:
+        return longest_by_model(self.ready_times()).get(model) if self.ready_times is not None else None
 
     def loads(self) -> dict[str, EngineLoad]:
         return self.activity.engine_loads

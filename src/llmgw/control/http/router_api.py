@@ -10,6 +10,7 @@ from llmgw.api.router import ActivityReport as Report
 from llmgw.api.router import Admission, AdmitRequest, RouterView
 from llmgw.control.http.keys_api import BadRequest, js
 from llmgw.control.http.local_state import RouterSide
+from llmgw.control.nodes.ready_times import longest_by_model
 from llmgw.core.errors import StoreError
 from llmgw.records.state import not_answering
 
@@ -32,6 +33,7 @@ class RouterRoutes(RouterSide):
             loads=self.activity.engine_loads,
             not_answering=not_answering(reg.replicas.values()),
             stale_for=self.storage.stale_for(),
+            ready_seconds=longest_by_model(self.ready_times()) if self.ready_times is not None else {},
         )
         return web.Response(text=view.model_dump_json(), content_type="application/json")
 

@@ -69,6 +69,15 @@ class ReadyTimes:
             del self._estimates[oldest]
 
 
+def longest_by_model(lines: Iterable[ReadyTime]) -> dict[str, float]:
+    """Each model's longest measured way to ready (any engine, GPU class, load or wake): how long a request waiting
+    for it is held (router/waiting.py)."""
+    out: dict[str, float] = {}
+    for e in lines:
+        out[e.model] = max(out.get(e.model, 0.0), e.seconds)
+    return out
+
+
 def ready_family(lines: Iterable[ReadyTime]) -> GaugeMetricFamily:
     g = GaugeMetricFamily("llmgw_ready_seconds", "Measured seconds from placed or woken to ready (a weighted mean), "
                           "per model, engine, GPU class and way", labels=["model", "engine", "gpu_class", "way"])
