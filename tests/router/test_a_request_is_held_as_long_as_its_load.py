@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import openai
 from aiohttp import web
 
 from llmgw.config.server import ModelSpec, RouterConfig, ServerConfig, TLSFiles
@@ -20,6 +21,7 @@ from llmgw.core.clock import FakeClock
 from llmgw.core.conditions import ConditionType, Status, set_condition
 from llmgw.core.reasons import Reason
 from llmgw.records.state import ReplicaRecord, ShardAssignment
+from llmgw.router.waiting import KEEPALIVE, KEEPALIVE_AFTER_S
 from llmgw.sim.behaviour import Behaviour
 from llmgw.sim.server import make_app
 from llmgw.store.sqlite import SqliteStore
@@ -116,3 +118,52 @@ async def test_a_model_with_nothing_on_its_way_is_refused_after_load_wait(tmp_pa
         await pass_time(plane, LOAD_WAIT + 2.5)  # no replica placed (no nodes), nothing measured: not held on
         status, body = await asyncio.wait_for(asked, 15)
         assert status == 503 and "model_loading" in body, body
+
+
+async def test_the_official_clients_default_settings_get_their_answer_streamed_or_not(tmp_path: Path) -> None:
+    """A minute's load with openai's client as it comes (its timeouts, its retries): both answered, the stream kept
+    alive with comments while it waited (which the client skips)."""
+    async with setting(tmp_path) as (plane, url, key, engine):
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=key)
+        msgs: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+
+        async def streamed() -> str:
+            got = ""
+            async for chunk in await client.chat.completions.create(model="slow", messages=msgs, max_tokens=4,
+                                                                    stream=True):
+                got += "".join(c.delta.content or "" for c in chunk.choices)
+            return got
+
+        whole = asyncio.create_task(client.chat.completions.create(model="slow", messages=msgs, max_tokens=4))
+        stream = asyncio.create_task(streamed())
+        await await_until(lambda: asyncio.sleep(0, plane.registry.models and "slow" in plane.activity.demand), 10,
+                          "the requests asked")
+        plane.registry.adopt_replicas([replica(plane)])
+        plane.registry.changed()
+        await pass_time(plane, LOAD_S)
+        assert not whole.done() and not stream.done()
+        plane.registry.adopt_replicas([replica(plane, endpoint=engine)])
+        plane.registry.changed()
+        answer = await asyncio.wait_for(whole, 15)
+        assert answer.choices[0].message.content and answer.usage is not None
+        assert await asyncio.wait_for(stream, 15)
+        await client.close()
+
+
+async def test_a_waiting_stream_is_kept_alive_and_ends_with_the_refusal_as_an_event(tmp_path: Path) -> None:
+    async with setting(tmp_path) as (plane, url, key, _):
+        plane.ready_times._learn(("slow", "sim", "cpu", "load"), LOAD_S, plane.clock.now())
+        body = CHAT.replace(b'"max_tokens": 4', b'"max_tokens": 4, "stream": true')
+        async with aiohttp.ClientSession() as s:
+            asking = s.post(url + "/v1/chat/completions", data=body, headers={
+                "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+            task = asyncio.ensure_future(asking.__aenter__())
+            await await_until(lambda: asyncio.sleep(0, "slow" in plane.activity.demand), 10, "the request asked")
+            await pass_time(plane, KEEPALIVE_AFTER_S + 5)
+            r = await asyncio.wait_for(task, 10)  # its answer begun while it waits: headers sent
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+            assert await asyncio.wait_for(r.content.readuntil(b"\n\n"), 10) == KEEPALIVE
+            await pass_time(plane, LOAD_S * 1.25 + 10)  # past the measured hold, nothing ready: the refusal
+            rest = await asyncio.wait_for(r.content.read(), 10)
+            assert rest.startswith(KEEPALIVE) and b'data: {"error"' in rest and b"model_loading" in rest, rest
+            r.release()

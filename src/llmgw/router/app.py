@@ -5,6 +5,8 @@ one RequestContext (context.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 from pathlib import Path
 
@@ -142,6 +144,9 @@ class Router:
                 if refusal is None and self.table.pick(ctx.spec.name) is None:
                     refusal = await self.ready.until_ready(ctx)
                 resp = refusal if refusal is not None else await self.dispatch.serve(ctx)
+                if ctx.early is not None and resp is not ctx.early:  # begun while it waited: ended with an event
+                    status = resp.status
+                    return await as_event(ctx.early, resp)
             status = resp.status
             return resp
         except (asyncio.CancelledError, ConnectionError):  # the client went away (its body cut off, say)
@@ -259,3 +264,16 @@ class Router:
             return key
         return await self.own_usage.answer(request, key.id)
 
+
+
+async def as_event(early: web.StreamResponse, resp: web.StreamResponse) -> web.StreamResponse:
+    """A stream begun while it waited for its model, ended with what would have been answered instead (a refusal,
+    an engine's error): its body as the stream's last event, as an error mid-stream is sent."""
+    body = resp.body if isinstance(resp, web.Response) and isinstance(resp.body, bytes) else b""
+    if not body.startswith(b"{"):
+        body = json.dumps({"error": {"message": f"answered {resp.status} while the stream waited", "type":
+                                     "upstream_error", "param": None, "code": "upstream_error"}}).encode()
+    with contextlib.suppress(ConnectionError, RuntimeError):  # the client gone meanwhile: nothing to tell
+        await early.write(b"data: " + body + b"\n\n")
+        await early.write_eof()
+    return early

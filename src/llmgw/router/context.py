@@ -38,6 +38,10 @@ class RequestContext:
     route: Route | None = None
     watch: StreamUsage | None = None
     outcome: Outcome | None = None
+    # a stream's answer begun while it waited for its model (keep-alive comments sent): relayed into, or ended with
+    # the error event of what would have been answered (router/waiting.py)
+    early: web.StreamResponse | None = None
+    kept_alive: float = 0.0  # when its last keep-alive comment was sent (the injected clock's monotonic seconds)
     rec: Usage | None = None  # its usage record, journaled from before it is sent until it is finished
     t0: float = 0.0  # monotonic seconds when forwarding began
     now: float = 0.0  # the wall clock then

@@ -74,7 +74,7 @@ class Dispatcher:
                     ctx.request, self._session(), route.url(path), ctx.body, ctx.stream, self.timeouts,
                     watch=ctx.watch, secret=route.secret, trace=ctx.m, said=said,
                     fresh_for_stream=route.closes_after_stream, opening=self._opening(ctx, route),
-                    rename=renamed(ctx.spec, ctx.served),
+                    rename=renamed(ctx.spec, ctx.served), early=ctx.early,
                 ))
             except ConnectFailed as e:
                 ctx.reached, ctx.watch = False, None  # nothing was sent: safe to try elsewhere

@@ -99,6 +99,7 @@ class Attempt:
     fresh_for_stream: bool = False  # a stream gets a connection of its own (engine_headers says why)
     opening: MessageStart | None = None  # a Messages stream's beginning, put where the engine left out message_start
     rename: tuple[bytes, bytes] | None = None  # (what, by what) in the answer: an adapter's name for its model's
+    early: web.StreamResponse | None = None  # a stream's answer begun while it waited for its model: relayed into
 
 
 async def forward(a: Attempt) -> Outcome:
@@ -173,8 +174,8 @@ async def _exchange(a: Attempt) -> Outcome:
             return Outcome(resp.status, p, c, out)
         # (the caller makes a watch for every request that asks for a stream)
         watch = a.watch if a.watch is not None else StreamUsage(strip=False)
-        sr = web.StreamResponse(status=resp.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache",
-                                                             **(a.said or {})})
+        sr = a.early if a.early is not None else web.StreamResponse(status=resp.status, headers={
+            "Content-Type": ctype, "Cache-Control": "no-cache", **(a.said or {})})
         return await _relay(a.request, sr, resp, watch, t.between_chunks, a.opening, a.rename)
     finally:
         resp.release()

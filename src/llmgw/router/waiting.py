@@ -26,6 +26,11 @@ REAL_WAIT_CAP = 20.0  # and never more than this many times the hold of real tim
 MARGIN = 1.25
 SLACK_S = 10.0
 ON_ITS_WAY_S = 10.0
+# a stream waiting this long for its model gets its answer begun (200, an event stream) and a comment line every
+# KEEPALIVE_EVERY_S after, so proxies and clients with read timeouts shorter than the load do not cut it
+KEEPALIVE_AFTER_S = 10.0
+KEEPALIVE_EVERY_S = 10.0
+KEEPALIVE = b": waiting for the model to be ready\n\n"
 
 
 class ReadyWait:
@@ -78,14 +83,14 @@ class ReadyWait:
         hold, measured = self.hold_for(model)
         self.waiting[model] += 1
         try:
-            ready = await self._wait(model, ctx.request, hold)
+            ready = await self._wait(model, ctx, hold)
             bound = max(self.load_wait, self.cfg.max_load_wait)
             while ready is False and measured is None and clock.monotonic() - waited_from < bound:
                 # nothing measured yet: held while a replica of it is on its way (placed, loading), to the bound
                 if not on_its_way(await self.state.explain(model)):
                     break
                 left = bound - (clock.monotonic() - waited_from)
-                ready = await self._wait(model, ctx.request, min(ON_ITS_WAY_S, left))
+                ready = await self._wait(model, ctx, min(ON_ITS_WAY_S, left))
         finally:
             self.waiting[model] -= 1
             if spec.on_demand and self.on_waited is not None:  # served, gone or timed out: it asked all the same
@@ -105,6 +110,28 @@ class ReadyWait:
         return openai_error(503, f"{why}: {model_state(await self.state.explain(model))}", "service_unavailable", code,
                             headers={"Retry-After": str(RETRY_AFTER_S)})
 
+    async def _keep_alive(self, ctx: RequestContext) -> bool:
+        """A stream that has waited KEEPALIVE_AFTER_S has its answer begun, and gets a comment line every
+        KEEPALIVE_EVERY_S (an event stream's comments, which clients skip); False once the client cannot be
+        written to."""
+        if ctx.payload.get("stream") is not True:
+            return True
+        now = self.state.clock.monotonic()
+        try:
+            if ctx.early is None:
+                if now - ctx.m.start < KEEPALIVE_AFTER_S:
+                    return True
+                ctx.early = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
+                                                                    "Cache-Control": "no-cache", **ctx.rate})
+                await ctx.early.prepare(ctx.request)
+            elif now - ctx.kept_alive < KEEPALIVE_EVERY_S:
+                return True
+            await ctx.early.write(KEEPALIVE)
+        except (ConnectionError, RuntimeError):
+            return False
+        ctx.kept_alive = now
+        return True
+
     def hold_for(self, model: str) -> tuple[float, float | None]:
         """How long a request may wait for the model to become ready, and the measured time that says so: its
         longest measured way to ready (load or wake) with a margin, within [load_wait, max_load_wait]; load_wait
@@ -116,10 +143,11 @@ class ReadyWait:
         return min(max(self.load_wait, self.cfg.max_load_wait), max(self.load_wait, measured * MARGIN + SLACK_S)), \
             measured
 
-    async def _wait(self, model: str, request: web.Request, hold: float) -> bool | None:
+    async def _wait(self, model: str, ctx: RequestContext, hold: float) -> bool | None:
         """Up to `hold` by the injected clock (a test drives it); the table is looked at again whenever the
         control plane says something changed, and at least every WAIT_POLL_S of real time. None: the client went
-        away meanwhile (it stops waiting, and asks for nothing more)."""
+        away meanwhile (it stops waiting, and asks for nothing more). A stream kept waiting is kept alive."""
+        request = ctx.request
         clock = self.state.clock
         loop = asyncio.get_running_loop()
         deadline, real_deadline = clock.monotonic() + hold, loop.time() + max(hold, WAIT_POLL_S) * REAL_WAIT_CAP
@@ -127,7 +155,7 @@ class ReadyWait:
             self.refresh()
             if self.table.pick(model) is not None:
                 return True
-            if request.transport is None or request.transport.is_closing():
+            if request.transport is None or request.transport.is_closing() or not await self._keep_alive(ctx):
                 return None
             left = deadline - clock.monotonic()
             if left <= 0 or loop.time() >= real_deadline:  # a clock nobody moves must not hold a request forever
