@@ -25,6 +25,7 @@ from llmgw.router.intake import payload_of, spec_of
 from llmgw.router.keys import KeyRing
 from llmgw.router.limits import Unreservable, refused, reserve
 from llmgw.router.long_marks import LongMarks
+from llmgw.router.model_facts import ModelFacts
 from llmgw.router.own_usage import OwnUsage
 from llmgw.router.proxy import CLIENT_CLOSED
 from llmgw.router.state import RouterState
@@ -41,9 +42,15 @@ PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/respo
 NO_RATE: dict[str, str] = {}  # the headers of a key without limits (never changed: only copied into an answer's)
 
 
-def model_object(s: ServedAdapter) -> dict[str, object]:
-    """An adapter as /v1/models lists it: a model whose parent is its base (vLLM's own listing says so too)."""
-    return {"id": s.adapter.name, "object": "model", "created": 0, "owned_by": "llmgw", "parent": s.base.name}
+def model_object(name: str, context: int | None, parent: str | None = None) -> dict[str, object]:
+    """A model as /v1/models lists it (an adapter: a model whose parent is its base, as vLLM's own listing says),
+    with the context length its engines serve where they said (model_facts.py)."""
+    out: dict[str, object] = {"id": name, "object": "model", "created": 0, "owned_by": "llmgw"}
+    if parent is not None:
+        out["parent"] = parent
+    if context is not None:
+        out["max_model_len"] = out["context_length"] = context
+    return out
 
 
 class Router:
@@ -81,6 +88,7 @@ class Router:
         self.uploads = KeyUploads(cfg.key_uploads)  # bodies arriving, per key: no more at once than its concurrency
         self.bodies = BodyBudget(cfg.body_budget, max_body)  # bytes of bodies held, from before each is read
         self.adapters = AdapterIndex()
+        self.facts = ModelFacts(state.clock)  # what /v1/models says of each model: its engines' context length
         self.own_usage = OwnUsage(keys.store, state.clock, currency)  # GET /v1/usage: a key's own, with that key
 
     def refresh(self) -> None:
@@ -99,13 +107,16 @@ class Router:
         key = await self._auth(request)
         if isinstance(key, web.Response):
             return key
-        data = [
-            {"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"}
-            for m in self.state.models.values()
-            if m.scaling.max > 0 and (not key.models or m.name in key.models)
-        ]
-        data += [model_object(s) for s in self.adapters.listed(self.state.models, self.state.generation())
-                 if s.base.scaling.max > 0 and (not key.models or s.adapter.name in key.models)]
+        models = [m for m in self.state.models.values()
+                  if m.scaling.max > 0 and (not key.models or m.name in key.models)]
+        adapters = [s for s in self.adapters.listed(self.state.models, self.state.generation())
+                    if s.base.scaling.max > 0 and (not key.models or s.adapter.name in key.models)]
+        routes = self.table.routes
+        await self.facts.learn(self.dispatch.engines(), [routes.get(m, []) for m in
+                                                         {*(m.name for m in models), *(s.base.name for s in adapters)}])
+        data = [model_object(m.name, self.facts.context(routes.get(m.name, []))) for m in models]
+        data += [model_object(s.adapter.name, self.facts.context(routes.get(s.base.name, [])), s.base.name)
+                 for s in adapters]
         return web.json_response({"object": "list", "data": data})
 
     async def model(self, request: web.Request) -> web.Response:
@@ -120,9 +131,11 @@ class Router:
         if m is None or m.scaling.max == 0 or (key.models and name not in key.models):
             return openai_error(404, f"the model '{name}' does not exist", "invalid_request_error",
                                 "model_not_found", "model")
+        routes = self.table.routes.get(m.name, [])
+        await self.facts.learn(self.dispatch.engines(), [routes])
         if served is not None and m.name != name:
-            return web.json_response(model_object(served))
-        return web.json_response({"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"})
+            return web.json_response(model_object(name, self.facts.context(routes), m.name))
+        return web.json_response(model_object(m.name, self.facts.context(routes)))
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
         """One request through the stages, in order: authenticate and admit (_admit), refused while the routing

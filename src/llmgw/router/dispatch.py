@@ -180,6 +180,10 @@ class Dispatcher:
         elif status != CLIENT_CLOSED:
             route.served()
 
+    def engines(self) -> aiohttp.ClientSession:
+        """The session requests reach engines through (its pools per replica): for what else the router asks them."""
+        return self._session()
+
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
             # a bounded pool per replica (per endpoint): beyond it requests queue in the router, not on the engine

@@ -27,7 +27,9 @@ ANTHROPIC_ERROR = {
     "required": ["type", "error"],
 }
 MODEL = {"type": "object", "properties": {"id": {"type": "string"}, "object": {"const": "model"},
-                                          "created": {"type": "integer"}, "owned_by": {"type": "string"}},
+                                          "created": {"type": "integer"}, "owned_by": {"type": "string"},
+                                          "parent": {"type": "string"}, "max_model_len": {"type": "integer"},
+                                          "context_length": {"type": "integer"}},
          "required": ["id", "object"]}
 MESSAGE = {"type": "object", "properties": {"role": {"type": "string", "enum": ["system", "user", "assistant"]},
                                             "content": {"type": "string"}}, "required": ["role", "content"]}

@@ -23,6 +23,7 @@ from llmgw.sim.behaviour import Behaviour, PrefixCache, Slots, prefill_seconds
 from llmgw.sim.sleep import GARBLED, Sleeper
 
 DEFAULT_TOKENS = 16
+SIM_CONTEXT = 4096  # the context length its /v1/models says
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -130,7 +131,8 @@ class _Handlers:
         return None
 
     async def models(self, request: web.Request) -> web.Response:
-        entry = {"id": self.model, "object": "model", "created": self._created(), "owned_by": "llmgw-sim"}
+        entry = {"id": self.model, "object": "model", "created": self._created(), "owned_by": "llmgw-sim",
+                 "max_model_len": SIM_CONTEXT}  # as vLLM says it
         return web.json_response({"object": "list", "data": [entry]})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
