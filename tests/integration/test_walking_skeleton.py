@@ -111,6 +111,12 @@ def test_one_request_end_to_end_and_state_survives_a_server_restart(tmp_path: Pa
         assert answer["choices"][0]["message"]["content"].strip()
         assert answer["usage"]["completion_tokens"] > 0
         assert "timings" in answer  # llama-server's own field: the tokens came from the real engine
+        # each model's context length as its engine serves it, asked through its node's gate (router/model_facts.py)
+        listed = urllib.request.Request(p.api + "/v1/models", headers={"Authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(listed, timeout=30) as r:
+            contexts = {m["id"]: m.get("max_model_len") for m in json.loads(r.read())["data"]}
+        assert isinstance(contexts["smollm2"], int) and contexts["smollm2"] > 0, contexts
+        assert contexts["sim-small"] == 4096, contexts
 
         status, raw = chat(p, key, "smollm2", stream=True)
         events = [ln for ln in raw.decode().split("\n\n") if ln.startswith("data: ")]
