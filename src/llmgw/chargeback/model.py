@@ -220,10 +220,8 @@ def _since(s: ReplicaSpan) -> float:
 
 def _close_residency(s: ReplicaSpan, led: _Ledger) -> None:
     """A residency ended (slept, or the replica is gone): what still waits for a trigger is the trigger's, or with
-    none the operator's; the next residency starts afresh."""
-    if s.pending_s and s.askers:
-        _to_askers(s, s.pending_s, led)
-        s.pending_s = 0.0
+    none the operator's (a load its askers asked for was handed to them as it was charged); the next residency
+    starts afresh."""
     if s.pending_s or s.pending_idle_s:
         led.add(s.trigger or OPERATOR, load=s.pending_s, idle=s.pending_idle_s)
     s.pending_s = s.pending_idle_s = 0.0

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from llmgw.config.chargeback import ChargebackConfig
-from llmgw.control.chargeback.chargeback import Chargeback
+from llmgw.control.chargeback.chargeback import Chargeback, _closed
 from llmgw.control.plane import ControlPlane
 from llmgw.core.clock import FakeClock
 from llmgw.records.state import ReplicaRecord, ShardAssignment
 from llmgw.router.long_marks import LongMarks, long_after
 from llmgw.router.usage_journal import UNKNOWN, UsageJournal
-from llmgw.store.base import Usage
+from llmgw.store.base import IN_FLIGHT, Usage, UsageRecord
 from tests.clusters import node
 from tests.harness import plane_in
 
@@ -93,3 +93,15 @@ async def test_a_mark_no_longer_renewed_stops_being_charged(plane: ControlPlane)
     assert busy == pytest.approx(GPUS * (seen - T0))
     assert idle == pytest.approx(GPUS * (plane.store.charge_mark() - seen))
     assert plane.store.open_usage(T0 + 3600) == []
+
+
+def test_a_mark_is_closed_once_no_later_window_needs_it() -> None:
+    """A landed request once it ended by the window's end; one still marked once its last mark is settle_after
+    older than the window's end (its router gone)."""
+    def rec(status: int, end: float) -> UsageRecord:
+        return UsageRecord(id="r" * 8, key_id="A", model="m", replica_id="r1", prompt_tokens=0, completion_tokens=0,
+                           started_at=T0, duration_s=end - T0, status=status)
+
+    b = T0 + 100
+    assert _closed(rec(200, b), b, 5.0) and not _closed(rec(200, b + 0.5), b, 5.0)
+    assert _closed(rec(IN_FLIGHT, b - 5), b, 5.0) and not _closed(rec(IN_FLIGHT, b - 4.5), b, 5.0)
