@@ -96,3 +96,24 @@ def test_a_wait_starting_at_a_windows_end_is_counted_once() -> None:
     first = charge_window(0, 10, [span(ready=25.0)], [], CONFIG, waits)
     second = charge_window(10, 20, first.spans, [], CONFIG, waits)
     assert by_key(second) == {"A": (0.0, 5.0, 0.0), "B": (0.0, 5.0, 0.0)}
+
+
+def test_a_window_caps_each_key_by_its_own_requests_union() -> None:
+    reqs = [req("H", 0, 1, id="h" * 8, completion=100), req("H", 0, 1, id="i" * 8, completion=100),
+            req("X", 0, 100, id="x" * 8, prompt=0, completion=1)]
+    got = by_key(charge_window(0, 100, [span()], reqs, CONFIG))
+    assert got["H"][0] == pytest.approx(1.0) and got["X"][0] == pytest.approx(99.0)
+
+
+def test_a_load_pending_over_windows_adds_up() -> None:
+    first = charge_window(0, 10, [span(ready=25.0)], [], CONFIG)
+    second = charge_window(10, 20, first.spans, [], CONFIG)
+    assert second.spans[0].pending_s == 20.0  # nobody asked yet: both windows' load wait for whoever does
+
+
+def test_a_keys_last_use_carries_into_the_next_window_by_its_end() -> None:
+    s = span(ready=0.0).model_copy(update={"keep_for": 5.0})
+    first = charge_window(0, 10, [s], [req("A", 0, 8, prompt=0), req("B", 0, 1, completion=50)], CONFIG)
+    assert first.spans[0].used_at == {"A": 8.0, "B": 1.0}
+    second = charge_window(10, 20, first.spans, [], CONFIG)
+    assert by_key(second) == {"A": (0.0, 0.0, 10.0)}  # recent to 13, then the last user

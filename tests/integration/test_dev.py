@@ -1,4 +1,6 @@
-"""`llmgw dev` as a person runs it: the banner, a multi-node sim replica in ctl status, real tokens, Ctrl-C."""
+"""`llmgw dev` as a person runs it: the banner, a multi-node sim replica in ctl status, real tokens, the banner's
+"what else it shows" commands each doing what it says (an adapter answering, a model asleep after its idle time,
+a pinned model's priority, GPU time and cost per key), Ctrl-C."""
 
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ def test_llmgw_dev_serves_and_stops_everything(tmp_path: Path) -> None:
             with urllib.request.urlopen(node_req, timeout=5) as r:
                 engine_pids += [s["pid"] for s in json.loads(r.read())["report"]["shards"] if s["pid"]]
         assert len(engine_pids) >= 3  # llama-server and the two ranks of sim-405b
+        showcase(text, env, admin)
     finally:
         os.killpg(proc.pid, signal.SIGINT) if proc.poll() is None else None
         proc.wait(60)
@@ -63,3 +66,29 @@ def test_llmgw_dev_serves_and_stops_everything(tmp_path: Path) -> None:
         if str(tmp_path / "w") in cmd:
             leftovers.append(cmd.replace("\0", " "))
     assert leftovers == []
+
+
+def showcase(text: str, env: dict[str, str], admin: int) -> None:
+    """Each command the banner lists under "What else it shows", run as a person pastes it (`llmgw` on the PATH,
+    the operator token exported as the banner says), and what it shows."""
+    part = text.split("What else it shows", 1)[1].split("First request", 1)[0]
+    commands = [ln.strip() for ln in part.splitlines() if ln.startswith("    ")]
+    assert len(commands) == 5, commands
+    env = {**env, "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+           "LLMGW_ADMIN": f"http://127.0.0.1:{admin}"}
+
+    def run(cmd: str) -> str:
+        r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+        return r.stdout
+
+    adapter, wake, status, explain, usage = commands
+    assert json.loads(run(adapter))["choices"][0]["message"]["content"]  # the adapter, served by the real engine
+    assert json.loads(run(wake))["model"] == "sim-8b"  # loaded on demand for this request
+    assert "priority 500, pinned" in run(explain)  # the pinned model's priority
+    wait_until(lambda: any("sim-8b" in ln and "sleeping" in ln for ln in run(status).splitlines()), 90,
+               "sim-8b asleep after its idle time (ctl status)")
+    rows = wait_until(lambda: (out := run(usage)) and "dev" in out and re.search(r"\d+\.\d+", out) and out, 90,
+                      "GPU time in ctl usage")
+    line = next(ln for ln in rows.splitlines() if " dev " in f" {ln} ")
+    assert re.search(r"[1-9]\d*\.\d+", line), rows  # some GPU-seconds, charged to the dev key

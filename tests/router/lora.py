@@ -7,45 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gguf
-import numpy as np
-
 from llmgw.agent.engines import LaunchContext
 from llmgw.agent.engines.llamacpp import LlamaCpp
 from llmgw.agent.weights.resolve import resolve_source
 from llmgw.dev.cluster import SMOLLM2
 from llmgw.dev.llama import llama_cpp_bin_dir
+from llmgw.dev.lora import make_adapter
 from llmgw.wire.messages import ShardSpec
 from llmgw.wire.serving import AdapterSpec
 from tests.harness import free_port
 from tests.router.engines import Engine
 
-RANK = 8
-TARGETS = ("attn_q.weight", "attn_v.weight")  # the usual LoRA targets: the attention's query and value
-
-
-def make_adapter(base: Path, out: Path, seed: int = 1, strength: float = 0.15) -> Path:
-    """A GGUF LoRA adapter (general.type "adapter") of rank RANK over the base's attention query and value
-    matrices, shaped after the base's own tensors, with random weights strong enough to change its answers."""
-    reader = gguf.GGUFReader(base)
-    arch = reader.fields["general.architecture"]
-    writer = gguf.GGUFWriter(out, bytes(arch.parts[arch.data[0]]).decode())
-    writer.add_type(gguf.GGUFType.ADAPTER)
-    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(RANK))
-    rng = np.random.default_rng(seed)
-    for t in reader.tensors:
-        shape = [int(x) for x in t.shape]  # (columns, rows): GGUF's order
-        if len(shape) != 2 or not t.name.endswith(TARGETS):
-            continue
-        cols, rows = shape
-        writer.add_tensor(f"{t.name}.lora_a", (rng.standard_normal((RANK, cols)) * strength).astype(np.float32))
-        writer.add_tensor(f"{t.name}.lora_b", (rng.standard_normal((rows, RANK)) * strength).astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return out
+__all__ = ["base_model_file", "llama_with_adapters", "make_adapter"]
 
 
 def llama_with_adapters(tmp: Path, model: str, adapters: dict[str, Path]) -> Engine:

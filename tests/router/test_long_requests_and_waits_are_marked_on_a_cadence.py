@@ -37,6 +37,7 @@ def test_a_request_is_marked_once_long_then_each_half_of_long_after() -> None:
     assert again.duration_s == pytest.approx(15.0)
     assert marks.due([sent]) == []
     marks.forget("r1")
+    marks.forget("never-marked")  # every finished request is forgotten, marked or not
     assert marks.due([]) == [] and not marks._marked  # a finished request is not kept
 
 

