@@ -113,7 +113,24 @@ def test_a_load_pending_over_windows_adds_up() -> None:
 
 def test_a_keys_last_use_carries_into_the_next_window_by_its_end() -> None:
     s = span(ready=0.0).model_copy(update={"keep_for": 5.0})
-    first = charge_window(0, 10, [s], [req("A", 0, 8, prompt=0), req("B", 0, 1, completion=50)], CONFIG)
-    assert first.spans[0].used_at == {"A": 8.0, "B": 1.0}
+    first = charge_window(0, 10, [s], [req("A", 0, 8, prompt=0), req("A", 1, 1, id="a" * 9, prompt=0),
+                                       req("B", 0, 1, completion=50)], CONFIG)
+    assert first.spans[0].used_at == {"A": 8.0, "B": 1.0}  # its latest end, whichever of its requests ended last
     second = charge_window(10, 20, first.spans, [], CONFIG)
     assert by_key(second) == {"A": (0.0, 0.0, 10.0)}  # recent to 13, then the last user
+
+
+def test_idle_is_split_by_all_of_a_keys_use_and_a_pending_load_goes_to_its_first_askers() -> None:
+    acc = charge_window(0, 10, [span()], [req("A", 0, 4), req("A", 1, 1, id="a" * 9), req("B", 5, 1)], CONFIG)
+    # [4, 5) A's alone; [6, 10) by A's four GPU-seconds (both its requests) to B's one
+    assert by_key(acc)["A"][2] == pytest.approx(1.0 + 4 * 4 / 5) and by_key(acc)["B"][2] == pytest.approx(4 / 5)
+    first = charge_window(0, 10, [span(ready=20.0)], [], CONFIG)  # loading, nobody asked yet
+    second = charge_window(10, 20, first.spans, [], CONFIG, [wait("A", 12.0, 8.0)])
+    assert by_key(second) == {"A": (0.0, 20.0, 0.0)} and second.spans[0].pending_s == 0.0
+
+
+def test_a_keys_use_carried_into_the_next_window_sums_all_its_requests() -> None:
+    first = charge_window(0, 10, [span()], [req("A", 0, 2), req("A", 3, 1, id="a" * 9), req("B", 5, 1)], CONFIG)
+    assert first.spans[0].keys == {"A": 3.0, "B": 1.0}
+    second = charge_window(10, 20, first.spans, [], CONFIG)
+    assert by_key(second) == {"A": (0.0, 0.0, 7.5), "B": (0.0, 0.0, 2.5)}
