@@ -2,19 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from llmgw.dev.cluster import ClusterPlan
+from typing import Any, Protocol
 
 
-def _admin_env(plan: ClusterPlan) -> str:
+class NodeShown(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class PlanShown(Protocol):
+    """What the banner reads of a dev cluster's plan (llmgw.dev.cluster.ClusterPlan)."""
+
+    @property
+    def nodes(self) -> Sequence[NodeShown]: ...
+    @property
+    def models(self) -> list[dict[str, Any]]: ...
+    @property
+    def admin_port(self) -> int: ...
+    @property
+    def admin(self) -> str: ...
+    @property
+    def api(self) -> str: ...
+    @property
+    def token_file(self) -> Path: ...
+
+
+def _admin_env(plan: PlanShown) -> str:
     admin = "" if plan.admin_port == 9090 else f"LLMGW_ADMIN={plan.admin} "
     return f"export {admin}LLMGW_ADMIN_TOKEN_FILE={plan.token_file}"
 
 
-def banner(plan: ClusterPlan, key: str, workdir: Path) -> str:
+def banner(plan: PlanShown, key: str, workdir: Path) -> str:
     return f"""
 llmgw dev is up (state and logs in {workdir})
   OpenAI API:      {plan.api}/v1
@@ -36,7 +56,7 @@ Ctrl-C stops everything.
 """
 
 
-def _showcase(plan: ClusterPlan, key: str) -> str:
+def _showcase(plan: PlanShown, key: str) -> str:
     """What else the dev cluster shows, one command each, every command line indented four spaces
     (tests/integration/test_dev.py runs them)."""
     chat = (f"curl -s {plan.api}/v1/chat/completions -H 'Authorization: Bearer {key}' "

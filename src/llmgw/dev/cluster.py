@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import yaml
 
+from llmgw.dev.banner import banner
 from llmgw.dev.hosts import write_sim_host
 from llmgw.dev.llama import dev_llama_server
 from llmgw.pki.ca import init_ca, issue
@@ -334,8 +335,6 @@ async def run_dev(
                 raise SystemExit(f"the control plane did not come up in 30s; see {workdir}/logs/server.log")
             await asyncio.sleep(0.2)
         key = admin_post(plan, "/api/keys", {"name": "dev"})["key"]
-        from llmgw.dev.banner import banner  # it reads ClusterPlan, defined here
-
         print(banner(plan, key, workdir), flush=True)
         announced: set[str] = set()
         while not stop.is_set():
