@@ -80,6 +80,26 @@ def test_without_waits_the_first_request_served_still_pays_and_an_operators_load
     assert set(by_key(kept)) == {OPERATOR}
 
 
+def test_a_scale_up_is_charged_to_the_requests_it_was_placed_for_not_to_the_first_to_reach_it() -> None:
+    """r1 serves B's two long requests; the reconciler places r2 at 10 for them (it is ready at 40); X's request is
+    the first to reach r2. Before, X paid r2's whole load (30 GPU-seconds) for racing to it."""
+    r1, r2 = span(id="r1"), span(id="r2", created=10.0, ready=40.0)
+    reqs = [req("B", 0.0, 100.0, replica="r1", id="b" * 8), req("B", 5.0, 100.0, replica="r1", id="c" * 8),
+            req("C", 9.0, 0.5, replica="r1", id="d" * 8), req("X", 40.0, 1.0, replica="r2", id="x" * 8)]
+    acc = charge_window(0, 60, [r1, r2], reqs, CONFIG)
+    load = {k: v[1] for k, v in by_key(acc).items() if v[1]}
+    assert load == {"B": pytest.approx(30.0)}  # C's request ended before the placement: it asked for nothing
+    # split over windows, the same
+    spans, total = [r1, r2], dict[str, float]()
+    for a in range(0, 60, 10):
+        step = charge_window(a, a + 10, spans, [r for r in reqs if r.started_at < a + 10 and
+                                                 r.started_at + r.duration_s >= a], CONFIG)
+        spans = step.spans
+        for k, v in by_key(step).items():
+            total[k] = total.get(k, 0.0) + v[1]
+    assert {k: v for k, v in total.items() if v} == {"B": pytest.approx(30.0)}
+
+
 CFG = ChargebackConfig(rates={"H100": 36.0}, window=10, settle_after=5)
 T0 = 1_800_000_000.0
 

@@ -80,8 +80,10 @@ def charge_window(a: float, b: float, spans: Iterable[ReplicaSpan], requests: It
     instant, or to its pending time until the party is known. `requests` are the usage records overlapping it;
     `waits`, requests' waits for a model with no ready replica (replica_id empty: a load or wake they asked for)."""
     by_replica: dict[str, dict[str, ChargedRequest]] = {}
+    in_model: dict[str, list[ChargedRequest]] = {}
     for r in requests:
         by_replica.setdefault(r.replica_id, {})[r.id] = r
+        in_model.setdefault(r.model, []).append(r)
     by_model: dict[str, list[ChargedRequest]] = {}
     for w in waits:
         by_model.setdefault(w.model, []).append(w)
@@ -91,8 +93,21 @@ def charge_window(a: float, b: float, spans: Iterable[ReplicaSpan], requests: It
     for span in spans:
         ledger.model, ledger.gpu_class = span.model, span.gpu_class
         reqs = sorted(by_replica.get(span.id, {}).values(), key=lambda r: (r.started_at, r.id))
+        if a <= span.created_at < b and span.accounted_to <= span.created_at and span.demand and not span.askers:
+            span = span.model_copy(update={"askers": placed_for(span, in_model.get(span.model, []))})
         out.append(_charge_span(span, a, b, reqs, ledger, shares, by_model.get(span.model, [])))
     return WindowCharges(ledger.rows(int(a // HOUR), config), out, shares)
+
+
+def placed_for(span: ReplicaSpan, model_requests: Iterable[ChargedRequest]) -> dict[str, float]:
+    """Who a replica placed beside others of its model was placed for: the keys whose requests were in flight on
+    the model's other replicas when it was placed (what the reconciler scaled up for), one share per request. Its
+    load is theirs, not the first request's to reach it (a key racing to a new replica paid all of it before)."""
+    out: dict[str, float] = {}
+    for r in model_requests:
+        if r.replica_id != span.id and r.replica_id and r.started_at <= span.created_at < r.started_at + r.duration_s:
+            out[r.key_id] = out.get(r.key_id, 0.0) + 1.0
+    return out
 
 
 def held_pieces(span: ReplicaSpan, lo: float, hi: float) -> list[tuple[float, float]]:
