@@ -1,8 +1,9 @@
 """`python -m llmgw.agent.gated [--listen HOST:PORT --upstream URL] [--tunnel-in ...] -- ENGINE...`: one shard's
 engine behind its gate (agent/gate.py) or tunnels (agent/tunnel.py), the engine its child on loopback and dying
-with it. Apart from the agent, so traffic goes on while the agent restarts. The secret comes in GATE_KEY_ENV and
-leaves the environment before the engine starts. Exit codes: the engine's (128 + signal for a signal); 1 a port or
-the node's certificate could not be had; 2 bad usage; 127 the engine would not start."""
+with it, started first (it loads while the gate opens). Apart from the agent, so traffic goes on while the agent
+restarts. The secret comes in GATE_KEY_ENV and leaves the environment before the engine starts. Exit codes: the
+engine's (128 + signal for a signal); 1 a port or the node's certificate could not be had (the engine stopped);
+2 bad usage; 127 the engine would not start."""
 
 from __future__ import annotations
 
@@ -12,16 +13,11 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from llmgw.agent import tunnel
-from llmgw.agent.gate import EngineGate
-from llmgw.config.types import split_listen
-from llmgw.core.errors import PKIError
-from llmgw.pki.tls import client_context, server_context
 
 GATE_KEY_ENV = "LLMGW_GATE_KEY"
 PR_SET_PDEATHSIG = 1
@@ -67,7 +63,14 @@ def _say(message: str) -> None:
 
 
 async def _open(args: argparse.Namespace, key: str, closers: list[Callable[[], Awaitable[None]]]) -> None:
-    """Every listener the arguments ask for; raises OSError (a port taken) or ValueError (bad arguments)."""
+    """Every listener the arguments ask for; raises OSError (a port taken) or ValueError (bad arguments). Its
+    modules are imported here, once the engine has started: their import (the web stack, TLS) is a third of a
+    second of a core, which a cold start waited for before the engine began loading."""
+    from llmgw.agent import tunnel
+    from llmgw.agent.gate import EngineGate
+    from llmgw.config.types import split_listen
+    from llmgw.pki.tls import client_context, server_context
+
     if args.listen:
         gate = EngineGate(key, args.upstream)
         closers.append(gate.close)
@@ -95,31 +98,32 @@ def _closer(server: asyncio.Server) -> Callable[[], Awaitable[None]]:
     return close
 
 
-async def _run(args: argparse.Namespace) -> int:
-    key = os.environ.pop(GATE_KEY_ENV, "")
+async def _run(args: argparse.Namespace, key: str, proc: subprocess.Popen[bytes]) -> int:
+    """The gate's listeners in front of the engine already started; the engine's exit code once it ends, or 1 (the
+    engine stopped) when a listener cannot be opened."""
+    from llmgw.core.errors import PKIError
+
     closers: list[Callable[[], Awaitable[None]]] = []
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # (the agent signals the whole group; anyone else, us alone)
+        loop.add_signal_handler(sig, _pass_on, proc, sig)
     try:
         try:
             await _open(args, key, closers)
         except (OSError, ValueError, PKIError) as e:
             _say(f"cannot open the gate: {e}")
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await asyncio.to_thread(proc.wait)
             return 1
-        try:
-            proc = await asyncio.create_subprocess_exec(*args.command, preexec_fn=_die_with_parent)
-        except OSError as e:
-            _say(f"cannot start {args.command[0]}: {e.strerror or e}")
-            return 127
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):  # (the agent signals the whole group; anyone else, us alone)
-            loop.add_signal_handler(sig, _pass_on, proc, sig)
-        code = await proc.wait()
+        code = await asyncio.to_thread(proc.wait)
         return code if code >= 0 else 128 - code
     finally:
         for close in closers:
             await close()
 
 
-def _pass_on(proc: asyncio.subprocess.Process, sig: int) -> None:
+def _pass_on(proc: subprocess.Popen[bytes], sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(sig)
 
@@ -139,7 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if bool(args.listen) != bool(args.upstream):
         p.error("--listen and --upstream go together")
-    return asyncio.run(_run(args))
+    key = os.environ.pop(GATE_KEY_ENV, "")  # out of the environment before the engine is started with it
+    try:  # the engine first: it loads while the gate's own modules are imported and its listeners opened
+        proc = subprocess.Popen(args.command, preexec_fn=_die_with_parent)
+    except OSError as e:
+        _say(f"cannot start {args.command[0]}: {e.strerror or e}")
+        return 127
+    return asyncio.run(_run(args, key, proc))
 
 
 if __name__ == "__main__":
