@@ -44,6 +44,9 @@ class ReadyWait:
         self._hung: tuple[int, dict[str, str]] = (-1, {})  # (generation, models whose every replica stopped answering)
         # told of each wait for an on-demand model (key, model, when it began, how long): who asked for its load
         self.on_waited: Callable[[str, str, float, float], None] | None = None
+        # per model: (the routing table's generation, when asked, whether a replica is on its way): every waiting
+        # request asks every ON_ITS_WAY_S, and a worker asks the control plane over HTTP, so one answer serves all
+        self._ways: dict[str, tuple[int, float, bool]] = {}
 
     def refresh(self) -> None:
         """The table follows the control plane's ready replicas; waiters look again when it changed."""
@@ -87,7 +90,7 @@ class ReadyWait:
             bound = max(self.load_wait, self.cfg.max_load_wait)
             while ready is False and measured is None and clock.monotonic() - waited_from < bound:
                 # nothing measured yet: held while a replica of it is on its way (placed, loading), to the bound
-                if not on_its_way(await self.state.explain(model)):
+                if not await self._on_its_way(model):
                     break
                 left = bound - (clock.monotonic() - waited_from)
                 ready = await self._wait(model, ctx, min(ON_ITS_WAY_S, left))
@@ -109,6 +112,18 @@ class ReadyWait:
         # by phase and reason code: the control plane's own lines name replicas, nodes and hub details
         return openai_error(503, f"{why}: {model_state(await self.state.explain(model))}", "service_unavailable", code,
                             headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    async def _on_its_way(self, model: str) -> bool:
+        """on_its_way() of the control plane's explanation, asked at most once a second per model and generation."""
+        generation, now = self.state.generation(), self.state.clock.monotonic()
+        known = self._ways.get(model)
+        if known is not None and known[0] == generation and now - known[1] < 1.0:
+            return known[2]
+        way = on_its_way(await self.state.explain(model))
+        if len(self._ways) > 4096:  # bounded: models come and go
+            self._ways.clear()
+        self._ways[model] = (generation, now, way)
+        return way
 
     async def _keep_alive(self, ctx: RequestContext) -> bool:
         """A stream that has waited KEEPALIVE_AFTER_S has its answer begun, and gets a comment line every
