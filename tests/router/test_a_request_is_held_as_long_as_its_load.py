@@ -167,3 +167,22 @@ async def test_a_waiting_stream_is_kept_alive_and_ends_with_the_refusal_as_an_ev
             rest = await asyncio.wait_for(r.content.read(), 10)
             assert rest.startswith(KEEPALIVE) and b'data: {"error"' in rest and b"model_loading" in rest, rest
             r.release()
+
+
+async def test_a_waiting_messages_stream_ends_with_anthropics_error_event(tmp_path: Path) -> None:
+    """On Anthropic's path the refusal is its `error` event in its envelope, which its clients raise."""
+    async with setting(tmp_path) as (plane, url, key, _):
+        plane.ready_times._learn(("slow", "sim", "cpu", "load"), LOAD_S, plane.clock.now())
+        body = b'{"model": "slow", "max_tokens": 4, "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
+        async with aiohttp.ClientSession() as s:
+            task = asyncio.ensure_future(s.post(url + "/v1/messages", data=body, headers={
+                "x-api-key": key, "Content-Type": "application/json"}).__aenter__())
+            await await_until(lambda: asyncio.sleep(0, "slow" in plane.activity.demand), 10, "the request asked")
+            await pass_time(plane, KEEPALIVE_AFTER_S + 5)
+            r = await asyncio.wait_for(task, 10)
+            assert r.status == 200
+            await pass_time(plane, LOAD_S * 1.25 + 10)
+            rest = await asyncio.wait_for(r.content.read(), 10)
+            assert b'event: error\ndata: {"type": "error", "error": {"type": ' in rest, rest
+            assert b"model_loading" in rest, rest
+            r.release()

@@ -20,7 +20,7 @@ from llmgw.router.choice import Chooser
 from llmgw.router.context import RequestContext
 from llmgw.router.dispatch import Dispatcher
 from llmgw.router.ending import RequestEnd
-from llmgw.router.errors import openai_envelope, openai_error, unsupported
+from llmgw.router.errors import MESSAGES, as_anthropic, openai_envelope, openai_error, unsupported
 from llmgw.router.intake import payload_of, spec_of
 from llmgw.router.keys import KeyRing
 from llmgw.router.limits import Unreservable, refused, reserve
@@ -159,7 +159,7 @@ class Router:
                 resp = refusal if refusal is not None else await self.dispatch.serve(ctx)
                 if ctx.early is not None and resp is not ctx.early:  # begun while it waited: ended with an event
                     status = resp.status
-                    return await as_event(ctx.early, resp)
+                    return await as_event(ctx.early, resp, ctx.request.path.startswith(MESSAGES))
             status = resp.status
             return resp
         except (asyncio.CancelledError, ConnectionError):  # the client went away (its body cut off, say)
@@ -279,14 +279,22 @@ class Router:
 
 
 
-async def as_event(early: web.StreamResponse, resp: web.StreamResponse) -> web.StreamResponse:
+async def as_event(early: web.StreamResponse, resp: web.StreamResponse, anthropic: bool = False
+                   ) -> web.StreamResponse:
     """A stream begun while it waited for its model, ended with what would have been answered instead (a refusal,
-    an engine's error): its body as the stream's last event, as an error mid-stream is sent."""
+    an engine's error): its body as the stream's last event, as an error mid-stream is sent; on Anthropic's path
+    in Anthropic's envelope and as its `error` event, which its clients raise."""
     body = resp.body if isinstance(resp, web.Response) and isinstance(resp.body, bytes) else b""
     if not body.startswith(b"{"):
         body = json.dumps({"error": {"message": f"answered {resp.status} while the stream waited", "type":
                                      "upstream_error", "param": None, "code": "upstream_error"}}).encode()
+    event = b""
+    if anthropic and isinstance(resp, web.Response):
+        resp.body = body
+        as_anthropic(resp)  # rewrites its body in place
+        converted = resp.body
+        body, event = (converted if isinstance(converted, bytes) else body), b"event: error\n"
     with contextlib.suppress(ConnectionError, RuntimeError):  # the client gone meanwhile: nothing to tell
-        await early.write(b"data: " + body + b"\n\n")
+        await early.write(event + b"data: " + body + b"\n\n")
         await early.write_eof()
     return early
