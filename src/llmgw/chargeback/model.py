@@ -183,11 +183,7 @@ def _charge_piece(s: ReplicaSpan, p0: float, p1: float, reqs: Sequence[ChargedRe
     _charge_load(s, waits, p0, q0, load_end, g, led)
     for u, v in idle_gaps(reqs, busy, q0, p1, keys0, used0):
         s.pending_idle_s += split_gap(u, v, g, s.keep_for, keys0, used0, lambda k, t: led.add(k, idle=t))
-    if s.pending_s and (s.askers or s.trigger):
-        if s.askers:
-            _to_askers(s, s.pending_s, led)
-        else:
-            led.add(s.trigger, load=s.pending_s)
+    if s.pending_s and _load_to_party(s, s.pending_s, led):
         s.pending_s = 0.0
     if s.trigger and s.pending_idle_s:
         led.add(s.trigger, idle=s.pending_idle_s)
@@ -205,24 +201,26 @@ def _charge_load(s: ReplicaSpan, waits: Sequence[ChargedRequest], p0: float, q0:
     cur = p0
     for at, key in [*asks, (q0, "")]:
         part = g * (at - cur)
-        if part > 0:
-            if s.askers:
-                _to_askers(s, part, led)
-            elif s.trigger:
-                led.add(s.trigger, load=part)
-            else:
-                s.pending_s += part
+        if part > 0 and not _load_to_party(s, part, led):
+            s.pending_s += part
         cur = max(cur, at)
         if key:
             s.askers[key] = s.askers.get(key, 0.0) + 1.0
 
 
-def _to_askers(s: ReplicaSpan, load: float, led: _Ledger) -> None:
-    """A load (or wake) to the keys that asked for it, by how many of their requests waited for it: a key that
-    asked and left before it was ready pays its share, whoever was served first."""
-    total = sum(s.askers.values())
-    for key, n in sorted(s.askers.items()):
-        led.add(key, load=load * n / total)
+def _load_to_party(s: ReplicaSpan, load: float, led: _Ledger) -> bool:
+    """Load (or wake) time to the keys that asked for it, by how many of their requests waited for it (a key that
+    asked and left before it was ready pays its share, whoever was served first), else to the residency's trigger;
+    False when neither is known yet (the caller keeps it pending)."""
+    if s.askers:
+        total = sum(s.askers.values())
+        for key, n in sorted(s.askers.items()):
+            led.add(key, load=load * n / total)
+    elif s.trigger:
+        led.add(s.trigger, load=load)
+    else:
+        return False
+    return True
 
 
 def _since(s: ReplicaSpan) -> float:
